@@ -1,0 +1,30 @@
+# Everything a fresh machine needs: `make test` and `make demo` create .venv on first use.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-fast demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first: the CPU 2.13.0 wheel on this machine; otherwise pip pulls a multi-GB CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest tests -m "not slow"
+
+demo: $(STAMP)
+	$(VENV)/bin/scale-ray eval --policy random round-robin least-loaded fastest-idle eft eft-wait heft \
+		--servers 16 48 --episodes 4 --seed 0
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,380 @@
+"""Typed, validated configuration for the simulator (stdlib only).
+
+Every configuration section of the project is a frozen dataclass whose fields carry their allowed
+range in ``field(metadata=...)``. :func:`build` turns a plain mapping (from YAML) into such a
+dataclass, recursively, and rejects unknown keys, wrong types and out-of-range values with a
+:class:`ConfigError` that names the dotted key path (``env.workload.arrival_rate_16``) and the
+allowed range. Nothing mutates a config after it is built; :func:`replace` derives a new one.
+
+The simulator's own tree (:class:`EnvConfig`) lives here; training/serve/live configs in
+``scale_ray.config`` use the same :func:`build`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown, of the wrong type or out of range."""
+
+
+def rng(ge: float | None = None, le: float | None = None, gt: float | None = None,
+        lt: float | None = None, doc: str = "") -> dict:
+    """Field metadata: the allowed numeric range and a one-line description."""
+    return {"ge": ge, "le": le, "gt": gt, "lt": lt, "doc": doc}
+
+
+def _range_text(meta: Mapping[str, Any]) -> str:
+    lo = f"> {meta['gt']}" if meta.get("gt") is not None else (
+        f">= {meta['ge']}" if meta.get("ge") is not None else "")
+    hi = f"< {meta['lt']}" if meta.get("lt") is not None else (
+        f"<= {meta['le']}" if meta.get("le") is not None else "")
+    return " and ".join(p for p in (lo, hi) if p) or "any finite value"
+
+
+def _check_range(path: str, value: float, meta: Mapping[str, Any]) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{path}: must be finite, got {value!r}")
+    bad = ((meta.get("ge") is not None and value < meta["ge"])
+           or (meta.get("le") is not None and value > meta["le"])
+           or (meta.get("gt") is not None and value <= meta["gt"])
+           or (meta.get("lt") is not None and value >= meta["lt"]))
+    if bad:
+        raise ConfigError(f"{path}: {value!r} is out of range; allowed: {_range_text(meta)}")
+
+
+def _coerce(path: str, tp: Any, value: Any, meta: Mapping[str, Any]) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        non_none = [a for a in args if a is not type(None)]
+        errors = []
+        for a in non_none:
+            try:
+                return _coerce(path, a, value, meta)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {value!r} matches none of "
+                          f"{[getattr(a, '__name__', str(a)) for a in non_none]}")
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{path}: {value!r} is not allowed; choose one of {list(args)}")
+        return value
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{path}: expected a list, got {type(value).__name__}")
+        item_tp = args[0] if args else Any
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis or origin is list:
+            return tuple(_coerce(f"{path}[{i}]", item_tp, v, meta) for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ConfigError(f"{path}: expected {len(args)} items, got {len(value)}")
+        return tuple(_coerce(f"{path}[{i}]", a, v, meta) for i, (a, v) in enumerate(zip(args, value)))
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, path)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {value!r}")
+        _check_range(path, value, meta)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{path}: expected a number, got {value!r}")
+        value = float(value)
+        _check_range(path, value, meta)
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {tp!r} at {path}")  # a bug in a config class
+
+
+def build(cls: type, data: Mapping[str, Any] | None, path: str = "") -> Any:
+    """Build dataclass ``cls`` from ``data``; unknown keys and bad values raise ConfigError."""
+    if data is None:
+        data = {}
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        where = f"{path}." if path else ""
+        raise ConfigError(f"unknown key {where}{unknown[0]}; allowed keys: {sorted(fields)}")
+    kwargs = {}
+    for name, f in fields.items():
+        key = f"{path}.{name}" if path else name
+        if name in data:
+            kwargs[name] = _coerce(key, hints[name], data[name], f.metadata)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{key}: required key is missing")
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(f"{path + ': ' if path else ''}{e}") from None
+
+
+def to_dict(cfg: Any) -> Any:
+    """Plain-data form of a config (tuples become lists), suitable for YAML/JSON."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    return cfg
+
+
+def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict:
+    """Recursive dict merge: mappings merge, everything else in ``override`` replaces."""
+    out = dict(base)
+    for k, v in override.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def replace(cfg: Any, **changes: Any) -> Any:
+    """A validated copy of ``cfg`` with nested changes (``replace(c, workload={"horizon_s": 50})``)."""
+    return build(type(cfg), merge(to_dict(cfg), changes))
+
+
+# --------------------------------------------------------------------------------------------
+# The simulator's configuration tree
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TierConfig:
+    """One server tier (paper Table 1)."""
+    name: str
+    compute: float = field(metadata=rng(gt=0, doc="compute capacity C, GFLOP/s"))
+    memory_gb: float = field(metadata=rng(gt=0, doc="memory capacity M, GB"))
+    idle_w: float = field(default=0.0, metadata=rng(ge=0, doc="idle power, W"))
+    busy_w: float = field(default=0.0, metadata=rng(ge=0, doc="busy power, W"))
+    ratio: float = field(default=1.0, metadata=rng(ge=0, doc="share of the cluster (any scale)"))
+    count: int | None = field(default=None, metadata=rng(ge=0, doc="explicit count; overrides ratio"))
+
+
+def _default_tiers() -> tuple[TierConfig, ...]:
+    return (TierConfig("small", 1.0, 8.0, 30.0, 100.0, 2.0),
+            TierConfig("medium", 2.0, 32.0, 50.0, 200.0, 5.0),
+            TierConfig("large", 4.0, 80.0, 80.0, 400.0, 1.0))
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Server tiers and the cluster size. Counts come from ``ratio`` (largest remainder) unless a
+    tier sets ``count``; with explicit counts for every tier, ``servers`` must equal their sum."""
+    servers: int = field(default=16, metadata=rng(ge=1, le=100_000, doc="initial server count N"))
+    tiers: tuple[TierConfig, ...] = field(default_factory=_default_tiers)
+    bandwidth_gb_s: float = field(default=10.0, metadata=rng(gt=0, doc="network bandwidth B"))
+    latency_s: float = field(default=0.01, metadata=rng(ge=0, doc="base network latency L"))
+
+    def __post_init__(self) -> None:
+        if not self.tiers:
+            raise ConfigError("cluster.tiers: at least one tier is required")
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"cluster.tiers: tier names must be unique, got {names}")
+        counts = [t.count for t in self.tiers]
+        if all(c is not None for c in counts):
+            if sum(counts) != self.servers:
+                raise ConfigError(f"cluster.servers: {self.servers} differs from the explicit tier "
+                                  f"counts, which sum to {sum(counts)}")
+        elif sum(t.ratio for t in self.tiers if t.count is None) <= 0:
+            raise ConfigError("cluster.tiers: tiers without a count need a positive total ratio")
+        if sum(c for c in counts if c is not None) > self.servers:
+            raise ConfigError(f"cluster.servers: {self.servers} is smaller than the explicit tier counts")
+
+    def tier(self, name: str) -> TierConfig:
+        for t in self.tiers:
+            if t.name == name:
+                return t
+        raise ConfigError(f"unknown tier {name!r}; tiers: {[t.name for t in self.tiers]}")
+
+    def tier_counts(self) -> dict[str, int]:
+        """Servers per tier at ``self.servers``: explicit counts first, the rest split by ratio
+        with the largest-remainder method (2:5:1 at 16 -> 4, 10, 2; at 48 -> 12, 30, 6)."""
+        fixed = {t.name: t.count for t in self.tiers if t.count is not None}
+        rest = self.servers - sum(fixed.values())
+        free = [t for t in self.tiers if t.count is None]
+        total = sum(t.ratio for t in free)
+        quotas = [(t.name, rest * t.ratio / total) for t in free] if free else []
+        counts = {name: int(math.floor(q)) for name, q in quotas}
+        left = rest - sum(counts.values())
+        order = sorted(quotas, key=lambda nq: (-(nq[1] - math.floor(nq[1])), nq[0]))
+        for name, _ in order[:left]:
+            counts[name] += 1
+        counts.update(fixed)
+        return {t.name: counts[t.name] for t in self.tiers}
+
+
+@dataclass(frozen=True)
+class DistConfig:
+    """A clipped normal (``dist: normal``) or floored exponential (``dist: exponential``)."""
+    dist: Literal["normal", "exponential", "constant"] = "normal"
+    mean: float = field(default=1.0, metadata=rng(ge=0))
+    std: float = field(default=0.0, metadata=rng(ge=0))
+    min: float = field(default=0.0, metadata=rng(ge=0))
+    max: float | None = field(default=None, metadata=rng(gt=0, doc="upper clip; none: unbounded"))
+
+    def __post_init__(self) -> None:
+        if self.max is not None and self.min > self.max:
+            raise ConfigError(f"min ({self.min}) must not exceed max ({self.max})")
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """Workflow arrivals and the random DAG generator (DESIGN.md §3)."""
+    source: str = field(default="random", metadata=rng(
+        doc="'random' for the paper's generator, or a real-DAG family name (envs.workloads)"))
+    order: Literal["sample", "replay"] = "sample"
+    arrival_rate_16: float = field(default=1.0, metadata=rng(
+        gt=0, le=1e4, doc="lambda16: workflows/s at 16 servers; lambda(N) = lambda16 * N / 16"))
+    rate_schedule: tuple[tuple[float, float], ...] = field(default=(), metadata=rng(
+        ge=0, doc="[[t_s, multiplier], ...]: piecewise-constant rate multiplier from t_s on"))
+    horizon_s: float = field(default=200.0, metadata=rng(gt=0, le=1e7, doc="arrivals stop here"))
+    min_tasks: int = field(default=3, metadata=rng(ge=1, le=10_000))
+    max_tasks: int = field(default=8, metadata=rng(ge=1, le=10_000))
+    edge_prob: float = field(default=0.3, metadata=rng(ge=0, le=1, doc="extra-parent probability"))
+    compute_gflop: DistConfig = DistConfig("normal", 4.0, 2.0, 1.0)
+    memory_gb: DistConfig = DistConfig("normal", 8.0, 6.0, 0.5, 64.0)
+    output_gb: DistConfig = DistConfig("exponential", 0.5, 0.0, 0.01)
+
+    def __post_init__(self) -> None:
+        if self.min_tasks > self.max_tasks:
+            raise ConfigError(f"workload.min_tasks ({self.min_tasks}) exceeds max_tasks ({self.max_tasks})")
+        times = [t for t, _ in self.rate_schedule]
+        if times != sorted(times):
+            raise ConfigError("workload.rate_schedule: times must be increasing")
+
+
+@dataclass(frozen=True)
+class ServerEventConfig:
+    """A scheduled change of the server set."""
+    t: float = field(metadata=rng(ge=0, doc="simulated time, s"))
+    kind: Literal["add", "remove", "fail"]
+    tier: str | None = None
+    count: int = field(default=1, metadata=rng(ge=1, le=100_000))
+    server: int | None = field(default=None, metadata=rng(ge=0, doc="server id (remove/fail)"))
+
+
+@dataclass(frozen=True)
+class DynamicsConfig:
+    """Servers that join, leave or fail (scheduled and random; all policy-independent)."""
+    events: tuple[ServerEventConfig, ...] = ()
+    fail_rate_per_server_s: float = field(default=0.0, metadata=rng(ge=0, le=10))
+    rejoin_after_s: float | None = field(default=None, metadata=rng(
+        ge=0, doc="a failed server's replacement (same tier) joins after this delay"))
+    join_rate_s: float = field(default=0.0, metadata=rng(ge=0, le=1e4, doc="random joins per s"))
+    leave_rate_s: float = field(default=0.0, metadata=rng(ge=0, le=1e4, doc="random leaves per s"))
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Paper eq. 2: w1 exp(-T_exec/T0) - w2 T_comm/T0c - w3 E/E0; invalid -> invalid_penalty."""
+    w1: float = field(default=1.0, metadata=rng(ge=0))
+    w2: float = field(default=0.5, metadata=rng(ge=0))
+    w3: float = field(default=0.0, metadata=rng(ge=0))
+    t0_s: float = field(default=2.0, metadata=rng(gt=0))
+    t0c_s: float = field(default=0.1, metadata=rng(gt=0))
+    e0_j: float = field(default=1000.0, metadata=rng(gt=0))
+    invalid_penalty: float = field(default=-0.1, metadata=rng(le=0))
+    kind: Literal["paper", "response"] = field(default="paper", metadata=rng(
+        doc="'response' adds -wait_penalty_per_s * (tasks waiting) * elapsed time (beyond the paper)"))
+    wait_penalty_per_s: float = field(default=0.01, metadata=rng(ge=0))
+
+
+@dataclass(frozen=True)
+class MdpConfig:
+    """Decision semantics (paper §4.1) and the switches beyond it."""
+    wait_dt_s: float = field(default=0.1, metadata=rng(gt=0, le=100, doc="clock advance on a wait"))
+    mask_infeasible: bool = False
+    advance_to_next_event: bool = False
+    transfer_delays_start: bool = False
+    head_of_line_blocking: bool = True
+    first_level: Literal["hop", "upward_rank"] = "hop"
+    max_decisions: int = field(default=2_000_000, metadata=rng(ge=1, doc="truncation cap"))
+    max_time_factor: float = field(default=10.0, metadata=rng(
+        ge=1, doc="truncate when the clock passes horizon_s * this factor"))
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """Fixed normalisation constants (never depend on N or on batch statistics)."""
+    compute_gflop: float = field(default=10.0, metadata=rng(gt=0))
+    memory_gb: float = field(default=64.0, metadata=rng(gt=0))
+    successors: float = field(default=8.0, metadata=rng(gt=0))
+    output_gb: float = field(default=1.0, metadata=rng(gt=0, doc="paper: unnormalised (1.0)"))
+    server_compute: float = field(default=4.0, metadata=rng(gt=0))
+    server_memory_gb: float = field(default=80.0, metadata=rng(gt=0))
+    remaining_s: float = field(default=10.0, metadata=rng(gt=0))
+    power_w: float = field(default=400.0, metadata=rng(gt=0))
+    transfer_s: float = field(default=1.0, metadata=rng(gt=0))
+    clip: float = field(default=100.0, metadata=rng(gt=0, doc="features are clipped to [0, clip]"))
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """The whole simulator/environment configuration."""
+    cluster: ClusterConfig = ClusterConfig()
+    workload: WorkloadConfig = WorkloadConfig()
+    dynamics: DynamicsConfig = DynamicsConfig()
+    reward: RewardConfig = RewardConfig()
+    mdp: MdpConfig = MdpConfig()
+    features: FeatureConfig = FeatureConfig()
+    n_max: int | None = field(default=None, metadata=rng(
+        ge=1, le=100_000, doc="observation padding; default: enough for the run's servers"))
+
+    def __post_init__(self) -> None:
+        names = {t.name for t in self.cluster.tiers}
+        for i, ev in enumerate(self.dynamics.events):
+            if ev.tier is not None and ev.tier not in names:
+                raise ConfigError(f"dynamics.events[{i}].tier: unknown tier {ev.tier!r}; "
+                                  f"tiers: {sorted(names)}")
+            if ev.kind == "add" and ev.tier is None:
+                raise ConfigError(f"dynamics.events[{i}].tier: required for kind 'add'")
+        if self.n_max is not None and self.n_max < self.cluster.servers:
+            raise ConfigError(f"n_max: {self.n_max} is smaller than cluster.servers "
+                              f"({self.cluster.servers})")
+
+    @property
+    def padded_servers(self) -> int:
+        """Observation width: n_max, or the servers plus every scheduled/random addition bound."""
+        if self.n_max is not None:
+            return self.n_max
+        extra = sum(ev.count for ev in self.dynamics.events if ev.kind == "add")
+        return self.cluster.servers + extra + (self.cluster.servers if (
+            self.dynamics.rejoin_after_s is not None or self.dynamics.join_rate_s > 0) else 0)
+
+    def with_servers(self, servers: int) -> "EnvConfig":
+        """The same setting at another cluster size (tier mix scales by ratio)."""
+        n_max = None if self.n_max is None else max(self.n_max, servers)
+        return replace(self, cluster={"servers": servers}, n_max=n_max)
+
+
+def load_env_config(data: Mapping[str, Any] | None) -> EnvConfig:
+    """Build an :class:`EnvConfig` from a mapping (the ``env`` section of a YAML file)."""
+    return build(EnvConfig, data or {}, "env")

@@ -1,0 +1,573 @@
+"""Discrete-event simulator of workflow DAGs on a heterogeneous, elastic cluster (numpy + stdlib).
+
+Decision semantics (paper §4.1, DESIGN.md §3):
+
+* A first level picks the current task from the ready set: longest hop-count path to a sink
+  (or HEFT upward rank), ties by workflow arrival time, then task id.
+* The agent picks a server slot. A *valid* pick (server accepting, idle, memory fits) starts the
+  task at once and the clock does not move. Any other pick is a *wait*: it earns the invalid
+  penalty and the clock advances by ``wait_dt_s`` (or to the next event), processing finishes,
+  arrivals and server changes on the way.
+* When the ready set is empty the clock advances to the next event.
+
+Invariants: a server runs at most one task; a task starts only when all parents have finished
+(plus the transfer when ``transfer_delays_start``); a task fits its server's memory; a started task
+runs ``compute_gflop / compute`` seconds without preemption unless its server fails, in which case
+it is *lost* and becomes ready again. Every arrived task finishes exactly once per episode unless
+the episode is truncated.
+
+Randomness: the workload (arrivals, DAGs) and the cluster dynamics draw from separate generators
+spawned from one seed, so the same seed gives the same workload under every policy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from .config import EnvConfig, ServerEventConfig, TierConfig
+from .encoding import encode_arrays, encode_task
+from .workload import ArrivalProcess, WorkflowSpec, make_source
+
+# Event kinds, in the order they are processed at equal times.
+FINISH, FAIL, REMOVE, ADD, ARRIVAL, JOIN, LEAVE = range(7)
+
+READY, RUNNING, DONE, WAITING = range(4)  # task states (WAITING = parents unfinished)
+
+TraceSink = Callable[[dict[str, Any]], None]
+
+
+class _Task:
+    __slots__ = ("id", "wf", "compute", "memory", "output", "parents", "children", "key",
+                 "pending", "state", "slot", "sid", "start", "finish", "token", "first_parent")
+
+    def __init__(self, tid: int, wf: "_Workflow", compute: float, memory: float, output: float):
+        self.id = tid
+        self.wf = wf
+        self.compute = compute
+        self.memory = memory
+        self.output = output
+        self.parents: list[_Task] = []
+        self.children: list[_Task] = []
+        self.key: tuple = ()
+        self.pending = 0            # unfinished parents
+        self.state = WAITING
+        self.slot = -1              # slot while running
+        self.sid = -1               # id of the server it last ran on (kept after finishing)
+        self.start = math.nan
+        self.finish = math.nan
+        self.token = 0              # bumps on every start; stale finish events are ignored
+        self.first_parent: _Task | None = None  # first parent to finish (paper's transfer source)
+
+
+class _Workflow:
+    __slots__ = ("id", "arrival", "n", "done", "lower_bound", "finish")
+
+    def __init__(self, wid: int, arrival: float, n: int, lower_bound: float):
+        self.id = wid
+        self.arrival = arrival
+        self.n = n
+        self.done = 0
+        self.lower_bound = lower_bound
+        self.finish = math.nan
+
+
+@dataclass(frozen=True)
+class StepResult:
+    reward: float
+    valid: bool
+    terminated: bool
+    truncated: bool
+
+
+class Simulator:
+    """One episode at a time of the workflow/cluster model. See the module docstring.
+
+    Args:
+        config: the environment configuration (cluster size is ``config.cluster.servers``).
+        trace: optional callable receiving every trace event as a dict (the JSONL schema).
+    """
+
+    def __init__(self, config: EnvConfig, trace: TraceSink | None = None):
+        self.cfg = config
+        self.n_slots = config.padded_servers
+        self.trace = trace
+        c = config.cluster
+        self._bw, self._lat = c.bandwidth_gb_s, c.latency_s
+        # Critical-path lower bound: run time on the fastest tier whose memory fits.
+        self._tiers_by_speed = sorted(c.tiers, key=lambda t: -t.compute)
+        self._mean_compute = (sum(t.compute * n for t, n in zip(c.tiers, c.tier_counts().values()))
+                              / max(1, c.servers))
+        self.reset(0)
+
+    # ---------------------------------------------------------------- episode control
+    def reset(self, seed: int | np.random.SeedSequence | None) -> None:
+        """Start a new episode. ``seed`` fixes workload and dynamics (None: fresh entropy)."""
+        ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        wl_ss, dyn_ss = ss.spawn(2)
+        self.rng_workload = np.random.Generator(np.random.PCG64(wl_ss))
+        self.rng_dynamics = np.random.Generator(np.random.PCG64(dyn_ss))
+        cfg = self.cfg
+        n = self.n_slots
+        self.t = 0.0
+        self.srv_id = np.full(n, -1, dtype=np.int64)
+        self.srv_tier = [""] * n
+        self.compute = np.zeros(n)
+        self.memory = np.zeros(n)
+        self.idle_w = np.zeros(n)
+        self.busy_w = np.zeros(n)
+        self.busy_until = np.zeros(n)
+        self.busy = np.zeros(n, dtype=bool)
+        self.present = np.zeros(n, dtype=bool)    # alive (possibly draining)
+        self.accepting = np.zeros(n, dtype=bool)  # alive and not draining
+        self.running: list[_Task | None] = [None] * n
+        self.run_start = np.zeros(n)              # when the slot's current run began
+        self._slot_of: dict[int, int] = {}
+        self._next_server_id = 0
+        self._max_accept_mem = 0.0
+        self._present_count = 0
+        self._pending_penalty = 0.0
+        self._events: list[tuple] = []
+        self._seq = 0
+        self._ready: list[tuple] = []
+        self._deferred: list[_Task] = []
+        self._blocked: list[_Task] = []
+        self.tasks: list[_Task] = []
+        self.workflows: list[_Workflow] = []
+        self.current: _Task | None = None
+        self.outstanding = 0
+        self.arrivals_done = False
+        self.decisions = 0
+        self.invalid = 0
+        self.lost = 0
+        self.busy_seconds = 0.0
+        self.alive_seconds = 0.0
+        self.terminated = False
+        self.truncated = False
+        self._source = make_source(cfg.workload)
+        self._emit({"t": 0.0, "event": "episode", "bandwidth_gb_s": self._bw, "latency_s": self._lat,
+                    "transfer_delays_start": cfg.mdp.transfer_delays_start,
+                    "tiers": [{"name": t.name, "compute": t.compute, "memory_gb": t.memory_gb}
+                              for t in cfg.cluster.tiers]})
+        n0 = cfg.cluster.servers
+        self._arrivals = ArrivalProcess(cfg.workload.arrival_rate_16 * n0 / 16.0,
+                                        cfg.workload.rate_schedule, cfg.workload.horizon_s,
+                                        self.rng_workload)
+        for tier, count in cfg.cluster.tier_counts().items():
+            for _ in range(count):
+                self._add_server(cfg.cluster.tier(tier))
+        for ev in cfg.dynamics.events:
+            kind = {"add": ADD, "remove": REMOVE, "fail": FAIL}[ev.kind]
+            for _ in range(ev.count):
+                self._push(ev.t, kind, ev, None)
+        d = cfg.dynamics
+        if d.join_rate_s > 0:
+            self._push(self.rng_dynamics.exponential(1 / d.join_rate_s), JOIN, None, None)
+        if d.leave_rate_s > 0:
+            self._push(self.rng_dynamics.exponential(1 / d.leave_rate_s), LEAVE, None, None)
+        first = self._arrivals.next_time(0.0)
+        if first is None:
+            self.arrivals_done = True
+        else:
+            self._push(first, ARRIVAL, None, None)
+        self._select()
+
+    # ---------------------------------------------------------------- events
+    def _push(self, t: float, kind: int, a: Any, b: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (t, kind, self._seq, a, b))
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if self.trace is not None:
+            self.trace(event)
+
+    def _advance_to(self, t_target: float) -> None:
+        """Process every event with time <= t_target, then set the clock to t_target."""
+        ev = self._events
+        while ev and ev[0][0] <= t_target:
+            t, kind, _, a, b = heapq.heappop(ev)
+            self._tick(t)
+            self._HANDLERS[kind](self, a, b)
+        self._tick(t_target)
+        if self._deferred:  # the clock moved: tasks set aside by a wait compete again
+            for task in self._deferred:
+                heapq.heappush(self._ready, (task.key, task.id, task))
+            self._deferred.clear()
+
+    def _tick(self, t: float) -> None:
+        if t > self.t:
+            dt = t - self.t
+            self.alive_seconds += dt * self._n_present
+            if self.cfg.reward.kind == "response":
+                self._pending_penalty += self.cfg.reward.wait_penalty_per_s * self.outstanding * dt
+            self.t = t
+
+    def _on_finish(self, slot: int, token_task: tuple[int, _Task]) -> None:
+        token, task = token_task
+        if task.token != token or task.state != RUNNING:
+            return  # stale: the task was lost with its server
+        t = self.t
+        task.state = DONE
+        task.finish = t
+        self.busy_seconds += t - self.run_start[slot]
+        self.busy[slot] = False
+        self.running[slot] = None
+        self.outstanding -= 1
+        wf = task.wf
+        wf.done += 1
+        if wf.done == wf.n:
+            wf.finish = t
+        self._emit({"t": t, "event": "finish", "task": task.id, "server": int(self.srv_id[slot])})
+        for child in task.children:
+            if child.first_parent is None:
+                child.first_parent = task
+            child.pending -= 1
+            if child.pending == 0:
+                self._make_ready(child)
+        if self.present[slot] and not self.accepting[slot]:  # draining: leave now
+            self._drop_server(slot, "server_remove")
+
+    def _on_fail(self, ev: ServerEventConfig | None, server: int | None) -> None:
+        slot = self._pick_server(ev, server)
+        if slot is None:
+            return
+        task = self.running[slot]
+        sid = int(self.srv_id[slot])
+        tier = self.srv_tier[slot]
+        if task is not None:
+            self.busy_seconds += self.t - self.run_start[slot]
+            task.state = READY
+            task.slot = -1
+            task.sid = -1
+            task.start = math.nan
+            self.lost += 1
+            self._emit({"t": self.t, "event": "lost", "task": task.id, "server": sid})
+            self.running[slot] = None
+            self.busy[slot] = False
+            self._make_ready(task)
+        self._drop_server(slot, "server_fail")
+        if self.cfg.dynamics.rejoin_after_s is not None:
+            self._push(self.t + self.cfg.dynamics.rejoin_after_s, ADD, tier, None)
+
+    def _on_remove(self, ev: ServerEventConfig | None, server: int | None) -> None:
+        slot = self._pick_server(ev, server)
+        if slot is None:
+            return
+        if self.busy[slot]:
+            self.accepting[slot] = False  # drain: finish the current task first
+            self._refresh_capacity()
+            self._emit({"t": self.t, "event": "server_drain", "server": int(self.srv_id[slot])})
+        else:
+            self._drop_server(slot, "server_remove")
+
+    def _on_add(self, ev: ServerEventConfig | str, _: Any) -> None:
+        tier = ev if isinstance(ev, str) else ev.tier
+        self._add_server(self.cfg.cluster.tier(tier))
+
+    def _on_arrival(self, _a: Any, _b: Any) -> None:
+        self._spawn_workflow(self._source.next_workflow(self.rng_workload))
+        nxt = self._arrivals.next_time(self.t)
+        if nxt is None:
+            self.arrivals_done = True
+        else:
+            self._push(nxt, ARRIVAL, None, None)
+
+    def _on_join(self, _a: Any, _b: Any) -> None:
+        tiers = self.cfg.cluster.tiers
+        w = np.array([t.ratio for t in tiers], dtype=float)
+        tier = tiers[int(self.rng_dynamics.choice(len(tiers), p=w / w.sum()))]
+        if self._n_present < self.n_slots:
+            self._add_server(tier)
+        self._push(self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.join_rate_s),
+                   JOIN, None, None)
+
+    def _on_leave(self, _a: Any, _b: Any) -> None:
+        self._on_remove(None, None)
+        self._push(self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.leave_rate_s),
+                   LEAVE, None, None)
+
+    _HANDLERS = {FINISH: _on_finish, FAIL: _on_fail, REMOVE: _on_remove, ADD: _on_add,
+                 ARRIVAL: _on_arrival, JOIN: _on_join, LEAVE: _on_leave}
+
+    # ---------------------------------------------------------------- servers
+    @property
+    def _n_present(self) -> int:
+        return self._present_count
+
+    def _refresh_capacity(self) -> None:
+        acc = self.memory[self.accepting]
+        self._max_accept_mem = float(acc.max()) if acc.size else 0.0
+        self._present_count = int(self.present.sum())
+
+    def _add_server(self, tier: TierConfig) -> None:
+        free = np.flatnonzero(~self.present)
+        if free.size == 0:
+            raise RuntimeError(f"no free server slot: the observation is padded to {self.n_slots} "
+                               f"servers (set env.n_max higher)")
+        slot = int(free[0])
+        sid = self._next_server_id
+        self._next_server_id += 1
+        self.srv_id[slot] = sid
+        self.srv_tier[slot] = tier.name
+        self.compute[slot] = tier.compute
+        self.memory[slot] = tier.memory_gb
+        self.idle_w[slot] = tier.idle_w
+        self.busy_w[slot] = tier.busy_w
+        self.busy[slot] = False
+        self.busy_until[slot] = 0.0
+        self.present[slot] = True
+        self.accepting[slot] = True
+        self._slot_of[sid] = slot
+        self._refresh_capacity()
+        self._emit({"t": self.t, "event": "server_add", "server": sid, "tier": tier.name,
+                    "compute": tier.compute, "memory_gb": tier.memory_gb})
+        if self.cfg.dynamics.fail_rate_per_server_s > 0:
+            t_fail = self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.fail_rate_per_server_s)
+            self._push(t_fail, FAIL, None, sid)
+        if self._blocked:  # a task that fit nowhere may fit here
+            for task in self._blocked:
+                heapq.heappush(self._ready, (task.key, task.id, task))
+            self._blocked.clear()
+
+    def _drop_server(self, slot: int, event: str) -> None:
+        sid = int(self.srv_id[slot])
+        self.present[slot] = False
+        self.accepting[slot] = False
+        self.busy[slot] = False
+        self.srv_id[slot] = -1
+        del self._slot_of[sid]
+        self._refresh_capacity()
+        self._emit({"t": self.t, "event": event, "server": sid})
+
+    def _pick_server(self, ev: ServerEventConfig | None, server: int | None) -> int | None:
+        """Slot targeted by a remove/fail: a given id, else a random accepting server (of a tier)."""
+        if server is None and ev is not None:
+            server = ev.server
+        if server is not None:
+            return self._slot_of.get(server)  # already gone: nothing to do
+        cand = self.present & self.accepting
+        if ev is not None and ev.tier is not None:
+            cand &= np.array([t == ev.tier for t in self.srv_tier])
+        idx = np.flatnonzero(cand)
+        if idx.size == 0:
+            return None
+        return int(idx[int(self.rng_dynamics.integers(0, idx.size))])
+
+    # ---------------------------------------------------------------- workflows
+    def _spawn_workflow(self, spec: WorkflowSpec) -> None:
+        wid = len(self.workflows)
+        lb = self._critical_path(spec)
+        wf = _Workflow(wid, self.t, len(spec.tasks), lb)
+        self.workflows.append(wf)
+        base = len(self.tasks)
+        if self.cfg.mdp.first_level == "hop":
+            ranks = spec.hop_ranks()
+        else:
+            ranks = spec.upward_ranks(self._mean_compute, self._bw, self._lat)
+        new = []
+        for i, ts in enumerate(spec.tasks):
+            task = _Task(base + i, wf, ts.compute_gflop, ts.memory_gb, ts.output_gb)
+            task.key = (-ranks[i], self.t)
+            task.pending = len(ts.parents)
+            for p in ts.parents:
+                parent = new[p]
+                task.parents.append(parent)
+                parent.children.append(task)
+            new.append(task)
+        self.tasks.extend(new)
+        self.outstanding += len(new)
+        if self.trace is not None:
+            self._emit({"t": self.t, "event": "arrival", "workflow": wid, "tasks": [
+                {"task": tk.id, "compute_gflop": tk.compute, "memory_gb": tk.memory,
+                 "output_gb": tk.output, "parents": [p.id for p in tk.parents]} for tk in new]})
+        for task in new:
+            if task.pending == 0:
+                self._make_ready(task)
+
+    def _critical_path(self, spec: WorkflowSpec) -> float:
+        """Longest path of run times, each on the fastest configured tier whose memory fits."""
+        longest = [0.0] * len(spec.tasks)
+        for i, ts in enumerate(spec.tasks):
+            speed = next((t.compute for t in self._tiers_by_speed if t.memory_gb >= ts.memory_gb),
+                         self._tiers_by_speed[0].compute)
+            longest[i] = ts.compute_gflop / speed + max((longest[p] for p in ts.parents), default=0.0)
+        return max(longest)
+
+    def _make_ready(self, task: _Task) -> None:
+        task.state = READY
+        heapq.heappush(self._ready, (task.key, task.id, task))
+
+    # ---------------------------------------------------------------- decisions
+    def _select(self) -> None:
+        """Set ``self.current`` to the first-level pick, advancing the clock while nothing is ready."""
+        mdp = self.cfg.mdp
+        t_cap = self.cfg.workload.horizon_s * mdp.max_time_factor
+        while True:
+            ready = self._ready
+            while ready:
+                task = ready[0][2]
+                if task.state != READY:
+                    heapq.heappop(ready)
+                    continue
+                if task.memory > self._max_accept_mem:  # fits no live server: set aside
+                    heapq.heappop(ready)
+                    self._blocked.append(task)
+                    continue
+                self.current = task
+                return
+            self.current = None
+            if self.outstanding == 0 and self.arrivals_done:
+                self.terminated = True
+                self._emit_end()
+                return
+            if self._deferred:
+                self._wait()
+            elif self._events:
+                self._advance_to(self._events[0][0])
+            else:  # tasks outstanding, nothing can change: they fit no server that will exist
+                self.truncated = True
+                self._emit_end()
+                return
+            if self.t > t_cap:
+                self.truncated = True
+                self._emit_end()
+                return
+
+    def is_valid(self, slot: int) -> bool:
+        """Whether picking ``slot`` now starts the current task."""
+        task = self.current
+        return (task is not None and 0 <= slot < self.n_slots and bool(self.accepting[slot])
+                and not self.busy[slot] and self.memory[slot] >= task.memory)
+
+    def step(self, slot: int) -> StepResult:
+        """Apply the agent's pick for the current task. See the module docstring."""
+        task = self.current
+        if task is None:
+            raise RuntimeError("the episode is over: call reset()")
+        if not 0 <= slot < self.n_slots:
+            raise ValueError(f"action {slot} is out of range; allowed: 0..{self.n_slots - 1}")
+        self.decisions += 1
+        self._pending_penalty = 0.0
+        rcfg = self.cfg.reward
+        if self.is_valid(slot):
+            reward = self._start(task, slot)
+            valid = True
+        else:
+            reward = rcfg.invalid_penalty
+            valid = False
+            self.invalid += 1
+            mdp = self.cfg.mdp
+            if not mdp.head_of_line_blocking:
+                heapq.heappop(self._ready)  # current task is the heap top
+                self._deferred.append(task)
+            else:
+                self._wait()
+        self._select()
+        if self.current is not None and (
+                self.decisions >= self.cfg.mdp.max_decisions
+                or self.t > self.cfg.workload.horizon_s * self.cfg.mdp.max_time_factor):
+            self.truncated = True
+            self.current = None
+            self._emit_end()
+        return StepResult(reward - self._pending_penalty, valid, self.terminated, self.truncated)
+
+    def _wait(self) -> None:
+        """A wait: the clock moves by wait_dt_s, or to the next event with that switch on."""
+        if self.cfg.mdp.advance_to_next_event and self._events:
+            self._advance_to(self._events[0][0])
+        else:
+            self._advance_to(self.t + self.cfg.mdp.wait_dt_s)
+
+    def _start(self, task: _Task, slot: int) -> float:
+        heapq.heappop(self._ready)
+        t = self.t
+        r = self.cfg.reward
+        exec_s = task.compute / self.compute[slot]
+        fp = task.first_parent
+        sid = int(self.srv_id[slot])
+        comm_s = 0.0
+        if fp is not None and fp.sid != sid:
+            comm_s = fp.output / self._bw + self._lat
+        delay = 0.0
+        if self.cfg.mdp.transfer_delays_start:
+            delay = max((p.output / self._bw + self._lat for p in task.parents if p.sid != sid),
+                        default=0.0)
+        task.state = RUNNING
+        task.slot = slot
+        task.sid = sid
+        task.start = t
+        task.token += 1
+        self.busy[slot] = True
+        self.busy_until[slot] = t + delay + exec_s
+        self.running[slot] = task
+        self.run_start[slot] = t
+        self._push(t + delay + exec_s, FINISH, slot, (task.token, task))
+        if self.trace is not None:
+            ev = {"t": t, "event": "start", "task": task.id, "server": sid}
+            if delay:
+                ev["transfer_s"] = delay
+            self._emit(ev)
+        energy = self.busy_w[slot] * exec_s
+        return (r.w1 * math.exp(-exec_s / r.t0_s) - r.w2 * comm_s / r.t0c_s
+                - r.w3 * energy / r.e0_j)
+
+    # ---------------------------------------------------------------- observation
+    def observe(self) -> dict[str, np.ndarray]:
+        """Observation of the current decision (zeros when the episode is over)."""
+        f = self.cfg.features
+        task = self.current
+        n = self.n_slots
+        if task is None:
+            return {"task": np.zeros(5, np.float32), "servers": np.zeros((n, 5), np.float32),
+                    "action_mask": np.zeros(n, np.float32)}
+        wf = task.wf
+        feat_task = encode_task(task.compute, task.memory, len(task.children), wf.done / wf.n,
+                                task.output, f)
+        busy = self.busy
+        remaining = np.where(busy, self.busy_until - self.t, 0.0)
+        power = np.where(busy, self.busy_w, self.idle_w)
+        transfer = np.zeros(n)
+        fp = task.first_parent
+        if fp is not None:
+            transfer.fill(fp.output / self._bw + self._lat)
+            fp_slot = self._slot_of.get(fp.sid)
+            if fp_slot is not None:
+                transfer[fp_slot] = 0.0
+        servers = encode_arrays(self.compute, self.memory, remaining, power, transfer,
+                                self.present, f)
+        mask = self.accepting.copy()
+        if self.cfg.mdp.mask_infeasible:
+            mask &= self.memory >= task.memory
+        return {"task": feat_task, "servers": servers, "action_mask": mask.astype(np.float32)}
+
+    # ---------------------------------------------------------------- metrics
+    def _emit_end(self) -> None:
+        if self.trace is not None:
+            self._emit({"t": self.t, "event": "end", "truncated": self.truncated,
+                        "metrics": self.metrics()})
+
+    def metrics(self) -> dict[str, Any]:
+        """Episode metrics over completed tasks/workflows (see docs/simulator.md)."""
+        resp = [tk.finish - tk.wf.arrival for tk in self.tasks if tk.state == DONE]
+        wfs = [w for w in self.workflows if w.done == w.n]
+        wresp = [w.finish - w.arrival for w in wfs]
+        slow = [(w.finish - w.arrival) / w.lower_bound for w in wfs if w.lower_bound > 0]
+        return {
+            "completed_tasks": len(resp),
+            "arrived_tasks": len(self.tasks),
+            "completed_workflows": len(wfs),
+            "mean_response_s": float(np.mean(resp)) if resp else math.nan,
+            "p95_response_s": float(np.percentile(resp, 95)) if resp else math.nan,
+            "mean_workflow_response_s": float(np.mean(wresp)) if wresp else math.nan,
+            "slowdown": float(np.mean(slow)) if slow else math.nan,
+            "utilization": float(self.busy_seconds / self.alive_seconds) if self.alive_seconds else 0.0,
+            "makespan_s": float(self.t),
+            "decisions": self.decisions,
+            "invalid_rate": self.invalid / self.decisions if self.decisions else 0.0,
+            "lost_tasks": self.lost,
+            "truncated": self.truncated,
+        }

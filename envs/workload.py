@@ -1,0 +1,249 @@
+"""Workflow model, the paper's random DAG generator, and Poisson arrivals (numpy + stdlib).
+
+A workflow is a :class:`WorkflowSpec`: a tuple of :class:`TaskSpec` in topological order, each
+naming its parents by index into that tuple. Generators and the real-DAG loaders
+(``envs.loaders``) all produce this one shape; :func:`topological_spec` builds it from named nodes
+and edges and rejects cycles and unknown links with a message naming the record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from .config import DistConfig, WorkloadConfig
+
+
+class WorkflowError(ValueError):
+    """A workflow description is invalid (cycle, unknown link, bad resource value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    """One primitive: resource demands and parent indices (all smaller than its own index)."""
+    compute_gflop: float
+    memory_gb: float
+    output_gb: float
+    parents: tuple[int, ...] = ()
+    name: str = ""
+    estimated: bool = False  # resources come from a profile, not a measurement
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSpec:
+    """A DAG of primitives in topological order."""
+    tasks: tuple[TaskSpec, ...]
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise WorkflowError(f"workflow {self.name!r}: has no tasks")
+        for i, t in enumerate(self.tasks):
+            for p in t.parents:
+                if not 0 <= p < i:
+                    raise WorkflowError(f"workflow {self.name!r}: task {i} ({t.name!r}) has parent "
+                                        f"{p}, which is not an earlier task (indices 0..{i - 1})")
+            for fname in ("compute_gflop", "memory_gb", "output_gb"):
+                v = getattr(t, fname)
+                if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                    raise WorkflowError(f"workflow {self.name!r}: task {i} ({t.name!r}) field "
+                                        f"{fname} must be a finite number >= 0, got {v!r}")
+            if t.compute_gflop <= 0:
+                raise WorkflowError(f"workflow {self.name!r}: task {i} ({t.name!r}) field "
+                                    f"compute_gflop must be > 0, got {t.compute_gflop!r}")
+
+    def children(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in self.tasks]
+        for i, t in enumerate(self.tasks):
+            for p in t.parents:
+                out[p].append(i)
+        return out
+
+    def hop_ranks(self) -> list[int]:
+        """Longest hop-count path from each task to a sink (a sink has rank 0)."""
+        kids = self.children()
+        rank = [0] * len(self.tasks)
+        for i in range(len(self.tasks) - 1, -1, -1):
+            if kids[i]:
+                rank[i] = 1 + max(rank[c] for c in kids[i])
+        return rank
+
+    def upward_ranks(self, mean_compute: float, bandwidth_gb_s: float, latency_s: float) -> list[float]:
+        """HEFT upward rank: mean run time plus the longest (transfer + rank) over children."""
+        kids = self.children()
+        rank = [0.0] * len(self.tasks)
+        for i in range(len(self.tasks) - 1, -1, -1):
+            t = self.tasks[i]
+            comm = t.output_gb / bandwidth_gb_s + latency_s
+            rank[i] = t.compute_gflop / mean_compute + max(
+                (comm + rank[c] for c in kids[i]), default=0.0)
+        return rank
+
+
+def topological_spec(name: str, nodes: Mapping[str, TaskSpec], edges: Iterable[tuple[str, str]],
+                     where: str = "") -> WorkflowSpec:
+    """Build a :class:`WorkflowSpec` from named nodes and (parent, child) edges.
+
+    Nodes keep their input order where the edges allow (Kahn's algorithm, stable). Raises
+    :class:`WorkflowError` naming ``where`` and the record for links to unknown nodes and cycles.
+    """
+    label = f"{where}: " if where else ""
+    names = list(nodes)
+    index = {n: i for i, n in enumerate(names)}
+    parents: list[list[int]] = [[] for _ in names]
+    for src, dst in edges:
+        if src not in index:
+            raise WorkflowError(f"{label}workflow {name!r}: edge ({src!r} -> {dst!r}) names unknown node {src!r}")
+        if dst not in index:
+            raise WorkflowError(f"{label}workflow {name!r}: edge ({src!r} -> {dst!r}) names unknown node {dst!r}")
+        if src == dst:
+            raise WorkflowError(f"{label}workflow {name!r}: self-loop on node {src!r}")
+        if index[src] not in parents[index[dst]]:
+            parents[index[dst]].append(index[src])
+    indeg = [len(p) for p in parents]
+    kids: list[list[int]] = [[] for _ in names]
+    for i, ps in enumerate(parents):
+        for p in ps:
+            kids[p].append(i)
+    import heapq
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for c in kids[i]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                heapq.heappush(ready, c)
+    if len(order) != len(names):
+        stuck = sorted(names[i] for i, d in enumerate(indeg) if d > 0)
+        raise WorkflowError(f"{label}workflow {name!r}: contains a cycle through nodes {stuck[:10]}")
+    pos = {old: new for new, old in enumerate(order)}
+    tasks = []
+    for old in order:
+        spec = nodes[names[old]]
+        tasks.append(TaskSpec(spec.compute_gflop, spec.memory_gb, spec.output_gb,
+                              tuple(sorted(pos[p] for p in parents[old])),
+                              spec.name or names[old], spec.estimated))
+    return WorkflowSpec(tuple(tasks), name)
+
+
+def draw(dist: DistConfig, rng: np.random.Generator) -> float:
+    """One value from a clipped normal / floored exponential / constant."""
+    if dist.dist == "normal":
+        v = rng.normal(dist.mean, dist.std) if dist.std > 0 else dist.mean
+    elif dist.dist == "exponential":
+        v = rng.exponential(dist.mean) if dist.mean > 0 else 0.0
+    else:
+        v = dist.mean
+    v = max(v, dist.min)
+    return float(v if dist.max is None else min(v, dist.max))
+
+
+class WorkflowSource(Protocol):
+    """Produces workflow templates; ``rng`` is the workload's own generator."""
+    def next_workflow(self, rng: np.random.Generator) -> WorkflowSpec: ...
+
+
+@dataclass
+class RandomDagSource:
+    """The paper's generator: 3-8 primitives; each non-first node gets one parent drawn from the
+    earlier nodes plus each other earlier node with probability ``edge_prob``."""
+    cfg: WorkloadConfig
+
+    def next_workflow(self, rng: np.random.Generator) -> WorkflowSpec:
+        c = self.cfg
+        n = int(rng.integers(c.min_tasks, c.max_tasks + 1))
+        tasks = []
+        for i in range(n):
+            parents: tuple[int, ...] = ()
+            if i > 0:
+                first = int(rng.integers(0, i))
+                extra = rng.random(i) < c.edge_prob
+                extra[first] = True
+                parents = tuple(int(j) for j in np.flatnonzero(extra))
+            tasks.append(TaskSpec(draw(c.compute_gflop, rng), draw(c.memory_gb, rng),
+                                  draw(c.output_gb, rng), parents))
+        return WorkflowSpec(tuple(tasks), "random")
+
+
+@dataclass
+class ListSource:
+    """Samples (with replacement) or replays (in order, cycling) a fixed list of workflows."""
+    workflows: Sequence[WorkflowSpec]
+    order: str = "sample"
+    _next: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        if not self.workflows:
+            raise WorkflowError("workload: the workflow list is empty")
+
+    def next_workflow(self, rng: np.random.Generator) -> WorkflowSpec:
+        if self.order == "replay":
+            wf = self.workflows[self._next % len(self.workflows)]
+            self._next += 1
+            return wf
+        return self.workflows[int(rng.integers(0, len(self.workflows)))]
+
+
+# Real-DAG families register a factory here (envs.loaders does it on import).
+SOURCES: dict[str, Callable[[WorkloadConfig], WorkflowSource]] = {
+    "random": RandomDagSource,
+}
+
+
+def make_source(cfg: WorkloadConfig) -> WorkflowSource:
+    """The workflow source named by ``cfg.source``."""
+    if cfg.source not in SOURCES:
+        try:  # real-DAG families live in envs.loaders, imported lazily
+            from . import loaders  # noqa: F401
+        except ImportError:
+            pass
+    if cfg.source not in SOURCES:
+        raise WorkflowError(f"workload.source: unknown source {cfg.source!r}; "
+                            f"known: {sorted(SOURCES)}")
+    return SOURCES[cfg.source](cfg)
+
+
+class ArrivalProcess:
+    """Poisson arrivals at ``base_rate`` times a piecewise-constant multiplier, up to a horizon.
+
+    Exact for piecewise-constant rates: an exponential gap that crosses a schedule boundary is
+    redrawn from the boundary (memorylessness).
+    """
+
+    def __init__(self, base_rate: float, schedule: Sequence[tuple[float, float]], horizon_s: float,
+                 rng: np.random.Generator):
+        self.base_rate = base_rate
+        self.schedule = list(schedule)
+        self.horizon_s = horizon_s
+        self.rng = rng
+
+    def _multiplier(self, t: float) -> tuple[float, float]:
+        """(multiplier in force at t, time of the next change or inf)."""
+        mult, nxt = 1.0, math.inf
+        for ts, m in self.schedule:
+            if ts <= t:
+                mult = m
+            else:
+                nxt = ts
+                break
+        return mult, nxt
+
+    def next_time(self, t: float) -> float | None:
+        """Time of the next arrival after ``t``, or None when past the horizon."""
+        while True:
+            mult, nxt = self._multiplier(t)
+            rate = self.base_rate * mult
+            gap = self.rng.exponential(1.0 / rate) if rate > 0 else math.inf
+            if t + gap < nxt:
+                t = t + gap
+                break
+            if nxt == math.inf:
+                return None
+            t = nxt
+        return t if t < self.horizon_s else None

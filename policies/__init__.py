@@ -1,0 +1,47 @@
+"""Schedulers: the Policy interface, heuristics, and (with torch) trained RLModules.
+
+``get_policy(spec)`` resolves what ``--policy`` accepts: a heuristic name (``eft``), the name of a
+shipped artifact (``scale``, ``crossattn``) or a path to a policy artifact directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envs.config import EnvConfig
+
+from .base import Policy
+from .heuristics import HEURISTICS, make_heuristic
+
+ARTIFACTS_DIR = Path(__file__).resolve().parent / "artifacts"
+
+
+def shipped_policies() -> list[str]:
+    """Names of the trained policy artifacts shipped with the package."""
+    if not ARTIFACTS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in ARTIFACTS_DIR.iterdir() if (p / "policy.json").is_file())
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Load a trained policy artifact directory (no Ray, no unpickling of code)."""
+    from .artifact import load_policy as _load  # needs torch
+
+    return _load(path)
+
+
+def get_policy(spec: str, env: EnvConfig | None = None, seed: int | None = None) -> Policy:
+    """A heuristic name, a shipped artifact name, or an artifact path -> Policy."""
+    if spec in HEURISTICS:
+        return make_heuristic(spec, env, seed)
+    if spec in shipped_policies():
+        return load_policy(ARTIFACTS_DIR / spec)
+    path = Path(spec)
+    if path.is_dir():
+        return load_policy(path)
+    raise ValueError(f"--policy {spec!r}: not a heuristic ({', '.join(sorted(HEURISTICS))}), "
+                     f"not a shipped policy ({', '.join(shipped_policies()) or 'none yet'}) "
+                     f"and not an artifact directory")
+
+
+__all__ = ["Policy", "HEURISTICS", "make_heuristic", "get_policy", "load_policy", "shipped_policies"]

@@ -1,0 +1,58 @@
+"""The one scheduling interface: an observation in, a server index out.
+
+Observations are the encoder's dicts (``envs.encoding``): ``task`` (5,), ``servers`` (N, 5),
+``action_mask`` (N,). Heuristics implement :meth:`Policy.scores`; trained modules are wrapped by
+the same class (``policies.artifact``), so evaluation, Serve and the live scheduler treat every
+scheduler alike.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Mapping
+
+import numpy as np
+
+Obs = Mapping[str, np.ndarray]
+
+
+class Policy(ABC):
+    """Chooses a server for the current task.
+
+    Attributes:
+        name: short name used in tables and by ``--policy``.
+        first_level: task order the policy expects from the first level: ``"hop"`` (longest
+            hop-count path to a sink, the paper's) or ``"upward_rank"`` (HEFT).
+    """
+
+    name: str = "policy"
+    first_level: str = "hop"
+
+    def reset(self, seed: int | None = None) -> None:
+        """Forget per-episode state (round-robin pointer, RNG)."""
+
+    @abstractmethod
+    def scores(self, obs: Obs) -> np.ndarray:
+        """Per-server preference (N,), higher is better; ``-inf`` where the mask forbids."""
+
+    def act(self, obs: Obs) -> int:
+        """Index of the chosen server (highest score, lowest index on ties)."""
+        return int(np.argmax(self.scores(obs)))
+
+    def act_batch(self, obs: Obs) -> np.ndarray:
+        """Actions for a batch of observations (leading batch axis on every array)."""
+        b = np.asarray(obs["task"]).shape[0]
+        return np.array([self.act({k: np.asarray(v)[i] for k, v in obs.items()}) for i in range(b)],
+                        dtype=np.int64)
+
+    def describe(self) -> dict:
+        """Metadata for ``GET /v1/policy`` and reports."""
+        return {"name": self.name, "algorithm": "heuristic", "version": "builtin",
+                "first_level": self.first_level}
+
+
+def masked(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Scores with masked entries set to -inf (float64)."""
+    out = np.asarray(scores, dtype=np.float64).copy()
+    out[np.asarray(mask) <= 0.5] = -np.inf
+    return out

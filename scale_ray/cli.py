@@ -1,0 +1,64 @@
+"""`scale-ray` command line. Each subcommand lives in its own module exposing
+``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when used."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from envs.config import ConfigError
+
+# name -> (module, one-line help). Later issues add entries here.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "eval": ("scale_ray.commands.eval", "evaluate policies on fixed-seed episodes"),
+}
+BENCH: dict[str, tuple[str, str]] = {
+    "env": ("scale_ray.bench.env", "environment steps per second vs CartPole"),
+}
+
+
+def _lazy(parser: argparse.ArgumentParser, module: str) -> None:
+    mod = importlib.import_module(module)
+    mod.add_arguments(parser)
+    parser.set_defaults(_run=mod.run)
+
+
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="scale-ray", description=__doc__.split("\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Only the chosen subcommand's module is imported (startup stays fast).
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        if name == chosen:
+            _lazy(p, module)
+    bench = sub.add_parser("bench", help="benchmarks that print numbers and ratios")
+    bsub = bench.add_subparsers(dest="bench", required=True, metavar="WHAT")
+    bench_chosen = argv[argv.index("bench") + 1] if chosen == "bench" and argv.index("bench") + 1 < len(argv) else None
+    for name, (module, help_) in BENCH.items():
+        p = bsub.add_parser(name, help=help_, description=help_)
+        if name == bench_chosen:
+            _lazy(p, module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args._run(args) or 0)
+    except ConfigError as e:
+        print(f"scale-ray: config error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, FileNotFoundError) as e:
+        print(f"scale-ray: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""`scale-ray eval`: fixed-seed evaluation of heuristics and trained policies."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from scale_ray.config import load_env
+from scale_ray.evaluation import evaluate, format_table, stderr_progress
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", nargs="+", default=["eft"],
+                   help="heuristic names, shipped policy names or artifact paths (several allowed)")
+    p.add_argument("--servers", nargs="+", type=int, default=[16], help="cluster sizes N")
+    p.add_argument("--episodes", type=int, default=30, help="episodes per policy and size")
+    p.add_argument("--seed", type=int, default=0, help="base seed of the fixed evaluation set")
+    p.add_argument("--env-config", default=None,
+                   help="environment YAML (default: configs/env/paper.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override an env key, e.g. --set workload.horizon_s=100 (repeatable)")
+    p.add_argument("--workers", type=int, default=0,
+                   help="parallel Ray workers (0: one per CPU; 1: in process, no Ray)")
+    p.add_argument("--trace-dir", default=None, help="write one JSONL trace per episode here")
+    p.add_argument("--json", default=None, help="write results to this JSON file")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.episodes < 1:
+        raise ValueError(f"--episodes: {args.episodes} must be >= 1")
+    for n in args.servers:
+        if n < 1:
+            raise ValueError(f"--servers: {n} must be >= 1")
+    env = load_env(args.env_config, args.set)
+    rows, episodes = evaluate(env, args.policy, args.servers, args.episodes, args.seed,
+                              args.workers, args.trace_dir, stderr_progress("eval"))
+    print(format_table(rows))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"results": rows, "episodes": episodes,
+                                               "seed": args.seed}, indent=2))
+    return 0

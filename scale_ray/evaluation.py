@@ -1,0 +1,203 @@
+"""Fixed-seed evaluation of any Policy on the simulator, in parallel as Ray tasks.
+
+Episode ``k`` of a run with base seed ``s`` uses ``SeedSequence([s, k])`` at every cluster size and
+for every policy (common random numbers: all policies see the same workloads). Seeds are fixed
+before any result is seen; ``--seed`` only picks another fixed set.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from envs.config import EnvConfig, replace
+from envs.simulator import Simulator
+from envs.trace import JsonlTraceWriter
+
+log = logging.getLogger(__name__)
+
+# Keys of one result row (the --json schema of `scale-ray eval`).
+ROW_KEYS = ("policy", "servers", "episodes", "mean_response_s", "std_response_s",
+            "mean_workflow_response_s", "p95_response_s", "completed_tasks", "slowdown",
+            "utilization", "invalid_rate")
+
+
+def episode_seed(base_seed: int, episode: int) -> np.random.SeedSequence:
+    """The fixed seed of evaluation episode ``episode``."""
+    return np.random.SeedSequence([base_seed, episode])
+
+
+def env_for_policy(env: EnvConfig, first_level: str) -> EnvConfig:
+    """The env with the first-level order the policy expects (HEFT wants upward rank)."""
+    if env.mdp.first_level == first_level:
+        return env
+    return replace(env, mdp={"first_level": first_level})
+
+
+def run_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int = 0,
+                trace_path: str | Path | None = None) -> dict[str, Any]:
+    """One episode of ``policy_spec`` (heuristic name, shipped name or artifact path)."""
+    from policies import get_policy
+
+    policy = get_policy(policy_spec, env, seed=base_seed * 1_000_003 + episode)
+    env = env_for_policy(env, policy.first_level)
+    writer = JsonlTraceWriter(trace_path) if trace_path else None
+    sim = Simulator(env, trace=writer)
+    try:
+        sim.reset(episode_seed(base_seed, episode))
+        policy.reset(base_seed * 1_000_003 + episode)
+        ret = 0.0
+        t0 = time.perf_counter()
+        while sim.current is not None:
+            ret += sim.step(policy.act(sim.observe())).reward
+        m = sim.metrics()
+    finally:
+        if writer is not None:
+            writer.close()
+    m.update(episode=episode, episode_return=ret, wall_s=time.perf_counter() - t0)
+    return m
+
+
+@dataclass(frozen=True)
+class Job:
+    policy: str
+    servers: int
+    episode: int
+
+
+def _run_jobs(env: EnvConfig, jobs: Sequence[Job], base_seed: int,
+              trace_dir: str | None) -> list[dict[str, Any]]:
+    out = []
+    for job in jobs:
+        cfg = env.with_servers(job.servers)
+        trace = None
+        if trace_dir:
+            safe = Path(job.policy).name.replace("/", "_")
+            trace = Path(trace_dir) / f"{safe}_n{job.servers}_ep{job.episode:03d}.jsonl"
+        m = run_episode(cfg, job.policy, job.episode, base_seed, trace)
+        m.update(policy=job.policy, servers=job.servers)
+        out.append(m)
+    return out
+
+
+def aggregate(episodes: Iterable[dict[str, Any]], policy: str, servers: int) -> dict[str, Any]:
+    """One result row from per-episode metrics (means over episodes; std of episode means)."""
+    eps = list(episodes)
+
+    def mean(key: str) -> float:
+        vals = [e[key] for e in eps if e[key] is not None and not math.isnan(e[key])]
+        return float(np.mean(vals)) if vals else math.nan
+
+    resp = [e["mean_response_s"] for e in eps if not math.isnan(e["mean_response_s"])]
+    return {
+        "policy": policy, "servers": servers, "episodes": len(eps),
+        "mean_response_s": mean("mean_response_s"),
+        "std_response_s": float(np.std(resp, ddof=1)) if len(resp) > 1 else 0.0,
+        "mean_workflow_response_s": mean("mean_workflow_response_s"),
+        "p95_response_s": mean("p95_response_s"),
+        "completed_tasks": mean("completed_tasks"),
+        "slowdown": mean("slowdown"),
+        "utilization": mean("utilization"),
+        "invalid_rate": mean("invalid_rate"),
+        "truncated_episodes": sum(bool(e["truncated"]) for e in eps),
+    }
+
+
+def evaluate(env: EnvConfig, policies: Sequence[str], servers: Sequence[int], episodes: int,
+             base_seed: int = 0, workers: int = 0, trace_dir: str | None = None,
+             progress: Callable[[int, int], None] | None = None) -> tuple[list[dict], list[dict]]:
+    """Evaluate every policy at every size; returns (rows, per-episode metrics).
+
+    ``workers`` > 1 runs episodes as Ray tasks on an embedded local Ray (one CPU each); 0 picks the
+    number of CPUs; 1 runs in this process.
+    """
+    from policies import get_policy
+
+    for p in policies:  # fail fast on a bad name or artifact, before any work starts
+        get_policy(p, env)
+    if trace_dir:
+        Path(trace_dir).mkdir(parents=True, exist_ok=True)
+    jobs = [Job(p, n, k) for p in policies for n in servers for k in range(episodes)]
+    # Large clusters first, so the slowest episodes do not trail at the end.
+    jobs.sort(key=lambda j: -j.servers)
+    if workers == 0:
+        import os
+        workers = min(len(jobs), os.cpu_count() or 1)
+    results: list[dict] = []
+    if workers <= 1:
+        for i, job in enumerate(jobs):
+            results.extend(_run_jobs(env, [job], base_seed, trace_dir))
+            if progress:
+                progress(i + 1, len(jobs))
+    else:
+        results = _run_on_ray(env, jobs, base_seed, trace_dir, workers, progress)
+    rows = []
+    for p in policies:
+        for n in servers:
+            eps = sorted((r for r in results if r["policy"] == p and r["servers"] == n),
+                         key=lambda r: r["episode"])
+            rows.append(aggregate(eps, p, n))
+    return rows, results
+
+
+def _run_on_ray(env: EnvConfig, jobs: list[Job], base_seed: int, trace_dir: str | None,
+                workers: int, progress: Callable[[int, int], None] | None) -> list[dict]:
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=workers, include_dashboard=False,
+                 log_to_driver=False, logging_level=logging.WARNING)
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1)(_run_jobs)
+        env_ref = ray.put(env)
+        # Small chunks keep every worker busy and progress visible.
+        chunk = max(1, len(jobs) // (workers * 8))
+        pending = [remote.remote(env_ref, jobs[i:i + chunk], base_seed, trace_dir)
+                   for i in range(0, len(jobs), chunk)]
+        results: list[dict] = []
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            results.extend(ray.get(done[0]))
+            if progress:
+                progress(len(results), len(jobs))
+        return results
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """A plain-text table, one line per (policy, servers)."""
+    head = (f"{'policy':<16}{'N':>6}{'eps':>5}{'resp s (mean±std)':>20}{'wf resp s':>11}"
+            f"{'p95 s':>9}{'tasks':>9}{'slowdown':>10}{'util':>7}{'invalid':>9}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        resp = f"{r['mean_response_s']:.3f}±{r['std_response_s']:.3f}"
+        lines.append(f"{Path(r['policy']).name:<16}{r['servers']:>6}{r['episodes']:>5}{resp:>20}"
+                     f"{r['mean_workflow_response_s']:>11.3f}{r['p95_response_s']:>9.3f}"
+                     f"{r['completed_tasks']:>9.1f}{r['slowdown']:>10.3f}{r['utilization']:>7.3f}"
+                     f"{r['invalid_rate']:>9.3f}")
+    return "\n".join(lines)
+
+
+def stderr_progress(label: str) -> Callable[[int, int], None]:
+    """A progress callback that rewrites one stderr line."""
+    t0 = time.perf_counter()
+
+    def report(done: int, total: int) -> None:
+        el = time.perf_counter() - t0
+        eta = el / done * (total - done) if done else 0.0
+        end = "\n" if done == total else ""
+        print(f"\r{label}: {done}/{total} episodes, {el:.0f}s elapsed, ~{eta:.0f}s left",
+              end=end, file=sys.stderr, flush=True)
+
+    return report
