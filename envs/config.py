@@ -246,6 +246,46 @@ class DistConfig:
 
 
 @dataclass(frozen=True)
+class ToolProfileConfig:
+    """Estimated demands of one kind of primitive (a modality or tool kind) with no measurement."""
+    kind: str = field(metadata=rng(doc="modality / tool kind, e.g. text, image, api, pegasus_job"))
+    compute_gflop: float = field(metadata=rng(gt=0, doc="compute demand, GFLOP"))
+    memory_gb: float = field(metadata=rng(ge=0, doc="memory demand, GB"))
+    output_gb: float = field(metadata=rng(ge=0, doc="output handed to each child, GB"))
+
+
+@dataclass(frozen=True)
+class ResourceMappingConfig:
+    """How real DAG files become demands (envs.loaders; values in configs/env/workloads/base.yaml).
+
+    Measured traces: compute_gflop = runtime_s x CPU fraction x reference_gflop_per_core_s.
+    Structure-only sources: the profile of the primitive's kind (``profiles``, else ``default``).
+    """
+    reference_gflop_per_core_s: float = field(metadata=rng(
+        gt=0, doc="GFLOP/s of one core of the traced machines"))
+    min_compute_gflop: float = field(metadata=rng(
+        gt=0, doc="floor for measured compute (a zero-runtime task still takes a decision)"))
+    max_memory_gb: float = field(metadata=rng(
+        gt=0, doc="measured memory is clipped to this (the largest tier must fit every task)"))
+    default: ToolProfileConfig
+    profiles: tuple[ToolProfileConfig, ...] = ()
+    aux_prefixes: tuple[str, ...] = field(default=(), metadata=rng(
+        doc="node-name prefixes of Pegasus auxiliary jobs (kind pegasus_aux)"))
+
+    def __post_init__(self) -> None:
+        kinds = [p.kind for p in self.profiles]
+        if len(set(kinds)) != len(kinds):
+            raise ConfigError(f"resources.profiles: kinds must be unique, got {kinds}")
+
+    def profile(self, kind: str) -> ToolProfileConfig:
+        """The profile of ``kind``, or the default profile."""
+        for p in self.profiles:
+            if p.kind == kind:
+                return p
+        return self.default
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """Workflow arrivals and the random DAG generator (DESIGN.md §3)."""
     source: str = field(default="random", metadata=rng(
@@ -262,6 +302,8 @@ class WorkloadConfig:
     compute_gflop: DistConfig = DistConfig("normal", 4.0, 2.0, 1.0)
     memory_gb: DistConfig = DistConfig("normal", 8.0, 6.0, 0.5, 64.0)
     output_gb: DistConfig = DistConfig("exponential", 0.5, 0.0, 0.01)
+    resources: ResourceMappingConfig | None = field(default=None, metadata=rng(
+        doc="demand mapping of the real-DAG families (required by them; see docs/workloads.md)"))
 
     def __post_init__(self) -> None:
         if self.min_tasks > self.max_tasks:

@@ -96,13 +96,25 @@ class ServerSelectEnv(gym.Env):
             seed = int(np.random.SeedSequence([self._base_seed, *self._stream]).generate_state(1)[0])
         super().reset(seed=seed)
         self._close_writer()
-        if self._trace_dir is not None:
-            self._trace_dir.mkdir(parents=True, exist_ok=True)
-            self._writer = JsonlTraceWriter(self._trace_dir / f"episode_{self._episode:05d}.jsonl")
-        self.sim.trace = self._writer
         self._episode += 1
-        self.sim.reset(np.random.SeedSequence(int(self.np_random.integers(0, 2**63 - 1))))
-        return self.sim.observe(), {}
+        # An episode with no decision at all (no arrival before the horizon) cannot be returned by
+        # reset(): draw the next workload instead (deterministic given the seed). Trace events of
+        # reset are buffered so that only the episode that is played gets written.
+        for _ in range(100):
+            buffer: list[dict[str, Any]] = []
+            self.sim.trace = buffer.append if self._trace_dir is not None else None
+            self.sim.reset(np.random.SeedSequence(int(self.np_random.integers(0, 2**63 - 1))))
+            if self.sim.current is not None:
+                if self._trace_dir is not None:
+                    self._trace_dir.mkdir(parents=True, exist_ok=True)
+                    self._writer = JsonlTraceWriter(
+                        self._trace_dir / f"episode_{self._episode - 1:05d}.jsonl")
+                    for ev in buffer:
+                        self._writer(ev)
+                    self.sim.trace = self._writer
+                return self.sim.observe(), {}
+        raise ValueError("env: 100 workloads in a row had no arrival before workload.horizon_s="
+                         f"{self.config.workload.horizon_s}; raise the horizon or the arrival rate")
 
     def step(self, action):
         try:

@@ -25,12 +25,12 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .config import EnvConfig, ServerEventConfig, TierConfig
-from .encoding import encode_arrays, encode_task
+from .encoding import ServerFeatures, encode_task
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
 # Event kinds, in the order they are processed at equal times.
@@ -99,17 +99,26 @@ class Simulator:
         c = config.cluster
         self._bw, self._lat = c.bandwidth_gb_s, c.latency_s
         # Critical-path lower bound: run time on the fastest tier whose memory fits.
-        self._tiers_by_speed = sorted(c.tiers, key=lambda t: -t.compute)
+        self._speed_by_memory = [(t.compute, t.memory_gb)
+                                 for t in sorted(c.tiers, key=lambda t: -t.compute)]
         self._mean_compute = (sum(t.compute * n for t, n in zip(c.tiers, c.tier_counts().values()))
                               / max(1, c.servers))
+        self.trace = None  # the constructor's warm-up episode is not traced
         self.reset(0)
+        self.trace = trace
 
     # ---------------------------------------------------------------- episode control
-    def reset(self, seed: int | np.random.SeedSequence | None) -> None:
-        """Start a new episode. ``seed`` fixes workload and dynamics (None: fresh entropy)."""
+    def reset(self, seed: int | np.random.SeedSequence | None,
+              arrivals: Sequence[tuple[float, WorkflowSpec]] | None = None) -> None:
+        """Start a new episode. ``seed`` fixes workload and dynamics (None: fresh entropy).
+
+        ``arrivals``: an explicit list of ``(time_s, workflow)`` replacing the Poisson process
+        (hand-built scenarios, replays of recorded traces).
+        """
         ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-        wl_ss, dyn_ss = ss.spawn(2)
-        self.rng_workload = np.random.Generator(np.random.PCG64(wl_ss))
+        arr_ss, dag_ss, dyn_ss = ss.spawn(3)
+        self.rng_arrivals = np.random.Generator(np.random.PCG64(arr_ss))
+        self.rng_workload = np.random.Generator(np.random.PCG64(dag_ss))
         self.rng_dynamics = np.random.Generator(np.random.PCG64(dyn_ss))
         cfg = self.cfg
         n = self.n_slots
@@ -124,6 +133,18 @@ class Simulator:
         self.busy = np.zeros(n, dtype=bool)
         self.present = np.zeros(n, dtype=bool)    # alive (possibly draining)
         self.accepting = np.zeros(n, dtype=bool)  # alive and not draining
+        self._accept_f = np.zeros(n, dtype=np.float32)  # float copy of accepting (the mask)
+        # Python-list mirrors of per-slot scalars: the decision loop reads these (numpy scalar
+        # access costs several times more); the arrays serve the vectorised observation.
+        self._sid_l = [-1] * n
+        self._compute_l = [0.0] * n
+        self._memory_l = [0.0] * n
+        self._idle_w_l = [0.0] * n
+        self._busy_w_l = [0.0] * n
+        self._busy_l = [False] * n
+        self._accept_l = [False] * n
+        self._present_l = [False] * n
+        self._features = ServerFeatures(n, cfg.features)
         self.running: list[_Task | None] = [None] * n
         self.run_start = np.zeros(n)              # when the slot's current run began
         self._slot_of: dict[int, int] = {}
@@ -156,7 +177,7 @@ class Simulator:
         n0 = cfg.cluster.servers
         self._arrivals = ArrivalProcess(cfg.workload.arrival_rate_16 * n0 / 16.0,
                                         cfg.workload.rate_schedule, cfg.workload.horizon_s,
-                                        self.rng_workload)
+                                        self.rng_arrivals)
         for tier, count in cfg.cluster.tier_counts().items():
             for _ in range(count):
                 self._add_server(cfg.cluster.tier(tier))
@@ -169,12 +190,23 @@ class Simulator:
             self._push(self.rng_dynamics.exponential(1 / d.join_rate_s), JOIN, None, None)
         if d.leave_rate_s > 0:
             self._push(self.rng_dynamics.exponential(1 / d.leave_rate_s), LEAVE, None, None)
-        first = self._arrivals.next_time(0.0)
-        if first is None:
+        self._scripted: list[tuple[float, WorkflowSpec]] | None = None
+        if arrivals is not None:
+            self._scripted = sorted(arrivals, key=lambda tw: tw[0])[::-1]  # pop() from the end
+            if any(t < 0 or not math.isfinite(t) for t, _ in self._scripted):
+                raise ValueError("arrivals: times must be finite and >= 0")
+        self._schedule_next_arrival(0.0)
+        self._select()
+
+    def _schedule_next_arrival(self, t: float) -> None:
+        if self._scripted is not None:
+            nxt = self._scripted[-1][0] if self._scripted else None
+        else:
+            nxt = self._arrivals.next_time(t)
+        if nxt is None:
             self.arrivals_done = True
         else:
-            self._push(first, ARRIVAL, None, None)
-        self._select()
+            self._push(nxt, ARRIVAL, None, None)
 
     # ---------------------------------------------------------------- events
     def _push(self, t: float, kind: int, a: Any, b: Any) -> None:
@@ -215,20 +247,23 @@ class Simulator:
         task.finish = t
         self.busy_seconds += t - self.run_start[slot]
         self.busy[slot] = False
+        self._busy_l[slot] = False
         self.running[slot] = None
+        self._features.set_power(slot, self._idle_w_l[slot])
         self.outstanding -= 1
         wf = task.wf
         wf.done += 1
         if wf.done == wf.n:
             wf.finish = t
-        self._emit({"t": t, "event": "finish", "task": task.id, "server": int(self.srv_id[slot])})
+        if self.trace is not None:
+            self._emit({"t": t, "event": "finish", "task": task.id, "server": self._sid_l[slot]})
         for child in task.children:
             if child.first_parent is None:
                 child.first_parent = task
             child.pending -= 1
             if child.pending == 0:
                 self._make_ready(child)
-        if self.present[slot] and not self.accepting[slot]:  # draining: leave now
+        if self._present_l[slot] and not self._accept_l[slot]:  # draining: leave now
             self._drop_server(slot, "server_remove")
 
     def _on_fail(self, ev: ServerEventConfig | None, server: int | None) -> None:
@@ -248,6 +283,7 @@ class Simulator:
             self._emit({"t": self.t, "event": "lost", "task": task.id, "server": sid})
             self.running[slot] = None
             self.busy[slot] = False
+            self._busy_l[slot] = False
             self._make_ready(task)
         self._drop_server(slot, "server_fail")
         if self.cfg.dynamics.rejoin_after_s is not None:
@@ -257,8 +293,10 @@ class Simulator:
         slot = self._pick_server(ev, server)
         if slot is None:
             return
-        if self.busy[slot]:
+        if self._busy_l[slot]:
             self.accepting[slot] = False  # drain: finish the current task first
+            self._accept_l[slot] = False
+            self._accept_f[slot] = 0.0
             self._refresh_capacity()
             self._emit({"t": self.t, "event": "server_drain", "server": int(self.srv_id[slot])})
         else:
@@ -269,12 +307,12 @@ class Simulator:
         self._add_server(self.cfg.cluster.tier(tier))
 
     def _on_arrival(self, _a: Any, _b: Any) -> None:
-        self._spawn_workflow(self._source.next_workflow(self.rng_workload))
-        nxt = self._arrivals.next_time(self.t)
-        if nxt is None:
-            self.arrivals_done = True
+        if self._scripted is not None:
+            spec = self._scripted.pop()[1]
         else:
-            self._push(nxt, ARRIVAL, None, None)
+            spec = self._source.next_workflow(self.rng_workload)
+        self._spawn_workflow(spec)
+        self._schedule_next_arrival(self.t)
 
     def _on_join(self, _a: Any, _b: Any) -> None:
         tiers = self.cfg.cluster.tiers
@@ -321,6 +359,16 @@ class Simulator:
         self.busy_until[slot] = 0.0
         self.present[slot] = True
         self.accepting[slot] = True
+        self._sid_l[slot] = sid
+        self._compute_l[slot] = tier.compute
+        self._memory_l[slot] = tier.memory_gb
+        self._idle_w_l[slot] = tier.idle_w
+        self._busy_w_l[slot] = tier.busy_w
+        self._busy_l[slot] = False
+        self._accept_l[slot] = True
+        self._present_l[slot] = True
+        self._accept_f[slot] = 1.0
+        self._features.set_server(slot, tier.compute, tier.memory_gb, tier.idle_w)
         self._slot_of[sid] = slot
         self._refresh_capacity()
         self._emit({"t": self.t, "event": "server_add", "server": sid, "tier": tier.name,
@@ -337,7 +385,14 @@ class Simulator:
         sid = int(self.srv_id[slot])
         self.present[slot] = False
         self.accepting[slot] = False
+        self._sid_l[slot] = -1
+        self._busy_l[slot] = False
+        self._accept_l[slot] = False
+        self._present_l[slot] = False
+        self._accept_f[slot] = 0.0
         self.busy[slot] = False
+        self.busy_until[slot] = 0.0
+        self._features.clear(slot)
         self.srv_id[slot] = -1
         del self._slot_of[sid]
         self._refresh_capacity()
@@ -359,43 +414,56 @@ class Simulator:
 
     # ---------------------------------------------------------------- workflows
     def _spawn_workflow(self, spec: WorkflowSpec) -> None:
+        t = self.t
         wid = len(self.workflows)
-        lb = self._critical_path(spec)
-        wf = _Workflow(wid, self.t, len(spec.tasks), lb)
-        self.workflows.append(wf)
+        specs = spec.tasks
+        n = len(specs)
         base = len(self.tasks)
-        if self.cfg.mdp.first_level == "hop":
-            ranks = spec.hop_ranks()
-        else:
-            ranks = spec.upward_ranks(self._mean_compute, self._bw, self._lat)
-        new = []
-        for i, ts in enumerate(spec.tasks):
-            task = _Task(base + i, wf, ts.compute_gflop, ts.memory_gb, ts.output_gb)
-            task.key = (-ranks[i], self.t)
-            task.pending = len(ts.parents)
+        wf = _Workflow(wid, t, n, 0.0)
+        new = [_Task(base + i, wf, ts.compute_gflop, ts.memory_gb, ts.output_gb)
+               for i, ts in enumerate(specs)]
+        # One forward pass: links, and the critical-path lower bound (each task on the fastest
+        # configured tier whose memory fits it).
+        longest = [0.0] * n
+        speeds = self._speed_by_memory
+        for i, ts in enumerate(specs):
+            task = new[i]
+            before = 0.0
             for p in ts.parents:
                 parent = new[p]
                 task.parents.append(parent)
                 parent.children.append(task)
-            new.append(task)
+                if longest[p] > before:
+                    before = longest[p]
+            task.pending = len(ts.parents)
+            speed = speeds[0][0]
+            for sp, mem in speeds:
+                if mem >= ts.memory_gb:
+                    speed = sp
+                    break
+            longest[i] = ts.compute_gflop / speed + before
+        wf.lower_bound = max(longest)
+        if self.cfg.mdp.first_level == "hop":
+            ranks = [0] * n  # longest hop count to a sink
+            for i in range(n - 1, -1, -1):
+                for child in new[i].children:
+                    r = ranks[child.id - base] + 1
+                    if r > ranks[i]:
+                        ranks[i] = r
+        else:
+            ranks = spec.upward_ranks(self._mean_compute, self._bw, self._lat)
+        for i, task in enumerate(new):
+            task.key = (-ranks[i], t)
+        self.workflows.append(wf)
         self.tasks.extend(new)
-        self.outstanding += len(new)
+        self.outstanding += n
         if self.trace is not None:
-            self._emit({"t": self.t, "event": "arrival", "workflow": wid, "tasks": [
+            self._emit({"t": t, "event": "arrival", "workflow": wid, "tasks": [
                 {"task": tk.id, "compute_gflop": tk.compute, "memory_gb": tk.memory,
                  "output_gb": tk.output, "parents": [p.id for p in tk.parents]} for tk in new]})
         for task in new:
             if task.pending == 0:
                 self._make_ready(task)
-
-    def _critical_path(self, spec: WorkflowSpec) -> float:
-        """Longest path of run times, each on the fastest configured tier whose memory fits."""
-        longest = [0.0] * len(spec.tasks)
-        for i, ts in enumerate(spec.tasks):
-            speed = next((t.compute for t in self._tiers_by_speed if t.memory_gb >= ts.memory_gb),
-                         self._tiers_by_speed[0].compute)
-            longest[i] = ts.compute_gflop / speed + max((longest[p] for p in ts.parents), default=0.0)
-        return max(longest)
 
     def _make_ready(self, task: _Task) -> None:
         task.state = READY
@@ -440,8 +508,8 @@ class Simulator:
     def is_valid(self, slot: int) -> bool:
         """Whether picking ``slot`` now starts the current task."""
         task = self.current
-        return (task is not None and 0 <= slot < self.n_slots and bool(self.accepting[slot])
-                and not self.busy[slot] and self.memory[slot] >= task.memory)
+        return (task is not None and 0 <= slot < self.n_slots and self._accept_l[slot]
+                and not self._busy_l[slot] and self._memory_l[slot] >= task.memory)
 
     def step(self, slot: int) -> StepResult:
         """Apply the agent's pick for the current task. See the module docstring."""
@@ -486,9 +554,9 @@ class Simulator:
         heapq.heappop(self._ready)
         t = self.t
         r = self.cfg.reward
-        exec_s = task.compute / self.compute[slot]
+        exec_s = task.compute / self._compute_l[slot]
         fp = task.first_parent
-        sid = int(self.srv_id[slot])
+        sid = self._sid_l[slot]
         comm_s = 0.0
         if fp is not None and fp.sid != sid:
             comm_s = fp.output / self._bw + self._lat
@@ -502,16 +570,18 @@ class Simulator:
         task.start = t
         task.token += 1
         self.busy[slot] = True
+        self._busy_l[slot] = True
         self.busy_until[slot] = t + delay + exec_s
         self.running[slot] = task
         self.run_start[slot] = t
+        self._features.set_power(slot, self._busy_w_l[slot])
         self._push(t + delay + exec_s, FINISH, slot, (task.token, task))
         if self.trace is not None:
             ev = {"t": t, "event": "start", "task": task.id, "server": sid}
             if delay:
                 ev["transfer_s"] = delay
             self._emit(ev)
-        energy = self.busy_w[slot] * exec_s
+        energy = self._busy_w_l[slot] * exec_s
         return (r.w1 * math.exp(-exec_s / r.t0_s) - r.w2 * comm_s / r.t0c_s
                 - r.w3 * energy / r.e0_j)
 
@@ -527,22 +597,17 @@ class Simulator:
         wf = task.wf
         feat_task = encode_task(task.compute, task.memory, len(task.children), wf.done / wf.n,
                                 task.output, f)
-        busy = self.busy
-        remaining = np.where(busy, self.busy_until - self.t, 0.0)
-        power = np.where(busy, self.busy_w, self.idle_w)
-        transfer = np.zeros(n)
         fp = task.first_parent
+        transfer, parent_slot = 0.0, None
         if fp is not None:
-            transfer.fill(fp.output / self._bw + self._lat)
-            fp_slot = self._slot_of.get(fp.sid)
-            if fp_slot is not None:
-                transfer[fp_slot] = 0.0
-        servers = encode_arrays(self.compute, self.memory, remaining, power, transfer,
-                                self.present, f)
-        mask = self.accepting.copy()
+            transfer = fp.output / self._bw + self._lat
+            parent_slot = self._slot_of.get(fp.sid)
+        servers = self._features.render(self.busy_until, self.t, transfer, parent_slot)
         if self.cfg.mdp.mask_infeasible:
-            mask &= self.memory >= task.memory
-        return {"task": feat_task, "servers": servers, "action_mask": mask.astype(np.float32)}
+            mask = ((self.memory >= task.memory) & self.accepting).astype(np.float32)
+        else:
+            mask = self._accept_f.copy()
+        return {"task": feat_task, "servers": servers, "action_mask": mask}
 
     # ---------------------------------------------------------------- metrics
     def _emit_end(self) -> None:

@@ -41,19 +41,24 @@ class WorkflowSpec:
     def __post_init__(self) -> None:
         if not self.tasks:
             raise WorkflowError(f"workflow {self.name!r}: has no tasks")
+        isfinite = math.isfinite
         for i, t in enumerate(self.tasks):
-            for p in t.parents:
-                if not 0 <= p < i:
-                    raise WorkflowError(f"workflow {self.name!r}: task {i} ({t.name!r}) has parent "
-                                        f"{p}, which is not an earlier task (indices 0..{i - 1})")
-            for fname in ("compute_gflop", "memory_gb", "output_gb"):
-                v = getattr(t, fname)
-                if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                    raise WorkflowError(f"workflow {self.name!r}: task {i} ({t.name!r}) field "
-                                        f"{fname} must be a finite number >= 0, got {v!r}")
-            if t.compute_gflop <= 0:
-                raise WorkflowError(f"workflow {self.name!r}: task {i} ({t.name!r}) field "
-                                    f"compute_gflop must be > 0, got {t.compute_gflop!r}")
+            if t.parents and (min(t.parents) < 0 or max(t.parents) >= i):
+                bad = next(p for p in t.parents if not 0 <= p < i)
+                raise WorkflowError(f"workflow {self.name!r}: task {i} ({t.name!r}) has parent "
+                                    f"{bad}, which is not an earlier task (indices 0..{i - 1})")
+            c, m, o = t.compute_gflop, t.memory_gb, t.output_gb
+            try:
+                ok = c > 0 and m >= 0 and o >= 0 and isfinite(c + m + o)
+            except TypeError:
+                ok = False
+            if not ok:
+                for fname, v, lo in (("compute_gflop", c, "> 0"), ("memory_gb", m, ">= 0"),
+                                     ("output_gb", o, ">= 0")):
+                    good = isinstance(v, (int, float)) and isfinite(v) and (v > 0 if lo == "> 0" else v >= 0)
+                    if not good:
+                        raise WorkflowError(f"workflow {self.name!r}: task {i} ({t.name!r}) field "
+                                            f"{fname} must be a finite number {lo}, got {v!r}")
 
     def children(self) -> list[list[int]]:
         out: list[list[int]] = [[] for _ in self.tasks]
@@ -132,16 +137,15 @@ def topological_spec(name: str, nodes: Mapping[str, TaskSpec], edges: Iterable[t
     return WorkflowSpec(tuple(tasks), name)
 
 
-def draw(dist: DistConfig, rng: np.random.Generator) -> float:
-    """One value from a clipped normal / floored exponential / constant."""
+def draw(dist: DistConfig, rng: np.random.Generator, size: int) -> np.ndarray:
+    """``size`` values from a clipped normal / floored exponential / constant."""
     if dist.dist == "normal":
-        v = rng.normal(dist.mean, dist.std) if dist.std > 0 else dist.mean
+        v = rng.normal(dist.mean, dist.std, size) if dist.std > 0 else np.full(size, dist.mean)
     elif dist.dist == "exponential":
-        v = rng.exponential(dist.mean) if dist.mean > 0 else 0.0
+        v = rng.exponential(dist.mean, size) if dist.mean > 0 else np.zeros(size)
     else:
-        v = dist.mean
-    v = max(v, dist.min)
-    return float(v if dist.max is None else min(v, dist.max))
+        v = np.full(size, dist.mean)
+    return np.clip(v, dist.min, dist.max)
 
 
 class WorkflowSource(Protocol):
@@ -152,23 +156,40 @@ class WorkflowSource(Protocol):
 @dataclass
 class RandomDagSource:
     """The paper's generator: 3-8 primitives; each non-first node gets one parent drawn from the
-    earlier nodes plus each other earlier node with probability ``edge_prob``."""
+    earlier nodes plus each other earlier node with probability ``edge_prob``.
+
+    Workflows are drawn in batches of ``batch`` (vectorised; the stream is still a deterministic
+    function of the generator's seed).
+    """
     cfg: WorkloadConfig
+    batch: int = 32
+    _buffer: list[WorkflowSpec] = field(default_factory=list, init=False, repr=False)
 
     def next_workflow(self, rng: np.random.Generator) -> WorkflowSpec:
+        if not self._buffer:
+            self._buffer = self._generate(rng)[::-1]
+        return self._buffer.pop()
+
+    def _generate(self, rng: np.random.Generator) -> list[WorkflowSpec]:
         c = self.cfg
-        n = int(rng.integers(c.min_tasks, c.max_tasks + 1))
-        tasks = []
-        for i in range(n):
-            parents: tuple[int, ...] = ()
-            if i > 0:
-                first = int(rng.integers(0, i))
-                extra = rng.random(i) < c.edge_prob
-                extra[first] = True
-                parents = tuple(int(j) for j in np.flatnonzero(extra))
-            tasks.append(TaskSpec(draw(c.compute_gflop, rng), draw(c.memory_gb, rng),
-                                  draw(c.output_gb, rng), parents))
-        return WorkflowSpec(tuple(tasks), "random")
+        k = self.batch
+        sizes = rng.integers(c.min_tasks, c.max_tasks + 1, k).tolist()
+        total, width = sum(sizes), max(sizes)
+        compute = draw(c.compute_gflop, rng, total).tolist()
+        memory = draw(c.memory_gb, rng, total).tolist()
+        output = draw(c.output_gb, rng, total).tolist()
+        first = (rng.random((k, width)) * np.arange(width)).astype(np.int64).tolist()
+        extra = (rng.random((k, width, width)) < c.edge_prob).tolist()
+        out, pos = [], 0
+        for w, n in enumerate(sizes):
+            tasks = []
+            for i in range(n):
+                row, f = extra[w][i], first[w][i]
+                parents = tuple(j for j in range(i) if row[j] or j == f)
+                tasks.append(TaskSpec(compute[pos], memory[pos], output[pos], parents))
+                pos += 1
+            out.append(WorkflowSpec(tuple(tasks), "random"))
+        return out
 
 
 @dataclass
