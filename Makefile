@@ -22,6 +22,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest tests -m "not slow"
 
+# The demo: heuristics at N=16 and 48 on an embedded local Ray (later issues extend it).
 demo: $(STAMP)
 	$(VENV)/bin/scale-ray eval --policy random round-robin least-loaded fastest-idle eft eft-wait heft \
 		--servers 16 48 --episodes 4 --seed 0

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -76,8 +75,7 @@ class _Workflow:
         self.finish = math.nan
 
 
-@dataclass(frozen=True)
-class StepResult:
+class StepResult(NamedTuple):
     reward: float
     valid: bool
     terminated: bool
@@ -103,6 +101,16 @@ class Simulator:
                                  for t in sorted(c.tiers, key=lambda t: -t.compute)]
         self._mean_compute = (sum(t.compute * n for t, n in zip(c.tiers, c.tier_counts().values()))
                               / max(1, c.servers))
+        # Hot-path copies of config values (the config itself stays the source of truth).
+        r, mdp = config.reward, config.mdp
+        self._reward_consts = (r.w1, r.t0_s, r.w2, r.t0c_s, r.w3, r.e0_j)
+        self._invalid_penalty = r.invalid_penalty
+        self._penalty_rate = r.wait_penalty_per_s if r.kind == "response" else 0.0
+        self._hol = mdp.head_of_line_blocking
+        self._transfer_delays = mdp.transfer_delays_start
+        self._mask_infeasible = mdp.mask_infeasible
+        self._max_decisions = mdp.max_decisions
+        self._t_cap = config.workload.horizon_s * mdp.max_time_factor
         self.trace = None  # the constructor's warm-up episode is not traced
         self.reset(0)
         self.trace = trace
@@ -220,11 +228,14 @@ class Simulator:
     def _advance_to(self, t_target: float) -> None:
         """Process every event with time <= t_target, then set the clock to t_target."""
         ev = self._events
+        handlers = self._HANDLERS
         while ev and ev[0][0] <= t_target:
             t, kind, _, a, b = heapq.heappop(ev)
-            self._tick(t)
-            self._HANDLERS[kind](self, a, b)
-        self._tick(t_target)
+            if t > self.t:
+                self._tick(t)
+            handlers[kind](self, a, b)
+        if t_target > self.t:
+            self._tick(t_target)
         if self._deferred:  # the clock moved: tasks set aside by a wait compete again
             for task in self._deferred:
                 heapq.heappush(self._ready, (task.key, task.id, task))
@@ -233,9 +244,9 @@ class Simulator:
     def _tick(self, t: float) -> None:
         if t > self.t:
             dt = t - self.t
-            self.alive_seconds += dt * self._n_present
-            if self.cfg.reward.kind == "response":
-                self._pending_penalty += self.cfg.reward.wait_penalty_per_s * self.outstanding * dt
+            self.alive_seconds += dt * self._present_count
+            if self._penalty_rate:
+                self._pending_penalty += self._penalty_rate * self.outstanding * dt
             self.t = t
 
     def _on_finish(self, slot: int, token_task: tuple[int, _Task]) -> None:
@@ -520,24 +531,22 @@ class Simulator:
             raise ValueError(f"action {slot} is out of range; allowed: 0..{self.n_slots - 1}")
         self.decisions += 1
         self._pending_penalty = 0.0
-        rcfg = self.cfg.reward
-        if self.is_valid(slot):
+        if (self._accept_l[slot] and not self._busy_l[slot]
+                and self._memory_l[slot] >= task.memory):
             reward = self._start(task, slot)
             valid = True
         else:
-            reward = rcfg.invalid_penalty
+            reward = self._invalid_penalty
             valid = False
             self.invalid += 1
-            mdp = self.cfg.mdp
-            if not mdp.head_of_line_blocking:
+            if not self._hol:
                 heapq.heappop(self._ready)  # current task is the heap top
                 self._deferred.append(task)
             else:
                 self._wait()
         self._select()
-        if self.current is not None and (
-                self.decisions >= self.cfg.mdp.max_decisions
-                or self.t > self.cfg.workload.horizon_s * self.cfg.mdp.max_time_factor):
+        if self.current is not None and (self.decisions >= self._max_decisions
+                                         or self.t > self._t_cap):
             self.truncated = True
             self.current = None
             self._emit_end()
@@ -553,7 +562,6 @@ class Simulator:
     def _start(self, task: _Task, slot: int) -> float:
         heapq.heappop(self._ready)
         t = self.t
-        r = self.cfg.reward
         exec_s = task.compute / self._compute_l[slot]
         fp = task.first_parent
         sid = self._sid_l[slot]
@@ -561,7 +569,7 @@ class Simulator:
         if fp is not None and fp.sid != sid:
             comm_s = fp.output / self._bw + self._lat
         delay = 0.0
-        if self.cfg.mdp.transfer_delays_start:
+        if self._transfer_delays:
             delay = max((p.output / self._bw + self._lat for p in task.parents if p.sid != sid),
                         default=0.0)
         task.state = RUNNING
@@ -581,9 +589,13 @@ class Simulator:
             if delay:
                 ev["transfer_s"] = delay
             self._emit(ev)
-        energy = self._busy_w_l[slot] * exec_s
-        return (r.w1 * math.exp(-exec_s / r.t0_s) - r.w2 * comm_s / r.t0c_s
-                - r.w3 * energy / r.e0_j)
+        w1, t0, w2, t0c, w3, e0 = self._reward_consts
+        reward = w1 * math.exp(-exec_s / t0)
+        if comm_s:
+            reward -= w2 * comm_s / t0c
+        if w3:
+            reward -= w3 * self._busy_w_l[slot] * exec_s / e0
+        return reward
 
     # ---------------------------------------------------------------- observation
     def observe(self) -> dict[str, np.ndarray]:
@@ -603,7 +615,7 @@ class Simulator:
             transfer = fp.output / self._bw + self._lat
             parent_slot = self._slot_of.get(fp.sid)
         servers = self._features.render(self.busy_until, self.t, transfer, parent_slot)
-        if self.cfg.mdp.mask_infeasible:
+        if self._mask_infeasible:
             mask = ((self.memory >= task.memory) & self.accepting).astype(np.float32)
         else:
             mask = self._accept_f.copy()

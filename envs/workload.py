@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -21,9 +21,10 @@ class WorkflowError(ValueError):
     """A workflow description is invalid (cycle, unknown link, bad resource value)."""
 
 
-@dataclass(frozen=True, slots=True)
-class TaskSpec:
-    """One primitive: resource demands and parent indices (all smaller than its own index)."""
+class TaskSpec(NamedTuple):
+    """One primitive: resource demands and parent indices (all smaller than its own index).
+
+    Immutable (a NamedTuple: cheap to create in the simulator's hot path)."""
     compute_gflop: float
     memory_gb: float
     output_gb: float
@@ -185,8 +186,9 @@ class RandomDagSource:
             tasks = []
             for i in range(n):
                 row, f = extra[w][i], first[w][i]
-                parents = tuple(j for j in range(i) if row[j] or j == f)
-                tasks.append(TaskSpec(compute[pos], memory[pos], output[pos], parents))
+                row[f] = True
+                tasks.append(TaskSpec(compute[pos], memory[pos], output[pos],
+                                      tuple([j for j in range(i) if row[j]])))
                 pos += 1
             out.append(WorkflowSpec(tuple(tasks), "random"))
         return out
@@ -238,11 +240,18 @@ class ArrivalProcess:
     """
 
     def __init__(self, base_rate: float, schedule: Sequence[tuple[float, float]], horizon_s: float,
-                 rng: np.random.Generator):
+                 rng: np.random.Generator, batch: int = 256):
         self.base_rate = base_rate
         self.schedule = list(schedule)
         self.horizon_s = horizon_s
         self.rng = rng
+        self._batch = batch
+        self._gaps: list[float] = []  # unit-rate exponential gaps, drawn in batches
+
+    def _unit_gap(self) -> float:
+        if not self._gaps:
+            self._gaps = self.rng.exponential(1.0, self._batch).tolist()[::-1]
+        return self._gaps.pop()
 
     def _multiplier(self, t: float) -> tuple[float, float]:
         """(multiplier in force at t, time of the next change or inf)."""
@@ -260,7 +269,7 @@ class ArrivalProcess:
         while True:
             mult, nxt = self._multiplier(t)
             rate = self.base_rate * mult
-            gap = self.rng.exponential(1.0 / rate) if rate > 0 else math.inf
+            gap = self._unit_gap() / rate if rate > 0 else math.inf
             if t + gap < nxt:
                 t = t + gap
                 break

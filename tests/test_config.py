@@ -55,7 +55,7 @@ def test_explicit_tier_mix():
 def test_shipped_env_configs_load_and_inherit(repo):
     paper = load_env(repo / "configs/env/paper.yaml")
     high = load_env(repo / "configs/env/high_load.yaml")
-    assert paper.workload.arrival_rate_16 == 0.7 and high.workload.arrival_rate_16 == 1.1
+    assert paper.workload.arrival_rate_16 == 0.7 and high.workload.arrival_rate_16 == 1.14
     assert high.cluster == paper.cluster and high.mdp == paper.mdp
 
 
