@@ -23,10 +23,14 @@ class Policy(ABC):
         name: short name used in tables and by ``--policy``.
         first_level: task order the policy expects from the first level: ``"hop"`` (longest
             hop-count path to a sink, the paper's) or ``"upward_rank"`` (HEFT).
+        batched: see below.
     """
 
     name: str = "policy"
     first_level: str = "hop"
+    #: True for stateless policies whose act_batch is much cheaper per decision than act
+    #: (trained networks); the evaluation harness then steps episodes in lockstep.
+    batched: bool = False
 
     def reset(self, seed: int | None = None) -> None:
         """Forget per-episode state (round-robin pointer, RNG)."""

@@ -65,25 +65,70 @@ def run_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int =
     return m
 
 
+def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[int],
+                          base_seed: int = 0) -> list[dict[str, Any]]:
+    """Several episodes stepped in lockstep with one batched policy call per step.
+
+    For stateless policies (trained networks: ``policy.batched``), where a batch of B decisions
+    costs about as much as one. Each episode's result equals its sequential run up to float
+    rounding in the batched forward pass.
+    """
+    from policies import get_policy
+
+    policy = get_policy(policy_spec, env, seed=base_seed)
+    env = env_for_policy(env, policy.first_level)
+    sims = []
+    for k in episodes:
+        sim = Simulator(env)
+        sim.reset(episode_seed(base_seed, k))
+        sims.append(sim)
+    returns = [0.0] * len(sims)
+    t0 = time.perf_counter()
+    active = [i for i, s in enumerate(sims) if s.current is not None]
+    while active:
+        obs = [sims[i].observe() for i in active]
+        batch = {key: np.stack([o[key] for o in obs]) for key in obs[0]}
+        actions = policy.act_batch(batch)
+        for i, a in zip(active, actions):
+            returns[i] += sims[i].step(int(a)).reward
+        active = [i for i in active if sims[i].current is not None]
+    wall = time.perf_counter() - t0
+    out = []
+    for i, (k, sim) in enumerate(zip(episodes, sims)):
+        m = sim.metrics()
+        m.update(episode=k, episode_return=returns[i], wall_s=wall / len(sims))
+        out.append(m)
+    return out
+
+
 @dataclass(frozen=True)
 class Job:
     policy: str
     servers: int
-    episode: int
+    episodes: tuple[int, ...]
 
 
 def _run_jobs(env: EnvConfig, jobs: Sequence[Job], base_seed: int,
               trace_dir: str | None) -> list[dict[str, Any]]:
+    from policies import get_policy
+
     out = []
     for job in jobs:
         cfg = env.with_servers(job.servers)
-        trace = None
-        if trace_dir:
-            safe = Path(job.policy).name.replace("/", "_")
-            trace = Path(trace_dir) / f"{safe}_n{job.servers}_ep{job.episode:03d}.jsonl"
-        m = run_episode(cfg, job.policy, job.episode, base_seed, trace)
-        m.update(policy=job.policy, servers=job.servers)
-        out.append(m)
+        batched = getattr(get_policy(job.policy, cfg), "batched", False)
+        if batched and not trace_dir and len(job.episodes) > 1:
+            results = run_episodes_lockstep(cfg, job.policy, job.episodes, base_seed)
+        else:
+            results = []
+            for k in job.episodes:
+                trace = None
+                if trace_dir:
+                    safe = Path(job.policy).name.replace("/", "_")
+                    trace = Path(trace_dir) / f"{safe}_n{job.servers}_ep{k:03d}.jsonl"
+                results.append(run_episode(cfg, job.policy, k, base_seed, trace))
+        for m in results:
+            m.update(policy=job.policy, servers=job.servers)
+        out.extend(results)
     return out
 
 
@@ -120,24 +165,31 @@ def evaluate(env: EnvConfig, policies: Sequence[str], servers: Sequence[int], ep
     """
     from policies import get_policy
 
-    for p in policies:  # fail fast on a bad name or artifact, before any work starts
-        get_policy(p, env)
+    # Fail fast on a bad name or artifact, before any work starts.
+    batched = {p: getattr(get_policy(p, env), "batched", False) for p in policies}
     if trace_dir:
         Path(trace_dir).mkdir(parents=True, exist_ok=True)
-    jobs = [Job(p, n, k) for p in policies for n in servers for k in range(episodes)]
-    # Large clusters first, so the slowest episodes do not trail at the end.
-    jobs.sort(key=lambda j: -j.servers)
     if workers == 0:
         import os
-        workers = min(len(jobs), os.cpu_count() or 1)
+        workers = os.cpu_count() or 1
+    # One job = a slice of episodes of one (policy, size): a batched policy steps them in lockstep.
+    # Slices small enough to keep every worker busy; large clusters first (they take longest).
+    def slices(p: str) -> int:
+        if workers > 1:
+            return max(1, math.ceil(episodes / (2 * workers)))
+        return episodes if batched[p] else 1
+    jobs = [Job(p, n, tuple(range(k, min(k + slices(p), episodes))))
+            for p in policies for n in servers for k in range(0, episodes, slices(p))]
+    jobs.sort(key=lambda j: -j.servers)
+    total = len(policies) * len(servers) * episodes
     results: list[dict] = []
     if workers <= 1:
-        for i, job in enumerate(jobs):
+        for job in jobs:
             results.extend(_run_jobs(env, [job], base_seed, trace_dir))
             if progress:
-                progress(i + 1, len(jobs))
+                progress(len(results), total)
     else:
-        results = _run_on_ray(env, jobs, base_seed, trace_dir, workers, progress)
+        results = _run_on_ray(env, jobs, base_seed, trace_dir, workers, progress, total)
     rows = []
     for p in policies:
         for n in servers:
@@ -148,7 +200,8 @@ def evaluate(env: EnvConfig, policies: Sequence[str], servers: Sequence[int], ep
 
 
 def _run_on_ray(env: EnvConfig, jobs: list[Job], base_seed: int, trace_dir: str | None,
-                workers: int, progress: Callable[[int, int], None] | None) -> list[dict]:
+                workers: int, progress: Callable[[int, int], None] | None,
+                total: int) -> list[dict]:
     import ray
 
     started = False
@@ -159,16 +212,13 @@ def _run_on_ray(env: EnvConfig, jobs: list[Job], base_seed: int, trace_dir: str 
     try:
         remote = ray.remote(num_cpus=1)(_run_jobs)
         env_ref = ray.put(env)
-        # Small chunks keep every worker busy and progress visible.
-        chunk = max(1, len(jobs) // (workers * 8))
-        pending = [remote.remote(env_ref, jobs[i:i + chunk], base_seed, trace_dir)
-                   for i in range(0, len(jobs), chunk)]
+        pending = [remote.remote(env_ref, [job], base_seed, trace_dir) for job in jobs]
         results: list[dict] = []
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             results.extend(ray.get(done[0]))
             if progress:
-                progress(len(results), len(jobs))
+                progress(len(results), total)
         return results
     finally:
         if started:
