@@ -1,0 +1,221 @@
+"""`scale-ray bench live`: the live scheduler's overhead against plain Ray, and its placement
+quality against Ray's default placement, on one local heterogeneous multi-node cluster.
+
+Overhead (no-op primitives, ``time_scale = 0``; both sides on the same cluster, alternated
+``--repeats`` times, medians reported):
+
+* throughput: ``--overhead-workflows`` workflows, half chains of 8 and half fans 1 -> 14 -> 1,
+  all submitted at once; tasks per wall second through the scheduler vs the same DAGs as plain
+  Ray tasks (``@ray.remote`` no-ops with Ray's default 1-CPU request, parents' results passed
+  as refs; server nodes have one CPU per server and the head none, so both sides run at most
+  one task per server);
+* latency per dependency hop: one chain of ``--chain`` no-ops alone;
+  ``(T_scheduler - T_plain) / hops``.
+
+Quality: the same emulated workload (``--servers`` N, three tiers 2:5:1, Poisson arrivals at
+``--load`` offered load) under ``--policy``, EFT and Ray's default placement; mean and p95 workflow
+response time; ``improvement_vs_ray_default = 1 - policy / ray-default`` (mean).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from envs.workload import TaskSpec, WorkflowSpec
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default="eft",
+                   help="the policy under test (heuristic, shipped name or artifact dir); "
+                        "EFT and ray-default are always measured")
+    p.add_argument("--servers", type=int, default=16, help="servers N for the quality run")
+    p.add_argument("--servers-per-node", type=int, default=1,
+                   help="pack up to K same-tier servers into one raylet (1: a raylet per server)")
+    p.add_argument("--load", type=float, default=0.6, help="offered compute load")
+    p.add_argument("--workflows", type=int, default=120, help="workflows per quality run")
+    p.add_argument("--time-scale", type=float, default=0.1, help="wall s per model s")
+    p.add_argument("--overhead-workflows", type=int, default=40)
+    p.add_argument("--chain", type=int, default=100, help="hops of the latency chain")
+    p.add_argument("--repeats", type=int, default=5, help="overhead measurements per side")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-quality", action="store_true")
+    p.add_argument("--skip-overhead", action="store_true")
+    p.add_argument("--json", default=None, help="write the results to this JSON file")
+
+
+def _chain(n: int) -> WorkflowSpec:
+    return WorkflowSpec(tuple(TaskSpec(1.0, 0.0, 0.0, (i - 1,) if i else ()) for i in range(n)),
+                        f"chain{n}")
+
+
+def _fan(width: int) -> WorkflowSpec:
+    tasks = [TaskSpec(1.0, 0.0, 0.0)]
+    tasks += [TaskSpec(1.0, 0.0, 0.0, (0,)) for _ in range(width)]
+    tasks.append(TaskSpec(1.0, 0.0, 0.0, tuple(range(1, width + 1))))
+    return WorkflowSpec(tuple(tasks), f"fan{width}")
+
+
+def _plain_ray(specs: list[WorkflowSpec]) -> float:
+    """Wall seconds to run ``specs`` as plain Ray tasks (submitted at once, refs as args):
+    ``@ray.remote`` with Ray's default request of 1 CPU (server nodes have one CPU per server and
+    the head none, so at most one task per server, as under the scheduler)."""
+    import ray
+
+    from scale_ray.live.workflow import emulated_body
+
+    f = ray.remote(emulated_body)
+    t0 = time.perf_counter()
+    sinks = []
+    for spec in specs:
+        refs: list[Any] = []
+        for i, t in enumerate(spec.tasks):
+            refs.append(f.remote(i, *(refs[p] for p in t.parents)))
+        sinks.append(refs[-1])
+    ray.get(sinks)
+    return time.perf_counter() - t0
+
+
+def _scheduled(specs: list[WorkflowSpec], env, sched) -> float:
+    t0 = time.perf_counter()
+    hs = [sched.submit(s) for s in specs]
+    for h in hs:
+        h.result(timeout=600)
+    return time.perf_counter() - t0
+
+
+def overhead(env, repeats: int, n_workflows: int, chain: int) -> dict[str, Any]:
+    from policies import get_policy
+    from scale_ray.live.scheduler import LiveConfig, LiveScheduler
+
+    mix = [_chain(8) if k % 2 == 0 else _fan(14) for k in range(n_workflows)]
+    n_tasks = sum(len(s.tasks) for s in mix)
+    lat = [_chain(chain)]
+    sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.0)).start()
+    try:
+        _scheduled(mix[:4], env, sched)  # warm both paths (function export, workers)
+        _plain_ray(mix[:4])
+        rows = {"plain_tp": [], "sched_tp": [], "plain_chain": [], "sched_chain": []}
+        for r in range(repeats):
+            rows["plain_tp"].append(n_tasks / _plain_ray(mix))
+            rows["sched_tp"].append(n_tasks / _scheduled(mix, env, sched))
+            rows["plain_chain"].append(_plain_ray(lat))
+            rows["sched_chain"].append(_scheduled(lat, env, sched))
+            log.info("overhead round %d: plain %.0f tasks/s, scheduler %.0f tasks/s; chain of %d: "
+                     "plain %.3f s, scheduler %.3f s", r + 1, rows["plain_tp"][-1],
+                     rows["sched_tp"][-1], chain, rows["plain_chain"][-1], rows["sched_chain"][-1])
+        counters = dict(sched.counters)
+    finally:
+        sched.shutdown()
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    hops = chain - 1
+    return {
+        "plain_ray_tasks_per_s": med["plain_tp"],
+        "scheduler_tasks_per_s": med["sched_tp"],
+        "throughput_ratio": med["sched_tp"] / med["plain_tp"],
+        "plain_ray_latency_per_hop_ms": 1e3 * med["plain_chain"] / hops,
+        "scheduler_latency_per_hop_ms": 1e3 * med["sched_chain"] / hops,
+        "added_latency_per_hop_ms": 1e3 * (med["sched_chain"] - med["plain_chain"]) / hops,
+        "scheduler_cpu_ms_per_task": 1e3 * counters["thread_cpu_s"] / max(1, counters["tasks_started"]),
+        "overhead_tasks": n_tasks,
+        "chain_hops": hops,
+        "raw": rows,
+        "scheduler_counters": counters,
+    }
+
+
+def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict[str, Any]:
+    from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, stream,
+                                       workload_specs)
+    from scale_ray.live.scheduler import LiveConfig
+
+    live = LiveConfig(time_scale=args.time_scale)
+    specs = workload_specs(env, args.workflows, args.seed)
+    rate = rate_for_load(env, args.load, specs)
+    times = arrival_times(rate, len(specs), args.seed)
+    out: dict[str, Any] = {"rate_per_model_s": rate, "workflows": len(specs)}
+    for name in policies:
+        target = make_target(name, env, live, args.seed)
+        try:
+            stats = stream(target, specs, times, live.time_scale, timeout_s=900)
+        finally:
+            target.shutdown()
+        stats.pop("tasks_per_node", None)
+        out[name] = stats
+        log.info("quality %s: mean workflow response %.3f s (p95 %.3f s), %d/%d completed",
+                 name, stats["mean_workflow_response_s"], stats["p95_workflow_response_s"],
+                 stats["workflows_completed"], stats["workflows_submitted"])
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from scale_ray.config import load_env
+    from scale_ray.live.cluster import LocalHeteroCluster
+    from scale_ray.live.runner import warm_up
+    from scale_ray.live.scheduler import LiveConfig
+
+    env = load_env(None, None, servers=args.servers)
+    if args.policy not in ("eft", "ray-default"):
+        from policies import get_policy
+        get_policy(args.policy, env, args.seed)  # fail before starting a cluster
+    t0 = time.perf_counter()
+    cluster = LocalHeteroCluster(env.cluster, args.servers_per_node)
+    result: dict[str, Any] = {"servers": env.cluster.servers, "raylets": len(cluster.plan()),
+                              "servers_per_node": args.servers_per_node,
+                              "time_scale": args.time_scale, "load": args.load}
+    try:
+        cluster.start(progress=True)
+        result["cluster_start_s"] = time.perf_counter() - t0
+        result["warm_up_s"] = warm_up(env.cluster.servers, env, LiveConfig())
+        if not args.skip_overhead:
+            result.update(overhead(env, args.repeats, args.overhead_workflows, args.chain))
+        if not args.skip_quality:
+            pols = list(dict.fromkeys([args.policy, "eft", "ray-default"]))
+            q = quality(env, pols, args, cluster)
+            result["quality"] = q
+            result["mean_workflow_response_s"] = {p: q[p]["mean_workflow_response_s"] for p in pols}
+            result["p95_workflow_response_s"] = {p: q[p]["p95_workflow_response_s"] for p in pols}
+            base = q["ray-default"]["mean_workflow_response_s"]
+            result["improvement_vs_ray_default"] = 1.0 - q[args.policy]["mean_workflow_response_s"] / base
+            result["eft_improvement_vs_ray_default"] = 1.0 - q["eft"]["mean_workflow_response_s"] / base
+            result["policy"] = args.policy
+    finally:
+        cluster.shutdown()
+    result["total_s"] = time.perf_counter() - t0
+    print(format_result(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def format_result(r: dict[str, Any]) -> str:
+    lines = [f"live bench: N={r['servers']} servers on {r['raylets']} raylets "
+             f"(cluster up in {r.get('cluster_start_s', float('nan')):.1f} s)"]
+    if "throughput_ratio" in r:
+        lines += [
+            f"  overhead: plain Ray {r['plain_ray_tasks_per_s']:.0f} tasks/s, scheduler "
+            f"{r['scheduler_tasks_per_s']:.0f} tasks/s -> ratio {r['throughput_ratio']:.2f} "
+            f"(target >= 0.60)",
+            f"  latency per hop: plain Ray {r['plain_ray_latency_per_hop_ms']:.2f} ms, scheduler "
+            f"{r['scheduler_latency_per_hop_ms']:.2f} ms -> added "
+            f"{r['added_latency_per_hop_ms']:.2f} ms (target <= 1)",
+            f"  scheduler thread CPU: {r['scheduler_cpu_ms_per_task']:.2f} ms per task "
+            f"(policy, encoding, Ray calls)"]
+    if "quality" in r:
+        lines.append(f"  quality at load {r['load']} (time scale {r['time_scale']}):")
+        for p, m in r["mean_workflow_response_s"].items():
+            q = r["quality"][p]
+            lines.append(f"    {p:<14} mean {m:.3f} s  p95 {r['p95_workflow_response_s'][p]:.3f} s "
+                         f"wall  (model mean {q['mean_workflow_response_model_s']:.2f} s)  "
+                         f"{q['workflows_completed']}/{q['workflows_submitted']} completed")
+        lines.append(f"  improvement vs ray-default ({r['policy']}): "
+                     f"{100 * r['improvement_vs_ray_default']:.1f}% (target >= 20%)")
+    return "\n".join(lines)

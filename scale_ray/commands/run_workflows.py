@@ -1,0 +1,183 @@
+"""`scale-ray run-workflows`: stream workflows through the live scheduler on a Ray cluster.
+
+Starts a local heterogeneous multi-node Ray cluster (``--cluster local-hetero``, tiers of
+configs/env/paper.yaml) or connects to an existing one (``--address``), streams Poisson arrivals of
+workflows (the env's random DAGs, or a DAG file replayed), places them with ``--policy`` (or Ray's
+own placement with ``ray-default``) and prints response-time statistics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+from pathlib import Path
+
+from envs.trace import JsonlTraceWriter
+from scale_ray.config import load_env
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", choices=["local-hetero"], default="local-hetero",
+                   help="start a local multi-node cluster with the env's tiers (default)")
+    p.add_argument("--address", default=None,
+                   help="connect to this running Ray cluster instead (its nodes must advertise "
+                        "scale_slot/scale_compute/scale_memory_gb; see docs/live.md)")
+    p.add_argument("--nodes", type=int, default=16, help="servers N (tiers 2:5:1 by default)")
+    p.add_argument("--servers-per-node", type=int, default=1,
+                   help="pack up to K same-tier servers into one raylet (1: a raylet per server)")
+    p.add_argument("--policy", nargs="+", default=["eft"],
+                   help="heuristic name, shipped policy, artifact dir, or ray-default; several "
+                        "run one after another on the same cluster and workload, compared")
+    p.add_argument("--workflows", type=int, default=200, help="workflows to stream")
+    p.add_argument("--rate", type=float, default=None,
+                   help="arrivals per model second (default: from --load)")
+    p.add_argument("--load", type=float, default=0.6,
+                   help="offered compute load when --rate is not given (0.6 = 60%%)")
+    p.add_argument("--time-scale", type=float, default=0.1,
+                   help="wall seconds per model second of emulated work")
+    p.add_argument("--dag", default=None, help="JSON/YAML DAG file to replay instead of random DAGs")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--env-config", default=None, help="environment YAML (default: paper.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override an env key (repeatable)")
+    p.add_argument("--live-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a live scheduler key, e.g. max_retries=5 (repeatable)")
+    p.add_argument("--kill-node-at", type=float, action="append", default=[], metavar="T",
+                   help="kill a random server node at model time T (repeatable)")
+    p.add_argument("--add-node-at", action="append", default=[], metavar="T[:TIER]",
+                   help="add a server node (default tier medium) at model time T (repeatable)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="give up after this many wall s")
+    p.add_argument("--json", default=None, help="write the statistics to this JSON file")
+    p.add_argument("--trace", default=None, help="write the JSONL trace here")
+
+
+def _live_config(args: argparse.Namespace):
+    from envs.config import build
+    from scale_ray.config import parse_overrides
+    from scale_ray.live.scheduler import LiveConfig
+
+    data = {"time_scale": args.time_scale, **parse_overrides(args.live_set)}
+    return build(LiveConfig, data, "live")
+
+
+def run(args: argparse.Namespace) -> int:
+    from scale_ray.live.cluster import LocalHeteroCluster
+    from scale_ray.live.runner import (arrival_times, make_target, parse_events, rate_for_load,
+                                       stderr_progress, stream, warm_up, workload_specs)
+    from scale_ray.live.workflow import load_dag_file
+
+    if args.nodes < 1:
+        raise ValueError(f"--nodes: {args.nodes} must be >= 1")
+    if args.workflows < 1:
+        raise ValueError(f"--workflows: {args.workflows} must be >= 1")
+    if args.rate is not None and not (args.rate > 0 and math.isfinite(args.rate)):
+        raise ValueError(f"--rate: {args.rate} must be a finite number > 0")
+    if not 0 < args.load <= 10:
+        raise ValueError(f"--load: {args.load} must be in (0, 10]")
+    env = load_env(args.env_config, args.set, servers=args.nodes)
+    live = _live_config(args)
+    events = parse_events(args.kill_node_at, args.add_node_at)
+    dag = load_dag_file(args.dag) if args.dag else None
+    specs = workload_specs(env, args.workflows, args.seed, dag)
+    rate = args.rate or rate_for_load(env, args.load, specs)
+    times = arrival_times(rate, len(specs), args.seed)
+    for spec in args.policy:  # fail on a bad --policy before starting a cluster
+        if spec != "ray-default":
+            from policies import get_policy
+            get_policy(spec, env, args.seed)
+    if events and len(args.policy) > 1:
+        raise ValueError("--kill-node-at/--add-node-at: give a single --policy (each run would "
+                         "change the cluster for the next)")
+    if args.trace and len(args.policy) > 1:
+        raise ValueError("--trace: give a single --policy")
+
+    results: dict[str, dict] = {}
+    cluster = None
+    try:
+        import ray
+
+        if args.address:
+            if events:
+                raise ValueError("--kill-node-at/--add-node-at need --cluster local-hetero")
+            ray.init(address=args.address)
+        else:
+            cluster = LocalHeteroCluster(env.cluster, args.servers_per_node)
+            log.info("starting a local cluster: %d servers on %d raylets", env.cluster.servers,
+                     len(cluster.plan()))
+            cluster.start(progress=True)
+        log.info("warm-up (one no-op per server): %.1f s", warm_up(env.cluster.servers, env, live))
+        for spec in args.policy:
+            writer = JsonlTraceWriter(args.trace) if args.trace else None
+            target = make_target(spec, env, live, args.seed, trace=writer)
+            log.info("streaming %d workflows at %.3f/model s (time scale %g) under %s",
+                     len(specs), rate, live.time_scale, spec)
+            try:
+                stats = stream(target, specs, times, live.time_scale, cluster, events, args.seed,
+                               stderr_progress(spec), timeout_s=args.timeout)
+            finally:
+                target.shutdown()
+                if writer is not None:
+                    writer.close()
+            stats.update(policy=spec, servers=env.cluster.servers, rate_per_model_s=rate,
+                         time_scale=live.time_scale,
+                         raylets=len(cluster.plan()) if cluster else None)
+            results[spec] = stats
+            print(format_stats(stats), flush=True)
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+        else:
+            import ray
+            if ray.is_initialized():
+                ray.shutdown()
+    out = dict(results[args.policy[0]])
+    if len(results) > 1:
+        out["by_policy"] = results
+        print(format_comparison(results))
+        if "ray-default" in results:
+            base = results["ray-default"]["mean_workflow_response_s"]
+            out["improvement_vs_ray_default"] = {
+                p: 1.0 - r["mean_workflow_response_s"] / base for p, r in results.items()
+                if p != "ray-default"}
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=2, default=str))
+    ok = all(r["workflows_failed"] == 0 and r["workflows_completed"] == r["workflows_submitted"]
+             for r in results.values())
+    return 0 if ok else 1
+
+
+def format_comparison(results: dict[str, dict]) -> str:
+    """One row per policy, plus the change against ray-default when it ran."""
+    base = results.get("ray-default", {}).get("mean_workflow_response_s")
+    lines = ["", f"{'policy':<16}{'completed':>10}{'mean wf s':>11}{'p95 wf s':>10}"
+                 f"{'mean task s':>13}{'vs ray-default':>16}"]
+    for p, r in results.items():
+        vs = "" if not base or p == "ray-default" else \
+            f"{100 * (1 - r['mean_workflow_response_s'] / base):+.1f}% faster"
+        lines.append(f"{p:<16}{r['workflows_completed']:>6}/{r['workflows_submitted']:<3}"
+                     f"{r['mean_workflow_response_s']:>11.3f}{r['p95_workflow_response_s']:>10.3f}"
+                     f"{r['mean_task_response_s']:>13.3f}{vs:>16}")
+    return "\n".join(lines)
+
+
+def format_stats(s: dict) -> str:
+    """Human-readable summary of one run."""
+    lines = [
+        f"policy {s.get('policy')}: {s['workflows_completed']}/{s['workflows_submitted']} workflows "
+        f"completed, {s['workflows_failed']} failed, in {s.get('wall_s', float('nan')):.1f} s wall",
+        f"  workflow response: mean {s['mean_workflow_response_s']:.3f} s, "
+        f"p95 {s['p95_workflow_response_s']:.3f} s wall "
+        f"(model: mean {s['mean_workflow_response_model_s']:.2f} s, "
+        f"p95 {s['p95_workflow_response_model_s']:.2f} s)",
+        f"  task response: mean {s['mean_task_response_s']:.3f} s, "
+        f"p95 {s['p95_task_response_s']:.3f} s wall",
+    ]
+    if "lost" in s:
+        lines.append(f"  decisions {s['decisions']}, waits {s['waits']}, lost runs {s['lost']}, "
+                     f"node refreshes {s['node_refreshes']}")
+    return "\n".join(lines)

@@ -1,0 +1,24 @@
+"""Live scheduling: agent-workflow primitives as Ray tasks placed by a Policy (DESIGN.md §6).
+
+Quick use::
+
+    from scale_ray.live import primitive, LiveScheduler
+    @primitive(compute_gflop=2.0, memory_gb=4.0)
+    def fetch(url): ...
+    with LiveScheduler(get_policy("eft")) as sched:   # after ray.init(...)
+        handle = sched.submit(summarize.bind(fetch.bind("a"), fetch.bind("b")))
+        print(handle.result())
+
+See docs/live.md.
+"""
+
+from .cluster import LocalHeteroCluster, NodeInfo, live_nodes
+from .scheduler import (LiveConfig, LiveScheduler, PlacementError, RayDefaultRunner,
+                        TaskLostError, WorkflowFailed, WorkflowHandle)
+from .workflow import (Call, Primitive, WorkflowError, collect, from_spec, load_dag_file,
+                       parse_dag, primitive)
+
+__all__ = ["Call", "Primitive", "primitive", "collect", "from_spec", "load_dag_file", "parse_dag",
+           "WorkflowError", "LiveConfig", "LiveScheduler", "RayDefaultRunner", "WorkflowHandle",
+           "WorkflowFailed", "TaskLostError", "PlacementError", "LocalHeteroCluster", "NodeInfo",
+           "live_nodes"]

@@ -1,0 +1,200 @@
+"""Heterogeneous emulated Ray nodes: how a node advertises its capacity, and a local cluster.
+
+A Ray node is a *scale server node* when its resources contain ``scale_slot`` (the number of
+servers it hosts, each running one primitive at a time). Its capacity is read from the node's
+custom resources ``scale_compute`` (GFLOP/s per server) and ``scale_memory_gb`` (GB per server),
+or, when those are absent, from its labels ``scale.compute`` / ``scale.memory_gb``; the label
+``scale.tier`` names its tier. Any Ray cluster whose nodes carry these (a KubeRay worker group, a
+fake-autoscaler node type, :class:`LocalHeteroCluster`) can be scheduled by the live scheduler.
+
+:class:`LocalHeteroCluster` starts a real multi-node Ray cluster on this machine
+(``ray.cluster_utils.Cluster``: one GCS, one raylet per node, its own temp dir and ports) with
+the tiers of ``envs.config.ClusterConfig`` (DESIGN.md §3). ``servers_per_node`` packs up to that
+many servers of one tier into one raylet (a raylet costs ~0.4 GB and ~3 s of start-up on these
+machines; see docs/live.md for the measurements).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from envs.config import ClusterConfig, TierConfig
+
+log = logging.getLogger(__name__)
+
+SLOT_RESOURCE = "scale_slot"
+COMPUTE_RESOURCE = "scale_compute"
+MEMORY_RESOURCE = "scale_memory_gb"
+TIER_LABEL = "scale.tier"
+COMPUTE_LABEL = "scale.compute"
+MEMORY_LABEL = "scale.memory_gb"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """One live scale server node as read from Ray."""
+    node_id: str
+    slots: int
+    compute: float
+    memory_gb: float
+    tier: str
+    idle_w: float = 0.0
+    busy_w: float = 0.0
+
+
+def node_resources(tier: TierConfig, slots: int) -> dict[str, float]:
+    """Custom resources advertising ``slots`` servers of ``tier``."""
+    return {SLOT_RESOURCE: float(slots), COMPUTE_RESOURCE: float(tier.compute),
+            MEMORY_RESOURCE: float(tier.memory_gb)}
+
+
+def node_labels(tier: TierConfig) -> dict[str, str]:
+    """Labels naming the node's tier and capacity (used by Ray-default placement and tasks)."""
+    return {TIER_LABEL: tier.name, COMPUTE_LABEL: f"{tier.compute:g}",
+            MEMORY_LABEL: f"{tier.memory_gb:g}"}
+
+
+def parse_node(raw: dict[str, Any], tiers: Iterable[TierConfig] = ()) -> NodeInfo | None:
+    """NodeInfo from one ``ray.nodes()`` entry, or None for a dead or non-server node."""
+    if not raw.get("Alive"):
+        return None
+    res = raw.get("Resources") or {}
+    labels = raw.get("Labels") or {}
+    slots = int(res.get(SLOT_RESOURCE, 0))
+    if slots < 1:
+        return None
+    try:
+        compute = float(res.get(COMPUTE_RESOURCE) or labels.get(COMPUTE_LABEL))
+        memory = float(res.get(MEMORY_RESOURCE) or labels.get(MEMORY_LABEL))
+    except (TypeError, ValueError):
+        log.warning("node %s has %s but no compute/memory capacity; ignored",
+                    raw.get("NodeID"), SLOT_RESOURCE)
+        return None
+    if compute <= 0:
+        return None
+    tier_name = labels.get(TIER_LABEL, "")
+    tier = next((t for t in tiers if t.name == tier_name), None)
+    if tier is None:  # no label: the configured tier with this capacity, if any
+        tier = next((t for t in tiers if t.compute == compute and t.memory_gb == memory), None)
+    return NodeInfo(raw["NodeID"], slots, compute, memory, tier.name if tier else tier_name,
+                    tier.idle_w if tier else 0.0, tier.busy_w if tier else 0.0)
+
+
+def live_nodes(tiers: Iterable[TierConfig] = ()) -> list[NodeInfo]:
+    """The alive scale server nodes of the connected Ray cluster (one GCS call)."""
+    import ray
+
+    tiers = tuple(tiers)
+    out = []
+    for raw in ray.nodes():
+        info = parse_node(raw, tiers)
+        if info is not None:
+            out.append(info)
+    return out
+
+
+class LocalHeteroCluster:
+    """A real local multi-node Ray cluster with heterogeneous emulated server nodes.
+
+    Args:
+        cluster: tiers and the server count N (tier counts by ratio, DESIGN.md §3).
+        servers_per_node: pack up to this many servers of one tier into one raylet (1: one raylet
+            per server, the faithful setting).
+        temp_dir: Ray's temp dir for this cluster (default: a fresh short directory under /tmp,
+            removed on shutdown).
+
+    Use as a context manager; :meth:`shutdown` stops only this cluster's processes.
+    """
+
+    def __init__(self, cluster: ClusterConfig, servers_per_node: int = 1,
+                 temp_dir: str | None = None):
+        if servers_per_node < 1:
+            raise ValueError(f"servers_per_node: {servers_per_node} must be >= 1")
+        self.config = cluster
+        self.servers_per_node = servers_per_node
+        self._own_tmp = temp_dir is None
+        # Short path: Ray's unix sockets live below it (108-byte limit).
+        self.temp_dir = temp_dir or tempfile.mkdtemp(prefix="scl_", dir="/tmp")
+        self._cluster = None
+        self.nodes: list[Any] = []  # ray._private.node.Node handles of server nodes
+        self.node_tier: dict[str, str] = {}
+
+    def plan(self) -> list[tuple[TierConfig, int]]:
+        """(tier, slots) of each raylet to start."""
+        out = []
+        for name, count in self.config.tier_counts().items():
+            tier = self.config.tier(name)
+            while count > 0:
+                k = min(count, self.servers_per_node)
+                out.append((tier, k))
+                count -= k
+        return out
+
+    def start(self, progress: bool = False) -> "LocalHeteroCluster":
+        """Start the head (no servers, hosts the driver) and every server node; connect."""
+        import ray
+        from ray.cluster_utils import Cluster
+
+        if ray.is_initialized():
+            raise RuntimeError("LocalHeteroCluster.start: this process is already connected to a "
+                               "Ray cluster; call ray.shutdown() first")
+        t0 = time.perf_counter()
+        self._cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "include_dashboard": False, "temp_dir": self.temp_dir})
+        for tier, slots in self.plan():
+            self.add_node(tier.name, slots, wait=False)
+        self._cluster.wait_for_nodes()
+        ray.init(address=self._cluster.address, include_dashboard=False, log_to_driver=False)
+        if progress:
+            log.info("local cluster: %d server nodes (%d servers) up in %.1f s (temp dir %s)",
+                     len(self.nodes), self.config.servers, time.perf_counter() - t0, self.temp_dir)
+        return self
+
+    @property
+    def address(self) -> str:
+        return self._cluster.address
+
+    def add_node(self, tier: str, slots: int = 1, wait: bool = True) -> str:
+        """Start one more server node of ``tier`` with ``slots`` servers; returns its node id."""
+        t = self.config.tier(tier)
+        node = self._cluster.add_node(wait=wait, num_cpus=slots, resources=node_resources(t, slots),
+                                      labels=node_labels(t))
+        self.nodes.append(node)
+        self.node_tier[node.node_id] = tier
+        return node.node_id
+
+    def kill_node(self, node_id: str | None = None) -> str:
+        """Kill a server node at once (no drain; its running tasks are lost). Default: the most
+        recently started one that is still up. Returns the killed node's id."""
+        if not self.nodes:
+            raise RuntimeError("no server node left to kill")
+        node = self.nodes[-1] if node_id is None else next(
+            (n for n in self.nodes if n.node_id == node_id), None)
+        if node is None:
+            raise ValueError(f"node {node_id!r} is not a server node of this cluster")
+        self.nodes.remove(node)
+        self._cluster.remove_node(node, allow_graceful=False)
+        return node.node_id
+
+    def shutdown(self) -> None:
+        """Disconnect and stop this cluster's processes (only ours)."""
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        if self._cluster is not None:
+            self._cluster.shutdown()
+            self._cluster = None
+        if self._own_tmp:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalHeteroCluster":
+        return self.start() if self._cluster is None else self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()

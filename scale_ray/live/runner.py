@@ -1,0 +1,173 @@
+"""Streaming experiments on a live cluster: workloads, Poisson arrivals, scenarios, statistics.
+
+Shared by ``scale-ray run-workflows`` and ``scale-ray bench live``. Arrival times and failure /
+scaling times are in *model* seconds; with ``time_scale`` S they happen S times faster in wall
+time (a primitive of c GFLOP on a node of C GFLOP/s sleeps c / C * S wall seconds).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from envs.config import EnvConfig
+from envs.workload import ListSource, WorkflowSpec, make_source
+
+from .cluster import LocalHeteroCluster
+from .scheduler import LiveConfig, LiveScheduler, RayDefaultRunner
+
+log = logging.getLogger(__name__)
+
+
+def workload_specs(env: EnvConfig, count: int, seed: int,
+                   dag_specs: Sequence[WorkflowSpec] | None = None) -> list[WorkflowSpec]:
+    """``count`` workflows from the env's workload source (or replayed from ``dag_specs``)."""
+    rng = np.random.default_rng(seed)
+    source = ListSource(list(dag_specs), "replay") if dag_specs else make_source(env.workload)
+    return [source.next_workflow(rng) for _ in range(count)]
+
+
+def capacity_gflop_s(env: EnvConfig) -> float:
+    """Total compute of the configured cluster (sum over servers)."""
+    c = env.cluster
+    return sum(c.tier(name).compute * n for name, n in c.tier_counts().items())
+
+
+def rate_for_load(env: EnvConfig, load: float, specs: Sequence[WorkflowSpec]) -> float:
+    """Workflows per model second that keep the cluster's compute ``load`` busy on average
+    (offered work / total capacity; the policy's placement changes the realised utilisation)."""
+    work = float(np.mean([sum(t.compute_gflop for t in s.tasks) for s in specs]))
+    return load * capacity_gflop_s(env) / work
+
+
+def arrival_times(rate: float, count: int, seed: int) -> np.ndarray:
+    """Poisson arrival times (model s) of ``count`` workflows at ``rate`` per model second."""
+    rng = np.random.default_rng([seed, 1])
+    return np.cumsum(rng.exponential(1.0 / rate, size=count))
+
+
+@dataclass(frozen=True)
+class ClusterEvent:
+    """A scripted change of the local cluster at model time ``t``: ``kill`` or ``add`` (tier)."""
+    t: float
+    kind: str
+    tier: str = "medium"
+
+
+def parse_events(kill_at: Sequence[float], add_at: Sequence[str]) -> list[ClusterEvent]:
+    """``--kill-node-at 5 --add-node-at 3:large`` -> sorted events."""
+    out = [ClusterEvent(float(t), "kill") for t in kill_at]
+    for item in add_at:
+        t, _, tier = str(item).partition(":")
+        out.append(ClusterEvent(float(t), "add", tier or "medium"))
+    for ev in out:
+        if ev.t < 0:
+            raise ValueError(f"--{ev.kind}-node-at: time {ev.t} must be >= 0")
+    return sorted(out, key=lambda e: e.t)
+
+
+def stderr_progress(label: str) -> Callable[[int, int], None]:
+    """A one-line progress meter on stderr (only on a terminal, else every 10%)."""
+    last = [-1]
+    tty = sys.stderr.isatty()
+
+    def show(done: int, total: int) -> None:
+        if total == 0:
+            return
+        pct = int(100 * done / total)
+        if tty:
+            sys.stderr.write(f"\r{label}: {done}/{total} workflows done")
+            if done == total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+        elif pct // 10 != last[0] // 10 or done == total and last[0] != 100:
+            sys.stderr.write(f"{label}: {done}/{total} workflows done\n")
+        last[0] = pct
+
+    return show
+
+
+def stream(target: LiveScheduler | RayDefaultRunner, specs: Sequence[Any], times_model: np.ndarray,
+           time_scale: float, cluster: LocalHeteroCluster | None = None,
+           events: Sequence[ClusterEvent] = (), seed: int = 0,
+           progress: Callable[[int, int], None] | None = None,
+           timeout_s: float | None = None) -> dict[str, Any]:
+    """Submit ``specs`` at ``times_model`` (scaled to wall time), apply ``events`` on the way,
+    wait for every workflow; return the target's summary plus the run's wall time."""
+    ts = time_scale if time_scale > 0 else 1.0
+    rng = np.random.default_rng([seed, 2])
+    pending = list(events)
+    t0 = time.perf_counter()
+    applied = []
+    for spec, tm in zip(specs, times_model):
+        while pending and pending[0].t <= tm:
+            applied.append(_apply(pending.pop(0), cluster, rng, t0, ts))
+        delay = t0 + tm * ts - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        target.submit(spec)
+        if progress:
+            hs = target.handles()
+            progress(sum(1 for h in hs if h.done()), len(specs))
+    while pending:  # events after the last arrival
+        ev = pending.pop(0)
+        delay = t0 + ev.t * ts - time.perf_counter()
+        if delay > 0 and target.drain(timeout=delay):
+            break  # everything finished first: the event would change nothing
+        applied.append(_apply(ev, cluster, rng, t0, ts))
+    if not target.drain(timeout=timeout_s, progress=progress):
+        log.warning("gave up waiting after %s s: %d workflows unfinished", timeout_s,
+                    sum(1 for h in target.handles() if not h.done()))
+    out = target.summary()
+    out["wall_s"] = time.perf_counter() - t0
+    out["cluster_events"] = applied
+    return out
+
+
+def _apply(ev: ClusterEvent, cluster: LocalHeteroCluster | None, rng: np.random.Generator,
+           t0: float, ts: float) -> dict[str, Any]:
+    if cluster is None:
+        raise ValueError("--kill-node-at/--add-node-at need a local cluster (--cluster local-hetero)")
+    delay = t0 + ev.t * ts - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+    if ev.kind == "kill":
+        victim = cluster.nodes[int(rng.integers(0, len(cluster.nodes)))].node_id
+        cluster.kill_node(victim)
+        log.info("t=%.1f: killed node %s", ev.t, victim[:12])
+        return {"t": ev.t, "kind": "kill", "node": victim}
+    node = cluster.add_node(ev.tier, 1)
+    log.info("t=%.1f: added a %s node %s", ev.t, ev.tier, node[:12])
+    return {"t": ev.t, "kind": "add", "tier": ev.tier, "node": node}
+
+
+def make_target(policy_spec: str, env: EnvConfig, live: LiveConfig, seed: int = 0,
+                trace: Any = None) -> LiveScheduler | RayDefaultRunner:
+    """A started LiveScheduler for ``policy_spec`` (or the Ray-default runner)."""
+    if policy_spec == "ray-default":
+        return RayDefaultRunner(env, live).start()
+    from policies import get_policy
+
+    policy = get_policy(policy_spec, env, seed)
+    return LiveScheduler(policy, env, live, trace=trace).start()
+
+
+def warm_up(cluster_servers: int, env: EnvConfig, live: LiveConfig) -> float:
+    """Run one no-op per server (starts a worker on every node; the first task on a fresh node
+    takes ~1-2 s). Returns the wall seconds it took."""
+    from envs.workload import TaskSpec
+    from policies import get_policy
+
+    t0 = time.perf_counter()
+    sched = LiveScheduler(get_policy("eft", env), env,
+                          LiveConfig(time_scale=0.0, wait_s=live.wait_s)).start()
+    spec = WorkflowSpec(tuple(TaskSpec(1.0, 0.0, 0.0) for _ in range(max(1, cluster_servers))), "warm")
+    sched.submit(spec)
+    sched.drain(timeout=300)
+    sched.shutdown()
+    return time.perf_counter() - t0

@@ -1,0 +1,303 @@
+"""The workflow API of the live scheduler: primitives, calls, DAG files.
+
+A *primitive* is a plain Python function with resource hints::
+
+    @primitive(compute_gflop=4.0, memory_gb=8.0, output_gb=0.1)
+    def summarize(text): ...
+
+Calling ``summarize.bind(x)`` does not run anything: it returns a :class:`Call`, a node of a DAG.
+Passing one call's result into another (``report.bind(summarize.bind(fetch.bind(url)))``) adds a
+dependency, in the spirit of Ray's ``.bind()``. Calls may appear as top-level positional or keyword
+arguments (Ray resolves only top-level object refs); other arguments are passed as values.
+A workflow is the set of calls reachable from its outputs; :func:`collect` turns it into a
+validated :class:`envs.workload.WorkflowSpec` plus the calls in the same topological order.
+
+Workflows also come from DAG files (:func:`load_dag_file`, the project's JSON/YAML format) and from
+any :class:`~envs.workload.WorkflowSpec` (:func:`from_spec`, so the real-DAG loaders in
+``envs.loaders`` plug in); those get an emulated body (:func:`emulated_body`) whose return value
+is checkable: ``index + 1 + sum(parent values)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import yaml
+
+from envs.workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
+
+__all__ = ["Primitive", "Call", "primitive", "collect", "from_spec", "load_dag_file",
+           "emulated_body", "expected_emulated_values", "WorkflowError", "CollectedWorkflow"]
+
+
+def _check_hint(name: str, fname: str, value: Any, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or (positive and value <= 0):
+        rule = "> 0" if positive else ">= 0"
+        raise WorkflowError(f"primitive {name!r}: {fname} must be a finite number {rule}, got {value!r}")
+    return float(value)
+
+
+class Primitive:
+    """A function with resource hints; ``.bind(*args)`` makes a :class:`Call`.
+
+    Args:
+        fn: the body; runs as a Ray task on the node the policy chose.
+        compute_gflop: compute demand c (GFLOP); the emulated run time on a node of capacity C is
+            ``c / C * time_scale`` seconds (see :class:`scale_ray.live.scheduler.LiveConfig`).
+        memory_gb: memory demand m (GB); the task fits a server only if ``m <= M``.
+        output_gb: size of the result (GB), for the transfer-delay feature.
+        name: label in traces and errors (default: the function name).
+    """
+
+    def __init__(self, fn: Callable[..., Any], compute_gflop: float, memory_gb: float = 0.0,
+                 output_gb: float = 0.0, name: str | None = None):
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "primitive")
+        self.compute_gflop = _check_hint(self.name, "compute_gflop", compute_gflop, True)
+        self.memory_gb = _check_hint(self.name, "memory_gb", memory_gb, False)
+        self.output_gb = _check_hint(self.name, "output_gb", output_gb, False)
+
+    def bind(self, *args: Any, **kwargs: Any) -> "Call":
+        """A DAG node calling this primitive; :class:`Call` arguments become dependencies."""
+        for i, a in enumerate(list(args) + list(kwargs.values())):
+            if not isinstance(a, Call) and _contains_call(a):
+                raise WorkflowError(f"primitive {self.name!r}: argument {i} nests a Call inside a "
+                                    f"container; pass each result as its own argument")
+        return Call(self, args, kwargs)
+
+    def options(self, **hints: Any) -> "Primitive":
+        """A copy with other resource hints (``fetch.options(compute_gflop=8).bind(x)``)."""
+        kw = {"compute_gflop": self.compute_gflop, "memory_gb": self.memory_gb,
+              "output_gb": self.output_gb, "name": self.name, **hints}
+        return Primitive(self.fn, **kw)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the body locally (plain Python; for tests and debugging)."""
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"Primitive({self.name}, compute_gflop={self.compute_gflop}, "
+                f"memory_gb={self.memory_gb}, output_gb={self.output_gb})")
+
+
+def _contains_call(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, Call):
+        return True
+    if depth > 3:
+        return False
+    if isinstance(value, (list, tuple, set)):
+        return any(_contains_call(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return any(_contains_call(v, depth + 1) for v in value.values())
+    return False
+
+
+def primitive(fn: Callable[..., Any] | None = None, *, compute_gflop: float = 1.0,
+              memory_gb: float = 0.0, output_gb: float = 0.0,
+              name: str | None = None) -> Any:
+    """Decorator: mark a function as a primitive with resource hints (see :class:`Primitive`)."""
+    def wrap(f: Callable[..., Any]) -> Primitive:
+        return Primitive(f, compute_gflop, memory_gb, output_gb, name)
+    return wrap(fn) if fn is not None else wrap
+
+
+class Call:
+    """One invocation of a primitive inside a workflow (a DAG node). Identity matters: binding the
+    same call into two children makes it one task with two children."""
+    __slots__ = ("primitive", "args", "kwargs")
+
+    def __init__(self, prim: Primitive, args: Sequence[Any], kwargs: Mapping[str, Any]):
+        self.primitive = prim
+        self.args = tuple(args)
+        self.kwargs = dict(kwargs)
+
+    def parents(self) -> list["Call"]:
+        """Distinct calls this one depends on, in argument order."""
+        out: list[Call] = []
+        for a in list(self.args) + list(self.kwargs.values()):
+            if isinstance(a, Call) and all(a is not p for p in out):
+                out.append(a)
+        return out
+
+    def __repr__(self) -> str:
+        return f"Call({self.primitive.name})"
+
+
+@dataclass(frozen=True)
+class CollectedWorkflow:
+    """A validated workflow: the spec (topological order) and its calls in the same order."""
+    spec: WorkflowSpec
+    calls: tuple[Call, ...]
+    outputs: tuple[int, ...]  # indices of the calls the user asked for
+    expected: tuple[Any, ...] | None = field(default=None, compare=False)  # emulated values
+
+
+def collect(outputs: Call | Sequence[Call], name: str = "") -> CollectedWorkflow:
+    """Walk the DAG back from ``outputs``; validate it; order it topologically.
+
+    Raises :class:`WorkflowError` for an empty output list, a non-Call output, or a cycle (only
+    possible by mutating a Call's arguments after binding).
+    """
+    outs = [outputs] if isinstance(outputs, Call) else list(outputs)
+    if not outs:
+        raise WorkflowError(f"workflow {name!r}: no outputs given")
+    for i, o in enumerate(outs):
+        if not isinstance(o, Call):
+            raise WorkflowError(f"workflow {name!r}: output {i} is {type(o).__name__}, not a Call "
+                                f"(use primitive.bind(...))")
+    # Iterative DFS with colours: finds cycles and gives a parents-first order.
+    order: list[Call] = []
+    colour: dict[int, int] = {}
+    for root in outs:
+        stack: list[tuple[Call, int]] = [(root, 0)]
+        while stack:
+            node, k = stack.pop()
+            nid = id(node)
+            if k == 0:
+                if colour.get(nid) == 2:
+                    continue
+                if colour.get(nid) == 1:
+                    continue
+                colour[nid] = 1
+            ps = node.parents()
+            if k < len(ps):
+                stack.append((node, k + 1))
+                p = ps[k]
+                c = colour.get(id(p))
+                if c == 1:
+                    raise WorkflowError(f"workflow {name!r}: contains a cycle through "
+                                        f"{p.primitive.name!r} and {node.primitive.name!r}")
+                if c is None:
+                    stack.append((p, 0))
+            else:
+                colour[nid] = 2
+                order.append(node)
+    index = {id(c): i for i, c in enumerate(order)}
+    tasks = tuple(TaskSpec(c.primitive.compute_gflop, c.primitive.memory_gb, c.primitive.output_gb,
+                           tuple(sorted(index[id(p)] for p in c.parents())), c.primitive.name)
+                  for c in order)
+    spec = WorkflowSpec(tasks, name or order[-1].primitive.name)
+    return CollectedWorkflow(spec, tuple(order), tuple(index[id(o)] for o in outs))
+
+
+# ------------------------------------------------------------------------------------------------
+# Emulated workflows (DAG files, WorkflowSpec from generators and loaders)
+# ------------------------------------------------------------------------------------------------
+
+def emulated_body(index: int, *parent_values: int) -> int:
+    """The emulated primitive: returns ``index + 1 + sum(parent values)`` so that a test can check
+    that data flowed through every dependency. Its run time comes from the scheduler's sleep."""
+    return index + 1 + sum(parent_values)
+
+
+def expected_emulated_values(spec: WorkflowSpec) -> list[int]:
+    """What :func:`emulated_body` returns for each task of ``spec`` (computed in plain Python)."""
+    vals: list[int] = []
+    for i, t in enumerate(spec.tasks):
+        vals.append(i + 1 + sum(vals[p] for p in t.parents))
+    return vals
+
+
+def from_spec(spec: WorkflowSpec) -> CollectedWorkflow:
+    """Calls with the emulated body for every task of ``spec`` (same order, same hints)."""
+    calls: list[Call] = []
+    for i, t in enumerate(spec.tasks):
+        prim = Primitive(emulated_body, t.compute_gflop, t.memory_gb, t.output_gb,
+                         t.name or f"t{i}")
+        calls.append(Call(prim, (i, *(calls[p] for p in t.parents)), {}))
+    kids = spec.children()
+    sinks = tuple(i for i, k in enumerate(kids) if not k)
+    return CollectedWorkflow(spec, tuple(calls), sinks, tuple(expected_emulated_values(spec)))
+
+
+def _task_from_record(wf: str, rec: Any, i: int, where: str) -> tuple[str, TaskSpec, list[str]]:
+    if not isinstance(rec, Mapping):
+        raise WorkflowError(f"{where}: workflow {wf!r}: tasks[{i}] must be a mapping")
+    allowed = {"name", "compute_gflop", "memory_gb", "output_gb", "parents"}
+    unknown = sorted(set(rec) - allowed)
+    if unknown:
+        raise WorkflowError(f"{where}: workflow {wf!r}: tasks[{i}]: unknown key {unknown[0]!r}; "
+                            f"allowed keys: {sorted(allowed)}")
+    name = str(rec.get("name", f"t{i}"))
+    if "compute_gflop" not in rec:
+        raise WorkflowError(f"{where}: workflow {wf!r}: task {name!r}: compute_gflop is required")
+    vals = {}
+    for key, positive in (("compute_gflop", True), ("memory_gb", False), ("output_gb", False)):
+        try:
+            vals[key] = _check_hint(name, key, rec.get(key, 0.0), positive)
+        except WorkflowError as e:
+            raise WorkflowError(f"{where}: workflow {wf!r}: {e}") from None
+    parents = rec.get("parents", [])
+    if not isinstance(parents, list) or not all(isinstance(p, (str, int)) for p in parents):
+        raise WorkflowError(f"{where}: workflow {wf!r}: task {name!r}: parents must be a list of "
+                            f"task names")
+    return name, TaskSpec(vals["compute_gflop"], vals["memory_gb"], vals["output_gb"], (), name), \
+        [str(p) for p in parents]
+
+
+def parse_dag(data: Any, where: str = "<dag>") -> list[WorkflowSpec]:
+    """Workflows from the project's DAG format (already parsed JSON/YAML).
+
+    Format: ``{"workflows": [{"name": str, "tasks": [{"name", "compute_gflop", "memory_gb",
+    "output_gb", "parents": [names]}]}]}`` or one workflow mapping at the top level. Tasks may be
+    listed in any order; cycles, unknown parents, duplicate names and bad values are rejected.
+    """
+    if isinstance(data, Mapping) and "workflows" in data:
+        wfs = data["workflows"]
+        if not isinstance(wfs, list) or not wfs:
+            raise WorkflowError(f"{where}: 'workflows' must be a non-empty list")
+    elif isinstance(data, Mapping) and "tasks" in data:
+        wfs = [data]
+    else:
+        raise WorkflowError(f"{where}: expected a mapping with 'workflows' or 'tasks'")
+    out = []
+    for k, wf in enumerate(wfs):
+        if not isinstance(wf, Mapping) or not isinstance(wf.get("tasks"), list) or not wf["tasks"]:
+            raise WorkflowError(f"{where}: workflows[{k}] needs a non-empty 'tasks' list")
+        name = str(wf.get("name", f"workflow{k}"))
+        nodes: dict[str, TaskSpec] = {}
+        edges: list[tuple[str, str]] = []
+        for i, rec in enumerate(wf["tasks"]):
+            tname, spec, parents = _task_from_record(name, rec, i, where)
+            if tname in nodes:
+                raise WorkflowError(f"{where}: workflow {name!r}: duplicate task name {tname!r}")
+            nodes[tname] = spec
+            edges.extend((p, tname) for p in parents)
+        for p, c in edges:
+            if p not in nodes:
+                raise WorkflowError(f"{where}: workflow {name!r}: task {c!r} names unknown parent {p!r}")
+        out.append(topological_spec(name, nodes, edges, where))
+    return out
+
+
+def load_dag_file(path: str | Path) -> list[WorkflowSpec]:
+    """Workflows from a ``.json``/``.yaml``/``.yml`` DAG file (see :func:`parse_dag`)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such DAG file")
+    text = p.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as e:
+        raise WorkflowError(f"{p}: cannot parse ({e})") from None
+    return parse_dag(data, str(p))
+
+
+def dag_record(spec: WorkflowSpec) -> dict[str, Any]:
+    """The DAG-file record of ``spec`` (inverse of :func:`parse_dag` for one workflow)."""
+    names = [t.name or f"t{i}" for i, t in enumerate(spec.tasks)]
+    return {"name": spec.name, "tasks": [
+        {"name": names[i], "compute_gflop": t.compute_gflop, "memory_gb": t.memory_gb,
+         "output_gb": t.output_gb, "parents": [names[p] for p in t.parents]}
+        for i, t in enumerate(spec.tasks)]}
+
+
+def iter_specs(items: Iterable[WorkflowSpec | CollectedWorkflow]) -> Iterable[CollectedWorkflow]:
+    """CollectedWorkflow for each item (WorkflowSpecs get the emulated body)."""
+    for it in items:
+        yield it if isinstance(it, CollectedWorkflow) else from_spec(it)

@@ -1,0 +1,461 @@
+"""Live scheduler on real multi-node local Ray clusters (scale_ray.live).
+
+One small cluster (a small, a medium and a large node; one raylet each) is shared by the module's
+cluster tests; the fake-autoscaler test starts its own `ray start --head` cluster. Validation
+tests need no cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from envs.config import ConfigError
+from envs.workload import TaskSpec, WorkflowError, WorkflowSpec
+from policies.base import Policy, masked
+from scale_ray.config import load_env
+from scale_ray.live import (LiveConfig, LiveScheduler, RayDefaultRunner, TaskLostError,
+                            WorkflowFailed, collect, parse_dag, primitive)
+from scale_ray.live.cluster import LocalHeteroCluster, live_nodes
+from scale_ray.live.workflow import from_spec, load_dag_file
+
+THREE_TIERS = ["cluster.servers=3",
+               "cluster.tiers=[{name: small, compute: 1.0, memory_gb: 8, count: 1},"
+               " {name: medium, compute: 2.0, memory_gb: 32, count: 1},"
+               " {name: large, compute: 4.0, memory_gb: 80, count: 1}]"]
+
+
+@primitive(compute_gflop=1.0, memory_gb=1.0)
+def node_of(*parents):
+    """Returns where it ran plus its inputs: data flow and placement checked together."""
+    import ray
+
+    return {"node": ray.get_runtime_context().get_node_id(), "in": list(parents)}
+
+
+@primitive(compute_gflop=2.0, memory_gb=1.0)
+def add(a, b=0):
+    return a + b
+
+
+@primitive(compute_gflop=1.0)
+def const(x):
+    return x
+
+
+class SlowestIdle(Policy):
+    """Picks the idle fitting server with the LEAST compute (the opposite of EFT), so that a test
+    can tell the policy's choice from Ray's or EFT's."""
+    name = "slowest-idle"
+
+    def __init__(self):
+        self.picks: list[int] = []
+
+    def scores(self, obs):
+        s = np.asarray(obs["servers"], dtype=np.float64)
+        idle = s[:, 2] <= 1e-9
+        sc = masked(-s[:, 0], obs["action_mask"])
+        sc[~idle] = -np.inf
+        return sc
+
+    def act(self, obs):
+        a = super().act(obs)
+        self.picks.append(a)
+        return a
+
+
+# --------------------------------------------------------------------------------------------
+# Validation: rejected before anything runs (no cluster needed)
+# --------------------------------------------------------------------------------------------
+
+def test_dag_file_cycle_and_unknown_parent_rejected(tmp_path):
+    cyc = {"workflows": [{"name": "loop", "tasks": [
+        {"name": "a", "compute_gflop": 1, "parents": ["c"]},
+        {"name": "b", "compute_gflop": 1, "parents": ["a"]},
+        {"name": "c", "compute_gflop": 1, "parents": ["b"]}]}]}
+    with pytest.raises(WorkflowError, match="cycle"):
+        parse_dag(cyc)
+    unknown = {"name": "w", "tasks": [{"name": "a", "compute_gflop": 1, "parents": ["ghost"]}]}
+    with pytest.raises(WorkflowError, match="unknown parent 'ghost'"):
+        parse_dag(unknown)
+    bad = {"name": "w", "tasks": [{"name": "a", "compute_gflop": -1}]}
+    with pytest.raises(WorkflowError, match="compute_gflop must be a finite number > 0"):
+        parse_dag(bad)
+    typo = {"name": "w", "tasks": [{"name": "a", "compute_gflop": 1, "memory": 3}]}
+    with pytest.raises(WorkflowError, match="unknown key 'memory'"):
+        parse_dag(typo)
+    p = tmp_path / "wf.yaml"
+    p.write_text("workflows:\n  - name: ok\n    tasks:\n"
+                 "      - {name: b, compute_gflop: 2, memory_gb: 4, parents: [a]}\n"
+                 "      - {name: a, compute_gflop: 1}\n")
+    (spec,) = load_dag_file(p)
+    assert [t.name for t in spec.tasks] == ["a", "b"] and spec.tasks[1].parents == (0,)
+
+
+def test_workflow_api_builds_the_dag():
+    a = const.bind(1)
+    b = add.bind(a, 2)
+    c = add.bind(a, b=b)
+    wf = collect(c, "diamond")
+    assert [t.name for t in wf.spec.tasks] == ["const", "add", "add"]
+    assert wf.spec.tasks[2].parents == (0, 1) and wf.outputs == (2,)
+    assert wf.spec.tasks[1].compute_gflop == 2.0
+    with pytest.raises(WorkflowError, match="nests a Call"):
+        add.bind([a])
+    with pytest.raises(WorkflowError, match="compute_gflop"):
+        primitive(compute_gflop=0)(lambda: 1)
+    # a cycle can only be made by mutating a bound call; it is still caught
+    x = const.bind(0)
+    y = add.bind(x)
+    x.args = (y,)
+    with pytest.raises(WorkflowError, match="cycle"):
+        collect(y)
+
+
+# --------------------------------------------------------------------------------------------
+# Real multi-node cluster
+# --------------------------------------------------------------------------------------------
+
+def _tier_of(node_id: str, cluster: LocalHeteroCluster) -> str:
+    return cluster.node_tier[node_id]
+
+
+def _long_workflows(n: int, seed: int) -> list[WorkflowSpec]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n):
+        tasks = [TaskSpec(float(rng.uniform(2, 4)), 2.0, 0.01)]
+        for i in range(1, 4):
+            tasks.append(TaskSpec(float(rng.uniform(2, 4)), 2.0, 0.01, (int(rng.integers(0, i)),)))
+        out.append(WorkflowSpec(tuple(tasks), f"w{k}"))
+    return out
+
+
+def _no_ray_connection() -> None:
+    """Another test module may have left an embedded Ray up; our clusters need a fresh driver."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture(scope="class")
+def cluster():
+    _no_ray_connection()
+    env = load_env(None, THREE_TIERS)
+    c = LocalHeteroCluster(env.cluster).start()
+    try:
+        yield c, env
+    finally:
+        c.shutdown()
+
+
+@pytest.mark.slow
+class TestSharedCluster:
+    """Tests sharing one 3-node cluster (torn down before the tests that start their own)."""
+
+    def test_results_flow_and_tasks_run_where_the_policy_chose(self, cluster):
+        c, env = cluster
+        events = []
+        policy = SlowestIdle()
+        with LiveScheduler(policy, env, LiveConfig(time_scale=0.0), trace=events.append) as sched:
+            a = node_of.bind()
+            b = node_of.bind(a)
+            d = node_of.bind(a, b)
+            h = sched.submit(d, "chain")
+            out = h.result(timeout=60)
+            s = sched.submit(add.bind(add.bind(const.bind(3), 4), const.bind(10)))
+            assert s.result(timeout=60) == 17
+            # emulated DAG: every task's value = index + 1 + sum(parent values)
+            spec = WorkflowSpec((TaskSpec(1, 1, 0.1), TaskSpec(1, 1, 0.1, (0,)), TaskSpec(1, 1, 0.1, (0,)),
+                                 TaskSpec(1, 1, 0.1, (1, 2))), "diamond")
+            e = sched.submit(spec)
+            assert [e.get(i, timeout=60) for i in range(4)] == [1, 1 + 2, 1 + 3, 3 + 4 + 4]
+        # data flowed: d saw a's and b's results, b saw a's
+        assert out["in"][0]["node"] == out["in"][1]["in"][0]["node"]
+        ran_on = [out["in"][0]["node"], out["in"][1]["node"], out["node"]]
+        # the policy always chose the slowest idle server: the small node, every time
+        assert {_tier_of(n, c) for n in ran_on} == {"small"}
+        assert h.task_nodes == ran_on
+        # the trace's start node (the policy's choice) equals where each task ran
+        starts = {ev["task"]: ev["node"] for ev in events if ev["event"] == "start"}
+        finishes = {}
+        for ev in events:
+            if ev["event"] == "finish":
+                assert ev["task"] not in finishes, "a task completed twice"
+                finishes[ev["task"]] = ev["node"]
+        assert starts == finishes
+        assert len(policy.picks) >= 3 + 4 + 4
+
+
+    def test_fits_no_node_rejected_before_running(self, cluster):
+        c, env = cluster
+        big = primitive(compute_gflop=1.0, memory_gb=500.0, name="huge")(lambda: 1)
+        with LiveScheduler(SlowestIdle(), env, LiveConfig(time_scale=0.0)) as sched:
+            before = sched.counters["tasks_started"]
+            with pytest.raises(WorkflowError, match=r"task 1 \('huge'\) needs memory_gb=500.*fits no node"):
+                sched.submit(big.bind(const.bind(1)))
+            assert sched.handles() == [] and sched.counters["tasks_started"] == before
+        with pytest.raises(WorkflowError, match="fits no configured tier"):
+            RayDefaultRunner(env).submit(big.bind())
+        with pytest.raises(ConfigError, match="live.max_retries"):
+            LiveScheduler(SlowestIdle(), env, {"max_retries": -1})
+
+
+    def test_memory_fit_and_ray_default(self, cluster):
+        """A 40 GB task only fits the large node; Ray's own placement gives the same results."""
+        c, env = cluster
+        from policies import get_policy
+        spec = WorkflowSpec((TaskSpec(2, 4, 0.1), TaskSpec(2, 40, 0.1, (0,)), TaskSpec(1, 20, 0.1, (0, 1))),
+                            "mem")
+        with LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.01)) as sched:
+            h = sched.submit(spec)
+            assert h.result(timeout=60) == from_spec(spec).expected[2]
+        assert _tier_of(h.task_nodes[1], c) == "large"
+        assert _tier_of(h.task_nodes[2], c) in ("medium", "large")
+        with RayDefaultRunner(env, LiveConfig(time_scale=0.01)) as rd:
+            hs = [rd.submit(spec) for _ in range(3)]
+            assert rd.drain(timeout=60)
+        for r in hs:
+            assert r.result() == from_spec(spec).expected[2]
+            assert _tier_of(r.task_nodes[1], c) == "large"
+
+
+    def test_artifact_policy_places_live_tasks(self, cluster, tmp_path):
+        """A policy artifact (untrained cross-attention, pure torch) drives the live scheduler:
+        same encoder, any N; every task lands on a server its memory fits."""
+        pytest.importorskip("torch")
+        from policies import get_policy
+        from policies.artifact import save_untrained
+
+        c, env = cluster
+        path = save_untrained(tmp_path / "untrained", module="crossattn", seed=0)
+        policy = get_policy(str(path), env)
+        spec = WorkflowSpec((TaskSpec(2, 4, 0.1), TaskSpec(2, 40, 0.1, (0,)),
+                             TaskSpec(1, 20, 0.1, (0,)), TaskSpec(1, 1, 0.1, (1, 2))), "art")
+        with LiveScheduler(policy, env, LiveConfig(time_scale=0.0)) as sched:
+            hs = [sched.submit(spec) for _ in range(3)]
+            assert sched.drain(timeout=60)
+        expected = from_spec(spec).expected
+        for h in hs:
+            assert [h.get(i) for i in range(4)] == list(expected)
+            assert _tier_of(h.task_nodes[1], c) == "large"
+        assert sched.counters["decisions"] >= 12
+
+    def test_added_node_receives_tasks_then_killed_node_loses_nothing(self, cluster):
+        c, env = cluster
+        from policies import get_policy
+        events = []
+        sched = LiveScheduler(get_policy("eft", env), env,
+                              LiveConfig(time_scale=0.1, node_refresh_s=0.05), trace=events.append)
+        with sched:
+            specs = _long_workflows(8, 0)
+            hs = [sched.submit(s) for s in specs[:4]]
+            new = c.add_node("large")  # the fastest node: EFT sends work there once it is seen
+            hs += [sched.submit(s) for s in specs[4:]]
+            deadline = time.time() + 60
+            while sched.node_tasks.get(new, 0) == 0 and time.time() < deadline:
+                time.sleep(0.05)
+            assert sched.node_tasks.get(new, 0) > 0, "the added node never received a task"
+            # kill a node while it runs a task
+            more = [sched.submit(s) for s in _long_workflows(6, 1)]
+            victim = None
+            while victim is None and time.time() < deadline:
+                busy = [s.node.node_id for s in list(sched._alive) if s.task is not None]
+                victim = next((n for n in busy if n != c.nodes[0].node_id), None)
+                time.sleep(0.01)
+            c.kill_node(victim)
+            assert sched.drain(timeout=120)
+            alive = {n.node_id for n in live_nodes()}
+        assert victim not in alive
+        hs += more
+        for h, spec in zip(hs, specs + _long_workflows(6, 1)):
+            assert h.error is None
+            assert [h.get(i) for i in range(len(spec.tasks))] == list(from_spec(spec).expected)
+        assert sched.counters["lost"] >= 1
+        lost_at = next(i for i, ev in enumerate(events) if ev["event"] == "lost")
+        # after the loss, nothing starts on the dead node
+        assert all(ev["node"] != victim for ev in events[lost_at:] if ev["event"] == "start")
+        finished = [ev["task"] for ev in events if ev["event"] == "finish"]
+        assert len(finished) == len(set(finished)) == sum(len(s.tasks) for s in specs) + 24
+
+
+    def test_retries_run_out_with_a_clear_error(self, cluster):
+        """A node set that keeps losing the task: after max_retries the workflow fails, named."""
+        c, env = cluster
+        from policies import get_policy
+        with LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.0, max_retries=1)) as sched:
+            def lose_every_run(t, srv, now):  # emulate a node dying under every run
+                sched._lose(t, "node died (injected)")
+            sched._submit = lose_every_run
+            h = sched.submit(const.bind(1))
+            assert h.wait(30)
+        with pytest.raises(WorkflowFailed, match=r"was lost 2 times \(max_retries=1\)"):
+            h.result()
+        assert isinstance(h.error, TaskLostError)
+
+
+# --------------------------------------------------------------------------------------------
+# Fake autoscaler (RAY_GUIDE §7)
+# --------------------------------------------------------------------------------------------
+
+def _my_pids(temp_dir: str) -> list[int]:
+    """PIDs of processes whose command line names our temp dir (only what this test started)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if temp_dir.encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                pass
+    return [p for p in pids if p != os.getpid()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_fake_autoscaler_nodes_appear_are_used_and_go_away():
+    import socket
+
+    import ray
+    from policies import get_policy
+
+    _no_ray_connection()
+
+    def free_port() -> int:
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                p = s.getsockname()[1]
+            if not 10002 <= p <= 19999:  # outside Ray's worker port range (guide §8)
+                return p
+
+    port, client_port = free_port(), free_port()
+    temp_dir = tempfile.mkdtemp(prefix="scla_", dir="/tmp")
+    cfg_path = Path(temp_dir) / "autoscaler.json"
+    medium = {"CPU": 1, "scale_slot": 1, "scale_compute": 2.0, "scale_memory_gb": 32.0}
+    cfg_path.write_text(json.dumps({
+        "cluster_name": "scale-live-test", "max_workers": 3, "idle_timeout_minutes": 0.1,
+        "upscaling_speed": 1.0,
+        "provider": {"type": "fake_multinode", "use_node_id_as_ip": True,
+                     "disable_node_updaters": True, "disable_launch_config_check": True,
+                     "gcs_address": f"127.0.0.1:{port}"},
+        "available_node_types": {
+            "ray.head.default": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+            "medium": {"resources": medium, "node_config": {}, "min_workers": 0, "max_workers": 3}},
+        "head_node_type": "ray.head.default",
+        "auth": {"ssh_user": "ubuntu"}, "docker": {}, "file_mounts": {}, "cluster_synced_files": [],
+        "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": [],
+        "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
+        "worker_setup_commands": [], "head_start_ray_commands": [], "worker_start_ray_commands": [],
+    }))
+    envv = {**os.environ, "RAY_FAKE_CLUSTER": "1", "RAY_AUTH_MODE": "disabled"}
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    try:
+        started = subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=0",
+                                  f"--autoscaling-config={cfg_path}", f"--temp-dir={temp_dir}",
+                                  "--include-dashboard=false",
+                                  f"--ray-client-server-port={client_port}"],
+                                 env=envv, capture_output=True, text=True, timeout=120)
+        assert started.returncode == 0, f"ray start failed: {started.stderr[-2000:]}"
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        ray.init(address=f"127.0.0.1:{port}")
+        env = load_env(None, THREE_TIERS)
+        cfg = LiveConfig(time_scale=0.2, autoscale_hints=True, backlog_s=0.5, node_refresh_s=0.2)
+        with LiveScheduler(get_policy("eft", env), env, cfg) as sched:
+            assert live_nodes() == []  # nothing to schedule on yet: demand must add nodes
+            specs = _long_workflows(6, 2)
+            hs = [sched.submit(s) for s in specs]
+            assert sched.drain(timeout=150), "workflows did not finish on autoscaled nodes"
+            used = set(sched.node_tasks)
+            assert all(h.error is None for h in hs)
+            assert [hs[0].get(i) for i in range(4)] == list(from_spec(specs[0]).expected)
+            assert len(used) >= 2, f"expected several autoscaled nodes to run tasks, got {used}"
+            deadline = time.time() + 90
+            while live_nodes() and time.time() < deadline:
+                time.sleep(1)
+            assert live_nodes() == [], "idle autoscaled nodes did not go away"
+    finally:
+        ray.shutdown()
+        for pid in _my_pids(temp_dir):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        time.sleep(2)
+        for pid in _my_pids(temp_dir):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_run_workflows_cli_with_scaling_and_failure(tmp_path, repo):
+    from envs.trace import read_trace
+    from scale_ray.cli import main
+
+    _no_ray_connection()
+    out, trace = tmp_path / "run.json", tmp_path / "trace.jsonl"
+    args = ["run-workflows", "--nodes", "3", "--dag", str(repo / "configs/live/agent_dags.yaml"),
+            "--workflows", "8", "--rate", "0.5", "--time-scale", "0.05", "--seed", "1",
+            "--add-node-at", "1:large", "--kill-node-at", "3", "--json", str(out),
+            "--trace", str(trace)]
+    for item in THREE_TIERS:
+        args += ["--set", item]
+    assert main(args) == 0
+    stats = json.loads(out.read_text())
+    for key in ("workflows_submitted", "workflows_completed", "workflows_failed",
+                "mean_workflow_response_s", "p95_workflow_response_s"):
+        assert key in stats
+    assert stats["workflows_submitted"] == stats["workflows_completed"] == 8
+    assert stats["workflows_failed"] == 0 and stats["mean_workflow_response_s"] > 0
+    assert [e["kind"] for e in stats["cluster_events"]] == ["add", "kill"]
+    events = read_trace(trace)
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "episode" and kinds[-1] == "end"
+    assert kinds.count("server_add") == 4  # three at start, one added
+    assert kinds.count("finish") == 8 * 6
+
+
+@pytest.mark.slow
+def test_run_workflows_cli_compares_with_ray_default(tmp_path):
+    from scale_ray.cli import main
+
+    _no_ray_connection()
+    out = tmp_path / "cmp.json"
+    args = ["run-workflows", "--nodes", "3", "--workflows", "6", "--time-scale", "0.02",
+            "--policy", "eft", "ray-default", "--json", str(out)]
+    for item in THREE_TIERS:
+        args += ["--set", item]
+    assert main(args) == 0
+    stats = json.loads(out.read_text())
+    assert set(stats["by_policy"]) == {"eft", "ray-default"}
+    assert stats["by_policy"]["ray-default"]["workflows_completed"] == 6
+    assert "eft" in stats["improvement_vs_ray_default"]
+
+
+def test_run_workflows_cli_rejects_bad_arguments(tmp_path):
+    from scale_ray.cli import main
+
+    assert main(["run-workflows", "--nodes", "0"]) == 2
+    assert main(["run-workflows", "--policy", "no-such-policy", "--workflows", "1"]) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "w", "tasks": [{"name": "a", "compute_gflop": 1,
+                                                      "parents": ["a"]}]}))
+    assert main(["run-workflows", "--dag", str(bad)]) == 2
