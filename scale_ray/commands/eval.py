@@ -24,9 +24,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parallel Ray workers (0: one per CPU; 1: in process, no Ray)")
     p.add_argument("--trace-dir", default=None, help="write one JSONL trace per episode here")
     p.add_argument("--json", default=None, help="write results to this JSON file")
+    p.add_argument("--workload", default=None, metavar="FAMILY",
+                   help="evaluate on a real-DAG family (its configs/env/workloads/ config; "
+                        "see --list-workloads and docs/workloads.md)")
+    p.add_argument("--list-workloads", action="store_true",
+                   help="print the real-DAG workload family names, one a line, and exit")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list_workloads:
+        from scale_ray.commands.workloads import family_names
+        print("\n".join(family_names()))
+        return 0
+    if args.workload is not None:
+        from scale_ray.commands.workloads import workload_env_args
+        args.env_config, args.set = workload_env_args(args.workload, args.env_config, args.set)
     if args.episodes < 1:
         raise ValueError(f"--episodes: {args.episodes} must be >= 1")
     for n in args.servers:

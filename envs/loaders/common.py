@@ -1,0 +1,145 @@
+"""Shared parts of the real-DAG loaders: reading files with clear errors, demand mapping,
+and the raise-or-skip policy for invalid records (numpy + stdlib only).
+
+Every error names the file and the record (``<file>: record 12 (id '4711'): ...``). A loader
+either aborts on the first invalid record (``on_invalid="raise"``: curated and measured sources,
+where a bad record means a broken copy) or skips it and counts it (``on_invalid="skip"``:
+LLM-predicted plans, which contain cycles and hallucinated tools by nature). Skips are logged
+at WARNING with the count and the first reasons; they are never silent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal, Mapping
+
+from ..config import ResourceMappingConfig, ToolProfileConfig
+from ..workload import TaskSpec, WorkflowError, WorkflowSpec
+
+log = logging.getLogger("envs.loaders")
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+BYTES_PER_GB = 1e9
+
+OnInvalid = Literal["raise", "skip"]
+
+
+@dataclass
+class Loaded:
+    """Workflows read from one or more files, plus the records skipped as invalid."""
+    workflows: list[WorkflowSpec] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # one message per skipped record
+    records: int = 0  # records seen (loaded + skipped)
+
+    def extend(self, other: "Loaded") -> None:
+        self.workflows.extend(other.workflows)
+        self.skipped.extend(other.skipped)
+        self.records += other.records
+
+
+def rel(path: Path) -> str:
+    """A short, stable name for a file in error messages (relative to the data dir if inside)."""
+    try:
+        return str(Path(path).resolve().relative_to(DATA_DIR))
+    except ValueError:
+        return str(path)
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file; a missing file or truncated/invalid JSON raises WorkflowError."""
+    p = Path(path)
+    if not p.is_file():
+        raise WorkflowError(f"{p}: no such workflow file")
+    text = p.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise WorkflowError(f"{rel(p)}: invalid or truncated JSON at line {e.lineno} column "
+                            f"{e.colno}: {e.msg}") from None
+
+
+def read_jsonl(path: Path) -> list[tuple[int, Any]]:
+    """(line number, record) for each non-blank line; a bad line raises WorkflowError."""
+    p = Path(path)
+    if not p.is_file():
+        raise WorkflowError(f"{p}: no such workflow file")
+    out = []
+    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((lineno, json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise WorkflowError(f"{rel(p)}: line {lineno}: invalid or truncated JSON at column "
+                                f"{e.colno}: {e.msg}") from None
+    return out
+
+
+def need(record: Any, key: str, where: str, kind: type | tuple[type, ...] | None = None) -> Any:
+    """``record[key]``, or a WorkflowError naming ``where`` when absent or of the wrong type."""
+    if not isinstance(record, Mapping):
+        raise WorkflowError(f"{where}: expected an object, got {type(record).__name__}")
+    if key not in record:
+        raise WorkflowError(f"{where}: missing field {key!r}")
+    value = record[key]
+    if kind is not None and not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise WorkflowError(f"{where}: field {key!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def number(record: Mapping[str, Any], key: str, where: str) -> float:
+    """A finite, non-negative number field."""
+    v = need(record, key, where, (int, float))
+    if isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        raise WorkflowError(f"{where}: field {key!r} must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def measured_task(res: ResourceMappingConfig, name: str, cpu_seconds: float,
+                  memory_gb: float | None, output_gb: float, kind: str) -> TaskSpec:
+    """A primitive with measured compute (CPU-seconds x reference speed); memory from the
+    measurement when there is one, else from the kind's profile (then ``estimated``)."""
+    compute = max(cpu_seconds * res.reference_gflop_per_core_s, res.min_compute_gflop)
+    estimated = memory_gb is None
+    mem = res.profile(kind).memory_gb if memory_gb is None else memory_gb
+    return TaskSpec(compute, min(mem, res.max_memory_gb), output_gb, (), name, estimated)
+
+
+def profile_task(res: ResourceMappingConfig, name: str, kind: str,
+                 output_kind: str | None = None) -> TaskSpec:
+    """A primitive whose demands all come from the profile of ``kind`` (marked estimated);
+    the output size from ``output_kind``'s profile when given."""
+    p = res.profile(kind)
+    out = res.profile(output_kind).output_gb if output_kind is not None else p.output_gb
+    return TaskSpec(p.compute_gflop, p.memory_gb, out, (), name, True)
+
+
+def heaviest(res: ResourceMappingConfig, kinds: Iterable[str]) -> ToolProfileConfig | None:
+    """The profile with the largest compute among ``kinds`` that have one (None if none do)."""
+    known = {p.kind: p for p in res.profiles}
+    found = [known[k] for k in kinds if k in known]
+    return max(found, key=lambda p: p.compute_gflop) if found else None
+
+
+def collect(file: Path, records: Iterable[tuple[str, Callable[[], WorkflowSpec]]],
+            on_invalid: OnInvalid) -> Loaded:
+    """Build each record (``(label, builder)``); abort or skip-and-count on WorkflowError."""
+    out = Loaded()
+    for label, build in records:
+        out.records += 1
+        try:
+            out.workflows.append(build())
+        except WorkflowError as e:
+            msg = str(e) if str(e).startswith(rel(file)) else f"{label}: {e}"
+            if on_invalid == "raise":
+                raise WorkflowError(msg) from None
+            out.skipped.append(msg)
+    if out.skipped:
+        log.warning("%s: skipped %d of %d records as invalid (first: %s)", rel(file),
+                    len(out.skipped), out.records, "; ".join(out.skipped[:3]))
+    return out
