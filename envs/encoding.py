@@ -90,6 +90,16 @@ class ServerFeatures:
         row[3] = min(power_w / f.power_w, f.clip)
         row[4] = 1.0
 
+    def set_servers(self, compute: np.ndarray, memory_gb: np.ndarray, power_w: np.ndarray) -> None:
+        """Fill rows ``0..len(compute)-1`` at once (same arithmetic as :meth:`set_server`)."""
+        f = self.f
+        k = len(compute)
+        feat = self._feat
+        feat[:k, 0] = np.minimum(np.asarray(compute, dtype=np.float64) / f.server_compute, f.clip)
+        feat[:k, 1] = np.minimum(np.asarray(memory_gb, dtype=np.float64) / f.server_memory_gb, f.clip)
+        feat[:k, 3] = np.minimum(np.asarray(power_w, dtype=np.float64) / f.power_w, f.clip)
+        feat[:k, 4] = 1.0
+
     def set_power(self, slot: int, power_w: float) -> None:
         self._feat[slot, 3] = min(power_w / self.f.power_w, self.f.clip)
 
@@ -124,12 +134,16 @@ def encode(task: TaskView, servers: Sequence[ServerView], f: FeatureConfig,
     if n_pad < n:
         raise ValueError(f"n_pad: {n_pad} is smaller than the number of servers ({n})")
     buf = ServerFeatures(n_pad, f)
+    memory = np.array([s.memory_gb for s in servers], dtype=np.float64)
+    buf.set_servers(np.array([s.compute for s in servers], dtype=np.float64), memory,
+                    np.array([s.power_w for s in servers], dtype=np.float64))
     remaining = np.zeros(n_pad)
+    remaining[:n] = [s.remaining_s for s in servers]
     mask = np.zeros(n_pad, dtype=np.float32)
-    for i, s in enumerate(servers):
-        buf.set_server(i, s.compute, s.memory_gb, s.power_w)
-        remaining[i] = s.remaining_s
-        mask[i] = s.accepting and (not mask_infeasible or s.memory_gb >= task.memory_gb)
+    ok = np.array([s.accepting for s in servers], dtype=bool)
+    if mask_infeasible:
+        ok &= memory >= task.memory_gb
+    mask[:n] = ok
     transfer = 0.0
     has_parent = task.parent_server is not None if task.has_parent is None else task.has_parent
     if has_parent:

@@ -1,0 +1,410 @@
+"""The placement service's decisions, without Ray: loading a policy with its encoder settings,
+building observations with the one encoder (``envs.encoding``), ``place`` (one task) and
+``schedule`` (every ready task that can start now, one decision at a time, exactly like the
+simulator's decision loop).
+
+The Serve deployment (``serve_apps.placement``) calls these; the benchmark times them in process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from envs.config import EnvConfig, FeatureConfig, load_env_config, to_dict
+from envs.encoding import ServerFeatures, encode_task
+from policies import HEURISTICS, Policy, get_policy
+
+from .schemas import PlaceRequest, ScheduleRequest, Server
+
+log = logging.getLogger(__name__)
+
+
+class RequestError(ValueError):
+    """Input that passed the schema but makes no sense (duplicate ids, nothing fits, too many
+    servers...). ``loc`` is the field path, as in FastAPI's 422 answers."""
+
+    def __init__(self, loc: Sequence[str | int], msg: str, kind: str = "value_error"):
+        super().__init__(f"{'.'.join(map(str, loc))}: {msg}")
+        self.loc = list(loc)
+        self.msg = msg
+        self.kind = kind
+
+
+# ------------------------------------------------------------------------------- policy loading
+@dataclass(frozen=True)
+class EncoderSettings:
+    """Everything besides the policy that shapes a decision (from the env config / artifact)."""
+    features: FeatureConfig
+    bandwidth_gb_s: float
+    latency_s: float
+    mask_infeasible: bool
+    transfer_delays_start: bool
+    head_of_line_blocking: bool
+    first_level: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"features": to_dict(self.features), "bandwidth_gb_s": self.bandwidth_gb_s,
+                "latency_s": self.latency_s, "mask_infeasible": self.mask_infeasible,
+                "transfer_delays_start": self.transfer_delays_start,
+                "head_of_line_blocking": self.head_of_line_blocking, "first_level": self.first_level}
+
+
+@dataclass(frozen=True)
+class LoadedPolicy:
+    """A policy ready to serve. Swapped as one reference, so a request sees one consistent set."""
+    spec: str
+    policy: Policy
+    encoder: EncoderSettings
+    info: dict[str, Any]
+    batched: bool          # scores a padded batch in one call (torch policies)
+    argmax_act: bool       # act(obs) == argmax(scores(obs)): one call gives both
+    loaded_at: float = field(default_factory=time.time)
+
+
+def env_for_artifact(spec: str, env: EnvConfig) -> EnvConfig:
+    """The env config an artifact was trained with when its policy.json records one
+    (``env`` key), else ``env``."""
+    from policies import ARTIFACTS_DIR, shipped_policies
+
+    path = ARTIFACTS_DIR / spec if spec in shipped_policies() else Path(spec)
+    meta_file = path / "policy.json"
+    if not meta_file.is_file():
+        return env
+    meta = json.loads(meta_file.read_text())
+    return load_env_config(meta["env"]) if isinstance(meta.get("env"), dict) else env
+
+
+def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bool | None = None,
+         head_of_line_blocking: bool | None = None) -> LoadedPolicy:
+    """Load ``spec`` (heuristic name, shipped artifact name or artifact path) fully.
+
+    Features come from the artifact's ``policy.json`` (a heuristic: from ``env``); bandwidth,
+    latency and the decision switches from the artifact's recorded env config or ``env``;
+    ``mask_infeasible`` / ``head_of_line_blocking`` override the env's switches when given.
+    """
+    if spec not in HEURISTICS:
+        env = env_for_artifact(spec, env)
+    policy = get_policy(spec, env, seed)
+    features = getattr(policy, "features", None) or env.features
+    mdp = env.mdp
+    encoder = EncoderSettings(
+        features=features, bandwidth_gb_s=env.cluster.bandwidth_gb_s, latency_s=env.cluster.latency_s,
+        mask_infeasible=mdp.mask_infeasible if mask_infeasible is None else mask_infeasible,
+        transfer_delays_start=mdp.transfer_delays_start,
+        head_of_line_blocking=(mdp.head_of_line_blocking if head_of_line_blocking is None
+                               else head_of_line_blocking),
+        first_level=policy.first_level)
+    d = policy.describe()
+    info = {"name": str(d.get("name") or policy.name), "spec": spec,
+            "algorithm": str(d.get("algorithm") or "unknown"), "version": str(d.get("version") or "0"),
+            "checksum": d.get("checksum"), "train_servers": d.get("train_servers"),
+            "module": d.get("module"), "first_level": policy.first_level,
+            "encoder": encoder.to_dict()}
+    batched = hasattr(policy, "net")  # policies.artifact.TorchPolicy: one forward for a batch
+    argmax_act = batched or type(policy).act is Policy.act
+    return LoadedPolicy(spec, policy, encoder, info, batched, argmax_act)
+
+
+# ------------------------------------------------------------------------------- observations
+class ServerTable:
+    """One request's servers as arrays plus the encoder's incremental server features (the
+    simulator's :class:`envs.encoding.ServerFeatures`). Mutable: /v1/schedule marks chosen
+    servers busy."""
+
+    def __init__(self, servers: Sequence[Server], enc: EncoderSettings, max_servers: int,
+                 loc: tuple = ("body", "servers")):
+        n = len(servers)
+        if n > max_servers:
+            raise RequestError(loc, f"{n} servers is more than the limit of {max_servers} per request")
+        self.ids = [s.id for s in servers]
+        self.position = {sid: i for i, sid in enumerate(self.ids)}
+        if len(self.position) != n:
+            seen: set = set()
+            for i, sid in enumerate(self.ids):
+                if sid in seen:
+                    raise RequestError((*loc, i, "id"), f"duplicate server id {sid!r}; ids must be unique")
+                seen.add(sid)
+        def col(values: list) -> np.ndarray:  # fromiter on a list: ~3x faster than rows of tuples
+            return np.fromiter(values, dtype=np.float64, count=n)
+
+        self.compute = col([s.compute for s in servers])
+        self.memory_gb = col([s.memory_gb for s in servers])
+        self.remaining_s = col([s.remaining_s for s in servers])
+        power_w = col([s.power_w for s in servers])
+        self.busy_power_w = col([s.power_w if s.busy_power_w is None else s.busy_power_w
+                                 for s in servers])
+        self.accepting = np.fromiter([s.accepting for s in servers], dtype=bool, count=n)
+        self.features = ServerFeatures(n, enc.features)
+        self.features.set_servers(self.compute, self.memory_gb, power_w)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def max_accepting_memory(self) -> float:
+        m = self.memory_gb[self.accepting]
+        return float(m.max()) if m.size else -math.inf
+
+    def can_start(self, i: int, memory_gb: float) -> bool:
+        """The simulator's valid pick: accepting, idle and the memory fits."""
+        return bool(self.accepting[i] and self.remaining_s[i] <= 0.0 and self.memory_gb[i] >= memory_gb)
+
+    def mark_busy(self, i: int, busy_s: float) -> None:
+        """Server ``i`` starts a task lasting ``busy_s``: remaining time and busy power."""
+        self.remaining_s[i] = busy_s
+        self.features.set_power(i, float(self.busy_power_w[i]))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    """A task's encoder inputs; ``parent_slot``: -1 = no finished parent, -2 = parent on a server
+    not in the request (every server pays the transfer), else the server's position."""
+    compute_gflop: float
+    memory_gb: float
+    output_gb: float
+    successors: int
+    completion_ratio: float
+    parent_slot: int
+    parent_output_gb: float
+
+
+def observe(task: TaskRow, servers: ServerTable, enc: EncoderSettings) -> dict[str, np.ndarray]:
+    """The observation ``envs.encoding.encode`` gives for these descriptions, computed the way
+    the simulator does (incremental server features; tests check equality with ``encode``)."""
+    f = enc.features
+    transfer = 0.0
+    if task.parent_slot != -1:
+        transfer = task.parent_output_gb / enc.bandwidth_gb_s + enc.latency_s
+    mask = servers.accepting
+    if enc.mask_infeasible:
+        mask = mask & (servers.memory_gb >= task.memory_gb)
+    return {
+        "task": encode_task(task.compute_gflop, task.memory_gb, task.successors,
+                            task.completion_ratio, task.output_gb, f),
+        "servers": servers.features.render(servers.remaining_s, 0.0, transfer,
+                                           task.parent_slot if task.parent_slot >= 0 else None),
+        "action_mask": mask.astype(np.float32),
+    }
+
+
+def decide(lp: LoadedPolicy, obs: dict[str, np.ndarray]) -> tuple[int, np.ndarray]:
+    """(chosen index, scores) of one observation."""
+    scores = lp.policy.scores(obs)
+    choice = int(np.argmax(scores)) if lp.argmax_act else int(lp.policy.act(obs))
+    return choice, scores
+
+
+def decide_batch(lp: LoadedPolicy, observations: list[dict[str, np.ndarray]]
+                 ) -> list[tuple[int, np.ndarray]]:
+    """Decisions for several observations: one padded forward for torch policies, else a loop.
+    Padded servers carry mask 0, so they never attend and are never chosen."""
+    if not lp.batched or len(observations) == 1:
+        return [decide(lp, o) for o in observations]
+    b = len(observations)
+    n_max = max(o["servers"].shape[0] for o in observations)
+    task = np.stack([o["task"] for o in observations])
+    servers = np.zeros((b, n_max, observations[0]["servers"].shape[1]), dtype=np.float32)
+    mask = np.zeros((b, n_max), dtype=np.float32)
+    for i, o in enumerate(observations):
+        n = o["servers"].shape[0]
+        servers[i, :n] = o["servers"]
+        mask[i, :n] = o["action_mask"]
+    scores = lp.policy.scores({"task": task, "servers": servers, "action_mask": mask})
+    out = []
+    for i, o in enumerate(observations):
+        s = scores[i, :o["servers"].shape[0]]
+        out.append((int(np.argmax(s)), s))
+    return out
+
+
+def json_scores(scores: np.ndarray) -> list[float | None]:
+    """Scores for JSON: masked (-inf) and non-finite entries become null."""
+    lo, hi = -math.inf, math.inf
+    return [x if lo < x < hi else None for x in scores.tolist()]  # also maps NaN to null
+
+
+# ------------------------------------------------------------------------------- /v1/place
+@dataclass(frozen=True)
+class PreparedPlace:
+    obs: dict[str, np.ndarray]
+    servers: ServerTable
+    memory_gb: float
+
+
+def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> PreparedPlace:
+    """Validate beyond the schema and build the observation."""
+    servers = ServerTable(req.servers, lp.encoder, max_servers)
+    t = req.task
+    if servers.max_accepting_memory() < t.memory_gb:
+        raise RequestError(("body", "task", "memory_gb"),
+                           f"{t.memory_gb} GB fits no accepting server (largest: "
+                           f"{_fmt_mem(servers.max_accepting_memory())})", "no_fit")
+    if t.parent_server is None:
+        slot = -1
+    else:
+        slot = servers.position.get(t.parent_server, -2)
+    row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, t.successors, t.completion_ratio,
+                  slot, t.parent_output_gb)
+    return PreparedPlace(observe(row, servers, lp.encoder), servers, t.memory_gb)
+
+
+def place_answer(lp: LoadedPolicy, prep: PreparedPlace, choice: int, scores: np.ndarray) -> dict:
+    return {"server": prep.servers.ids[choice], "index": choice,
+            "valid": prep.servers.can_start(choice, prep.memory_gb),
+            "scores": json_scores(scores), "policy": lp.info["name"],
+            "policy_version": lp.info["version"]}
+
+
+def place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> dict:
+    """POST /v1/place without batching (the handle path and tests)."""
+    prep = prepare_place(req, lp, max_servers)
+    choice, scores = decide(lp, prep.obs)
+    return place_answer(lp, prep, choice, scores)
+
+
+def _fmt_mem(m: float) -> str:
+    return f"{m} GB" if math.isfinite(m) else "no server is accepting"
+
+
+# ------------------------------------------------------------------------------- /v1/schedule
+@dataclass(slots=True)
+class _Ready:
+    key: tuple
+    wf: Any
+    task: Any
+    row: TaskRow
+    inputs: list  # [(position or -2, output_gb)] of finished parents
+
+
+def _workflow_ranks(wi: int, wf, first_level: str, mean_compute: float, enc: EncoderSettings
+                    ) -> tuple[list[int], list[float]]:
+    """(successor counts, first-level rank) of a workflow's listed tasks; validates the DAG."""
+    loc = ("body", "workflows", wi, "tasks")
+    index: dict = {}
+    for j, t in enumerate(wf.tasks):
+        if t.id in index:
+            raise RequestError((*loc, j, "id"), f"duplicate task id {t.id!r} in workflow {wf.id!r}")
+        index[t.id] = j
+    n = len(wf.tasks)
+    children: list[list[int]] = [[] for _ in range(n)]
+    indeg = [0] * n
+    for j, t in enumerate(wf.tasks):
+        for k, p in enumerate(t.parents):
+            pj = index.get(p)
+            if pj is None:
+                raise RequestError((*loc, j, "parents", k),
+                                   f"unknown task {p!r}: list unfinished parents only, and every "
+                                   f"unfinished task of the workflow")
+            if pj == j:
+                raise RequestError((*loc, j, "parents", k), f"task {t.id!r} is its own parent")
+            if j not in children[pj]:
+                children[pj].append(j)
+                indeg[j] += 1
+        if t.running and t.parents:
+            raise RequestError((*loc, j, "running"),
+                               f"task {t.id!r} is running but lists unfinished parents")
+    order = [j for j in range(n) if indeg[j] == 0]
+    for j in order:  # Kahn; `order` grows while iterating
+        for c in children[j]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                order.append(c)
+    if len(order) != n:
+        bad = next(j for j in range(n) if indeg[j] > 0)
+        raise RequestError((*loc, bad, "parents"), f"the parents of workflow {wf.id!r} form a cycle")
+    rank = [0.0] * n
+    for j in reversed(order):
+        kids = children[j]
+        if first_level == "hop":
+            rank[j] = 1 + max(rank[c] for c in kids) if kids else 0
+        else:  # HEFT upward rank (simulator: mean compute of the cluster; here: of the request)
+            t = wf.tasks[j]
+            comm = t.output_gb / enc.bandwidth_gb_s + enc.latency_s
+            rank[j] = t.compute_gflop / mean_compute + max((comm + rank[c] for c in kids), default=0.0)
+    return [len(c) for c in children], rank
+
+
+def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks: int
+                     ) -> tuple[ServerTable, list[_Ready]]:
+    """Validate the request and list its ready tasks in first-level order (longest path to a
+    sink first, ties by workflow arrival, then workflow and task position, like the
+    simulator's (rank, arrival, task id) key)."""
+    servers = ServerTable(req.servers, lp.encoder, max_servers)
+    total = sum(len(w.tasks) for w in req.workflows)
+    if total > max_tasks:
+        raise RequestError(("body", "workflows"),
+                           f"{total} tasks is more than the limit of {max_tasks} per request")
+    wf_ids: set = set()
+    enc = lp.encoder
+    acc = servers.accepting
+    mean_compute = float(servers.compute[acc].mean()) if acc.any() else float(servers.compute.mean())
+    max_mem = servers.max_accepting_memory()
+    ready: list[_Ready] = []
+    for wi, wf in enumerate(req.workflows):
+        if wf.id in wf_ids:
+            raise RequestError(("body", "workflows", wi, "id"), f"duplicate workflow id {wf.id!r}")
+        wf_ids.add(wf.id)
+        size = len(wf.tasks) if wf.size is None else wf.size
+        if size < len(wf.tasks):
+            raise RequestError(("body", "workflows", wi, "size"),
+                               f"{size} is smaller than the {len(wf.tasks)} listed tasks")
+        successors, rank = _workflow_ranks(wi, wf, enc.first_level, mean_compute, enc)
+        ratio = (size - len(wf.tasks)) / size
+        for j, t in enumerate(wf.tasks):
+            if t.running or t.parents:
+                continue
+            if t.memory_gb > max_mem:
+                raise RequestError(("body", "workflows", wi, "tasks", j, "memory_gb"),
+                                   f"{t.memory_gb} GB fits no accepting server (largest: "
+                                   f"{_fmt_mem(max_mem)})", "no_fit")
+            inputs = [(servers.position.get(i.server, -2), i.output_gb) for i in t.inputs]
+            if inputs:
+                slot, out = inputs[0]
+            else:
+                slot, out = -1, 0.0
+            row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, successors[j], ratio, slot, out)
+            ready.append(_Ready((-rank[j], wf.arrival_s, wi, j), wf, t, row, inputs))
+    ready.sort(key=lambda r: r.key)
+    return servers, ready
+
+
+def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks: int) -> dict:
+    """POST /v1/schedule: the simulator's decision loop at one instant.
+
+    Each ready task in first-level order gets the policy's pick; a valid pick (accepting, idle,
+    fits) starts the task there and marks the server busy (remaining time = transfer delay when
+    transfers delay starts + compute / capacity; power = busy power) before the next decision. A
+    pick that cannot start now is a wait: the task stays unassigned, and with head-of-line
+    blocking (the paper's setting) every task behind it too.
+    """
+    servers, ready = prepare_schedule(req, lp, max_servers, max_tasks)
+    enc = lp.encoder
+    assignments: list[dict] = []
+    unassigned: list[dict] = []
+    blocked = False
+    for r in ready:
+        if blocked:
+            unassigned.append({"workflow": r.wf.id, "task": r.task.id, "reason": "blocked"})
+            continue
+        choice, _ = decide(lp, observe(r.row, servers, enc))
+        if servers.can_start(choice, r.row.memory_gb):
+            exec_s = r.row.compute_gflop / servers.compute[choice]
+            delay = 0.0
+            if enc.transfer_delays_start:
+                delay = max((out / enc.bandwidth_gb_s + enc.latency_s
+                             for slot, out in r.inputs if slot != choice), default=0.0)
+            servers.mark_busy(choice, delay + exec_s)
+            assignments.append({"workflow": r.wf.id, "task": r.task.id,
+                                "server": servers.ids[choice], "index": choice})
+        else:
+            unassigned.append({"workflow": r.wf.id, "task": r.task.id, "reason": "wait"})
+            blocked = enc.head_of_line_blocking
+    return {"assignments": assignments, "unassigned": unassigned, "policy": lp.info["name"],
+            "policy_version": lp.info["version"]}

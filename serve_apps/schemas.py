@@ -1,0 +1,158 @@
+"""Request and response models of the placement service (pydantic 2, strict).
+
+Every model is strict (``"1.5"`` is not a number, ``true`` is not a number) and forbids unknown
+fields, so a typo is a 422 naming the field rather than a silently ignored key. Numbers must be
+finite and non-negative (server compute and memory, and task compute, strictly positive).
+Limits that can change at run time (servers and tasks per request) are checked by the service,
+not here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints
+
+Id = Union[StrictInt, Annotated[str, StringConstraints(min_length=1, max_length=200)]]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Ratio = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Count = Annotated[StrictInt, Field(ge=0, le=1_000_000)]
+
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class Server(BaseModel):
+    """One server as the scheduler sees it now."""
+    model_config = _STRICT
+
+    id: Id = Field(description="unique within the request (string or integer)")
+    compute: PosFloat = Field(description="compute capacity C, GFLOP/s")
+    memory_gb: PosFloat = Field(description="memory capacity M, GB")
+    remaining_s: NonNegFloat = Field(0.0, description="time until its current task finishes; 0 = idle")
+    power_w: NonNegFloat = Field(0.0, description="current power draw, W")
+    busy_power_w: NonNegFloat | None = Field(
+        None, description="draw while busy (used by /v1/schedule once a task is placed); default power_w")
+    accepting: StrictBool = Field(True, description="false: draining, never chosen")
+
+
+class PlaceTask(BaseModel):
+    """The task to place (paper §4.1.1 task features plus where its input data lies)."""
+    model_config = _STRICT
+
+    compute_gflop: PosFloat = Field(description="compute demand, GFLOP")
+    memory_gb: NonNegFloat = Field(description="memory demand, GB")
+    output_gb: NonNegFloat = Field(0.0, description="output data volume, GB")
+    successors: Count = Field(0, description="number of child tasks in its workflow")
+    completion_ratio: Ratio = Field(0.0, description="finished share of its workflow's tasks")
+    parent_server: Id | None = Field(
+        None, description="server holding its first finished parent's output (an id not in "
+                          "`servers` means elsewhere: every server pays the transfer)")
+    parent_output_gb: NonNegFloat = Field(0.0, description="output size of that parent, GB")
+
+
+class PlaceRequest(BaseModel):
+    """POST /v1/place: one task and the current servers (any number up to the limit)."""
+    model_config = _STRICT
+
+    task: PlaceTask
+    servers: list[Server] = Field(min_length=1)
+
+
+class PlaceResponse(BaseModel):
+    server: Id = Field(description="id of the chosen server")
+    index: int = Field(description="position of the chosen server in the request")
+    valid: bool = Field(description="the task can start there now (accepting, idle, fits); "
+                                    "false means the policy would rather wait")
+    scores: list[float | None] = Field(description="per server, higher is better; null = masked")
+    policy: str
+    policy_version: str
+
+
+class Input(BaseModel):
+    """A finished parent's output: where it lies and how large it is."""
+    model_config = _STRICT
+
+    server: Id = Field(description="server the parent ran on (may no longer be in `servers`)")
+    output_gb: NonNegFloat
+
+
+class ScheduleTask(BaseModel):
+    """An unfinished task of a workflow. Ready = not running and no listed parent."""
+    model_config = _STRICT
+
+    id: Id = Field(description="unique within its workflow")
+    compute_gflop: PosFloat
+    memory_gb: NonNegFloat
+    output_gb: NonNegFloat = 0.0
+    parents: list[Id] = Field([], description="unfinished parents (ids of listed tasks); "
+                                              "finished parents are left out")
+    inputs: list[Input] = Field([], description="finished parents in the order they finished "
+                                                "(the first is the transfer source)")
+    running: StrictBool = Field(False, description="already started (not ready)")
+
+
+class Workflow(BaseModel):
+    """A workflow's unfinished tasks (all of them: the critical-path order needs the DAG below
+    each ready task)."""
+    model_config = _STRICT
+
+    id: Id
+    arrival_s: NonNegFloat = Field(0.0, description="arrival time (first-level tie-break)")
+    size: Count | None = Field(None, description="total task count including finished ones; "
+                                                 "default: the listed tasks")
+    tasks: list[ScheduleTask] = Field(min_length=1)
+
+
+class ScheduleRequest(BaseModel):
+    """POST /v1/schedule: workflows with ready tasks, and the servers."""
+    model_config = _STRICT
+
+    workflows: list[Workflow] = Field(min_length=1)
+    servers: list[Server] = Field(min_length=1)
+
+
+class Assignment(BaseModel):
+    workflow: Id
+    task: Id
+    server: Id
+    index: int = Field(description="position of the server in the request")
+
+
+class Unassigned(BaseModel):
+    workflow: Id
+    task: Id
+    reason: Literal["wait", "blocked"] = Field(
+        description="wait: the policy picked a busy server; blocked: behind a wait "
+                    "(head-of-line blocking)")
+
+
+class ScheduleResponse(BaseModel):
+    assignments: list[Assignment] = Field(description="in decision (first-level) order")
+    unassigned: list[Unassigned]
+    policy: str
+    policy_version: str
+
+
+class PolicyInfo(BaseModel):
+    name: str
+    spec: str = Field(description="what was loaded: heuristic name, shipped name or artifact path")
+    algorithm: str
+    version: str
+    checksum: str | None
+    train_servers: int | None
+    module: str | None
+    first_level: str
+    encoder: dict
+    loaded_at: float
+    swaps: int
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorResponse(BaseModel):
+    detail: list[ErrorItem] | str
