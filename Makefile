@@ -22,10 +22,15 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest tests -m "not slow"
 
-# The demo: heuristics at N=16 and 48 on an embedded local Ray (later issues extend it).
+# The demo, on an embedded local Ray: (1) the heuristics in the simulator at N=16 and 48;
+# (2) the same stream of agent DAGs on a local heterogeneous multi-node Ray cluster, placed by
+# the scheduler and by Ray's own placement, with the comparison printed.
+DEMO_POLICY ?= eft
 demo: $(STAMP)
 	$(VENV)/bin/scale-ray eval --policy random round-robin least-loaded fastest-idle eft eft-wait heft \
 		--servers 16 48 --episodes 4 --seed 0
+	$(VENV)/bin/scale-ray run-workflows --nodes 16 --servers-per-node 4 --workflows 100 \
+		--policy $(DEMO_POLICY) ray-default
 
 clean:
 	rm -rf $(VENV) build *.egg-info

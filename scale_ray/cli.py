@@ -13,9 +13,17 @@ from envs.config import ConfigError
 # name -> (module, one-line help). Later issues add entries here.
 COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("scale_ray.commands.eval", "evaluate policies on fixed-seed episodes"),
+    "run-workflows": ("scale_ray.commands.run_workflows", "stream workflows through the live scheduler on a Ray cluster"),
+    "workloads": ("scale_ray.commands.workloads", "real-DAG workload families: list, shape statistics"),
+    "train": ("scale_ray.commands.train", "train SCALE or a baseline with RLlib"),
+    "features": ("scale_ray.commands.features", "statistics of the attention feature z (Table 5)"),
+    "reproduce": ("scale_ray.commands.reproduce", "train all methods and write the paper's tables"),
 }
 BENCH: dict[str, tuple[str, str]] = {
     "env": ("scale_ray.bench.env", "environment steps per second vs CartPole"),
+    "train": ("scale_ray.bench.train", "RLlib sampling and iteration time vs CartPole"),
+    "serve": ("scale_ray.bench.serve", "placement service latency/throughput over HTTP vs in process"),
+    "live": ("scale_ray.bench.live", "live scheduler overhead vs plain Ray, and placement quality"),
 }
 
 

@@ -1,0 +1,45 @@
+"""`scale-ray reproduce`: gap statistics by hand, and a smoke run of the whole pipeline."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from scale_ray.reproduce import BUDGETS, _gaps, _mean_ci, render_markdown
+
+
+def test_mean_ci_matches_hand_computation():
+    m, ci = _mean_ci([0.05, 0.10, 0.12])
+    sd = math.sqrt(((0.05 - 0.09) ** 2 + (0.10 - 0.09) ** 2 + (0.12 - 0.09) ** 2) / 2)
+    assert m == pytest.approx(0.09) and ci == pytest.approx(4.303 * sd / math.sqrt(3))
+    assert math.isnan(_mean_ci([0.1])[1])
+
+
+def test_gap_is_per_seed_pair():
+    rows = [{"label": "SCALE/s1", "servers": 48, "mean_response_s": 6.0},
+            {"label": "SCALE/s2", "servers": 48, "mean_response_s": 7.0},
+            {"label": "CrossAttn/s1", "servers": 48, "mean_response_s": 6.5},
+            {"label": "CrossAttn/s2", "servers": 48, "mean_response_s": 7.0},
+            {"label": "eft", "servers": 48, "mean_response_s": 5.0}]
+    g = _gaps(rows, BUDGETS["smoke"].__class__(**{**BUDGETS["smoke"].__dict__, "sizes": (48,)}))["48"]
+    assert g["gap_per_seed"] == pytest.approx([1 - 6.0 / 6.5, 0.0])
+    assert g["scale_mean"] == pytest.approx(6.5) and g["scale_vs_eft"] == pytest.approx(0.3)
+
+
+@pytest.mark.slow
+def test_smoke_budget_end_to_end(tmp_path):
+    from scale_ray.reproduce import run
+
+    res = run("smoke", tmp_path, echo=lambda s: None, methods=["SCALE", "CrossAttn"])
+    assert {r["method"] for r in res["runs"]} == {"SCALE", "CrossAttn"}
+    assert {r["servers"] for r in res["table4"]} == {16, 48}
+    assert res["table5"] and all(r["mean_kl"] >= 0 for r in res["table5"])
+    for f in ("results.json", "results.md", "fig6_training.png", "response_vs_n.png"):
+        assert (tmp_path / f).stat().st_size > 0
+    assert "Table 4" in (tmp_path / "results.md").read_text()
+    json.loads((tmp_path / "results.json").read_text())
+    # a second call reuses the finished runs instead of training again
+    res2 = run("smoke", tmp_path, echo=lambda s: None, methods=["SCALE"])
+    assert res2["runs"][0]["resumed"] is False and res2["runs"][0]["iterations"] == 1

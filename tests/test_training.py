@@ -1,0 +1,239 @@
+"""Training driver: config validation, the LR schedule, and (slow) one-iteration smoke runs per
+algorithm config with checkpoint, exact resume, export, artifact load at N=48 and one evaluation
+episode; plus the same run submitted with `ray job submit` to a `ray start --head` cluster."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from envs.config import ConfigError
+from scale_ray.config import REPO_ROOT, load_env
+from scale_ray.training import cosine_lr, load_train_config
+
+CONFIGS = ["scale", "crossattn", "ppo_mlp", "ppo_mlp_srr", "dqn", "sac"]
+# A tiny setting for smoke runs: short episodes, small batches.
+SMALL = {"env": {"workload": {"horizon_s": 15.0}},
+         "ppo": {"steps_per_iteration": 128, "minibatch_size": 64, "num_epochs": 1},
+         "dqn": {"steps_per_iteration": 64, "train_batch_size": 16,
+                 "num_steps_sampled_before_learning_starts": 32},
+         "sac": {"steps_per_iteration": 64, "train_batch_size": 16,
+                 "num_steps_sampled_before_learning_starts": 32},
+         "rollout": {"num_env_runners": 0, "num_envs_per_env_runner": 2},
+         "srr": {"ramp_start": 0, "ramp_end": 4},
+         "run": {"checkpoint_every": 1}}
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_shipped_configs_validate(name):
+    cfg, env = load_train_config(REPO_ROOT / "configs" / "train" / f"{name}.yaml")
+    assert cfg.run.seed == 42 and cfg.run.iterations == 1000
+    assert env.cluster.servers == 16
+    if cfg.algorithm == "ppo":
+        p = cfg.ppo
+        assert (p.lr, p.gamma, p.lambda_, p.clip_param, p.entropy_coeff, p.grad_clip) == (
+            3e-4, 0.99, 0.95, 0.2, 0.01, 0.5)
+        assert (p.steps_per_iteration, p.minibatch_size, p.num_epochs) == (1024, 256, 8)
+    assert cfg.label == {"scale": "ppo+srr", "crossattn": "ppo", "ppo_mlp": "ppo",
+                         "ppo_mlp_srr": "ppo+srr", "dqn": "dqn", "sac": "sac"}[name]
+
+
+def test_bad_train_config_names_the_key():
+    with pytest.raises(ConfigError, match="train.ppo.clip_param"):
+        load_train_config({"ppo": {"clip_param": -1}})
+    with pytest.raises(ConfigError, match="unknown key train.ppo.lrr"):
+        load_train_config({"ppo": {"lrr": 1}})
+    with pytest.raises(ConfigError, match="train.algorithm"):
+        load_train_config({"algorithm": "a2c"})
+    with pytest.raises(ConfigError, match="env.workload.horizon_s"):
+        load_train_config({}, {"env": {"workload": {"horizon_s": -5}}})
+
+
+def test_cosine_lr_schedule():
+    pts = cosine_lr(3e-4, 0.0, 1_024_000, 16)
+    assert len(pts) == 16 and pts[0] == [0, 3e-4] and pts[-1][0] == 1_024_000
+    assert pts[-1][1] == pytest.approx(0.0, abs=1e-12)
+    vals = [v for _, v in pts]
+    assert all(a > b for a, b in zip(vals, vals[1:]))
+    mid = np.interp(512_000, [t for t, _ in pts], vals)
+    assert mid == pytest.approx(1.5e-4, rel=0.02)
+
+
+# ----------------------------------------------------------------------------- slow smoke runs
+
+@pytest.fixture(scope="module")
+def local_ray(tmp_path_factory):
+    import ray
+
+    tmp = tmp_path_factory.mktemp("ray")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=str(tmp),
+             log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _rows(out: Path) -> list[dict[str, str]]:
+    with (out / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CONFIGS)
+def test_one_iteration_checkpoint_resume_export_evaluate(name, tmp_path, local_ray):
+    from policies import load_policy
+    from scale_ray.evaluation import run_episode
+    from scale_ray.training import train
+
+    cfg, env = load_train_config(REPO_ROOT / "configs" / "train" / f"{name}.yaml", SMALL)
+    out = tmp_path / name
+    lines: list[str] = []
+    first = train(cfg, env, out, iterations=1, echo=lines.append)
+    assert first["iterations"] == 1 and Path(first["checkpoint"]).is_dir()
+    resumed = train(cfg, env, out, iterations=2, resume=True, echo=lines.append)
+    assert resumed["iterations"] == 2
+    assert any("resumed from" in s for s in lines) and any(s.startswith("iter    2/2") for s in lines)
+    rows = _rows(out)
+    assert [int(r["iteration"]) for r in rows] == [1, 2]
+    assert float(rows[1]["env_steps"]) > float(rows[0]["env_steps"])
+    if cfg.algorithm == "ppo":
+        # exact resume: the LR follows the schedule of the run it continues (env steps), and the
+        # SRR ramp continues from the restored iteration counter (ramp 0 -> 4: 0, then 0.25)
+        pts = cosine_lr(cfg.ppo.lr, cfg.ppo.lr_final, 1 * cfg.ppo.steps_per_iteration, 16)
+        for r in rows:
+            want = np.interp(float(r["env_steps"]), [t for t, _ in pts], [v for _, v in pts])
+            assert float(r["lr"]) == pytest.approx(want, abs=1e-9)
+        want_ramp = [0.0, 0.25] if cfg.srr.enabled else [0.0, 0.0]
+        assert [float(r["srr_ramp"]) for r in rows] == want_ramp
+        for r in rows:
+            assert math.isfinite(float(r["srr_decorrelation"])) and math.isfinite(float(r["srr_kl"]))
+            assert math.isfinite(float(r["z_mean_abs_offdiag_cov"]))
+    meta = json.loads((out / "policy" / "policy.json").read_text())
+    assert meta["algorithm"] == cfg.label and meta["iterations"] == 2
+    assert (out / "metrics.jsonl").is_file() and list((out / "tb").glob("events.out.tfevents*"))
+    pol = load_policy(out / "policy")
+    n = 16 if cfg.network == "mlp" else 48
+    env_n = load_env(None, {"workload": {"horizon_s": 10.0}}, servers=n)
+    m = run_episode(env_n, str(out / "policy"), episode=0, base_seed=1)
+    assert m["completed_tasks"] > 0 and math.isfinite(m["mean_response_s"])
+    assert pol.describe()["algorithm"] == cfg.label
+
+
+# ----------------------------------------------------------------------------- ray job submit
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _pids_using(temp_dir: str) -> list[int]:
+    """PIDs whose command line names our temp dir (our cluster's processes only)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if temp_dir in cmd and int(p.name) != os.getpid():
+                pids.append(int(p.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_ray_job_submit_on_a_local_head(tmp_path):
+    """`ray job submit --working-dir . -- python -m scale_ray.cli train ...` against a head the
+    test starts (own temp dir and ports) and stops (only its own processes)."""
+    temp_dir = str(Path("/tmp") / f"scale_job_{os.getpid()}")
+    bindir = str(Path(sys.executable).parent)
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "PATH": f"{bindir}:{os.environ.get('PATH', '')}"}
+    env.pop("RAY_ADDRESS", None)
+    # every port our head opens is chosen here (other clusters may run on this machine)
+    ports = set()
+    while len(ports) < 8:
+        p = _free_port()
+        if p not in range(10002, 20000):  # Ray's worker port range
+            ports.add(p)
+    gcs, dash, client, agent_http, agent_grpc, metrics, runtime_env, node_mgr = sorted(ports)
+    head = subprocess.Popen(
+        [f"{bindir}/ray", "start", "--head", "--block", "--num-cpus=2", f"--port={gcs}",
+         f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", f"--ray-client-server-port={client}",
+         f"--dashboard-agent-listen-port={agent_http}", f"--dashboard-agent-grpc-port={agent_grpc}",
+         f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",
+         f"--node-manager-port={node_mgr}", f"--temp-dir={temp_dir}"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    out = tmp_path / "job_run"
+    try:
+        deadline = time.time() + 90
+        while True:  # wait for the dashboard (job API)
+            try:
+                with socket.create_connection(("127.0.0.1", dash), timeout=1):
+                    break
+            except OSError:
+                if time.time() > deadline or head.poll() is not None:
+                    raise RuntimeError("ray head did not start")
+                time.sleep(1)
+        sets = ["--set", "env.workload.horizon_s=15", "--set", "ppo.steps_per_iteration=128",
+                "--set", "ppo.minibatch_size=64", "--set", "ppo.num_epochs=1",
+                "--set", "rollout.num_env_runners=0"]
+        cmd = [f"{bindir}/ray", "job", "submit", "--address", f"http://127.0.0.1:{dash}",
+               "--working-dir", str(REPO_ROOT),
+               "--runtime-env-json", json.dumps({"excludes": [".venv", ".git", "runs", "*.log"]}),
+               "--", "python", "-m", "scale_ray.cli", "train", "configs/train/scale.yaml",
+               "--iterations", "1", "--out", str(out), *sets]
+        for _ in range(20):  # the dashboard answers before its job agent is ready
+            res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+            if "No available agent" not in res.stdout + res.stderr:
+                break
+            time.sleep(3)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        assert "iter    1/1" in res.stdout + res.stderr
+        assert (out / "policy" / "policy.json").is_file()
+        from policies import load_policy
+        assert load_policy(out / "policy").scores(
+            {"task": np.ones(5, np.float32) * 0.1, "servers": np.ones((48, 5), np.float32) * 0.2,
+             "action_mask": np.ones(48, np.float32)}).shape == (48,)
+    finally:
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGTERM)
+            try:
+                head.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(head.pid, signal.SIGKILL)
+        for pid in _pids_using(temp_dir):  # anything of ours left behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_features_command_reports_z_statistics(tmp_path):
+    from policies.artifact import save_untrained
+    from scale_ray.cli import main
+
+    path = save_untrained(tmp_path / "p", seed=1)
+    out = tmp_path / "features.json"
+    rc = main(["features", "--policy", str(path), "--servers", "8", "16", "--episodes", "1",
+               "--set", "workload.horizon_s=20", "--json", str(out)])
+    assert rc == 0
+    rows = json.loads(out.read_text())["results"]
+    assert [r["servers"] for r in rows] == [8, 16]
+    for r in rows:
+        assert r["decisions"] > 0
+        assert math.isfinite(r["mean_abs_offdiag_cov"]) and r["mean_abs_offdiag_cov"] >= 0
+        assert math.isfinite(r["mean_kl"]) and r["mean_kl"] >= 0
+    assert main(["features", "--policy", "eft", "--servers", "4"]) == 2  # not a trained artifact
