@@ -25,7 +25,7 @@ test-fast: $(STAMP)
 # The demo, on an embedded local Ray: (1) the heuristics in the simulator at N=16 and 48;
 # (2) the same stream of agent DAGs on a local heterogeneous multi-node Ray cluster, placed by
 # the scheduler and by Ray's own placement, with the comparison printed.
-DEMO_POLICY ?= eft
+DEMO_POLICY ?= scale
 demo: $(STAMP)
 	$(VENV)/bin/scale-ray eval --policy random round-robin least-loaded fastest-idle eft eft-wait heft \
 		--servers 16 48 --episodes 4 --seed 0

@@ -23,6 +23,11 @@ def shipped_policies() -> list[str]:
     return sorted(p.name for p in ARTIFACTS_DIR.iterdir() if (p / "policy.json").is_file())
 
 
+def default_policy() -> str:
+    """The policy used when none is named: the shipped SCALE policy, or EFT without it."""
+    return "scale" if "scale" in shipped_policies() else "eft"
+
+
 def load_policy(path: str | Path) -> Policy:
     """Load a trained policy artifact directory (no Ray, no unpickling of code)."""
     from .artifact import load_policy as _load  # needs torch
@@ -44,4 +49,5 @@ def get_policy(spec: str, env: EnvConfig | None = None, seed: int | None = None)
                      f"and not an artifact directory")
 
 
-__all__ = ["Policy", "HEURISTICS", "make_heuristic", "get_policy", "load_policy", "shipped_policies"]
+__all__ = ["Policy", "HEURISTICS", "make_heuristic", "get_policy", "load_policy", "shipped_policies",
+           "default_policy"]

@@ -84,10 +84,11 @@ BUDGETS = {
     # The paper: 1000 iterations, 30 evaluation episodes; 3 seeds for SCALE and CrossAttn.
     "paper": Budget("paper", 1000, (42, 43, 44), (42,), 30, (16, 32, 48, 64, 128, 256, 1024),
                     (16, 32, 48, 256), (16, 48)),
-    # About 20 minutes on 2 cores: the same tables with smaller numbers. The SRR ramp is
-    # compressed with the run (the paper's 10->60 of 1000 iterations would never switch on).
-    "quick": Budget("quick", 12, (42, 43, 44), (42,), 4, (16, 32, 48, 256, 1024), (16, 48, 256),
-                    (16, 48), horizon_s=40.0, srr_ramp=(2, 8)),
+    # About 20 minutes on a quiet 2-core machine: the same tables with smaller numbers (40
+    # iterations, about 1 s each). The SRR ramp is compressed with the run (the paper's 10->60
+    # of 1000 iterations would barely switch on).
+    "quick": Budget("quick", 40, (42, 43, 44), (42,), 4, (16, 32, 48, 256, 1024), (16, 48, 256),
+                    (16, 48), horizon_s=40.0, srr_ramp=(4, 16)),
     # A smoke run for tests (minutes): one seed, tiny everything.
     "smoke": Budget("smoke", 1, (42,), (42,), 1, (16, 48), (16,), (16,), horizon_s=10.0,
                     srr_ramp=(0, 1), off_policy=False),

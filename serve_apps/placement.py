@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse, Response
 from ray import serve
 
 from envs.config import ConfigError, build, rng
+from policies import default_policy
 
 from .decisions import (LoadedPolicy, PreparedPlace, RequestError, decide_batch, load,
                         place_answer, prepare_place, schedule)
@@ -65,7 +66,7 @@ class Tuning:
 @dataclass(frozen=True)
 class PlacementArgs:
     """Application arguments (``serve run ... key=value`` or ``args:`` in the YAML)."""
-    policy: str = field(default="eft", metadata=rng(
+    policy: str = field(default_factory=default_policy, metadata=rng(
         doc="heuristic name, shipped artifact name or artifact directory"))
     env_config: str | None = field(default=None, metadata=rng(
         doc="env YAML for encoder settings (bandwidth, latency, switches; an artifact's "

@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from envs.workload import TaskSpec, WorkflowSpec
+from policies import default_policy
 
 log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", default="eft",
+    p.add_argument("--policy", default=default_policy(),
                    help="the policy under test (heuristic, shipped name or artifact dir); "
                         "EFT and ray-default are always measured")
     p.add_argument("--servers", type=int, default=16, help="servers N for the quality run")

@@ -6,12 +6,13 @@ import argparse
 import json
 from pathlib import Path
 
+from policies import default_policy
 from scale_ray.config import load_env
 from scale_ray.evaluation import evaluate, format_table, stderr_progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", nargs="+", default=["eft"],
+    p.add_argument("--policy", nargs="+", default=[default_policy()],
                    help="heuristic names, shipped policy names or artifact paths (several allowed)")
     p.add_argument("--servers", nargs="+", type=int, default=[16], help="cluster sizes N")
     p.add_argument("--episodes", type=int, default=30, help="episodes per policy and size")

@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 from envs.trace import JsonlTraceWriter
+from policies import default_policy
 from scale_ray.config import load_env
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=16, help="servers N (tiers 2:5:1 by default)")
     p.add_argument("--servers-per-node", type=int, default=1,
                    help="pack up to K same-tier servers into one raylet (1: a raylet per server)")
-    p.add_argument("--policy", nargs="+", default=["eft"],
+    p.add_argument("--policy", nargs="+", default=[default_policy()],
                    help="heuristic name, shipped policy, artifact dir, or ray-default; several "
                         "run one after another on the same cluster and workload, compared")
     p.add_argument("--workflows", type=int, default=200, help="workflows to stream")
