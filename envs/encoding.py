@@ -109,12 +109,15 @@ class ServerFeatures:
     def render(self, busy_until: np.ndarray, t: float, transfer_s: float,
                parent_slot: int | None) -> np.ndarray:
         """Features at time ``t``; ``transfer_s`` applies to every server but ``parent_slot``."""
-        remaining = busy_until - t
-        remaining *= self._inv_rem
-        _clip_ufunc(remaining, 0.0, self._clip, out=remaining)
         out = self._feat.copy()
-        out[:, 2] = remaining
-        out[:, 4] *= min(transfer_s / self.f.transfer_s, self._clip)
+        col = out[:, 2]  # a view: remaining busy time, computed in place
+        np.subtract(busy_until, t, out=col, casting="same_kind")
+        col *= self._inv_rem
+        _clip_ufunc(col, 0.0, self._clip, out=col)
+        if transfer_s:
+            out[:, 4] *= min(transfer_s / self.f.transfer_s, self._clip)
+        else:
+            out[:, 4] = 0.0
         if parent_slot is not None:
             out[parent_slot, 4] = 0.0
         return out

@@ -283,10 +283,12 @@ def _plots(out: Path, runs: list[dict], results: dict) -> None:
         if not f.exists():
             continue
         rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-        steps = [x.get("env_steps") for x in rows]
         lbl = f"{r['method']} s{r['seed']}"
-        axes[0].plot(steps, [x.get("episode_return") for x in rows], label=lbl)
-        axes[1].plot(steps, [x.get("mean_response_s") for x in rows], label=lbl)
+        for ax, key in ((axes[0], "episode_return"), (axes[1], "mean_response_s")):
+            # iterations in which no episode ended report nan: connect the points that exist
+            pts = [(x["env_steps"], x[key]) for x in rows
+                   if isinstance(x.get(key), (int, float)) and math.isfinite(x[key])]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=lbl)
     axes[0].set(xlabel="env steps", ylabel="episode return", title="Training reward")
     axes[1].set(xlabel="env steps", ylabel="mean task response (s)", title="Training response time")
     axes[0].legend(fontsize=7)
