@@ -435,19 +435,7 @@ class LiveScheduler:
     def drain(self, timeout: float | None = None, progress: Callable[[int, int], None] | None = None
               ) -> bool:
         """Wait until every submitted workflow finished; False on timeout."""
-        deadline = None if timeout is None else time.perf_counter() + timeout
-        while True:
-            if self._error is not None:
-                raise RuntimeError("the scheduler thread died") from self._error
-            hs = self.handles()
-            left = sum(1 for h in hs if not h.done())
-            if progress:
-                progress(len(hs) - left, len(hs))
-            if left == 0:
-                return True
-            if deadline is not None and time.perf_counter() > deadline:
-                return False
-            time.sleep(0.05)
+        return _drain(self, "the scheduler thread", timeout, progress)
 
     def summary(self) -> dict[str, Any]:
         """Response-time statistics plus the scheduler's counters."""
@@ -944,22 +932,30 @@ class RayDefaultRunner:
 
     def drain(self, timeout: float | None = None, progress: Callable[[int, int], None] | None = None
               ) -> bool:
-        deadline = None if timeout is None else time.perf_counter() + timeout
-        while True:
-            if self._error is not None:
-                raise RuntimeError("the ray-default runner thread died") from self._error
-            hs = self.handles()
-            left = sum(1 for h in hs if not h.done())
-            if progress:
-                progress(len(hs) - left, len(hs))
-            if left == 0:
-                return True
-            if deadline is not None and time.perf_counter() > deadline:
-                return False
-            time.sleep(0.05)
+        """Wait until every submitted workflow finished; False on timeout."""
+        return _drain(self, "the ray-default runner thread", timeout, progress)
 
     def summary(self) -> dict[str, Any]:
         out = summarize(self.handles(), self.cfg.time_scale)
         out["policy"] = self.name
         out["tasks_per_node"] = dict(self.node_tasks)
         return out
+
+
+def _drain(runner: Any, what: str, timeout: float | None,
+           progress: Callable[[int, int], None] | None) -> bool:
+    """Poll ``runner.handles()`` until all are done (True) or ``timeout`` passes (False); raise
+    if the runner's thread died (``runner._error``)."""
+    deadline = None if timeout is None else time.perf_counter() + timeout
+    while True:
+        if runner._error is not None:
+            raise RuntimeError(f"{what} died") from runner._error
+        hs = runner.handles()
+        left = sum(1 for h in hs if not h.done())
+        if progress:
+            progress(len(hs) - left, len(hs))
+        if left == 0:
+            return True
+        if deadline is not None and time.perf_counter() > deadline:
+            return False
+        time.sleep(0.05)
