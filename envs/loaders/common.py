@@ -62,6 +62,14 @@ def read_json(path: Path) -> Any:
                             f"{e.colno}: {e.msg}") from None
 
 
+def read_json_list(path: Path) -> list[Any]:
+    """A JSON file whose top level must be a list of records."""
+    doc = read_json(path)
+    if not isinstance(doc, list):
+        raise WorkflowError(f"{rel(path)}: expected a JSON list of records, got {type(doc).__name__}")
+    return doc
+
+
 def read_jsonl(path: Path) -> list[tuple[int, Any]]:
     """(line number, record) for each non-blank line; a bad line raises WorkflowError."""
     p = Path(path)

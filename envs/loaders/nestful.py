@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from ..config import ResourceMappingConfig
 from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import Loaded, OnInvalid, collect, need, profile_task, read_json, rel
+from .common import Loaded, OnInvalid, collect, need, profile_task, read_json_list, rel
 
 KIND = "api"
 RESULT_CALL = "var_result"
@@ -70,9 +70,7 @@ def load_nestful(paths: list[Path], res: ResourceMappingConfig, on_invalid: OnIn
                  family: str = "nestful") -> Loaded:
     out = Loaded()
     for path in paths:
-        doc = read_json(path)
-        if not isinstance(doc, list):
-            raise WorkflowError(f"{rel(path)}: expected a JSON list of records, got {type(doc).__name__}")
+        doc = read_json_list(path)
 
         def records():
             for i, rec in enumerate(doc):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..config import ResourceMappingConfig
 from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import Loaded, OnInvalid, collect, need, profile_task, read_json, rel
+from .common import Loaded, OnInvalid, collect, need, profile_task, read_json_list, rel
 
 KIND = "agent_step"
 MARKERS = ("START", "END")
@@ -56,9 +56,7 @@ def load_worfbench(paths: list[Path], res: ResourceMappingConfig, on_invalid: On
                    family: str = "worfbench") -> Loaded:
     out = Loaded()
     for path in paths:
-        doc = read_json(path)
-        if not isinstance(doc, list):
-            raise WorkflowError(f"{rel(path)}: expected a JSON list of records, got {type(doc).__name__}")
+        doc = read_json_list(path)
         subset = path.parent.name
 
         def records():
