@@ -79,7 +79,16 @@ class ServerFeatures:
         # Column 4 holds 1.0 for present servers between renders (scaled to the transfer delay in
         # the rendered copy), so padding rows stay zero without an extra mask.
         self._feat = np.zeros((n, SERVER_DIM), dtype=np.float32)
+        # Contiguous scratch rows for the time-dependent columns: a ufunc writing straight into a
+        # strided column of the (n, 5) matrix costs about 1 us at N = 48, a contiguous one about
+        # 0.4 us, and one strided assignment 0.2 us. Same dtype and operation order as writing
+        # into the column, so the result is bit-identical.
+        self._present = np.zeros(n, dtype=np.float32)
+        self._rem = np.empty(n, dtype=np.float32)
+        self._rem64 = np.empty(n, dtype=np.float64)
+        self._transfer = np.empty(n, dtype=np.float32)
         self._inv_rem = 1.0 / f.remaining_s
+        self._transfer_unit = f.transfer_s
         self._clip = float(f.clip)
 
     def set_server(self, slot: int, compute: float, memory_gb: float, power_w: float) -> None:
@@ -89,6 +98,7 @@ class ServerFeatures:
         row[1] = min(memory_gb / f.server_memory_gb, f.clip)
         row[3] = min(power_w / f.power_w, f.clip)
         row[4] = 1.0
+        self._present[slot] = 1.0
 
     def set_servers(self, compute: np.ndarray, memory_gb: np.ndarray, power_w: np.ndarray) -> None:
         """Fill rows ``0..len(compute)-1`` at once (same arithmetic as :meth:`set_server`)."""
@@ -99,23 +109,37 @@ class ServerFeatures:
         feat[:k, 1] = np.minimum(np.asarray(memory_gb, dtype=np.float64) / f.server_memory_gb, f.clip)
         feat[:k, 3] = np.minimum(np.asarray(power_w, dtype=np.float64) / f.power_w, f.clip)
         feat[:k, 4] = 1.0
+        self._present[:k] = 1.0
+
+    def power_feature(self, power_w: float) -> float:
+        """The normalised power column value for ``power_w`` (precomputed by the simulator)."""
+        return min(power_w / self.f.power_w, self.f.clip)
 
     def set_power(self, slot: int, power_w: float) -> None:
         self._feat[slot, 3] = min(power_w / self.f.power_w, self.f.clip)
 
+    def set_power_feature(self, slot: int, value: float) -> None:
+        """Set the power column to an already normalised value (see :meth:`power_feature`)."""
+        self._feat[slot, 3] = value
+
     def clear(self, slot: int) -> None:
         self._feat[slot] = 0.0
+        self._present[slot] = 0.0
 
     def render(self, busy_until: np.ndarray, t: float, transfer_s: float,
                parent_slot: int | None) -> np.ndarray:
         """Features at time ``t``; ``transfer_s`` applies to every server but ``parent_slot``."""
         out = self._feat.copy()
-        col = out[:, 2]  # a view: remaining busy time, computed in place
-        np.subtract(busy_until, t, out=col, casting="same_kind")
-        col *= self._inv_rem
-        _clip_ufunc(col, 0.0, self._clip, out=col)
+        rem = self._rem  # remaining busy time: (busy_until - t) / remaining_s, clipped
+        np.subtract(busy_until, t, out=self._rem64)  # then cast: cheaper than a casting ufunc
+        rem[:] = self._rem64
+        np.multiply(rem, self._inv_rem, out=rem)
+        _clip_ufunc(rem, 0.0, self._clip, out=rem)
+        out[:, 2] = rem
         if transfer_s:
-            out[:, 4] *= min(transfer_s / self.f.transfer_s, self._clip)
+            x = transfer_s / self._transfer_unit
+            np.multiply(self._present, x if x < self._clip else self._clip, out=self._transfer)
+            out[:, 4] = self._transfer
         else:
             out[:, 4] = 0.0
         if parent_slot is not None:

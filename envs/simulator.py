@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from .config import EnvConfig, ServerEventConfig, TierConfig
-from .encoding import ServerFeatures, encode_task
+from .encoding import ServerFeatures
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
 # Event kinds, in the order they are processed at equal times.
@@ -138,7 +138,6 @@ class Simulator:
         self.idle_w = np.zeros(n)
         self.busy_w = np.zeros(n)
         self.busy_until = np.zeros(n)
-        self.busy = np.zeros(n, dtype=bool)
         self.present = np.zeros(n, dtype=bool)    # alive (possibly draining)
         self.accepting = np.zeros(n, dtype=bool)  # alive and not draining
         self._accept_f = np.zeros(n, dtype=np.float32)  # float copy of accepting (the mask)
@@ -149,12 +148,15 @@ class Simulator:
         self._memory_l = [0.0] * n
         self._idle_w_l = [0.0] * n
         self._busy_w_l = [0.0] * n
+        self._idle_pf_l = [0.0] * n  # normalised power feature of the slot when idle / busy
+        self._busy_pf_l = [0.0] * n
         self._busy_l = [False] * n
         self._accept_l = [False] * n
         self._present_l = [False] * n
         self._features = ServerFeatures(n, cfg.features)
+        self._feat = self._features._feat  # hot path: power column written in place (col 3)
         self.running: list[_Task | None] = [None] * n
-        self.run_start = np.zeros(n)              # when the slot's current run began
+        self.run_start = [0.0] * n                # when the slot's current run began
         self._slot_of: dict[int, int] = {}
         self._next_server_id = 0
         self._max_accept_mem = 0.0
@@ -231,8 +233,12 @@ class Simulator:
         handlers = self._HANDLERS
         while ev and ev[0][0] <= t_target:
             t, kind, _, a, b = heapq.heappop(ev)
-            if t > self.t:
-                self._tick(t)
+            if t > self.t:  # _tick(t), inlined (hot path)
+                dt = t - self.t
+                self.alive_seconds += dt * self._present_count
+                if self._penalty_rate:
+                    self._pending_penalty += self._penalty_rate * self.outstanding * dt
+                self.t = t
             handlers[kind](self, a, b)
         if t_target > self.t:
             self._tick(t_target)
@@ -257,10 +263,9 @@ class Simulator:
         task.state = DONE
         task.finish = t
         self.busy_seconds += t - self.run_start[slot]
-        self.busy[slot] = False
         self._busy_l[slot] = False
         self.running[slot] = None
-        self._features.set_power(slot, self._idle_w_l[slot])
+        self._feat[slot, 3] = self._idle_pf_l[slot]
         self.outstanding -= 1
         wf = task.wf
         wf.done += 1
@@ -272,8 +277,9 @@ class Simulator:
             if child.first_parent is None:
                 child.first_parent = task
             child.pending -= 1
-            if child.pending == 0:
-                self._make_ready(child)
+            if child.pending == 0:  # _make_ready(child), inlined (hot path)
+                child.state = READY
+                heapq.heappush(self._ready, (child.key, child.id, child))
         if self._present_l[slot] and not self._accept_l[slot]:  # draining: leave now
             self._drop_server(slot, "server_remove")
 
@@ -293,7 +299,6 @@ class Simulator:
             self.lost += 1
             self._emit({"t": self.t, "event": "lost", "task": task.id, "server": sid})
             self.running[slot] = None
-            self.busy[slot] = False
             self._busy_l[slot] = False
             self._make_ready(task)
         self._drop_server(slot, "server_fail")
@@ -344,6 +349,12 @@ class Simulator:
 
     # ---------------------------------------------------------------- servers
     @property
+    def busy(self) -> np.ndarray:
+        """Whether each slot runs a task now, (n_slots,) bool (a copy; the decision loop keeps a
+        list)."""
+        return np.array(self._busy_l, dtype=bool)
+
+    @property
     def _n_present(self) -> int:
         return self._present_count
 
@@ -366,7 +377,6 @@ class Simulator:
         self.memory[slot] = tier.memory_gb
         self.idle_w[slot] = tier.idle_w
         self.busy_w[slot] = tier.busy_w
-        self.busy[slot] = False
         self.busy_until[slot] = 0.0
         self.present[slot] = True
         self.accepting[slot] = True
@@ -375,6 +385,8 @@ class Simulator:
         self._memory_l[slot] = tier.memory_gb
         self._idle_w_l[slot] = tier.idle_w
         self._busy_w_l[slot] = tier.busy_w
+        self._idle_pf_l[slot] = self._features.power_feature(tier.idle_w)
+        self._busy_pf_l[slot] = self._features.power_feature(tier.busy_w)
         self._busy_l[slot] = False
         self._accept_l[slot] = True
         self._present_l[slot] = True
@@ -401,7 +413,6 @@ class Simulator:
         self._accept_l[slot] = False
         self._present_l[slot] = False
         self._accept_f[slot] = 0.0
-        self.busy[slot] = False
         self.busy_until[slot] = 0.0
         self._features.clear(slot)
         self.srv_id[slot] = -1
@@ -483,8 +494,7 @@ class Simulator:
     # ---------------------------------------------------------------- decisions
     def _select(self) -> None:
         """Set ``self.current`` to the first-level pick, advancing the clock while nothing is ready."""
-        mdp = self.cfg.mdp
-        t_cap = self.cfg.workload.horizon_s * mdp.max_time_factor
+        t_cap = self._t_cap
         while True:
             ready = self._ready
             while ready:
@@ -577,13 +587,13 @@ class Simulator:
         task.sid = sid
         task.start = t
         task.token += 1
-        self.busy[slot] = True
         self._busy_l[slot] = True
         self.busy_until[slot] = t + delay + exec_s
         self.running[slot] = task
         self.run_start[slot] = t
-        self._features.set_power(slot, self._busy_w_l[slot])
-        self._push(t + delay + exec_s, FINISH, slot, (task.token, task))
+        self._feat[slot, 3] = self._busy_pf_l[slot]
+        self._seq += 1  # _push, inlined (hot path)
+        heapq.heappush(self._events, (t + delay + exec_s, FINISH, self._seq, slot, (task.token, task)))
         if self.trace is not None:
             ev = {"t": t, "event": "start", "task": task.id, "server": sid}
             if delay:
@@ -607,8 +617,14 @@ class Simulator:
             return {"task": np.zeros(5, np.float32), "servers": np.zeros((n, 5), np.float32),
                     "action_mask": np.zeros(n, np.float32)}
         wf = task.wf
-        feat_task = encode_task(task.compute, task.memory, len(task.children), wf.done / wf.n,
-                                task.output, f)
+        # encode_task inlined (hot path); the max(., 0) clamp is dropped because a validated
+        # WorkflowSpec has no negative demand, so the values are the same bit for bit.
+        c = f.clip
+        feat_task = np.array((min(task.compute / f.compute_gflop, c),
+                              min(task.memory / f.memory_gb, c),
+                              min(len(task.children) / f.successors, c),
+                              min(wf.done / wf.n, c),
+                              min(task.output / f.output_gb, c)), dtype=np.float32)
         fp = task.first_parent
         transfer, parent_slot = 0.0, None
         if fp is not None:

@@ -128,3 +128,46 @@ def test_workload_is_policy_independent():
             sim.step(int(rng.integers(0, sim.n_slots)))
         arrivals.append([e for e in events if e["event"] == "arrival"])
     assert arrivals[0] == arrivals[1]
+
+
+@pytest.mark.parametrize("max_tasks", [3, 8, 12])
+def test_dag_generator_table_path_equals_plain_loop(monkeypatch, max_tasks):
+    """The bitmask lookup of parents (DAGs up to 12 nodes) draws the same DAGs as the loop."""
+    import envs.workload as wl
+
+    cfg = build(EnvConfig, {"workload": {"max_tasks": max_tasks, "edge_prob": 0.4}}).workload
+    fast = wl.RandomDagSource(cfg)._generate(np.random.default_rng(7))
+    monkeypatch.setattr(wl, "_PARENT_TABLE_WIDTH", 0)  # force the plain loop
+    slow = wl.RandomDagSource(cfg)._generate(np.random.default_rng(7))
+    assert [w.tasks for w in fast] == [w.tasks for w in slow]
+    for wf in fast:  # one connected DAG: every non-first node has a parent, all earlier
+        assert all(t.parents and max(t.parents) < i for i, t in enumerate(wf.tasks) if i > 0)
+
+
+def test_server_feature_render_matches_direct_computation():
+    """The scratch-buffer render equals a per-row float32 computation of the same formulas."""
+    from envs.config import FeatureConfig
+    from envs.encoding import ServerFeatures
+
+    f = FeatureConfig()
+    rng = np.random.default_rng(3)
+    n = 40
+    sf = ServerFeatures(n, f)
+    present = rng.random(n) < 0.8
+    compute, memory, power = rng.uniform(0.5, 8, n), rng.uniform(4, 96, n), rng.uniform(20, 500, n)
+    for i in np.flatnonzero(present):
+        sf.set_server(int(i), compute[i], memory[i], power[i])
+    t = 12.5
+    busy_until = np.where(rng.random(n) < 0.5, t + rng.exponential(5, n), t - 1.0)
+    busy_until[~present] = 0.0  # the documented invariant: idle and absent slots are not ahead of t
+    for transfer, parent in ((0.0, None), (0.37, 3), (500.0, None)):
+        out = sf.render(busy_until, t, transfer, parent)
+        for i in range(n):
+            if not present[i]:
+                assert not out[i].any()
+                continue
+            rem = np.float32(busy_until[i] - t) * np.float32(1.0 / f.remaining_s)
+            tr = 0.0 if (not transfer or i == parent) else min(transfer / f.transfer_s, f.clip)
+            assert out[i, 2] == np.clip(rem, 0, f.clip)
+            assert out[i, 4] == np.float32(tr)
+            assert out[i, 0] == np.float32(min(compute[i] / f.server_compute, f.clip))
