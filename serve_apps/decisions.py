@@ -107,6 +107,7 @@ def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bo
             "algorithm": str(d.get("algorithm") or "unknown"), "version": str(d.get("version") or "0"),
             "checksum": d.get("checksum"), "train_servers": d.get("train_servers"),
             "module": d.get("module"), "first_level": policy.first_level,
+            "backend": str(getattr(policy, "backend", "builtin")),
             "encoder": encoder.to_dict()}
     batched = hasattr(policy, "net")  # policies.artifact.TorchPolicy: one forward for a batch
     argmax_act = batched or type(policy).act is Policy.act

@@ -143,6 +143,8 @@ class PolicyInfo(BaseModel):
     train_servers: int | None
     module: str | None
     first_level: str
+    backend: str = Field(description="how decisions are computed: numpy or torch for a trained "
+                                     "network, builtin for a heuristic")
     encoder: dict
     loaded_at: float
     swaps: int
