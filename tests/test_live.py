@@ -35,6 +35,53 @@ THREE_TIERS = ["cluster.servers=3",
                " {name: large, compute: 4.0, memory_gb: 80, count: 1}]"]
 
 
+def test_observation_fast_path_equals_the_encoder():
+    """The scheduler's array-based observation is exactly ``envs.encoding.encode`` of the same
+    plain descriptions: idle and busy servers, a parent on a live server, a parent whose server
+    is gone (every server pays the transfer, as in the simulator). No Ray needed."""
+    from envs.encoding import encode
+    from policies import get_policy
+    from scale_ray.live.cluster import NodeInfo
+    from scale_ray.live.scheduler import WorkflowHandle, _Server
+
+    env = load_env(None, servers=16)
+    sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.5))
+    tiers = [(1.0, 8.0, "small", 30.0, 100.0), (2.0, 32.0, "medium", 50.0, 200.0),
+             (4.0, 80.0, "large", 80.0, 400.0)]
+    servers = [_Server(i, NodeInfo(f"node{i}", 1, *tiers[i % 3]), 0) for i in range(7)]
+    gone = _Server(99, NodeInfo("gone", 1, *tiers[2]), 0)
+    sched._set_alive(servers)
+    spec = WorkflowSpec((TaskSpec(2.0, 4.0, 0.3), TaskSpec(3.0, 40.0, 0.7, (0,)),
+                         TaskSpec(1.0, 1.0, 0.0, (0, 1))))
+    handle = WorkflowHandle(0, from_spec(spec), 0.0)
+    sched._admit(handle)
+    first = sched._ready[0][2]
+    t0, t1, t2 = first.wf.tasks
+    now = 100.0
+    servers[1].task, servers[1].busy_until = t0, now + 3.0
+    servers[4].task, servers[4].busy_until = t0, now - 1.0  # overdue estimate: remaining 1e-3
+    c = env.cluster
+    cases = [(t0, None), (t1, servers[2]), (t2, gone)]
+    for task, parent_server in cases:
+        if parent_server is not None:
+            task.first_parent = t0
+            t0.last_server = parent_server
+        got = sched._observe(task, now)
+        want = encode(*sched._view(task, now), env.features, c.bandwidth_gb_s, c.latency_s,
+                      mask_infeasible=True)
+        for key in ("task", "servers", "action_mask"):
+            assert got[key].dtype == want[key].dtype
+            np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+        transfer = got["servers"][:, 4]
+        if parent_server is None:
+            assert not transfer.any()
+        elif parent_server is gone:  # every live server pays the transfer
+            assert (transfer > 0).all()
+        else:  # all but the parent's server
+            assert transfer[2] == 0 and (np.delete(transfer, 2) > 0).all()
+        assert got["servers"][1, 2] > 0 and got["servers"][0, 2] == 0  # busy / idle
+
+
 @primitive(compute_gflop=1.0, memory_gb=1.0)
 def node_of(*parents):
     """Returns where it ran plus its inputs: data flow and placement checked together."""

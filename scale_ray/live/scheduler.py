@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from envs.config import EnvConfig, build, rng
-from envs.encoding import ServerView, TaskView, encode
+from envs.encoding import ServerFeatures, ServerView, TaskView, encode_task
 from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
 
@@ -127,12 +127,32 @@ def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class _RemoteCache:
-    """One ``ray.remote`` function per primitive body (Ray exports each once)."""
+    """One ``ray.remote`` function per primitive body (Ray exports each once), and its pinned
+    variants: ``.options()`` validates every option on each call (it cost about as much as the
+    submission itself here), so the scheduler builds one per (body, node, name) and reuses it."""
 
     def __init__(self, num_cpus: float) -> None:
         self.num_cpus = num_cpus
         self._fns: dict[int, Any] = {}
         self._keep: list[Any] = []
+        self._pinned: dict[tuple[int, str, str], Any] = {}
+
+    def pinned(self, fn: Callable[..., Any], node_id: str, name: str) -> Any:
+        """``get(fn)`` hard-pinned to ``node_id`` (NodeAffinitySchedulingStrategy, soft=False)."""
+        key = (id(fn), node_id, name)
+        rf = self._pinned.get(key)
+        if rf is None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            rf = self.get(fn).options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False), name=name)
+            self._pinned[key] = rf
+        return rf
+
+    def forget_node(self, node_id: str) -> None:
+        """Drop the pinned variants of a node that left the cluster."""
+        for key in [k for k in self._pinned if k[1] == node_id]:
+            del self._pinned[key]
 
     def get(self, fn: Callable[..., Any]) -> Any:
         key = id(fn)
@@ -349,7 +369,7 @@ class LiveScheduler:
         self._error: BaseException | None = None
         # scheduler-thread state
         self._servers: dict[tuple[str, int], _Server] = {}
-        self._alive: list[_Server] = []
+        self._set_alive([])
         self._nodes_seen: dict[str, NodeInfo] = {}
         self._snapshot_max_mem = 0.0
         self._last_refresh = -math.inf
@@ -561,40 +581,78 @@ class LiveScheduler:
             if srv.alive and srv.node.node_id not in alive_ids:
                 changed = True
                 srv.alive = False
+                self._remote.forget_node(srv.node.node_id)
                 if srv.task is not None:
                     self._lose(srv.task, f"node {srv.node.node_id[:12]} is gone")
                 self._emit({"t": self._now_model(), "event": "server_fail", "server": srv.sid,
                             "node": srv.node.node_id})
         if changed:
-            self._alive = [s for s in self._servers.values() if s.alive]
-            self._snapshot_max_mem = max((s.node.memory_gb for s in self._alive), default=0.0)
+            self._set_alive([s for s in self._servers.values() if s.alive])
             if self._blocked:  # a task that fit nowhere may fit a new node
                 for t in self._blocked:
                     if t.state == READY:
                         heapq.heappush(self._ready, (t.key, t.gid, t))
                 self._blocked.clear()
 
+    def _set_alive(self, alive: list[_Server]) -> None:
+        """The servers the policy sees (in this order), and their static encoder columns."""
+        self._alive = alive
+        self._snapshot_max_mem = max((s.node.memory_gb for s in alive), default=0.0)
+        self._alive_pos = {id(s): i for i, s in enumerate(alive)}
+        self._alive_memory = np.fromiter((s.node.memory_gb for s in alive), float, len(alive))
+        self._alive_compute = np.fromiter((s.node.compute for s in alive), float, len(alive))
+        self._features = ServerFeatures(len(alive), self.env.features)
+
     # ------------------------------------------------------------------ decisions
-    def _observe(self, t: _Task, now: float) -> dict[str, np.ndarray]:
+    def _view(self, t: _Task, now: float) -> tuple[TaskView, list[ServerView]]:
+        """The task and the alive servers as the encoder's plain descriptions."""
         ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0
         views = []
-        parent_slot = None
-        fp = t.first_parent
-        for i, s in enumerate(self._alive):
+        for s in self._alive:
             if s.task is None:
                 rem, power = 0.0, s.node.idle_w
             else:  # busy: estimated time left, never 0 (0 means idle to the policy)
                 rem, power = max((s.busy_until - now) / ts, 1e-3), s.node.busy_w
             views.append(ServerView(s.node.compute, s.node.memory_gb, rem, power))
-            if fp is not None and fp.last_server is s:
-                parent_slot = i
+        fp = t.first_parent
+        parent_slot = None if fp is None else self._alive_pos.get(id(fp.last_server))
         wf = t.wf
-        tv = TaskView(t.prim.compute_gflop, t.prim.memory_gb, t.prim.output_gb, len(t.children),
-                      wf.done / len(wf.tasks), parent_slot,
-                      fp.prim.output_gb if fp is not None else 0.0)
+        # A finished parent whose server is gone: every server pays the transfer (as in the
+        # simulator), hence has_parent.
+        return TaskView(t.prim.compute_gflop, t.prim.memory_gb, t.prim.output_gb, len(t.children),
+                        wf.done / len(wf.tasks), parent_slot,
+                        fp.prim.output_gb if fp is not None else 0.0,
+                        has_parent=fp is not None), views
+
+    def _observe(self, t: _Task, now: float) -> dict[str, np.ndarray]:
+        """``encode(*self._view(t, now), mask_infeasible=True)``, computed from arrays kept per
+        node-set change and one reused feature buffer (the scheduler thread's hot path; a test
+        checks equality with ``encode``)."""
+        ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0
+        alive = self._alive
+        n = len(alive)
+        remaining = np.zeros(n)
+        power = np.empty(n)
+        for i, s in enumerate(alive):
+            if s.task is None:
+                power[i] = s.node.idle_w
+            else:  # busy: estimated time left, never 0 (0 means idle to the policy)
+                remaining[i] = max((s.busy_until - now) / ts, 1e-3)
+                power[i] = s.node.busy_w
+        feats = self._features
+        feats.set_servers(self._alive_compute, self._alive_memory, power)
+        fp = t.first_parent
+        parent_slot = None if fp is None else self._alive_pos.get(id(fp.last_server))
         c = self.env.cluster
-        return encode(tv, views, self.env.features, c.bandwidth_gb_s, c.latency_s,
-                      mask_infeasible=True)
+        transfer = 0.0 if fp is None else fp.prim.output_gb / c.bandwidth_gb_s + c.latency_s
+        wf = t.wf
+        prim = t.prim
+        return {
+            "task": encode_task(prim.compute_gflop, prim.memory_gb, len(t.children),
+                                wf.done / len(wf.tasks), prim.output_gb, self.env.features),
+            "servers": feats.render(remaining, 0.0, transfer, parent_slot),
+            "action_mask": (self._alive_memory >= prim.memory_gb).astype(np.float32),
+        }
 
     def _dispatch(self) -> None:
         deferred: list[_Task] = []
@@ -629,8 +687,6 @@ class LiveScheduler:
             heapq.heappush(ready, (t.key, t.gid, t))
 
     def _submit(self, t: _Task, srv: _Server, now: float) -> None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         call = t.call
         parent_ref = {id(p.call): p.value_ref for p in t.parents}
         args = [parent_ref[id(a)] if isinstance(a, Call) else a for a in call.args]
@@ -638,10 +694,8 @@ class LiveScheduler:
         node = srv.node
         sleep_s = (t.prim.compute_gflop / node.compute * self.cfg.time_scale
                    if self.cfg.time_scale > 0 else 0.0)
-        rf = self._remote.get(t.prim.fn)
-        value_ref, status_ref = rf.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node.node_id, soft=False),
-            name=t.prim.name).remote((node.node_id, sleep_s, 0.0), *args, **kwargs)
+        rf = self._remote.pinned(t.prim.fn, node.node_id, t.prim.name)
+        value_ref, status_ref = rf.remote((node.node_id, sleep_s, 0.0), *args, **kwargs)
         t.value_ref = value_ref
         t.state = RUNNING
         t.server = srv
@@ -657,12 +711,11 @@ class LiveScheduler:
     def _collect(self, ray: Any, timeout: float) -> None:
         if not self._running:
             return
-        refs = list(self._running)
-        if timeout > 0:
-            done, _ = ray.wait(refs, num_returns=1, timeout=timeout)
-            if not done:
-                return
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        # One wait per round: other runs that finished meanwhile come back on the next rounds
+        # at once (a second zero-timeout wait over every running ref cost ~0.3 ms per task on a
+        # busy machine). The status refs are tiny and live in this process's memory store, so
+        # there is nothing to fetch.
+        done, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout, fetch_local=False)
         errors = _system_errors()
         for ref in done:
             t, token = self._running.pop(ref)
