@@ -57,6 +57,11 @@ def test_shipped_env_configs_load_and_inherit(repo):
     high = load_env(repo / "configs/env/high_load.yaml")
     assert paper.workload.arrival_rate_16 == 0.7 and high.workload.arrival_rate_16 == 1.14
     assert high.cluster == paper.cluster and high.mdp == paper.mdp
+    real = load_env(repo / "configs/env/realistic.yaml")  # beyond the paper: inherits high_load
+    assert real.workload == high.workload and real.cluster == paper.cluster
+    assert real.mdp.transfer_delays_start and not real.mdp.head_of_line_blocking
+    assert real.mdp.mask_infeasible and real.reward.kind == "response"
+    assert (real.reward.w1, real.reward.w2) == (paper.reward.w1, paper.reward.w2)
 
 
 def test_overrides_are_validated():

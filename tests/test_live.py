@@ -245,6 +245,20 @@ class TestSharedCluster:
         assert len(policy.picks) >= 3 + 4 + 4
 
 
+    def test_bench_pinned_floor_runs_the_dags_correctly(self, cluster):
+        """bench live's reference loop really runs every task of the DAG mix with its data."""
+        import ray
+
+        from scale_ray.bench.live import _chain, _fan, _pinned_floor
+        from scale_ray.live.workflow import expected_emulated_values
+
+        c, env = cluster
+        slots = [n.node_id for n in live_nodes(env.cluster.tiers) for _ in range(n.slots)]
+        specs = [_chain(5), _fan(4), _chain(3)]
+        wall, refs = _pinned_floor(specs, slots)
+        assert wall > 0
+        assert [ray.get(r) for r in refs] == [expected_emulated_values(s) for s in specs]
+
     def test_fits_no_node_rejected_before_running(self, cluster):
         c, env = cluster
         big = primitive(compute_gflop=1.0, memory_gb=500.0, name="huge")(lambda: 1)

@@ -23,7 +23,7 @@ from envs.config import ConfigError
 from scale_ray.config import REPO_ROOT, load_env
 from scale_ray.training import cosine_lr, load_train_config
 
-CONFIGS = ["scale", "crossattn", "ppo_mlp", "ppo_mlp_srr", "dqn", "sac"]
+CONFIGS = ["scale", "crossattn", "ppo_mlp", "ppo_mlp_srr", "dqn", "sac", "scale_realistic"]
 # A tiny setting for smoke runs: short episodes, small batches.
 SMALL = {"env": {"workload": {"horizon_s": 15.0}},
          "ppo": {"steps_per_iteration": 128, "minibatch_size": 64, "num_epochs": 1},
@@ -47,7 +47,8 @@ def test_shipped_configs_validate(name):
             3e-4, 0.99, 0.95, 0.2, 0.01, 0.5)
         assert (p.steps_per_iteration, p.minibatch_size, p.num_epochs) == (1024, 256, 8)
     assert cfg.label == {"scale": "ppo+srr", "crossattn": "ppo", "ppo_mlp": "ppo",
-                         "ppo_mlp_srr": "ppo+srr", "dqn": "dqn", "sac": "sac"}[name]
+                         "ppo_mlp_srr": "ppo+srr", "dqn": "dqn", "sac": "sac",
+                         "scale_realistic": "ppo+srr"}[name]
 
 
 def test_bad_train_config_names_the_key():
