@@ -357,6 +357,9 @@ class MdpConfig:
     advance_to_next_event: bool = False
     transfer_delays_start: bool = False
     head_of_line_blocking: bool = True
+    ask_only_startable: bool = field(default=False, metadata=rng(
+        doc="beyond the paper: when no server can start the task now (every action would be a "
+            "wait), wait without asking the policy, as the live scheduler does"))
     first_level: Literal["hop", "upward_rank"] = "hop"
     max_decisions: int = field(default=2_000_000, metadata=rng(ge=1, doc="truncation cap"))
     max_time_factor: float = field(default=10.0, metadata=rng(

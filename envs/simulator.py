@@ -107,6 +107,7 @@ class Simulator:
         self._invalid_penalty = r.invalid_penalty
         self._penalty_rate = r.wait_penalty_per_s if r.kind == "response" else 0.0
         self._hol = mdp.head_of_line_blocking
+        self._ask_only_startable = mdp.ask_only_startable
         self._transfer_delays = mdp.transfer_delays_start
         self._mask_infeasible = mdp.mask_infeasible
         self._max_decisions = mdp.max_decisions
@@ -174,6 +175,7 @@ class Simulator:
         self.arrivals_done = False
         self.decisions = 0
         self.invalid = 0
+        self.forced_waits = 0  # waits made without asking (mdp.ask_only_startable)
         self.lost = 0
         self.busy_seconds = 0.0
         self.alive_seconds = 0.0
@@ -506,6 +508,21 @@ class Simulator:
                     heapq.heappop(ready)
                     self._blocked.append(task)
                     continue
+                if self._ask_only_startable and not self._startable(task.memory):
+                    # Every action would be a wait: make it without asking (no decision, no
+                    # penalty; time still costs under reward.kind response).
+                    self.forced_waits += 1
+                    if self._hol:
+                        self._wait()
+                        if self.t > t_cap:
+                            self.current = None
+                            self.truncated = True
+                            self._emit_end()
+                            return
+                    else:
+                        heapq.heappop(ready)
+                        self._deferred.append(task)
+                    continue
                 self.current = task
                 return
             self.current = None
@@ -525,6 +542,13 @@ class Simulator:
                 self.truncated = True
                 self._emit_end()
                 return
+
+    def _startable(self, memory_gb: float) -> bool:
+        """Whether some accepting, idle server fits ``memory_gb`` now."""
+        for acc, busy, mem in zip(self._accept_l, self._busy_l, self._memory_l):
+            if acc and not busy and mem >= memory_gb:
+                return True
+        return False
 
     def is_valid(self, slot: int) -> bool:
         """Whether picking ``slot`` now starts the current task."""

@@ -155,6 +155,39 @@ def aggregate(episodes: Iterable[dict[str, Any]], policy: str, servers: int) -> 
     }
 
 
+def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
+                       key: str = "mean_response_s") -> list[dict[str, Any]]:
+    """Per (policy, size): the mean over episodes of ``key`` / the reference's - 1 on the same
+    episode (same seed, same workload), its 95 % confidence half-width (normal approximation),
+    and how many episodes were better / worse. Paired, so workload noise cancels."""
+    by: dict[tuple[str, int], dict[int, float]] = {}
+    for e in episodes:
+        by.setdefault((e["policy"], e["servers"]), {})[e["episode"]] = e[key]
+    out = []
+    for (policy, n), vals in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        ref = by.get((reference, n))
+        if policy == reference or ref is None:
+            continue
+        common = [k for k in sorted(vals) if k in ref and ref[k] and not math.isnan(vals[k])
+                  and not math.isnan(ref[k])]
+        d = np.array([vals[k] / ref[k] - 1.0 for k in common])
+        half = float(1.96 * d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
+        out.append({"policy": policy, "servers": n, "reference": reference, "episodes": len(d),
+                    "mean_rel_diff": float(d.mean()) if len(d) else math.nan,
+                    "ci95_half_width": half, "better": int((d < 0).sum()),
+                    "worse": int((d > 0).sum())})
+    return out
+
+
+def format_paired(rows: Sequence[dict[str, Any]]) -> str:
+    lines = [f"paired vs {rows[0]['reference']} (mean response; negative = faster):" if rows else ""]
+    for r in rows:
+        lines.append(f"  {r['policy']:<28.28} N={r['servers']:<5} {100 * r['mean_rel_diff']:+.2f}% "
+                     f"± {100 * r['ci95_half_width']:.2f}% (95% CI, {r['episodes']} episodes; "
+                     f"better in {r['better']}, worse in {r['worse']})")
+    return "\n".join(lines)
+
+
 def evaluate(env: EnvConfig, policies: Sequence[str], servers: Sequence[int], episodes: int,
              base_seed: int = 0, workers: int = 0, trace_dir: str | None = None,
              progress: Callable[[int, int], None] | None = None) -> tuple[list[dict], list[dict]]:

@@ -60,7 +60,8 @@ def test_shipped_env_configs_load_and_inherit(repo):
     real = load_env(repo / "configs/env/realistic.yaml")  # beyond the paper: inherits high_load
     assert real.workload == high.workload and real.cluster == paper.cluster
     assert real.mdp.transfer_delays_start and not real.mdp.head_of_line_blocking
-    assert real.mdp.mask_infeasible and real.reward.kind == "response"
+    assert real.mdp.mask_infeasible and real.mdp.ask_only_startable
+    assert real.reward.kind == "response"
     assert (real.reward.w1, real.reward.w2) == (paper.reward.w1, paper.reward.w2)
 
 

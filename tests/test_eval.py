@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from scale_ray.evaluation import ROW_KEYS, evaluate, run_episode
@@ -60,3 +61,31 @@ def test_ray_parallel_equals_in_process():
         for k in ROW_KEYS:
             v1, v2 = r1[k], r2[k]
             assert v1 == v2 or (isinstance(v1, float) and math.isclose(v1, v2)), k
+
+
+def test_paired_differences_against_hand_computation():
+    from scale_ray.evaluation import paired_differences
+
+    eps = [{"policy": "eft", "servers": 16, "episode": k, "mean_response_s": v}
+           for k, v in enumerate([4.0, 5.0, 8.0])]
+    eps += [{"policy": "a", "servers": 16, "episode": k, "mean_response_s": v}
+            for k, v in enumerate([3.0, 5.5, 8.0])]
+    eps += [{"policy": "a", "servers": 48, "episode": 0, "mean_response_s": 1.0}]  # no reference
+    (row,) = paired_differences(eps, "eft")
+    d = np.array([3.0 / 4.0 - 1, 5.5 / 5.0 - 1, 0.0])
+    assert row["policy"] == "a" and row["servers"] == 16 and row["episodes"] == 3
+    assert row["mean_rel_diff"] == pytest.approx(d.mean())
+    assert row["ci95_half_width"] == pytest.approx(1.96 * d.std(ddof=1) / np.sqrt(3))
+    assert (row["better"], row["worse"]) == (1, 1)
+
+
+def test_paired_vs_must_be_an_evaluated_policy():
+    import argparse
+
+    from scale_ray.commands import eval as eval_cmd
+
+    p = argparse.ArgumentParser()
+    eval_cmd.add_arguments(p)
+    args = p.parse_args(["--policy", "eft", "--paired-vs", "heft", "--workers", "1"])
+    with pytest.raises(ValueError, match="--paired-vs"):
+        eval_cmd.run(args)

@@ -28,6 +28,7 @@ switches = st.fixed_dictionaries({
     "advance_to_next_event": st.booleans(),
     "transfer_delays_start": st.booleans(),
     "head_of_line_blocking": st.booleans(),
+    "ask_only_startable": st.booleans(),
     "first_level": st.sampled_from(["hop", "upward_rank"]),
 })
 dynamics = st.one_of(
@@ -171,3 +172,39 @@ def test_server_feature_render_matches_direct_computation():
             assert out[i, 2] == np.clip(rem, 0, f.clip)
             assert out[i, 4] == np.float32(tr)
             assert out[i, 0] == np.float32(min(compute[i] / f.server_compute, f.clip))
+
+
+@pytest.mark.parametrize("hol", [True, False])
+def test_ask_only_startable_changes_who_waits_not_what_happens(hol):
+    """With mdp.ask_only_startable every decision offered has an action that starts the task, and
+    for a policy that never waits while it can start (EFT) the episode is the same: the waits the
+    policy was forced into are made by the simulator instead."""
+    from policies import make_heuristic
+
+    def run(ask_only: bool):
+        cfg = build(EnvConfig, {"cluster": {"servers": 8}, "n_max": 8,
+                                "workload": {"horizon_s": 40.0, "arrival_rate_16": 2.0},
+                                "mdp": {"head_of_line_blocking": hol, "mask_infeasible": True,
+                                        "transfer_delays_start": True,
+                                        "ask_only_startable": ask_only}})
+        events: list[dict] = []
+        sim = Simulator(cfg, trace=events.append)
+        policy = make_heuristic("eft", cfg)
+        sim.reset(11)
+        offered_unstartable = 0
+        while sim.current is not None:
+            if not any(sim.is_valid(s) for s in range(sim.n_slots)):
+                offered_unstartable += 1
+            sim.step(policy.act(sim.observe()))
+        verify_trace(events)
+        return sim, offered_unstartable, [e for e in events if e["event"] in ("start", "finish")]
+
+    base, base_forced, base_events = run(False)
+    sim, forced, events = run(True)
+    assert forced == 0 and base_forced > 0  # the scenario has forced waits to remove
+    assert sim.forced_waits >= base_forced and sim.invalid == 0
+    assert events == base_events  # same starts and finishes, same times and servers
+    m, mb = sim.metrics(), base.metrics()
+    for key in ("mean_response_s", "completed_tasks", "makespan_s", "utilization"):
+        assert m[key] == mb[key], key
+    assert sim.decisions == base.decisions - base.invalid

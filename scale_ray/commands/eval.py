@@ -8,7 +8,8 @@ from pathlib import Path
 
 from policies import default_policy
 from scale_ray.config import load_env
-from scale_ray.evaluation import evaluate, format_table, stderr_progress
+from scale_ray.evaluation import (evaluate, format_paired, format_table, paired_differences,
+                                  stderr_progress)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="parallel Ray workers (0: one per CPU; 1: in process, no Ray)")
     p.add_argument("--trace-dir", default=None, help="write one JSONL trace per episode here")
     p.add_argument("--json", default=None, help="write results to this JSON file")
+    p.add_argument("--paired-vs", default=None, metavar="POLICY",
+                   help="also print each policy's mean response relative to POLICY (one of "
+                        "--policy) on the same episodes, with a 95%% confidence interval")
     p.add_argument("--workload", default=None, metavar="FAMILY",
                    help="evaluate on a real-DAG family (its configs/env/workloads/ config; "
                         "see --list-workloads and docs/workloads.md)")
@@ -45,12 +49,19 @@ def run(args: argparse.Namespace) -> int:
     for n in args.servers:
         if n < 1:
             raise ValueError(f"--servers: {n} must be >= 1")
+    if args.paired_vs is not None and args.paired_vs not in args.policy:
+        raise ValueError(f"--paired-vs: {args.paired_vs!r} is not one of --policy {args.policy}")
     env = load_env(args.env_config, args.set)
     rows, episodes = evaluate(env, args.policy, args.servers, args.episodes, args.seed,
                               args.workers, args.trace_dir, stderr_progress("eval"))
     print(format_table(rows))
+    paired = paired_differences(episodes, args.paired_vs) if args.paired_vs else []
+    if paired:
+        print(format_paired(paired))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"results": rows, "episodes": episodes,
-                                               "seed": args.seed}, indent=2))
+        doc = {"results": rows, "episodes": episodes, "seed": args.seed}
+        if args.paired_vs:
+            doc["paired"] = paired
+        Path(args.json).write_text(json.dumps(doc, indent=2))
     return 0
