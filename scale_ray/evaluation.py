@@ -180,9 +180,11 @@ def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
 
 
 def format_paired(rows: Sequence[dict[str, Any]]) -> str:
+    label = policy_labels(r["policy"] for r in rows)
+    w = max([12] + [len(v) + 2 for v in label.values()])
     lines = [f"paired vs {rows[0]['reference']} (mean response; negative = faster):" if rows else ""]
     for r in rows:
-        lines.append(f"  {r['policy']:<28.28} N={r['servers']:<5} {100 * r['mean_rel_diff']:+.2f}% "
+        lines.append(f"  {label[r['policy']]:<{w}} N={r['servers']:<5} {100 * r['mean_rel_diff']:+.2f}% "
                      f"± {100 * r['ci95_half_width']:.2f}% (95% CI, {r['episodes']} episodes; "
                      f"better in {r['better']}, worse in {r['worse']})")
     return "\n".join(lines)
@@ -258,14 +260,31 @@ def _run_on_ray(env: EnvConfig, jobs: list[Job], base_seed: int, trace_dir: str 
             ray.shutdown()
 
 
+def policy_labels(specs: Iterable[str]) -> dict[str, str]:
+    """Short display names: the last path component, or as many trailing components as it takes
+    to tell the given specs apart (``runs/a/policy`` and ``runs/b/policy`` -> ``a/policy``...)."""
+    specs = list(dict.fromkeys(specs))
+    depth = {sp: 1 for sp in specs}
+    while True:
+        label = {sp: "/".join(Path(sp).parts[-depth[sp]:]) for sp in specs}
+        clash = [sp for sp in specs if sum(label[o] == label[sp] for o in specs) > 1
+                 and depth[sp] < len(Path(sp).parts)]
+        if not clash:
+            return label
+        for sp in clash:
+            depth[sp] += 1
+
+
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A plain-text table, one line per (policy, servers)."""
-    head = (f"{'policy':<16}{'N':>6}{'eps':>5}{'resp s (mean±std)':>20}{'wf resp s':>11}"
+    label = policy_labels(r["policy"] for r in rows)
+    w = max([16] + [len(v) + 2 for v in label.values()])
+    head = (f"{'policy':<{w}}{'N':>6}{'eps':>5}{'resp s (mean±std)':>20}{'wf resp s':>11}"
             f"{'p95 s':>9}{'tasks':>9}{'slowdown':>10}{'util':>7}{'invalid':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
         resp = f"{r['mean_response_s']:.3f}±{r['std_response_s']:.3f}"
-        lines.append(f"{Path(r['policy']).name:<16}{r['servers']:>6}{r['episodes']:>5}{resp:>20}"
+        lines.append(f"{label[r['policy']]:<{w}}{r['servers']:>6}{r['episodes']:>5}{resp:>20}"
                      f"{r['mean_workflow_response_s']:>11.3f}{r['p95_response_s']:>9.3f}"
                      f"{r['completed_tasks']:>9.1f}{r['slowdown']:>10.3f}{r['utilization']:>7.3f}"
                      f"{r['invalid_rate']:>9.3f}")

@@ -89,3 +89,11 @@ def test_paired_vs_must_be_an_evaluated_policy():
     args = p.parse_args(["--policy", "eft", "--paired-vs", "heft", "--workers", "1"])
     with pytest.raises(ValueError, match="--paired-vs"):
         eval_cmd.run(args)
+
+
+def test_policy_labels_tell_artifacts_apart():
+    from scale_ray.evaluation import policy_labels
+
+    got = policy_labels(["eft", "runs/a/policy", "runs/b/policy", "/x/y/scale", "eft"])
+    assert got == {"eft": "eft", "runs/a/policy": "a/policy", "runs/b/policy": "b/policy",
+                   "/x/y/scale": "scale"}

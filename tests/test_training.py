@@ -23,7 +23,8 @@ from envs.config import ConfigError
 from scale_ray.config import REPO_ROOT, load_env
 from scale_ray.training import cosine_lr, load_train_config
 
-CONFIGS = ["scale", "crossattn", "ppo_mlp", "ppo_mlp_srr", "dqn", "sac", "scale_realistic"]
+CONFIGS = ["scale", "crossattn", "ppo_mlp", "ppo_mlp_srr", "dqn", "sac", "scale_realistic",
+           "crossattn_realistic"]
 # A tiny setting for smoke runs: short episodes, small batches.
 SMALL = {"env": {"workload": {"horizon_s": 15.0}},
          "ppo": {"steps_per_iteration": 128, "minibatch_size": 64, "num_epochs": 1},
@@ -48,7 +49,7 @@ def test_shipped_configs_validate(name):
         assert (p.steps_per_iteration, p.minibatch_size, p.num_epochs) == (1024, 256, 8)
     assert cfg.label == {"scale": "ppo+srr", "crossattn": "ppo", "ppo_mlp": "ppo",
                          "ppo_mlp_srr": "ppo+srr", "dqn": "dqn", "sac": "sac",
-                         "scale_realistic": "ppo+srr"}[name]
+                         "scale_realistic": "ppo+srr", "crossattn_realistic": "ppo"}[name]
 
 
 def test_bad_train_config_names_the_key():
