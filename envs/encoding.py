@@ -116,11 +116,7 @@ class ServerFeatures:
         return min(power_w / self.f.power_w, self.f.clip)
 
     def set_power(self, slot: int, power_w: float) -> None:
-        self._feat[slot, 3] = min(power_w / self.f.power_w, self.f.clip)
-
-    def set_power_feature(self, slot: int, value: float) -> None:
-        """Set the power column to an already normalised value (see :meth:`power_feature`)."""
-        self._feat[slot, 3] = value
+        self._feat[slot, 3] = self.power_feature(power_w)
 
     def clear(self, slot: int) -> None:
         self._feat[slot] = 0.0

@@ -89,11 +89,12 @@ def _plain_ray(specs: list[WorkflowSpec]) -> float:
 
 
 def _pinned_floor(specs: list[WorkflowSpec], slots: list[str]) -> tuple[float, list[list[Any]]]:
-    """(wall seconds, every task's result ref per workflow) to run ``specs`` through the simplest loop that keeps the scheduler's
-    constraints: one task per server slot at a time, hard-pinned to the slot's node, submitted
-    only when the slot is idle, parents' results passed as refs; ready tasks in arrival order,
-    idle slots in any order; no policy, no encoding, no bookkeeping. This is the ceiling of the
-    pinned-task design on the cluster (``slots``: one node id per server slot)."""
+    """(wall seconds, every task's result ref per workflow) to run ``specs`` through the simplest
+    loop that keeps the scheduler's constraints: one task per server slot at a time, hard-pinned
+    to the slot's node, submitted only when the slot is idle, parents' results passed as refs;
+    ready tasks in arrival order, idle slots in any order; no policy, no encoding, no
+    bookkeeping. This is the ceiling of the pinned-task design on the cluster (``slots``: one
+    node id per server slot)."""
     import collections
 
     import ray
@@ -104,12 +105,8 @@ def _pinned_floor(specs: list[WorkflowSpec], slots: list[str]) -> tuple[float, l
     f = ray.remote(num_cpus=1, max_retries=0)(emulated_body)
     pinned = {node: f.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
               for node in set(slots)}
-    children = [[[] for _ in spec.tasks] for spec in specs]
+    children = [spec.children() for spec in specs]
     pending = [[len(t.parents) for t in spec.tasks] for spec in specs]
-    for w, spec in enumerate(specs):
-        for i, t in enumerate(spec.tasks):
-            for p in t.parents:
-                children[w][p].append(i)
     t0 = time.perf_counter()
     ready = collections.deque((w, i) for w, spec in enumerate(specs)
                               for i, t in enumerate(spec.tasks) if not t.parents)
