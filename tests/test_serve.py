@@ -5,7 +5,6 @@ against the simulator, malformed input, policy swap under load), then the deploy
 from __future__ import annotations
 
 import math
-import socket
 import tempfile
 import threading
 import time
@@ -19,6 +18,7 @@ from envs.config import ConfigError, replace
 from envs.encoding import ServerView, TaskView, encode
 from envs.simulator import DONE, READY, RUNNING, Simulator
 from scale_ray.config import REPO_ROOT, load_env
+from scale_ray.ports import free_port
 from serve_apps.decisions import RequestError, ServerTable, TaskRow, load, observe, place, schedule
 from serve_apps.placement import Tuning, parse_args
 from serve_apps.schemas import PlaceRequest, ScheduleRequest
@@ -308,12 +308,6 @@ def test_kuberay_manifests_name_the_entry_points():
 
 
 # ------------------------------------------------------------------------------- real Serve
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def serve_config(artifact: Path, eft_policy: str = "eft", ca_policy: str | None = None) -> dict:
     """configs/serve/placement.yaml with two apps: eft at /, the artifact at /ca."""
     cfg = yaml.safe_load((REPO_ROOT / "configs/serve/placement.yaml").read_text())
@@ -355,10 +349,10 @@ def served(artifact):
     import ray
     from ray import serve
 
-    port = _free_port()
     ray.init(address="local", num_cpus=2, include_dashboard=False,
              _temp_dir=tempfile.mkdtemp(prefix="ray-serve-test-", dir="/tmp"))
     try:
+        port = free_port()  # outside the ephemeral range Ray's own servers draw from
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         deploy(serve_config(artifact))
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:

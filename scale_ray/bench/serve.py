@@ -31,7 +31,6 @@ import asyncio
 import json
 import logging
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -39,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from scale_ray.ports import free_port
 
 
 log = logging.getLogger(__name__)
@@ -238,12 +239,6 @@ def _in_process(lp, bodies: dict[int, list[dict]], seconds: float = 1.0) -> dict
 
 
 # ------------------------------------------------------------------------------- driver
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(args: argparse.Namespace) -> int:
     if args.requests < 100:
         raise ValueError(f"--requests: {args.requests} must be >= 100")
@@ -267,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
     n_conc = int(args.requests * 0.3)
     n_sched = args.requests - n_lat * len(SIZES) - n_conc
 
-    port = args.port or _free_port()
+    port = args.port or free_port()
     temp = tempfile.mkdtemp(prefix="scale-bench-serve-", dir="/tmp")
     print(f"starting Ray + Serve on 127.0.0.1:{port} (policy {lp.info['name']} "
           f"{lp.info['version']})", file=sys.stderr)
