@@ -149,6 +149,13 @@ def test_dag_file_cycle_and_unknown_parent_rejected(tmp_path):
     assert [t.name for t in spec.tasks] == ["a", "b"] and spec.tasks[1].parents == (0,)
 
 
+def test_live_config_rejects_bad_executor_and_idle_time():
+    with pytest.raises(ConfigError, match=r"executor must be one of \['task', 'actor'\], got 'actors'"):
+        LiveConfig(executor="actors")
+    with pytest.raises(ConfigError, match="live.actor_idle_s"):
+        LiveScheduler(SlowestIdle(), load_env(None, THREE_TIERS), {"actor_idle_s": 0})
+
+
 def test_workflow_api_builds_the_dag():
     a = const.bind(1)
     b = add.bind(a, 2)
@@ -211,11 +218,13 @@ def cluster():
 class TestSharedCluster:
     """Tests sharing one 3-node cluster (torn down before the tests that start their own)."""
 
-    def test_results_flow_and_tasks_run_where_the_policy_chose(self, cluster):
+    @pytest.mark.parametrize("executor", ["task", "actor"])
+    def test_results_flow_and_tasks_run_where_the_policy_chose(self, cluster, executor):
         c, env = cluster
         events = []
         policy = SlowestIdle()
-        with LiveScheduler(policy, env, LiveConfig(time_scale=0.0), trace=events.append) as sched:
+        with LiveScheduler(policy, env, LiveConfig(time_scale=0.0, executor=executor),
+                           trace=events.append) as sched:
             a = node_of.bind()
             b = node_of.bind(a)
             d = node_of.bind(a, b)
@@ -243,6 +252,8 @@ class TestSharedCluster:
                 finishes[ev["task"]] = ev["node"]
         assert starts == finishes
         assert len(policy.picks) >= 3 + 4 + 4
+        if executor == "actor":  # one actor per server, started when the server was seen
+            assert sched.counters["actors_started"] == len(sched._alive)
 
 
     def test_bench_pinned_floor_runs_the_dags_correctly(self, cluster):
@@ -258,6 +269,24 @@ class TestSharedCluster:
         wall, refs = _pinned_floor(specs, slots)
         assert wall > 0
         assert [ray.get(r) for r in refs] == [expected_emulated_values(s) for s in specs]
+
+    def test_bench_overhead_measures_both_executors(self, cluster):
+        """bench live's overhead part end to end (tiny): both executors run every DAG, their
+        actors release the cluster's CPUs before the plain-Ray side runs again."""
+        import ray
+
+        from scale_ray.bench.live import overhead
+        from scale_ray.live.runner import wait_cpus_free
+
+        c, env = cluster
+        r = overhead(env, repeats=2, n_workflows=2, chain=5, executor="actor")
+        assert r["executor"] == "actor" and set(r["by_executor"]) == {"task", "actor"}
+        assert r["overhead_tasks"] == 8 + 16 and r["chain_hops"] == 4
+        for e in ("task", "actor"):
+            assert r["by_executor"][e]["tasks_per_s"] > 0 and len(r["raw"][f"{e}_tp"]) == 2
+        assert r["throughput_ratio"] == r["by_executor"]["actor"]["throughput_ratio"]
+        wait_cpus_free(30)  # no actor leaked: all CPUs come back (asynchronously)
+        assert ray.available_resources().get("CPU", 0) == ray.cluster_resources()["CPU"]
 
     def test_fits_no_node_rejected_before_running(self, cluster):
         c, env = cluster
@@ -313,18 +342,25 @@ class TestSharedCluster:
             assert _tier_of(h.task_nodes[1], c) == "large"
         assert sched.counters["decisions"] >= 12
 
-    def test_added_node_receives_tasks_then_killed_node_loses_nothing(self, cluster):
+    @pytest.mark.parametrize("executor", ["task", "actor"])
+    def test_added_node_receives_tasks_then_killed_node_loses_nothing(self, cluster, executor):
         c, env = cluster
         from policies import get_policy
         events = []
         sched = LiveScheduler(get_policy("eft", env), env,
-                              LiveConfig(time_scale=0.1, node_refresh_s=0.05), trace=events.append)
+                              LiveConfig(time_scale=0.1, node_refresh_s=0.05, executor=executor),
+                              trace=events.append)
         with sched:
             specs = _long_workflows(8, 0)
             hs = [sched.submit(s) for s in specs[:4]]
             new = c.add_node("large")  # the fastest node: EFT sends work there once it is seen
-            hs += [sched.submit(s) for s in specs[4:]]
             deadline = time.time() + 60
+            # seen, and (executor=actor) its actor answered: offered from then on (on a loaded
+            # machine a new worker can take longer than the first four workflows)
+            while not any(s.node.node_id == new and s.offered for s in list(sched._alive)) \
+                    and time.time() < deadline:
+                time.sleep(0.05)
+            hs += [sched.submit(s) for s in specs[4:]]
             while sched.node_tasks.get(new, 0) == 0 and time.time() < deadline:
                 time.sleep(0.05)
             assert sched.node_tasks.get(new, 0) > 0, "the added node never received a task"
@@ -337,6 +373,8 @@ class TestSharedCluster:
                 time.sleep(0.01)
             c.kill_node(victim)
             assert sched.drain(timeout=120)
+            while victim in {n.node_id for n in live_nodes()} and time.time() < deadline + 60:
+                time.sleep(0.1)  # an actor's death can be seen before the GCS drops the node
             alive = {n.node_id for n in live_nodes()}
         assert victim not in alive
         hs += more
@@ -351,6 +389,87 @@ class TestSharedCluster:
         assert len(finished) == len(set(finished)) == sum(len(s.tasks) for s in specs) + 24
 
 
+    def test_idle_actors_are_reaped_and_restarted_on_demand(self, cluster):
+        """executor=actor: idle server actors are killed after actor_idle_s, which frees their
+        CPUs (the autoscaler needs idle nodes); the next run starts a new actor on demand."""
+        import ray
+
+        c, env = cluster
+        from policies import get_policy
+        spec = WorkflowSpec((TaskSpec(1, 1, 0.1), TaskSpec(1, 1, 0.1, (0,)), TaskSpec(1, 1, 0.1, (0, 1))),
+                            "three")
+        cfg = LiveConfig(time_scale=0.0, executor="actor", actor_idle_s=0.5)
+        with LiveScheduler(get_policy("eft", env), env, cfg) as sched:
+            n = len(sched._alive)
+            assert sched.counters["actors_started"] == n
+            assert sched.submit(spec).result(timeout=60) == from_spec(spec).expected[2]
+            deadline = time.time() + 30
+            while sched.counters["actors_reaped"] < n and time.time() < deadline:
+                time.sleep(0.1)
+            assert sched.counters["actors_reaped"] == n
+            total = ray.cluster_resources()["CPU"]
+            while ray.available_resources().get("CPU", 0) < total and time.time() < deadline:
+                time.sleep(0.1)
+            assert ray.available_resources().get("CPU", 0) == total, "reaped actors hold CPUs"
+            h = sched.submit(spec)
+            assert h.result(timeout=60) == from_spec(spec).expected[2]
+            assert sched.counters["actors_started"] > n  # started again on demand
+
+    def test_server_whose_actor_cannot_start_is_never_offered(self, cluster, caplog):
+        """Two servers per 1-CPU node: one actor per node starts, the other cannot; start()
+        warns after actor_start_s, and every task runs on a server whose actor is ready."""
+        import logging
+
+        c, env = cluster
+        from policies import get_policy
+        events = []
+        spec = WorkflowSpec((TaskSpec(1, 1, 0.1), TaskSpec(1, 1, 0.1, (0,)), TaskSpec(1, 1, 0.1, (0,))),
+                            "fan")
+        cfg = LiveConfig(time_scale=0.0, executor="actor", slots_per_node=2, actor_start_s=3.0)
+        with caplog.at_level(logging.WARNING, logger="scale_ray.live.scheduler"):
+            with LiveScheduler(get_policy("eft", env), env, cfg, trace=events.append) as sched:
+                n_nodes = len(live_nodes())
+                assert f"{n_nodes} of {2 * n_nodes} server actors not ready" in caplog.text
+                hs = [sched.submit(spec) for _ in range(4)]
+                assert sched.drain(timeout=60)
+                ready = {s.sid for s in sched._alive if s.offered}
+        assert len(ready) == n_nodes
+        assert all([h.get(i) for i in range(3)] == list(from_spec(spec).expected) for h in hs)
+        used = {ev["server"] for ev in events if ev["event"] == "start"}
+        assert used and used <= ready
+
+    def test_dead_actor_run_is_retried_and_failed_restarts_back_off(self, cluster):
+        """executor=actor: a run whose actor died is lost and placed again; the server's new
+        actors fail to start twice (as on a dying node), so it stays masked, is retried after a
+        pause, and is offered again once an actor answers."""
+        import ray
+
+        c, env = cluster
+        with LiveScheduler(SlowestIdle(), env, LiveConfig(time_scale=0.0, executor="actor")) as sched:
+            victim = min(sched._alive, key=lambda s: s.node.compute)  # SlowestIdle's first pick
+            real = sched._remote.actor
+            failing = [2]
+
+            def dying_actor(node_id):
+                a = real(node_id)
+                if failing[0] > 0:
+                    failing[0] -= 1
+                    ray.kill(a, no_restart=True)
+                return a
+
+            sched._remote.actor = dying_actor
+            ray.kill(victim.actor, no_restart=True)
+            h = sched.submit(add.bind(const.bind(2), 3))
+            assert h.result(timeout=60) == 5
+            deadline = time.time() + 30
+            while not victim.offered and time.time() < deadline:
+                time.sleep(0.05)
+            assert victim.offered and failing[0] == 0
+            assert sched.counters["lost"] >= 1
+            assert sched.counters["actors_started"] >= len(sched._alive) + 3
+            h2 = sched.submit(const.bind(7))  # the slowest server works again
+            assert h2.result(timeout=60) == 7 and h2.task_nodes[0] == victim.node.node_id
+
     def test_retries_run_out_with_a_clear_error(self, cluster):
         """A node set that keeps losing the task: after max_retries the workflow fails, named."""
         c, env = cluster
@@ -364,6 +483,50 @@ class TestSharedCluster:
         with pytest.raises(WorkflowFailed, match=r"was lost 2 times \(max_retries=1\)"):
             h.result()
         assert isinstance(h.error, TaskLostError)
+
+
+@primitive(compute_gflop=1.0, output_gb=0.004)
+def big_array(n):
+    return np.ones(n)  # 4 MB: above Ray's inline limit, so it lives in its node's object store
+
+
+@primitive(compute_gflop=1.0)
+def nap(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+@primitive(compute_gflop=1.0)
+def total(arr, extra):
+    return float(arr.sum()) + extra
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["task", "actor"])
+def test_output_lost_with_its_node_is_recomputed(executor):
+    """A finished parent's result dies with its node before its child runs: the child's run is
+    lost, the parent runs again elsewhere, then the child; the value is right, nothing twice."""
+    _no_ray_connection()
+    env = load_env(None, THREE_TIERS)
+    c = LocalHeteroCluster(env.cluster).start()
+    events = []
+    try:
+        cfg = LiveConfig(time_scale=0.0, executor=executor, node_refresh_s=0.05)
+        with LiveScheduler(SlowestIdle(), env, cfg, trace=events.append) as sched:
+            h = sched.submit(total.bind(big_array.bind(500_000), nap.bind(4.0)))
+            deadline = time.time() + 60
+            while h.task_finish_wall[0] is None and time.time() < deadline:
+                time.sleep(0.01)
+            first = h.task_nodes[0]
+            assert _tier_of(first, c) == "small" and h.task_finish_wall[1] is None
+            c.kill_node(first)  # while the nap (on another node) still runs
+            assert h.result(timeout=120) == 500_000 + 4.0
+            assert sched.counters["rerun_parents"] >= 1
+        assert h.task_nodes[0] != first  # the parent's result now comes from a live node
+        finishes = [ev["task"] for ev in events if ev["event"] == "finish" and not ev.get("rerun")]
+        assert sorted(finishes) == sorted(set(finishes)) and len(finishes) == 3
+    finally:
+        c.shutdown()
 
 
 # --------------------------------------------------------------------------------------------
@@ -385,23 +548,15 @@ def _my_pids(temp_dir: str) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_fake_autoscaler_nodes_appear_are_used_and_go_away():
-    import socket
-
+@pytest.mark.parametrize("executor", ["task", "actor"])
+def test_fake_autoscaler_nodes_appear_are_used_and_go_away(executor):
     import ray
     from policies import get_policy
+    from scale_ray.ports import free_port
 
     _no_ray_connection()
-
-    def free_port() -> int:
-        while True:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                p = s.getsockname()[1]
-            if not 10002 <= p <= 19999:  # outside Ray's worker port range (guide §8)
-                return p
-
-    port, client_port = free_port(), free_port()
+    port = free_port()  # outside Ray's worker ports (guide §8) and the ephemeral range
+    client_port = free_port(exclude={port})
     temp_dir = tempfile.mkdtemp(prefix="scla_", dir="/tmp")
     cfg_path = Path(temp_dir) / "autoscaler.json"
     medium = {"CPU": 1, "scale_slot": 1, "scale_compute": 2.0, "scale_memory_gb": 32.0}
@@ -432,7 +587,8 @@ def test_fake_autoscaler_nodes_appear_are_used_and_go_away():
         os.environ["RAY_AUTH_MODE"] = "disabled"
         ray.init(address=f"127.0.0.1:{port}")
         env = load_env(None, THREE_TIERS)
-        cfg = LiveConfig(time_scale=0.2, autoscale_hints=True, backlog_s=0.5, node_refresh_s=0.2)
+        cfg = LiveConfig(time_scale=0.2, autoscale_hints=True, backlog_s=0.5, node_refresh_s=0.2,
+                         executor=executor, actor_idle_s=2.0)
         with LiveScheduler(get_policy("eft", env), env, cfg) as sched:
             assert live_nodes() == []  # nothing to schedule on yet: demand must add nodes
             specs = _long_workflows(6, 2)
@@ -446,6 +602,8 @@ def test_fake_autoscaler_nodes_appear_are_used_and_go_away():
             while live_nodes() and time.time() < deadline:
                 time.sleep(1)
             assert live_nodes() == [], "idle autoscaled nodes did not go away"
+            if executor == "actor":  # their actors were reaped first
+                assert sched.counters["actors_reaped"] >= len(used)
     finally:
         ray.shutdown()
         for pid in _my_pids(temp_dir):

@@ -51,6 +51,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chain", type=int, default=100, help="hops of the latency chain")
     p.add_argument("--repeats", type=int, default=5, help="overhead measurements per side")
     p.add_argument("--seed", type=int, default=0)
+    from scale_ray.live.scheduler import EXECUTORS, LiveConfig
+
+    p.add_argument("--executor", choices=EXECUTORS, default=LiveConfig().executor,
+                   help="executor of the headline numbers and the quality runs (the overhead "
+                        "part measures both)")
     p.add_argument("--skip-quality", action="store_true")
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--json", default=None, help="write the results to this JSON file")
@@ -141,67 +146,104 @@ def _scheduled(specs: list[WorkflowSpec], env, sched) -> float:
     return time.perf_counter() - t0
 
 
-def overhead(env, repeats: int, n_workflows: int, chain: int) -> dict[str, Any]:
+def _scheduler_round(env, executor: str, mix: list[WorkflowSpec], lat: list[WorkflowSpec],
+                     counters: dict[str, float]) -> tuple[float, float]:
+    """(throughput wall s, latency-chain wall s) through a fresh scheduler: started (with
+    executor=actor: one actor per server, ready), warmed with a few workflows, timed, shut
+    down (its actors release their CPUs before the next side runs)."""
     from policies import get_policy
     from scale_ray.live.scheduler import LiveConfig, LiveScheduler
+
+    sched = LiveScheduler(get_policy("eft", env), env,
+                          LiveConfig(time_scale=0.0, executor=executor)).start()
+    try:
+        _scheduled(mix[:4], env, sched)  # warm every path (function export, workers)
+        tp = _scheduled(mix, env, sched)
+        chain = _scheduled(lat, env, sched)
+        for k in ("thread_cpu_s", "tasks_started"):
+            counters[k] = counters.get(k, 0) + sched.counters[k]
+    finally:
+        sched.shutdown()
+    return tp, chain
+
+
+def overhead(env, repeats: int, n_workflows: int, chain: int,
+             executor: str = "task") -> dict[str, Any]:
+    """Throughput and latency per hop of both executors (``executor`` is the headline one)
+    against plain Ray and the pinned-task floor, alternated ``repeats`` times; medians."""
+    from scale_ray.live.scheduler import EXECUTORS
 
     mix = [_chain(8) if k % 2 == 0 else _fan(14) for k in range(n_workflows)]
     n_tasks = sum(len(s.tasks) for s in mix)
     lat = [_chain(chain)]
     from scale_ray.live.cluster import live_nodes
 
+    from scale_ray.live.runner import warm_up
+    from scale_ray.live.scheduler import LiveConfig
+
     slots = [n.node_id for n in live_nodes(env.cluster.tiers) for _ in range(n.slots)]
-    sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.0)).start()
-    try:
-        _scheduled(mix[:4], env, sched)  # warm every path (function export, workers)
-        _plain_ray(mix[:4])
-        _pinned_floor(mix[:4], slots)[0]
-        rows = {"plain_tp": [], "sched_tp": [], "floor_tp": [], "plain_chain": [],
-                "sched_chain": []}
-        for r in range(repeats):
-            rows["plain_tp"].append(n_tasks / _plain_ray(mix))
-            rows["sched_tp"].append(n_tasks / _scheduled(mix, env, sched))
-            rows["floor_tp"].append(n_tasks / _pinned_floor(mix, slots)[0])
-            rows["plain_chain"].append(_plain_ray(lat))
-            rows["sched_chain"].append(_scheduled(lat, env, sched))
-            log.info("overhead round %d: plain %.0f tasks/s, scheduler %.0f tasks/s, pinned floor "
-                     "%.0f tasks/s; chain of %d: plain %.3f s, scheduler %.3f s", r + 1,
-                     rows["plain_tp"][-1], rows["sched_tp"][-1], rows["floor_tp"][-1], chain,
-                     rows["plain_chain"][-1], rows["sched_chain"][-1])
-        counters = dict(sched.counters)
-    finally:
-        sched.shutdown()
+    live = LiveConfig()
+    warm_up(env, live)
+    _plain_ray(mix[:4])  # warm every path
+    _pinned_floor(mix[:4], slots)
+    rows: dict[str, list[float]] = {"plain_tp": [], "floor_tp": [], "plain_chain": []}
+    counters: dict[str, dict[str, float]] = {e: {} for e in EXECUTORS}
+    for r in range(repeats):
+        warm_up(env, live)  # the actor executor's shutdown took its workers with it
+        rows["plain_tp"].append(n_tasks / _plain_ray(mix))
+        rows["floor_tp"].append(n_tasks / _pinned_floor(mix, slots)[0])
+        rows["plain_chain"].append(_plain_ray(lat))
+        for e in EXECUTORS:
+            tp, ch = _scheduler_round(env, e, mix, lat, counters[e])
+            rows.setdefault(f"{e}_tp", []).append(n_tasks / tp)
+            rows.setdefault(f"{e}_chain", []).append(ch)
+        log.info("overhead round %d: plain %.0f tasks/s, pinned floor %.0f tasks/s, %s; "
+                 "chain of %d: plain %.3f s, %s", r + 1, rows["plain_tp"][-1],
+                 rows["floor_tp"][-1], ", ".join(f"{e} executor {rows[f'{e}_tp'][-1]:.0f} tasks/s"
+                                                  for e in EXECUTORS),
+                 chain, rows["plain_chain"][-1],
+                 ", ".join(f"{e} {rows[f'{e}_chain'][-1]:.3f} s" for e in EXECUTORS))
     med = {k: statistics.median(v) for k, v in rows.items()}
     hops = chain - 1
+    by_exec = {e: {
+        "tasks_per_s": med[f"{e}_tp"],
+        "throughput_ratio": med[f"{e}_tp"] / med["plain_tp"],
+        "latency_per_hop_ms": 1e3 * med[f"{e}_chain"] / hops,
+        "added_latency_per_hop_ms": 1e3 * (med[f"{e}_chain"] - med["plain_chain"]) / hops,
+        "cpu_ms_per_task": 1e3 * counters[e]["thread_cpu_s"] / max(1, counters[e]["tasks_started"]),
+    } for e in EXECUTORS}
+    head = by_exec[executor]
     return {
+        "executor": executor,
         "plain_ray_tasks_per_s": med["plain_tp"],
-        "scheduler_tasks_per_s": med["sched_tp"],
-        "throughput_ratio": med["sched_tp"] / med["plain_tp"],
-        # the same DAGs through a loop with the scheduler's constraints and nothing else
+        "scheduler_tasks_per_s": head["tasks_per_s"],
+        "throughput_ratio": head["throughput_ratio"],
+        # the same DAGs through a loop with the task executor's constraints and nothing else
         "pinned_floor_tasks_per_s": med["floor_tp"],
         "pinned_floor_ratio": med["floor_tp"] / med["plain_tp"],
         "plain_ray_latency_per_hop_ms": 1e3 * med["plain_chain"] / hops,
-        "scheduler_latency_per_hop_ms": 1e3 * med["sched_chain"] / hops,
-        "added_latency_per_hop_ms": 1e3 * (med["sched_chain"] - med["plain_chain"]) / hops,
-        "scheduler_cpu_ms_per_task": 1e3 * counters["thread_cpu_s"] / max(1, counters["tasks_started"]),
+        "scheduler_latency_per_hop_ms": head["latency_per_hop_ms"],
+        "added_latency_per_hop_ms": head["added_latency_per_hop_ms"],
+        "scheduler_cpu_ms_per_task": head["cpu_ms_per_task"],
+        "by_executor": by_exec,
         "overhead_tasks": n_tasks,
         "chain_hops": hops,
         "raw": rows,
-        "scheduler_counters": counters,
     }
 
 
 def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict[str, Any]:
     from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, stream,
-                                       workload_specs)
+                                       warm_up, workload_specs)
     from scale_ray.live.scheduler import LiveConfig
 
-    live = LiveConfig(time_scale=args.time_scale)
+    live = LiveConfig(time_scale=args.time_scale, executor=args.executor)
     specs = workload_specs(env, args.workflows, args.seed)
     rate = rate_for_load(env, args.load, specs)
     times = arrival_times(rate, len(specs), args.seed)
     out: dict[str, Any] = {"rate_per_model_s": rate, "workflows": len(specs)}
     for name in policies:
+        warm_up(env, live)
         target = make_target(name, env, live, args.seed)
         try:
             stats = stream(target, specs, times, live.time_scale, timeout_s=900)
@@ -233,9 +275,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         cluster.start(progress=True)
         result["cluster_start_s"] = time.perf_counter() - t0
-        result["warm_up_s"] = warm_up(env.cluster.servers, env, LiveConfig())
+        result["warm_up_s"] = warm_up(env, LiveConfig())
         if not args.skip_overhead:
-            result.update(overhead(env, args.repeats, args.overhead_workflows, args.chain))
+            result.update(overhead(env, args.repeats, args.overhead_workflows, args.chain,
+                                   args.executor))
         if not args.skip_quality:
             pols = list(dict.fromkeys([args.policy, "eft", "ray-default"]))
             q = quality(env, pols, args, cluster)
@@ -261,9 +304,9 @@ def format_result(r: dict[str, Any]) -> str:
              f"(cluster up in {r.get('cluster_start_s', float('nan')):.1f} s)"]
     if "throughput_ratio" in r:
         lines += [
-            f"  overhead: plain Ray {r['plain_ray_tasks_per_s']:.0f} tasks/s, scheduler "
-            f"{r['scheduler_tasks_per_s']:.0f} tasks/s -> ratio {r['throughput_ratio']:.2f} "
-            f"(target >= 0.60)",
+            f"  overhead ({r['executor']} executor): plain Ray {r['plain_ray_tasks_per_s']:.0f} "
+            f"tasks/s, scheduler {r['scheduler_tasks_per_s']:.0f} tasks/s -> ratio "
+            f"{r['throughput_ratio']:.2f} (target >= 0.60)",
             f"  pinned-task floor (one pinned task per idle slot, no policy or bookkeeping): "
             f"{r['pinned_floor_tasks_per_s']:.0f} tasks/s -> ratio {r['pinned_floor_ratio']:.2f}",
             f"  latency per hop: plain Ray {r['plain_ray_latency_per_hop_ms']:.2f} ms, scheduler "
@@ -271,6 +314,10 @@ def format_result(r: dict[str, Any]) -> str:
             f"{r['added_latency_per_hop_ms']:.2f} ms (target <= 1)",
             f"  scheduler thread CPU: {r['scheduler_cpu_ms_per_task']:.2f} ms per task "
             f"(policy, encoding, Ray calls)"]
+        for e, b in r.get("by_executor", {}).items():
+            lines.append(f"    executor={e:<5}: {b['tasks_per_s']:.0f} tasks/s (ratio "
+                         f"{b['throughput_ratio']:.2f}), {b['added_latency_per_hop_ms']:+.2f} ms/hop, "
+                         f"{b['cpu_ms_per_task']:.2f} ms CPU/task")
     if "quality" in r:
         lines.append(f"  quality at load {r['load']} (time scale {r['time_scale']}):")
         for p, m in r["mean_workflow_response_s"].items():

@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
             log.info("starting a local cluster: %d servers on %d raylets", env.cluster.servers,
                      len(cluster.plan()))
             cluster.start(progress=True)
-        log.info("warm-up (one no-op per server): %.1f s", warm_up(env.cluster.servers, env, live))
         for spec in args.policy:
+            log.info("warm-up (a short task per server, all at once): %.1f s", warm_up(env, live))
             writer = JsonlTraceWriter(args.trace) if args.trace else None
             target = make_target(spec, env, live, args.seed, trace=writer)
             log.info("streaming %d workflows at %.3f/model s (time scale %g) under %s",

@@ -157,17 +157,36 @@ def make_target(policy_spec: str, env: EnvConfig, live: LiveConfig, seed: int = 
     return LiveScheduler(policy, env, live, trace=trace).start()
 
 
-def warm_up(cluster_servers: int, env: EnvConfig, live: LiveConfig) -> float:
-    """Run one no-op per server (starts a worker on every node; the first task on a fresh node
-    takes ~1-2 s). Returns the wall seconds it took."""
-    from envs.workload import TaskSpec
-    from policies import get_policy
+def wait_cpus_free(timeout_s: float = 60.0) -> None:
+    """Until every CPU of the cluster is available again (a killed actor releases its CPU
+    asynchronously), so that the next run does not start on a partly held cluster."""
+    import ray
+
+    total = ray.cluster_resources().get("CPU", 0.0)
+    deadline = time.perf_counter() + timeout_s
+    while ray.available_resources().get("CPU", 0.0) < total and time.perf_counter() < deadline:
+        time.sleep(0.02)
+
+
+def _nap(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def warm_up(env: EnvConfig, live: LiveConfig, nap_s: float = 0.3) -> float:
+    """Give every server node about one idle worker per server: one short task per server
+    slot, all at once, hard-pinned to its node. Run before each measured run: a fresh node has
+    none (its first task takes 1-2 s), and killing server actors (executor=actor: shutdown and
+    the idle reaper) also kills their worker processes. Returns the wall seconds it took."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from .cluster import live_nodes
 
     t0 = time.perf_counter()
-    sched = LiveScheduler(get_policy("eft", env), env,
-                          LiveConfig(time_scale=0.0, wait_s=live.wait_s)).start()
-    spec = WorkflowSpec(tuple(TaskSpec(1.0, 0.0, 0.0) for _ in range(max(1, cluster_servers))), "warm")
-    sched.submit(spec)
-    sched.drain(timeout=300)
-    sched.shutdown()
+    wait_cpus_free()
+    f = ray.remote(num_cpus=live.task_num_cpus, max_retries=0)(_nap)
+    refs = [f.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False))
+            .remote(nap_s)
+            for n in live_nodes(env.cluster.tiers) for _ in range(live.slots_per_node or n.slots)]
+    ray.get(refs, timeout=300)
     return time.perf_counter() - t0

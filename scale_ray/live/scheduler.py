@@ -5,9 +5,16 @@ round it: takes new submissions; collects finished tasks (``ray.wait``); reads t
 (``ray.nodes()``, at most every ``node_refresh_s`` and at once after any lost task); then, while
 tasks are ready, takes them in the first-level order (longest hop-count path to a sink, ties by
 workflow arrival, then task id: the simulator's key), encodes the task and the live servers with
-the one encoder (``envs.encoding.encode``), asks the policy, and submits the task pinned to the
-chosen node (``NodeAffinitySchedulingStrategy(soft=False)``) with its parents' results passed as
-object refs. A server runs one primitive at a time (``scale_slot`` servers per node).
+the one encoder (``envs.encoding.encode``), asks the policy, and runs the task on the chosen
+server with its parents' results passed as object refs. A server runs one primitive at a time
+(``scale_slot`` servers per node).
+
+Executors: with ``executor="actor"`` (default) every server has one actor hard-pinned to its node
+(``NodeAffinitySchedulingStrategy(soft=False)``, ``max_concurrency=1``, no restarts) and a task
+is a call of that actor, so successive runs reuse its leased worker; an actor is offered to the
+policy once it answers, and killed after ``actor_idle_s`` idle so that the node's CPU is free
+for the autoscaler. With ``executor="task"`` every task is a plain Ray task hard-pinned to the
+chosen node (a worker lease per run: about half the throughput on a small machine).
 
 A pick of a busy server is a *wait*: with ``head_of_line_blocking`` (the paper's semantics) the
 whole ready set waits for the next completion or ``wait_s``; without it (default here) only that
@@ -15,7 +22,8 @@ task waits and the next ready task is placed. When no server is idle every pick 
 so the policy is not asked.
 
 Elasticity and failures: a node that appears is used from the next decision; a node that
-disappears (dead, removed) is never chosen again and its running tasks are *lost*: they become
+disappears (dead, removed) is never chosen again and its running tasks are *lost* (so is a run
+whose server actor died; that server is offered again once a new actor answers): they become
 ready again and are placed elsewhere, at most ``max_retries`` times, then the workflow fails with
 :class:`TaskLostError`. Ray's own retries are off (``max_retries=0``) so a primitive runs only when
 this scheduler says so; a stale result of a lost run is ignored, so no task completes twice.
@@ -38,7 +46,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from envs.config import EnvConfig, build, rng
+from envs.config import ConfigError, EnvConfig, build, rng
 from envs.encoding import ServerFeatures, ServerView, TaskView, encode_task
 from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
@@ -51,6 +59,8 @@ log = logging.getLogger(__name__)
 TraceSink = Callable[[dict[str, Any]], None]
 
 WAITING, READY, RUNNING, DONE = range(4)
+EXECUTORS = ("task", "actor")
+ACTOR_RETRY_S = 1.0  # pause before starting a server's actor again after a failed start
 
 
 @dataclass(frozen=True)
@@ -72,8 +82,23 @@ class LiveConfig:
         ge=0, doc="request_resources after the ready set stays backed up this long (wall s)"))
     max_hint_bundles: int = field(default=64, metadata=rng(ge=1, le=100_000))
     task_num_cpus: float = field(default=1.0, metadata=rng(
-        ge=0, le=1024, doc="CPUs each primitive's Ray task requests (the local cluster gives a "
-                           "node one CPU per server); 0 lets Ray start a new worker per task"))
+        ge=0, le=1024, doc="CPUs each primitive's Ray task (or server actor) requests (the local "
+                           "cluster gives a node one CPU per server); 0 lets Ray start a new "
+                           "worker per task"))
+    executor: str = field(default="actor", metadata=rng(
+        doc="actor: every server has an actor hard-pinned to its node (max_concurrency=1) that "
+            "runs its primitives, so runs reuse one leased worker; task: every primitive is a "
+            "Ray task hard-pinned to the chosen node (a worker lease per run)"))
+    actor_idle_s: float = field(default=10.0, metadata=rng(
+        gt=0, le=86_400, doc="executor=actor: kill a server's actor after it was idle this long "
+                             "(wall s), releasing its CPU so an autoscaler can remove the node"))
+    actor_start_s: float = field(default=60.0, metadata=rng(
+        ge=0, le=3600, doc="executor=actor: start() waits this long (wall s) for the actors of "
+                           "the servers it found; one not ready by then is offered once it is"))
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise ConfigError(f"executor must be one of {list(EXECUTORS)}, got {self.executor!r}")
 
 
 class TaskLostError(RuntimeError):
@@ -90,7 +115,10 @@ def _system_errors() -> tuple[type, ...]:
 
     names = ("NodeDiedError", "WorkerCrashedError", "TaskUnschedulableError", "ObjectLostError",
              "LocalRayletDiedError", "RaySystemError", "ObjectFetchTimedOutError",
-             "OwnerDiedError", "ReferenceCountingAssertionError", "OutOfMemoryError")
+             "OwnerDiedError", "ReferenceCountingAssertionError", "OutOfMemoryError",
+             # executor=actor: the server's actor died (node gone, worker crashed) or could
+             # not be placed (its node left before the actor started)
+             "RayActorError", "ActorUnschedulableError")
     return tuple(getattr(rex, n) for n in names if hasattr(rex, n))
 
 
@@ -126,6 +154,26 @@ def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def _server_actor_class() -> Any:
+    """The Ray actor class of one server (``executor=actor``): it holds the server's primitive
+    bodies (sent once per body with ``register``) and runs them one at a time with ``run``; being
+    an actor, it keeps its leased worker, so a run costs an actor call instead of a lease."""
+    import ray
+
+    class ScaleServer:
+        def __init__(self) -> None:
+            self._bodies: dict[int, Callable[..., Any]] = {}
+
+        def register(self, key: int, body: Callable[..., Any]) -> None:
+            self._bodies[key] = body
+
+        @ray.method(num_returns=2)
+        def run(self, key: int, meta: tuple, *args: Any, **kwargs: Any) -> tuple[Any, str]:
+            return self._bodies[key](meta, *args, **kwargs)
+
+    return ray.remote(ScaleServer)
+
+
 class _RemoteCache:
     """One ``ray.remote`` function per primitive body (Ray exports each once), and its pinned
     variants: ``.options()`` validates every option on each call (it cost about as much as the
@@ -134,8 +182,30 @@ class _RemoteCache:
     def __init__(self, num_cpus: float) -> None:
         self.num_cpus = num_cpus
         self._fns: dict[int, Any] = {}
+        self._bodies: dict[int, Callable[..., Any]] = {}
         self._keep: list[Any] = []
         self._pinned: dict[tuple[int, str, str], Any] = {}
+        self._actor_cls: Any = None
+
+    def actor(self, node_id: str) -> Any:
+        """A new server actor hard-pinned to ``node_id``; Ray never restarts or retries it (a
+        lost run is the scheduler's to place again)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if self._actor_cls is None:
+            self._actor_cls = _server_actor_class()
+        return self._actor_cls.options(
+            num_cpus=self.num_cpus, max_concurrency=1, max_restarts=0, max_task_retries=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+
+    def body(self, fn: Callable[..., Any]) -> tuple[int, Callable[..., Any]]:
+        """(key, task body) of a primitive, for a server actor's ``register``."""
+        key = id(fn)
+        b = self._bodies.get(key)
+        if b is None:
+            b = self._bodies[key] = _wrap_body(fn)
+            self._keep.append(fn)
+        return key, b
 
     def pinned(self, fn: Callable[..., Any], node_id: str, name: str) -> Any:
         """``get(fn)`` hard-pinned to ``node_id`` (NodeAffinitySchedulingStrategy, soft=False)."""
@@ -263,7 +333,8 @@ class WorkflowHandle:
 # ------------------------------------------------------------------------------------------------
 
 class _Server:
-    __slots__ = ("sid", "node", "slot", "task", "busy_until", "alive")
+    __slots__ = ("sid", "node", "slot", "task", "busy_until", "alive", "actor", "bodies",
+                 "idle_since", "probe", "offered", "retry_at")
 
     def __init__(self, sid: int, node: NodeInfo, slot: int):
         self.sid = sid
@@ -272,6 +343,12 @@ class _Server:
         self.task: _Task | None = None
         self.busy_until = 0.0
         self.alive = True
+        self.actor: Any = None          # executor=actor: this server's actor (None: not started)
+        self.bodies: set[int] = set()   # primitive bodies registered with that actor
+        self.idle_since = 0.0
+        self.probe: Any = None          # readiness ref of a starting actor
+        self.offered = True             # unmasked for the policy (False while its actor starts)
+        self.retry_at = 0.0             # a failed actor start is retried from then on
 
 
 class _Task:
@@ -361,6 +438,10 @@ class LiveScheduler:
         self.trace = trace
         self._tiers = tuple(self.env.cluster.tiers)
         self._remote = _RemoteCache(self.cfg.task_num_cpus)
+        self._actors = self.cfg.executor == "actor"
+        self._last_reap = 0.0
+        self._probes: dict[Any, _Server] = {}
+        self._cold: list[_Server] = []  # failed actor starts, retried after a pause
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -383,7 +464,7 @@ class LiveScheduler:
         self._hinted = False
         self.counters = {"decisions": 0, "waits": 0, "lost": 0, "rerun_parents": 0,
                          "node_refreshes": 0, "autoscale_requests": 0, "tasks_started": 0,
-                         "thread_cpu_s": 0.0}
+                         "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0}
         self.node_tasks: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -399,16 +480,29 @@ class LiveScheduler:
                     "tiers": [{"name": t.name, "compute": t.compute, "memory_gb": t.memory_gb}
                               for t in self._tiers]})
         self._refresh(force=True)
+        if self._probes:
+            import ray
+
+            ray.wait(list(self._probes), num_returns=len(self._probes),
+                     timeout=self.cfg.actor_start_s, fetch_local=False)
+            self._check_probes(ray)
+            if self._probes:
+                log.warning("%d of %d server actors not ready after actor_start_s=%g s (does "
+                            "every node have %g CPUs per server?); they are offered once ready",
+                            len(self._probes), len(self._servers), self.cfg.actor_start_s,
+                            self.cfg.task_num_cpus)
         self._thread = threading.Thread(target=self._loop, name="scale-live-scheduler", daemon=True)
         self._thread.start()
         return self
 
     def shutdown(self, timeout: float | None = 10.0) -> None:
-        """Stop the scheduler thread (running Ray tasks are not cancelled)."""
+        """Stop the scheduler thread (running Ray tasks are not cancelled; with
+        ``executor=actor`` the server actors are killed, which ends their runs)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
+        self._stop_actors()
         self._emit({"t": self._now_model(), "event": "end", "truncated": bool(self.pending()),
                     "metrics": self.summary()})
 
@@ -498,6 +592,12 @@ class LiveScheduler:
                 self._refresh()
                 self._dispatch()
                 self._hints()
+                if self._actors:
+                    if self._probes:
+                        self._check_probes(ray)
+                    if self._cold:
+                        self._retry_cold()
+                    self._reap()
                 if self._running:
                     self._collect(ray, timeout=self.cfg.wait_s)
                 elif self._ready or self._blocked:
@@ -574,6 +674,8 @@ class LiveScheduler:
                     self._next_sid += 1
                     self._servers[(n.node_id, s)] = srv
                     changed = True
+                    if self._actors:  # start its actor now; offered once it is ready
+                        self._start_actor(srv, probe=True)
                     self._emit({"t": self._now_model(), "event": "server_add", "server": srv.sid,
                                 "tier": n.tier, "compute": n.compute, "memory_gb": n.memory_gb,
                                 "node": n.node_id, "slot": s})
@@ -582,6 +684,7 @@ class LiveScheduler:
                 changed = True
                 srv.alive = False
                 self._remote.forget_node(srv.node.node_id)
+                self._drop_actor(srv)
                 if srv.task is not None:
                     self._lose(srv.task, f"node {srv.node.node_id[:12]} is gone")
                 self._emit({"t": self._now_model(), "event": "server_fail", "server": srv.sid,
@@ -600,6 +703,8 @@ class LiveScheduler:
         self._snapshot_max_mem = max((s.node.memory_gb for s in alive), default=0.0)
         self._alive_pos = {id(s): i for i, s in enumerate(alive)}
         self._alive_memory = np.fromiter((s.node.memory_gb for s in alive), float, len(alive))
+        # executor=actor: a server whose actor is starting is masked until it is ready
+        self._offered = np.fromiter((s.offered for s in alive), bool, len(alive))
         self._alive_compute = np.fromiter((s.node.compute for s in alive), float, len(alive))
         self._features = ServerFeatures(len(alive), self.env.features)
 
@@ -651,7 +756,8 @@ class LiveScheduler:
             "task": encode_task(prim.compute_gflop, prim.memory_gb, len(t.children),
                                 wf.done / len(wf.tasks), prim.output_gb, self.env.features),
             "servers": feats.render(remaining, 0.0, transfer, parent_slot),
-            "action_mask": (self._alive_memory >= prim.memory_gb).astype(np.float32),
+            "action_mask": ((self._alive_memory >= prim.memory_gb) & self._offered
+                            ).astype(np.float32),
         }
 
     def _dispatch(self) -> None:
@@ -662,12 +768,17 @@ class LiveScheduler:
             if t.state != READY or t.wf.failed:
                 heapq.heappop(ready)
                 continue
-            if not any(s.task is None for s in self._alive):
+            if not any(s.task is None and s.offered for s in self._alive):
                 break  # every pick would be a wait: do not ask the policy
             now = time.perf_counter()
             obs = self._observe(t, now)
             mask = obs["action_mask"]
-            if not mask.any():  # fits no live server: set aside until the node set changes
+            if not mask.any():
+                if ((self._alive_memory >= t.prim.memory_gb) & ~self._offered).any():
+                    heapq.heappop(ready)  # it fits only servers whose actors are starting
+                    deferred.append(t)
+                    continue
+                # fits no live server: set aside until the node set changes
                 heapq.heappop(ready)
                 self._blocked.append(t)
                 continue
@@ -694,8 +805,17 @@ class LiveScheduler:
         node = srv.node
         sleep_s = (t.prim.compute_gflop / node.compute * self.cfg.time_scale
                    if self.cfg.time_scale > 0 else 0.0)
-        rf = self._remote.pinned(t.prim.fn, node.node_id, t.prim.name)
-        value_ref, status_ref = rf.remote((node.node_id, sleep_s, 0.0), *args, **kwargs)
+        if self._actors:
+            actor = srv.actor if srv.actor is not None else self._start_actor(srv)
+            key, body = self._remote.body(t.prim.fn)
+            if key not in srv.bodies:  # actor calls of one caller run in order: no wait needed
+                actor.register.remote(key, body)
+                srv.bodies.add(key)
+            value_ref, status_ref = actor.run.remote(key, (node.node_id, sleep_s, 0.0),
+                                                     *args, **kwargs)
+        else:
+            rf = self._remote.pinned(t.prim.fn, node.node_id, t.prim.name)
+            value_ref, status_ref = rf.remote((node.node_id, sleep_s, 0.0), *args, **kwargs)
         t.value_ref = value_ref
         t.state = RUNNING
         t.server = srv
@@ -724,7 +844,14 @@ class LiveScheduler:
             try:
                 node = ray.get(ref)
             except errors as e:
+                srv = t.server
+                if self._actors and srv is not None and not _lost_output(e):
+                    self._drop_actor(srv)  # dead or suspect
                 self._refresh(force=True)
+                if self._actors and srv is not None and srv.alive and srv.actor is None:
+                    # offered again once a new actor answers: the node may be dying while
+                    # the GCS still lists it
+                    self._start_actor(srv, probe=True)
                 if t.state == RUNNING:  # the refresh did not already declare it lost
                     self._lose(t, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                                lost_output=_lost_output(e))
@@ -739,8 +866,118 @@ class LiveScheduler:
         srv = t.server
         if srv is not None and srv.task is t:
             srv.task = None
+            srv.idle_since = time.perf_counter()
         t.server = None
         return srv
+
+    # ------------------------------------------------------------------ server actors
+    def _start_actor(self, srv: _Server, probe: bool = False) -> Any:
+        """Start ``srv``'s actor. With ``probe`` the server is not offered to the policy until the
+        actor answers (a new node, or a restart after a failure: the node may be dying while
+        the GCS still lists it); without, runs queue behind the actor's start."""
+        srv.actor = self._remote.actor(srv.node.node_id)
+        srv.bodies = set()
+        srv.idle_since = time.perf_counter()
+        self.counters["actors_started"] += 1
+        if probe:
+            srv.probe = srv.actor.__ray_ready__.remote()
+            self._probes[srv.probe] = srv
+            self._set_offered(srv, False)
+        return srv.actor
+
+    def _set_offered(self, srv: _Server, offered: bool) -> None:
+        srv.offered = offered
+        i = self._alive_pos.get(id(srv))
+        if i is not None:
+            self._offered[i] = offered
+
+    def _retry_cold(self) -> None:
+        now = time.perf_counter()
+        due = [srv for srv in self._cold if now >= srv.retry_at]
+        if not due:
+            return
+        self._cold = [srv for srv in self._cold if now < srv.retry_at]
+        for srv in due:
+            if srv.alive and srv.actor is None:
+                self._start_actor(srv, probe=True)
+
+    def _check_probes(self, ray: Any) -> None:
+        """Servers whose starting actor answered are offered again. A failed start forces a
+        node refresh (which drops a node that is gone) and is retried, still masked, after
+        ``ACTOR_RETRY_S`` (a dying node fails every start until the GCS drops it)."""
+        done, _ = ray.wait(list(self._probes), num_returns=len(self._probes), timeout=0,
+                           fetch_local=False)
+        failed = []
+        for ref in done:
+            srv = self._probes.pop(ref)
+            if srv.probe is not ref:
+                continue
+            srv.probe = None
+            try:
+                ray.get(ref)
+                self._set_offered(srv, True)
+                srv.idle_since = time.perf_counter()  # the reaper counts from here
+            except Exception as e:
+                log.info("actor of server %d on node %s failed to start: %s", srv.sid,
+                         srv.node.node_id[:12], type(e).__name__)
+                srv.actor = None  # it never started; nothing to kill
+                failed.append(srv)
+        if failed:
+            self._refresh(force=True)
+            retry_at = time.perf_counter() + ACTOR_RETRY_S
+            for srv in failed:
+                if srv.alive and srv.actor is None:
+                    srv.retry_at = retry_at
+                    self._cold.append(srv)
+
+    def _drop_actor(self, srv: _Server) -> None:
+        """Kill ``srv``'s actor (its masking, if starting, is left to the caller)."""
+        if srv.probe is not None:
+            self._probes.pop(srv.probe, None)
+            srv.probe = None
+        if srv.actor is None:
+            return
+        import ray
+
+        actor, srv.actor = srv.actor, None
+        srv.bodies = set()
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # already dead with its node
+            pass
+
+    def _stop_actors(self, timeout_s: float = 30.0) -> None:
+        """Kill every server actor and wait (at most ``timeout_s``) until Ray reports them dead
+        (their CPUs come back shortly after that, asynchronously)."""
+        actors = [srv.actor for srv in self._servers.values() if srv.actor is not None]
+        for srv in self._servers.values():
+            self._drop_actor(srv)
+        if not actors:
+            return
+        import ray
+
+        probes = []
+        for a in actors:
+            try:
+                probes.append(a.__ray_ready__.remote())
+            except Exception:
+                pass
+        if probes:  # each fails once its actor is dead
+            ray.wait(probes, num_returns=len(probes), timeout=timeout_s, fetch_local=False)
+
+    def _reap(self) -> None:
+        """Kill actors of servers idle for ``actor_idle_s``: an actor holds its CPU, and a node
+        whose resources are in use is never idle to the autoscaler. Checked about once a second."""
+        now = time.perf_counter()
+        if now - self._last_reap < min(1.0, self.cfg.actor_idle_s):
+            return
+        self._last_reap = now
+        for srv in self._alive:
+            # an actor still starting is not idle: killing it would offer the server untested
+            if srv.actor is not None and srv.task is None and srv.offered \
+                    and now - srv.idle_since >= self.cfg.actor_idle_s:
+                self._drop_actor(srv)
+                self.counters["actors_reaped"] += 1
 
     def _finish(self, t: _Task, node: str) -> None:
         srv = self._free(t)
