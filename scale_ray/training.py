@@ -357,11 +357,16 @@ def progress_line(row: Mapping[str, float], total: int) -> str:
 
 
 class MetricsWriter:
-    """Appends rows to metrics.csv / metrics.jsonl and TensorBoard scalars."""
+    """Appends rows to metrics.csv / metrics.jsonl and TensorBoard scalars. ``resumed_at``: the
+    iteration of the checkpoint a resumed run starts from; rows after it (written by the
+    interrupted run, about to be trained again) are dropped first, so every iteration has one
+    row."""
 
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, resumed_at: int | None = None):
         self.csv_path = out / "metrics.csv"
         self.json_path = out / "metrics.jsonl"
+        if resumed_at is not None:
+            self._drop_after(resumed_at)
         new = not self.csv_path.exists()
         self._csv = self.csv_path.open("a", newline="")
         self._w = csv.DictWriter(self._csv, fieldnames=METRIC_COLUMNS)
@@ -373,6 +378,19 @@ class MetricsWriter:
             self._tb = SummaryWriter(str(out / "tb"))
         except ImportError:  # pragma: no cover - tensorboardX ships with ray[rllib]
             self._tb = None
+
+    def _drop_after(self, iteration: int) -> None:
+        if self.csv_path.exists():
+            with self.csv_path.open(newline="") as f:
+                rows = list(csv.DictReader(f))
+            with self.csv_path.open("w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
+                w.writeheader()
+                w.writerows(r for r in rows if int(float(r["iteration"])) <= iteration)
+        if self.json_path.exists():
+            lines = [ln for ln in self.json_path.read_text().splitlines() if ln.strip()]
+            self.json_path.write_text("".join(
+                ln + "\n" for ln in lines if int(json.loads(ln)["iteration"]) <= iteration))
 
     def write(self, row: Mapping[str, float]) -> None:
         self._w.writerow({k: row.get(k) for k in METRIC_COLUMNS})
@@ -485,7 +503,7 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
             algo.restore_from_path(str(ckpt.resolve()))
             echo(f"resumed from {ckpt} at iteration {algo.iteration}")
         log.info("algorithm built in %.1f s", time.perf_counter() - t_build)
-        writer = MetricsWriter(out)
+        writer = MetricsWriter(out, resumed_at=int(algo.iteration) if ckpt is not None else None)
         t0 = time.perf_counter()
         row: dict[str, float] = {}
         last_saved = None

@@ -21,6 +21,7 @@ import pytest
 
 from envs.config import ConfigError
 from scale_ray.config import REPO_ROOT, load_env
+from scale_ray.ports import free_port
 from scale_ray.training import cosine_lr, load_train_config
 
 CONFIGS = ["scale", "crossattn", "ppo_mlp", "ppo_mlp_srr", "dqn", "sac", "scale_realistic",
@@ -134,12 +135,6 @@ def test_one_iteration_checkpoint_resume_export_evaluate(name, tmp_path, local_r
 
 # ----------------------------------------------------------------------------- ray job submit
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _pids_using(temp_dir: str) -> list[int]:
     """PIDs whose command line names our temp dir (our cluster's processes only)."""
     pids = []
@@ -164,11 +159,9 @@ def test_ray_job_submit_on_a_local_head(tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "token", "PATH": f"{bindir}:{os.environ.get('PATH', '')}"}
     env.pop("RAY_ADDRESS", None)
     # every port our head opens is chosen here (other clusters may run on this machine)
-    ports = set()
+    ports: set[int] = set()
     while len(ports) < 8:
-        p = _free_port()
-        if p not in range(10002, 20000):  # Ray's worker port range
-            ports.add(p)
+        ports.add(free_port(exclude=ports))  # outside Ray's worker ports and the ephemeral range
     gcs, dash, client, agent_http, agent_grpc, metrics, runtime_env, node_mgr = sorted(ports)
     head = subprocess.Popen(
         [f"{bindir}/ray", "start", "--head", "--block", "--num-cpus=2", f"--port={gcs}",
@@ -239,3 +232,23 @@ def test_features_command_reports_z_statistics(tmp_path):
         assert math.isfinite(r["mean_abs_offdiag_cov"]) and r["mean_abs_offdiag_cov"] >= 0
         assert math.isfinite(r["mean_kl"]) and r["mean_kl"] >= 0
     assert main(["features", "--policy", "eft", "--servers", "4"]) == 2  # not a trained artifact
+
+
+def test_metrics_of_an_interrupted_run_are_cut_back_to_the_checkpoint_on_resume(tmp_path):
+    """Rows written after the last checkpoint are trained again on resume: keep one per iteration."""
+    from scale_ray.training import MetricsWriter
+
+    w = MetricsWriter(tmp_path)
+    for it in range(1, 8):  # checkpoint at 5, interrupted after 7
+        w.write({"iteration": it, "env_steps": 100 * it, "total_loss": 0.1 * it})
+    w.close()
+    w = MetricsWriter(tmp_path, resumed_at=5)
+    for it in range(6, 9):
+        w.write({"iteration": it, "env_steps": 100 * it, "total_loss": 1.0})
+    w.close()
+    with (tmp_path / "metrics.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["iteration"]) for r in rows] == list(range(1, 9))
+    assert [float(r["total_loss"]) for r in rows[5:]] == [1.0, 1.0, 1.0]
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(ln)["iteration"] for ln in lines] == list(range(1, 9))
