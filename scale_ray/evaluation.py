@@ -159,10 +159,14 @@ def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
                        key: str = "mean_response_s") -> list[dict[str, Any]]:
     """Per (policy, size): the mean over episodes of ``key`` / the reference's - 1 on the same
     episode (same seed, same workload), its 95 % confidence half-width (normal approximation),
-    and how many episodes were better / worse. Paired, so workload noise cancels."""
+    and how many episodes were better / worse. Paired, so workload noise cancels.
+    ``completed_rel_diff``: the same for completed tasks; when it is not 0 the response means
+    are over different task sets (a policy that leaves tasks unfinished drops its slowest)."""
     by: dict[tuple[str, int], dict[int, float]] = {}
+    done: dict[tuple[str, int], dict[int, float]] = {}
     for e in episodes:
         by.setdefault((e["policy"], e["servers"]), {})[e["episode"]] = e[key]
+        done.setdefault((e["policy"], e["servers"]), {})[e["episode"]] = e.get("completed_tasks", math.nan)
     out = []
     for (policy, n), vals in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         ref = by.get((reference, n))
@@ -172,10 +176,13 @@ def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
                   and not math.isnan(ref[k])]
         d = np.array([vals[k] / ref[k] - 1.0 for k in common])
         half = float(1.96 * d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
+        dn, rn = done[(policy, n)], done[(reference, n)]
+        c = [dn[k] / rn[k] - 1.0 for k in common if rn.get(k)]
         out.append({"policy": policy, "servers": n, "reference": reference, "episodes": len(d),
                     "mean_rel_diff": float(d.mean()) if len(d) else math.nan,
                     "ci95_half_width": half, "better": int((d < 0).sum()),
-                    "worse": int((d > 0).sum())})
+                    "worse": int((d > 0).sum()),
+                    "completed_rel_diff": float(np.mean(c)) if c else math.nan})
     return out
 
 
@@ -186,7 +193,9 @@ def format_paired(rows: Sequence[dict[str, Any]]) -> str:
     for r in rows:
         lines.append(f"  {label[r['policy']]:<{w}} N={r['servers']:<5} {100 * r['mean_rel_diff']:+.2f}% "
                      f"± {100 * r['ci95_half_width']:.2f}% (95% CI, {r['episodes']} episodes; "
-                     f"better in {r['better']}, worse in {r['worse']})")
+                     f"better in {r['better']}, worse in {r['worse']})"
+                     + (f"; completed tasks {100 * r['completed_rel_diff']:+.1f}%: not comparable"
+                        if abs(r.get("completed_rel_diff", 0.0)) > 1e-9 else ""))
     return "\n".join(lines)
 
 

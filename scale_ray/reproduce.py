@@ -15,15 +15,17 @@ seeds are fixed (``SeedSequence([EVAL_SEED, k])``) and never chosen after lookin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -74,24 +76,30 @@ class Budget:
     off_policy: bool = True             # train DQN and SAC
     workers: int = 2
     env_overrides: dict = field(default_factory=dict)
+    # Fewer episodes at large N (servers -> episodes): an episode has N/16 times the tasks of
+    # one at N=16 and every decision scores N servers.
+    max_episodes: dict = field(default_factory=dict)
 
     @property
     def env_steps(self) -> int:
         return self.ppo_iterations * 1024
 
+    def episodes_at(self, servers: int) -> int:
+        return min(self.episodes, self.max_episodes.get(servers, self.episodes))
+
 
 BUDGETS = {
     # The paper: 1000 iterations, 30 evaluation episodes; 3 seeds for SCALE and CrossAttn.
     "paper": Budget("paper", 1000, (42, 43, 44), (42,), 30, (16, 32, 48, 64, 128, 256, 1024),
-                    (16, 32, 48, 256), (16, 48)),
+                    (16, 32, 48, 256), (16, 48), max_episodes={256: 10, 1024: 4}),
     # About 20 minutes on a quiet 2-core machine: the same tables with smaller numbers (40
     # iterations, about 1 s each). The SRR ramp is compressed with the run (the paper's 10->60
     # of 1000 iterations would barely switch on).
     "quick": Budget("quick", 40, (42, 43, 44), (42,), 4, (16, 32, 48, 256, 1024), (16, 48, 256),
                     (16, 48), horizon_s=40.0, srr_ramp=(4, 16)),
     # A smoke run for tests (minutes): one seed, tiny everything.
-    "smoke": Budget("smoke", 1, (42,), (42,), 1, (16, 48), (16,), (16,), horizon_s=10.0,
-                    srr_ramp=(0, 1), off_policy=False),
+    "smoke": Budget("smoke", 1, (42,), (42,), 2, (16, 48), (16,), (16,), horizon_s=10.0,
+                    srr_ramp=(0, 1), off_policy=False, max_episodes={48: 1}),
 }
 
 
@@ -122,18 +130,55 @@ def _train_one(method: Method, seed: int, budget: Budget, out: Path,
         return {"method": method.name, "seed": seed, "run_dir": str(run_dir),
                 "policy": str(run_dir / "policy"), "iterations": meta.get("iterations"),
                 "env_steps": meta.get("env_steps"), "wall_s": _wall(run_dir), "resumed": False}
-    resume = latest_checkpoint(run_dir) is not None
-    echo(f"[{method.name} seed {seed}] {'resuming' if resume else 'training'} to {iterations} "
-         f"iterations ({iterations * cfg.steps_per_iteration} env steps) in {run_dir}")
-    t0 = time.perf_counter()
-    summary = train(cfg, env, run_dir, iterations=iterations, resume=resume,
-                    echo=lambda s: echo(f"  [{method.name} s{seed}] {s}"))
-    wall = time.perf_counter() - t0
-    (run_dir / "wall_s.txt").write_text(f"{wall + _wall(run_dir):.1f}\n")
+    with _run_lock(run_dir):
+        resume = latest_checkpoint(run_dir) is not None
+        echo(f"[{method.name} seed {seed}] {'resuming' if resume else 'training'} to {iterations} "
+             f"iterations ({iterations * cfg.steps_per_iteration} env steps) in {run_dir}")
+        t0 = time.perf_counter()
+        summary = train(cfg, env, run_dir, iterations=iterations, resume=resume,
+                        echo=lambda s: echo(f"  [{method.name} s{seed}] {s}"))
+        wall = time.perf_counter() - t0
+        (run_dir / "wall_s.txt").write_text(f"{wall + _wall(run_dir):.1f}\n")
     return {"method": method.name, "seed": seed, "run_dir": str(run_dir),
             "policy": summary["policy"], "iterations": summary["iterations"],
             "env_steps": summary["last"].get("env_steps"), "wall_s": wall + _wall(run_dir),
             "resumed": resume}
+
+
+@contextlib.contextmanager
+def _run_lock(run_dir: Path) -> Iterator[None]:
+    """One trainer per run directory: several ``reproduce --train-only --methods ...``
+    processes may share an output directory (on 2 cores one training uses about one)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = run_dir / "train.lock"
+    try:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        try:
+            pid = int(lock.read_text().strip() or 0)
+        except (OSError, ValueError):
+            pid = 0
+        if pid and _alive(pid):
+            raise RuntimeError(f"{run_dir} is being trained by process {pid}; wait for it (or "
+                               f"remove {lock} if that process is not ours)") from None
+        lock.unlink(missing_ok=True)  # stale: its process is gone
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    try:
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _wall(run_dir: Path) -> float:
@@ -159,11 +204,16 @@ def _fmt(x: Any, nd: int = 3) -> str:
 
 
 def run(budget_name: str = "quick", out: str | Path = "results/quick",
-        echo: Callable[[str], None] | None = None, methods: Sequence[str] | None = None) -> dict:
-    """Train every method, evaluate everything, write results.json/results.md and the plots."""
+        echo: Callable[[str], None] | None = None, methods: Sequence[str] | None = None,
+        sizes: Sequence[int] | None = None, train_only: bool = False) -> dict:
+    """Train every method, evaluate everything, write results.json/results.md and the plots.
+    ``sizes`` replaces the budget's Table 4 sizes (recorded in the results' budget);
+    ``train_only`` stops after training (returns the runs)."""
     if budget_name not in BUDGETS:
         raise ValueError(f"--budget: {budget_name!r} is not one of {sorted(BUDGETS)}")
     budget = BUDGETS[budget_name]
+    if sizes is not None:
+        budget = replace(budget, sizes=tuple(sizes))
     echo = echo or (lambda s: print(s, file=sys.stderr, flush=True))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -177,6 +227,8 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
         for seed in (budget.seeds if m.main else budget.other_seeds):
             runs.append(_train_one(m, seed, budget, out, echo))
     policies = {(r["method"], r["seed"]): r["policy"] for r in runs}
+    if train_only:
+        return {"runs": runs}
 
     # 2. Evaluation ---------------------------------------------------------------------
     overrides = dict(budget.env_overrides)
@@ -187,11 +239,17 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
                                "eval_seed": EVAL_SEED, "runs": runs, "env": to_dict(env)}
 
     def ev(label: str, specs: list[str], sizes: Sequence[int], env_cfg=env) -> list[dict]:
-        echo(f"evaluating {label}: {len(specs)} policies x sizes {list(sizes)} x {budget.episodes} episodes")
         t0 = time.perf_counter()
-        rows, _ = evaluate(env_cfg, specs, list(sizes), budget.episodes, EVAL_SEED, budget.workers)
+        rows: list[dict] = []
+        by_episodes: dict[int, list[int]] = {}
+        for n in sizes:
+            by_episodes.setdefault(budget.episodes_at(n), []).append(n)
+        for episodes, group in by_episodes.items():
+            echo(f"evaluating {label}: {len(specs)} policies x sizes {group} x {episodes} episodes")
+            rows += evaluate(env_cfg, specs, group, episodes, EVAL_SEED, budget.workers)[0]
         results.setdefault("eval_wall_s", {})[label] = time.perf_counter() - t0
-        return rows
+        order = {n: i for i, n in enumerate(sizes)}
+        return sorted(rows, key=lambda r: (r["policy"], order[r["servers"]]))
 
     label_of = {p: f"{m}/s{s}" for (m, s), p in policies.items()}
     label_of.update({h: h for h in HEURISTICS})
@@ -245,12 +303,18 @@ def _gaps(table4: list[dict], budget: Budget) -> dict[str, Any]:
         ca = {r["label"].split("/s")[1]: r["mean_response_s"] for r in rows if r["label"].startswith("CrossAttn/")}
         eft = next((r["mean_response_s"] for r in rows if r["label"] == "eft"), math.nan)
         pairs = [1 - sc[s] / ca[s] for s in sc if s in ca and ca[s] > 0]
+        # response means are over completed tasks: compare them only where both finished alike
+        done = {r["label"]: r.get("completed_tasks", math.nan) for r in rows}
+        eft_done = done.get("eft", math.nan)
+        completed = {lbl: v / eft_done - 1 for lbl, v in done.items()
+                     if lbl.split("/s")[0] in ("SCALE", "CrossAttn") and eft_done and eft_done > 0}
         gap, ci = _mean_ci(pairs)
         sc_m, sc_ci = _mean_ci(list(sc.values()))
         ca_m, ca_ci = _mean_ci(list(ca.values()))
         out[str(n)] = {"scale_mean": sc_m, "scale_ci": sc_ci, "crossattn_mean": ca_m,
                        "crossattn_ci": ca_ci, "gap_mean": gap, "gap_ci": ci, "gap_per_seed": pairs,
-                       "eft": eft, "scale_vs_eft": sc_m / eft - 1 if eft and not math.isnan(eft) else math.nan}
+                       "eft": eft, "scale_vs_eft": sc_m / eft - 1 if eft and not math.isnan(eft) else math.nan,
+                       "completed_vs_eft": completed}
     return out
 
 
@@ -265,9 +329,9 @@ def _feature_table(chosen, budget, policies, env, echo) -> list[dict]:
         for seed in budget.seeds:
             path = policies[(m.name, seed)]
             echo(f"feature statistics of {m.name}/s{seed} at {list(budget.feature_sizes)}")
-            for r in feature_table(path, env, list(budget.feature_sizes),
-                                   max(1, budget.episodes // 2), EVAL_SEED):
-                rows.append({"label": f"{m.name}/s{seed}", **r})
+            for n in budget.feature_sizes:
+                for r in feature_table(path, env, [n], max(1, budget.episodes_at(n) // 2), EVAL_SEED):
+                    rows.append({"label": f"{m.name}/s{seed}", **r})
     return rows
 
 
@@ -329,7 +393,9 @@ def render_markdown(res: dict) -> str:
                  ("slowdown", "slowdown", 3), ("invalid_rate", "invalid", 3)]
     parts = [f"Budget `{b['name']}` (PPO iterations {b['ppo_iterations']}, "
              f"{b['ppo_iterations'] * 1024} env steps per method; SCALE/CrossAttn seeds {b['seeds']}; "
-             f"{b['episodes']} evaluation episodes, seed {res['eval_seed']}; evaluation horizon "
+             f"{b['episodes']} evaluation episodes"
+             + "".join(f", {e} at N = {n}" for n, e in (b.get("max_episodes") or {}).items())
+             + f", seed {res['eval_seed']}; evaluation horizon "
              f"{b['horizon_s'] or 'config'} s), commit `{res['commit']}`, total wall time "
              f"{res['wall_s'] / 60:.1f} min.", "",
              "### Training runs", "",
@@ -340,14 +406,18 @@ def render_markdown(res: dict) -> str:
              "### Table 4 — zero-shot at every size", "",
              _table(sorted(res["table4"], key=lambda r: (r["label"], r["servers"])), main_cols), "",
              "### SCALE vs CrossAttn gap and SCALE vs EFT", "",
-             "| N | SCALE s (±95% CI) | CrossAttn s (±95% CI) | gap 1−SCALE/CrossAttn (±95% CI) | EFT s | SCALE/EFT − 1 |",
-             "|---|---|---|---|---|---|"]
+             "| N | SCALE s (±95% CI) | CrossAttn s (±95% CI) | gap 1−SCALE/CrossAttn (±95% CI) | EFT s | SCALE/EFT − 1 | completed tasks vs EFT |",
+             "|---|---|---|---|---|---|---|"]
     for n, g in res["gap"].items():
         parts.append(f"| {n} | {_fmt(g['scale_mean'])} ± {_fmt(g['scale_ci'])} | "
                      f"{_fmt(g['crossattn_mean'])} ± {_fmt(g['crossattn_ci'])} | "
                      f"{_fmt(g['gap_mean'] * 100 if not math.isnan(g['gap_mean']) else math.nan, 1)}% ± "
                      f"{_fmt(g['gap_ci'] * 100 if not math.isnan(g['gap_ci']) else math.nan, 1)}% | "
-                     f"{_fmt(g['eft'])} | {_fmt(g['scale_vs_eft'] * 100 if not math.isnan(g['scale_vs_eft']) else math.nan, 1)}% |")
+                     f"{_fmt(g['eft'])} | {_fmt(g['scale_vs_eft'] * 100 if not math.isnan(g['scale_vs_eft']) else math.nan, 1)}% | "
+                     + (", ".join(f"{k} {100 * v:+.1f}%" for k, v in sorted(g.get("completed_vs_eft", {}).items())
+                                  if abs(v) > 1e-9) or "equal") + " |")
+    parts += ["", "Response means are over completed tasks; where a policy completed fewer tasks "
+                  "than EFT (last column) its unfinished, slowest tasks are missing from its mean."]
     parts += ["", "### Table 5 — statistics of the attention feature z", "",
               _table(res["table5"], [("label", "policy", -1), ("servers", "N", -1),
                                      ("mean_abs_offdiag_cov", "mean |off-diag cov|", 4),

@@ -77,6 +77,22 @@ def test_paired_differences_against_hand_computation():
     assert row["mean_rel_diff"] == pytest.approx(d.mean())
     assert row["ci95_half_width"] == pytest.approx(1.96 * d.std(ddof=1) / np.sqrt(3))
     assert (row["better"], row["worse"]) == (1, 1)
+    assert math.isnan(row["completed_rel_diff"])  # no completed_tasks given
+
+
+def test_paired_output_flags_unequal_completed_tasks():
+    from scale_ray.evaluation import format_paired, paired_differences
+
+    eps = [{"policy": p, "servers": 16, "episode": k, "mean_response_s": 4.0 + k,
+            "completed_tasks": done} for p, done in (("eft", 100), ("a", 90), ("b", 100))
+           for k in range(2)]
+    rows = paired_differences(eps, "eft")
+    by = {r["policy"]: r for r in rows}
+    assert by["a"]["completed_rel_diff"] == pytest.approx(-0.1)
+    assert by["b"]["completed_rel_diff"] == 0.0
+    text = format_paired(rows).splitlines()
+    assert "completed tasks -10.0%: not comparable" in text[1]
+    assert "not comparable" not in text[2]
 
 
 def test_paired_vs_must_be_an_evaluated_policy():

@@ -1,13 +1,16 @@
-"""`scale-ray reproduce`: gap statistics by hand, and a smoke run of the whole pipeline."""
+"""`scale-ray reproduce`: gap statistics by hand, the run lock, and a smoke run of the whole pipeline."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
-from scale_ray.reproduce import BUDGETS, _gaps, _mean_ci, render_markdown
+from scale_ray.reproduce import BUDGETS, _gaps, _mean_ci, _run_lock, render_markdown
 
 
 def test_mean_ci_matches_hand_computation():
@@ -18,14 +21,16 @@ def test_mean_ci_matches_hand_computation():
 
 
 def test_gap_is_per_seed_pair():
-    rows = [{"label": "SCALE/s1", "servers": 48, "mean_response_s": 6.0},
-            {"label": "SCALE/s2", "servers": 48, "mean_response_s": 7.0},
-            {"label": "CrossAttn/s1", "servers": 48, "mean_response_s": 6.5},
-            {"label": "CrossAttn/s2", "servers": 48, "mean_response_s": 7.0},
-            {"label": "eft", "servers": 48, "mean_response_s": 5.0}]
+    rows = [{"label": "SCALE/s1", "servers": 48, "mean_response_s": 6.0, "completed_tasks": 90.0},
+            {"label": "SCALE/s2", "servers": 48, "mean_response_s": 7.0, "completed_tasks": 100.0},
+            {"label": "CrossAttn/s1", "servers": 48, "mean_response_s": 6.5, "completed_tasks": 100.0},
+            {"label": "CrossAttn/s2", "servers": 48, "mean_response_s": 7.0, "completed_tasks": 100.0},
+            {"label": "eft", "servers": 48, "mean_response_s": 5.0, "completed_tasks": 100.0}]
     g = _gaps(rows, BUDGETS["smoke"].__class__(**{**BUDGETS["smoke"].__dict__, "sizes": (48,)}))["48"]
     assert g["gap_per_seed"] == pytest.approx([1 - 6.0 / 6.5, 0.0])
     assert g["scale_mean"] == pytest.approx(6.5) and g["scale_vs_eft"] == pytest.approx(0.3)
+    assert g["completed_vs_eft"] == pytest.approx({"SCALE/s1": -0.1, "SCALE/s2": 0.0,
+                                                   "CrossAttn/s1": 0.0, "CrossAttn/s2": 0.0})
 
 
 @pytest.mark.slow
@@ -35,11 +40,30 @@ def test_smoke_budget_end_to_end(tmp_path):
     res = run("smoke", tmp_path, echo=lambda s: None, methods=["SCALE", "CrossAttn"])
     assert {r["method"] for r in res["runs"]} == {"SCALE", "CrossAttn"}
     assert {r["servers"] for r in res["table4"]} == {16, 48}
+    # fewer episodes where the budget caps them (N=48), the budget's count elsewhere
+    assert {(r["servers"], r["episodes"]) for r in res["table4"]} == {(16, 2), (48, 1)}
+    assert "1 at N = 48" in (tmp_path / "results.md").read_text()
     assert res["table5"] and all(r["mean_kl"] >= 0 for r in res["table5"])
     for f in ("results.json", "results.md", "fig6_training.png", "response_vs_n.png"):
         assert (tmp_path / f).stat().st_size > 0
     assert "Table 4" in (tmp_path / "results.md").read_text()
     json.loads((tmp_path / "results.json").read_text())
     # a second call reuses the finished runs instead of training again
-    res2 = run("smoke", tmp_path, echo=lambda s: None, methods=["SCALE"])
+    res2 = run("smoke", tmp_path, echo=lambda s: None, methods=["SCALE"], sizes=[16])
     assert res2["runs"][0]["resumed"] is False and res2["runs"][0]["iterations"] == 1
+    assert {r["servers"] for r in res2["table4"]} == {16} and res2["budget"]["sizes"] == [16]
+
+
+def test_run_lock_refuses_a_second_trainer_and_takes_over_a_stale_one(tmp_path):
+    with _run_lock(tmp_path / "r"):
+        assert (tmp_path / "r" / "train.lock").read_text() == str(os.getpid())
+        with pytest.raises(RuntimeError, match=r"is being trained by process \d+"):
+            with _run_lock(tmp_path / "r"):
+                pass
+    assert not (tmp_path / "r" / "train.lock").exists()
+    # a lock left by a process that is gone is taken over
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "r" / "train.lock").write_text(dead)
+    with _run_lock(tmp_path / "r"):
+        assert (tmp_path / "r" / "train.lock").read_text() == str(os.getpid())
