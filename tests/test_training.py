@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -156,8 +157,12 @@ def test_ray_job_submit_on_a_local_head(tmp_path):
     test starts (own temp dir and ports) and stops (only its own processes)."""
     temp_dir = str(Path("/tmp") / f"scale_job_{os.getpid()}")
     bindir = str(Path(sys.executable).parent)
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "PATH": f"{bindir}:{os.environ.get('PATH', '')}"}
+    # token auth as a user would run it, with this cluster's own token: a fresh machine has no
+    # ~/.ray/auth_token, and we never write one there
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+           "PATH": f"{bindir}:{os.environ.get('PATH', '')}"}
     env.pop("RAY_ADDRESS", None)
+    env.pop("RAY_AUTH_TOKEN_PATH", None)
     # every port our head opens is chosen here (other clusters may run on this machine)
     ports: set[int] = set()
     while len(ports) < 8:
@@ -179,7 +184,10 @@ def test_ray_job_submit_on_a_local_head(tmp_path):
                     break
             except OSError:
                 if time.time() > deadline or head.poll() is not None:
-                    raise RuntimeError("ray head did not start")
+                    if head.poll() is None:
+                        os.killpg(head.pid, signal.SIGTERM)
+                    tail = head.communicate(timeout=30)[0].decode(errors="replace")[-3000:]
+                    raise RuntimeError(f"ray head did not start:\n{tail}")
                 time.sleep(1)
         sets = ["--set", "env.workload.horizon_s=15", "--set", "ppo.steps_per_iteration=128",
                 "--set", "ppo.minibatch_size=64", "--set", "ppo.num_epochs=1",
