@@ -379,6 +379,12 @@ class FeatureConfig:
     power_w: float = field(default=400.0, metadata=rng(gt=0))
     transfer_s: float = field(default=1.0, metadata=rng(gt=0))
     clip: float = field(default=100.0, metadata=rng(gt=0, doc="features are clipped to [0, clip]"))
+    backlog: bool = field(default=False, metadata=rng(
+        doc="beyond the paper: two more task features that expose backlog and waiting, the ready "
+            "tasks per accepting server (/ backlog_per_server) and the age of the task's "
+            "workflow, now - arrival (/ remaining_s); simulator and gym only (Serve and the live "
+            "scheduler encode the paper's five)"))
+    backlog_per_server: float = field(default=1.0, metadata=rng(gt=0))
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,13 @@ from typing import Sequence
 
 import numpy as np
 
-from .config import FeatureConfig
+from .config import ConfigError, FeatureConfig
 
 TASK_FEATURES = ("compute_gflop", "memory_gb", "successors", "completion_ratio", "output_gb")
 SERVER_FEATURES = ("compute", "memory_gb", "remaining_s", "power_w", "transfer_s")
 TASK_DIM = len(TASK_FEATURES)
+# beyond the paper (features.backlog): appended to the task vector by the simulator
+BACKLOG_FEATURES = ("ready_per_server", "workflow_age_s")
 # The clip ufunc without np.clip's Python-level dispatch (about 3 us per call saved).
 _clip_ufunc = getattr(np, "_core", getattr(np, "core", None)).umath.clip
 SERVER_DIM = len(SERVER_FEATURES)
@@ -50,6 +52,19 @@ class ServerView:
     remaining_s: float = 0.0  # time until its current task finishes (0 = idle)
     power_w: float = 0.0
     accepting: bool = True    # alive and not draining
+
+
+def task_dim(f: FeatureConfig) -> int:
+    """Width of the task feature vector under ``f`` (5, or 7 with ``features.backlog``)."""
+    return TASK_DIM + (len(BACKLOG_FEATURES) if f.backlog else 0)
+
+
+def require_paper_features(f: FeatureConfig, where: str) -> None:
+    """Refuse features that ``where`` cannot compute (the backlog features are simulator-only)."""
+    if f.backlog:
+        raise ConfigError(f"features.backlog: {where} encodes the paper's {TASK_DIM} task features "
+                          f"only; this policy was trained with features.backlog=true (simulator "
+                          f"and gym only); use a policy trained without it")
 
 
 def encode_task(compute_gflop: float, memory_gb: float, successors: float,
@@ -194,7 +209,7 @@ def decode(obs: dict[str, np.ndarray], f: FeatureConfig) -> tuple[np.ndarray, De
 
     Exact except where a feature hit the clip bound.
     """
-    t = np.asarray(obs["task"], dtype=np.float64)
+    t = np.asarray(obs["task"], dtype=np.float64)[..., :TASK_DIM]  # backlog features: not needed
     task_raw = t * np.array((f.compute_gflop, f.memory_gb, f.successors, 1.0, f.output_gb))
     s = np.asarray(obs["servers"], dtype=np.float64)
     return task_raw, DecodedServers(

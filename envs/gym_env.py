@@ -11,7 +11,7 @@ import numpy as np
 from gymnasium import spaces
 
 from .config import EnvConfig, load_env_config
-from .encoding import SERVER_DIM, TASK_DIM
+from .encoding import SERVER_DIM, task_dim
 from .simulator import Simulator
 from .trace import JsonlTraceWriter
 
@@ -76,7 +76,7 @@ class ServerSelectEnv(gym.Env):
         self.n_max = cfg.padded_servers
         clip = cfg.features.clip
         self.observation_space = spaces.Dict({
-            "task": spaces.Box(0.0, clip, (TASK_DIM,), np.float32),
+            "task": spaces.Box(0.0, clip, (task_dim(cfg.features),), np.float32),
             "servers": spaces.Box(0.0, clip, (self.n_max, SERVER_DIM), np.float32),
             "action_mask": spaces.Box(0.0, 1.0, (self.n_max,), np.float32),
         })

@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from .config import EnvConfig, ServerEventConfig, TierConfig
-from .encoding import ServerFeatures
+from .encoding import ServerFeatures, task_dim
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
 # Event kinds, in the order they are processed at equal times.
@@ -110,6 +110,7 @@ class Simulator:
         self._ask_only_startable = mdp.ask_only_startable
         self._transfer_delays = mdp.transfer_delays_start
         self._mask_infeasible = mdp.mask_infeasible
+        self._backlog = config.features.backlog
         self._max_decisions = mdp.max_decisions
         self._t_cap = config.workload.horizon_s * mdp.max_time_factor
         self.trace = None  # the constructor's warm-up episode is not traced
@@ -638,7 +639,7 @@ class Simulator:
         task = self.current
         n = self.n_slots
         if task is None:
-            return {"task": np.zeros(5, np.float32), "servers": np.zeros((n, 5), np.float32),
+            return {"task": np.zeros(task_dim(f), np.float32), "servers": np.zeros((n, 5), np.float32),
                     "action_mask": np.zeros(n, np.float32)}
         wf = task.wf
         # encode_task inlined (hot path); the max(., 0) clamp is dropped because a validated
@@ -649,6 +650,8 @@ class Simulator:
                               min(len(task.children) / f.successors, c),
                               min(wf.done / wf.n, c),
                               min(task.output / f.output_gb, c)), dtype=np.float32)
+        if self._backlog:
+            feat_task = np.append(feat_task, self._backlog_features(task)).astype(np.float32)
         fp = task.first_parent
         transfer, parent_slot = 0.0, None
         if fp is not None:
@@ -660,6 +663,15 @@ class Simulator:
         else:
             mask = self._accept_f.copy()
         return {"task": feat_task, "servers": servers, "action_mask": mask}
+
+    def _backlog_features(self, task: _Task) -> tuple[float, float]:
+        """features.backlog: ready tasks (the current one included) per accepting server, and
+        the age of the task's workflow (now - arrival), normalised and clipped."""
+        f = self.cfg.features
+        ready = len({tid for _, tid, tk in self._ready if tk.state == READY} | {task.id})
+        per_server = ready / max(int(self.accepting.sum()), 1)
+        return (min(per_server / f.backlog_per_server, f.clip),
+                min(max(self.t - task.wf.arrival, 0.0) / f.remaining_s, f.clip))
 
     # ---------------------------------------------------------------- metrics
     def _emit_end(self) -> None:

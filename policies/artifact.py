@@ -171,9 +171,15 @@ class TorchPolicy(Policy):
                              f"{net.kind!r}; use 'torch'")
         self.backend = backend
         self._fast = NumpyPointerNet(net) if backend == "numpy" else None
+        self._task_features = int(net.cfg.task_features)
 
     def _logits(self, obs: Obs) -> np.ndarray:
         task = np.asarray(obs["task"], dtype=np.float32)
+        if task.shape[-1] != self._task_features:
+            raise ValueError(
+                f"task: this policy takes {self._task_features} task features, the observation "
+                f"has {task.shape[-1]} (features.backlog differs from training); evaluate it "
+                f"with the env config it was trained with")
         servers = np.asarray(obs["servers"], dtype=np.float32)
         mask = np.asarray(obs["action_mask"], dtype=np.float32)
         single = task.ndim == 1

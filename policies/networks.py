@@ -55,6 +55,9 @@ class ModelConfig:
         ge=1, le=16384, doc="structured MLP: width of the trunk after concatenation"))
     n_servers: int | None = field(default=None, metadata=rng(
         ge=1, le=100_000, doc="structured MLP: its fixed N (set from the env)"))
+    task_features: int = field(default=TASK_DIM, metadata=rng(
+        ge=1, le=64, doc="width of the task feature vector (set from the env: 5, or 7 with "
+                         "features.backlog)"))
 
     def __post_init__(self) -> None:
         if self.d_model % self.heads:
@@ -127,7 +130,7 @@ class CrossAttentionPointerNet(nn.Module):
         super().__init__()
         self.cfg = cfg = model_config(cfg)
         d = cfg.d_model
-        self.task_mlp = mlp([TASK_DIM, cfg.embed_hidden, d])
+        self.task_mlp = mlp([cfg.task_features, cfg.embed_hidden, d])
         self.server_mlp = mlp([SERVER_DIM, cfg.embed_hidden, d])
         self.blocks = nn.ModuleList(CrossAttentionBlock(d, cfg.heads, cfg.ffn_hidden)
                                     for _ in range(cfg.layers))
@@ -184,7 +187,7 @@ class StructuredMLPNet(nn.Module):
             raise ValueError("model.n_servers: the structured MLP needs its fixed number of servers")
         d, n = cfg.d_model, cfg.n_servers
         self.n_servers = n
-        self.task_mlp = mlp([TASK_DIM, cfg.embed_hidden, d])
+        self.task_mlp = mlp([cfg.task_features, cfg.embed_hidden, d])
         self.server_mlp = mlp([SERVER_DIM, cfg.embed_hidden, d])
         self.trunk = nn.Sequential(nn.Linear(d * (n + 1), cfg.mlp_hidden), nn.ReLU(),
                                    nn.Linear(cfg.mlp_hidden, d), nn.ReLU())

@@ -50,6 +50,8 @@ def _net_from_config(module: RLModule) -> nn.Module:
     mc = {k: v for k, v in raw.items() if k in _MODEL_KEYS}
     if kind == "mlp" and mc.get("n_servers") is None:
         mc["n_servers"] = int(module.observation_space["servers"].shape[0])
+    if mc.get("task_features") is None:
+        mc["task_features"] = int(module.observation_space["task"].shape[0])
     return build_network(kind, mc)
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 from envs.config import ConfigError, EnvConfig, build, rng, to_dict
+from envs.encoding import TASK_DIM, task_dim
 from policies.networks import ModelConfig
 from policies.srr import SrrConfig
 
@@ -223,6 +224,12 @@ def build_algo_config(cfg: TrainConfig, env: EnvConfig, total_iterations: int | 
     n_envs = max(1, ro.num_env_runners) * ro.num_envs_per_env_runner
     frag = ro.rollout_fragment_length or max(1, cfg.steps_per_iteration // n_envs)
     model_cfg = {"network": cfg.network, **to_dict(cfg.model)}
+    # the task embedding's input width follows the env's observation (features.backlog: 7)
+    width = task_dim(env.features)
+    if cfg.model.task_features not in (TASK_DIM, width):
+        raise ConfigError(f"model.task_features: {cfg.model.task_features} does not match the "
+                          f"env's task features ({width}); leave it out, it is set from the env")
+    model_cfg["task_features"] = width
 
     if cfg.algorithm == "ppo":
         from ray.rllib.algorithms.ppo import PPOConfig

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from envs.config import EnvConfig, FeatureConfig, load_env_config, to_dict
-from envs.encoding import ServerFeatures, encode_task
+from envs.encoding import ServerFeatures, encode_task, require_paper_features
 from policies import HEURISTICS, Policy, get_policy
 
 from .schemas import PlaceRequest, ScheduleRequest, Server
@@ -94,6 +94,7 @@ def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bo
         env = env_for_artifact(spec, env)
     policy = get_policy(spec, env, seed)
     features = getattr(policy, "features", None) or env.features
+    require_paper_features(features, "Serve (/v1/place, /v1/schedule)")
     mdp = env.mdp
     encoder = EncoderSettings(
         features=features, bandwidth_gb_s=env.cluster.bandwidth_gb_s, latency_s=env.cluster.latency_s,

@@ -26,7 +26,7 @@ from scale_ray.ports import free_port
 from scale_ray.training import cosine_lr, load_train_config
 
 CONFIGS = ["scale", "crossattn", "ppo_mlp", "ppo_mlp_srr", "dqn", "sac", "scale_realistic",
-           "crossattn_realistic"]
+           "crossattn_realistic", "scale_realistic_backlog"]
 # A tiny setting for smoke runs: short episodes, small batches.
 SMALL = {"env": {"workload": {"horizon_s": 15.0}},
          "ppo": {"steps_per_iteration": 128, "minibatch_size": 64, "num_epochs": 1},
@@ -51,7 +51,8 @@ def test_shipped_configs_validate(name):
         assert (p.steps_per_iteration, p.minibatch_size, p.num_epochs) == (1024, 256, 8)
     assert cfg.label == {"scale": "ppo+srr", "crossattn": "ppo", "ppo_mlp": "ppo",
                          "ppo_mlp_srr": "ppo+srr", "dqn": "dqn", "sac": "sac",
-                         "scale_realistic": "ppo+srr", "crossattn_realistic": "ppo"}[name]
+                         "scale_realistic": "ppo+srr", "crossattn_realistic": "ppo",
+                         "scale_realistic_backlog": "ppo+srr"}[name]
 
 
 def test_bad_train_config_names_the_key():
@@ -63,6 +64,19 @@ def test_bad_train_config_names_the_key():
         load_train_config({"algorithm": "a2c"})
     with pytest.raises(ConfigError, match="env.workload.horizon_s"):
         load_train_config({}, {"env": {"workload": {"horizon_s": -5}}})
+
+
+def test_task_embedding_width_follows_the_env():
+    from scale_ray.training import build_algo_config
+
+    cfg, env = load_train_config(REPO_ROOT / "configs/train/scale_realistic_backlog.yaml")
+    assert env.features.backlog
+    ac = build_algo_config(cfg, env)
+    assert ac.rl_module_spec.model_config["task_features"] == 7
+    cfg, env = load_train_config(REPO_ROOT / "configs/train/scale_realistic_backlog.yaml",
+                                 {"model": {"task_features": 6}})
+    with pytest.raises(ConfigError, match="model.task_features: 6"):
+        build_algo_config(cfg, env)
 
 
 def test_cosine_lr_schedule():
@@ -128,7 +142,8 @@ def test_one_iteration_checkpoint_resume_export_evaluate(name, tmp_path, local_r
     assert (out / "metrics.jsonl").is_file() and list((out / "tb").glob("events.out.tfevents*"))
     pol = load_policy(out / "policy")
     n = 16 if cfg.network == "mlp" else 48
-    env_n = load_env(None, {"workload": {"horizon_s": 10.0}}, servers=n)
+    env_n = load_env(None, {"workload": {"horizon_s": 10.0},
+                            "features": {"backlog": env.features.backlog}}, servers=n)
     m = run_episode(env_n, str(out / "policy"), episode=0, base_seed=1)
     assert m["completed_tasks"] > 0 and math.isfinite(m["mean_response_s"])
     assert pol.describe()["algorithm"] == cfg.label

@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from envs.config import ConfigError, EnvConfig, build, rng
-from envs.encoding import ServerFeatures, ServerView, TaskView, encode_task
+from envs.encoding import ServerFeatures, ServerView, TaskView, encode_task, require_paper_features
 from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
 
@@ -433,6 +433,9 @@ class LiveScheduler:
                  config: LiveConfig | dict | None = None, trace: TraceSink | None = None):
         self.policy = policy
         self.env = env or EnvConfig()
+        for f in (self.env.features, getattr(policy, "features", None)):
+            if f is not None:
+                require_paper_features(f, "the live scheduler")
         self.cfg: LiveConfig = build(LiveConfig, config, "live") if not isinstance(
             config, LiveConfig) else config
         self.trace = trace
