@@ -26,7 +26,7 @@ from scale_ray.ports import free_port
 from scale_ray.training import cosine_lr, load_train_config
 
 CONFIGS = ["scale", "crossattn", "ppo_mlp", "ppo_mlp_srr", "dqn", "sac", "scale_realistic",
-           "crossattn_realistic", "scale_realistic_backlog"]
+           "crossattn_realistic", "scale_realistic_backlog", "scale_next_event"]
 # A tiny setting for smoke runs: short episodes, small batches.
 SMALL = {"env": {"workload": {"horizon_s": 15.0}},
          "ppo": {"steps_per_iteration": 128, "minibatch_size": 64, "num_epochs": 1},
@@ -52,7 +52,7 @@ def test_shipped_configs_validate(name):
     assert cfg.label == {"scale": "ppo+srr", "crossattn": "ppo", "ppo_mlp": "ppo",
                          "ppo_mlp_srr": "ppo+srr", "dqn": "dqn", "sac": "sac",
                          "scale_realistic": "ppo+srr", "crossattn_realistic": "ppo",
-                         "scale_realistic_backlog": "ppo+srr"}[name]
+                         "scale_realistic_backlog": "ppo+srr", "scale_next_event": "ppo+srr"}[name]
 
 
 def test_bad_train_config_names_the_key():
