@@ -382,8 +382,8 @@ class FeatureConfig:
     backlog: bool = field(default=False, metadata=rng(
         doc="beyond the paper: two more task features that expose backlog and waiting, the ready "
             "tasks per accepting server (/ backlog_per_server) and the age of the task's "
-            "workflow, now - arrival (/ remaining_s); simulator and gym only (Serve and the live "
-            "scheduler encode the paper's five)"))
+            "workflow, now - arrival (/ remaining_s); the live scheduler computes them from its "
+            "state, Serve from request fields (ready_tasks, workflow_age_s / now_s)"))
     backlog_per_server: float = field(default=1.0, metadata=rng(gt=0))
 
 

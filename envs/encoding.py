@@ -5,6 +5,8 @@ workflow, output data volume. Server features (5 each): compute capacity, memory
 remaining time of the current task, current power draw, estimated transfer delay from the server
 holding the task's first finished parent. All are divided by fixed constants from
 :class:`envs.config.FeatureConfig` (never by N or batch statistics) and clipped to [0, clip].
+Beyond the paper, ``features.backlog`` appends two task columns (:func:`backlog_features`): ready
+tasks per accepting server and the workflow's age.
 
 Two entry points share one implementation, :class:`ServerFeatures`: the simulator keeps one
 up to date incrementally; :func:`encode` (plain descriptions, used by Serve and the live
@@ -18,12 +20,12 @@ from typing import Sequence
 
 import numpy as np
 
-from .config import ConfigError, FeatureConfig
+from .config import FeatureConfig
 
 TASK_FEATURES = ("compute_gflop", "memory_gb", "successors", "completion_ratio", "output_gb")
 SERVER_FEATURES = ("compute", "memory_gb", "remaining_s", "power_w", "transfer_s")
 TASK_DIM = len(TASK_FEATURES)
-# beyond the paper (features.backlog): appended to the task vector by the simulator
+# beyond the paper (features.backlog): appended to the task vector (see backlog_features)
 BACKLOG_FEATURES = ("ready_per_server", "workflow_age_s")
 # The clip ufunc without np.clip's Python-level dispatch (about 3 us per call saved).
 _clip_ufunc = getattr(np, "_core", getattr(np, "core", None)).umath.clip
@@ -42,6 +44,9 @@ class TaskView:
     parent_output_gb: float = 0.0     # data that parent produced
     has_parent: bool | None = None    # a finished parent exists (default: parent_server given);
     # True with parent_server None means the parent's server is gone: transfer from everywhere
+    # features.backlog only: ready tasks now (this one included) and its workflow's age
+    ready_tasks: int = 1
+    workflow_age_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +64,14 @@ def task_dim(f: FeatureConfig) -> int:
     return TASK_DIM + (len(BACKLOG_FEATURES) if f.backlog else 0)
 
 
-def require_paper_features(f: FeatureConfig, where: str) -> None:
-    """Refuse features that ``where`` cannot compute (the backlog features are simulator-only)."""
-    if f.backlog:
-        raise ConfigError(f"features.backlog: {where} encodes the paper's {TASK_DIM} task features "
-                          f"only; this policy was trained with features.backlog=true (simulator "
-                          f"and gym only); use a policy trained without it")
+def backlog_features(ready_tasks: int, accepting_servers: int, workflow_age_s: float,
+                     f: FeatureConfig) -> tuple[float, float]:
+    """The two ``features.backlog`` task columns: ready tasks (the one being placed included)
+    per accepting server (/ ``backlog_per_server``), and the age of the task's workflow,
+    now - arrival (/ ``remaining_s``); both clipped to [0, clip]."""
+    per_server = ready_tasks / max(accepting_servers, 1)
+    return (min(per_server / f.backlog_per_server, f.clip),
+            min(max(workflow_age_s, 0.0) / f.remaining_s, f.clip))
 
 
 def encode_task(compute_gflop: float, memory_gb: float, successors: float,
@@ -186,9 +193,14 @@ def encode(task: TaskView, servers: Sequence[ServerView], f: FeatureConfig,
     has_parent = task.parent_server is not None if task.has_parent is None else task.has_parent
     if has_parent:
         transfer = task.parent_output_gb / bandwidth_gb_s + latency_s
+    feat_task = encode_task(task.compute_gflop, task.memory_gb, task.successors,
+                            task.completion_ratio, task.output_gb, f)
+    if f.backlog:  # accepting servers: those in the list that are accepting
+        accepting = sum(1 for s in servers if s.accepting)
+        feat_task = np.append(feat_task, backlog_features(
+            task.ready_tasks, accepting, task.workflow_age_s, f)).astype(np.float32)
     return {
-        "task": encode_task(task.compute_gflop, task.memory_gb, task.successors,
-                            task.completion_ratio, task.output_gb, f),
+        "task": feat_task,
         "servers": buf.render(remaining, 0.0, transfer, task.parent_server),
         "action_mask": mask,
     }

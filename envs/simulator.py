@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from .config import EnvConfig, ServerEventConfig, TierConfig
-from .encoding import ServerFeatures, task_dim
+from .encoding import ServerFeatures, backlog_features, task_dim
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
 # Event kinds, in the order they are processed at equal times.
@@ -665,13 +665,11 @@ class Simulator:
         return {"task": feat_task, "servers": servers, "action_mask": mask}
 
     def _backlog_features(self, task: _Task) -> tuple[float, float]:
-        """features.backlog: ready tasks (the current one included) per accepting server, and
-        the age of the task's workflow (now - arrival), normalised and clipped."""
-        f = self.cfg.features
+        """features.backlog (``envs.encoding.backlog_features``): ready tasks (the current one
+        included) per accepting server, and the age of the task's workflow (now - arrival)."""
         ready = len({tid for _, tid, tk in self._ready if tk.state == READY} | {task.id})
-        per_server = ready / max(int(self.accepting.sum()), 1)
-        return (min(per_server / f.backlog_per_server, f.clip),
-                min(max(self.t - task.wf.arrival, 0.0) / f.remaining_s, f.clip))
+        return backlog_features(ready, int(self.accepting.sum()), self.t - task.wf.arrival,
+                                self.cfg.features)
 
     # ---------------------------------------------------------------- metrics
     def _emit_end(self) -> None:

@@ -12,14 +12,14 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from envs.config import EnvConfig, FeatureConfig, load_env_config, to_dict
-from envs.encoding import ServerFeatures, encode_task, require_paper_features
+from envs.encoding import ServerFeatures, backlog_features, encode_task
 from policies import HEURISTICS, Policy, get_policy
 
 from .schemas import PlaceRequest, ScheduleRequest, Server
@@ -94,7 +94,6 @@ def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bo
         env = env_for_artifact(spec, env)
     policy = get_policy(spec, env, seed)
     features = getattr(policy, "features", None) or env.features
-    require_paper_features(features, "Serve (/v1/place, /v1/schedule)")
     mdp = env.mdp
     encoder = EncoderSettings(
         features=features, bandwidth_gb_s=env.cluster.bandwidth_gb_s, latency_s=env.cluster.latency_s,
@@ -175,6 +174,8 @@ class TaskRow:
     completion_ratio: float
     parent_slot: int
     parent_output_gb: float
+    ready_tasks: int = 1          # features.backlog only
+    workflow_age_s: float = 0.0   # features.backlog only
 
 
 def observe(task: TaskRow, servers: ServerTable, enc: EncoderSettings) -> dict[str, np.ndarray]:
@@ -187,9 +188,14 @@ def observe(task: TaskRow, servers: ServerTable, enc: EncoderSettings) -> dict[s
     mask = servers.accepting
     if enc.mask_infeasible:
         mask = mask & (servers.memory_gb >= task.memory_gb)
+    feat_task = encode_task(task.compute_gflop, task.memory_gb, task.successors,
+                            task.completion_ratio, task.output_gb, f)
+    if f.backlog:
+        feat_task = np.append(feat_task, backlog_features(
+            task.ready_tasks, int(servers.accepting.sum()), task.workflow_age_s, f)
+        ).astype(np.float32)
     return {
-        "task": encode_task(task.compute_gflop, task.memory_gb, task.successors,
-                            task.completion_ratio, task.output_gb, f),
+        "task": feat_task,
         "servers": servers.features.render(servers.remaining_s, 0.0, transfer,
                                            task.parent_slot if task.parent_slot >= 0 else None),
         "action_mask": mask.astype(np.float32),
@@ -252,8 +258,14 @@ def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> Prep
         slot = -1
     else:
         slot = servers.position.get(t.parent_server, -2)
+    ready_tasks, age = 1, 0.0
+    if lp.encoder.features.backlog:
+        for name in ("ready_tasks", "workflow_age_s"):
+            if getattr(t, name) is None:
+                raise RequestError(("body", "task", name), _BACKLOG_MISSING, "missing")
+        ready_tasks, age = t.ready_tasks, t.workflow_age_s
     row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, t.successors, t.completion_ratio,
-                  slot, t.parent_output_gb)
+                  slot, t.parent_output_gb, ready_tasks, age)
     return PreparedPlace(observe(row, servers, lp.encoder), servers, t.memory_gb)
 
 
@@ -269,6 +281,10 @@ def place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> dict:
     prep = prepare_place(req, lp, max_servers)
     choice, scores = decide(lp, prep.obs)
     return place_answer(lp, prep, choice, scores)
+
+
+_BACKLOG_MISSING = ("field required: this policy was trained with features.backlog=true (it "
+                    "reads ready tasks per server and workflow age)")
 
 
 def _fmt_mem(m: float) -> str:
@@ -348,6 +364,9 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
     acc = servers.accepting
     mean_compute = float(servers.compute[acc].mean()) if acc.any() else float(servers.compute.mean())
     max_mem = servers.max_accepting_memory()
+    backlog = enc.features.backlog
+    if backlog and req.now_s is None:
+        raise RequestError(("body", "now_s"), _BACKLOG_MISSING, "missing")
     ready: list[_Ready] = []
     for wi, wf in enumerate(req.workflows):
         if wf.id in wf_ids:
@@ -359,6 +378,10 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
                                f"{size} is smaller than the {len(wf.tasks)} listed tasks")
         successors, rank = _workflow_ranks(wi, wf, enc.first_level, mean_compute, enc)
         ratio = (size - len(wf.tasks)) / size
+        if req.now_s is not None and req.now_s < wf.arrival_s:
+            raise RequestError(("body", "workflows", wi, "arrival_s"),
+                               f"{wf.arrival_s} is after now_s={req.now_s}")
+        age = req.now_s - wf.arrival_s if backlog else 0.0
         for j, t in enumerate(wf.tasks):
             if t.running or t.parents:
                 continue
@@ -371,7 +394,8 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
                 slot, out = inputs[0]
             else:
                 slot, out = -1, 0.0
-            row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, successors[j], ratio, slot, out)
+            row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, successors[j], ratio, slot,
+                          out, workflow_age_s=age)
             ready.append(_Ready((-rank[j], wf.arrival_s, wi, j), wf, t, row, inputs))
     ready.sort(key=lambda r: r.key)
     return servers, ready
@@ -391,11 +415,15 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
     assignments: list[dict] = []
     unassigned: list[dict] = []
     blocked = False
-    for r in ready:
+    backlog = enc.features.backlog
+    for i, r in enumerate(ready):
         if blocked:
             unassigned.append({"workflow": r.wf.id, "task": r.task.id, "reason": "blocked"})
             continue
-        choice, _ = decide(lp, observe(r.row, servers, enc))
+        # features.backlog: the tasks still ready are this one and those behind it (as in the
+        # simulator, a task a wait set aside is not counted again)
+        row = replace(r.row, ready_tasks=len(ready) - i) if backlog else r.row
+        choice, _ = decide(lp, observe(row, servers, enc))
         if servers.can_start(choice, r.row.memory_gb):
             exec_s = r.row.compute_gflop / servers.compute[choice]
             delay = 0.0

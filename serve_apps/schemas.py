@@ -18,6 +18,7 @@ NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Ratio = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Count = Annotated[StrictInt, Field(ge=0, le=1_000_000)]
+PosCount = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -49,6 +50,12 @@ class PlaceTask(BaseModel):
         None, description="server holding its first finished parent's output (an id not in "
                           "`servers` means elsewhere: every server pays the transfer)")
     parent_output_gb: NonNegFloat = Field(0.0, description="output size of that parent, GB")
+    ready_tasks: PosCount | None = Field(
+        None, description="ready tasks now, this one included; required by a policy trained "
+                          "with features.backlog, ignored by others")
+    workflow_age_s: NonNegFloat | None = Field(
+        None, description="now minus its workflow's arrival, s; required by a policy trained "
+                          "with features.backlog, ignored by others")
 
 
 class PlaceRequest(BaseModel):
@@ -110,6 +117,9 @@ class ScheduleRequest(BaseModel):
 
     workflows: list[Workflow] = Field(min_length=1)
     servers: list[Server] = Field(min_length=1)
+    now_s: NonNegFloat | None = Field(
+        None, description="the current time on the arrival_s clock (workflow age = now_s - "
+                          "arrival_s); required by a policy trained with features.backlog")
 
 
 class Assignment(BaseModel):

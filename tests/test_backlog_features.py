@@ -1,5 +1,6 @@
-"""features.backlog (beyond the paper): two task features exposing backlog and waiting, in the
-simulator and gym only; every consumer that cannot compute them refuses such a policy."""
+"""features.backlog (beyond the paper): two task features exposing backlog and waiting. The
+simulator, Serve (/v1/place from request fields, /v1/schedule from its own loop) and the live
+scheduler compute them with the one function, envs.encoding.backlog_features."""
 from __future__ import annotations
 
 import numpy as np
@@ -67,19 +68,129 @@ def test_gym_space_and_network_follow_the_feature_width():
         pol.scores(plain_obs)
 
 
-def test_serve_and_live_refuse_a_backlog_policy(tmp_path):
+def _backlog_artifact(tmp_path, env):
     from policies.artifact import save_policy
     from policies.networks import build_network
-    from scale_ray.live.scheduler import LiveScheduler
-    from serve_apps.decisions import load
 
-    env = _cfg(True)
-    path = save_policy(tmp_path / "p", build_network("crossattn", {"task_features": 7}),
+    return save_policy(tmp_path / "p", build_network("crossattn", {"task_features": 7}),
                        {"name": "b", "algorithm": "ppo", "features": env.features})
-    with pytest.raises(ConfigError, match="features.backlog: Serve"):
-        load(str(path), EnvConfig())
-    from policies import get_policy
-    with pytest.raises(ConfigError, match="features.backlog: the live scheduler"):
-        LiveScheduler(get_policy(str(path), env), env)
+
+
+def test_backlog_features_function_normalises_and_clips():
+    from envs.encoding import backlog_features
+
+    f = _cfg(True).features  # backlog_per_server 2, remaining_s 10, clip 100
+    assert backlog_features(6, 3, 25.0, f) == (1.0, 2.5)
+    assert backlog_features(1, 0, -1.0, f) == (0.5, 0.0)  # no accepting server: per 1; age >= 0
+    assert backlog_features(10**6, 1, 1e9, f) == (f.clip, f.clip)
     with pytest.raises(ConfigError, match="features.backlog_per_server"):
         build(EnvConfig, {"features": {"backlog_per_server": 0}})
+
+
+def test_serve_schedule_observations_equal_the_simulators(tmp_path, monkeypatch):
+    """/v1/schedule on an exported simulator state builds, decision for decision, the
+    observation the simulator's loop builds (backlog columns included), for a backlog-trained
+    network; and /v1/place puts the request's ready_tasks and workflow_age_s in the same
+    columns, or answers 422 naming the missing field."""
+    import serve_apps.decisions as dec
+    from serve_apps.schemas import PlaceRequest, ScheduleRequest
+    from tests.test_serve import fresh_states, simulator_decisions, simulator_request
+
+    env = _cfg(True)
+    lp = dec.load(str(_backlog_artifact(tmp_path, env)), env)
+    assert lp.encoder.features.backlog
+    seen: list[np.ndarray] = []
+    observe = dec.observe
+    monkeypatch.setattr(dec, "observe", lambda *a: seen.append(observe(*a)) or seen[-1])
+    checked = multi = 0
+    for sim in fresh_states(env, lp.policy, seed=5, want=15, min_ready=2):
+        body = {**simulator_request(sim), "now_s": sim.t}
+        seen.clear()
+        ans = dec.schedule(ScheduleRequest.model_validate(body), lp, 10_000, 10_000)
+        want: list[np.ndarray] = []
+        policy_act = lp.policy.act
+
+        class Recording:  # the simulator's observations, in its decision order
+            first_level = lp.policy.first_level
+
+            def act(self, obs):
+                want.append(obs)
+                return policy_act(obs)
+
+        starts, waits = simulator_decisions(sim, Recording())
+        assert [(a["workflow"], a["task"], a["server"]) for a in ans["assignments"]] == starts
+        assert len(seen) == len(want) > 0
+        for got, exp in zip(seen, want):
+            assert got["task"].shape == (7,)
+            for key in exp:
+                np.testing.assert_array_equal(got[key], exp[key], err_msg=key)
+        multi += want[0]["task"][5] > 1 / (2.0 * 8)  # more than one ready task per server
+        checked += 1
+    assert checked == 15 and multi > 0
+    with pytest.raises(dec.RequestError, match="features.backlog") as e:
+        dec.schedule(ScheduleRequest.model_validate({k: v for k, v in body.items() if k != "now_s"}),
+                     lp, 10_000, 10_000)
+    assert e.value.loc == ["body", "now_s"]
+    late = {**body, "now_s": 0.0}
+    late["workflows"][-1]["arrival_s"] = 5.0
+    with pytest.raises(dec.RequestError, match="after now_s") as e:
+        dec.schedule(ScheduleRequest.model_validate(late), lp, 10_000, 10_000)
+    assert e.value.loc[-1] == "arrival_s"
+
+    place = {"task": {"compute_gflop": 2.0, "memory_gb": 1.0},
+             "servers": [{"id": i, "compute": 1.0 + i, "memory_gb": 80.0, "accepting": i != 2}
+                         for i in range(4)]}
+    for missing in ("ready_tasks", "workflow_age_s"):
+        task = {**place["task"], "ready_tasks": 9, "workflow_age_s": 4.0}
+        del task[missing]
+        with pytest.raises(dec.RequestError, match="features.backlog") as e:
+            dec.place(PlaceRequest.model_validate({**place, "task": task}), lp, 100)
+        assert e.value.loc == ["body", "task", missing]
+    seen.clear()
+    dec.place(PlaceRequest.model_validate(
+        {**place, "task": {**place["task"], "ready_tasks": 9, "workflow_age_s": 4.0}}), lp, 100)
+    np.testing.assert_allclose(seen[0]["task"][5:], [9 / 3 / 2.0, 0.4], rtol=1e-6)
+    # a paper-feature policy ignores the two fields
+    plain = dec.load("eft", _cfg(False))
+    seen.clear()
+    dec.place(PlaceRequest.model_validate(
+        {**place, "task": {**place["task"], "ready_tasks": 9, "workflow_age_s": 4.0}}), plain, 100)
+    assert seen[0]["task"].shape == (5,)
+
+
+def test_live_scheduler_observation_with_backlog_equals_the_encoder(tmp_path):
+    """The live scheduler's fast-path observation of a backlog-trained policy is exactly
+    envs.encoding.encode of its plain descriptions, and the two columns are the ready tasks in
+    its heap per offered server and the workflow's age in model seconds. No Ray needed."""
+    from envs.encoding import encode
+    from policies import get_policy
+    from scale_ray.live import LiveConfig, LiveScheduler
+    from scale_ray.live.cluster import NodeInfo
+    from scale_ray.live.scheduler import WorkflowHandle, _Server
+    from scale_ray.live.workflow import from_spec
+    from envs.workload import TaskSpec, WorkflowSpec
+
+    env = _cfg(True)
+    policy = get_policy(str(_backlog_artifact(tmp_path, env)), EnvConfig())  # features: artifact's
+    sched = LiveScheduler(policy, EnvConfig(), LiveConfig(time_scale=0.5))
+    assert sched.features.backlog
+    servers = [_Server(i, NodeInfo(f"node{i}", 1, 1.0 + i, 80.0, "t", 30.0, 100.0), 0)
+               for i in range(5)]
+    servers[3].offered = False  # its actor is starting: masked, and not counted
+    sched._set_alive(servers)
+    spec = WorkflowSpec((TaskSpec(2.0, 4.0, 0.3), TaskSpec(3.0, 4.0, 0.7),
+                         TaskSpec(1.0, 1.0, 0.0, (0, 1))))
+    for k, submitted in enumerate((10.0, 12.0)):
+        sched._admit(WorkflowHandle(k, from_spec(spec), submitted))
+    t = sched._ready[0][2]
+    now = 13.0
+    got = sched._observe(t, now)
+    want = encode(*sched._view(t, now), sched.features, env.cluster.bandwidth_gb_s,
+                  env.cluster.latency_s, mask_infeasible=True)
+    for key in ("task", "servers", "action_mask"):
+        assert got[key].dtype == want[key].dtype
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    age = (now - t.wf.arrival_wall) / 0.5
+    np.testing.assert_allclose(got["task"][5:], [4 / 4 / 2.0, age / 10.0], rtol=1e-6)
+    assert got["action_mask"][3] == 0
+    assert policy.scores(got).shape == (5,)

@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from envs.config import ConfigError, EnvConfig, build, rng
-from envs.encoding import ServerFeatures, ServerView, TaskView, encode_task, require_paper_features
+from envs.encoding import (ServerFeatures, ServerView, TaskView, backlog_features, encode_task)
 from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
 
@@ -433,9 +433,8 @@ class LiveScheduler:
                  config: LiveConfig | dict | None = None, trace: TraceSink | None = None):
         self.policy = policy
         self.env = env or EnvConfig()
-        for f in (self.env.features, getattr(policy, "features", None)):
-            if f is not None:
-                require_paper_features(f, "the live scheduler")
+        # the encoder constants the policy was trained with (an artifact records them), as Serve
+        self.features = getattr(policy, "features", None) or self.env.features
         self.cfg: LiveConfig = build(LiveConfig, config, "live") if not isinstance(
             config, LiveConfig) else config
         self.trace = trace
@@ -709,7 +708,7 @@ class LiveScheduler:
         # executor=actor: a server whose actor is starting is masked until it is ready
         self._offered = np.fromiter((s.offered for s in alive), bool, len(alive))
         self._alive_compute = np.fromiter((s.node.compute for s in alive), float, len(alive))
-        self._features = ServerFeatures(len(alive), self.env.features)
+        self._features = ServerFeatures(len(alive), self.features)
 
     # ------------------------------------------------------------------ decisions
     def _view(self, t: _Task, now: float) -> tuple[TaskView, list[ServerView]]:
@@ -721,7 +720,8 @@ class LiveScheduler:
                 rem, power = 0.0, s.node.idle_w
             else:  # busy: estimated time left, never 0 (0 means idle to the policy)
                 rem, power = max((s.busy_until - now) / ts, 1e-3), s.node.busy_w
-            views.append(ServerView(s.node.compute, s.node.memory_gb, rem, power))
+            views.append(ServerView(s.node.compute, s.node.memory_gb, rem, power,
+                                    accepting=s.offered))
         fp = t.first_parent
         parent_slot = None if fp is None else self._alive_pos.get(id(fp.last_server))
         wf = t.wf
@@ -730,7 +730,13 @@ class LiveScheduler:
         return TaskView(t.prim.compute_gflop, t.prim.memory_gb, t.prim.output_gb, len(t.children),
                         wf.done / len(wf.tasks), parent_slot,
                         fp.prim.output_gb if fp is not None else 0.0,
-                        has_parent=fp is not None), views
+                        has_parent=fp is not None, ready_tasks=self._ready_count(t),
+                        workflow_age_s=(now - wf.arrival_wall) / ts), views
+
+    def _ready_count(self, t: _Task) -> int:
+        """Ready tasks in the heap, ``t`` included (features.backlog; as the simulator, tasks a
+        wait set aside in this round are not counted)."""
+        return len({tk.gid for _, _, tk in self._ready if tk.state == READY} | {t.gid})
 
     def _observe(self, t: _Task, now: float) -> dict[str, np.ndarray]:
         """``encode(*self._view(t, now), mask_infeasible=True)``, computed from arrays kept per
@@ -755,9 +761,15 @@ class LiveScheduler:
         transfer = 0.0 if fp is None else fp.prim.output_gb / c.bandwidth_gb_s + c.latency_s
         wf = t.wf
         prim = t.prim
+        f = self.features
+        task = encode_task(prim.compute_gflop, prim.memory_gb, len(t.children),
+                           wf.done / len(wf.tasks), prim.output_gb, f)
+        if f.backlog:
+            task = np.append(task, backlog_features(
+                self._ready_count(t), int(self._offered.sum()), (now - wf.arrival_wall) / ts,
+                f)).astype(np.float32)
         return {
-            "task": encode_task(prim.compute_gflop, prim.memory_gb, len(t.children),
-                                wf.done / len(wf.tasks), prim.output_gb, self.env.features),
+            "task": task,
             "servers": feats.render(remaining, 0.0, transfer, parent_slot),
             "action_mask": ((self._alive_memory >= prim.memory_gb) & self._offered
                             ).astype(np.float32),
