@@ -74,6 +74,13 @@ def backlog_features(ready_tasks: int, accepting_servers: int, workflow_age_s: f
             min(max(workflow_age_s, 0.0) / f.remaining_s, f.clip))
 
 
+def with_backlog(task: np.ndarray, ready_tasks: int, accepting_servers: int,
+                 workflow_age_s: float, f: FeatureConfig) -> np.ndarray:
+    """``task`` (the paper's five, float32) with the two backlog columns appended (7,)."""
+    return np.append(task, backlog_features(ready_tasks, accepting_servers, workflow_age_s, f)
+                     ).astype(np.float32)
+
+
 def encode_task(compute_gflop: float, memory_gb: float, successors: float,
                 completion_ratio: float, output_gb: float, f: FeatureConfig) -> np.ndarray:
     """Task feature vector (5,) float32."""
@@ -196,9 +203,8 @@ def encode(task: TaskView, servers: Sequence[ServerView], f: FeatureConfig,
     feat_task = encode_task(task.compute_gflop, task.memory_gb, task.successors,
                             task.completion_ratio, task.output_gb, f)
     if f.backlog:  # accepting servers: those in the list that are accepting
-        accepting = sum(1 for s in servers if s.accepting)
-        feat_task = np.append(feat_task, backlog_features(
-            task.ready_tasks, accepting, task.workflow_age_s, f)).astype(np.float32)
+        feat_task = with_backlog(feat_task, task.ready_tasks, sum(1 for s in servers if s.accepting),
+                                 task.workflow_age_s, f)
     return {
         "task": feat_task,
         "servers": buf.render(remaining, 0.0, transfer, task.parent_server),

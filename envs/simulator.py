@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from .config import EnvConfig, ServerEventConfig, TierConfig
-from .encoding import ServerFeatures, backlog_features, task_dim
+from .encoding import ServerFeatures, task_dim, with_backlog
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
 # Event kinds, in the order they are processed at equal times.
@@ -651,7 +651,7 @@ class Simulator:
                               min(wf.done / wf.n, c),
                               min(task.output / f.output_gb, c)), dtype=np.float32)
         if self._backlog:
-            feat_task = np.append(feat_task, self._backlog_features(task)).astype(np.float32)
+            feat_task = self._with_backlog(feat_task, task)
         fp = task.first_parent
         transfer, parent_slot = 0.0, None
         if fp is not None:
@@ -664,12 +664,12 @@ class Simulator:
             mask = self._accept_f.copy()
         return {"task": feat_task, "servers": servers, "action_mask": mask}
 
-    def _backlog_features(self, task: _Task) -> tuple[float, float]:
-        """features.backlog (``envs.encoding.backlog_features``): ready tasks (the current one
+    def _with_backlog(self, feat_task: np.ndarray, task: _Task) -> np.ndarray:
+        """features.backlog (``envs.encoding.with_backlog``): ready tasks (the current one
         included) per accepting server, and the age of the task's workflow (now - arrival)."""
         ready = len({tid for _, tid, tk in self._ready if tk.state == READY} | {task.id})
-        return backlog_features(ready, int(self.accepting.sum()), self.t - task.wf.arrival,
-                                self.cfg.features)
+        return with_backlog(feat_task, ready, int(self.accepting.sum()), self.t - task.wf.arrival,
+                            self.cfg.features)
 
     # ---------------------------------------------------------------- metrics
     def _emit_end(self) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from envs.config import EnvConfig, FeatureConfig, load_env_config, to_dict
-from envs.encoding import ServerFeatures, backlog_features, encode_task
+from envs.encoding import ServerFeatures, encode_task, with_backlog
 from policies import HEURISTICS, Policy, get_policy
 
 from .schemas import PlaceRequest, ScheduleRequest, Server
@@ -191,9 +191,8 @@ def observe(task: TaskRow, servers: ServerTable, enc: EncoderSettings) -> dict[s
     feat_task = encode_task(task.compute_gflop, task.memory_gb, task.successors,
                             task.completion_ratio, task.output_gb, f)
     if f.backlog:
-        feat_task = np.append(feat_task, backlog_features(
-            task.ready_tasks, int(servers.accepting.sum()), task.workflow_age_s, f)
-        ).astype(np.float32)
+        feat_task = with_backlog(feat_task, task.ready_tasks, int(servers.accepting.sum()),
+                                 task.workflow_age_s, f)
     return {
         "task": feat_task,
         "servers": servers.features.render(servers.remaining_s, 0.0, transfer,

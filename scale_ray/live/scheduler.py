@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from envs.config import ConfigError, EnvConfig, build, rng
-from envs.encoding import (ServerFeatures, ServerView, TaskView, backlog_features, encode_task)
+from envs.encoding import ServerFeatures, ServerView, TaskView, encode_task, with_backlog
 from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
 
@@ -765,9 +765,8 @@ class LiveScheduler:
         task = encode_task(prim.compute_gflop, prim.memory_gb, len(t.children),
                            wf.done / len(wf.tasks), prim.output_gb, f)
         if f.backlog:
-            task = np.append(task, backlog_features(
-                self._ready_count(t), int(self._offered.sum()), (now - wf.arrival_wall) / ts,
-                f)).astype(np.float32)
+            task = with_backlog(task, self._ready_count(t), int(self._offered.sum()),
+                                (now - wf.arrival_wall) / ts, f)
         return {
             "task": task,
             "servers": feats.render(remaining, 0.0, transfer, parent_slot),
