@@ -16,6 +16,7 @@ seeds are fixed (``SeedSequence([EVAL_SEED, k])``) and never chosen after lookin
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import logging
 import math
@@ -121,10 +122,16 @@ def _train_one(method: Method, seed: int, budget: Budget, out: Path,
     if budget.srr_ramp is not None:
         overrides["srr"] = {"ramp_start": budget.srr_ramp[0], "ramp_end": budget.srr_ramp[1]}
     cfg, env = load_train_config(method.config, overrides)
-    # Equal environment steps for every algorithm.
+    # Equal environment steps for every algorithm: PPO samples steps_per_iteration per iteration
+    # (plus the few steps that finish episodes); DQN and SAC sample a varying number per
+    # iteration, so they stop at the PPO budget's env steps (the iterations are then a cap).
     iterations = max(1, math.ceil(budget.env_steps / cfg.steps_per_iteration))
+    if cfg.algorithm != "ppo":
+        cfg, env = load_train_config(method.config, {
+            **overrides, "run": {**overrides["run"], "max_env_steps": budget.env_steps}})
     policy_json = run_dir / "policy" / "policy.json"
-    if policy_json.exists() and json.loads(policy_json.read_text()).get("iterations", 0) >= iterations:
+    if policy_json.exists() and _finished(json.loads(policy_json.read_text()), iterations,
+                                          cfg.run.max_env_steps):
         echo(f"[{method.name} seed {seed}] done already ({run_dir})")
         meta = json.loads(policy_json.read_text())
         return {"method": method.name, "seed": seed, "run_dir": str(run_dir),
@@ -143,6 +150,15 @@ def _train_one(method: Method, seed: int, budget: Budget, out: Path,
             "policy": summary["policy"], "iterations": summary["iterations"],
             "env_steps": summary["last"].get("env_steps"), "wall_s": wall + _wall(run_dir),
             "resumed": resume}
+
+
+def _finished(meta: dict, iterations: int, max_env_steps: int | None) -> bool:
+    """Whether an exported policy (its policy.json) already holds the whole budget."""
+    if meta.get("iterations", 0) >= iterations:
+        return True
+    steps = meta.get("env_steps")
+    return (max_env_steps is not None and isinstance(steps, (int, float))
+            and math.isfinite(steps) and steps >= max_env_steps)
 
 
 @contextlib.contextmanager
@@ -259,9 +275,9 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
     t3 = ev("table3", t3_specs + list(HEURISTICS), [16])
     results["table3"] = [{**r, "label": label_of.get(r["policy"], r["policy"])} for r in t3]
 
-    # Table 4: SCALE and CrossAttn (every seed) zero-shot at every size, heuristics beside them.
-    size_free = [policies[(m.name, s)] for m in chosen if m.main for s in budget.seeds]
-    t4 = ev("table4", size_free + ["eft", "heft", "fastest-idle", "random"], budget.sizes)
+    # Table 4: every size-free policy zero-shot at every size, heuristics beside them.
+    t4 = ev("table4", table4_policies(chosen, budget, policies)
+            + ["eft", "heft", "fastest-idle", "random"], budget.sizes)
     results["table4"] = [{**r, "label": label_of.get(r["policy"], r["policy"])} for r in t4]
     results["gap"] = _gaps(results["table4"], budget)
 
@@ -287,6 +303,15 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
     (out / "results.md").write_text(render_markdown(results))
     echo(f"wrote {out / 'results.md'} ({results['wall_s']:.0f} s)")
     return results
+
+
+def table4_policies(chosen: Sequence[Method], budget: Budget,
+                    policies: dict[tuple[str, int], str]) -> list[str]:
+    """Table 4's learned policies: SCALE and CrossAttn with every seed, the other size-free
+    methods (DQN, SAC: pointer networks) with their first seed; the fixed-N MLPs cannot run."""
+    specs = [policies[(m.name, s)] for m in chosen if m.main for s in budget.seeds]
+    return specs + [policies[(m.name, budget.other_seeds[0])] for m in chosen
+                    if m.size_free and not m.main]
 
 
 def to_dict_budget(b: Budget) -> dict:
@@ -343,15 +368,16 @@ def _plots(out: Path, runs: list[dict], results: dict) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for r in runs:
-        f = Path(r["run_dir"]) / "metrics.jsonl"
+        f = Path(r["run_dir"]) / "metrics.csv"  # metrics.csv, not .jsonl: the one kept in git
         if not f.exists():
             continue
-        rows = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+        with f.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
         lbl = f"{r['method']} s{r['seed']}"
         for ax, key in ((axes[0], "episode_return"), (axes[1], "mean_response_s")):
             # iterations in which no episode ended report nan: connect the points that exist
-            pts = [(x["env_steps"], x[key]) for x in rows
-                   if isinstance(x.get(key), (int, float)) and math.isfinite(x[key])]
+            pts = [(float(x["env_steps"]), float(x[key])) for x in rows
+                   if x.get(key) not in (None, "") and math.isfinite(float(x[key]))]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], label=lbl)
     axes[0].set(xlabel="env steps", ylabel="episode return", title="Training reward")
     axes[1].set(xlabel="env steps", ylabel="mean task response (s)", title="Training response time")

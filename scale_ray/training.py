@@ -117,6 +117,9 @@ class RunSection:
     iterations: int = field(default=1000, metadata=rng(ge=1))
     seed: int = field(default=42, metadata=rng(ge=0))
     checkpoint_every: int = field(default=50, metadata=rng(ge=1))
+    max_env_steps: int | None = field(default=None, metadata=rng(ge=1, doc=(
+        "also stop once this many env steps are sampled (DQN and SAC sample a varying number "
+        "per iteration: equal budgets are equal env steps); none: iterations alone")))
     out_dir: str = "runs/scale"
     num_cpus: int | None = field(default=None, metadata=rng(ge=1, doc="embedded Ray CPUs"))
     metrics_window: int = field(default=20, metadata=rng(ge=1, doc="episodes averaged in metrics"))
@@ -399,6 +402,14 @@ class MetricsWriter:
             self.json_path.write_text("".join(
                 ln + "\n" for ln in lines if int(json.loads(ln)["iteration"]) <= iteration))
 
+    def last(self, key: str) -> float:
+        """``key`` of the last row written (after a resume: of the checkpoint's iteration)."""
+        if not self.csv_path.exists():
+            return math.nan
+        with self.csv_path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        return _num(rows[-1][key]) if rows else math.nan
+
     def write(self, row: Mapping[str, float]) -> None:
         self._w.writerow({k: row.get(k) for k in METRIC_COLUMNS})
         self._csv.flush()
@@ -514,20 +525,26 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
         t0 = time.perf_counter()
         row: dict[str, float] = {}
         last_saved = None
-        while algo.iteration < stop_at:
+        max_steps = cfg.run.max_env_steps
+        env_steps = writer.last("env_steps") if ckpt is not None else 0.0
+
+        def steps_left() -> bool:
+            return max_steps is None or not env_steps >= max_steps  # nan (no row): go on
+
+        while algo.iteration < stop_at and steps_left():
             result = algo.train()
             it = int(algo.iteration)
             row = extract_metrics(result, it, time.perf_counter() - t0)
+            env_steps = row["env_steps"]
             writer.write(row)
             echo(progress_line(row, stop_at))
-            if it % cfg.run.checkpoint_every == 0 or it >= stop_at:
+            if it % cfg.run.checkpoint_every == 0 or it >= stop_at or not steps_left():
                 last_saved = out / CKPT_DIR / f"iter_{it:06d}"
                 algo.save_to_path(str(last_saved.resolve()))
         if last_saved is None and algo.iteration > 0:
             last_saved = out / CKPT_DIR / f"iter_{int(algo.iteration):06d}"
             algo.save_to_path(str(last_saved.resolve()))
-        artifact = export_policy(algo, cfg, env, out / "policy", int(algo.iteration),
-                                 row.get("env_steps", math.nan))
+        artifact = export_policy(algo, cfg, env, out / "policy", int(algo.iteration), env_steps)
         echo(f"policy artifact: {artifact}")
         return {"iterations": int(algo.iteration), "checkpoint": str(last_saved) if last_saved else None,
                 "policy": str(artifact), "last": row}

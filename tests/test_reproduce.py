@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from scale_ray.reproduce import BUDGETS, _gaps, _mean_ci, _run_lock, render_markdown
+from scale_ray.reproduce import BUDGETS, METHODS, _finished, table4_policies, _gaps, _mean_ci, _run_lock, render_markdown
 
 
 def test_mean_ci_matches_hand_computation():
@@ -31,6 +31,23 @@ def test_gap_is_per_seed_pair():
     assert g["scale_mean"] == pytest.approx(6.5) and g["scale_vs_eft"] == pytest.approx(0.3)
     assert g["completed_vs_eft"] == pytest.approx({"SCALE/s1": -0.1, "SCALE/s2": 0.0,
                                                    "CrossAttn/s1": 0.0, "CrossAttn/s2": 0.0})
+
+
+def test_a_run_is_finished_by_iterations_or_by_its_env_step_budget():
+    assert _finished({"iterations": 1000, "env_steps": 1.02e6}, 1000, None)
+    assert not _finished({"iterations": 999, "env_steps": 1.5e6}, 1000, None)  # PPO: iterations
+    assert _finished({"iterations": 640, "env_steps": 1_024_100}, 1000, 1_024_000)  # SAC: steps
+    assert not _finished({"iterations": 640, "env_steps": 1_000_000}, 1000, 1_024_000)
+    assert not _finished({"iterations": 640, "env_steps": None}, 1000, 1_024_000)
+
+
+def test_table4_runs_every_size_free_method():
+    budget = BUDGETS["paper"]
+    policies = {(m.name, s): f"{m.name}/{s}" for m in METHODS
+                for s in (budget.seeds if m.main else budget.other_seeds)}
+    assert table4_policies(METHODS, budget, policies) == [
+        "SCALE/42", "SCALE/43", "SCALE/44", "CrossAttn/42", "CrossAttn/43", "CrossAttn/44",
+        "DQN/42", "SAC/42"]  # not PPO / PPO+SRR: fixed N = 16
 
 
 @pytest.mark.slow
