@@ -680,6 +680,9 @@ class Simulator:
     def metrics(self) -> dict[str, Any]:
         """Episode metrics over completed tasks/workflows (see docs/simulator.md)."""
         resp = [tk.finish - tk.wf.arrival for tk in self.tasks if tk.state == DONE]
+        # every arrived task; an unfinished one (truncated episode) counts its age at the end, a
+        # lower bound of its response: no survivor bias when a policy leaves tasks unfinished
+        resp_all = [(tk.finish if tk.state == DONE else self.t) - tk.wf.arrival for tk in self.tasks]
         wfs = [w for w in self.workflows if w.done == w.n]
         wresp = [w.finish - w.arrival for w in wfs]
         slow = [(w.finish - w.arrival) / w.lower_bound for w in wfs if w.lower_bound > 0]
@@ -688,6 +691,7 @@ class Simulator:
             "arrived_tasks": len(self.tasks),
             "completed_workflows": len(wfs),
             "mean_response_s": float(np.mean(resp)) if resp else math.nan,
+            "censored_response_s": float(np.mean(resp_all)) if resp_all else math.nan,
             "p95_response_s": float(np.percentile(resp, 95)) if resp else math.nan,
             "mean_workflow_response_s": float(np.mean(wresp)) if wresp else math.nan,
             "slowdown": float(np.mean(slow)) if slow else math.nan,

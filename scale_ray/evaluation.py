@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 
 # Keys of one result row (the --json schema of `scale-ray eval`).
 ROW_KEYS = ("policy", "servers", "episodes", "mean_response_s", "std_response_s",
-            "mean_workflow_response_s", "p95_response_s", "completed_tasks", "slowdown",
-            "utilization", "invalid_rate")
+            "censored_response_s", "mean_workflow_response_s", "p95_response_s",
+            "completed_tasks", "slowdown", "utilization", "invalid_rate")
 
 
 def episode_seed(base_seed: int, episode: int) -> np.random.SeedSequence:
@@ -145,6 +145,7 @@ def aggregate(episodes: Iterable[dict[str, Any]], policy: str, servers: int) -> 
         "policy": policy, "servers": servers, "episodes": len(eps),
         "mean_response_s": mean("mean_response_s"),
         "std_response_s": float(np.std(resp, ddof=1)) if len(resp) > 1 else 0.0,
+        "censored_response_s": mean("censored_response_s"),
         "mean_workflow_response_s": mean("mean_workflow_response_s"),
         "p95_response_s": mean("p95_response_s"),
         "completed_tasks": mean("completed_tasks"),
@@ -288,13 +289,13 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A plain-text table, one line per (policy, servers)."""
     label = policy_labels(r["policy"] for r in rows)
     w = max([16] + [len(v) + 2 for v in label.values()])
-    head = (f"{'policy':<{w}}{'N':>6}{'eps':>5}{'resp s (mean±std)':>20}{'wf resp s':>11}"
-            f"{'p95 s':>9}{'tasks':>9}{'slowdown':>10}{'util':>7}{'invalid':>9}")
+    head = (f"{'policy':<{w}}{'N':>6}{'eps':>5}{'resp s (mean±std)':>20}{'resp all':>10}"
+            f"{'wf resp s':>11}{'p95 s':>9}{'tasks':>9}{'slowdown':>10}{'util':>7}{'invalid':>9}")
     lines = [head, "-" * len(head)]
     for r in rows:
         resp = f"{r['mean_response_s']:.3f}±{r['std_response_s']:.3f}"
         lines.append(f"{label[r['policy']]:<{w}}{r['servers']:>6}{r['episodes']:>5}{resp:>20}"
-                     f"{r['mean_workflow_response_s']:>11.3f}{r['p95_response_s']:>9.3f}"
+                     f"{r['censored_response_s']:>10.3f}{r['mean_workflow_response_s']:>11.3f}{r['p95_response_s']:>9.3f}"
                      f"{r['completed_tasks']:>9.1f}{r['slowdown']:>10.3f}{r['utilization']:>7.3f}"
                      f"{r['invalid_rate']:>9.3f}")
     return "\n".join(lines)
