@@ -163,27 +163,41 @@ def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
     and how many episodes were better / worse. Paired, so workload noise cancels.
     ``completed_rel_diff``: the same for completed tasks; when it is not 0 the response means
     are over different task sets (a policy that leaves tasks unfinished drops its slowest)."""
-    by: dict[tuple[str, int], dict[int, float]] = {}
-    done: dict[tuple[str, int], dict[int, float]] = {}
-    for e in episodes:
-        by.setdefault((e["policy"], e["servers"]), {})[e["episode"]] = e[key]
-        done.setdefault((e["policy"], e["servers"]), {})[e["episode"]] = e.get("completed_tasks", math.nan)
+    def per_episode(k: str) -> dict[tuple[str, int], dict[int, float]]:
+        by: dict[tuple[str, int], dict[int, float]] = {}
+        for e in episodes:
+            by.setdefault((e["policy"], e["servers"]), {})[e["episode"]] = e.get(k, math.nan)
+        return by
+
+    episodes = list(episodes)
+    by, done, cens = per_episode(key), per_episode("completed_tasks"), per_episode("censored_response_s")
+
+    def rel(vals: dict[int, float], ref: dict[int, float]) -> tuple[np.ndarray, list[int]]:
+        """Per-episode relative differences over the episodes both have, and those episodes."""
+        common = [k for k in sorted(vals) if k in ref and ref[k] and not math.isnan(vals[k])
+                  and not math.isnan(ref[k])]
+        return np.array([vals[k] / ref[k] - 1.0 for k in common]), common
+
+    def half_width(d: np.ndarray) -> float:
+        return float(1.96 * d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
+
     out = []
     for (policy, n), vals in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         ref = by.get((reference, n))
         if policy == reference or ref is None:
             continue
-        common = [k for k in sorted(vals) if k in ref and ref[k] and not math.isnan(vals[k])
-                  and not math.isnan(ref[k])]
-        d = np.array([vals[k] / ref[k] - 1.0 for k in common])
-        half = float(1.96 * d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
+        d, common = rel(vals, ref)
         dn, rn = done[(policy, n)], done[(reference, n)]
         c = [dn[k] / rn[k] - 1.0 for k in common if rn.get(k)]
+        dc, _ = rel(cens[(policy, n)], cens[(reference, n)])
         out.append({"policy": policy, "servers": n, "reference": reference, "episodes": len(d),
                     "mean_rel_diff": float(d.mean()) if len(d) else math.nan,
-                    "ci95_half_width": half, "better": int((d < 0).sum()),
+                    "ci95_half_width": half_width(d), "better": int((d < 0).sum()),
                     "worse": int((d > 0).sum()),
-                    "completed_rel_diff": float(np.mean(c)) if c else math.nan})
+                    "completed_rel_diff": float(np.mean(c)) if c else math.nan,
+                    # on every arrived task (censored mean): comparable when completed tasks differ
+                    "censored_rel_diff": float(dc.mean()) if len(dc) else math.nan,
+                    "censored_ci95_half_width": half_width(dc)})
     return out
 
 
@@ -196,6 +210,9 @@ def format_paired(rows: Sequence[dict[str, Any]]) -> str:
                      f"± {100 * r['ci95_half_width']:.2f}% (95% CI, {r['episodes']} episodes; "
                      f"better in {r['better']}, worse in {r['worse']})"
                      + (f"; completed tasks {100 * r['completed_rel_diff']:+.1f}%: not comparable"
+                        + (f"; on every arrived task (resp all) {100 * r['censored_rel_diff']:+.2f}% "
+                           f"± {100 * r['censored_ci95_half_width']:.2f}%"
+                           if not math.isnan(r.get("censored_rel_diff", math.nan)) else "")
                         if abs(r.get("completed_rel_diff", 0.0)) > 1e-9 else ""))
     return "\n".join(lines)
 

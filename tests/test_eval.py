@@ -84,14 +84,17 @@ def test_paired_output_flags_unequal_completed_tasks():
     from scale_ray.evaluation import format_paired, paired_differences
 
     eps = [{"policy": p, "servers": 16, "episode": k, "mean_response_s": 4.0 + k,
-            "completed_tasks": done} for p, done in (("eft", 100), ("a", 90), ("b", 100))
-           for k in range(2)]
+            "completed_tasks": done, "censored_response_s": cens * (4.0 + k)}
+           for p, done, cens in (("eft", 100, 1.0), ("a", 90, 1.5), ("b", 100, 1.0)) for k in range(2)]
     rows = paired_differences(eps, "eft")
     by = {r["policy"]: r for r in rows}
     assert by["a"]["completed_rel_diff"] == pytest.approx(-0.1)
     assert by["b"]["completed_rel_diff"] == 0.0
+    # the censored mean (every arrived task) is 50% higher in both episodes: comparable
+    assert by["a"]["censored_rel_diff"] == pytest.approx(0.5)
+    assert by["a"]["censored_ci95_half_width"] == pytest.approx(0.0, abs=1e-12)
     text = format_paired(rows).splitlines()
-    assert "completed tasks -10.0%: not comparable" in text[1]
+    assert "completed tasks -10.0%: not comparable; on every arrived task (resp all) +50.00%" in text[1]
     assert "not comparable" not in text[2]
 
 
