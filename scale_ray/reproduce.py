@@ -33,7 +33,7 @@ import numpy as np
 from envs.config import to_dict
 
 from .config import REPO_ROOT, load_env
-from .evaluation import evaluate
+from .evaluation import evaluate, paired_differences
 
 log = logging.getLogger(__name__)
 
@@ -255,46 +255,58 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
                                "eval_seed": EVAL_SEED, "runs": runs, "env": to_dict(env)}
 
     def ev(label: str, specs: list[str], sizes: Sequence[int], env_cfg=env) -> list[dict]:
+        """Rows of every (policy, size), labelled; also stores the paired differences to EFT on
+        the same episodes under ``results[label + "_paired"]``."""
         t0 = time.perf_counter()
         rows: list[dict] = []
+        episodes_all: list[dict] = []
         by_episodes: dict[int, list[int]] = {}
         for n in sizes:
             by_episodes.setdefault(budget.episodes_at(n), []).append(n)
         for episodes, group in by_episodes.items():
             echo(f"evaluating {label}: {len(specs)} policies x sizes {group} x {episodes} episodes")
-            rows += evaluate(env_cfg, specs, group, episodes, EVAL_SEED, budget.workers)[0]
+            r, e = evaluate(env_cfg, specs, group, episodes, EVAL_SEED, budget.workers)
+            rows += r
+            episodes_all += e
         results.setdefault("eval_wall_s", {})[label] = time.perf_counter() - t0
+        if "eft" in specs:
+            results[label + "_paired"] = [{**p, "label": label_of.get(p["policy"], p["policy"])}
+                                          for p in paired_differences(episodes_all, "eft")]
         order = {n: i for i, n in enumerate(sizes)}
-        return sorted(rows, key=lambda r: (r["policy"], order[r["servers"]]))
+        return [{**r, "label": label_of.get(r["policy"], r["policy"])}
+                for r in sorted(rows, key=lambda r: (r["policy"], order[r["servers"]]))]
 
     label_of = {p: f"{m}/s{s}" for (m, s), p in policies.items()}
     label_of.update({h: h for h in HEURISTICS})
 
     # Table 3: every method at N=16 (first seed of each), with all heuristics.
     t3_specs = [policies[(m.name, (budget.seeds if m.main else budget.other_seeds)[0])] for m in chosen]
-    t3 = ev("table3", t3_specs + list(HEURISTICS), [16])
-    results["table3"] = [{**r, "label": label_of.get(r["policy"], r["policy"])} for r in t3]
+    results["table3"] = ev("table3", t3_specs + list(HEURISTICS), [16])
 
     # Table 4: every size-free policy zero-shot at every size, heuristics beside them.
-    t4 = ev("table4", table4_policies(chosen, budget, policies)
-            + ["eft", "heft", "fastest-idle", "random"], budget.sizes)
-    results["table4"] = [{**r, "label": label_of.get(r["policy"], r["policy"])} for r in t4]
+    t4_specs = table4_policies(chosen, budget, policies)
+    results["table4"] = ev("table4", t4_specs + ["eft", "heft", "fastest-idle", "random"], budget.sizes)
     results["gap"] = _gaps(results["table4"], budget)
+
+    # Beyond the paper: the same, with servers that can never hold the task masked at inference
+    # (what Serve and the live scheduler do). In the paper's unmasked action space a greedy
+    # policy that prefers such a server waits for it forever: the episode is cut at the time cap.
+    masked = load_env(None, {**overrides, "mdp": {"mask_infeasible": True}})
+    results["table4_masked"] = ev("table4_masked", t4_specs + ["eft", "heft"], budget.sizes, masked)
+    results["gap_masked"] = _gaps(results["table4_masked"], budget)
 
     # Table 5: statistics of z.
     results["table5"] = _feature_table(chosen, budget, policies, env, echo)
 
-    # Robustness: another tier mix, and failing/joining servers.
+    # Robustness: another tier mix, and failing/joining servers (each also masked).
     robust_specs = [policies[(m.name, budget.seeds[0])] for m in chosen if m.main] + ["eft", "heft"]
-    tier_mix = load_env(None, {**overrides, "cluster": {"tiers": [
-        {**to_dict(t), "ratio": r} for t, r in zip(env.cluster.tiers, (6, 2, 2))]}})
-    dynamic = load_env(None, {**overrides, "dynamics": {
-        "fail_rate_per_server_s": 0.002, "rejoin_after_s": 10.0, "join_rate_s": 0.02,
-        "leave_rate_s": 0.02}})
-    results["robust_tiers"] = [{**r, "label": label_of.get(r["policy"], r["policy"])}
-                               for r in ev("robust_tiers", robust_specs, budget.robustness_sizes, tier_mix)]
-    results["robust_dynamics"] = [{**r, "label": label_of.get(r["policy"], r["policy"])}
-                                  for r in ev("robust_dynamics", robust_specs, budget.robustness_sizes, dynamic)]
+    tiers = {"cluster": {"tiers": [{**to_dict(t), "ratio": r} for t, r in zip(env.cluster.tiers, (6, 2, 2))]}}
+    churn = {"dynamics": {"fail_rate_per_server_s": 0.002, "rejoin_after_s": 10.0,
+                          "join_rate_s": 0.02, "leave_rate_s": 0.02}}
+    for name, change in (("robust_tiers", tiers), ("robust_dynamics", churn)):
+        for suffix, mdp in (("", {}), ("_masked", {"mdp": {"mask_infeasible": True}})):
+            cfg = load_env(None, {**overrides, **change, **mdp})
+            results[name + suffix] = ev(name + suffix, robust_specs, budget.robustness_sizes, cfg)
 
     # 3. Plots and report ----------------------------------------------------------------------
     results["wall_s"] = time.perf_counter() - t_start
@@ -420,6 +432,46 @@ def _table(rows: list[dict], cols: Sequence[tuple[str, str, int]]) -> str:
     return "\n".join(lines)
 
 
+def _pct(x: float, nd: int = 1) -> str:
+    return _fmt(x * 100 if not math.isnan(x) else math.nan, nd) + "%"
+
+
+def _gap_table(gap: dict) -> list[str]:
+    lines = ["| N | SCALE s (±95% CI) | CrossAttn s (±95% CI) | gap 1−SCALE/CrossAttn (±95% CI) | "
+             "gap on resp all (±95% CI) | EFT s | SCALE/EFT − 1 | completed tasks vs EFT |",
+             "|---|---|---|---|---|---|---|---|"]
+    for n, g in gap.items():
+        lines.append(f"| {n} | {_fmt(g['scale_mean'])} ± {_fmt(g['scale_ci'])} | "
+                     f"{_fmt(g['crossattn_mean'])} ± {_fmt(g['crossattn_ci'])} | "
+                     f"{_pct(g['gap_mean'])} ± {_pct(g['gap_ci'])} | "
+                     f"{_pct(g.get('censored_gap_mean', math.nan))} ± {_pct(g.get('censored_gap_ci', math.nan))} | "
+                     f"{_fmt(g['eft'])} | {_pct(g['scale_vs_eft'])} | "
+                     + (", ".join(f"{k} {100 * v:+.1f}%" for k, v in sorted(g.get("completed_vs_eft", {}).items())
+                                  if abs(v) > 1e-9) or "equal") + " |")
+    return lines
+
+
+def _paired_matrix(paired: list[dict]) -> list[str]:
+    """Policies x sizes: mean task response vs EFT on the same episodes (mean of per-episode
+    ratios − 1, 95% CI); † where the policy completed fewer tasks than EFT (not comparable)."""
+    sizes = sorted({p["servers"] for p in paired})
+    labels = sorted({p["label"] for p in paired if p["label"] != "eft"})
+    cell = {(p["label"], p["servers"]): p for p in paired}
+    lines = ["| policy | " + " | ".join(f"N = {n}" for n in sizes) + " |",
+             "|---|" + "---|" * len(sizes)]
+    for lbl in labels:
+        row = []
+        for n in sizes:
+            p = cell.get((lbl, n))
+            if p is None:
+                row.append("–")
+                continue
+            flag = " †" if abs(p.get("completed_rel_diff") or 0.0) > 1e-9 else ""
+            row.append(f"{100 * p['mean_rel_diff']:+.2f} ± {_fmt(100 * p['ci95_half_width'], 2)}{flag}")
+        lines.append(f"| {lbl} | " + " | ".join(row) + " |")
+    return lines
+
+
 def render_markdown(res: dict) -> str:
     b = res["budget"]
     main_cols = [("label", "policy", -1), ("servers", "N", -1), ("completed_tasks", "tasks", 1),
@@ -441,25 +493,23 @@ def render_markdown(res: dict) -> str:
              "### Table 3 — all methods at N = 16", "", _table(res["table3"], main_cols), "",
              "### Table 4 — zero-shot at every size", "",
              _table(sorted(res["table4"], key=lambda r: (r["label"], r["servers"])), main_cols), "",
-             "### SCALE vs CrossAttn gap and SCALE vs EFT", "",
-             "| N | SCALE s (±95% CI) | CrossAttn s (±95% CI) | gap 1−SCALE/CrossAttn (±95% CI) | gap on resp all (±95% CI) | EFT s | SCALE/EFT − 1 | completed tasks vs EFT |",
-             "|---|---|---|---|---|---|---|---|"]
-    def pct(x: float) -> str:
-        return _fmt(x * 100 if not math.isnan(x) else math.nan, 1) + "%"
-
-    for n, g in res["gap"].items():
-        parts.append(f"| {n} | {_fmt(g['scale_mean'])} ± {_fmt(g['scale_ci'])} | "
-                     f"{_fmt(g['crossattn_mean'])} ± {_fmt(g['crossattn_ci'])} | "
-                     f"{pct(g['gap_mean'])} ± {pct(g['gap_ci'])} | "
-                     f"{pct(g.get('censored_gap_mean', math.nan))} ± {pct(g.get('censored_gap_ci', math.nan))} | "
-                     f"{_fmt(g['eft'])} | {pct(g['scale_vs_eft'])} | "
-                     + (", ".join(f"{k} {100 * v:+.1f}%" for k, v in sorted(g.get("completed_vs_eft", {}).items())
-                                  if abs(v) > 1e-9) or "equal") + " |")
+             "### SCALE vs CrossAttn gap and SCALE vs EFT", "", *_gap_table(res["gap"]), "",
+             "### Table 4, paired: mean task response vs EFT on the same episodes (%, ± 95% CI; "
+             "† fewer tasks completed than EFT: not comparable)", "",
+             *_paired_matrix(res.get("table4_paired", []))]
     parts += ["", "Response means (`resp s`) are over completed tasks; where a policy completed "
                   "fewer tasks than EFT (last column) its unfinished, slowest tasks are missing from "
                   "its mean. `resp all s` counts every arrived task, an unfinished one at its age "
                   "when the episode was cut (a lower bound of its response): it is comparable "
                   "across policies that finish different numbers of tasks."]
+    if "table4_masked" in res:
+        parts += ["", "### Beyond the paper: Table 4 with never-fitting servers masked at inference",
+                  "", "The same policies and episodes, with `mdp.mask_infeasible: true` at "
+                  "evaluation only (what Serve and the live scheduler do): a policy can no longer "
+                  "pick a server whose memory can never hold the task. Paired vs EFT (%, ± 95% CI; "
+                  "† fewer tasks completed than EFT):", "",
+                  *_paired_matrix(res.get("table4_masked_paired", [])), "",
+                  "SCALE vs CrossAttn with the mask:", "", *_gap_table(res["gap_masked"])]
     parts += ["", "### Table 5 — statistics of the attention feature z", "",
               _table(res["table5"], [("label", "policy", -1), ("servers", "N", -1),
                                      ("mean_abs_offdiag_cov", "mean |off-diag cov|", 4),
@@ -467,6 +517,11 @@ def render_markdown(res: dict) -> str:
               "### Robustness — tier mix small:medium:large = 6:2:2", "",
               _table(res["robust_tiers"], main_cols), "",
               "### Robustness — servers failing (rate 0.002/s each, replaced after 10 s), joining and leaving (0.02/s)", "",
-              _table(res["robust_dynamics"], main_cols), "",
-              "![training curves](fig6_training.png)", "", "![response vs N](response_vs_n.png)", ""]
+              _table(res["robust_dynamics"], main_cols), ""]
+    for name, title in (("robust_tiers_masked", "tier mix 6:2:2"),
+                        ("robust_dynamics_masked", "servers failing, joining and leaving")):
+        if name in res:
+            parts += [f"### Robustness, never-fitting servers masked at inference — {title}", "",
+                      _table(res[name], main_cols), ""]
+    parts += ["![training curves](fig6_training.png)", "", "![response vs N](response_vs_n.png)", ""]
     return "\n".join(parts)

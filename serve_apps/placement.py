@@ -71,8 +71,11 @@ class PlacementArgs:
     env_config: str | None = field(default=None, metadata=rng(
         doc="env YAML for encoder settings (bandwidth, latency, switches; an artifact's "
             "policy.json features win); default configs/env/paper.yaml"))
-    mask_infeasible: bool | None = field(default=None, metadata=rng(
-        doc="mask servers the task does not fit; none: as in the env config"))
+    mask_infeasible: bool | None = field(default=True, metadata=rng(
+        doc=("mask servers whose memory cannot hold the task (default; the live scheduler does "
+             "the same): a policy that picks one would answer 'wait' for a server that never "
+             "fits, and a client that follows it waits forever (docs/results.md, greedy "
+             "livelock); false: the paper's unmasked action space; none: as in the env config")))
     head_of_line_blocking: bool | None = field(default=None, metadata=rng(
         doc="/v1/schedule stops at the first wait; none: as in the env config"))
     seed: int | None = field(default=None, metadata=rng(ge=0, doc="RNG seed of random heuristics"))

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from scale_ray.reproduce import BUDGETS, METHODS, _finished, table4_policies, _gaps, _mean_ci, _run_lock, render_markdown
+from scale_ray.reproduce import (BUDGETS, METHODS, _finished, _gaps, _mean_ci, _paired_matrix,
+                                 _run_lock, table4_policies)
 
 
 def test_mean_ci_matches_hand_computation():
@@ -50,6 +51,19 @@ def test_table4_runs_every_size_free_method():
         "DQN/42", "SAC/42"]  # not PPO / PPO+SRR: fixed N = 16
 
 
+def test_paired_matrix_flags_unequal_completed_tasks():
+    paired = [{"label": "SCALE/s42", "servers": 16, "mean_rel_diff": 0.005, "ci95_half_width": 0.0032,
+               "completed_rel_diff": 0.0},
+              {"label": "SCALE/s42", "servers": 1024, "mean_rel_diff": -0.03, "ci95_half_width": 0.01,
+               "completed_rel_diff": -0.21},
+              {"label": "heft", "servers": 16, "mean_rel_diff": 0.0004, "ci95_half_width": 0.0038,
+               "completed_rel_diff": 0.0}]
+    lines = _paired_matrix(paired)
+    assert lines[0] == "| policy | N = 16 | N = 1024 |"
+    assert lines[2] == "| SCALE/s42 | +0.50 ± 0.32 | -3.00 ± 1.00 † |"
+    assert lines[3] == "| heft | +0.04 ± 0.38 | – |"
+
+
 @pytest.mark.slow
 def test_smoke_budget_end_to_end(tmp_path):
     from scale_ray.reproduce import run
@@ -63,7 +77,12 @@ def test_smoke_budget_end_to_end(tmp_path):
     assert res["table5"] and all(r["mean_kl"] >= 0 for r in res["table5"])
     for f in ("results.json", "results.md", "fig6_training.png", "response_vs_n.png"):
         assert (tmp_path / f).stat().st_size > 0
-    assert "Table 4" in (tmp_path / "results.md").read_text()
+    md = (tmp_path / "results.md").read_text()
+    assert "Table 4" in md and "masked at inference" in md
+    # every evaluation that lists EFT also has its paired differences, the masked one included
+    assert {p["servers"] for p in res["table4_masked_paired"]} == {16, 48}
+    assert {r["label"] for r in res["table4_masked"]} >= {"SCALE/s42", "CrossAttn/s42", "eft"}
+    assert res["robust_tiers_masked"] and res["robust_dynamics_masked"]
     json.loads((tmp_path / "results.json").read_text())
     # a second call reuses the finished runs instead of training again
     res2 = run("smoke", tmp_path, echo=lambda s: None, methods=["SCALE"], sizes=[16])

@@ -19,7 +19,8 @@ from envs.encoding import ServerView, TaskView, encode
 from envs.simulator import DONE, READY, RUNNING, Simulator
 from scale_ray.config import REPO_ROOT, load_env
 from scale_ray.ports import free_port
-from serve_apps.decisions import RequestError, ServerTable, TaskRow, load, observe, place, schedule
+from serve_apps.decisions import (RequestError, ServerTable, TaskRow, load, observe, place,
+                                  prepare_place, schedule)
 from serve_apps.placement import Tuning, parse_args
 from serve_apps.schemas import PlaceRequest, ScheduleRequest
 
@@ -144,6 +145,22 @@ def paper_env():
 
 
 # ------------------------------------------------------------------------------- in process
+def test_service_never_offers_a_server_the_task_cannot_fit_by_default(paper_env):
+    """The paper-budget policies pick a data-local server too small for the task and, greedy on a
+    state that no longer changes, 'wait' for it forever (docs/results.md). The service masks such
+    servers unless told otherwise: the paper's unmasked action space is opt-in."""
+    body = {"task": {"compute_gflop": 4.2, "memory_gb": 13.4, "output_gb": 1.0,
+                     "parent_server": "small", "parent_output_gb": 1.0},
+            "servers": [{"id": "small", "compute": 1.0, "memory_gb": 8.0},
+                        {"id": "medium", "compute": 2.0, "memory_gb": 32.0}]}
+    req = PlaceRequest.model_validate(body)
+    default = parse_args({}).mask_infeasible
+    assert default is True and parse_args({"mask_infeasible": "null"}).mask_infeasible is None
+    offered = {mask: prepare_place(req, load("eft", paper_env, None, mask), 100).obs["action_mask"]
+               for mask in (default, False)}
+    assert offered[True].tolist() == [0.0, 1.0] and offered[False].tolist() == [1.0, 1.0]
+
+
 @pytest.mark.parametrize("n", [1, 4, 48, 300])
 @pytest.mark.parametrize("mask_infeasible", [False, True])
 def test_observation_equals_encode(n, mask_infeasible, paper_env):
