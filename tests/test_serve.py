@@ -383,8 +383,9 @@ def served(artifact):
 def test_http_place_equals_in_process(served, artifact, paper_env):
     client, _ = served
     rng = np.random.default_rng(5)
+    mask = parse_args({}).mask_infeasible  # the deployed apps run with the default arguments
     for prefix, spec in (("", "eft"), ("/ca", str(artifact))):
-        lp = load(spec, paper_env)
+        lp = load(spec, paper_env, mask_infeasible=mask)
         for n in (4, 16, 48, 300):
             for _ in range(3):
                 body = random_place_body(n, rng)
@@ -401,7 +402,9 @@ def test_http_place_equals_in_process(served, artifact, paper_env):
 @pytest.mark.slow
 def test_http_schedule_equals_simulator_loop(served, artifact, paper_env):
     client, _ = served
-    env = replace(paper_env, workload={"arrival_rate_16": 1.6, "horizon_s": 40.0})
+    # the service masks never-fitting servers by default: the simulator does the same here
+    env = replace(paper_env, workload={"arrival_rate_16": 1.6, "horizon_s": 40.0},
+                  mdp={"mask_infeasible": parse_args({}).mask_infeasible})
     for prefix, spec in (("", "eft"), ("/ca", str(artifact))):
         lp = load(spec, env)
         n = 0
