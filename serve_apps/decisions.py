@@ -49,12 +49,14 @@ class EncoderSettings:
     transfer_delays_start: bool
     head_of_line_blocking: bool
     first_level: str
+    ask_only_startable: bool = False  # /v1/schedule: a task no server can start waits unasked
 
     def to_dict(self) -> dict[str, Any]:
         return {"features": to_dict(self.features), "bandwidth_gb_s": self.bandwidth_gb_s,
                 "latency_s": self.latency_s, "mask_infeasible": self.mask_infeasible,
                 "transfer_delays_start": self.transfer_delays_start,
-                "head_of_line_blocking": self.head_of_line_blocking, "first_level": self.first_level}
+                "head_of_line_blocking": self.head_of_line_blocking, "first_level": self.first_level,
+                "ask_only_startable": self.ask_only_startable}
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bo
         transfer_delays_start=mdp.transfer_delays_start,
         head_of_line_blocking=(mdp.head_of_line_blocking if head_of_line_blocking is None
                                else head_of_line_blocking),
-        first_level=policy.first_level)
+        first_level=policy.first_level, ask_only_startable=mdp.ask_only_startable)
     d = policy.describe()
     info = {"name": str(d.get("name") or policy.name), "spec": spec,
             "algorithm": str(d.get("algorithm") or "unknown"), "version": str(d.get("version") or "0"),
@@ -156,6 +158,10 @@ class ServerTable:
     def can_start(self, i: int, memory_gb: float) -> bool:
         """The simulator's valid pick: accepting, idle and the memory fits."""
         return bool(self.accepting[i] and self.remaining_s[i] <= 0.0 and self.memory_gb[i] >= memory_gb)
+
+    def startable(self, memory_gb: float) -> bool:
+        """Whether some accepting, idle server fits ``memory_gb`` now (the simulator's test)."""
+        return bool(np.any(self.accepting & (self.remaining_s <= 0.0) & (self.memory_gb >= memory_gb)))
 
     def mark_busy(self, i: int, busy_s: float) -> None:
         """Server ``i`` starts a task lasting ``busy_s``: remaining time and busy power."""
@@ -403,7 +409,8 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
 def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks: int) -> dict:
     """POST /v1/schedule: the simulator's decision loop at one instant.
 
-    Each ready task in first-level order gets the policy's pick; a valid pick (accepting, idle,
+    Each ready task in first-level order gets the policy's pick (with ``mdp.ask_only_startable``
+    a task that no server can start now waits without asking, as in the simulator); a valid pick (accepting, idle,
     fits) starts the task there and marks the server busy (remaining time = transfer delay when
     transfers delay starts + compute / capacity; power = busy power) before the next decision. A
     pick that cannot start now is a wait: the task stays unassigned, and with head-of-line
@@ -421,6 +428,11 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
             continue
         # features.backlog: the tasks still ready are this one and those behind it (as in the
         # simulator, a task a wait set aside is not counted again)
+        if enc.ask_only_startable and not servers.startable(r.row.memory_gb):
+            # every pick would be a wait: wait without asking, as the simulator does
+            unassigned.append({"workflow": r.wf.id, "task": r.task.id, "reason": "wait"})
+            blocked = enc.head_of_line_blocking
+            continue
         row = replace(r.row, ready_tasks=len(ready) - i) if backlog else r.row
         choice, _ = decide(lp, observe(row, servers, enc))
         if servers.can_start(choice, r.row.memory_gb):
