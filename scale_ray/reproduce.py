@@ -483,9 +483,11 @@ def render_markdown(res: dict) -> str:
              f"{b['ppo_iterations'] * 1024} env steps per method; SCALE/CrossAttn seeds {b['seeds']}; "
              f"{b['episodes']} evaluation episodes"
              + "".join(f", {e} at N = {n}" for n, e in (b.get("max_episodes") or {}).items())
-             + f", seed {res['eval_seed']}; evaluation horizon "
-             f"{b['horizon_s'] or 'config'} s), commit `{res['commit']}`, total wall time "
-             f"{res['wall_s'] / 60:.1f} min.", "",
+             + f", seed {res['eval_seed']}; "
+             + (f"arrivals for {b['horizon_s']:g} s" if b["horizon_s"]
+                else "arrival horizon of the env config")
+             + f"), commit `{res['commit']}`, wall time of this command "
+             f"{res['wall_s'] / 60:.1f} min (training runs: their own wall time below).", "",
              "### Training runs", "",
              _table(res["runs"], [("method", "method", -1), ("seed", "seed", -1),
                                   ("iterations", "iterations", -1), ("env_steps", "env steps", 0),
