@@ -1,7 +1,8 @@
 """Schedulers: the Policy interface, heuristics, and (with torch) trained RLModules.
 
 ``get_policy(spec)`` resolves what ``--policy`` accepts: a heuristic name (``eft``), the name of a
-shipped artifact (``scale``, ``crossattn``) or a path to a policy artifact directory.
+shipped artifact (``scale``, ``crossattn``) or a path to a policy artifact directory, optionally
+prefixed ``sample:`` to draw from the trained policy's distribution instead of acting greedily.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from envs.config import EnvConfig
 
-from .base import Policy
+from .base import Policy, SampledPolicy
 from .heuristics import HEURISTICS, make_heuristic
 
 ARTIFACTS_DIR = Path(__file__).resolve().parent / "artifacts"
@@ -35,8 +36,26 @@ def load_policy(path: str | Path) -> Policy:
     return _load(path)
 
 
+SAMPLE_PREFIX = "sample:"
+
+
 def get_policy(spec: str, env: EnvConfig | None = None, seed: int | None = None) -> Policy:
-    """A heuristic name, a shipped artifact name, or an artifact path -> Policy."""
+    """A heuristic name, a shipped artifact name, or an artifact path -> Policy.
+
+    ``sample:<shipped name or path>``: the trained policy sampling from softmax(scores) (its
+    stochastic training-time policy) instead of acting greedily; PPO and SAC artifacts only.
+    """
+    if spec.startswith(SAMPLE_PREFIX):
+        inner_spec = spec[len(SAMPLE_PREFIX):]
+        if inner_spec in HEURISTICS or not inner_spec:
+            raise ValueError(f"--policy {spec!r}: sample: takes a trained policy (a shipped name "
+                             f"or an artifact path), not a heuristic")
+        inner = get_policy(inner_spec, env, seed)
+        algorithm = str(getattr(inner, "meta", {}).get("algorithm", ""))
+        if algorithm == "dqn":
+            raise ValueError(f"--policy {spec!r}: a DQN artifact scores Q-values, not an action "
+                             f"distribution; sample: applies to PPO and SAC policies only")
+        return SampledPolicy(inner, seed)
     if spec in HEURISTICS:
         return make_heuristic(spec, env, seed)
     if spec in shipped_policies():
@@ -49,5 +68,5 @@ def get_policy(spec: str, env: EnvConfig | None = None, seed: int | None = None)
                      f"and not an artifact directory")
 
 
-__all__ = ["Policy", "HEURISTICS", "make_heuristic", "get_policy", "load_policy", "shipped_policies",
-           "default_policy"]
+__all__ = ["Policy", "SampledPolicy", "SAMPLE_PREFIX", "HEURISTICS", "make_heuristic", "get_policy",
+           "load_policy", "shipped_policies", "default_policy"]

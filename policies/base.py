@@ -60,3 +60,46 @@ def masked(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
     out = np.asarray(scores, dtype=np.float64).copy()
     out[np.asarray(mask) <= 0.5] = -np.inf
     return out
+
+
+class SampledPolicy(Policy):
+    """Draws the server from softmax(scores) instead of taking the argmax: the stochastic policy
+    a PPO or SAC actor was trained with (RLlib's ``explore=True``), where evaluation and serving
+    use the greedy one. ``--policy sample:<spec>`` in ``scale-ray eval``.
+
+    Reproducible per episode: :meth:`reset` seeds the generator (the evaluation harness passes a
+    fixed seed per episode). Not batched, so that an episode's draws never depend on which other
+    episodes share its batch.
+    """
+
+    batched = False
+
+    def __init__(self, inner: Policy, seed: int | None = None):
+        self.inner = inner
+        self.name = f"sample:{inner.name}"
+        self.first_level = inner.first_level
+        self._rng = np.random.default_rng(seed)
+
+    def reset(self, seed: int | None = None) -> None:
+        self.inner.reset(seed)
+        self._rng = np.random.default_rng(seed)
+
+    def scores(self, obs: Obs) -> np.ndarray:
+        return self.inner.scores(obs)
+
+    def probabilities(self, obs: Obs) -> np.ndarray:
+        """softmax of the scores over the unmasked servers (0 where masked)."""
+        s = np.asarray(self.scores(obs), dtype=np.float64)
+        finite = np.isfinite(s)
+        if not finite.any():  # nothing allowed: uniform, as the argmax would pick index 0
+            return np.full(s.shape, 1.0 / s.size)
+        e = np.zeros_like(s)
+        e[finite] = np.exp(s[finite] - s[finite].max())
+        return e / e.sum()
+
+    def act(self, obs: Obs) -> int:
+        p = self.probabilities(obs)
+        return int(self._rng.choice(p.size, p=p))
+
+    def describe(self) -> dict:
+        return {**self.inner.describe(), "name": self.name, "sampled": True}

@@ -129,3 +129,37 @@ def test_single_decision_latency(tmp_path):
             pol.act(o)
         ms = (time.perf_counter() - t0) / 200 * 1e3
         assert ms < bound_ms, f"N={n}: {ms:.3f} ms per decision"
+
+
+def test_sampled_policy_draws_from_the_softmax_of_the_scores_and_only_where_allowed(tmp_path):
+    path = save_untrained(tmp_path / "p", seed=3)
+    greedy, sampled = get_policy(str(path)), get_policy(f"sample:{path}")
+    valid = np.ones(6, bool)
+    valid[[1, 4]] = False
+    o = _obs(6, seed=2, valid=valid)
+    s = greedy.scores(o)
+    p = sampled.probabilities(o)
+    expected = np.exp(s[valid] - s[valid].max())
+    np.testing.assert_allclose(p[valid], expected / expected.sum())
+    assert (p[~valid] == 0).all()
+    sampled.reset(7)
+    draws = np.array([sampled.act(o) for _ in range(4000)])
+    assert set(draws) <= set(np.flatnonzero(valid))
+    freq = np.bincount(draws, minlength=6) / draws.size
+    np.testing.assert_allclose(freq, p, atol=0.03)
+    # the same seed replays the same draws; the greedy policy is untouched
+    sampled.reset(7)
+    assert [sampled.act(o) for _ in range(50)] == list(draws[:50])
+    assert greedy.act(o) == int(np.argmax(s))
+    assert sampled.describe()["sampled"] is True and not sampled.batched
+
+
+def test_sample_prefix_rejects_heuristics_and_dqn(tmp_path):
+    with pytest.raises(ValueError, match="not a heuristic"):
+        get_policy("sample:eft")
+    torch.manual_seed(0)
+    net = CrossAttentionPointerNet({"d_model": 8, "heads": 2, "layers": 1, "ffn_hidden": 16})
+    save_policy(tmp_path / "q", net, {"name": "q", "algorithm": "dqn", "train_servers": 16,
+                                      "features": FeatureConfig()})
+    with pytest.raises(ValueError, match="PPO and SAC policies only"):
+        get_policy(f"sample:{tmp_path / 'q'}")

@@ -116,3 +116,17 @@ def test_policy_labels_tell_artifacts_apart():
     got = policy_labels(["eft", "runs/a/policy", "runs/b/policy", "/x/y/scale", "eft"])
     assert got == {"eft": "eft", "runs/a/policy": "a/policy", "runs/b/policy": "b/policy",
                    "/x/y/scale": "scale"}
+
+
+def test_sampled_evaluation_is_reproducible_per_episode_and_differs_from_greedy(tmp_path):
+    from policies.artifact import save_untrained
+
+    untrained = str(save_untrained(tmp_path / "untrained", seed=1))  # diffuse: samples differ
+    env = load_env(None, SHORT)
+    rows_a, eps_a = evaluate(env, [f"sample:{untrained}", untrained], [8], 3, base_seed=2, workers=1)
+    rows_b, _ = evaluate(env, [f"sample:{untrained}"], [8], 3, base_seed=2, workers=1)
+    assert rows_a[0]["mean_response_s"] == rows_b[0]["mean_response_s"]
+    sampled = [e for e in eps_a if e["policy"].startswith("sample:")]
+    greedy = [e for e in eps_a if not e["policy"].startswith("sample:")]
+    assert [e["arrived_tasks"] for e in sampled] == [e["arrived_tasks"] for e in greedy]
+    assert [e["mean_response_s"] for e in sampled] != [e["mean_response_s"] for e in greedy]

@@ -14,7 +14,9 @@ from scale_ray.evaluation import (evaluate, format_paired, format_table, paired_
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", nargs="+", default=[default_policy()],
-                   help="heuristic names, shipped policy names or artifact paths (several allowed)")
+                   help="heuristic names, shipped policy names or artifact paths (several allowed); "
+                        "prefix a trained one with sample: to draw from its action "
+                        "distribution instead of acting greedily")
     p.add_argument("--servers", nargs="+", type=int, default=[16], help="cluster sizes N")
     p.add_argument("--episodes", type=int, default=30, help="episodes per policy and size")
     p.add_argument("--seed", type=int, default=0, help="base seed of the fixed evaluation set")
