@@ -289,11 +289,17 @@ def _run_on_ray(env: EnvConfig, jobs: list[Job], base_seed: int, trace_dir: str 
 
 def policy_labels(specs: Iterable[str]) -> dict[str, str]:
     """Short display names: the last path component, or as many trailing components as it takes
-    to tell the given specs apart (``runs/a/policy`` and ``runs/b/policy`` -> ``a/policy``...)."""
+    to tell the given specs apart (``runs/a/policy`` and ``runs/b/policy`` -> ``a/policy``...).
+    A ``sample:`` prefix is kept (``sample:runs/a/policy`` -> ``sample:a/policy``)."""
+    from policies import SAMPLE_PREFIX
+
+    def split(sp: str) -> tuple[str, str]:
+        return (SAMPLE_PREFIX, sp[len(SAMPLE_PREFIX):]) if sp.startswith(SAMPLE_PREFIX) else ("", sp)
+
     specs = list(dict.fromkeys(specs))
     depth = {sp: 1 for sp in specs}
     while True:
-        label = {sp: "/".join(Path(sp).parts[-depth[sp]:]) for sp in specs}
+        label = {sp: split(sp)[0] + "/".join(Path(split(sp)[1]).parts[-depth[sp]:]) for sp in specs}
         clash = [sp for sp in specs if sum(label[o] == label[sp] for o in specs) > 1
                  and depth[sp] < len(Path(sp).parts)]
         if not clash:

@@ -116,6 +116,9 @@ def test_policy_labels_tell_artifacts_apart():
     got = policy_labels(["eft", "runs/a/policy", "runs/b/policy", "/x/y/scale", "eft"])
     assert got == {"eft": "eft", "runs/a/policy": "a/policy", "runs/b/policy": "b/policy",
                    "/x/y/scale": "scale"}
+    got = policy_labels(["runs/a/policy", "sample:runs/a/policy", "sample:runs/b/policy", "sample:scale"])
+    assert got == {"runs/a/policy": "policy", "sample:runs/a/policy": "sample:a/policy",
+                   "sample:runs/b/policy": "sample:b/policy", "sample:scale": "sample:scale"}
 
 
 def test_sampled_evaluation_is_reproducible_per_episode_and_differs_from_greedy(tmp_path):
