@@ -113,8 +113,9 @@ def git_commit() -> str:
 
 
 def _train_one(method: Method, seed: int, budget: Budget, out: Path,
-               echo: Callable[[str], None]) -> dict[str, Any]:
-    """Train (or resume, or skip when finished) one method/seed; returns a summary row."""
+               echo: Callable[[str], None], skip_busy: bool = False) -> dict[str, Any] | None:
+    """Train (or resume, or skip when finished) one method/seed; returns a summary row, or None
+    when ``skip_busy`` and another live process is training this run."""
     from .training import latest_checkpoint, load_train_config, train
 
     run_dir = out / "runs" / f"{method.name.lower().replace('+', '_')}_s{seed}"
@@ -130,26 +131,44 @@ def _train_one(method: Method, seed: int, budget: Budget, out: Path,
         cfg, env = load_train_config(method.config, {
             **overrides, "run": {**overrides["run"], "max_env_steps": budget.env_steps}})
     policy_json = run_dir / "policy" / "policy.json"
-    if policy_json.exists() and _finished(json.loads(policy_json.read_text()), iterations,
-                                          cfg.run.max_env_steps):
+
+    def finished_row() -> dict[str, Any] | None:
+        if not (policy_json.exists() and _finished(json.loads(policy_json.read_text()),
+                                                   iterations, cfg.run.max_env_steps)):
+            return None
         echo(f"[{method.name} seed {seed}] done already ({run_dir})")
         meta = json.loads(policy_json.read_text())
         return {"method": method.name, "seed": seed, "run_dir": str(run_dir),
                 "policy": str(run_dir / "policy"), "iterations": meta.get("iterations"),
                 "env_steps": meta.get("env_steps"), "wall_s": _wall(run_dir), "resumed": False}
-    with _run_lock(run_dir):
+
+    if (row := finished_row()) is not None:
+        return row
+    if skip_busy and _locked_by_other(run_dir):
+        echo(f"[{method.name} seed {seed}] being trained by another process; skipped for now")
+        return None
+    lock = _run_lock(run_dir)
+    try:
+        lock.__enter__()
+    except RuntimeError:
+        if skip_busy:  # lost the race for the lock to another process
+            return None
+        raise
+    with contextlib.ExitStack() as held:
+        held.push(lock)  # released however the training ends
+        if (row := finished_row()) is not None:  # another process finished it meanwhile
+            return row
         resume = latest_checkpoint(run_dir) is not None
         echo(f"[{method.name} seed {seed}] {'resuming' if resume else 'training'} to {iterations} "
              f"iterations ({iterations * cfg.steps_per_iteration} env steps) in {run_dir}")
         t0 = time.perf_counter()
         summary = train(cfg, env, run_dir, iterations=iterations, resume=resume,
                         echo=lambda s: echo(f"  [{method.name} s{seed}] {s}"))
-        wall = time.perf_counter() - t0
-        (run_dir / "wall_s.txt").write_text(f"{wall + _wall(run_dir):.1f}\n")
+        total = time.perf_counter() - t0 + _wall(run_dir)  # plus earlier sessions of a resume
+        (run_dir / "wall_s.txt").write_text(f"{total:.1f}\n")
     return {"method": method.name, "seed": seed, "run_dir": str(run_dir),
             "policy": summary["policy"], "iterations": summary["iterations"],
-            "env_steps": summary["last"].get("env_steps"), "wall_s": wall + _wall(run_dir),
-            "resumed": resume}
+            "env_steps": summary["last"].get("env_steps"), "wall_s": total, "resumed": resume}
 
 
 def _finished(meta: dict, iterations: int, max_env_steps: int | None) -> bool:
@@ -187,6 +206,15 @@ def _run_lock(run_dir: Path) -> Iterator[None]:
         lock.unlink(missing_ok=True)
 
 
+def _locked_by_other(run_dir: Path) -> bool:
+    """Whether a live process other than this one holds ``run_dir``'s train lock."""
+    try:
+        pid = int((run_dir / "train.lock").read_text().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    return bool(pid) and pid != os.getpid() and _alive(pid)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -221,10 +249,15 @@ def _fmt(x: Any, nd: int = 3) -> str:
 
 def run(budget_name: str = "quick", out: str | Path = "results/quick",
         echo: Callable[[str], None] | None = None, methods: Sequence[str] | None = None,
-        sizes: Sequence[int] | None = None, train_only: bool = False) -> dict:
+        sizes: Sequence[int] | None = None, train_only: bool = False, jobs: int = 1,
+        skip_busy: bool = False) -> dict:
     """Train every method, evaluate everything, write results.json/results.md and the plots.
     ``sizes`` replaces the budget's Table 4 sizes (recorded in the results' budget);
-    ``train_only`` stops after training (returns the runs)."""
+    ``train_only`` stops after training (returns the runs). ``jobs`` > 1 trains that many runs
+    at once: ``jobs - 1`` helper processes (``reproduce --train-only --skip-busy``) and this one
+    take the runs one by one, each skipping the runs another is training (the run locks), and
+    this one waits for the helpers before it evaluates. ``skip_busy`` leaves runs another
+    process is training to it (a helper's mode)."""
     if budget_name not in BUDGETS:
         raise ValueError(f"--budget: {budget_name!r} is not one of {sorted(BUDGETS)}")
     budget = BUDGETS[budget_name]
@@ -237,11 +270,30 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
     chosen = [m for m in METHODS if (methods is None or m.name in methods)
               and (budget.off_policy or m.name not in ("DQN", "SAC"))]
 
+    if jobs < 1:
+        raise ValueError(f"--jobs: {jobs} is not >= 1")
+
     # 1. Training -------------------------------------------------------------------------
-    runs = []
-    for m in chosen:
-        for seed in (budget.seeds if m.main else budget.other_seeds):
-            runs.append(_train_one(m, seed, budget, out, echo))
+    todo = [(m, seed) for m in chosen for seed in (budget.seeds if m.main else budget.other_seeds)]
+    helpers = _start_helpers(budget_name, out, [m.name for m in chosen], jobs - 1, echo)
+    done: dict[tuple[str, int], dict] = {}
+    try:
+        for m, seed in todo:
+            row = _train_one(m, seed, budget, out, echo, skip_busy=skip_busy or bool(helpers))
+            if row is not None:
+                done[(m.name, seed)] = row
+    except BaseException:
+        for h in helpers:  # interrupted or failed: do not leave helpers training behind us
+            h.terminate()
+            h.wait()
+        raise
+    failed = _wait_helpers(helpers, echo)
+    if skip_busy:  # a helper: what another process trains is not ours to report
+        return {"runs": list(done.values())}
+    # runs a helper trained (or left unfinished, if it failed: resumed here from its checkpoint)
+    runs = [done.get((m.name, seed)) or _train_one(m, seed, budget, out, echo) for m, seed in todo]
+    if failed:
+        echo(f"{failed} helper process(es) failed; their unfinished runs were trained here")
     policies = {(r["method"], r["seed"]): r["policy"] for r in runs}
     if train_only:
         return {"runs": runs}
@@ -315,6 +367,30 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
     (out / "results.md").write_text(render_markdown(results))
     echo(f"wrote {out / 'results.md'} ({results['wall_s']:.0f} s)")
     return results
+
+
+def _start_helpers(budget_name: str, out: Path, methods: Sequence[str], n: int,
+                   echo: Callable[[str], None]) -> list[subprocess.Popen]:
+    """``n`` helper processes that train the same runs (skipping busy ones); output inherited."""
+    procs = []
+    for _ in range(max(0, n)):
+        cmd = [sys.executable, "-m", "scale_ray.cli", "reproduce", "--budget", budget_name,
+               "--out", str(out), "--train-only", "--skip-busy", "--methods", *methods]
+        procs.append(subprocess.Popen(cmd, cwd=REPO_ROOT))
+        echo(f"training helper started (pid {procs[-1].pid})")
+        time.sleep(2.0)  # let each process lock its first run before the next one looks
+    return procs
+
+
+def _wait_helpers(procs: Sequence[subprocess.Popen], echo: Callable[[str], None]) -> int:
+    """Wait for the helpers to finish; the number that failed."""
+    failed = 0
+    for p in procs:
+        rc = p.wait()
+        if rc != 0:
+            echo(f"training helper pid {p.pid} exited with status {rc}")
+            failed += 1
+    return failed
 
 
 def table4_policies(chosen: Sequence[Method], budget: Budget,

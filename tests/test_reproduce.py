@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,6 +85,10 @@ def test_smoke_budget_end_to_end(tmp_path):
     assert {r["label"] for r in res["table4_masked"]} >= {"SCALE/s42", "CrossAttn/s42", "eft"}
     assert res["robust_tiers_masked"] and res["robust_dynamics_masked"]
     json.loads((tmp_path / "results.json").read_text())
+    # a run's wall time is reported once, as recorded in its run directory
+    for r in res["runs"]:
+        assert r["wall_s"] == pytest.approx(float((Path(r["run_dir"]) / "wall_s.txt").read_text()),
+                                            abs=0.06)
     # a second call reuses the finished runs instead of training again
     res2 = run("smoke", tmp_path, echo=lambda s: None, methods=["SCALE"], sizes=[16])
     assert res2["runs"][0]["resumed"] is False and res2["runs"][0]["iterations"] == 1
@@ -103,3 +108,35 @@ def test_run_lock_refuses_a_second_trainer_and_takes_over_a_stale_one(tmp_path):
     (tmp_path / "r" / "train.lock").write_text(dead)
     with _run_lock(tmp_path / "r"):
         assert (tmp_path / "r" / "train.lock").read_text() == str(os.getpid())
+
+
+def test_a_run_another_live_process_trains_is_skipped_not_waited_for(tmp_path):
+    from scale_ray.reproduce import _train_one
+
+    scale = next(m for m in METHODS if m.name == "SCALE")
+    run_dir = tmp_path / "runs" / "scale_s42"
+    run_dir.mkdir(parents=True)
+    (run_dir / "train.lock").write_text(str(os.getppid()))  # alive, and not us
+    lines: list[str] = []
+    assert _train_one(scale, 42, BUDGETS["smoke"], tmp_path, lines.append, skip_busy=True) is None
+    assert "being trained by another process" in lines[-1]
+    assert not (run_dir / "policy").exists()
+    with pytest.raises(RuntimeError, match="is being trained by process"):
+        _train_one(scale, 42, BUDGETS["smoke"], tmp_path, lines.append)
+
+
+@pytest.mark.slow
+def test_jobs_2_trains_the_runs_in_two_processes(tmp_path):
+    from scale_ray.reproduce import run
+
+    lines: list[str] = []
+    res = run("smoke", tmp_path, echo=lines.append, methods=["SCALE", "CrossAttn"],
+              train_only=True, jobs=2)
+    assert [(r["method"], r["seed"], r["iterations"]) for r in res["runs"]] == [
+        ("SCALE", 42, 1), ("CrossAttn", 42, 1)]
+    assert any("training helper started" in s for s in lines)
+    assert not any("exited with status" in s for s in lines)
+    # this process trained one run and left the other to its helper (which needs a few
+    # seconds to start, less than one training takes)
+    assert sum(" training to " in s for s in lines) == 1
+    assert not list(tmp_path.glob("runs/*/train.lock"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from scale_ray import reproduce
 
@@ -20,6 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-only", action="store_true",
                    help="train (or resume) and stop before the evaluation; several such processes "
                         "with different --methods may share --out (one trainer per run directory)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="trainings at once (default: 2 where there are 2+ CPUs, else 1): helper "
+                        "processes take runs this one is not training; one training uses about "
+                        "one core")
+    p.add_argument("--skip-busy", action="store_true",
+                   help="leave runs another process is training to it (what --jobs helpers do)")
     p.add_argument("--sizes", nargs="+", type=int, default=None,
                    help="Table 4 sizes N (default: the budget's); e.g. leave out 1024 for a "
                         "shorter evaluation, and say so")
@@ -30,6 +37,14 @@ def run(args: argparse.Namespace) -> int:
         bad = [n for n in args.sizes if not 1 <= n <= 100_000]
         if bad:
             raise ValueError(f"--sizes: {bad[0]} is not in [1, 100000]")
+    jobs = args.jobs if args.jobs is not None else min(2, os.cpu_count() or 1)
+    if jobs < 1:
+        raise ValueError(f"--jobs: {jobs} is not >= 1")
+    if args.skip_busy:
+        if not args.train_only:
+            raise ValueError("--skip-busy needs --train-only (a helper only trains)")
+        jobs = 1  # a helper never starts helpers of its own
     reproduce.run(args.budget, args.out or f"results/{args.budget}", methods=args.methods,
-                  sizes=args.sizes, train_only=args.train_only)
+                  sizes=args.sizes, train_only=args.train_only, jobs=jobs,
+                  skip_busy=args.skip_busy)
     return 0
