@@ -91,9 +91,10 @@ class SampledPolicy(Policy):
         """softmax of the scores over the unmasked servers (0 where masked)."""
         s = np.asarray(self.scores(obs), dtype=np.float64)
         finite = np.isfinite(s)
-        if not finite.any():  # nothing allowed: uniform, as the argmax would pick index 0
-            return np.full(s.shape, 1.0 / s.size)
         e = np.zeros_like(s)
+        if not finite.any():  # nothing allowed: index 0, what the greedy argmax picks
+            e[0] = 1.0
+            return e
         e[finite] = np.exp(s[finite] - s[finite].max())
         return e / e.sum()
 

@@ -16,21 +16,17 @@ import argparse
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from envs.config import EnvConfig
-from envs.simulator import Simulator
-from policies import get_policy
 from scale_ray.config import load_env
-from scale_ray.evaluation import env_for_policy, episode_seed
+from scale_ray.evaluation import start_episode
 
 
 def stuck_tail(env: EnvConfig, policy_spec: str, episode: int, base_seed: int,
                after_s: float) -> dict[str, Any]:
     """Replay one evaluation episode; summarise the decisions made after ``after_s``."""
-    policy = get_policy(policy_spec, env, seed=base_seed * 1_000_003 + episode)
-    env = env_for_policy(env, policy.first_level)
-    sim = Simulator(env)
-    sim.reset(episode_seed(base_seed, episode))
-    policy.reset(base_seed * 1_000_003 + episode)
+    policy, sim = start_episode(env, policy_spec, episode, base_seed)
     asked: Counter = Counter()
     last: dict[str, Any] = {}
     while sim.current is not None:
@@ -38,9 +34,8 @@ def stuck_tail(env: EnvConfig, policy_spec: str, episode: int, base_seed: int,
         if sim.t >= after_s:
             task = sim.current
             asked[(task.id, a)] += 1
-            fits_idle = sum(1 for s in range(len(sim.memory))
-                            if sim.accepting[s] and sim.memory[s] >= task.memory
-                            and not sim._busy_l[s])
+            fits_idle = int(np.count_nonzero(sim.accepting & (sim.memory >= task.memory)
+                                             & ~np.asarray(sim._busy_l)))
             last[(task.id, a)] = {
                 "task": task.id, "task_memory_gb": task.memory, "slot": a,
                 "server_id": int(sim.srv_id[a]), "server_tier": sim.srv_tier[a],

@@ -41,18 +41,26 @@ def env_for_policy(env: EnvConfig, first_level: str) -> EnvConfig:
     return replace(env, mdp={"first_level": first_level})
 
 
+def start_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int = 0,
+                  trace: JsonlTraceWriter | None = None) -> tuple[Any, Simulator]:
+    """The policy and the reset simulator of fixed evaluation episode ``episode``: the same
+    workload, policy seed and first-level order every evaluation of it uses."""
+    from policies import get_policy
+
+    policy_seed = base_seed * 1_000_003 + episode
+    policy = get_policy(policy_spec, env, seed=policy_seed)
+    sim = Simulator(env_for_policy(env, policy.first_level), trace=trace)
+    sim.reset(episode_seed(base_seed, episode))
+    policy.reset(policy_seed)
+    return policy, sim
+
+
 def run_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int = 0,
                 trace_path: str | Path | None = None) -> dict[str, Any]:
     """One episode of ``policy_spec`` (heuristic name, shipped name or artifact path)."""
-    from policies import get_policy
-
-    policy = get_policy(policy_spec, env, seed=base_seed * 1_000_003 + episode)
-    env = env_for_policy(env, policy.first_level)
     writer = JsonlTraceWriter(trace_path) if trace_path else None
-    sim = Simulator(env, trace=writer)
     try:
-        sim.reset(episode_seed(base_seed, episode))
-        policy.reset(base_seed * 1_000_003 + episode)
+        policy, sim = start_episode(env, policy_spec, episode, base_seed, writer)
         ret = 0.0
         t0 = time.perf_counter()
         while sim.current is not None:

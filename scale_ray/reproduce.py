@@ -260,6 +260,8 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
     process is training to it (a helper's mode)."""
     if budget_name not in BUDGETS:
         raise ValueError(f"--budget: {budget_name!r} is not one of {sorted(BUDGETS)}")
+    if jobs < 1:
+        raise ValueError(f"--jobs: {jobs} is not >= 1")
     budget = BUDGETS[budget_name]
     if sizes is not None:
         budget = replace(budget, sizes=tuple(sizes))
@@ -269,9 +271,6 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
     t_start = time.perf_counter()
     chosen = [m for m in METHODS if (methods is None or m.name in methods)
               and (budget.off_policy or m.name not in ("DQN", "SAC"))]
-
-    if jobs < 1:
-        raise ValueError(f"--jobs: {jobs} is not >= 1")
 
     # 1. Training -------------------------------------------------------------------------
     todo = [(m, seed) for m in chosen for seed in (budget.seeds if m.main else budget.other_seeds)]

@@ -38,12 +38,10 @@ def run(args: argparse.Namespace) -> int:
         if bad:
             raise ValueError(f"--sizes: {bad[0]} is not in [1, 100000]")
     jobs = args.jobs if args.jobs is not None else min(2, os.cpu_count() or 1)
-    if jobs < 1:
-        raise ValueError(f"--jobs: {jobs} is not >= 1")
     if args.skip_busy:
         if not args.train_only:
             raise ValueError("--skip-busy needs --train-only (a helper only trains)")
-        jobs = 1  # a helper never starts helpers of its own
+        jobs = min(jobs, 1)  # a helper never starts helpers of its own (run() checks >= 1)
     reproduce.run(args.budget, args.out or f"results/{args.budget}", methods=args.methods,
                   sizes=args.sizes, train_only=args.train_only, jobs=jobs,
                   skip_busy=args.skip_busy)
