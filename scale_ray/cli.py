@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("scale_ray.commands.train", "train SCALE or a baseline with RLlib"),
     "features": ("scale_ray.commands.features", "statistics of the attention feature z (Table 5)"),
     "reproduce": ("scale_ray.commands.reproduce", "train all methods and write the paper's tables"),
+    "gantt": ("scale_ray.commands.gantt", "draw a simulator or live trace as a Gantt chart (PNG)"),
 }
 BENCH: dict[str, tuple[str, str]] = {
     "env": ("scale_ray.bench.env", "environment steps per second vs CartPole"),

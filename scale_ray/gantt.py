@@ -1,0 +1,382 @@
+"""Gantt charts of episode traces (``envs/trace.py`` JSONL): simulator or live scheduler.
+
+:func:`load_schedule` turns a trace into per-server runs; :func:`draw_gantt` draws them, one row
+per server grouped by tier, bars coloured by workflow, and returns a summary dict.
+
+What a trace says and what is derived:
+
+* a **run** is a ``start`` closed by a ``finish`` (done), a ``lost`` (the server failed or its node
+  vanished before the task finished) or nothing (still running at the ``end``);
+* a trace has no wait events. A run's **ready time** is derived: the latest of its workflow's
+  ``arrival``, its parents' latest ``finish`` before the start, and its own latest ``lost`` /
+  ``output_lost`` before the start. The **wait** drawn is ready → start. A trace without
+  ``arrival`` events has no wait information, and the legend says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+UNKNOWN_TIER = "(no tier)"
+
+
+@dataclass
+class Run:
+    task: int
+    server: int
+    start: float
+    end: float | None = None  # None: still running at the end of the trace
+    outcome: str = "open"  # "done" | "lost" | "open"
+    ready: float | None = None  # derived (see the module doc); None without arrival events
+    transfer_s: float = 0.0
+    workflow: int | None = None
+
+
+@dataclass
+class Server:
+    sid: int
+    tier: str = UNKNOWN_TIER
+    added: float = 0.0
+    gone: float | None = None
+    failed: bool = False
+    drained: float | None = None
+
+
+@dataclass
+class Schedule:
+    path: Path
+    servers: dict[int, Server] = field(default_factory=dict)
+    runs: list[Run] = field(default_factory=list)
+    tiers: list[str] = field(default_factory=list)  # header order, then unknown ones
+    t_end: float = 0.0
+    has_end: bool = False
+    has_arrivals: bool = False
+    policy: str | None = None
+    live: bool = False  # from the live scheduler (its header carries time_scale)
+    end_metrics: dict[str, Any] = field(default_factory=dict)
+    guards: list[tuple[float, int | None]] = field(default_factory=list)  # (t, chosen server)
+
+
+def _bad(path: Path, line: int | None, msg: str) -> ValueError:
+    where = f"{path}:{line}" if line is not None else f"{path}"
+    return ValueError(f"{where}: {msg}")
+
+
+def _num(ev: dict, key: str) -> float | None:
+    v = ev.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def _int(ev: dict, key: str) -> int | None:
+    v = ev.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def load_schedule(path: str | Path) -> Schedule:
+    """Runs of every task on every server of the trace at ``path``.
+
+    Raises ValueError (message starting with the path) for a missing or unreadable file, a line
+    that is not a JSON event, a finish/lost of a task that is not running, or no ``start`` event.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise _bad(path, None, "no such file")
+    if not path.is_file():
+        raise _bad(path, None, "not a file")
+    sch = Schedule(path)
+    tasks_wf: dict[int, int] = {}
+    parents: dict[int, list[int]] = {}
+    arrival_t: dict[int, float] = {}
+    finishes: dict[int, list[float]] = {}  # task -> finish times (re-runs after lost output)
+    requeued: dict[int, float] = {}  # task -> latest lost / output_lost time
+    running: dict[int, Run] = {}
+    tier_seen: list[str] = []
+    try:
+        fh = path.open(encoding="utf-8")
+    except OSError as e:
+        raise _bad(path, None, f"cannot read ({e.strerror or e})") from None
+    with fh:
+        try:
+            lines = list(fh)
+        except UnicodeDecodeError:
+            raise _bad(path, None, "not a text (UTF-8) file, so not a JSONL trace") from None
+    for i, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise _bad(path, i, f"not JSONL (line is not valid JSON: {e.msg})") from None
+        if not isinstance(ev, dict) or not isinstance(ev.get("event"), str):
+            raise _bad(path, i, "not a trace event (a JSON object with an 'event' name)")
+        kind = ev["event"]
+        t = _num(ev, "t")
+        if t is None:
+            raise _bad(path, i, f"{kind} event without a numeric time 't'")
+        sch.t_end = max(sch.t_end, t)
+        if kind == "episode":
+            names = [x.get("name") for x in ev.get("tiers") or [] if isinstance(x, dict)]
+            sch.tiers = [str(n) for n in names if n is not None]
+            sch.policy = ev.get("policy") if isinstance(ev.get("policy"), str) else None
+            sch.live = "time_scale" in ev
+        elif kind == "server_add":
+            sid = _int(ev, "server")
+            if sid is None:
+                raise _bad(path, i, "server_add without an integer 'server'")
+            tier = str(ev.get("tier") or UNKNOWN_TIER)
+            sch.servers[sid] = Server(sid, tier, t)
+            if tier not in tier_seen:
+                tier_seen.append(tier)
+        elif kind in ("server_remove", "server_fail", "server_drain"):
+            s = sch.servers.get(_int(ev, "server"))  # type: ignore[arg-type]
+            if s is not None:
+                if kind == "server_drain":
+                    s.drained = t
+                else:
+                    s.gone, s.failed = t, kind == "server_fail"
+        elif kind == "arrival":
+            sch.has_arrivals = True
+            wid = ev.get("workflow")
+            for tk in ev.get("tasks") or []:
+                tid = _int(tk, "task") if isinstance(tk, dict) else None
+                if tid is None:
+                    raise _bad(path, i, "arrival with a task lacking an integer 'task' id")
+                tasks_wf[tid] = wid if isinstance(wid, int) else -1
+                parents[tid] = [p for p in tk.get("parents") or [] if isinstance(p, int)]
+                arrival_t[tid] = t
+        elif kind == "start":
+            tid, sid = _int(ev, "task"), _int(ev, "server")
+            if tid is None or sid is None:
+                raise _bad(path, i, "start event without integer 'task' and 'server'")
+            if tid in running:
+                raise _bad(path, i, f"task {tid} started while already running")
+            if sid not in sch.servers:  # tolerate a trace cut before its server_add
+                sch.servers[sid] = Server(sid, UNKNOWN_TIER, t)
+                if UNKNOWN_TIER not in tier_seen:
+                    tier_seen.append(UNKNOWN_TIER)
+            ready = None
+            if sch.has_arrivals and tid in arrival_t:
+                ready = max([arrival_t[tid], requeued.get(tid, -math.inf)]
+                            + [max((f for f in finishes.get(p, []) if f <= t), default=-math.inf)
+                               for p in parents.get(tid, [])])
+            run = Run(tid, sid, t, ready=ready, transfer_s=_num(ev, "transfer_s") or 0.0,
+                      workflow=tasks_wf.get(tid))
+            running[tid] = run
+            sch.runs.append(run)
+        elif kind in ("finish", "lost"):
+            tid = _int(ev, "task")
+            run = running.pop(tid, None) if tid is not None else None
+            if run is None:
+                raise _bad(path, i, f"{kind} of task {ev.get('task')} that is not running")
+            run.end, run.outcome = t, ("done" if kind == "finish" else "lost")
+            if kind == "finish":
+                finishes.setdefault(run.task, []).append(t)
+            else:
+                requeued[run.task] = t
+        elif kind == "output_lost":
+            tid = _int(ev, "task")
+            if tid is not None:
+                requeued[tid] = t
+        elif kind == "guard":  # policies.guard replaced a learned policy's pick
+            sch.guards.append((t, _int(ev, "chosen")))
+        elif kind == "end":
+            sch.has_end = True
+            if isinstance(ev.get("metrics"), dict):
+                sch.end_metrics = ev["metrics"]
+        # other event kinds (future additions) are ignored
+    if not sch.runs:
+        raise _bad(path, None, "no 'start' events, nothing to draw (is this an episode trace?)")
+    sch.tiers = ([x for x in sch.tiers if x in tier_seen]
+                 + [x for x in tier_seen if x not in sch.tiers])
+    return sch
+
+
+def _decision_note(m: dict[str, Any]) -> str:
+    """Whole-episode wait/invalid counts from the ``end`` metrics (the trace does not say when)."""
+    dec = _num(m, "decisions")
+    if dec is None:
+        return ""
+    if _num(m, "waits") is not None:  # live scheduler: the policy chose to wait
+        return f"episode: {m['waits']:g} policy waits in {dec:g} decisions (times not traced)"
+    if _num(m, "invalid_rate") is not None:  # simulator: an invalid pick is a wait
+        return (f"episode: {round(m['invalid_rate'] * dec)} waits (invalid picks) in {dec:g} "
+                f"decisions (times not traced)")
+    return ""
+
+
+def _clip(a: float, b: float, lo: float, hi: float) -> tuple[float, float] | None:
+    a, b = max(a, lo), min(b, hi)
+    return (a, b) if b > a else None
+
+
+def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
+               t_to: float | None = None, max_servers: int | None = None,
+               title: str | None = None) -> dict[str, Any]:
+    """Draw ``sch`` to the PNG ``out``; return a summary dict.
+
+    Summary keys: ``rows`` (server rows drawn), ``servers_total``, ``bars`` (runs drawn, lost and
+    unfinished ones included), ``tasks`` (distinct tasks drawn), ``lost`` (lost runs drawn),
+    ``open`` (runs still running at the end), ``workflows`` (distinct workflows drawn), ``waits``
+    (wait lines drawn), ``wait_info`` (whether the trace has it), ``guards`` (guard overrides
+    marked), ``from``/``to`` (the window),
+    ``selection`` (how rows were picked), ``out``.
+    """
+    lo = 0.0 if t_from is None else float(t_from)
+    hi = sch.t_end if t_to is None else float(t_to)
+    if not hi > lo:
+        raise ValueError(f"empty time window: --from {lo:g} --to {hi:g} (the trace ends at "
+                         f"{sch.t_end:g} s)")
+    if max_servers is not None and max_servers < 1:
+        raise ValueError(f"--servers: {max_servers} must be >= 1")
+
+    def end_of(r: Run) -> float:
+        return sch.t_end if r.end is None else r.end
+
+    vis = [r for r in sch.runs if _clip(r.start, end_of(r), lo, hi) or
+           (r.start == end_of(r) and lo <= r.start <= hi)]
+    busy: dict[int, float] = {sid: 0.0 for sid in sch.servers}
+    for r in vis:
+        c = _clip(r.start, end_of(r), lo, hi)
+        busy[r.server] += (c[1] - c[0]) if c else 0.0
+    alive = [s for s in sch.servers.values() if s.added <= hi and (s.gone is None or s.gone >= lo)]
+    chosen = alive
+    selection = f"all {len(alive)} servers alive in the window"
+    if max_servers is not None and len(alive) > max_servers:
+        chosen = sorted(alive, key=lambda s: (-busy[s.sid], s.sid))[:max_servers]
+        selection = f"the {max_servers} busiest of {len(alive)} servers (busy time in the window)"
+    tier_rank = {name: k for k, name in enumerate(sch.tiers)}
+    chosen = sorted(chosen, key=lambda s: (tier_rank.get(s.tier, len(tier_rank)), s.sid))
+    row_of = {s.sid: k for k, s in enumerate(chosen)}
+    runs = [r for r in vis if r.server in row_of]
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    wf_colors = plt.get_cmap("tab20").colors
+    tier_colors = plt.get_cmap("Dark2").colors
+    tcol = {name: tier_colors[k % len(tier_colors)] for k, name in enumerate(sch.tiers)}
+    n = max(1, len(chosen))
+    fig_h = min(60.0, 2.4 + 0.32 * n)
+    fig, ax = plt.subplots(figsize=(13, fig_h))
+    for s in chosen:  # lifetime of the server in the window: faint background
+        y = row_of[s.sid]
+        span = _clip(s.added, hi if s.gone is None else s.gone, lo, hi)
+        if span:
+            ax.broken_barh([(span[0], span[1] - span[0])], (y - 0.45, 0.9), facecolors="#f2f2f2",
+                           edgecolors="none", zorder=0)
+        if s.gone is not None and lo <= s.gone <= hi:
+            ax.plot([s.gone], [y], marker="X" if s.failed else "|", color="red" if s.failed
+                    else "0.3", markersize=9, zorder=5)
+        if s.drained is not None and lo <= s.drained <= hi:
+            ax.plot([s.drained], [y], marker="|", color="0.3", markersize=9, zorder=5)
+    waits = 0
+    for r in runs:
+        y = row_of[r.server]
+        e = end_of(r)
+        seg = _clip(r.start, e, lo, hi) or (r.start, r.start)
+        wcol = wf_colors[(r.workflow or 0) % len(wf_colors)] if r.workflow is not None else "0.6"
+        width = max(seg[1] - seg[0], 0.0)
+        if r.outcome == "lost":
+            ax.broken_barh([(seg[0], width)], (y - 0.35, 0.7), facecolors=wcol, edgecolors="red",
+                           linewidth=1.4, hatch="////", zorder=3)
+            if lo <= e <= hi:
+                ax.plot([e], [y], marker="x", color="red", markersize=7, zorder=6)
+        else:
+            ax.broken_barh([(seg[0], width)], (y - 0.35, 0.7), facecolors=wcol, edgecolors="0.15",
+                           linestyle="-" if r.outcome == "done" else ":", linewidth=0.4,
+                           zorder=3)
+            if r.transfer_s > 0:  # input transfer at the start of the run
+                tr = _clip(r.start, r.start + r.transfer_s, lo, hi)
+                if tr:
+                    ax.broken_barh([(tr[0], tr[1] - tr[0])], (y - 0.35, 0.7), facecolors="white",
+                                   alpha=0.55, edgecolors="none", zorder=4)
+        if r.ready is not None and r.start - r.ready > 1e-9:
+            w = _clip(r.ready, r.start, lo, hi)
+            if w:
+                ax.plot(w, [y + 0.42, y + 0.42], color="black", linewidth=1.0, zorder=4,
+                        solid_capstyle="butt")
+                ax.plot([w[0]], [y + 0.42], marker="|", color="black", markersize=4, zorder=4)
+                waits += 1
+    guards = [(t, row_of[c]) for t, c in sch.guards if c in row_of and lo <= t <= hi]
+    if guards:
+        ax.plot([g[0] for g in guards], [g[1] - 0.42 for g in guards], linestyle="none",
+                marker="v", color="darkorange", markeredgecolor="black", markeredgewidth=0.4,
+                markersize=6, zorder=7)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_yticks(range(len(chosen)))
+    ax.set_yticklabels([f"s{s.sid}" for s in chosen], fontsize=7 if n > 24 else 8)
+    for lab, s in zip(ax.get_yticklabels(), chosen):
+        lab.set_color(tcol.get(s.tier, "black"))
+        lab.set_fontweight("bold")
+    start = 0
+    for k in range(1, len(chosen) + 1):  # tier groups: separator lines and a name on the right
+        if k == len(chosen) or chosen[k].tier != chosen[start].tier:
+            tier = chosen[start].tier
+            if k < len(chosen):
+                ax.axhline(k - 0.5, color="0.4", linewidth=0.8)
+            ax.text(1.005, 1 - ((start + k) / 2) / n, tier, transform=ax.transAxes,
+                    color=tcol.get(tier, "black"), fontsize=9, fontweight="bold", va="center",
+                    ha="left", rotation=90 if k - start >= 3 else 0)
+            start = k
+    ax.set_xlabel("model time (s)" if sch.live else "simulated time (s)")
+    ax.set_ylabel("server (label colour = tier)")
+    wfs = {r.workflow for r in runs if r.workflow is not None}
+    lost = sum(r.outcome == "lost" for r in runs)
+    opened = sum(r.outcome == "open" for r in runs)
+    handles = [Patch(facecolor=wf_colors[0], edgecolor="0.15", linewidth=0.4,
+                     label=f"task run (colour = workflow, {len(wfs)} shown)"),
+               Patch(facecolor="white", edgecolor="red", hatch="////",
+                     label=f"lost run: its server failed first; ends at the loss ({lost})")]
+    if any(r.transfer_s > 0 for r in runs):
+        handles.append(Patch(facecolor="0.85", label="input transfer (pale start of a run)"))
+    if opened:
+        handles.append(Patch(facecolor="0.8", edgecolor="0.15", linestyle=":",
+                             label=f"still running at the end ({opened})"))
+    if sch.has_arrivals:
+        handles.append(Line2D([], [], color="black", linewidth=1.0,
+                              label="wait: ready (derived) to start, under the bar"))
+    else:
+        handles.append(Line2D([], [], color="none", label="no wait information in this trace "
+                                                          "(no arrival events)"))
+    if guards:
+        handles.append(Line2D([], [], linestyle="none", marker="v", color="darkorange",
+                              markeredgecolor="black", markeredgewidth=0.4,
+                              label=f"guard replaced the policy's pick, on the server it chose "
+                                    f"({len(guards)})"))
+    note = _decision_note(sch.end_metrics)
+    if note:
+        handles.append(Line2D([], [], color="none", label=note))
+    if any(s.gone is not None and s.failed for s in chosen):
+        handles.append(Line2D([], [], color="red", marker="X", linestyle="none",
+                              label="server failed"))
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    if title is None:
+        who = f"{sch.policy} (live)" if sch.live and sch.policy else ("live" if sch.live else "")
+        title = " ".join(x for x in (sch.path.name, who) if x)
+    n_tasks = len({r.task for r in runs})
+    ax.set_title(f"{title}\n{selection}; {n_tasks} tasks, {lo:.1f}–{hi:.1f} s", fontsize=10)
+    fig.tight_layout(rect=(0, 0.6 / fig_h, 1, 1))  # room for the legend below
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fig.savefig(out, dpi=110)
+    except OSError as e:
+        raise ValueError(f"{out}: cannot write the chart ({e.strerror or e})") from None
+    finally:
+        plt.close(fig)
+    return {"out": str(out), "rows": len(chosen), "servers_total": len(sch.servers),
+            "bars": len(runs), "tasks": len({r.task for r in runs}), "lost": lost, "open": opened,
+            "workflows": len(wfs), "waits": waits, "guards": len(guards), "wait_info": sch.has_arrivals, "from": lo,
+            "to": hi, "selection": selection}
