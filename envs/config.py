@@ -285,6 +285,12 @@ class ResourceMappingConfig:
         return self.default
 
 
+# Formats of workload.dag_format (envs.loaders.dags detects them from a file's content).
+DagFormat = Literal["auto", "wfformat", "worfbench", "flowbench", "dagbench", "nestful",
+                    "taskplan", "live"]
+DAG_FORMATS: tuple[str, ...] = typing.get_args(DagFormat)
+
+
 @dataclass(frozen=True)
 class WorkloadConfig:
     """Workflow arrivals and the random DAG generator (DESIGN.md §3)."""
@@ -304,8 +310,18 @@ class WorkloadConfig:
     output_gb: DistConfig = DistConfig("exponential", 0.5, 0.0, 0.01)
     resources: ResourceMappingConfig | None = field(default=None, metadata=rng(
         doc="demand mapping of the real-DAG families (required by them; see docs/workloads.md)"))
+    dags: tuple[str, ...] = field(default=(), metadata=rng(
+        doc="source 'dags': DAG files or directories (searched recursively), any supported format"))
+    dag_format: DagFormat = field(default="auto", metadata=rng(
+        doc="source 'dags': 'auto' detects each file's format from its content, or force one"))
+    on_invalid: Literal["raise", "skip"] | None = field(default=None, metadata=rng(
+        doc="an invalid record or file: 'raise' aborts naming it, 'skip' skips and counts it "
+            "(logged at WARNING); default: the family's own rule ('raise' for 'dags')"))
 
     def __post_init__(self) -> None:
+        if self.source == "dags" and not self.dags:
+            raise ConfigError("workload.dags: name at least one DAG file or directory for "
+                              "workload.source 'dags'")
         if self.min_tasks > self.max_tasks:
             raise ConfigError(f"workload.min_tasks ({self.min_tasks}) exceeds max_tasks ({self.max_tasks})")
         times = [t for t, _ in self.rate_schedule]

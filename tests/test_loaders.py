@@ -476,3 +476,170 @@ def test_cli_eval_workload_heuristic(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "scale_ray.cli", "eval", "--workload", "nope"],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "unknown family 'nope'" in bad.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# Format detection (envs.loaders.dags) and the loader fixes of issue 15
+# ------------------------------------------------------------------------------------------
+
+SHIPPED_FORMATS = {
+    "wfinstances": ("wfformat", 7), "flowbench": ("flowbench", 13), "dagbench": ("dagbench", 2),
+    "worfbench": ("worfbench", 4), "nestful": ("nestful", 3), "gnn4taskplan": ("taskplan", 3),
+}
+
+
+@pytest.mark.parametrize("folder", sorted(SHIPPED_FORMATS))
+def test_detect_format_of_every_shipped_file(folder):
+    fmt, count = SHIPPED_FORMATS[folder]
+    files = loaders.dags.dag_files([DATA_DIR / folder])
+    assert len(files) == count
+    assert [loaders.detect_format(f) for f in files] == [fmt] * count
+
+
+def test_detect_format_taskbench_live_and_not_a_dag(tmp_path):
+    assert loaders.detect_format(DATA_DIR / "taskbench/taskbench_gold_sample.jsonl") == "taskplan"
+    assert loaders.detect_format(REPO / "configs/live/agent_dags.yaml") == "live"
+    with pytest.raises(WorkflowError, match=r"tool_desc\.json: not a DAG file in a known format; "
+                                            r"formats tried: wfformat, worfbench, flowbench"):
+        loaders.detect_format(DATA_DIR / "taskbench/data_huggingface/tool_desc.json")
+
+
+def test_detect_format_reads_content_not_the_file_name(tmp_path):
+    src = DATA_DIR / "flowbench/adjacency_list_dags/montage.json"
+    as_yaml = write(tmp_path, "plans.jsonl", src.read_text())
+    assert loaders.detect_format(as_yaml) == "flowbench"
+    wf = write(tmp_path, "graph.yaml", wfformat_doc())
+    assert loaders.detect_format(wf) == "wfformat"
+    one_plan = write(tmp_path, "x.json", {"id": "p", "task_nodes": [{"task": "A"}], "task_links": []})
+    assert loaders.detect_format(one_plan) == "taskplan"
+    live_yaml = write(tmp_path, "dag.txt", "name: w\ntasks:\n  - {name: a, compute_gflop: 2}\n")
+    assert loaders.detect_format(live_yaml) == "live"
+    # a list whose first record is damaged is still recognised by its majority
+    recs = [{"bad": 1}] + worf("Node:\n1: a\nEdge: (START,1) (1,END)")
+    assert loaders.detect_format(write(tmp_path, "w.json", recs)) == "worfbench"
+
+
+def test_load_dags_directory_of_two_formats(res, tmp_path):
+    (tmp_path / "sub").mkdir()
+    write(tmp_path, "sub/a.json", wfformat_doc())
+    write(tmp_path, "b.yaml", "name: w\ntasks:\n  - {name: a, compute_gflop: 2, memory_gb: 1}\n"
+                              "  - {name: b, compute_gflop: 6, parents: [a]}\n")
+    write(tmp_path, "README.md", "not read")
+    loaded, per = loaders.load_dags([tmp_path], res)
+    assert per == {"live": 1, "wfformat": 1}
+    assert sorted(w.name for w in loaded.workflows) == ["w", "wfformat/a"]
+    live = next(w for w in loaded.workflows if w.name == "w")
+    assert [(t.compute_gflop, t.memory_gb, t.parents) for t in live.tasks] == [(2.0, 1.0, ()), (6.0, 0.0, (0,))]
+
+
+def test_duplicate_node_ids_are_errors(res, tmp_path):
+    dup = worf("Node:\n1: a\n1: b\nEdge: (START,1) (1,END)")
+    path = write(tmp_path, "dup.json", dup)
+    with pytest.raises(WorkflowError, match=r"dup\.json: record 1 \(id 'r1'\): graph text declares "
+                                            r"node id '1' twice"):
+        loaders.load_worfbench([path], res)
+    out = loaders.load_worfbench([path], res, "skip")  # skip mode: a counted skip, not a merge
+    assert (len(out.workflows), len(out.skipped), out.records) == (1, 1, 2)
+    flow = write(tmp_path, "flow.json", '{"a": ["b"], "b": [], "a": []}')
+    with pytest.raises(WorkflowError, match=r"flow\.json: duplicate key 'a'"):
+        loaders.load_flowbench([flow], res)
+    live = write(tmp_path, "live.json", {"name": "w", "tasks": [{"name": "x", "compute_gflop": 1},
+                                                                 {"name": "x", "compute_gflop": 2}]})
+    with pytest.raises(WorkflowError, match="duplicate task name 'x'"):
+        loaders.load_dags([live], res)
+
+
+def test_empty_file_warns_naming_it(res, tmp_path, caplog):
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    with caplog.at_level(logging.WARNING, logger="envs.loaders"):
+        out = loaders.load_wfformat([empty], res)
+        plans = loaders.load_plans([empty], res, "raise", "t", None)
+    assert (out.records, plans.records) == (0, 0)
+    assert caplog.text.count("empty.json: empty file") == 2
+    ok = write(tmp_path, "ok.json", wfformat_doc())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="envs.loaders"):
+        loaded, per = loaders.load_dags([empty, ok], res)
+    assert per == {"wfformat": 1} and len(loaded.workflows) == 1
+    assert "empty.json: empty file" in caplog.text
+
+
+def test_binary_and_non_utf8_files_name_the_file(res, tmp_path):
+    latin = tmp_path / "latin.json"
+    latin.write_bytes('{"a": ["caf\u00e9"]}'.encode("latin-1"))
+    with pytest.raises(WorkflowError, match=r"latin\.json: not UTF-8 text \(invalid byte 0xe9"):
+        loaders.load_flowbench([latin], res)
+    binary = tmp_path / "blob.json"
+    binary.write_bytes(b"\x7fELF\x02\x01\x00\x00" + bytes(range(256)))
+    with pytest.raises(WorkflowError, match=r"blob\.json: binary file"):
+        loaders.load_plans([binary], res, "skip", "t", None)
+    with pytest.raises(WorkflowError, match=r"blob\.json: binary file.*formats tried: wfformat"):
+        loaders.detect_format(binary)
+
+
+@pytest.mark.parametrize("where,key,value,needle", [
+    ("execution", "runtimeInSeconds", 1e12, r"'runtimeInSeconds' must be a finite number in \[0, 1e\+07\], got 1000000000000.0"),
+    ("execution", "runtimeInSeconds", float("nan"), r"'runtimeInSeconds' must be a finite number"),
+    ("execution", "runtimeInSeconds", -1.0, r"'runtimeInSeconds' must be a finite number"),
+    ("execution", "avgCPU", float("inf"), r"'avgCPU' must be a finite number"),
+    ("execution", "memoryInBytes", 2e15, r"'memoryInBytes' must be a finite number in \[0, 1e\+15\]"),
+    ("files", "sizeInBytes", -5, r"'sizeInBytes' must be a finite number in \[0, 1e\+15\], got -5"),
+])
+def test_wfformat_absurd_values_rejected(res, tmp_path, where, key, value, needle):
+    doc = wfformat_doc()
+    spec = doc["workflow"]["specification"]
+    target = spec["files"][0] if where == "files" else doc["workflow"]["execution"]["tasks"][1]
+    target[key] = value
+    with pytest.raises(WorkflowError, match=needle) as e:
+        loaders.load_wfformat([write(tmp_path, "absurd.json", doc)], res)
+    assert "absurd.json" in str(e.value)
+
+
+def test_dagbench_and_live_absurd_values_rejected(res, tmp_path):
+    doc = {"task_graph": {"tasks": [{"name": "x", "cost": 1e11}], "dependencies": []}}
+    with pytest.raises(WorkflowError, match=r"d\.json.*'cost' must be a finite number in \[0, 1e\+10\]"):
+        loaders.load_dagbench([write(tmp_path, "d.json", doc)], res)
+    for key, value, needle in (("memory_gb", 2e6, r"memory_gb must be a finite number >= 0 and <= 1e\+06"),
+                               ("compute_gflop", 1e12, r"compute_gflop must be a finite number > 0 and <= 1e\+09"),
+                               ("output_gb", -1, "output_gb must be a finite number >= 0")):
+        rec = {"name": "w", "tasks": [{"name": "a", "compute_gflop": 1, key: value}]}
+        with pytest.raises(WorkflowError, match=needle) as e:
+            loaders.load_dags([write(tmp_path, f"{key}.json", rec)], res)
+        assert f"{key}.json" in str(e.value)
+    nan = write(tmp_path, "nan.json", '{"name": "w", "tasks": [{"name": "a", "compute_gflop": NaN}]}')
+    with pytest.raises(WorkflowError, match="compute_gflop must be a finite number > 0"):
+        loaders.load_dags([nan], res)
+
+
+def test_family_on_invalid_override(res):
+    # gnn4taskplan skips its invalid predicted plans by default; 'raise' aborts on the first one
+    records, skipped = loaders.load_counts("gnn4taskplan", res)
+    assert skipped > 0
+    with pytest.raises(WorkflowError, match=r"direct\.json: line \d+"):
+        loaders.load_family("gnn4taskplan", res, "raise")
+    assert len(loaders.load_family("worfbench", res, "skip")) == len(loaders.load_family("worfbench", res))
+
+
+def test_dags_config_is_validated():
+    with pytest.raises(ConfigError, match="workload.dags: name at least one DAG file"):
+        load_env(BASE, ["workload.source=dags"])
+    with pytest.raises(ConfigError, match=r"env\.workload\.dag_format: 'pdf' is not allowed; choose "
+                                          r"one of \['auto', 'wfformat'"):
+        load_env(BASE, ["workload.dag_format=pdf"])
+    with pytest.raises(ConfigError, match=r"env\.workload\.on_invalid"):
+        load_env(BASE, ["workload.on_invalid=ignore"])
+
+
+def test_dags_source_and_offered_load(tmp_path):
+    path = write(tmp_path, "w.json", {"workflows": [
+        {"name": "a", "tasks": [{"name": "x", "compute_gflop": 10}]},
+        {"name": "b", "tasks": [{"name": "x", "compute_gflop": 20}, {"name": "y", "compute_gflop": 10}]}]})
+    env = load_env(BASE, {"workload": {"source": "dags", "dags": [str(path)], "order": "replay"}})
+    import numpy as np
+    src = make_source(env.workload)
+    rng = np.random.default_rng(0)
+    assert [src.next_workflow(rng).name for _ in range(3)] == ["a", "b", "a"]
+    # W = (10 + 30) / 2 = 20 GFLOP; paper cluster at N=16: 4 x 1 + 10 x 2 + 2 x 4 = 32 GFLOP/s
+    assert loaders.dags.capacity_gflop_s(env, 16) == 32.0
+    assert loaders.arrival_rate_for_load(env, 0.5, src.workflows) == pytest.approx(0.8)

@@ -27,6 +27,12 @@ BYTES_PER_GB = 1e9
 
 OnInvalid = Literal["raise", "skip"]
 
+# Plausibility limits: a value past one of these is a unit slip or a damaged file, and would make
+# the simulation meaningless (a 1e12 s task never finishes within any horizon).
+MAX_RUNTIME_S = 1e7          # ~116 days of one task
+MAX_MEMORY_GB = 1e6          # 1 PB
+MAX_BYTES = MAX_MEMORY_GB * 1e9  # 1 PB, for memory and file sizes given in bytes
+
 
 @dataclass
 class Loaded:
@@ -49,17 +55,69 @@ def rel(path: Path) -> str:
         return str(path)
 
 
-def read_json(path: Path) -> Any:
-    """Parse a JSON file; a missing file or truncated/invalid JSON raises WorkflowError."""
+def read_text(path: Path) -> str:
+    """The text of a UTF-8 file ('' for an empty or blank one); a missing, unreadable, binary or
+    non-UTF-8 file raises WorkflowError naming it."""
     p = Path(path)
     if not p.is_file():
         raise WorkflowError(f"{p}: no such workflow file")
-    text = p.read_text(encoding="utf-8")
     try:
-        return json.loads(text)
+        raw = p.read_bytes()
+    except OSError as e:
+        raise WorkflowError(f"{rel(p)}: cannot read ({e.strerror or e})") from None
+    if not raw.strip():
+        return ""
+    if b"\0" in raw[:8192]:
+        raise WorkflowError(f"{rel(p)}: binary file (NUL bytes), not a UTF-8 text DAG file")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise WorkflowError(f"{rel(p)}: not UTF-8 text (invalid byte 0x{raw[e.start]:02x} at "
+                            f"offset {e.start})") from None
+
+
+def empty(path: Path) -> bool:
+    """Whether ``path`` is an existing empty (or blank) file; if so, log a WARNING naming it.
+    Loaders skip such a file (0 records) instead of failing on it or passing it over silently."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes() if p.is_file() and p.stat().st_size < 4096 else None
+    except OSError:
+        return False
+    if raw is None or raw.strip():
+        return False
+    log.warning("%s: empty file (%d bytes): no workflows read from it", rel(p), len(raw))
+    return True
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise WorkflowError(f"duplicate key {k!r} in one JSON object (a node id listed twice?)")
+        out[k] = v
+    return out
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads`` that rejects duplicate keys (json would silently keep the last one)."""
+    return json.loads(text, object_pairs_hook=_no_duplicate_keys)
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file; a missing, empty, binary or non-UTF-8 file, truncated/invalid JSON or a
+    duplicate key raises WorkflowError naming the file."""
+    p = Path(path)
+    text = read_text(p)
+    if not text:
+        raise WorkflowError(f"{rel(p)}: empty file")
+    try:
+        return loads_json(text)
     except json.JSONDecodeError as e:
         raise WorkflowError(f"{rel(p)}: invalid or truncated JSON at line {e.lineno} column "
                             f"{e.colno}: {e.msg}") from None
+    except WorkflowError as e:
+        raise WorkflowError(f"{rel(p)}: {e}") from None
 
 
 def read_json_list(path: Path) -> list[Any]:
@@ -73,17 +131,22 @@ def read_json_list(path: Path) -> list[Any]:
 def read_jsonl(path: Path) -> list[tuple[int, Any]]:
     """(line number, record) for each non-blank line; a bad line raises WorkflowError."""
     p = Path(path)
-    if not p.is_file():
-        raise WorkflowError(f"{p}: no such workflow file")
+    return parse_jsonl(read_text(p), rel(p))
+
+
+def parse_jsonl(text: str, where: str) -> list[tuple[int, Any]]:
+    """(line number, record) for each non-blank line of ``text``."""
     out = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            out.append((lineno, json.loads(line)))
+            out.append((lineno, loads_json(line)))
         except json.JSONDecodeError as e:
-            raise WorkflowError(f"{rel(p)}: line {lineno}: invalid or truncated JSON at column "
+            raise WorkflowError(f"{where}: line {lineno}: invalid or truncated JSON at column "
                                 f"{e.colno}: {e.msg}") from None
+        except WorkflowError as e:
+            raise WorkflowError(f"{where}: line {lineno}: {e}") from None
     return out
 
 
@@ -100,11 +163,12 @@ def need(record: Any, key: str, where: str, kind: type | tuple[type, ...] | None
     return value
 
 
-def number(record: Mapping[str, Any], key: str, where: str) -> float:
-    """A finite, non-negative number field."""
+def number(record: Mapping[str, Any], key: str, where: str, hi: float | None = None) -> float:
+    """A finite, non-negative number field (at most ``hi`` when given)."""
     v = need(record, key, where, (int, float))
-    if isinstance(v, bool) or not math.isfinite(v) or v < 0:
-        raise WorkflowError(f"{where}: field {key!r} must be a finite number >= 0, got {v!r}")
+    if isinstance(v, bool) or not math.isfinite(v) or v < 0 or (hi is not None and v > hi):
+        rule = f"in [0, {hi:g}]" if hi is not None else ">= 0"
+        raise WorkflowError(f"{where}: field {key!r} must be a finite number {rule}, got {v!r}")
     return float(v)
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from ..config import ResourceMappingConfig
 from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import BYTES_PER_GB, Loaded, OnInvalid, collect, measured_task, need, number, read_json, rel
+from .common import (BYTES_PER_GB, MAX_BYTES, MAX_RUNTIME_S, Loaded, OnInvalid, collect, empty,
+                     measured_task, need, number, read_json, rel)
 
 KIND = "tensor_op"
 
@@ -28,13 +29,13 @@ def parse_dagbench(doc: object, res: ResourceMappingConfig, where: str, name: st
         tname = str(need(t, "name", tw))
         if tname in cost_ms:
             raise WorkflowError(f"{tw}: task name {tname!r} appears twice")
-        cost_ms[tname] = number(t, "cost", f"{tw} ({tname!r})")
+        cost_ms[tname] = number(t, "cost", f"{tw} ({tname!r})", MAX_RUNTIME_S * 1000.0)
     out_bytes = {n: 0.0 for n in cost_ms}
     edges: list[tuple[str, str]] = []
     for i, d in enumerate(deps):
         dw = f"{where}: task_graph.dependencies[{i}]"
         src, dst = str(need(d, "source", dw)), str(need(d, "target", dw))
-        size = number(d, "size", dw)
+        size = number(d, "size", dw, MAX_BYTES)
         edges.append((src, dst))
         if src in out_bytes:
             out_bytes[src] = max(out_bytes[src], size)
@@ -48,8 +49,17 @@ def load_dagbench(paths: list[Path], res: ResourceMappingConfig, on_invalid: OnI
                   family: str = "dagbench") -> Loaded:
     out = Loaded()
     for path in paths:
-        label = path.parent.name if path.name == "graph.json" else path.stem
-        def build(path: Path = path, label: str = label) -> WorkflowSpec:
-            return parse_dagbench(read_json(path), res, rel(path), f"{family}/{label}")
-        out.extend(collect(path, [(f"workflow {label!r}", build)], on_invalid))
+        if not empty(path):
+            out.extend(load_dagbench_doc(path, None, res, on_invalid, family))
     return out
+
+
+def load_dagbench_doc(path: Path, doc: object, res: ResourceMappingConfig, on_invalid: OnInvalid,
+                      family: str) -> Loaded:
+    """The one workflow of ``path`` (``doc``: its parsed JSON, or None to read it)."""
+    label = path.parent.name if path.name == "graph.json" else path.stem
+
+    def build() -> WorkflowSpec:
+        d = read_json(path) if doc is None else doc
+        return parse_dagbench(d, res, rel(path), f"{family}/{label}")
+    return collect(path, [(f"workflow {label!r}", build)], on_invalid)

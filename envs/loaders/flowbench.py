@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..config import ResourceMappingConfig
 from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import Loaded, OnInvalid, collect, profile_task, read_json, rel
+from .common import Loaded, OnInvalid, collect, empty, profile_task, read_json, rel
 
 
 def parse_adjacency(doc: object, res: ResourceMappingConfig, where: str, name: str) -> WorkflowSpec:
@@ -35,7 +35,15 @@ def load_flowbench(paths: list[Path], res: ResourceMappingConfig, on_invalid: On
                    family: str = "flowbench") -> Loaded:
     out = Loaded()
     for path in paths:
-        def build(path: Path = path) -> WorkflowSpec:
-            return parse_adjacency(read_json(path), res, rel(path), f"{family}/{path.stem}")
-        out.extend(collect(path, [(f"workflow {path.stem!r}", build)], on_invalid))
+        if not empty(path):
+            out.extend(load_adjacency_doc(path, None, res, on_invalid, family))
     return out
+
+
+def load_adjacency_doc(path: Path, doc: object, res: ResourceMappingConfig, on_invalid: OnInvalid,
+                       family: str) -> Loaded:
+    """The one workflow of ``path`` (``doc``: its parsed JSON, or None to read it)."""
+    def build() -> WorkflowSpec:
+        d = read_json(path) if doc is None else doc
+        return parse_adjacency(d, res, rel(path), f"{family}/{path.stem}")
+    return collect(path, [(f"workflow {path.stem!r}", build)], on_invalid)

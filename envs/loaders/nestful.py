@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from ..config import ResourceMappingConfig
 from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import Loaded, OnInvalid, collect, need, profile_task, read_json_list, rel
+from .common import Loaded, OnInvalid, collect, empty, need, profile_task, read_json_list, rel
 
 KIND = "api"
 RESULT_CALL = "var_result"
@@ -70,13 +70,18 @@ def load_nestful(paths: list[Path], res: ResourceMappingConfig, on_invalid: OnIn
                  family: str = "nestful") -> Loaded:
     out = Loaded()
     for path in paths:
-        doc = read_json_list(path)
-
-        def records():
-            for i, rec in enumerate(doc):
-                rid = rec.get("sample_id", i) if isinstance(rec, dict) else i
-                where = f"{rel(path)}: record {i} (id {rid!r})"
-                yield where, (lambda rec=rec, where=where, rid=rid: parse_nestful_record(
-                    rec, res, where, f"{family}/{path.stem}/{rid}"))
-        out.extend(collect(path, records(), on_invalid))
+        if not empty(path):
+            out.extend(load_nestful_doc(path, read_json_list(path), res, on_invalid, family))
     return out
+
+
+def load_nestful_doc(path: Path, doc: list, res: ResourceMappingConfig, on_invalid: OnInvalid,
+                     family: str) -> Loaded:
+    """The records of ``doc`` (the parsed JSON list of ``path``)."""
+    def records():
+        for i, rec in enumerate(doc):
+            rid = rec.get("sample_id", i) if isinstance(rec, dict) else i
+            where = f"{rel(path)}: record {i} (id {rid!r})"
+            yield where, (lambda rec=rec, where=where, rid=rid: parse_nestful_record(
+                rec, res, where, f"{family}/{path.stem}/{rid}"))
+    return collect(path, records(), on_invalid)

@@ -26,7 +26,8 @@ from typing import Any, Iterator, Mapping
 
 from ..config import ResourceMappingConfig
 from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import Loaded, OnInvalid, collect, heaviest, log, need, read_json, read_jsonl, rel
+from .common import (Loaded, OnInvalid, collect, empty, heaviest, log, need, read_json, read_jsonl,
+                     rel)
 
 API_KIND = "api"
 _NODE_REF = re.compile(r"<node-(\d+)>")
@@ -120,36 +121,45 @@ def parse_plan(rec: object, res: ResourceMappingConfig, where: str, name: str,
 
 def load_plans(paths: list[Path], res: ResourceMappingConfig, on_invalid: OnInvalid,
                family: str, tools: Mapping[str, Mapping[str, tuple[list[str], list[str]]]] | None,
-               domain: str | None = None) -> Loaded:
+               domain: str | None = None, predicted: bool | None = None) -> Loaded:
     """Plans from JSON-lines files. ``tools``: domain -> tool modalities (None: all tools are
     APIs, no tool check); the record's ``domain`` field or ``domain`` picks the domain. Unknown
-    tools make a plan invalid when ``on_invalid="skip"`` (predicted plans); in gold plans
-    (``"raise"``) they take the default profile and are counted in a warning."""
+    tools make a plan invalid when ``predicted`` (default: ``on_invalid == "skip"``, predicted
+    plans); in gold plans they take the default profile and are counted in a warning."""
     out = Loaded()
-    unknown: list[str] | None = [] if on_invalid == "raise" else None
     for path in paths:
-        lines = read_jsonl(path)
+        if not empty(path):
+            out.extend(load_plan_lines(path, read_jsonl(path), res, on_invalid, family, tools,
+                                       domain, predicted))
+    return out
 
-        def records():
-            for lineno, rec in lines:
-                rid = rec.get("id", lineno) if isinstance(rec, dict) else lineno
-                where = f"{rel(path)}: line {lineno} (id {rid!r})"
 
-                def build(rec=rec, where=where, rid=rid) -> WorkflowSpec:
-                    dom_tools = None
-                    if tools is not None:
-                        dom = domain or str(need(rec, "domain", where))
-                        if dom not in tools:
-                            raise WorkflowError(f"{where}: unknown domain {dom!r}; known: {sorted(tools)}")
-                        dom_tools = {}  # the record's domain first, then the other domains
-                        for d in [dom] + [d for d in tools if d != dom]:
-                            for tool, mods in tools[d].items():
-                                dom_tools.setdefault(tool, mods)
-                    return parse_plan(rec, res, where, f"{family}/{rid}", dom_tools, unknown)
-                yield where, build
-        out.extend(collect(path, records(), on_invalid))
-        if unknown:
-            log.warning("%s: %d task nodes use tools without a description; they take the "
-                        "default profile (first: %s)", rel(path), len(unknown), "; ".join(unknown[:3]))
-            unknown.clear()
+def load_plan_lines(path: Path, lines: list[tuple[int, Any]], res: ResourceMappingConfig,
+                    on_invalid: OnInvalid, family: str,
+                    tools: Mapping[str, Mapping[str, tuple[list[str], list[str]]]] | None,
+                    domain: str | None = None, predicted: bool | None = None) -> Loaded:
+    """The plans of ``lines`` ((line number, record) of ``path``); see :func:`load_plans`."""
+    unknown: list[str] | None = None if (on_invalid == "skip" if predicted is None else predicted) else []
+
+    def records():
+        for lineno, rec in lines:
+            rid = rec.get("id", lineno) if isinstance(rec, dict) else lineno
+            where = f"{rel(path)}: line {lineno} (id {rid!r})"
+
+            def build(rec=rec, where=where, rid=rid) -> WorkflowSpec:
+                dom_tools = None
+                if tools is not None:
+                    dom = domain or str(need(rec, "domain", where))
+                    if dom not in tools:
+                        raise WorkflowError(f"{where}: unknown domain {dom!r}; known: {sorted(tools)}")
+                    dom_tools = {}  # the record's domain first, then the other domains
+                    for d in [dom] + [d for d in tools if d != dom]:
+                        for tool, mods in tools[d].items():
+                            dom_tools.setdefault(tool, mods)
+                return parse_plan(rec, res, where, f"{family}/{rid}", dom_tools, unknown)
+            yield where, build
+    out = collect(path, records(), on_invalid)
+    if unknown:
+        log.warning("%s: %d task nodes use tools without a description; they take the "
+                    "default profile (first: %s)", rel(path), len(unknown), "; ".join(unknown[:3]))
     return out

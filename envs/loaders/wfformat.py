@@ -22,7 +22,8 @@ from pathlib import Path
 
 from ..config import ResourceMappingConfig
 from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import BYTES_PER_GB, Loaded, OnInvalid, collect, measured_task, need, number, read_json, rel
+from .common import (BYTES_PER_GB, MAX_BYTES, MAX_RUNTIME_S, Loaded, OnInvalid, collect, empty,
+                     measured_task, need, number, read_json, rel)
 
 KIND = "pegasus_job"
 SCHEMA_VERSIONS = ("1.5",)
@@ -41,7 +42,7 @@ def parse_wfformat(doc: object, res: ResourceMappingConfig, where: str, name: st
     sizes: dict[str, float] = {}
     for i, f in enumerate(need(spec, "files", f"{where}: workflow.specification", list)):
         fw = f"{where}: workflow.specification.files[{i}]"
-        sizes[str(need(f, "id", fw))] = number(f, "sizeInBytes", fw)
+        sizes[str(need(f, "id", fw))] = number(f, "sizeInBytes", fw, MAX_BYTES)
     runs: dict[str, dict] = {}
     for i, t in enumerate(need(execution, "tasks", f"{where}: workflow.execution", list)):
         runs[str(need(t, "id", f"{where}: workflow.execution.tasks[{i}]"))] = t
@@ -84,9 +85,9 @@ def parse_wfformat(doc: object, res: ResourceMappingConfig, where: str, name: st
             raise WorkflowError(f"{tw}: no record in workflow.execution.tasks")
         run = runs[tid]
         rw = f"{where}: workflow.execution task {tid!r}"
-        runtime = number(run, "runtimeInSeconds", rw)
+        runtime = number(run, "runtimeInSeconds", rw, MAX_RUNTIME_S)
         cpu = number(run, "avgCPU", rw) / 100.0 if run.get("avgCPU") is not None else None
-        mem = number(run, "memoryInBytes", rw) / BYTES_PER_GB if run.get("memoryInBytes") is not None else None
+        mem = number(run, "memoryInBytes", rw, MAX_BYTES) / BYTES_PER_GB if run.get("memoryInBytes") is not None else None
         spec_t = measured_task(res, tid, runtime * (1.0 if cpu is None else cpu), mem,
                                max(edge_bytes, default=0.0) / BYTES_PER_GB, KIND)
         if cpu is None and not spec_t.estimated:
@@ -100,7 +101,15 @@ def load_wfformat(paths: list[Path], res: ResourceMappingConfig, on_invalid: OnI
     """Each file is one workflow (named ``<family>/<file stem>``)."""
     out = Loaded()
     for path in paths:
-        def build(path: Path = path) -> WorkflowSpec:
-            return parse_wfformat(read_json(path), res, rel(path), f"{family}/{path.stem}")
-        out.extend(collect(path, [(f"workflow {path.stem!r}", build)], on_invalid))
+        if not empty(path):
+            out.extend(load_wfformat_doc(path, None, res, on_invalid, family))
     return out
+
+
+def load_wfformat_doc(path: Path, doc: object, res: ResourceMappingConfig, on_invalid: OnInvalid,
+                      family: str) -> Loaded:
+    """The one workflow of ``path`` (``doc``: its parsed JSON, or None to read it)."""
+    def build() -> WorkflowSpec:
+        d = read_json(path) if doc is None else doc
+        return parse_wfformat(d, res, rel(path), f"{family}/{path.stem}")
+    return collect(path, [(f"workflow {path.stem!r}", build)], on_invalid)

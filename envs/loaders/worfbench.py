@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..config import ResourceMappingConfig
 from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import Loaded, OnInvalid, collect, need, profile_task, read_json_list, rel
+from .common import Loaded, OnInvalid, collect, empty, need, profile_task, read_json_list, rel
 
 KIND = "agent_step"
 MARKERS = ("START", "END")
@@ -36,6 +36,11 @@ def parse_graph_text(text: str, where: str) -> tuple[list[str], list[tuple[str, 
     nodes = [m.group(1) for line in head.split("Node:", 1)[1].splitlines() if (m := _NODE.match(line))]
     if not nodes:
         raise WorkflowError(f"{where}: graph text declares no nodes")
+    seen: set[str] = set()
+    for n in nodes:
+        if n in seen:
+            raise WorkflowError(f"{where}: graph text declares node id {n!r} twice")
+        seen.add(n)
     edges = [(a, b) for a, b in _EDGE.findall(tail) if a not in MARKERS and b not in MARKERS]
     return nodes, edges
 
@@ -56,14 +61,20 @@ def load_worfbench(paths: list[Path], res: ResourceMappingConfig, on_invalid: On
                    family: str = "worfbench") -> Loaded:
     out = Loaded()
     for path in paths:
-        doc = read_json_list(path)
-        subset = path.parent.name
-
-        def records():
-            for i, rec in enumerate(doc):
-                rid = rec.get("id", i) if isinstance(rec, dict) else i
-                where = f"{rel(path)}: record {i} (id {rid!r})"
-                yield where, (lambda rec=rec, where=where, rid=rid: parse_worfbench_record(
-                    rec, res, where, f"{family}/{subset}/{rid}"))
-        out.extend(collect(path, records(), on_invalid))
+        if not empty(path):
+            out.extend(load_worfbench_doc(path, read_json_list(path), res, on_invalid, family))
     return out
+
+
+def load_worfbench_doc(path: Path, doc: list, res: ResourceMappingConfig, on_invalid: OnInvalid,
+                       family: str) -> Loaded:
+    """The records of ``doc`` (the parsed JSON list of ``path``)."""
+    subset = path.parent.name
+
+    def records():
+        for i, rec in enumerate(doc):
+            rid = rec.get("id", i) if isinstance(rec, dict) else i
+            where = f"{rel(path)}: record {i} (id {rid!r})"
+            yield where, (lambda rec=rec, where=where, rid=rid: parse_worfbench_record(
+                rec, res, where, f"{family}/{subset}/{rid}"))
+    return collect(path, records(), on_invalid)

@@ -36,6 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "see --list-workloads and docs/workloads.md)")
     p.add_argument("--list-workloads", action="store_true",
                    help="print the real-DAG workload family names, one a line, and exit")
+    add_dag_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--servers: {n} must be >= 1")
     if args.paired_vs is not None and args.paired_vs not in args.policy:
         raise ValueError(f"--paired-vs: {args.paired_vs!r} is not one of --policy {args.policy}")
-    env = load_env(args.env_config, args.set)
+    env = dags_env(args)
     rows, episodes = evaluate(env, args.policy, args.servers, args.episodes, args.seed,
                               args.workers, args.trace_dir, stderr_progress("eval"))
     print(format_table(rows))
@@ -67,3 +68,80 @@ def run(args: argparse.Namespace) -> int:
             doc["paired"] = paired
         Path(args.json).write_text(json.dumps(doc, indent=2))
     return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Your own DAG files (--dags), invalid records (--on-invalid), offered load (--load)
+# --------------------------------------------------------------------------------------------
+
+def add_dag_arguments(p: argparse.ArgumentParser) -> None:
+    from envs.config import DAG_FORMATS
+
+    p.add_argument("--dags", nargs="+", default=None, metavar="PATH",
+                   help="evaluate on your own DAG files or directories (searched recursively for "
+                        "*.json, *.jsonl, *.yaml, *.yml): WfFormat, WorFBench, FlowBench adjacency, "
+                        "DAGBench, NESTFUL, TaskBench/GNN4TaskPlan plans or live DAG files, each "
+                        "file's format detected from its content; demands from "
+                        "configs/env/workloads/base.yaml unless --env-config names another env")
+    p.add_argument("--dag-format", default="auto", choices=DAG_FORMATS,
+                   help="with --dags: read every file as this format instead of detecting it")
+    p.add_argument("--on-invalid", choices=["skip", "error"], default=None,
+                   help="an invalid record or file of --dags or --workload: error aborts naming "
+                        "file and record; skip skips it, counts it and logs a WARNING with the "
+                        "count (default: error for --dags, the family's own rule for --workload)")
+    p.add_argument("--load", type=float, default=None, metavar="RHO",
+                   help="offered load instead of workload.arrival_rate_16: lambda16 = RHO x C16 / "
+                        "W, with W the mean total compute (GFLOP) of the workload's DAGs and C16 "
+                        "the cluster's total compute (GFLOP/s) at N=16; lambda(N) = lambda16 x "
+                        "N/16 keeps it about RHO at every N")
+
+
+def dags_env(args: argparse.Namespace):
+    """The env of `scale-ray eval` with --dags, --dag-format, --on-invalid and --load applied;
+    the workload is read here once so a bad file fails before any episode runs."""
+    import numpy as np
+
+    from envs.config import replace
+    from envs.workload import make_source
+    from scale_ray.commands.workloads import WORKLOAD_CONFIG_DIR
+    from scale_ray.config import DEFAULT_ENV_CONFIG
+
+    workload: dict = {}
+    source = args.env_config
+    if args.dags:
+        if args.workload is not None:
+            raise ValueError("--dags and --workload are exclusive")
+        source = source or str(WORKLOAD_CONFIG_DIR / "base.yaml")
+        workload.update(source="dags", dags=[str(Path(p).resolve()) for p in args.dags],
+                        dag_format=args.dag_format)
+    elif args.dag_format != "auto":
+        raise ValueError("--dag-format: only with --dags")
+    if args.on_invalid is not None:
+        workload["on_invalid"] = {"skip": "skip", "error": "raise"}[args.on_invalid]
+    if args.load is not None and not 0 < args.load <= 10:
+        raise ValueError(f"--load: {args.load} must be in (0, 10]")
+    if args.load is not None and any(s.split("=", 1)[0].strip() == "workload.arrival_rate_16"
+                                     for s in args.set):
+        raise ValueError("--load and --set workload.arrival_rate_16 are exclusive")
+    env = load_env({"file": str(source or DEFAULT_ENV_CONFIG), "workload": workload}
+                   if workload else source, args.set)
+    if not (args.dags or args.workload or args.load is not None or args.on_invalid):
+        return env
+    src = make_source(env.workload)  # reads (and validates) the workload's files now
+    if args.dags:
+        from envs.loaders import dags_workflows
+        wfs, records, skipped, per = dags_workflows(env.workload)
+        print(f"dags: {len(wfs)} workflows from {sum(per.values())} files "
+              f"({', '.join(f'{k} {v}' for k, v in per.items())}); {skipped} of {records} "
+              f"records skipped as invalid")
+    if args.load is not None:
+        from envs.loaders.dags import arrival_rate_for_load, capacity_gflop_s
+        wfs = getattr(src, "workflows", None) or [
+            src.next_workflow(np.random.default_rng(0)) for _ in range(2000)]
+        rate = arrival_rate_for_load(env, args.load, wfs)
+        env = replace(env, workload={"arrival_rate_16": rate})
+        c16 = capacity_gflop_s(env, 16)
+        print(f"--load {args.load:g}: lambda16 = {rate:.4g} workflows/s (W = "
+              f"{args.load * c16 / rate:.4g} GFLOP per workflow, C16 = {c16:.4g} GFLOP/s; "
+              f"~{rate * env.workload.horizon_s:.3g} arrivals in horizon_s at N=16)")
+    return env

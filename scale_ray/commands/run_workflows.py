@@ -40,7 +40,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="offered compute load when --rate is not given (0.6 = 60%%)")
     p.add_argument("--time-scale", type=float, default=0.1,
                    help="wall seconds per model second of emulated work")
-    p.add_argument("--dag", default=None, help="JSON/YAML DAG file to replay instead of random DAGs")
+    p.add_argument("--dag", default=None,
+                   help="DAG file to replay instead of random DAGs, in any format `scale-ray eval "
+                        "--dags` reads (live JSON/YAML, WfFormat, WorFBench, FlowBench, DAGBench, "
+                        "NESTFUL, TaskBench plans; detected from the content); demands of the "
+                        "non-live formats from workload.resources (default: "
+                        "configs/env/workloads/base.yaml)")
+    p.add_argument("--dag-format", default="auto",
+                   help="force the --dag file's format instead of detecting it")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--env-config", default=None, help="environment YAML (default: paper.yaml)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -54,6 +61,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=1800.0, help="give up after this many wall s")
     p.add_argument("--json", default=None, help="write the statistics to this JSON file")
     p.add_argument("--trace", default=None, help="write the JSONL trace here")
+
+
+def _dag_resources(env):
+    """The demand mapping for --dag files: the env's, else configs/env/workloads/base.yaml's."""
+    if env.workload.resources is not None:
+        return env.workload.resources
+    from scale_ray.commands.workloads import WORKLOAD_CONFIG_DIR
+    return load_env(WORKLOAD_CONFIG_DIR / "base.yaml").workload.resources
 
 
 def _live_config(args: argparse.Namespace):
@@ -82,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     env = load_env(args.env_config, args.set, servers=args.nodes)
     live = _live_config(args)
     events = parse_events(args.kill_node_at, args.add_node_at)
-    dag = load_dag_file(args.dag) if args.dag else None
+    dag = load_dag_file(args.dag, _dag_resources(env), args.dag_format) if args.dag else None
     specs = workload_specs(env, args.workflows, args.seed, dag)
     rate = args.rate or rate_for_load(env, args.load, specs)
     times = arrival_times(rate, len(specs), args.seed)

@@ -12,7 +12,8 @@ arguments (Ray resolves only top-level object refs); other arguments are passed 
 A workflow is the set of calls reachable from its outputs; :func:`collect` turns it into a
 validated :class:`envs.workload.WorkflowSpec` plus the calls in the same topological order.
 
-Workflows also come from DAG files (:func:`load_dag_file`, the project's JSON/YAML format) and from
+Workflows also come from DAG files (:func:`load_dag_file`: the project's JSON/YAML format, parsed
+by :func:`envs.loaders.livedag.parse_dag`, or any format ``envs.loaders`` detects) and from
 any :class:`~envs.workload.WorkflowSpec` (:func:`from_spec`, so the real-DAG loaders in
 ``envs.loaders`` plug in); those get an emulated body (:func:`emulated_body`) whose return value
 is checkable: ``index + 1 + sum(parent values)``.
@@ -20,15 +21,14 @@ is checkable: ``index + 1 + sum(parent values)``.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import yaml
-
-from envs.workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
+from envs.config import ResourceMappingConfig
+from envs.loaders.livedag import parse_dag
+from envs.workload import TaskSpec, WorkflowError, WorkflowSpec
 
 __all__ = ["Primitive", "Call", "primitive", "collect", "from_spec", "load_dag_file",
            "emulated_body", "expected_emulated_values", "WorkflowError", "CollectedWorkflow"]
@@ -215,77 +215,18 @@ def from_spec(spec: WorkflowSpec) -> CollectedWorkflow:
     return CollectedWorkflow(spec, tuple(calls), sinks, tuple(expected_emulated_values(spec)))
 
 
-def _task_from_record(wf: str, rec: Any, i: int, where: str) -> tuple[str, TaskSpec, list[str]]:
-    if not isinstance(rec, Mapping):
-        raise WorkflowError(f"{where}: workflow {wf!r}: tasks[{i}] must be a mapping")
-    allowed = {"name", "compute_gflop", "memory_gb", "output_gb", "parents"}
-    unknown = sorted(set(rec) - allowed)
-    if unknown:
-        raise WorkflowError(f"{where}: workflow {wf!r}: tasks[{i}]: unknown key {unknown[0]!r}; "
-                            f"allowed keys: {sorted(allowed)}")
-    name = str(rec.get("name", f"t{i}"))
-    if "compute_gflop" not in rec:
-        raise WorkflowError(f"{where}: workflow {wf!r}: task {name!r}: compute_gflop is required")
-    vals = {}
-    for key, positive in (("compute_gflop", True), ("memory_gb", False), ("output_gb", False)):
-        try:
-            vals[key] = _check_hint(name, key, rec.get(key, 0.0), positive)
-        except WorkflowError as e:
-            raise WorkflowError(f"{where}: workflow {wf!r}: {e}") from None
-    parents = rec.get("parents", [])
-    if not isinstance(parents, list) or not all(isinstance(p, (str, int)) for p in parents):
-        raise WorkflowError(f"{where}: workflow {wf!r}: task {name!r}: parents must be a list of "
-                            f"task names")
-    return name, TaskSpec(vals["compute_gflop"], vals["memory_gb"], vals["output_gb"], (), name), \
-        [str(p) for p in parents]
+def load_dag_file(path: str | Path, res: ResourceMappingConfig | None = None,
+                  fmt: str = "auto", on_invalid: str = "raise") -> list[WorkflowSpec]:
+    """Workflows from a DAG file in any format of :mod:`envs.loaders.dags` (detected from the
+    content unless ``fmt`` names one): the live JSON/YAML format (:func:`parse_dag`) carries its
+    demands; the others need the demand mapping ``res`` (``workload.resources``)."""
+    from envs.loaders import load_dags
 
-
-def parse_dag(data: Any, where: str = "<dag>") -> list[WorkflowSpec]:
-    """Workflows from the project's DAG format (already parsed JSON/YAML).
-
-    Format: ``{"workflows": [{"name": str, "tasks": [{"name", "compute_gflop", "memory_gb",
-    "output_gb", "parents": [names]}]}]}`` or one workflow mapping at the top level. Tasks may be
-    listed in any order; cycles, unknown parents, duplicate names and bad values are rejected.
-    """
-    if isinstance(data, Mapping) and "workflows" in data:
-        wfs = data["workflows"]
-        if not isinstance(wfs, list) or not wfs:
-            raise WorkflowError(f"{where}: 'workflows' must be a non-empty list")
-    elif isinstance(data, Mapping) and "tasks" in data:
-        wfs = [data]
-    else:
-        raise WorkflowError(f"{where}: expected a mapping with 'workflows' or 'tasks'")
-    out = []
-    for k, wf in enumerate(wfs):
-        if not isinstance(wf, Mapping) or not isinstance(wf.get("tasks"), list) or not wf["tasks"]:
-            raise WorkflowError(f"{where}: workflows[{k}] needs a non-empty 'tasks' list")
-        name = str(wf.get("name", f"workflow{k}"))
-        nodes: dict[str, TaskSpec] = {}
-        edges: list[tuple[str, str]] = []
-        for i, rec in enumerate(wf["tasks"]):
-            tname, spec, parents = _task_from_record(name, rec, i, where)
-            if tname in nodes:
-                raise WorkflowError(f"{where}: workflow {name!r}: duplicate task name {tname!r}")
-            nodes[tname] = spec
-            edges.extend((p, tname) for p in parents)
-        for p, c in edges:
-            if p not in nodes:
-                raise WorkflowError(f"{where}: workflow {name!r}: task {c!r} names unknown parent {p!r}")
-        out.append(topological_spec(name, nodes, edges, where))
-    return out
-
-
-def load_dag_file(path: str | Path) -> list[WorkflowSpec]:
-    """Workflows from a ``.json``/``.yaml``/``.yml`` DAG file (see :func:`parse_dag`)."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such DAG file")
-    text = p.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise WorkflowError(f"{p}: cannot parse ({e})") from None
-    return parse_dag(data, str(p))
+    loaded, _ = load_dags([p], res, fmt, on_invalid)  # type: ignore[arg-type]
+    return loaded.workflows
 
 
 def dag_record(spec: WorkflowSpec) -> dict[str, Any]:
