@@ -42,7 +42,8 @@ TraceSink = Callable[[dict[str, Any]], None]
 
 class _Task:
     __slots__ = ("id", "wf", "compute", "memory", "output", "parents", "children", "key",
-                 "pending", "state", "slot", "sid", "start", "finish", "token", "first_parent")
+                 "pending", "state", "slot", "sid", "start", "finish", "token", "first_parent",
+                 "waits")
 
     def __init__(self, tid: int, wf: "_Workflow", compute: float, memory: float, output: float):
         self.id = tid
@@ -61,6 +62,7 @@ class _Task:
         self.finish = math.nan
         self.token = 0              # bumps on every start; stale finish events are ignored
         self.first_parent: _Task | None = None  # first parent to finish (paper's transfer source)
+        self.waits = 0              # policy picks that did not start it (invalid actions)
 
 
 class _Workflow:
@@ -551,6 +553,12 @@ class Simulator:
                 return True
         return False
 
+    @property
+    def current_waits(self) -> int:
+        """How often the policy's pick for the current task did not start it (its waits so far;
+        what ``policies.guard`` bounds)."""
+        return 0 if self.current is None else self.current.waits
+
     def is_valid(self, slot: int) -> bool:
         """Whether picking ``slot`` now starts the current task."""
         task = self.current
@@ -574,6 +582,7 @@ class Simulator:
             reward = self._invalid_penalty
             valid = False
             self.invalid += 1
+            task.waits += 1
             if not self._hol:
                 heapq.heappop(self._ready)  # current task is the heap top
                 self._deferred.append(task)
@@ -645,7 +654,7 @@ class Simulator:
         # encode_task inlined (hot path); the max(., 0) clamp is dropped because a validated
         # WorkflowSpec has no negative demand, so the values are the same bit for bit.
         c = f.clip
-        feat_task = np.array((min(task.compute / f.compute_gflop, c),
+        feat_task = np.array((min(task.compute / f.compute_unit, c),
                               min(task.memory / f.memory_gb, c),
                               min(len(task.children) / f.successors, c),
                               min(wf.done / wf.n, c),
@@ -686,6 +695,10 @@ class Simulator:
         wfs = [w for w in self.workflows if w.done == w.n]
         wresp = [w.finish - w.arrival for w in wfs]
         slow = [(w.finish - w.arrival) / w.lower_bound for w in wfs if w.lower_bound > 0]
+        # busy / alive server-seconds; a task still running at the cutoff (a truncated episode)
+        # counts its time so far
+        busy = self.busy_seconds + sum(self.t - self.run_start[slot]
+                                       for slot, tk in enumerate(self.running) if tk is not None)
         return {
             "completed_tasks": len(resp),
             "arrived_tasks": len(self.tasks),
@@ -695,7 +708,7 @@ class Simulator:
             "p95_response_s": float(np.percentile(resp, 95)) if resp else math.nan,
             "mean_workflow_response_s": float(np.mean(wresp)) if wresp else math.nan,
             "slowdown": float(np.mean(slow)) if slow else math.nan,
-            "utilization": float(self.busy_seconds / self.alive_seconds) if self.alive_seconds else 0.0,
+            "utilization": float(busy / self.alive_seconds) if self.alive_seconds else 0.0,
             "makespan_s": float(self.t),
             "decisions": self.decisions,
             "invalid_rate": self.invalid / self.decisions if self.decisions else 0.0,

@@ -7,6 +7,8 @@ Schema (one JSON object per line, times in simulated seconds):
 ``{"t", "event": "arrival", "workflow", "tasks": [{"task", "compute_gflop", "memory_gb", "output_gb", "parents"}]}``
 ``{"t", "event": "start", "task", "server"[, "transfer_s"]}``  ``{"t", "event": "finish", "task", "server"}``
 ``{"t", "event": "lost", "task", "server"}``  ``{"t", "event": "server_drain" | "server_remove" | "server_fail", "server"}``
+``{"t", "event": "guard", "task", "proposed", "chosen", "reason"}`` (servers by id; ``proposed`` is
+null when the learned policy named no live server)
 ``{"t", "event": "end", "truncated", "metrics": {...}}``
 
 :func:`verify_trace` checks every constraint of the model from the trace alone and recomputes the
@@ -160,6 +162,8 @@ def verify_trace(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 tk.update(state="ready", server=None, start=None)
         elif kind == "end":
             end = ev
+        elif kind == "guard":  # policies.guard replaced a learned policy's answer: no state change
+            pass
         else:
             fail(i, ev, f"unknown event kind {kind!r}")
     if end is None:
@@ -170,6 +174,8 @@ def verify_trace(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
         if open_tasks:
             raise TraceError(f"tasks {open_tasks[:10]} did not finish exactly once")
     alive_s = sum((s["gone"] if s["gone"] is not None else t_end) - s["added"] for s in servers.values())
+    busy_s += sum(t_end - tasks[s["running"]]["start"] for s in servers.values()
+                  if s["running"] is not None)  # still running at the cutoff (truncated episode)
     tiers = header.get("tiers") or [{"compute": s["compute"], "memory_gb": s["memory_gb"]}
                                     for s in servers.values()]
     tiers = sorted(tiers, key=lambda x: -x["compute"])

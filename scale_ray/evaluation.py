@@ -20,13 +20,15 @@ import numpy as np
 from envs.config import EnvConfig, replace
 from envs.simulator import Simulator
 from envs.trace import JsonlTraceWriter
+from policies.guard import Guard, GuardConfig, guard_summary, make_guard
 
 log = logging.getLogger(__name__)
 
 # Keys of one result row (the --json schema of `scale-ray eval`).
 ROW_KEYS = ("policy", "servers", "episodes", "mean_response_s", "std_response_s",
             "censored_response_s", "mean_workflow_response_s", "p95_response_s",
-            "completed_tasks", "slowdown", "utilization", "invalid_rate")
+            "completed_tasks", "slowdown", "utilization", "invalid_rate", "guard_overrides",
+            "guard_override_rate")
 
 
 def episode_seed(base_seed: int, episode: int) -> np.random.SeedSequence:
@@ -55,26 +57,59 @@ def start_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int
     return policy, sim
 
 
+def _guard_for(policy: Any, env: EnvConfig, guard: GuardConfig | None) -> Guard | None:
+    return make_guard(policy, guard, env.features, env.mdp.transfer_delays_start)
+
+
+def guarded_action(guard: Guard | None, sim: Simulator, obs: dict[str, np.ndarray], action: int,
+                   trace: Callable[[dict[str, Any]], None] | None = None) -> int:
+    """``action``, or the guard's replacement (``policies.guard``) given the current task's
+    waits so far; a replacement is written to ``trace`` as a ``guard`` event."""
+    if guard is None:
+        return action
+    chosen, why = guard.check(obs, action, sim.current_waits)
+    if why is not None and trace is not None:
+        proposed = int(sim.srv_id[action]) if 0 <= action < sim.n_slots else -1
+        trace({"t": sim.t, "event": "guard", "task": sim.current.id,
+               "proposed": proposed if proposed >= 0 else None,
+               "chosen": int(sim.srv_id[chosen]), "reason": why})
+    return chosen
+
+
+def guard_metrics(guard: Guard | None, decisions: int) -> dict[str, Any]:
+    """Per-episode guard counters (zeros without a guard) and overrides / decisions."""
+    counts: dict[str, Any] = guard_summary(guard)
+    counts["guard_override_rate"] = counts["guard_overrides"] / decisions if decisions else 0.0
+    return counts
+
+
 def run_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int = 0,
-                trace_path: str | Path | None = None) -> dict[str, Any]:
-    """One episode of ``policy_spec`` (heuristic name, shipped name or artifact path)."""
+                trace_path: str | Path | None = None,
+                guard: GuardConfig | None = None) -> dict[str, Any]:
+    """One episode of ``policy_spec`` (heuristic name, shipped name or artifact path); a learned
+    policy acts through ``policies.guard`` unless ``guard.enabled`` is false."""
     writer = JsonlTraceWriter(trace_path) if trace_path else None
     try:
         policy, sim = start_episode(env, policy_spec, episode, base_seed, writer)
+        g = _guard_for(policy, sim.cfg, guard)
         ret = 0.0
         t0 = time.perf_counter()
         while sim.current is not None:
-            ret += sim.step(policy.act(sim.observe())).reward
+            obs = sim.observe()
+            a = guarded_action(g, sim, obs, policy.act(obs), writer)
+            ret += sim.step(a).reward
         m = sim.metrics()
     finally:
         if writer is not None:
             writer.close()
-    m.update(episode=episode, episode_return=ret, wall_s=time.perf_counter() - t0)
+    m.update(episode=episode, episode_return=ret, wall_s=time.perf_counter() - t0,
+             **guard_metrics(g, m["decisions"]))
     return m
 
 
 def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[int],
-                          base_seed: int = 0) -> list[dict[str, Any]]:
+                          base_seed: int = 0, guard: GuardConfig | None = None
+                          ) -> list[dict[str, Any]]:
     """Several episodes stepped in lockstep with one batched policy call per step.
 
     For stateless policies (trained networks: ``policy.batched``), where a batch of B decisions
@@ -90,6 +125,7 @@ def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[i
         sim = Simulator(env)
         sim.reset(episode_seed(base_seed, k))
         sims.append(sim)
+    guards = [_guard_for(policy, env, guard) for _ in sims]
     returns = [0.0] * len(sims)
     t0 = time.perf_counter()
     active = [i for i, s in enumerate(sims) if s.current is not None]
@@ -97,14 +133,16 @@ def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[i
         obs = [sims[i].observe() for i in active]
         batch = {key: np.stack([o[key] for o in obs]) for key in obs[0]}
         actions = policy.act_batch(batch)
-        for i, a in zip(active, actions):
-            returns[i] += sims[i].step(int(a)).reward
+        for i, o, a in zip(active, obs, actions):
+            a = guarded_action(guards[i], sims[i], o, int(a))
+            returns[i] += sims[i].step(a).reward
         active = [i for i in active if sims[i].current is not None]
     wall = time.perf_counter() - t0
     out = []
     for i, (k, sim) in enumerate(zip(episodes, sims)):
         m = sim.metrics()
-        m.update(episode=k, episode_return=returns[i], wall_s=wall / len(sims))
+        m.update(episode=k, episode_return=returns[i], wall_s=wall / len(sims),
+                 **guard_metrics(guards[i], m["decisions"]))
         out.append(m)
     return out
 
@@ -116,8 +154,8 @@ class Job:
     episodes: tuple[int, ...]
 
 
-def _run_jobs(env: EnvConfig, jobs: Sequence[Job], base_seed: int,
-              trace_dir: str | None) -> list[dict[str, Any]]:
+def _run_jobs(env: EnvConfig, jobs: Sequence[Job], base_seed: int, trace_dir: str | None,
+              guard: GuardConfig | None = None) -> list[dict[str, Any]]:
     from policies import get_policy
 
     out = []
@@ -125,7 +163,7 @@ def _run_jobs(env: EnvConfig, jobs: Sequence[Job], base_seed: int,
         cfg = env.with_servers(job.servers)
         batched = getattr(get_policy(job.policy, cfg), "batched", False)
         if batched and not trace_dir and len(job.episodes) > 1:
-            results = run_episodes_lockstep(cfg, job.policy, job.episodes, base_seed)
+            results = run_episodes_lockstep(cfg, job.policy, job.episodes, base_seed, guard)
         else:
             results = []
             for k in job.episodes:
@@ -133,7 +171,7 @@ def _run_jobs(env: EnvConfig, jobs: Sequence[Job], base_seed: int,
                 if trace_dir:
                     safe = Path(job.policy).name.replace("/", "_")
                     trace = Path(trace_dir) / f"{safe}_n{job.servers}_ep{k:03d}.jsonl"
-                results.append(run_episode(cfg, job.policy, k, base_seed, trace))
+                results.append(run_episode(cfg, job.policy, k, base_seed, trace, guard))
         for m in results:
             m.update(policy=job.policy, servers=job.servers)
         out.extend(results)
@@ -160,6 +198,8 @@ def aggregate(episodes: Iterable[dict[str, Any]], policy: str, servers: int) -> 
         "slowdown": mean("slowdown"),
         "utilization": mean("utilization"),
         "invalid_rate": mean("invalid_rate"),
+        "guard_overrides": mean("guard_overrides"),
+        "guard_override_rate": mean("guard_override_rate"),
         "truncated_episodes": sum(bool(e["truncated"]) for e in eps),
     }
 
@@ -227,11 +267,13 @@ def format_paired(rows: Sequence[dict[str, Any]]) -> str:
 
 def evaluate(env: EnvConfig, policies: Sequence[str], servers: Sequence[int], episodes: int,
              base_seed: int = 0, workers: int = 0, trace_dir: str | None = None,
-             progress: Callable[[int, int], None] | None = None) -> tuple[list[dict], list[dict]]:
+             progress: Callable[[int, int], None] | None = None,
+             guard: GuardConfig | None = None) -> tuple[list[dict], list[dict]]:
     """Evaluate every policy at every size; returns (rows, per-episode metrics).
 
     ``workers`` > 1 runs episodes as Ray tasks on an embedded local Ray (one CPU each); 0 picks the
-    number of CPUs; 1 runs in this process.
+    number of CPUs; 1 runs in this process. Learned policies act through ``policies.guard``
+    (default :class:`GuardConfig`; ``GuardConfig(enabled=False)`` for the raw policy).
     """
     from policies import get_policy
 
@@ -255,11 +297,11 @@ def evaluate(env: EnvConfig, policies: Sequence[str], servers: Sequence[int], ep
     results: list[dict] = []
     if workers <= 1:
         for job in jobs:
-            results.extend(_run_jobs(env, [job], base_seed, trace_dir))
+            results.extend(_run_jobs(env, [job], base_seed, trace_dir, guard))
             if progress:
                 progress(len(results), total)
     else:
-        results = _run_on_ray(env, jobs, base_seed, trace_dir, workers, progress, total)
+        results = _run_on_ray(env, jobs, base_seed, trace_dir, workers, progress, total, guard)
     rows = []
     for p in policies:
         for n in servers:
@@ -271,7 +313,7 @@ def evaluate(env: EnvConfig, policies: Sequence[str], servers: Sequence[int], ep
 
 def _run_on_ray(env: EnvConfig, jobs: list[Job], base_seed: int, trace_dir: str | None,
                 workers: int, progress: Callable[[int, int], None] | None,
-                total: int) -> list[dict]:
+                total: int, guard: GuardConfig | None = None) -> list[dict]:
     import ray
 
     started = False
@@ -282,7 +324,7 @@ def _run_on_ray(env: EnvConfig, jobs: list[Job], base_seed: int, trace_dir: str 
     try:
         remote = ray.remote(num_cpus=1)(_run_jobs)
         env_ref = ray.put(env)
-        pending = [remote.remote(env_ref, [job], base_seed, trace_dir) for job in jobs]
+        pending = [remote.remote(env_ref, [job], base_seed, trace_dir, guard) for job in jobs]
         results: list[dict] = []
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
@@ -321,26 +363,31 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     label = policy_labels(r["policy"] for r in rows)
     w = max([16] + [len(v) + 2 for v in label.values()])
     head = (f"{'policy':<{w}}{'N':>6}{'eps':>5}{'resp s (mean±std)':>20}{'resp all':>10}"
-            f"{'wf resp s':>11}{'p95 s':>9}{'tasks':>9}{'slowdown':>10}{'util':>7}{'invalid':>9}")
+            f"{'wf resp s':>11}{'p95 s':>9}{'tasks':>9}{'slowdown':>10}{'util':>7}{'invalid':>9}"
+            f"{'guard':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         resp = f"{r['mean_response_s']:.3f}±{r['std_response_s']:.3f}"
         lines.append(f"{label[r['policy']]:<{w}}{r['servers']:>6}{r['episodes']:>5}{resp:>20}"
                      f"{r['censored_response_s']:>10.3f}{r['mean_workflow_response_s']:>11.3f}{r['p95_response_s']:>9.3f}"
                      f"{r['completed_tasks']:>9.1f}{r['slowdown']:>10.3f}{r['utilization']:>7.3f}"
-                     f"{r['invalid_rate']:>9.3f}")
+                     f"{r['invalid_rate']:>9.3f}{r.get('guard_overrides', 0.0):>8.1f}")
     return "\n".join(lines)
 
 
 def stderr_progress(label: str) -> Callable[[int, int], None]:
-    """A progress callback that rewrites one stderr line."""
+    """A progress callback on stderr: on a terminal it rewrites one line; elsewhere (a CI log, a
+    file) it writes one line per update, each ending in a newline."""
     t0 = time.perf_counter()
 
     def report(done: int, total: int) -> None:
         el = time.perf_counter() - t0
         eta = el / done * (total - done) if done else 0.0
-        end = "\n" if done == total else ""
-        print(f"\r{label}: {done}/{total} episodes, {el:.0f}s elapsed, ~{eta:.0f}s left",
-              end=end, file=sys.stderr, flush=True)
+        msg = f"{label}: {done}/{total} episodes, {el:.0f}s elapsed, ~{eta:.0f}s left"
+        err = sys.stderr
+        if getattr(err, "isatty", lambda: False)():
+            print(f"\r{msg}", end="\n" if done == total else "", file=err, flush=True)
+        else:
+            print(msg, file=err, flush=True)
 
     return report

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 from envs.config import to_dict
+from policies.guard import GuardConfig
 
 from .config import REPO_ROOT, load_env
 from .evaluation import evaluate, paired_differences
@@ -316,7 +317,9 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
             by_episodes.setdefault(budget.episodes_at(n), []).append(n)
         for episodes, group in by_episodes.items():
             echo(f"evaluating {label}: {len(specs)} policies x sizes {group} x {episodes} episodes")
-            r, e = evaluate(env_cfg, specs, group, episodes, EVAL_SEED, budget.workers)
+            # the paper's methods as trained, without policies.guard (its fallback is EFT)
+            r, e = evaluate(env_cfg, specs, group, episodes, EVAL_SEED, budget.workers,
+                            guard=GuardConfig(enabled=False))
             rows += r
             episodes_all += e
         results.setdefault("eval_wall_s", {})[label] = time.perf_counter() - t0

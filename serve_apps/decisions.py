@@ -21,6 +21,7 @@ import numpy as np
 from envs.config import EnvConfig, FeatureConfig, load_env_config, to_dict
 from envs.encoding import ServerFeatures, encode_task, with_backlog
 from policies import HEURISTICS, Policy, get_policy
+from policies.guard import Guard, GuardConfig, make_guard
 
 from .schemas import PlaceRequest, ScheduleRequest, Server
 
@@ -68,7 +69,16 @@ class LoadedPolicy:
     info: dict[str, Any]
     batched: bool          # scores a padded batch in one call (torch policies)
     argmax_act: bool       # act(obs) == argmax(scores(obs)): one call gives both
+    guard: Guard | None = None  # policies.guard around a learned policy (None: heuristic / off)
     loaded_at: float = field(default_factory=time.time)
+
+    def guard_info(self) -> dict[str, Any]:
+        """``/v1/policy``'s guard section: settings and this replica's overrides per reason."""
+        if self.guard is None:
+            return {"enabled": False}
+        g = self.guard
+        return {"enabled": True, "max_waits": g.config.max_waits, "checked": g.checked,
+                **g.summary()}
 
 
 def env_for_artifact(spec: str, env: EnvConfig) -> EnvConfig:
@@ -85,17 +95,23 @@ def env_for_artifact(spec: str, env: EnvConfig) -> EnvConfig:
 
 
 def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bool | None = None,
-         head_of_line_blocking: bool | None = None) -> LoadedPolicy:
+         head_of_line_blocking: bool | None = None, guard: GuardConfig | None = None,
+         workload_scale: float | None = None) -> LoadedPolicy:
     """Load ``spec`` (heuristic name, shipped artifact name or artifact path) fully.
 
     Features come from the artifact's ``policy.json`` (a heuristic: from ``env``); bandwidth,
     latency and the decision switches from the artifact's recorded env config or ``env``;
     ``mask_infeasible`` / ``head_of_line_blocking`` override the env's switches when given.
+    A learned policy answers through ``policies.guard`` (``guard``; default on).
+    ``workload_scale`` replaces ``features.workload_scale`` (the typical task size of the
+    workload served relative to the paper's; docs/workloads.md).
     """
     if spec not in HEURISTICS:
         env = env_for_artifact(spec, env)
     policy = get_policy(spec, env, seed)
     features = getattr(policy, "features", None) or env.features
+    if workload_scale is not None:
+        features = replace(features, workload_scale=workload_scale)
     mdp = env.mdp
     encoder = EncoderSettings(
         features=features, bandwidth_gb_s=env.cluster.bandwidth_gb_s, latency_s=env.cluster.latency_s,
@@ -113,7 +129,8 @@ def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bo
             "encoder": encoder.to_dict()}
     batched = hasattr(policy, "net")  # policies.artifact.TorchPolicy: one forward for a batch
     argmax_act = batched or type(policy).act is Policy.act
-    return LoadedPolicy(spec, policy, encoder, info, batched, argmax_act)
+    g = make_guard(policy, guard, features, mdp.transfer_delays_start)
+    return LoadedPolicy(spec, policy, encoder, info, batched, argmax_act, g)
 
 
 # ------------------------------------------------------------------------------- observations
@@ -237,6 +254,18 @@ def decide_batch(lp: LoadedPolicy, observations: list[dict[str, np.ndarray]]
     return out
 
 
+def guarded(lp: LoadedPolicy, obs: dict[str, np.ndarray], choice: int, waits: int,
+            ids: Sequence[Any]) -> tuple[int, dict | None]:
+    """(the choice to answer, the guard note or None): ``choice`` checked by the policy's guard
+    (``policies.guard``) given the task's ``waits`` so far; ``ids``: the request's server ids."""
+    if lp.guard is None:
+        return choice, None
+    final, why = lp.guard.check(obs, choice, waits)
+    if why is None:
+        return choice, None
+    return final, {"reason": why, "proposed": ids[choice] if 0 <= choice < len(ids) else None}
+
+
 def json_scores(scores: np.ndarray) -> list[float | None]:
     """Scores for JSON: masked (-inf) and non-finite entries become null."""
     lo, hi = -math.inf, math.inf
@@ -249,6 +278,7 @@ class PreparedPlace:
     obs: dict[str, np.ndarray]
     servers: ServerTable
     memory_gb: float
+    waits: int = 0
 
 
 def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> PreparedPlace:
@@ -271,14 +301,16 @@ def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> Prep
         ready_tasks, age = t.ready_tasks, t.workflow_age_s
     row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, t.successors, t.completion_ratio,
                   slot, t.parent_output_gb, ready_tasks, age)
-    return PreparedPlace(observe(row, servers, lp.encoder), servers, t.memory_gb)
+    return PreparedPlace(observe(row, servers, lp.encoder), servers, t.memory_gb, t.waits)
 
 
 def place_answer(lp: LoadedPolicy, prep: PreparedPlace, choice: int, scores: np.ndarray) -> dict:
+    """The /v1/place answer for the policy's ``choice``, after its guard."""
+    choice, note = guarded(lp, prep.obs, choice, prep.waits, prep.servers.ids)
     return {"server": prep.servers.ids[choice], "index": choice,
             "valid": prep.servers.can_start(choice, prep.memory_gb),
             "scores": json_scores(scores), "policy": lp.info["name"],
-            "policy_version": lp.info["version"]}
+            "policy_version": lp.info["version"], "guard": note}
 
 
 def place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> dict:
@@ -434,7 +466,9 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
             blocked = enc.head_of_line_blocking
             continue
         row = replace(r.row, ready_tasks=len(ready) - i) if backlog else r.row
-        choice, _ = decide(lp, observe(row, servers, enc))
+        obs = observe(row, servers, enc)
+        choice, _ = decide(lp, obs)
+        choice, note = guarded(lp, obs, choice, r.task.waits, servers.ids)
         if servers.can_start(choice, r.row.memory_gb):
             exec_s = r.row.compute_gflop / servers.compute[choice]
             delay = 0.0
@@ -443,9 +477,10 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
                              for slot, out in r.inputs if slot != choice), default=0.0)
             servers.mark_busy(choice, delay + exec_s)
             assignments.append({"workflow": r.wf.id, "task": r.task.id,
-                                "server": servers.ids[choice], "index": choice})
+                                "server": servers.ids[choice], "index": choice, "guard": note})
         else:
-            unassigned.append({"workflow": r.wf.id, "task": r.task.id, "reason": "wait"})
+            unassigned.append({"workflow": r.wf.id, "task": r.task.id, "reason": "wait",
+                               "guard": note})
             blocked = enc.head_of_line_blocking
     return {"assignments": assignments, "unassigned": unassigned, "policy": lp.info["name"],
             "policy_version": lp.info["version"]}

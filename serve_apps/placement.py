@@ -37,6 +37,7 @@ from ray import serve
 
 from envs.config import ConfigError, build, rng
 from policies import default_policy
+from policies.guard import GuardConfig
 
 from .decisions import (LoadedPolicy, PreparedPlace, RequestError, decide_batch, load,
                         place_answer, prepare_place, schedule)
@@ -80,6 +81,13 @@ class PlacementArgs:
         doc="/v1/schedule stops at the first wait; none: as in the env config"))
     seed: int | None = field(default=None, metadata=rng(ge=0, doc="RNG seed of random heuristics"))
     torch_threads: int = field(default=1, metadata=rng(ge=1, le=256, doc="torch intra-op threads"))
+    workload_scale: float | None = field(default=None, metadata=rng(
+        gt=0, le=1e6, doc="features.workload_scale of the workload served: its mean task compute "
+                          "/ 4 GFLOP (docs/workloads.md); none: the policy's own (1 for the "
+                          "shipped policies)"))
+    guard: GuardConfig = field(default_factory=GuardConfig, metadata=rng(
+        doc="policies.guard around a learned policy: {enabled, max_waits}; requests pass each "
+            "task's waits so far"))
     tuning: Tuning = Tuning()
 
 
@@ -147,7 +155,7 @@ class PlacementService:
 
     def _load(self, spec: str) -> LoadedPolicy:
         lp = load(spec, self.env, self.args.seed, self.args.mask_infeasible,
-                  self.args.head_of_line_blocking)
+                  self.args.head_of_line_blocking, self.args.guard, self.args.workload_scale)
         if lp.batched:  # a torch policy (torch is imported only for those)
             from policies.artifact import set_inference_threads
             set_inference_threads(self.args.torch_threads)
@@ -204,7 +212,8 @@ class PlacementService:
     # ---------------------------------------------------------------- /v1/policy
     @api.get("/v1/policy", response_model=PolicyInfo, summary="the policy being served")
     async def policy(self) -> dict:
-        return {**self.lp.info, "loaded_at": self.lp.loaded_at, "swaps": self.swaps}
+        return {**self.lp.info, "guard": self.lp.guard_info(), "loaded_at": self.lp.loaded_at,
+                "swaps": self.swaps}
 
     # ---------------------------------------------------------------- handle API
     async def decide(self, request: Mapping[str, Any]) -> dict:

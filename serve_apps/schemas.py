@@ -56,6 +56,9 @@ class PlaceTask(BaseModel):
     workflow_age_s: NonNegFloat | None = Field(
         None, description="now minus its workflow's arrival, s; required by a policy trained "
                           "with features.backlog, ignored by others")
+    waits: Count = Field(0, description="how often this task was answered with a server that "
+                                        "could not start it (a wait) so far; the guard of a "
+                                        "learned policy bounds it (docs/serving.md)")
 
 
 class PlaceRequest(BaseModel):
@@ -66,6 +69,15 @@ class PlaceRequest(BaseModel):
     servers: list[Server] = Field(min_length=1)
 
 
+class GuardNote(BaseModel):
+    """The guard replaced the learned policy's answer (policies.guard)."""
+    reason: Literal["infeasible", "wait_budget", "slower_wait"] = Field(
+        description="infeasible: the task cannot use that server; wait_budget: the task has "
+                    "waited max_waits times while a server it fits is idle; slower_wait: the "
+                    "busy server would finish it later than the best idle one")
+    proposed: Id | None = Field(description="the server the policy chose (null: none in the request)")
+
+
 class PlaceResponse(BaseModel):
     server: Id = Field(description="id of the chosen server")
     index: int = Field(description="position of the chosen server in the request")
@@ -74,6 +86,8 @@ class PlaceResponse(BaseModel):
     scores: list[float | None] = Field(description="per server, higher is better; null = masked")
     policy: str
     policy_version: str
+    guard: GuardNote | None = Field(None, description="set when the guard replaced the "
+                                                      "policy's answer with EFT's")
 
 
 class Input(BaseModel):
@@ -97,6 +111,7 @@ class ScheduleTask(BaseModel):
     inputs: list[Input] = Field([], description="finished parents in the order they finished "
                                                 "(the first is the transfer source)")
     running: StrictBool = Field(False, description="already started (not ready)")
+    waits: Count = Field(0, description="waits of this task so far (see PlaceTask.waits)")
 
 
 class Workflow(BaseModel):
@@ -127,6 +142,7 @@ class Assignment(BaseModel):
     task: Id
     server: Id
     index: int = Field(description="position of the server in the request")
+    guard: GuardNote | None = Field(None, description="set when the guard replaced the answer")
 
 
 class Unassigned(BaseModel):
@@ -135,6 +151,7 @@ class Unassigned(BaseModel):
     reason: Literal["wait", "blocked"] = Field(
         description="wait: the policy picked a busy server; blocked: behind a wait "
                     "(head-of-line blocking)")
+    guard: GuardNote | None = Field(None, description="set when the guard replaced the answer")
 
 
 class ScheduleResponse(BaseModel):
@@ -156,6 +173,8 @@ class PolicyInfo(BaseModel):
     backend: str = Field(description="how decisions are computed: numpy or torch for a trained "
                                      "network, builtin for a heuristic")
     encoder: dict
+    guard: dict = Field(description="the guard's settings (enabled, max_waits) and the overrides "
+                                    "this replica made, per reason; enabled is false for heuristics")
     loaded_at: float
     swaps: int
 

@@ -4,6 +4,8 @@ scheduler compute them with the one function, envs.encoding.backlog_features."""
 from __future__ import annotations
 
 import numpy as np
+
+from policies.guard import GuardConfig
 import pytest
 
 from envs.config import ConfigError, EnvConfig, build
@@ -104,7 +106,8 @@ def test_serve_schedule_observations_equal_the_simulators(tmp_path, monkeypatch)
     from tests.test_serve import fresh_states, simulator_decisions, simulator_request
 
     env = _cfg(True)
-    lp = dec.load(str(_backlog_artifact(tmp_path, env)), env)
+    lp = dec.load(str(_backlog_artifact(tmp_path, env)), env,
+                  guard=GuardConfig(enabled=False))  # the raw policy vs the simulator's loop
     assert lp.encoder.features.backlog
     seen: list[np.ndarray] = []
     observe = dec.observe

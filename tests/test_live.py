@@ -342,6 +342,31 @@ class TestSharedCluster:
             assert _tier_of(h.task_nodes[1], c) == "large"
         assert sched.counters["decisions"] >= 12
 
+    def test_guard_keeps_a_misfit_policy_from_waiting_forever(self, cluster):
+        """A learned policy that always answers the smallest server (masked for a 20 GB task)
+        would wait forever; the guard (on by default) answers EFT's choice, counts it, traces it."""
+        c, env = cluster
+
+        class Smallest(Policy):
+            name = "smallest"
+
+            def scores(self, obs):
+                return -np.asarray(obs["servers"], dtype=np.float64)[:, 1]
+
+        events = []
+        spec = WorkflowSpec((TaskSpec(1, 20, 0.1), TaskSpec(1, 20, 0.1, (0,))), "big")
+        with LiveScheduler(Smallest(), env, LiveConfig(time_scale=0.0),
+                           trace=events.append) as sched:
+            hs = [sched.submit(spec) for _ in range(2)]
+            assert sched.drain(timeout=60)
+            summary = sched.summary()
+        assert all(h.done() for h in hs)
+        assert summary["guard_infeasible"] == summary["guard_overrides"] >= 4
+        assert summary["waits"] == 0
+        guard_events = [e for e in events if e["event"] == "guard"]
+        assert len(guard_events) == summary["guard_overrides"]
+        assert all(e["reason"] == "infeasible" for e in guard_events)
+
     @pytest.mark.parametrize("executor", ["task", "actor"])
     def test_added_node_receives_tasks_then_killed_node_loses_nothing(self, cluster, executor):
         c, env = cluster

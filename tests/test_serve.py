@@ -19,6 +19,8 @@ from envs.encoding import ServerView, TaskView, encode
 from envs.simulator import DONE, READY, RUNNING, Simulator
 from scale_ray.config import REPO_ROOT, load_env
 from scale_ray.ports import free_port
+from policies.base import Policy
+from policies.guard import GuardConfig
 from serve_apps.decisions import (RequestError, ServerTable, TaskRow, load, observe, place,
                                   prepare_place, schedule)
 from serve_apps.placement import Tuning, parse_args
@@ -45,6 +47,23 @@ def random_place_body(n: int, rng: np.random.Generator, parent: bool = True) -> 
         task.update(parent_server=f"s{int(rng.integers(n))}", parent_output_gb=float(rng.exponential(0.5)))
     return {"task": task, "servers": servers}
 
+RAW = GuardConfig(enabled=False)  # compare the unguarded policy with the simulator's loop
+
+
+class Guarded(Policy):
+    """A loaded policy's answers as the service gives them: through its guard (no waits yet)."""
+
+    def __init__(self, lp):
+        self.lp = lp
+        self.name = lp.policy.name
+
+    def scores(self, obs):
+        return self.lp.policy.scores(obs)
+
+    def act(self, obs):
+        a = self.lp.policy.act(obs)
+        return a if self.lp.guard is None else self.lp.guard.check(obs, a, 0)[0]
+
 
 def reference_decision(body: dict, lp) -> tuple[int, np.ndarray]:
     """The in-process answer: envs.encoding.encode on plain views, then the policy."""
@@ -58,7 +77,10 @@ def reference_decision(body: dict, lp) -> tuple[int, np.ndarray]:
                           s.get("accepting", True)) for s in body["servers"]]
     e = lp.encoder
     obs = encode(view, servers, e.features, e.bandwidth_gb_s, e.latency_s, e.mask_infeasible)
-    return lp.policy.act(obs), lp.policy.scores(obs)
+    choice = lp.policy.act(obs)
+    if lp.guard is not None:  # what the service answers: the guarded choice, the raw scores
+        choice = lp.guard.check(obs, choice, t.get("waits", 0))[0]
+    return choice, lp.policy.scores(obs)
 
 
 def simulator_request(sim: Simulator) -> dict:
@@ -199,7 +221,7 @@ def test_schedule_equals_simulator_loop(spec, hol, artifact, paper_env):
     env = replace(paper_env, workload={"arrival_rate_16": 1.6, "horizon_s": 60.0},
                   mdp={"head_of_line_blocking": hol})
     name = str(artifact) if spec == "crossattn" else spec
-    lp = load(name, env)
+    lp = load(name, env, guard=RAW)  # the raw policy's decisions (the guard: tests/test_guard.py)
     checked = waits_seen = 0
     for sim in fresh_states(env, load(name, env).policy, seed=7, want=25):
         body = simulator_request(sim)
@@ -241,7 +263,7 @@ def test_schedule_orders_by_critical_path(paper_env):
 def test_place_matches_reference_in_process(artifact, paper_env):
     rng = np.random.default_rng(1)
     for spec in ("eft", str(artifact)):
-        lp = load(spec, paper_env)
+        lp = load(spec, paper_env, guard=RAW)
         for n in (4, 16, 48, 300):
             body = random_place_body(n, rng)
             ans = place(PlaceRequest.model_validate(body), lp, 10_000)
@@ -254,7 +276,7 @@ def test_batched_scoring_equals_one_by_one(artifact, paper_env):
     """/v1/place batches pad the server axis (mask 0); the answers equal unbatched ones."""
     from serve_apps.decisions import decide, decide_batch, prepare_place
 
-    lp = load(str(artifact), paper_env)
+    lp = load(str(artifact), paper_env, guard=RAW)
     assert lp.batched
     rng = np.random.default_rng(8)
     preps = [prepare_place(PlaceRequest.model_validate(random_place_body(n, rng)), lp, 10_000)
@@ -385,7 +407,7 @@ def test_http_place_equals_in_process(served, artifact, paper_env):
     rng = np.random.default_rng(5)
     mask = parse_args({}).mask_infeasible  # the deployed apps run with the default arguments
     for prefix, spec in (("", "eft"), ("/ca", str(artifact))):
-        lp = load(spec, paper_env, mask_infeasible=mask)
+        lp = load(spec, paper_env, mask_infeasible=mask)  # the deployed default: guarded
         for n in (4, 16, 48, 300):
             for _ in range(3):
                 body = random_place_body(n, rng)
@@ -406,12 +428,12 @@ def test_http_schedule_equals_simulator_loop(served, artifact, paper_env):
     env = replace(paper_env, workload={"arrival_rate_16": 1.6, "horizon_s": 40.0},
                   mdp={"mask_infeasible": parse_args({}).mask_infeasible})
     for prefix, spec in (("", "eft"), ("/ca", str(artifact))):
-        lp = load(spec, env)
+        lp = load(spec, env)  # the deployed default: a learned policy answers through its guard
         n = 0
         for sim in fresh_states(env, load(spec, env).policy, seed=11, want=4, min_ready=4):
             r = client.post(f"{prefix}/v1/schedule", json=simulator_request(sim))
             assert r.status_code == 200, r.text
-            assert answer_pairs(r.json()) == simulator_decisions(sim, lp.policy)
+            assert answer_pairs(r.json()) == simulator_decisions(sim, Guarded(lp))
             n += 1
         assert n == 4
 
@@ -437,7 +459,9 @@ def test_policy_info_health_docs_and_handle(served, artifact):
     sched = {"servers": [{"id": "s", "compute": 1.0, "memory_gb": 8.0}],
              "workflows": [{"id": "w", "tasks": [{"id": "a", "compute_gflop": 1.0, "memory_gb": 1.0}]}]}
     assert h.decide_schedule.remote(sched).result()["assignments"] == [
-        {"workflow": "w", "task": "a", "server": "s", "index": 0}]
+        {"workflow": "w", "task": "a", "server": "s", "index": 0, "guard": None}]
+    assert info["guard"]["enabled"] and info["guard"]["max_waits"] == 10
+    assert client.get("/v1/policy").json()["guard"] == {"enabled": False}  # heuristics: never
 
 
 def _malformed_cases() -> list[tuple[str, str, object, str]]:

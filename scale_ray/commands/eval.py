@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from policies import default_policy
+from policies.guard import GuardConfig, load_guard_config
 from scale_ray.config import load_env
 from scale_ray.evaluation import (evaluate, format_paired, format_table, paired_differences,
                                   stderr_progress)
@@ -34,6 +35,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default=None, metavar="FAMILY",
                    help="evaluate on a real-DAG family (its configs/env/workloads/ config; "
                         "see --list-workloads and docs/workloads.md)")
+    p.add_argument("--guard", choices=["on", "off"], default="on",
+                   help="on (default): a learned policy acts through policies.guard (bounded, "
+                        "justified waits; EFT's choice as the fallback; overrides counted in the "
+                        "'guard' column); off: the raw policy. Heuristics are never guarded")
+    p.add_argument("--guard-max-waits", type=int, default=GuardConfig().max_waits, metavar="K",
+                   help="waits a task may make while a server it fits is idle (default "
+                        "%(default)s)")
     p.add_argument("--list-workloads", action="store_true",
                    help="print the real-DAG workload family names, one a line, and exit")
     add_dag_arguments(p)
@@ -54,16 +62,19 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--servers: {n} must be >= 1")
     if args.paired_vs is not None and args.paired_vs not in args.policy:
         raise ValueError(f"--paired-vs: {args.paired_vs!r} is not one of --policy {args.policy}")
+    guard = load_guard_config({"enabled": args.guard == "on", "max_waits": args.guard_max_waits},
+                              "guard")
     env = dags_env(args)
     rows, episodes = evaluate(env, args.policy, args.servers, args.episodes, args.seed,
-                              args.workers, args.trace_dir, stderr_progress("eval"))
+                              args.workers, args.trace_dir, stderr_progress("eval"), guard)
     print(format_table(rows))
     paired = paired_differences(episodes, args.paired_vs) if args.paired_vs else []
     if paired:
         print(format_paired(paired))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        doc = {"results": rows, "episodes": episodes, "seed": args.seed}
+        doc = {"results": rows, "episodes": episodes, "seed": args.seed,
+               "guard": {"enabled": guard.enabled, "max_waits": guard.max_waits}}
         if args.paired_vs:
             doc["paired"] = paired
         Path(args.json).write_text(json.dumps(doc, indent=2))

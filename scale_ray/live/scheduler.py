@@ -41,7 +41,7 @@ import math
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -50,6 +50,7 @@ from envs.config import ConfigError, EnvConfig, build, rng
 from envs.encoding import ServerFeatures, ServerView, TaskView, encode_task, with_backlog
 from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
+from policies.guard import GuardConfig, guard_summary, make_guard
 
 from .cluster import COMPUTE_LABEL, SLOT_RESOURCE, TIER_LABEL, NodeInfo, live_nodes
 from .workflow import Call, CollectedWorkflow, collect, from_spec
@@ -95,6 +96,13 @@ class LiveConfig:
     actor_start_s: float = field(default=60.0, metadata=rng(
         ge=0, le=3600, doc="executor=actor: start() waits this long (wall s) for the actors of "
                            "the servers it found; one not ready by then is offered once it is"))
+    workload_scale: float | None = field(default=None, metadata=rng(
+        gt=0, le=1e6, doc="features.workload_scale of the workload (mean task compute / 4 GFLOP; "
+                          "docs/workloads.md); none: the policy's own"))
+    guard: GuardConfig = field(default_factory=GuardConfig, metadata=rng(
+        doc="policies.guard around a learned policy: a task waits at most max_waits times "
+            "while a server it fits is idle, and only for a server that would finish it sooner; "
+            "otherwise EFT's choice (counted: guard_* in the summary)"))
 
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
@@ -353,7 +361,8 @@ class _Server:
 
 class _Task:
     __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
-                 "value_ref", "server", "token", "attempts", "first_parent", "last_server")
+                 "value_ref", "server", "token", "attempts", "first_parent", "last_server",
+                 "waits")
 
     def __init__(self, gid: int, idx: int, wf: "_Workflow", call: Call):
         self.gid = gid
@@ -371,6 +380,7 @@ class _Task:
         self.attempts = 0
         self.first_parent: _Task | None = None
         self.last_server: _Server | None = None  # where its result was produced
+        self.waits = 0  # policy answers that did not start it (bounded by the guard)
 
     @property
     def prim(self):
@@ -437,6 +447,10 @@ class LiveScheduler:
         self.features = getattr(policy, "features", None) or self.env.features
         self.cfg: LiveConfig = build(LiveConfig, config, "live") if not isinstance(
             config, LiveConfig) else config
+        if self.cfg.workload_scale is not None:
+            self.features = replace(self.features, workload_scale=self.cfg.workload_scale)
+        self._guard = make_guard(policy, self.cfg.guard, self.features,
+                                 self.env.mdp.transfer_delays_start)
         self.trace = trace
         self._tiers = tuple(self.env.cluster.tiers)
         self._remote = _RemoteCache(self.cfg.task_num_cpus)
@@ -557,6 +571,7 @@ class LiveScheduler:
         """Response-time statistics plus the scheduler's counters."""
         out = summarize(self.handles(), self.cfg.time_scale)
         out.update(self.counters)
+        out.update(guard_summary(self._guard))
         out["policy"] = self.policy.name
         out["servers_alive"] = len(self._alive)
         out["tasks_per_node"] = dict(self.node_tasks)
@@ -798,18 +813,33 @@ class LiveScheduler:
                 continue
             self.counters["decisions"] += 1
             a = int(self.policy.act(obs))
+            if self._guard is not None:
+                a = self._guarded(t, obs, a)
             srv = self._alive[a] if 0 <= a < len(self._alive) else None
             if srv is not None and srv.task is None and mask[a] > 0.5:
                 heapq.heappop(ready)
                 self._submit(t, srv, now)
                 continue
             self.counters["waits"] += 1
+            t.waits += 1
             if self.cfg.head_of_line_blocking:
                 break
             heapq.heappop(ready)
             deferred.append(t)
         for t in deferred:
             heapq.heappush(ready, (t.key, t.gid, t))
+
+    def _guarded(self, t: _Task, obs: dict[str, np.ndarray], a: int) -> int:
+        """The guard's answer for the policy's pick ``a`` (policies.guard); a replacement is
+        traced as a ``guard`` event."""
+        final, why = self._guard.check(obs, a, t.waits)
+        if why is None:
+            return a
+        alive = self._alive
+        self._emit({"t": self._now_model(), "event": "guard", "task": t.gid,
+                    "proposed": alive[a].sid if 0 <= a < len(alive) else None,
+                    "chosen": alive[final].sid, "reason": why})
+        return final
 
     def _submit(self, t: _Task, srv: _Server, now: float) -> None:
         call = t.call
