@@ -401,6 +401,23 @@ class FeatureConfig:
             "workflow, now - arrival (/ remaining_s); the live scheduler computes them from its "
             "state, Serve from request fields (ready_tasks, workflow_age_s / now_s)"))
     backlog_per_server: float = field(default=1.0, metadata=rng(gt=0))
+    workload_scale: float = field(default=1.0, metadata=rng(
+        gt=0, le=1e6, doc="beyond the paper: time-like features (task compute, remaining busy "
+                          "time, workflow age) are divided by this on top of their constants, "
+                          "so a workload whose tasks are k times the paper's (mean 4 GFLOP) "
+                          "looks like the paper's to a trained policy: set k = mean task "
+                          "compute / 4 GFLOP (`scale-ray workloads stats` prints it; "
+                          "docs/workloads.md); 1 = the paper's units"))
+
+    @property
+    def compute_unit(self) -> float:
+        """GFLOP per unit of the task compute feature (``compute_gflop * workload_scale``)."""
+        return self.compute_gflop * self.workload_scale
+
+    @property
+    def time_unit(self) -> float:
+        """Seconds per unit of the remaining-time and workflow-age features."""
+        return self.remaining_s * self.workload_scale
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ Task features (5): compute demand, memory demand, number of successors, completi
 workflow, output data volume. Server features (5 each): compute capacity, memory capacity,
 remaining time of the current task, current power draw, estimated transfer delay from the server
 holding the task's first finished parent. All are divided by fixed constants from
-:class:`envs.config.FeatureConfig` (never by N or batch statistics) and clipped to [0, clip].
+:class:`envs.config.FeatureConfig` (never by N or batch statistics) and clipped to [0, clip];
+compute and remaining time also by ``workload_scale`` (1 for the paper's workload; a real
+family's typical task size relative to the paper's, so a trained policy sees familiar values).
 Beyond the paper, ``features.backlog`` appends two task columns (:func:`backlog_features`): ready
 tasks per accepting server and the workflow's age.
 
@@ -68,10 +70,10 @@ def backlog_features(ready_tasks: int, accepting_servers: int, workflow_age_s: f
                      f: FeatureConfig) -> tuple[float, float]:
     """The two ``features.backlog`` task columns: ready tasks (the one being placed included)
     per accepting server (/ ``backlog_per_server``), and the age of the task's workflow,
-    now - arrival (/ ``remaining_s``); both clipped to [0, clip]."""
+    now - arrival (/ ``time_unit``); both clipped to [0, clip]."""
     per_server = ready_tasks / max(accepting_servers, 1)
     return (min(per_server / f.backlog_per_server, f.clip),
-            min(max(workflow_age_s, 0.0) / f.remaining_s, f.clip))
+            min(max(workflow_age_s, 0.0) / f.time_unit, f.clip))
 
 
 def with_backlog(task: np.ndarray, ready_tasks: int, accepting_servers: int,
@@ -85,7 +87,7 @@ def encode_task(compute_gflop: float, memory_gb: float, successors: float,
                 completion_ratio: float, output_gb: float, f: FeatureConfig) -> np.ndarray:
     """Task feature vector (5,) float32."""
     c = f.clip
-    return np.array((min(max(compute_gflop / f.compute_gflop, 0.0), c),
+    return np.array((min(max(compute_gflop / f.compute_unit, 0.0), c),
                      min(max(memory_gb / f.memory_gb, 0.0), c),
                      min(max(successors / f.successors, 0.0), c),
                      min(max(completion_ratio, 0.0), c),
@@ -116,7 +118,7 @@ class ServerFeatures:
         self._rem = np.empty(n, dtype=np.float32)
         self._rem64 = np.empty(n, dtype=np.float64)
         self._transfer = np.empty(n, dtype=np.float32)
-        self._inv_rem = 1.0 / f.remaining_s
+        self._inv_rem = 1.0 / f.time_unit
         self._transfer_unit = f.transfer_s
         self._clip = float(f.clip)
 
@@ -228,9 +230,9 @@ def decode(obs: dict[str, np.ndarray], f: FeatureConfig) -> tuple[np.ndarray, De
     Exact except where a feature hit the clip bound.
     """
     t = np.asarray(obs["task"], dtype=np.float64)[..., :TASK_DIM]  # backlog features: not needed
-    task_raw = t * np.array((f.compute_gflop, f.memory_gb, f.successors, 1.0, f.output_gb))
+    task_raw = t * np.array((f.compute_unit, f.memory_gb, f.successors, 1.0, f.output_gb))
     s = np.asarray(obs["servers"], dtype=np.float64)
     return task_raw, DecodedServers(
         compute=s[:, 0] * f.server_compute, memory_gb=s[:, 1] * f.server_memory_gb,
-        remaining_s=s[:, 2] * f.remaining_s, transfer_s=s[:, 4] * f.transfer_s,
+        remaining_s=s[:, 2] * f.time_unit, transfer_s=s[:, 4] * f.transfer_s,
         valid=np.asarray(obs["action_mask"]) > 0.5)

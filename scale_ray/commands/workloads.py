@@ -8,6 +8,8 @@ Examples::
     scale-ray workloads stats                      # every family
     scale-ray workloads stats --family nestful dagbench
     scale-ray workloads stats --measured           # medians of measured WfInstances jobs
+    scale-ray workloads compare --policy scale --servers 16 48 --episodes 8
+                                                   # the policy vs EFT on every family
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import argparse
 import statistics
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from scale_ray.config import CONFIG_DIR, load_env
 
@@ -59,6 +61,18 @@ def family_env(family: str, sets: Sequence[str] = ()):
     return load_env(path, sets2)
 
 
+def workload_scale(workflows: Sequence[Any]) -> float:
+    """``features.workload_scale`` for these workflows: their mean task compute over the mean
+    of the paper's generator (``workload.compute_gflop.mean``, 4 GFLOP), to 3 significant
+    digits. With it a trained policy sees their compute and busy times in the units it was
+    trained in (docs/workloads.md, "Features that transfer")."""
+    from envs.config import WorkloadConfig
+
+    tasks = [t.compute_gflop for wf in workflows for t in wf.tasks]
+    k = statistics.fmean(tasks) / WorkloadConfig().compute_gflop.mean
+    return float(f"{k:.3g}")
+
+
 def skip_reasons(messages: Sequence[str]) -> dict[str, int]:
     """Counts of skipped records by failure mode."""
     kinds = (("cycle", "contains a cycle"), ("self-loop", "self-loop"),
@@ -88,10 +102,20 @@ def measured_medians() -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["list", "stats"], help="list the families or print statistics")
+    p.add_argument("action", choices=["list", "stats", "compare"],
+                   help="list the families, print statistics, or compare a policy with EFT on "
+                        "each (with and without the guard and the workload scale)")
     p.add_argument("--family", nargs="+", default=None, help="families (default: all)")
     p.add_argument("--measured", action="store_true",
                    help="with stats: also print the medians of the measured WfInstances jobs")
+    p.add_argument("--policy", default="scale", help="with compare: the policy (default scale)")
+    p.add_argument("--servers", nargs="+", type=int, default=[16, 48],
+                   help="with compare: cluster sizes (default 16 48)")
+    p.add_argument("--episodes", type=int, default=8, help="with compare: episodes per size")
+    p.add_argument("--seed", type=int, default=0, help="with compare: base seed")
+    p.add_argument("--workers", type=int, default=0,
+                   help="with compare: parallel Ray workers (0: one per CPU; 1: in process)")
+    p.add_argument("--json", default=None, help="with compare: write the rows here")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,18 +125,47 @@ def run(args: argparse.Namespace) -> int:
         for name in family_names():
             print(f"{name:24s} {loaders.FAMILIES[name].description}")
         return 0
-    rows, reasons = [], []
+    if args.action == "compare":
+        return _compare(args)
+    rows, reasons, scales = [], [], []
     for name in args.family or family_names():
-        res = family_env(name).workload.resources
+        env = family_env(name)
+        res = env.workload.resources
         workflows = loaders.load_family(name, res)
+        scales.append(f"{name}: features.workload_scale {workload_scale(workflows):g} "
+                      f"(configured: {env.features.workload_scale:g})")
         loaded = loaders.FAMILIES[name].load(res) if loaders.load_counts(name, res)[1] else None
         records, skipped = loaders.load_counts(name, res)
         rows.append((name, loaders.shape_stats(workflows), records, skipped))
         if loaded is not None:
             reasons.append(f"{name}: skipped {skipped} of {records}: {skip_reasons(loaded.skipped)}")
     print(loaders.format_stats(rows))
-    for line in reasons:
+    for line in reasons + scales:
         print(line)
     if args.measured:
         print(measured_medians())
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import sys
+
+    from scale_ray.evaluation import stderr_progress
+    from scale_ray.workload_compare import compare_family, format_compare, write_json
+
+    if args.episodes < 2:
+        raise ValueError(f"--episodes: {args.episodes} must be >= 2 (paired intervals)")
+    families = args.family or family_names()
+    for f in families:
+        workload_config_path(f)  # fail fast on an unknown name
+    rows = []
+    for f in families:
+        rows += compare_family(f, args.policy, args.servers, args.episodes, args.seed,
+                               args.workers, stderr_progress(f"compare {f}"))
+        print(format_compare(rows[-len(args.servers):], args.policy).splitlines()[-1],
+              file=sys.stderr, flush=True)
+    print(format_compare(rows, args.policy))
+    if args.json:
+        write_json(args.json, rows, {"policy": args.policy, "servers": args.servers,
+                                     "episodes": args.episodes, "seed": args.seed})
     return 0
