@@ -50,6 +50,9 @@ def test_eval_dags_directory_of_two_formats(two_formats, tmp_path, capsys):
     assert rc == 0
     stdout = capsys.readouterr().out
     assert "dags: 2 workflows from 2 files (live 1, flowbench 1); 0 of 2 records skipped" in stdout
+    # tasks: a 4, b 12 (live), stage_in_1 0.2 and job_a 3.8 GFLOP (flowbench's pegasus_aux and
+    # pegasus_job profiles): mean 5.0 / 4
+    assert "dags: features.workload_scale = 1.25 " in stdout
     (row,) = json.loads(out.read_text())["results"]
     assert row["policy"] == "eft" and row["servers"] == 16
     assert row["completed_tasks"] > 0

@@ -145,6 +145,12 @@ def dags_env(args: argparse.Namespace):
         print(f"dags: {len(wfs)} workflows from {sum(per.values())} files "
               f"({', '.join(f'{k} {v}' for k, v in per.items())}); {skipped} of {records} "
               f"records skipped as invalid")
+        if not any(s.split("=", 1)[0].strip() == "features.workload_scale" for s in args.set):
+            from scale_ray.commands.workloads import workload_scale
+            k = workload_scale(wfs)  # a trained policy sees the tasks in the paper's units
+            env = replace(env, features={"workload_scale": k})
+            print(f"dags: features.workload_scale = {k:g} (mean task compute / 4 GFLOP; "
+                  f"--set features.workload_scale=K to choose)")
     if args.load is not None:
         from envs.loaders.dags import arrival_rate_for_load, capacity_gflop_s
         wfs = getattr(src, "workflows", None) or [
