@@ -195,5 +195,6 @@ def format_stats(s: dict) -> str:
     ]
     if "lost" in s:
         lines.append(f"  decisions {s['decisions']}, waits {s['waits']}, lost runs {s['lost']}, "
-                     f"node refreshes {s['node_refreshes']}")
+                     f"node refreshes {s['node_refreshes']}, guard overrides "
+                     f"{s.get('guard_overrides', 0)}")
     return "\n".join(lines)
