@@ -14,6 +14,14 @@ sys.path.insert(0, str(REPO))
 # Ray's token auth (default in 2.60) is irrelevant for local test clusters.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+# A machine where Ray never ran: create <system temp>/ray (Ray's address file) and, when the suite
+# runs under RAY_AUTH_MODE=token with no token, give this session's clusters a fresh one in
+# RAY_AUTH_TOKEN (inherited by every Ray process the tests start) instead of ray.init writing
+# ~/.ray/auth_token.
+from scale_ray.raylocal import prepare_local_ray  # noqa: E402
+
+prepare_local_ray()
+
 
 @pytest.fixture
 def repo() -> Path:

@@ -11,7 +11,8 @@ fake-autoscaler node type, :class:`LocalHeteroCluster`) can be scheduled by the 
 (``ray.cluster_utils.Cluster``: one GCS, one raylet per node, its own temp dir and ports) with
 the tiers of ``envs.config.ClusterConfig`` (DESIGN.md §3). ``servers_per_node`` packs up to that
 many servers of one tier into one raylet (a raylet costs ~0.4 GB and ~3 s of start-up on these
-machines; see docs/live.md for the measurements).
+machines; see docs/live.md for the measurements). It works where Ray never ran, with and without
+``RAY_AUTH_MODE=token`` (:func:`scale_ray.raylocal.prepare_local_ray`; it never writes ``~/.ray``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from envs.config import ClusterConfig, TierConfig
+from scale_ray.raylocal import prepare_local_ray
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,7 @@ class LocalHeteroCluster:
             raise RuntimeError("LocalHeteroCluster.start: this process is already connected to a "
                                "Ray cluster; call ray.shutdown() first")
         t0 = time.perf_counter()
+        prepare_local_ray()  # a fresh machine: Ray's address-file dir; a token under token auth
         self._cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 0, "include_dashboard": False, "temp_dir": self.temp_dir})
         for tier, slots in self.plan():
