@@ -318,6 +318,9 @@ def _run_on_ray(env: EnvConfig, jobs: list[Job], base_seed: int, trace_dir: str 
 
     started = False
     if not ray.is_initialized():
+        from .raylocal import prepare_local_ray
+
+        prepare_local_ray()  # token auth asked for and no token: bring one, never write ~/.ray
         ray.init(address="local", num_cpus=workers, include_dashboard=False,
                  log_to_driver=False, logging_level=logging.WARNING)
         started = True
