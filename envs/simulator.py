@@ -213,6 +213,11 @@ class Simulator:
         self._schedule_next_arrival(0.0)
         self._select()
 
+    def fork(self) -> "Simulator":
+        """An independent simulator in this one's state, without a trace (``envs.fork``)."""
+        from .fork import fork
+        return fork(self)
+
     def _schedule_next_arrival(self, t: float) -> None:
         if self._scripted is not None:
             nxt = self._scripted[-1][0] if self._scripted else None

@@ -37,6 +37,8 @@ def load_policy(path: str | Path) -> Policy:
 
 
 SAMPLE_PREFIX = "sample:"
+#: planners on the simulator state: ``lookahead`` or ``lookahead:key=value,...`` (policies.lookahead)
+PLANNERS = ("lookahead",)
 
 
 def get_policy(spec: str, env: EnvConfig | None = None, seed: int | None = None) -> Policy:
@@ -47,7 +49,7 @@ def get_policy(spec: str, env: EnvConfig | None = None, seed: int | None = None)
     """
     if spec.startswith(SAMPLE_PREFIX):
         inner_spec = spec[len(SAMPLE_PREFIX):]
-        if inner_spec in HEURISTICS or not inner_spec:
+        if inner_spec in HEURISTICS or inner_spec.split(":", 1)[0] in PLANNERS or not inner_spec:
             raise ValueError(f"--policy {spec!r}: sample: takes a trained policy (a shipped name "
                              f"or an artifact path), not a heuristic")
         inner = get_policy(inner_spec, env, seed)
@@ -58,15 +60,19 @@ def get_policy(spec: str, env: EnvConfig | None = None, seed: int | None = None)
         return SampledPolicy(inner, seed)
     if spec in HEURISTICS:
         return make_heuristic(spec, env, seed)
+    if spec.split(":", 1)[0] in PLANNERS:  # planners act on the simulator state (act_state)
+        from .lookahead import make_lookahead
+        return make_lookahead(spec, env, seed)
     if spec in shipped_policies():
         return load_policy(ARTIFACTS_DIR / spec)
     path = Path(spec)
     if path.is_dir():
         return load_policy(path)
     raise ValueError(f"--policy {spec!r}: not a heuristic ({', '.join(sorted(HEURISTICS))}), "
+                     f"not a planner ({', '.join(PLANNERS)}), "
                      f"not a shipped policy ({', '.join(shipped_policies()) or 'none yet'}) "
                      f"and not an artifact directory")
 
 
-__all__ = ["Policy", "SampledPolicy", "SAMPLE_PREFIX", "HEURISTICS", "make_heuristic", "get_policy",
+__all__ = ["Policy", "SampledPolicy", "SAMPLE_PREFIX", "HEURISTICS", "PLANNERS", "make_heuristic", "get_policy",
            "load_policy", "shipped_policies", "default_policy"]

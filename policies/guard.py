@@ -116,8 +116,9 @@ def guard_summary(guard: Guard | None) -> dict[str, int]:
 
 
 def is_learned(policy: Policy) -> bool:
-    """Whether ``policy`` is a trained one (guarded by default), not a built-in heuristic."""
-    return not isinstance(policy, _Heuristic)
+    """Whether ``policy`` is a trained one (guarded by default), not a built-in heuristic or a
+    planner (``policies.lookahead``: ``planner = True``)."""
+    return not isinstance(policy, _Heuristic) and not getattr(policy, "planner", False)
 
 
 def make_guard(policy: Policy, config: GuardConfig | None, features: FeatureConfig | None,

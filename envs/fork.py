@@ -1,0 +1,190 @@
+"""A cheap, independent copy of a running :class:`envs.simulator.Simulator` (``fork(sim)``).
+
+Planners (``policies.lookahead``) try an action on a copy of the simulator and roll the copy
+forward; the original must not notice. ``copy.deepcopy`` would copy every task of the episode
+(and the trace sink); :func:`fork` copies only what can still change:
+
+* unfinished tasks (``state != DONE``) and unfinished workflows, with their links remapped to the
+  copies (a finished task is never written again, so both simulators share it; its ``children``
+  may name the original's objects, which nothing reads once a task is done);
+* the event heap, the ready heap, the deferred and blocked lists, the running tasks;
+* per-slot numpy arrays, per-slot Python lists, the server feature matrix;
+* the three random generators (their states), the arrival process and the workload source;
+* counters and the clock (plain values).
+
+The fork has no trace sink. Continuing the fork with the same actions gives exactly the
+original's future (tests/test_lookahead.py), and stepping the fork leaves the original alone.
+
+Attributes unknown to this module that hold a mutable value make :func:`fork` raise
+``TypeError`` naming the attribute, so a new piece of simulator state cannot be shared silently.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+from typing import Sequence
+
+import numpy as np
+
+from .encoding import ServerFeatures
+from .simulator import ARRIVAL, DONE, FINISH, Simulator, _Task, _Workflow
+
+# Immutable or configuration attributes: shared as they are.
+_SHARED = frozenset({"cfg", "n_slots", "_bw", "_lat", "_speed_by_memory", "_mean_compute",
+                     "_reward_consts", "_invalid_penalty", "_penalty_rate", "_hol",
+                     "_ask_only_startable", "_transfer_delays", "_mask_infeasible", "_backlog",
+                     "_max_decisions", "_t_cap"})
+# Lists of plain values (numbers, strings, bools): a shallow list copy is a full copy.
+_VALUE_LISTS = frozenset({"srv_tier", "_sid_l", "_compute_l", "_memory_l", "_idle_w_l",
+                          "_busy_w_l", "_idle_pf_l", "_busy_pf_l", "_busy_l", "_accept_l",
+                          "_present_l", "run_start"})
+_ARRAYS = frozenset({"srv_id", "compute", "memory", "idle_w", "busy_w", "busy_until", "present",
+                     "accepting", "_accept_f"})
+# Handled one by one below.
+_SPECIAL = frozenset({"trace", "rng_arrivals", "rng_workload", "rng_dynamics", "_features",
+                      "_feat", "running", "_slot_of", "_events", "_ready", "_deferred", "_blocked",
+                      "tasks", "workflows", "current", "_source", "_arrivals", "_scripted"})
+_PLAIN = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
+
+
+def _copy_rng(src: np.random.Generator, into: np.random.Generator | None) -> np.random.Generator:
+    """An independent generator in ``src``'s state (``into`` reused when given: cheaper)."""
+    if into is None:
+        into = np.random.Generator(type(src.bit_generator)())
+    into.bit_generator.state = src.bit_generator.state
+    return into
+
+
+def _copy_features(f: ServerFeatures) -> ServerFeatures:
+    out = object.__new__(ServerFeatures)
+    out.__dict__.update(f.__dict__)
+    out._feat = f._feat.copy()
+    out._present = f._present.copy()
+    out._rem = np.empty_like(f._rem)  # scratch rows: fresh, so two simulators never share them
+    out._rem64 = np.empty_like(f._rem64)
+    out._transfer = np.empty_like(f._transfer)
+    return out
+
+
+def _copy_source(src, rng_workload: np.random.Generator):
+    """The workload source with its own buffers (lists are copied, templates shared)."""
+    out = copy.copy(src)
+    for k, v in vars(out).items():
+        if isinstance(v, list) and k != "workflows":  # ListSource.workflows never changes
+            setattr(out, k, list(v))
+    return out
+
+
+def _copy_arrivals(arr, rng_arrivals: np.random.Generator):
+    out = copy.copy(arr)
+    out._gaps = list(arr._gaps)
+    out.rng = rng_arrivals
+    return out
+
+
+def unfinished_range(sim: Simulator) -> int:
+    """Index of the first task that is not done (a watermark kept on ``sim``; tasks before it are
+    all done). Cheap: the watermark only moves forward."""
+    lo = getattr(sim, "_fork_lo", 0)
+    tasks = sim.tasks
+    n = len(tasks)
+    while lo < n and tasks[lo].state == DONE:
+        lo += 1
+    sim._fork_lo = lo
+    return lo
+
+
+def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> Simulator:
+    """An independent simulator in ``sim``'s state (see the module docstring).
+
+    ``rngs``: three generators (arrivals, workload, dynamics) the fork may take over, in place
+    of new ones (their states are overwritten with ``sim``'s); a planner reuses them across forks.
+    """
+    d = sim.__dict__
+    new = object.__new__(type(sim))
+    nd = new.__dict__
+    for k, v in d.items():
+        if k in _SHARED or k in _SPECIAL:
+            nd[k] = v
+        elif k in _VALUE_LISTS:
+            nd[k] = v.copy()
+        elif k in _ARRAYS:
+            nd[k] = v.copy()
+        elif isinstance(v, _PLAIN) or (isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v)):
+            nd[k] = v
+        else:
+            raise TypeError(f"envs.fork: Simulator.{k} ({type(v).__name__}) is mutable state this "
+                            f"module does not know how to copy; add it to envs/fork.py")
+    nd["trace"] = None
+    r = rngs or (None, None, None)
+    new.rng_arrivals = _copy_rng(sim.rng_arrivals, r[0])
+    new.rng_workload = _copy_rng(sim.rng_workload, r[1])
+    new.rng_dynamics = _copy_rng(sim.rng_dynamics, r[2])
+    new._features = _copy_features(sim._features)
+    new._feat = new._features._feat
+    new._slot_of = dict(sim._slot_of)
+    new._source = _copy_source(sim._source, new.rng_workload)
+    new._arrivals = _copy_arrivals(sim._arrivals, new.rng_arrivals)
+    new._scripted = None if sim._scripted is None else list(sim._scripted)
+
+    # Workflows and tasks: copy the unfinished ones; task ids are indices into sim.tasks.
+    tasks = list(sim.tasks)
+    workflows = list(sim.workflows)
+    wf_map: dict[int, _Workflow] = {}
+    copies: list[tuple[_Task, _Task]] = []
+    lo = unfinished_range(sim)
+    new._fork_lo = lo
+    tnew = _Task.__new__
+    wnew = _Workflow.__new__
+    for i in range(lo, len(tasks)):
+        t = tasks[i]
+        if t.state == DONE:
+            continue
+        w = t.wf
+        wc = wf_map.get(w.id)
+        if wc is None:
+            wc = wnew(_Workflow)
+            wc.id, wc.arrival, wc.n, wc.done = w.id, w.arrival, w.n, w.done
+            wc.lower_bound, wc.finish = w.lower_bound, w.finish
+            wf_map[w.id] = wc
+            workflows[w.id] = wc
+        c = tnew(_Task)
+        c.id, c.wf, c.compute, c.memory, c.output = t.id, wc, t.compute, t.memory, t.output
+        c.key, c.pending, c.state, c.slot, c.sid = t.key, t.pending, t.state, t.slot, t.sid
+        c.start, c.finish, c.token, c.first_parent, c.waits = (t.start, t.finish, t.token,
+                                                               t.first_parent, t.waits)
+        tasks[i] = c
+        copies.append((t, c))
+    for t, c in copies:  # links: unfinished parents/children are the copies (same ids)
+        c.parents = [tasks[p.id] for p in t.parents]
+        c.children = [tasks[ch.id] for ch in t.children]
+    new.tasks = tasks
+    new.workflows = workflows
+
+    def m(task):
+        return tasks[task.id] if task is not None else None
+
+    new.running = [m(t) for t in sim.running]
+    new.current = m(sim.current)
+    new._deferred = [tasks[t.id] for t in sim._deferred]
+    new._blocked = [tasks[t.id] for t in sim._blocked]
+    new._ready = [(key, tid, tasks[tid]) for key, tid, _ in sim._ready]  # same order: still a heap
+    events = []
+    for ev in sim._events:
+        if ev[1] == FINISH:
+            tok, task = ev[4]
+            ev = (ev[0], FINISH, ev[2], ev[3], (tok, tasks[task.id]))
+        events.append(ev)
+    new._events = events
+    return new
+
+
+def drop_arrivals(sim: Simulator) -> None:
+    """No more workflows arrive in ``sim`` (a planner's rollout that ignores future work)."""
+    ev = [e for e in sim._events if e[1] != ARRIVAL]
+    if len(ev) != len(sim._events):
+        heapq.heapify(ev)
+        sim._events = ev
+    sim._scripted = []
+    sim.arrivals_done = True

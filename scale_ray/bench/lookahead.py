@@ -1,0 +1,93 @@
+"""`scale-ray bench lookahead`: the cost of one decision of the lookahead planner.
+
+For each cluster size the simulator (configs/env/realistic.yaml by default) runs EFT to
+``--warmup-s`` simulated seconds (a loaded, steady state), then the planner makes ``--decisions``
+decisions of the same episode; each ``act_state`` call is timed (the simulator's own step is not).
+Printed per size: mean, median and p95 ms per decision, the mean over decisions that ran rollouts
+("planned"; the others answer a reservation or had a single candidate), and rollouts per planned
+decision; and the same for the fast EFT alone (one call of ``policies.lookahead.eft_act``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+SIZES = (16, 48, 256, 1024)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--servers", nargs="+", type=int, default=list(SIZES))
+    p.add_argument("--env-config", default="configs/env/realistic.yaml")
+    p.add_argument("--policy", default="lookahead", help="lookahead[:key=value,...]")
+    p.add_argument("--decisions", type=int, default=200, help="timed decisions per size")
+    p.add_argument("--warmup-s", type=float, default=60.0, help="simulated seconds of EFT first")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the results to this JSON file")
+
+
+def measure_one(env, spec: str, decisions: int, warmup_s: float, seed: int) -> dict:
+    """Timings of ``decisions`` planner decisions after ``warmup_s`` s of EFT on ``env``."""
+    from envs.simulator import Simulator
+    from policies import get_policy
+    from policies.lookahead import _Decoded, eft_act
+    from scale_ray.evaluation import episode_seed
+
+    sim = Simulator(env)
+    sim.reset(episode_seed(seed, 0))
+    dec = _Decoded()
+    eft_s = []
+    while sim.current is not None and sim.t < warmup_s:
+        t0 = time.perf_counter()
+        a = eft_act(sim, dec.get(sim))
+        eft_s.append(time.perf_counter() - t0)
+        sim.step(a)
+    pol = get_policy(spec, env, seed=seed)
+    pol.reset(seed)
+    times, planned_t = [], []
+    clock = time.perf_counter
+    while sim.current is not None and len(times) < decisions:
+        before = pol.stats["planned"]
+        t0 = clock()
+        a = pol.act_state(sim)
+        dt = clock() - t0
+        times.append(dt)
+        if pol.stats["planned"] > before:
+            planned_t.append(dt)
+        sim.step(a)
+    ms = np.array(times) * 1e3
+    return {"servers": env.cluster.servers, "decisions": len(times),
+            "mean_ms": float(ms.mean()) if len(ms) else float("nan"),
+            "median_ms": float(np.median(ms)) if len(ms) else float("nan"),
+            "p95_ms": float(np.percentile(ms, 95)) if len(ms) else float("nan"),
+            "planned": len(planned_t),
+            "mean_planned_ms": float(np.mean(planned_t) * 1e3) if planned_t else float("nan"),
+            "rollouts_per_planned": pol.stats["rollouts"] / max(1, pol.stats["planned"]),
+            "fast_eft_us": float(np.mean(eft_s) * 1e6) if eft_s else float("nan"),
+            "sim_t_s": sim.t}
+
+
+def run(args: argparse.Namespace) -> int:
+    from scale_ray.config import load_env
+
+    out = []
+    print(f"{args.policy} on {args.env_config}: ms per decision after {args.warmup_s:g} s of EFT "
+          f"(seed {args.seed})")
+    print(f"{'N':>6}{'decisions':>11}{'mean ms':>10}{'median':>9}{'p95':>9}{'planned':>9}"
+          f"{'ms/planned':>12}{'rollouts':>10}{'fast EFT us':>13}")
+    for n in args.servers:
+        r = measure_one(load_env(args.env_config, servers=n), args.policy, args.decisions,
+                        args.warmup_s, args.seed)
+        out.append(r)
+        print(f"{n:>6}{r['decisions']:>11}{r['mean_ms']:>10.2f}{r['median_ms']:>9.2f}"
+              f"{r['p95_ms']:>9.2f}{r['planned']:>9}{r['mean_planned_ms']:>12.2f}"
+              f"{r['rollouts_per_planned']:>10.2f}{r['fast_eft_us']:>13.1f}", flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"policy": args.policy, "env": args.env_config,
+                                               "results": out}, indent=2))
+    return 0

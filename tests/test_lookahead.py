@@ -1,0 +1,209 @@
+"""Issue 17: the simulator fork (envs.fork), the fast EFT and the lookahead planner."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from envs.config import ConfigError, EnvConfig, build
+from envs.fork import fork
+from envs.simulator import Simulator
+from envs.trace import read_trace, verify_trace
+from policies import get_policy
+from policies.guard import is_learned, make_guard
+from policies.heuristics import EarliestFinish
+from policies.lookahead import (Lookahead, LookaheadConfig, _Decoded, eft_act, has_state_protocol,
+                                load_lookahead_config, parse_spec)
+from scale_ray.config import load_env
+from scale_ray.evaluation import episode_seed, run_episode, run_episodes_lockstep
+
+REALISTIC = "configs/env/realistic.yaml"
+DYNAMIC = {"fail_rate_per_server_s": 0.01, "rejoin_after_s": 1.0, "join_rate_s": 0.1,
+           "leave_rate_s": 0.1}
+
+
+def env(source=REALISTIC, servers=16, horizon=40.0, **extra) -> EnvConfig:
+    ov = {"workload": {"horizon_s": horizon}}
+    ov.update(extra)
+    return load_env(source, ov, servers=servers)
+
+
+def state(sim: Simulator) -> dict:
+    """Everything observable of a simulator's state (tasks by value)."""
+    tasks = [(t.state, t.slot, t.sid, t.start, t.finish, t.token, t.pending, t.waits,
+              None if t.first_parent is None else t.first_parent.id, t.wf.done)
+             for t in sim.tasks]
+    return {"t": sim.t, "tasks": tasks, "current": None if sim.current is None else sim.current.id,
+            "busy": list(sim._busy_l), "busy_until": sim.busy_until.tolist(),
+            "events": [(e[0], e[1], e[2]) for e in sim._events],
+            "ready": [(k, i) for k, i, _ in sim._ready], "deferred": [t.id for t in sim._deferred],
+            "rng": [g.bit_generator.state["state"] for g in
+                    (sim.rng_arrivals, sim.rng_workload, sim.rng_dynamics)],
+            "metrics": sim.metrics(), "feat": sim._feat.tolist(), "slot_of": dict(sim._slot_of)}
+
+
+def actions(sim: Simulator, rng: np.random.Generator, eft: EarliestFinish):
+    """EFT most of the time, a random slot (often a wait) otherwise: varied states."""
+    obs = sim.observe()
+    return eft.act(obs) if rng.random() < 0.8 else int(rng.integers(0, sim.n_slots))
+
+
+def run_to_end(sim: Simulator, seed: int, eft: EarliestFinish, fork_every: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    k = 0
+    while sim.current is not None:
+        if fork_every and k % fork_every == 0:
+            f = fork(sim)
+            frng = np.random.default_rng(k)
+            for _ in range(int(frng.integers(1, 200))):  # step the fork any number of times
+                if f.current is None:
+                    break
+                f.step(actions(f, frng, eft))
+        sim.step(actions(sim, rng, eft))
+        k += 1
+    return sim.metrics()
+
+
+@pytest.mark.parametrize("cfg", [
+    env(), env("configs/env/paper.yaml", dynamics=DYNAMIC, n_max=40),
+    env("configs/env/paper.yaml", mdp={"head_of_line_blocking": False}),
+])
+def test_fork_leaves_the_original_and_its_future_alone(cfg):
+    eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
+    a = Simulator(cfg)
+    a.reset(episode_seed(0, 1))
+    plain = run_to_end(a, 7, eft)
+    b = Simulator(cfg)
+    b.reset(episode_seed(0, 1))
+    for _ in range(100):  # the state right before a fork equals the one right after it
+        b.step(actions(b, np.random.default_rng(1), eft))
+    assert b.current is not None
+    before = state(b)
+    f = b.fork()
+    while f.current is not None:
+        f.step(eft.act(f.observe()))
+    assert state(b) == before
+    c = Simulator(cfg)
+    c.reset(episode_seed(0, 1))
+    assert run_to_end(c, 7, eft, fork_every=23) == plain
+
+
+@pytest.mark.parametrize("cfg", [env(), env("configs/env/paper.yaml", dynamics=DYNAMIC, n_max=40)])
+def test_fork_then_run_to_end_equals_the_original(cfg):
+    eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
+    sim = Simulator(cfg)
+    sim.reset(episode_seed(0, 2))
+    rng = np.random.default_rng(3)
+    for _ in range(120):
+        sim.step(actions(sim, rng, eft))
+    assert sim.current is not None
+    f = fork(sim, [np.random.Generator(np.random.PCG64(9)) for _ in range(3)])
+    assert f.trace is None
+    seq = np.random.SeedSequence(5)
+    mf = run_to_end(f, seq.entropy, eft)
+    mo = run_to_end(sim, seq.entropy, eft)
+    assert mf == mo
+    assert state(f)["tasks"] == state(sim)["tasks"]
+
+
+def test_fork_refuses_unknown_mutable_state():
+    sim = Simulator(env())
+    sim.some_new_list = []
+    with pytest.raises(TypeError, match="some_new_list"):
+        fork(sim)
+
+
+@pytest.mark.parametrize("source,extra", [
+    (REALISTIC, {}),
+    ("configs/env/paper.yaml", {}),
+    ("configs/env/paper.yaml", {"mdp": {"head_of_line_blocking": False, "transfer_delays_start": True}}),
+    ("configs/env/paper.yaml", {"dynamics": DYNAMIC, "n_max": 120}),
+    (REALISTIC, {"features": {"workload_scale": 3.0}}),
+])
+@pytest.mark.parametrize("servers", [16, 48])
+def test_fast_eft_equals_earliest_finish(source, extra, servers):
+    cfg = env(source, servers=servers, horizon=60.0, **extra)
+    eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
+    dec = _Decoded()
+    rng = np.random.default_rng(servers)
+    n = 0
+    for ep in range(2):
+        sim = Simulator(cfg)
+        sim.reset(episode_seed(4, ep))
+        while sim.current is not None:
+            want = eft.act(sim.observe())
+            assert eft_act(sim, dec.get(sim)) == want
+            n += 1
+            sim.step(want if rng.random() < 0.85 else int(rng.integers(0, sim.n_slots)))
+    assert n > 300
+
+
+def test_planner_completes_an_episode_with_valid_decisions(tmp_path):
+    cfg = env(horizon=60.0)
+    trace = tmp_path / "la.jsonl"
+    m = run_episode(cfg, "lookahead", 0, 0, trace)
+    assert not m["truncated"] and m["completed_tasks"] == m["arrived_tasks"] > 0
+    verify_trace(read_trace(trace))  # readiness, one task per server, memory fits, run times
+    # every answer: a slot in range; an idle fitting server, or a wait on a reserved busy one
+    pol = Lookahead(cfg, seed=0)
+    sim = Simulator(cfg)
+    sim.reset(episode_seed(0, 0))
+    while sim.current is not None:
+        task = sim.current
+        a = pol.act_state(sim)
+        assert 0 <= a < sim.n_slots
+        assert sim._accept_l[a] and sim._memory_l[a] >= task.memory
+        if sim._busy_l[a]:
+            assert pol._reserved[task.id][0] == a
+        sim.step(a)
+    assert sim.metrics()["mean_response_s"] == m["mean_response_s"]
+    assert pol.stats["planned"] > 0 and pol.stats["rollouts"] >= 2 * pol.stats["planned"]
+
+
+def test_planner_is_deterministic_and_one_candidate_is_eft():
+    cfg = env(horizon=40.0)
+    a = run_episode(cfg, "lookahead:future=sampled", 1)
+    b = run_episode(cfg, "lookahead:future=sampled", 1)
+    assert a["mean_response_s"] == b["mean_response_s"]
+    # one candidate, no wait: EFT's choice every time, no rollout
+    one = run_episode(cfg, "lookahead:candidates=1,wait=false", 1)
+    assert one["mean_response_s"] == run_episode(cfg, "eft", 1)["mean_response_s"]
+
+
+def test_registration_guard_and_lockstep():
+    cfg = env(horizon=20.0)
+    pol = get_policy("lookahead:horizon_s=5,objective=workflow", cfg)
+    assert isinstance(pol, Lookahead) and has_state_protocol(pol)
+    assert pol.config == LookaheadConfig(horizon_s=5.0, objective="workflow")
+    assert not is_learned(pol) and make_guard(pol, None, cfg.features, True) is None
+    with pytest.raises(RuntimeError, match="act_state"):
+        pol.scores(Simulator(cfg).observe())
+    with pytest.raises(ValueError):
+        get_policy("sample:lookahead", cfg)
+    seq = run_episodes_lockstep(cfg, "lookahead", [0, 1])
+    assert [m["mean_response_s"] for m in seq] == [
+        run_episode(cfg, "lookahead", k)["mean_response_s"] for k in (0, 1)]
+
+
+@pytest.mark.parametrize("spec,key", [
+    ("lookahead:candidates=0", "lookahead.candidates"),
+    ("lookahead:candidates=2.5", "lookahead.candidates"),
+    ("lookahead:horizon_s=-1", "lookahead.horizon_s"),
+    ("lookahead:objective=makespan", "lookahead.objective"),
+    ("lookahead:base=random", "lookahead.base"),
+    ("lookahead:wait=maybe", "lookahead.wait"),
+    ("lookahead:future=psychic", "lookahead.future"),
+    ("lookahead:depth=3", "lookahead.depth"),
+])
+def test_config_errors_name_the_key(spec, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        parse_spec(spec)
+
+
+def test_config_from_a_mapping():
+    assert load_lookahead_config({"candidates": 2, "wait": False}) == LookaheadConfig(2, wait=False)
+    with pytest.raises(ConfigError, match=r"planner\.horizon_s"):
+        load_lookahead_config({"horizon_s": 0}, "planner")
+    with pytest.raises(ValueError, match="key=value"):
+        parse_spec("lookahead:candidates")
+    assert build(LookaheadConfig, None) == LookaheadConfig()
