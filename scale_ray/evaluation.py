@@ -94,7 +94,11 @@ def run_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int =
         g = _guard_for(policy, sim.cfg, guard)
         ret = 0.0
         t0 = time.perf_counter()
+        act_state = getattr(policy, "act_state", None)  # planners act on the state itself
         while sim.current is not None:
+            if act_state is not None:
+                ret += sim.step(act_state(sim)).reward
+                continue
             obs = sim.observe()
             a = guarded_action(g, sim, obs, policy.act(obs), writer)
             ret += sim.step(a).reward
@@ -119,6 +123,8 @@ def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[i
     from policies import get_policy
 
     policy = get_policy(policy_spec, env, seed=base_seed)
+    if getattr(policy, "act_state", None) is not None:  # a planner: no batching, one by one
+        return [run_episode(env, policy_spec, k, base_seed, None, guard) for k in episodes]
     env = env_for_policy(env, policy.first_level)
     sims = []
     for k in episodes:
