@@ -11,6 +11,15 @@ forward in float32, operation for operation (same layer order, exact erf GELU, t
 epsilon and masking constants). Results agree with torch to float32 rounding (summation order
 differs inside matrix products); ``tests/test_policy_module.py`` checks scores and argmax on
 random observations and on simulator rollouts. Training never uses it.
+
+Batch invariance: the scores of one row do not depend on the other rows of the batch, bit for bit
+(``scores(batch)[i] == scores(batch[i:i+1])[0]``). A plain ``(B, d) @ (d, k)`` product is one BLAS
+call whose blocking, and so its rounding, changes with B; here every product keeps a row axis of
+its own (``(B, 1, d) @ (d, k)``, ``(B, N, d) @ (d, k)``), which NumPy's ``matmul`` computes as B
+separate BLAS calls of the shape a single decision makes, and the remaining operations are
+element-wise or reduce along a row's own last axis. So the evaluation harness can step episodes in
+lockstep (one batched call per step) and get the decisions of the sequential run, whatever the
+batch: ``tests/test_artifact.py`` checks it on random observations and batch sizes.
 """
 
 from __future__ import annotations
@@ -75,8 +84,9 @@ class _Block:
         self.mean_w = np.full(blk.q.out_features, 1.0 / blk.q.out_features, dtype=_F32)
 
     def __call__(self, z: np.ndarray, kv: np.ndarray, key_bias: np.ndarray | None) -> np.ndarray:
-        """z (B, d), kv (B, N, 2d) = this block's key/value projection of the servers,
-        key_bias (B, 1, 1, N) or None when every server attends -> (B, d)."""
+        """z (B, 1, d), kv (B, N, 2d) = this block's key/value projection of the servers,
+        key_bias (B, 1, 1, N) or None when every server attends -> (B, 1, d). Every product
+        keeps the row axis (batch invariance, see the module docstring)."""
         b, n, _ = kv.shape
         h, dh = self.h, self.dh
         q = (z @ self.wq + self.bq).reshape(b, h, 1, dh)
@@ -89,7 +99,7 @@ class _Block:
         att -= att.max(-1, keepdims=True)
         np.exp(att, out=att)
         att /= att.sum(-1, keepdims=True)
-        ctx = (att @ v).reshape(b, h * dh)
+        ctx = (att @ v).reshape(b, 1, h * dh)
         x = _layer_norm(z + (ctx @ self.wo + self.bo), self.g1, self.n1, self.eps1, self.mean_w)
         f = x @ self.w1 + self.b1
         f = _F32(0.5) * f * (_F32(1.0) + erf(f * _F32(1.0 / math.sqrt(2.0))))
@@ -132,8 +142,9 @@ class NumpyPointerNet:
     def scores(self, task: np.ndarray, servers: np.ndarray, action_mask: np.ndarray) -> np.ndarray:
         """task (B, 5), servers (B, N, 5), action_mask (B, N) (1 = valid) -> scores (B, N)
         float32, ``MASKED_SCORE`` where masked (as :meth:`CrossAttentionPointerNet.scores`)."""
-        task = np.asarray(task, dtype=_F32)
-        servers = np.asarray(servers, dtype=_F32)
+        # (B, 1, T): the task side keeps a row axis, so no product mixes rows (batch invariance)
+        task = np.ascontiguousarray(np.asarray(task, dtype=_F32)[:, None, :])
+        servers = np.ascontiguousarray(servers, dtype=_F32)
         valid = np.asarray(action_mask) > 0.5
         e = self._embed(servers, *self.server_mlp)
         proj = e @ self.w_servers + self.b_servers  # (B, N, L*2d + d)
@@ -145,6 +156,7 @@ class NumpyPointerNet:
         z = self._embed(task, *self.task_mlp)
         for i, block in enumerate(self.blocks):
             z = block(z, proj[:, :, i * w:(i + 1) * w], key_bias)
-        s = (proj[:, :, len(self.blocks) * w:] @ (z @ self.wq)[:, :, None])[..., 0] * self.scale
+        # (B, N, d) @ (B, d, 1): one product per row
+        s = (proj[:, :, len(self.blocks) * w:] @ (z @ self.wq).transpose(0, 2, 1))[..., 0] * self.scale
         s[~valid] = _F32(MASKED_SCORE)
         return s

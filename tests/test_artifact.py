@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import numpy as np
@@ -163,3 +164,174 @@ def test_sample_prefix_rejects_heuristics_and_dqn(tmp_path):
                                       "features": FeatureConfig()})
     with pytest.raises(ValueError, match="PPO and SAC policies only"):
         get_policy(f"sample:{tmp_path / 'q'}")
+
+
+# ----------------------------------------------------------------------------- damaged artifacts
+
+def _rechecksum(path) -> None:
+    """Make policy.json's checksum match the (damaged) weights.pt: only the new checks can catch it."""
+    from policies.artifact import _sha256
+
+    meta = json.loads((path / "policy.json").read_text())
+    (path / "policy.json").write_text(json.dumps({**meta, "checksum": _sha256(path / "weights.pt")}))
+
+
+def _damage(path, damage: str, tmp_path) -> str:
+    """Damage the artifact at ``path``; returns a regex the one-line error must match."""
+    meta = json.loads((path / "policy.json").read_text())
+    if damage == "truncated":
+        data = (path / "weights.pt").read_bytes()
+        (path / "weights.pt").write_bytes(data[: len(data) // 2])
+        _rechecksum(path)
+        return r"weights\.pt: cannot load weights, the file is truncated"
+    if damage == "symlink_outside":
+        outside = tmp_path / "elsewhere.pt"
+        (path / "weights.pt").rename(outside)
+        (path / "weights.pt").symlink_to(outside)
+        return r"weights\.pt: a symlink to .*elsewhere\.pt, outside the artifact directory"
+    if damage == "json_symlink_outside":
+        outside = tmp_path / "elsewhere.json"
+        (path / "policy.json").rename(outside)
+        (path / "policy.json").symlink_to(outside)
+        return r"policy\.json: a symlink to .*elsewhere\.json, outside the artifact directory"
+    if damage in ("nan", "inf"):
+        state = torch.load(path / "weights.pt", weights_only=True)
+        state["blocks.1.ffn.0.weight"][3, 2] = math.nan if damage == "nan" else math.inf
+        torch.save(state, path / "weights.pt")
+        _rechecksum(path)
+        return r"weights\.pt: tensor 'blocks\.1\.ffn\.0\.weight' has 1 non-finite \(NaN/Inf\)"
+    if damage == "huge_crossattn":  # every value within ModelConfig's ranges; ~440 M parameters
+        cfg = {**meta["model_config"], "d_model": 4096, "ffn_hidden": 16384}
+        (path / "policy.json").write_text(json.dumps({**meta, "model_config": cfg}))
+        return (r"policy\.json: model_config describes a network of 437,113,793 parameters .*more "
+                r"than the 50,000,000 allowed; model_config\.d_model = 4096 \(default 16\)")
+    if damage == "huge_mlp":
+        cfg = {**meta["model_config"], "n_servers": 100_000, "mlp_hidden": 4096}
+        (path / "policy.json").write_text(json.dumps({**meta, "module": "mlp", "model_config": cfg}))
+        return r"more than the 50,000,000 allowed; model_config\.n_servers = 100000 \(default 16\)"
+    if damage == "model_config_out_of_range":
+        cfg = {**meta["model_config"], "layers": 0}
+        (path / "policy.json").write_text(json.dumps({**meta, "model_config": cfg}))
+        return r"policy\.json: model_config\.layers"
+    raise AssertionError(damage)
+
+
+DAMAGES = ["truncated", "symlink_outside", "json_symlink_outside", "nan", "inf", "huge_crossattn",
+           "huge_mlp", "model_config_out_of_range"]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_every_damaged_artifact_is_one_artifact_error_naming_file_and_problem(tmp_path, damage):
+    path = save_untrained(tmp_path / "p")
+    expected = _damage(path, damage, tmp_path)
+    with pytest.raises(ArtifactError, match=expected) as err:
+        load_policy(path)
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
+
+
+def test_huge_model_config_is_refused_before_anything_is_allocated(tmp_path, monkeypatch):
+    """The size check counts parameters on the meta device (no storage); the network is never
+    built with real tensors and the weights are never read."""
+    import policies.artifact as art
+
+    path = save_untrained(tmp_path / "p")
+    _damage(path, "huge_crossattn", tmp_path)
+    real_build = art.build_network
+    built = []
+
+    def build_on_meta_only(*a, **k):
+        net = real_build(*a, **k)
+        built.append(net)
+        assert all(prm.is_meta for prm in net.parameters()), "network built with real tensors"
+        return net
+
+    monkeypatch.setattr(art, "build_network", build_on_meta_only)
+    monkeypatch.setattr(art, "_sha256", lambda *a, **k: pytest.fail("weights were read"))
+    with pytest.raises(ArtifactError, match="more than the 50,000,000 allowed"):
+        load_network(path)
+    assert built  # the count went through build_network, on the meta device
+
+
+def test_parameter_count_matches_the_built_network():
+    from policies.artifact import parameter_count
+    from policies.networks import build_network
+
+    for module, cfg in (("crossattn", {}), ("crossattn", {"d_model": 32, "layers": 3, "heads": 8}),
+                        ("mlp", {"n_servers": 16})):
+        net = build_network(module, cfg)
+        assert parameter_count(module, cfg) == sum(p.numel() for p in net.parameters())
+
+
+def test_symlinks_inside_the_artifact_directory_are_fine(tmp_path):
+    path = save_untrained(tmp_path / "p")
+    (path / "weights.pt").rename(path / "weights.real.pt")
+    (path / "weights.pt").symlink_to("weights.real.pt")
+    assert load_policy(path).scores(_obs(8)).shape == (8,)
+    linked = tmp_path / "link"  # the directory itself behind a symlink
+    linked.symlink_to(path)
+    assert load_policy(linked).scores(_obs(8)).shape == (8,)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "nan", "huge_crossattn", "symlink_outside"])
+def test_cli_reports_a_damaged_artifact_in_one_line_and_exits_2(tmp_path, damage, capsys):
+    from scale_ray.cli import main
+
+    path = save_untrained(tmp_path / "p")
+    _damage(path, damage, tmp_path)
+    rc = main(["eval", "--policy", str(path), "--servers", "4", "--episodes", "1", "--workers", "1",
+               "--set", "workload.horizon_s=5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    assert len(err) == 1 and err[0].startswith("scale-ray: error: policy artifact ") and str(path) in err[0]
+
+
+# ----------------------------------------------------------------------------- batch invariance
+
+def _random_batch(rng, b: int, n: int, task_features: int = 5):
+    task = (rng.normal(size=(b, task_features)) * rng.choice([0.01, 1.0, 50.0])).astype(np.float32)
+    servers = (rng.normal(size=(b, n, 5)) * rng.choice([0.1, 1.0, 10.0])).astype(np.float32)
+    mask = (rng.random((b, n)) < rng.uniform(0.05, 1.0)).astype(np.float32)
+    mask[0] = 0.0  # an all-masked (terminal) row
+    if b > 1:
+        mask[1] = 1.0  # a row where every server attends
+    return {"task": task, "servers": servers, "action_mask": mask}
+
+
+@pytest.mark.parametrize("spec", ["scale", "untrained-wide", "untrained-backlog"])
+def test_batched_scores_are_bit_identical_to_one_by_one(tmp_path, spec):
+    """The lockstep evaluation's batched call must not change a decision: each row's scores equal
+    the single-observation scores bit for bit, for any batch size and any company in the batch
+    (a plain (B, d) @ (d, k) product fails this on most rows)."""
+    if spec == "scale":
+        pol, tf = get_policy("scale"), 5  # a trained policy
+    elif spec == "untrained-wide":
+        pol, tf = load_policy(save_untrained(tmp_path / "w", seed=2, model={
+            "d_model": 32, "heads": 8, "layers": 3, "ffn_hidden": 96, "embed_hidden": 48})), 5
+    else:
+        pol, tf = load_policy(save_untrained(tmp_path / "b", seed=5, model={"task_features": 7})), 7
+    rng = np.random.default_rng(19)
+    rows = 0
+    for n in (1, 3, 16, 48, 257):
+        for b in (1, 2, 5, 16, 64):
+            batch = _random_batch(rng, b, n, tf)
+            s = pol.scores(batch)
+            acts = pol.act_batch(batch)
+            for i in range(b):
+                one = {k: v[i] for k, v in batch.items()}
+                np.testing.assert_array_equal(pol.scores(one), s[i])
+                assert acts[i] == pol.act(one)
+                rows += 1
+            sub = rng.permutation(b)[: max(1, b // 2)]  # another batch, other order
+            np.testing.assert_array_equal(pol.scores({k: v[sub] for k, v in batch.items()}), s[sub])
+    assert rows == 5 * (1 + 2 + 5 + 16 + 64)
+
+
+def test_torch_backend_scores_rows_one_by_one_and_is_not_lockstepped(tmp_path):
+    pol = load_policy(save_untrained(tmp_path / "m", module="mlp", train_servers=12))
+    assert not pol.batched
+    rng = np.random.default_rng(3)
+    batch = _random_batch(rng, 9, 12)
+    s = pol.scores(batch)
+    for i in range(9):
+        np.testing.assert_array_equal(pol.scores({k: v[i] for k, v in batch.items()}), s[i])
+    assert get_policy("scale").batched and load_policy(save_untrained(tmp_path / "c")).batched
