@@ -117,8 +117,10 @@ def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[i
     """Several episodes stepped in lockstep with one batched policy call per step.
 
     For stateless policies (trained networks: ``policy.batched``), where a batch of B decisions
-    costs about as much as one. Each episode's result equals its sequential run up to float
-    rounding in the batched forward pass.
+    costs about as much as one. Each episode's result equals its sequential run (``run_episode``)
+    exactly: a ``batched`` policy's ``act_batch`` is batch-invariant (each row scored bit for bit
+    as alone, see :class:`policies.artifact.TorchPolicy`), so neither ``--workers`` nor how the
+    episodes are sliced into jobs changes a decision.
     """
     from policies import get_policy
 
@@ -210,11 +212,24 @@ def aggregate(episodes: Iterable[dict[str, Any]], policy: str, servers: int) -> 
     }
 
 
+def ci95_half_width(values: Sequence[float] | np.ndarray) -> float:
+    """Half-width of the 95 % t-interval of the mean of ``values``: ``t_{0.975, n-1} · s / sqrt(n)``
+    (s: sample standard deviation); nan for fewer than 2 values."""
+    from scipy.stats import t
+
+    d = np.asarray(values, dtype=float)
+    n = len(d)
+    if n < 2:
+        return math.nan
+    return float(t.ppf(0.975, n - 1) * d.std(ddof=1) / math.sqrt(n))
+
+
 def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
                        key: str = "mean_response_s") -> list[dict[str, Any]]:
     """Per (policy, size): the mean over episodes of ``key`` / the reference's - 1 on the same
-    episode (same seed, same workload), its 95 % confidence half-width (normal approximation),
-    and how many episodes were better / worse. Paired, so workload noise cancels.
+    episode (same seed, same workload), the half-width of its 95 % t-interval
+    (``t_{0.975, n-1} · s / sqrt(n)`` over the n paired episodes; nan for n < 2), and how many
+    episodes were better / worse. Paired, so workload noise cancels.
     ``completed_rel_diff``: the same for completed tasks; when it is not 0 the response means
     are over different task sets (a policy that leaves tasks unfinished drops its slowest)."""
     def per_episode(k: str) -> dict[tuple[str, int], dict[int, float]]:
@@ -232,9 +247,6 @@ def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
                   and not math.isnan(ref[k])]
         return np.array([vals[k] / ref[k] - 1.0 for k in common]), common
 
-    def half_width(d: np.ndarray) -> float:
-        return float(1.96 * d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else math.nan
-
     out = []
     for (policy, n), vals in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         ref = by.get((reference, n))
@@ -246,12 +258,12 @@ def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
         dc, _ = rel(cens[(policy, n)], cens[(reference, n)])
         out.append({"policy": policy, "servers": n, "reference": reference, "episodes": len(d),
                     "mean_rel_diff": float(d.mean()) if len(d) else math.nan,
-                    "ci95_half_width": half_width(d), "better": int((d < 0).sum()),
+                    "ci95_half_width": ci95_half_width(d), "better": int((d < 0).sum()),
                     "worse": int((d > 0).sum()),
                     "completed_rel_diff": float(np.mean(c)) if c else math.nan,
                     # on every arrived task (censored mean): comparable when completed tasks differ
                     "censored_rel_diff": float(dc.mean()) if len(dc) else math.nan,
-                    "censored_ci95_half_width": half_width(dc)})
+                    "censored_ci95_half_width": ci95_half_width(dc)})
     return out
 
 

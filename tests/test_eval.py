@@ -52,15 +52,77 @@ def test_fixed_seeds_are_common_across_policies_and_reproducible():
     assert a["arrived_tasks"] == c["arrived_tasks"]  # same workload under another policy
 
 
+def _episode_key(e: dict) -> tuple:
+    return (e["policy"], e["servers"], e["episode"])
+
+
+def _untimed(episodes: list[dict]) -> list[dict]:
+    """Per-episode metrics without the wall-clock time, in a fixed order."""
+    return [{k: v for k, v in e.items() if k != "wall_s"} for e in sorted(episodes, key=_episode_key)]
+
+
+def _assert_same_episodes(a: list[dict], b: list[dict]) -> None:
+    a, b = _untimed(a), _untimed(b)
+    assert len(a) == len(b) and [_episode_key(e) for e in a] == [_episode_key(e) for e in b]
+    for ea, eb in zip(a, b, strict=True):
+        assert ea.keys() == eb.keys()
+        for k in ea:  # exactly equal (nan == nan)
+            va, vb = ea[k], eb[k]
+            assert va == vb or (isinstance(va, float) and math.isnan(va) and math.isnan(vb)), (
+                _episode_key(ea), k, va, vb)
+
+
 @pytest.mark.slow
 def test_ray_parallel_equals_in_process():
     env = load_env(None, SHORT)
-    rows1, _ = evaluate(env, ["eft", "heft"], [8], 3, base_seed=5, workers=1)
-    rows2, _ = evaluate(env, ["eft", "heft"], [8], 3, base_seed=5, workers=2)
-    for r1, r2 in zip(rows1, rows2):
+    rows1, eps1 = evaluate(env, ["eft", "heft"], [8], 3, base_seed=5, workers=1)
+    rows2, eps2 = evaluate(env, ["eft", "heft"], [8], 3, base_seed=5, workers=2)
+    assert len(rows1) == len(rows2) == 2
+    for r1, r2 in zip(rows1, rows2, strict=True):
         for k in ROW_KEYS:
             v1, v2 = r1[k], r2[k]
-            assert v1 == v2 or (isinstance(v1, float) and math.isclose(v1, v2)), k
+            assert v1 == v2 or (isinstance(v1, float) and math.isnan(v1) and math.isnan(v2)), k
+    _assert_same_episodes(eps1, eps2)
+    assert len(eps1) == 6
+
+
+def test_lockstep_slicing_gives_the_sequential_episodes_for_trained_policies(tmp_path):
+    """A learned policy's episodes are the same whether they run one by one (run_episode), in
+    lockstep all together, or in lockstep slices of other sizes (what --workers changes): the
+    batched scoring never changes a decision."""
+    from policies.artifact import save_untrained
+    from scale_ray.evaluation import Job, _run_jobs
+
+    env = load_env(None, ["workload.horizon_s=40"])
+    untrained = str(save_untrained(tmp_path / "u", seed=4))
+    for spec in ("scale", untrained):
+        for n in (16, 48):
+            cfg = env.with_servers(n)
+            seq = [run_episode(cfg, spec, k, 3) for k in range(6)]
+            for m in seq:
+                m.update(policy=spec, servers=n)
+            for slicing in (((0, 1, 2, 3, 4, 5),), ((0, 1, 2), (3, 4), (5,)), ((4, 1), (0, 5, 3, 2))):
+                got = _run_jobs(env, [Job(spec, n, sl) for sl in slicing], 3, None)
+                _assert_same_episodes(seq, got)
+
+
+@pytest.mark.slow
+def test_trained_policy_evaluation_does_not_depend_on_workers(tmp_path):
+    """The same `scale-ray eval` of a trained and an untrained artifact gives the same per-episode
+    metrics with --workers 1 (one lockstep batch of all episodes, in process) and --workers 2 (Ray
+    tasks of 2-episode slices)."""
+    from policies.artifact import save_untrained
+
+    env = load_env(None, ["workload.horizon_s=40"])
+    specs = ["scale", str(save_untrained(tmp_path / "u", seed=4))]
+    rows1, eps1 = evaluate(env, specs, [16, 48], 8, base_seed=1, workers=1)
+    rows2, eps2 = evaluate(env, specs, [16, 48], 8, base_seed=1, workers=2)
+    assert len(eps1) == len(eps2) == 2 * 2 * 8
+    _assert_same_episodes(eps1, eps2)
+    assert len(rows1) == len(rows2) == 4
+    for r1, r2 in zip(rows1, rows2, strict=True):
+        assert r1 == r2 or all(r1[k] == r2[k] or (isinstance(r1[k], float) and math.isnan(r1[k])
+                                                   and math.isnan(r2[k])) for k in r1)
 
 
 def test_paired_differences_against_hand_computation():
@@ -75,9 +137,23 @@ def test_paired_differences_against_hand_computation():
     d = np.array([3.0 / 4.0 - 1, 5.5 / 5.0 - 1, 0.0])
     assert row["policy"] == "a" and row["servers"] == 16 and row["episodes"] == 3
     assert row["mean_rel_diff"] == pytest.approx(d.mean())
-    assert row["ci95_half_width"] == pytest.approx(1.96 * d.std(ddof=1) / np.sqrt(3))
+    # the 95 % t-interval: t_{0.975, 2} = 4.3027 (not the normal 1.96)
+    assert row["ci95_half_width"] == pytest.approx(4.302652729911275 * d.std(ddof=1) / np.sqrt(3))
     assert (row["better"], row["worse"]) == (1, 1)
     assert math.isnan(row["completed_rel_diff"])  # no completed_tasks given
+
+
+def test_ci95_half_width_is_the_t_interval():
+    from scipy import stats
+
+    from scale_ray.evaluation import ci95_half_width
+
+    rng = np.random.default_rng(0)
+    for n in (2, 5, 30, 200):
+        x = rng.normal(size=n)
+        lo, hi = stats.t.interval(0.95, n - 1, loc=x.mean(), scale=stats.sem(x))
+        assert ci95_half_width(x) == pytest.approx((hi - lo) / 2, rel=1e-12)
+    assert math.isnan(ci95_half_width([1.0])) and math.isnan(ci95_half_width([]))
 
 
 def test_paired_output_flags_unequal_completed_tasks():
