@@ -7,17 +7,25 @@ Layout of a run directory ``OUT``::
     OUT/metrics.csv         one row per iteration (METRIC_COLUMNS)
     OUT/metrics.jsonl       the same rows as JSON lines
     OUT/tb/                 TensorBoard event files (tensorboardX)
-    OUT/checkpoints/iter_000050/ ...  Algorithm checkpoints (every ``run.checkpoint_every`` and last)
+    OUT/placement.json      the node of the driver, of every env runner and of every learner
+    OUT/checkpoints/iter_000050/ ...  Algorithm checkpoints (every ``run.checkpoint_every`` and last;
+                            written atomically, with progress.json: scale_ray.checkpoints)
     OUT/policy/             the policy artifact (policies.artifact)
 
-Resume (``resume=True``) restores the newest checkpoint: iteration, optimiser, lifetime env steps
-(so the LR schedule, a piecewise-linear function of env steps, continues where it was) and the
-SRR learner's iteration counter (so the ramp continues).
+Resume (``resume=True``) restores the newest complete checkpoint (a newer one left incomplete by
+a crash is skipped, and said so): iteration, optimiser, lifetime env steps (so the LR schedule, a
+piecewise-linear function of env steps, continues where it was), the SRR learner's iteration
+counter (so the ramp continues) and the elapsed training time (``time_s`` continues).
+
+Scale-out uses RLlib's own knobs (``learners`` and ``rollout`` sections): env runner actors with
+``rollout.num_cpus_per_env_runner`` CPUs each, and ``learners.num_learners`` learner actors
+(0: one learner in the driver) with ``num_gpus_per_learner`` / ``num_cpus_per_learner`` each.
+``ppo.steps_per_iteration`` (and the DQN/SAC train batch) stays the whole batch of an iteration;
+each learner trains on its share.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
@@ -33,13 +41,14 @@ from envs.encoding import TASK_DIM, task_dim
 from policies.networks import ModelConfig
 from policies.srr import SrrConfig
 
+from .checkpoints import (CKPT_DIR, latest_checkpoint, read_progress, remove_partials,
+                          save_checkpoint)
 from .config import load_env, read_yaml, resolve_config_path
+from .train_metrics import (COMPLETED_KEY, INVALID_KEY, METRIC_COLUMNS, RESPONSE_KEY,  # noqa: F401
+                            MetricsWriter, extract_metrics, progress_line)
 
 log = logging.getLogger(__name__)
 
-RESPONSE_KEY = "scale/mean_response_s"
-COMPLETED_KEY = "scale/completed_tasks"
-INVALID_KEY = "scale/invalid_rate"
 
 
 # --------------------------------------------------------------------------------------------
@@ -104,11 +113,33 @@ class SACSection:
 class RolloutSection:
     """Env runners (default sized for 2 cores: one runner process with 4 vectorised envs = the
     paper's 4 parallel environments, the learner in the driver)."""
-    num_env_runners: int = field(default=1, metadata=rng(ge=0, le=1024))
+    num_env_runners: int = field(default=1, metadata=rng(ge=0, le=1024, doc=(
+        "env runner actors; 0: sample in the driver")))
     num_envs_per_env_runner: int = field(default=4, metadata=rng(ge=1, le=1024))
-    num_cpus_per_env_runner: float = field(default=1.0, metadata=rng(ge=0))
+    num_cpus_per_env_runner: float = field(default=1.0, metadata=rng(ge=0, le=1024, doc=(
+        "CPUs Ray reserves for each env runner actor (placement: a node must have them free)")))
     rollout_fragment_length: int | None = field(default=None, metadata=rng(
         ge=1, doc="default: steps_per_iteration / (runners × envs)"))
+
+
+@dataclass(frozen=True)
+class LearnersSection:
+    """RLlib learners (``AlgorithmConfig.learners``). 0 learners: one learner inside the driver
+    process (the default, right for 2 cores); k >= 1: k learner actors that Ray places on any
+    node with the resources free, training data-parallel on equal shares of each batch (with
+    GPUs: one or more GPUs each)."""
+    num_learners: int = field(default=0, metadata=rng(ge=0, le=1024, doc=(
+        "learner actors; 0: the learner runs in the driver")))
+    num_gpus_per_learner: float = field(default=0.0, metadata=rng(ge=0, le=64, doc=(
+        "GPUs of each learner (fractions below 1 share a GPU; above 1 a whole number)")))
+    num_cpus_per_learner: float | None = field(default=None, metadata=rng(ge=0, le=1024, doc=(
+        "CPUs of each learner actor; none: RLlib's auto (1 without a GPU, 0 with one)")))
+
+    def __post_init__(self) -> None:
+        g = self.num_gpus_per_learner
+        if g > 1 and g != int(g):
+            raise ConfigError(f"learners.num_gpus_per_learner: {g} is out of range; allowed: a "
+                              f"fraction in [0, 1] or a whole number of GPUs (Ray's rule)")
 
 
 @dataclass(frozen=True)
@@ -141,6 +172,7 @@ class TrainConfig:
     dqn: DQNSection = DQNSection()
     sac: SACSection = SACSection()
     rollout: RolloutSection = RolloutSection()
+    learners: LearnersSection = LearnersSection()
     run: RunSection = RunSection()
 
     @property
@@ -233,6 +265,14 @@ def build_algo_config(cfg: TrainConfig, env: EnvConfig, total_iterations: int | 
         raise ConfigError(f"model.task_features: {cfg.model.task_features} does not match the "
                           f"env's task features ({width}); leave it out, it is set from the env")
     model_cfg["task_features"] = width
+    k = max(1, cfg.learners.num_learners)
+
+    def per_learner(total: int, key: str) -> int:
+        """Each learner's share of a batch of ``total`` (the config keeps the whole batch)."""
+        if total % k or total // k < 2:
+            raise ConfigError(f"{key}: {total} is not divisible into learners.num_learners = {k} "
+                              f"equal shares of at least 2; allowed: a multiple of {k}")
+        return total // k
 
     if cfg.algorithm == "ppo":
         from ray.rllib.algorithms.ppo import PPOConfig
@@ -247,10 +287,10 @@ def build_algo_config(cfg: TrainConfig, env: EnvConfig, total_iterations: int | 
                         entropy_coeff=p.entropy_coeff, vf_loss_coeff=p.vf_loss_coeff,
                         vf_clip_param=p.vf_clip_param, grad_clip=p.grad_clip,
                         grad_clip_by="global_norm", use_kl_loss=False,
-                        train_batch_size_per_learner=p.steps_per_iteration,
+                        train_batch_size_per_learner=per_learner(p.steps_per_iteration,
+                                                                 "ppo.steps_per_iteration"),
                         minibatch_size=p.minibatch_size, num_epochs=p.num_epochs)
-              .learners(num_learners=0, num_gpus_per_learner=0, learner_class=SrrPPOLearner,
-                        learner_config_dict={"srr": to_dict(cfg.srr)}))
+              .learners(learner_class=SrrPPOLearner, learner_config_dict={"srr": to_dict(cfg.srr)}))
     elif cfg.algorithm == "dqn":
         from ray.rllib.algorithms.dqn import DQNConfig
 
@@ -258,7 +298,8 @@ def build_algo_config(cfg: TrainConfig, env: EnvConfig, total_iterations: int | 
         model_cfg.update(dueling=True, double_q=True, num_atoms=1,
                          epsilon=[[0, q.epsilon_start], [q.epsilon_steps, q.epsilon_end]])
         ac = (DQNConfig()
-              .training(lr=q.lr, gamma=q.gamma, train_batch_size_per_learner=q.train_batch_size,
+              .training(lr=q.lr, gamma=q.gamma,
+                        train_batch_size_per_learner=per_learner(q.train_batch_size, "dqn.train_batch_size"),
                         replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
                                               "capacity": q.replay_capacity,
                                               "alpha": 0.6, "beta": 0.4},
@@ -277,7 +318,7 @@ def build_algo_config(cfg: TrainConfig, env: EnvConfig, total_iterations: int | 
               .training(actor_lr=s.actor_lr, critic_lr=s.critic_lr, alpha_lr=s.alpha_lr,
                         gamma=s.gamma, tau=s.tau, initial_alpha=s.initial_alpha,
                         target_entropy=s.target_entropy, twin_q=True,
-                        train_batch_size_per_learner=s.train_batch_size,
+                        train_batch_size_per_learner=per_learner(s.train_batch_size, "sac.train_batch_size"),
                         replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
                                               "capacity": s.replay_capacity,
                                               "alpha": 0.6, "beta": 0.4},
@@ -297,151 +338,16 @@ def build_algo_config(cfg: TrainConfig, env: EnvConfig, total_iterations: int | 
           .fault_tolerance(restart_failed_env_runners=False)  # fail fast, never hang
           .debugging(seed=cfg.run.seed, log_level="WARN")
           .framework("torch"))
-    if cfg.algorithm != "ppo":
-        ac = ac.learners(num_learners=0, num_gpus_per_learner=0)
+    lr_ = cfg.learners
+    ac = ac.learners(num_learners=lr_.num_learners, num_gpus_per_learner=lr_.num_gpus_per_learner,
+                     num_cpus_per_learner=("auto" if lr_.num_cpus_per_learner is None
+                                           else lr_.num_cpus_per_learner))
     return ac
-
-
-# --------------------------------------------------------------------------------------------
-# Metrics
-# --------------------------------------------------------------------------------------------
-
-METRIC_COLUMNS = ("iteration", "env_steps", "time_s", "iter_s", "episodes", "episode_return",
-                  "mean_response_s", "completed_tasks", "invalid_rate", "lr", "total_loss",
-                  "policy_loss", "vf_loss", "entropy", "srr_decorrelation", "srr_kl", "srr_ramp",
-                  "z_mean_abs_offdiag_cov", "z_mean_kl", "qf_loss", "alpha")
-
-
-def _num(x: Any) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return v
-
-
-def extract_metrics(result: Mapping[str, Any], iteration: int, elapsed_s: float) -> dict[str, float]:
-    """One row of METRIC_COLUMNS from an RLlib result dict."""
-    from policies.learner import SRR_DEC, SRR_KL, SRR_RAMP, Z_KL, Z_OFFDIAG
-
-    er = result.get("env_runners", {}) or {}
-    lrn = (result.get("learners", {}) or {}).get("default_policy", {}) or {}
-    lr = lrn.get("default_optimizer_learning_rate", lrn.get("curr_lr"))
-    return {
-        "iteration": iteration,
-        "env_steps": _num(result.get("num_env_steps_sampled_lifetime",
-                                     er.get("num_env_steps_sampled_lifetime"))),
-        "time_s": elapsed_s,
-        "iter_s": _num(result.get("time_this_iter_s")),
-        "episodes": _num(er.get("num_episodes_lifetime")),
-        "episode_return": _num(er.get("episode_return_mean")),
-        "mean_response_s": _num(er.get(RESPONSE_KEY)),
-        "completed_tasks": _num(er.get(COMPLETED_KEY)),
-        "invalid_rate": _num(er.get(INVALID_KEY)),
-        "lr": _num(lr),
-        "total_loss": _num(lrn.get("total_loss")),
-        "policy_loss": _num(lrn.get("policy_loss")),
-        "vf_loss": _num(lrn.get("vf_loss")),
-        "entropy": _num(lrn.get("entropy")),
-        "srr_decorrelation": _num(lrn.get(SRR_DEC)),
-        "srr_kl": _num(lrn.get(SRR_KL)),
-        "srr_ramp": _num(lrn.get(SRR_RAMP)),
-        "z_mean_abs_offdiag_cov": _num(lrn.get(Z_OFFDIAG)),
-        "z_mean_kl": _num(lrn.get(Z_KL)),
-        "qf_loss": _num(lrn.get("qf_loss")),
-        "alpha": _num(lrn.get("alpha_value")),
-    }
-
-
-def progress_line(row: Mapping[str, float], total: int) -> str:
-    def f(key: str, fmt: str) -> str:
-        v = row.get(key, math.nan)
-        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
-
-    return (f"iter {row['iteration']:>4}/{total} steps {f('env_steps', '.0f')} "
-            f"({f('iter_s', '.1f')}s) return {f('episode_return', '.2f')} "
-            f"resp {f('mean_response_s', '.2f')}s lr {f('lr', '.2e')} loss {f('total_loss', '.3f')} "
-            f"pi {f('policy_loss', '.3f')} vf {f('vf_loss', '.3f')} ent {f('entropy', '.3f')} "
-            f"srr[dec {f('srr_decorrelation', '.3f')} kl {f('srr_kl', '.3f')} "
-            f"ramp {f('srr_ramp', '.2f')}]")
-
-
-class MetricsWriter:
-    """Appends rows to metrics.csv / metrics.jsonl and TensorBoard scalars. ``resumed_at``: the
-    iteration of the checkpoint a resumed run starts from; rows after it (written by the
-    interrupted run, about to be trained again) are dropped first, so every iteration has one
-    row."""
-
-    def __init__(self, out: Path, resumed_at: int | None = None):
-        self.csv_path = out / "metrics.csv"
-        self.json_path = out / "metrics.jsonl"
-        if resumed_at is not None:
-            self._drop_after(resumed_at)
-        new = not self.csv_path.exists()
-        self._csv = self.csv_path.open("a", newline="")
-        self._w = csv.DictWriter(self._csv, fieldnames=METRIC_COLUMNS)
-        if new:
-            self._w.writeheader()
-        self._json = self.json_path.open("a")
-        try:
-            from tensorboardX import SummaryWriter
-            self._tb = SummaryWriter(str(out / "tb"))
-        except ImportError:  # pragma: no cover - tensorboardX ships with ray[rllib]
-            self._tb = None
-
-    def _drop_after(self, iteration: int) -> None:
-        if self.csv_path.exists():
-            with self.csv_path.open(newline="") as f:
-                rows = list(csv.DictReader(f))
-            with self.csv_path.open("w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS)
-                w.writeheader()
-                w.writerows(r for r in rows if int(float(r["iteration"])) <= iteration)
-        if self.json_path.exists():
-            lines = [ln for ln in self.json_path.read_text().splitlines() if ln.strip()]
-            self.json_path.write_text("".join(
-                ln + "\n" for ln in lines if int(json.loads(ln)["iteration"]) <= iteration))
-
-    def last(self, key: str) -> float:
-        """``key`` of the last row written (after a resume: of the checkpoint's iteration)."""
-        if not self.csv_path.exists():
-            return math.nan
-        with self.csv_path.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-        return _num(rows[-1][key]) if rows else math.nan
-
-    def write(self, row: Mapping[str, float]) -> None:
-        self._w.writerow({k: row.get(k) for k in METRIC_COLUMNS})
-        self._csv.flush()
-        self._json.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v)
-                                     for k, v in row.items()}) + "\n")
-        self._json.flush()
-        if self._tb is not None:
-            step = int(row["iteration"])
-            for k, v in row.items():
-                if k != "iteration" and isinstance(v, (int, float)) and not math.isnan(v):
-                    self._tb.add_scalar(f"train/{k}", v, step)
-            self._tb.flush()
-
-    def close(self) -> None:
-        self._csv.close()
-        self._json.close()
-        if self._tb is not None:
-            self._tb.close()
 
 
 # --------------------------------------------------------------------------------------------
 # Driver
 # --------------------------------------------------------------------------------------------
-
-CKPT_DIR = "checkpoints"
-
-
-def latest_checkpoint(out: Path) -> Path | None:
-    ckpts = sorted((out / CKPT_DIR).glob("iter_*"))
-    ckpts = [c for c in ckpts if (c / "algorithm_state.pkl").exists() or (c / "rllib_checkpoint.json").exists()]
-    return ckpts[-1] if ckpts else None
-
 
 def _ensure_ray(num_cpus: int | None) -> bool:
     """Start an embedded local Ray unless one is connected or RAY_ADDRESS points at a cluster
@@ -472,19 +378,52 @@ def export_policy(algo, cfg: TrainConfig, env: EnvConfig, path: Path, iteration:
     from policies.artifact import save_policy
     from policies.rl_modules import export_network
 
-    module = None
     lg = algo.learner_group
     if lg is not None and lg.is_local:  # the learner's module: the freshest weights
-        module = lg._learner.module[DEFAULT_MODULE_ID]
-    if module is None:
-        module = algo.get_module(DEFAULT_MODULE_ID)
-    net = export_network(module)
+        net = export_network(lg._learner.module[DEFAULT_MODULE_ID])
+    elif lg is not None:  # learner actors (all hold the same weights): a CPU copy of the first's
+        def _export(learner):
+            import copy
+
+            from policies.rl_modules import export_network as export
+
+            return copy.deepcopy(export(learner.module[DEFAULT_MODULE_ID])).cpu()
+
+        net = next(iter(lg.foreach_learner(_export))).get()
+    else:
+        net = export_network(algo.get_module(DEFAULT_MODULE_ID))
     return save_policy(path, net, {
         "name": cfg.name, "algorithm": cfg.label, "train_servers": env.cluster.servers,
         "features": env.features, "version": f"{cfg.name}-iter{iteration}",
         "iterations": iteration, "env_steps": env_steps, "seed": cfg.run.seed,
         "first_level": env.mdp.first_level, "srr": to_dict(cfg.srr),
         "env": to_dict(env)})  # the encoder settings the policy was trained with (Serve reads them)
+
+
+def record_placement(algo, out: Path) -> dict[str, Any]:
+    """Write ``OUT/placement.json``: the Ray node id of the driver, of each remote env runner and
+    of each learner (the driver's for a local learner), and each learner's GPU ids."""
+    import ray
+
+    def where(*_args) -> dict[str, Any]:
+        import ray as _ray
+
+        ctx = _ray.get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "gpu_ids": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]}
+
+    runners = []
+    group = algo.env_runner_group
+    if group is not None and group.num_remote_env_runners() > 0:
+        runners = [r["node_id"] for r in group.foreach_env_runner(where, local_env_runner=False)]
+    learners = []
+    if algo.learner_group is not None:
+        learners = [r.get() for r in algo.learner_group.foreach_learner(where)]
+    doc = {"driver": ray.get_runtime_context().get_node_id(), "env_runners": runners,
+           "learners": [lr["node_id"] for lr in learners],
+           "learner_gpu_ids": [lr["gpu_ids"] for lr in learners],
+           "learners_remote": bool(algo.learner_group is not None and algo.learner_group.is_remote)}
+    (out / "placement.json").write_text(json.dumps(doc, indent=2) + "\n")
+    return doc
 
 
 def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | None = None,
@@ -494,9 +433,9 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
     the schedule of the run it continues; ``iterations`` then only moves the stopping point."""
     out = Path(out)
     echo = echo or (lambda s: print(s, file=sys.stderr, flush=True))
-    ckpt = latest_checkpoint(out) if resume else None
+    ckpt = latest_checkpoint(out, report=echo) if resume else None
     if resume and ckpt is None:
-        raise ValueError(f"--resume: no checkpoint under {out / CKPT_DIR}")
+        raise ValueError(f"--resume: no complete checkpoint under {out / CKPT_DIR}")
     cfg_file = out / "config.json"
     if resume and cfg_file.exists():
         saved = json.loads(cfg_file.read_text())
@@ -517,16 +456,34 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
         algo_cfg = build_algo_config(cfg, env, schedule_iterations)
         t_build = time.perf_counter()
         algo = algo_cfg.build_algo()
+        remove_partials(out)
         if ckpt is not None:
             algo.restore_from_path(str(ckpt.resolve()))
             echo(f"resumed from {ckpt} at iteration {algo.iteration}")
         log.info("algorithm built in %.1f s", time.perf_counter() - t_build)
+        placement = record_placement(algo, out)
+        if placement["env_runners"] or placement["learners_remote"]:
+            echo(f"placement: {len(placement['env_runners'])} env runner(s) on "
+                 f"{len(set(placement['env_runners']))} node(s), {len(placement['learners'])} "
+                 f"learner actor(s) on {len(set(placement['learners']))} node(s) "
+                 f"({out / 'placement.json'})")
         writer = MetricsWriter(out, resumed_at=int(algo.iteration) if ckpt is not None else None)
+        # time_s continues after a resume: the checkpoint's elapsed time (older checkpoints: the
+        # metrics row of its iteration)
+        progress = read_progress(ckpt) if ckpt is not None else {}
+        time_offset = float(progress.get("time_s", math.nan)) if ckpt is not None else 0.0
+        if math.isnan(time_offset):
+            time_offset = writer.last("time_s")
+            time_offset = 0.0 if math.isnan(time_offset) else time_offset
         t0 = time.perf_counter()
         row: dict[str, float] = {}
         last_saved = None
         max_steps = cfg.run.max_env_steps
         env_steps = writer.last("env_steps") if ckpt is not None else 0.0
+        elapsed = time_offset
+
+        def save(it: int) -> Path:
+            return save_checkpoint(algo, out, it, {"time_s": elapsed, "env_steps": env_steps})
 
         def steps_left() -> bool:
             return max_steps is None or not env_steps >= max_steps  # nan (no row): go on
@@ -534,16 +491,15 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
         while algo.iteration < stop_at and steps_left():
             result = algo.train()
             it = int(algo.iteration)
-            row = extract_metrics(result, it, time.perf_counter() - t0)
+            elapsed = time_offset + (time.perf_counter() - t0)
+            row = extract_metrics(result, it, elapsed)
             env_steps = row["env_steps"]
             writer.write(row)
             echo(progress_line(row, stop_at))
             if it % cfg.run.checkpoint_every == 0 or it >= stop_at or not steps_left():
-                last_saved = out / CKPT_DIR / f"iter_{it:06d}"
-                algo.save_to_path(str(last_saved.resolve()))
+                last_saved = save(it)
         if last_saved is None and algo.iteration > 0:
-            last_saved = out / CKPT_DIR / f"iter_{int(algo.iteration):06d}"
-            algo.save_to_path(str(last_saved.resolve()))
+            last_saved = save(int(algo.iteration))
         artifact = export_policy(algo, cfg, env, out / "policy", int(algo.iteration), env_steps)
         echo(f"policy artifact: {artifact}")
         return {"iterations": int(algo.iteration), "checkpoint": str(last_saved) if last_saved else None,

@@ -66,6 +66,55 @@ def test_bad_train_config_names_the_key():
         load_train_config({}, {"env": {"workload": {"horizon_s": -5}}})
 
 
+def test_scale_out_knobs_are_validated():
+    cfg, _ = load_train_config({"learners": {"num_learners": 2, "num_gpus_per_learner": 0.5,
+                                             "num_cpus_per_learner": 3},
+                                "rollout": {"num_cpus_per_env_runner": 2}})
+    assert (cfg.learners.num_learners, cfg.learners.num_gpus_per_learner,
+            cfg.learners.num_cpus_per_learner, cfg.rollout.num_cpus_per_env_runner) == (2, 0.5, 3.0, 2.0)
+    assert load_train_config({})[0].learners.num_cpus_per_learner is None  # RLlib's auto
+    with pytest.raises(ConfigError, match=r"unknown key train.learners.num_learner; allowed keys"):
+        load_train_config({"learners": {"num_learner": 1}})
+    with pytest.raises(ConfigError, match=r"train.learners.num_learners: -1 is out of range; allowed: >= 0"):
+        load_train_config({"learners": {"num_learners": -1}})
+    with pytest.raises(ConfigError, match=r"train.learners.num_learners: expected an integer"):
+        load_train_config({"learners": {"num_learners": 1.5}})
+    with pytest.raises(ConfigError, match=r"learners.num_gpus_per_learner: 1.5 is out of range; "
+                                          r"allowed: a fraction in \[0, 1\] or a whole number"):
+        load_train_config({"learners": {"num_gpus_per_learner": 1.5}})
+    with pytest.raises(ConfigError, match=r"train.learners.num_cpus_per_learner: -1.0 is out of range"):
+        load_train_config({"learners": {"num_cpus_per_learner": -1}})
+    with pytest.raises(ConfigError, match=r"train.rollout.num_cpus_per_env_runner: -0.5 is out of range; "
+                                          r"allowed: >= 0 and <= 1024"):
+        load_train_config({"rollout": {"num_cpus_per_env_runner": -0.5}})
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "dqn", "sac"])
+def test_scale_out_knobs_reach_rllib(algorithm):
+    """learners.* and rollout.num_cpus_per_env_runner set RLlib's own fields (no hard-coded
+    num_learners=0); the config's batch stays the whole batch, split over the learners."""
+    from scale_ray.training import build_algo_config
+
+    name = {"ppo": "scale", "dqn": "dqn", "sac": "sac"}[algorithm]
+    cfg, env = load_train_config(REPO_ROOT / f"configs/train/{name}.yaml", {
+        "learners": {"num_learners": 2, "num_gpus_per_learner": 1, "num_cpus_per_learner": 3},
+        "rollout": {"num_env_runners": 2, "num_cpus_per_env_runner": 2.5}})
+    ac = build_algo_config(cfg, env)
+    assert (ac.num_learners, ac.num_gpus_per_learner, ac.num_cpus_per_learner) == (2, 1, 3)
+    assert (ac.num_env_runners, ac.num_cpus_per_env_runner) == (2, 2.5)
+    whole = cfg.ppo.steps_per_iteration if algorithm == "ppo" else getattr(cfg, algorithm).train_batch_size
+    assert ac.train_batch_size_per_learner == whole // 2
+    if algorithm == "ppo":
+        assert ac.learner_class.__name__ == "SrrPPOLearner"  # still the SRR learner
+    default = build_algo_config(*load_train_config(REPO_ROOT / f"configs/train/{name}.yaml"))
+    assert (default.num_learners, default.num_gpus_per_learner, default.num_cpus_per_learner) == (0, 0, "auto")
+    cfg, env = load_train_config(REPO_ROOT / "configs/train/scale.yaml",
+                                 {"learners": {"num_learners": 3}})
+    with pytest.raises(ConfigError, match=r"ppo.steps_per_iteration: 1024 is not divisible into "
+                                          r"learners.num_learners = 3 equal shares"):
+        build_algo_config(cfg, env)
+
+
 def test_task_embedding_width_follows_the_env():
     from scale_ray.training import build_algo_config
 
@@ -125,6 +174,10 @@ def test_one_iteration_checkpoint_resume_export_evaluate(name, tmp_path, local_r
     rows = _rows(out)
     assert [int(r["iteration"]) for r in rows] == [1, 2]
     assert float(rows[1]["env_steps"]) > float(rows[0]["env_steps"])
+    # time_s continues after the resume (from the checkpoint's progress.json), not from 0
+    progress = json.loads((out / "checkpoints" / "iter_000001" / "progress.json").read_text())
+    assert progress["time_s"] == float(rows[0]["time_s"]) > 0
+    assert float(rows[1]["time_s"]) >= float(rows[0]["time_s"]) + float(rows[1]["iter_s"])
     if cfg.algorithm == "ppo":
         # exact resume: the LR follows the schedule of the run it continues (env steps), and the
         # SRR ramp continues from the restored iteration counter (ramp 0 -> 4: 0, then 0.25)
@@ -147,6 +200,88 @@ def test_one_iteration_checkpoint_resume_export_evaluate(name, tmp_path, local_r
     m = run_episode(env_n, str(out / "policy"), episode=0, base_seed=1)
     assert m["completed_tasks"] > 0 and math.isfinite(m["mean_response_s"])
     assert pol.describe()["algorithm"] == cfg.label
+
+
+def _fake_checkpoint(path: Path, complete: bool = True, progress: dict | None = None) -> Path:
+    """The file layout of an RLlib 2.60 PPO checkpoint (as Algorithm.save_to_path writes it)."""
+    files = ["algorithm_state.pkl", "class_and_ctor_args.pkl", "rllib_checkpoint.json",
+             "env_runner/class_and_ctor_args.pkl", "env_runner/metadata.json", "env_runner/state.pkl",
+             "learner_group/class_and_ctor_args.pkl", "learner_group/metadata.json",
+             "learner_group/state.pkl", "learner_group/learner/class_and_ctor_args.pkl",
+             "learner_group/learner/metadata.json", "learner_group/learner/state.pkl",
+             "learner_group/learner/rl_module/class_and_ctor_args.pkl",
+             "learner_group/learner/rl_module/metadata.json",
+             "learner_group/learner/rl_module/module_state.pkl",
+             "learner_group/learner/rl_module/default_policy/class_and_ctor_args.pkl",
+             "learner_group/learner/rl_module/default_policy/metadata.json",
+             "learner_group/learner/rl_module/default_policy/module_state.pkl"]
+    for f in files:
+        (path / f).parent.mkdir(parents=True, exist_ok=True)
+        (path / f).write_bytes(b"x")
+    if progress is not None:
+        (path / "progress.json").write_text(json.dumps(progress))
+    return path
+
+
+def test_latest_checkpoint_skips_incomplete_ones_and_says_which(tmp_path):
+    from scale_ray.checkpoints import checkpoint_problem, latest_checkpoint
+
+    ck = tmp_path / "checkpoints"
+    _fake_checkpoint(ck / "iter_000005", progress={"iteration": 5, "time_s": 12.5})
+    _fake_checkpoint(ck / "iter_000010")
+    _fake_checkpoint(ck / "iter_000015")
+    _fake_checkpoint(ck / ".iter_000020.partial")  # a save interrupted before its rename
+    (ck / "iter_000015/learner_group/learner/rl_module/default_policy/module_state.pkl").unlink()
+    (ck / "iter_000010/env_runner/state.pkl").unlink()
+    said: list[str] = []
+    assert latest_checkpoint(tmp_path, report=said.append) == ck / "iter_000005"
+    assert said == [
+        f"checkpoint {ck / 'iter_000015'} is incomplete (missing "
+        "learner_group/learner/rl_module/default_policy/module_state.pkl); skipping it",
+        f"checkpoint {ck / 'iter_000010'} is incomplete (missing the state file of env_runner); "
+        "skipping it"]
+    assert checkpoint_problem(ck / "iter_000005") is None
+    (ck / "iter_000005/algorithm_state.pkl").unlink()
+    assert checkpoint_problem(ck / "iter_000005") == "missing algorithm_state.pkl"
+    assert latest_checkpoint(tmp_path) is None
+    # iterations sort numerically, not as strings
+    _fake_checkpoint(ck / "iter_1000000")
+    _fake_checkpoint(ck / "iter_000999")
+    assert latest_checkpoint(tmp_path) == ck / "iter_1000000"
+    (ck / "iter_1000000/progress.json").write_text("{cut sh")
+    assert "unreadable progress.json" in checkpoint_problem(ck / "iter_1000000")
+    assert latest_checkpoint(tmp_path) == ck / "iter_000999"
+
+
+@pytest.mark.slow
+def test_resume_falls_back_to_the_newest_complete_checkpoint(tmp_path, local_ray):
+    """A crash while writing the last checkpoint (module_state.pkl missing, a .partial left):
+    resume starts from the checkpoint before it, says so, and time_s keeps counting."""
+    from scale_ray.training import train
+
+    cfg, env = load_train_config(REPO_ROOT / "configs/train/scale.yaml", SMALL)
+    out = tmp_path / "run"
+    train(cfg, env, out, iterations=2, echo=lambda s: None)
+    ck = out / "checkpoints"
+    assert sorted(p.name for p in ck.iterdir()) == ["iter_000001", "iter_000002"]  # no .partial left
+    (ck / "iter_000002/learner_group/learner/rl_module/default_policy/module_state.pkl").unlink()
+    shutil.copytree(ck / "iter_000001", ck / ".iter_000003.partial")
+    rows_before = _rows(out)
+    lines: list[str] = []
+    done = train(cfg, env, out, iterations=3, resume=True, echo=lines.append)
+    assert done["iterations"] == 3
+    assert (f"checkpoint {ck / 'iter_000002'} is incomplete (missing learner_group/learner/rl_module/"
+            f"default_policy/module_state.pkl); skipping it") in lines
+    assert f"resumed from {ck / 'iter_000001'} at iteration 1" in lines
+    rows = _rows(out)
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3]
+    assert rows[0] == rows_before[0]  # the rows after the checkpoint were trained again
+    t = [float(r["time_s"]) for r in rows]
+    assert t[1] >= t[0] + float(rows[1]["iter_s"]) and t[2] > t[1]
+    assert not list(ck.glob(".*"))  # the interrupted save was cleaned up
+    progress = json.loads((ck / "iter_000003" / "progress.json").read_text())
+    assert progress["iteration"] == 3 and progress["time_s"] == t[2]
+    assert progress["env_steps"] == float(rows[2]["env_steps"])
 
 
 @pytest.mark.slow
