@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -71,14 +72,18 @@ class LoadedPolicy:
     argmax_act: bool       # act(obs) == argmax(scores(obs)): one call gives both
     guard: Guard | None = None  # policies.guard around a learned policy (None: heuristic / off)
     loaded_at: float = field(default_factory=time.time)
+    # decisions run in worker threads (serve_apps.placement): the guard's check and its counters
+    # are updated under this lock, so the counters are exact
+    guard_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def guard_info(self) -> dict[str, Any]:
         """``/v1/policy``'s guard section: settings and this replica's overrides per reason."""
         if self.guard is None:
             return {"enabled": False}
         g = self.guard
-        return {"enabled": True, "max_waits": g.config.max_waits, "checked": g.checked,
-                **g.summary()}
+        with self.guard_lock:  # one consistent snapshot of the counters
+            return {"enabled": True, "max_waits": g.config.max_waits, "checked": g.checked,
+                    **g.summary()}
 
 
 def env_for_artifact(spec: str, env: EnvConfig) -> EnvConfig:
@@ -260,7 +265,8 @@ def guarded(lp: LoadedPolicy, obs: dict[str, np.ndarray], choice: int, waits: in
     (``policies.guard``) given the task's ``waits`` so far; ``ids``: the request's server ids."""
     if lp.guard is None:
         return choice, None
-    final, why = lp.guard.check(obs, choice, waits)
+    with lp.guard_lock:  # Guard.check counts; decisions may run in several threads
+        final, why = lp.guard.check(obs, choice, waits)
     if why is None:
         return choice, None
     return final, {"reason": why, "proposed": ids[choice] if 0 <= choice < len(ids) else None}

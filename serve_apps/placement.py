@@ -11,14 +11,23 @@ Routes (FastAPI ingress; OpenAPI docs at ``/docs``, schema at ``/openapi.json``)
 * ``GET /v1/policy`` — name, version, checksum, training size, algorithm, encoder settings.
 * Health: Serve's ``/-/healthz`` and ``/-/routes``, plus ``check_health`` on the replica.
 
+Decisions (``/v1/schedule``, and the ``/v1/place`` server table, encoder and batched forward) run
+in worker threads, never on the replica's event loop: a bounded pool of ``decision_threads`` for
+``/v1/schedule`` and one thread of its own for ``/v1/place``, so neither a burst of large
+schedules nor any one request stalls the health check, ``/v1/policy`` or ``/v1/place``.
+
 Run it: ``serve run configs/serve/placement.yaml`` or
 ``serve run serve_apps.placement:build_app policy=eft``. Application arguments
 (:class:`PlacementArgs`) are fixed at deploy time; :class:`Tuning` is the deployment's
 ``user_config`` and can change while it serves: a new ``policy`` (artifact path or heuristic
-name) is loaded completely before it replaces the old one, so no request fails or sees a
-half-loaded policy.
+name) is loaded completely, checksum verified, and tried on one decision before it replaces the
+old one, so no request fails or sees a half-loaded policy. A change that fails (missing path,
+corrupt artifact, invalid setting) is not applied: the previous policy keeps serving,
+``reconfigure`` does not raise (raising would stop the replica), and ``GET /v1/policy`` reports
+``last_swap_error`` (also logged at WARNING). Only the application's own ``policy`` argument is
+loaded without a fallback: a bad one fails the deploy.
 
-Bad input is a 422 naming the field (``detail[].loc``), never a 500.
+Bad input is a 4xx naming the field or the limit (``serve_apps.errors``), never a 500.
 """
 
 from __future__ import annotations
@@ -26,21 +35,26 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
+import typing
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import Response
 from ray import serve
 
 from envs.config import ConfigError, build, rng
 from policies import default_policy
 from policies.guard import GuardConfig
 
-from .decisions import (LoadedPolicy, PreparedPlace, RequestError, decide_batch, load,
-                        place_answer, prepare_place, schedule)
+from . import errors
+from .decisions import (LoadedPolicy, PreparedPlace, decide, decide_batch, load, place_answer,
+                        prepare_place, schedule)
+from .errors import DEFAULT_MAX_BODY_BYTES, parse_body
 from .schemas import (ErrorResponse, PlaceRequest, PlaceResponse, PolicyInfo, ScheduleRequest,
                       ScheduleResponse)
 
@@ -62,6 +76,9 @@ class Tuning:
     max_servers: int = field(default=4096, metadata=rng(ge=1, le=1_000_000, doc="per request"))
     max_tasks: int = field(default=1024, metadata=rng(ge=1, le=1_000_000,
                                                       doc="listed tasks per /v1/schedule request"))
+    max_body_bytes: int = field(default=DEFAULT_MAX_BODY_BYTES, metadata=rng(
+        ge=1024, le=1 << 30, doc="request body cap; a larger body is a 413 (4 MiB holds a "
+                                 "max_servers=4096 /v1/place body about 10 times)"))
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,9 @@ class PlacementArgs:
         doc="/v1/schedule stops at the first wait; none: as in the env config"))
     seed: int | None = field(default=None, metadata=rng(ge=0, doc="RNG seed of random heuristics"))
     torch_threads: int = field(default=1, metadata=rng(ge=1, le=256, doc="torch intra-op threads"))
+    decision_threads: int = field(default=2, metadata=rng(
+        ge=1, le=64, doc="worker threads for /v1/schedule decisions (a bounded pool; more "
+                         "requests queue); /v1/place has one thread of its own"))
     workload_scale: float | None = field(default=None, metadata=rng(
         gt=0, le=1e6, doc="features.workload_scale of the workload served: its mean task compute "
                           "/ 4 GFLOP (docs/workloads.md); none: the policy's own (1 for the "
@@ -104,37 +124,100 @@ api = FastAPI(
     title="SCALE placement service",
     version="1",
     description="Chooses a server for a task (cross-attention pointer policy or a heuristic). "
-                "Errors: 422 with `detail[].loc` naming the field.",
+                "Errors: 422 with `detail[].loc` naming the field; 413 for a body larger than "
+                "`max_body_bytes`.",
 )
+errors.install(api)
 
-_ERRORS = {422: {"model": ErrorResponse, "description": "invalid input; detail names the field"}}
-
-
-def _error(status: int, loc: list, msg: str, kind: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"detail": [{"loc": loc, "msg": msg, "type": kind}]})
-
-
-@api.exception_handler(RequestError)
-async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
-    return _error(422, exc.loc, exc.msg, exc.kind)
+_ERRORS = {422: {"model": ErrorResponse, "description": "invalid input; detail names the field"},
+           413: {"model": ErrorResponse, "description": "body larger than max_body_bytes"}}
+_BODIES = (PlaceRequest, ScheduleRequest)
 
 
-@api.exception_handler(RequestValidationError)
-async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-    # FastAPI's own format, minus the echoed input (can be megabytes) and non-JSON ctx values.
-    detail = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
-              for e in exc.errors()]
-    return JSONResponse(status_code=422, content={"detail": detail})
+def _resolved(fn: Callable) -> Callable:
+    """Resolve the string annotations (``from __future__ import annotations``) now. Serve ships
+    the deployment class to the replica by value, with only the globals its code names; FastAPI
+    there would not find ``Request``, which appears in annotations only, and would take
+    ``request`` for a query parameter."""
+    fn.__annotations__ = typing.get_type_hints(fn)
+    return fn
 
 
-@api.exception_handler(ValueError)
-async def _value_error(_: Request, exc: ValueError) -> JSONResponse:
-    # An internal check rejected what the schema let through: still the client's input.
-    return _error(422, ["body"], str(exc), "value_error")
+def _body(model: type) -> dict:
+    """OpenAPI request body of a route that parses its body itself (off the event loop)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
 
 
-def _json(content: dict) -> Response:
-    return Response(json.dumps(content, separators=(",", ":")).encode(), media_type="application/json")
+def _openapi() -> dict:
+    """FastAPI's schema plus the request models (the routes read raw bodies)."""
+    if api.openapi_schema is None:
+        schema = get_openapi(title=api.title, version=api.version, description=api.description,
+                             routes=api.routes)
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in _BODIES:
+            s = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps.update(s.pop("$defs", {}))
+            comps[model.__name__] = s
+        api.openapi_schema = schema
+    return api.openapi_schema
+
+
+api.openapi = _openapi  # type: ignore[method-assign]
+
+
+def _dumps(content: dict) -> bytes:
+    return json.dumps(content, separators=(",", ":")).encode()
+
+
+def _json(body: bytes) -> Response:
+    return Response(body, media_type="application/json")
+
+
+def _schedule_job(body: bytes | Mapping, lp: LoadedPolicy, t: Tuning,
+                  content_type: str | None = None) -> dict:
+    """Parse (an HTTP body) or validate (a handle's dict), then decide: all off the loop."""
+    req = (parse_body(body, ScheduleRequest, content_type) if isinstance(body, bytes)
+           else ScheduleRequest.model_validate(body))
+    return schedule(req, lp, t.max_servers, t.max_tasks)
+
+
+def _schedule_json(body: bytes, lp: LoadedPolicy, t: Tuning, content_type: str | None) -> bytes:
+    return _dumps(_schedule_job(body, lp, t, content_type))
+
+
+def _prepare_job(body: bytes | Mapping, lp: LoadedPolicy, max_servers: int,
+                 content_type: str | None = None) -> PreparedPlace:
+    req = (parse_body(body, PlaceRequest, content_type) if isinstance(body, bytes)
+           else PlaceRequest.model_validate(body))
+    return prepare_place(req, lp, max_servers)
+
+
+def _decide_items(items: list[tuple[LoadedPolicy, PreparedPlace]]) -> list[dict]:
+    """A /v1/place batch's answers: one padded forward per policy (during a swap a batch may
+    mix two)."""
+    out: list[dict | None] = [None] * len(items)
+    groups: dict[int, list[int]] = {}
+    for i, (lp, _) in enumerate(items):
+        groups.setdefault(id(lp), []).append(i)
+    for idx in groups.values():
+        lp = items[idx[0]][0]
+        results = decide_batch(lp, [items[i][1].obs for i in idx])
+        for i, (choice, scores) in zip(idx, results):
+            out[i] = place_answer(lp, items[i][1], choice, scores)
+    return out
+
+
+def try_policy(lp: LoadedPolicy) -> None:
+    """One decision on a two-server request: a policy that loads but cannot decide (wrong
+    shapes, a broken module) fails here, before it serves. Not counted by the guard."""
+    req = PlaceRequest.model_validate({
+        "task": {"compute_gflop": 4.0, "memory_gb": 4.0, "ready_tasks": 1, "workflow_age_s": 0.0},
+        "servers": [{"id": "a", "compute": 1.0, "memory_gb": 8.0},
+                    {"id": "b", "compute": 4.0, "memory_gb": 80.0, "remaining_s": 1.0}]})
+    choice, _ = decide(lp, prepare_place(req, lp, 2).obs)
+    if not 0 <= choice < 2:
+        raise ValueError(f"policy {lp.spec!r} answered index {choice} for 2 servers")
 
 
 @serve.deployment(max_ongoing_requests=64, health_check_period_s=10,
@@ -149,9 +232,14 @@ class PlacementService:
         self.args = args if isinstance(args, PlacementArgs) else parse_args(args)
         self.env = load_env(self.args.env_config)
         self.tuning = self.args.tuning
-        self.lp: LoadedPolicy = self._load(self.args.policy)
+        self.lp: LoadedPolicy = self._load(self.args.policy)  # no fallback: a bad one fails here
         self.swaps = 0
-        self._apply_batching(self.tuning)
+        self.last_swap_error: dict | None = None
+        self._swap_lock = asyncio.Lock()
+        self._schedule_pool = ThreadPoolExecutor(self.args.decision_threads,
+                                                 thread_name_prefix="placement-schedule")
+        self._place_pool = ThreadPoolExecutor(1, thread_name_prefix="placement-place")
+        self._apply(self.tuning)
 
     def _load(self, spec: str) -> LoadedPolicy:
         lp = load(spec, self.env, self.args.seed, self.args.mask_infeasible,
@@ -159,74 +247,104 @@ class PlacementService:
         if lp.batched:  # a torch policy (torch is imported only for those)
             from policies.artifact import set_inference_threads
             set_inference_threads(self.args.torch_threads)
+        try_policy(lp)
         return lp
 
-    def _apply_batching(self, t: Tuning) -> None:
+    def _apply(self, t: Tuning) -> None:
         self._place_batch.set_max_batch_size(t.max_batch_size)
         self._place_batch.set_batch_wait_timeout_s(t.batch_wait_timeout_s)
+        errors.LIMITS.max_body_bytes = t.max_body_bytes
 
     async def reconfigure(self, user_config: Mapping[str, Any]) -> None:
-        """Apply a new ``user_config`` (:class:`Tuning`). A new policy is loaded off the event
-        loop and fully before the reference is swapped; requests keep being served meanwhile."""
-        t = build(Tuning, user_config or {}, "user_config")
-        if t.policy is not None and t.policy != self.lp.spec:
-            new = await asyncio.to_thread(self._load, t.policy)
-            self.lp = new  # one reference: a request uses the policy it started with
-            self.swaps += 1
-            log.info("placement: now serving %s (version %s)", new.info["name"], new.info["version"])
-        self.tuning = t
-        self._apply_batching(t)
+        """Apply a new ``user_config`` (:class:`Tuning`). A new policy is loaded and tried off
+        the event loop, fully, before the reference is swapped; requests keep being served
+        meanwhile. A change that fails is not applied and never raises (Serve would stop the
+        replica): the old policy keeps serving and ``last_swap_error`` says why."""
+        async with self._swap_lock:  # one reconfigure at a time
+            raw = dict(user_config or {})
+            try:
+                t = build(Tuning, raw, "user_config")
+            except ConfigError as e:
+                return self._swap_failed(str(e), raw.get("policy"))
+            if t.policy is not None and t.policy != self.lp.spec:
+                try:
+                    new = await asyncio.to_thread(self._load, t.policy)
+                except Exception as e:  # noqa: BLE001 - whatever failed, keep serving
+                    self._swap_failed(f"{type(e).__name__}: {e}", t.policy)
+                    self.tuning = t
+                    self._apply(t)  # the other settings are valid: apply them
+                    return
+                self.lp = new  # one reference: a request uses the policy it started with
+                self.swaps += 1
+                log.info("placement: now serving %s (version %s)", new.info["name"],
+                         new.info["version"])
+            self.tuning = t
+            self._apply(t)
+            self.last_swap_error = None
+
+    def _swap_failed(self, message: str, spec: Any) -> None:
+        self.last_swap_error = {"message": message, "time": time.time(),
+                                "spec": None if spec is None else str(spec)}
+        log.warning("placement: user_config change not applied (policy %r): %s; still serving "
+                    "%s (version %s)", spec, message, self.lp.info["name"], self.lp.info["version"])
 
     def check_health(self) -> None:
         if self.lp is None:
             raise RuntimeError("no policy loaded")
 
+    async def _off_loop(self, pool: ThreadPoolExecutor, fn: Callable, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
     # ---------------------------------------------------------------- /v1/place
     @serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_S)
     async def _place_batch(self, items: list[tuple[LoadedPolicy, PreparedPlace]]) -> list[dict]:
-        out: list[dict | None] = [None] * len(items)
-        groups: dict[int, list[int]] = {}
-        for i, (lp, _) in enumerate(items):  # during a swap a batch may mix two policies
-            groups.setdefault(id(lp), []).append(i)
-        for idx in groups.values():
-            lp = items[idx[0]][0]
-            results = decide_batch(lp, [items[i][1].obs for i in idx])
-            for i, (choice, scores) in zip(idx, results):
-                out[i] = place_answer(lp, items[i][1], choice, scores)
-        return out
+        return await self._off_loop(self._place_pool, _decide_items, items)
+
+    async def _place(self, body: bytes | Mapping, content_type: str | None = None) -> dict:
+        lp = self.lp  # the policy this request uses from start to end, whatever swaps meanwhile
+        prep = await self._off_loop(self._place_pool, _prepare_job, body, lp,
+                                    self.tuning.max_servers, content_type)
+        return await self._place_batch((lp, prep))
 
     @api.post("/v1/place", response_model=PlaceResponse, responses=_ERRORS,
-              summary="choose a server for one task")
-    async def place(self, req: PlaceRequest) -> Response:
-        lp = self.lp
-        prep = prepare_place(req, lp, self.tuning.max_servers)
-        return _json(await self._place_batch((lp, prep)))
+              openapi_extra=_body(PlaceRequest), summary="choose a server for one task")
+    @_resolved
+    async def place(self, request: Request) -> Response:
+        body = await request.body()  # capped by errors.BodyCap; parsed in the worker thread
+        return _json(_dumps(await self._place(body, request.headers.get("content-type"))))
 
     # ---------------------------------------------------------------- /v1/schedule
     @api.post("/v1/schedule", response_model=ScheduleResponse, responses=_ERRORS,
+              openapi_extra=_body(ScheduleRequest),
               summary="assign every ready task that can start now")
-    async def schedule(self, req: ScheduleRequest) -> Response:
-        t = self.tuning
-        return _json(schedule(req, self.lp, t.max_servers, t.max_tasks))
+    @_resolved
+    async def schedule(self, request: Request) -> Response:
+        body = await request.body()
+        return _json(await self._off_loop(self._schedule_pool, _schedule_json, body, self.lp,
+                                          self.tuning, request.headers.get("content-type")))
 
     # ---------------------------------------------------------------- /v1/policy
     @api.get("/v1/policy", response_model=PolicyInfo, summary="the policy being served")
     async def policy(self) -> dict:
-        return {**self.lp.info, "guard": self.lp.guard_info(), "loaded_at": self.lp.loaded_at,
-                "swaps": self.swaps}
+        lp = self.lp
+        return {**lp.info, "guard": lp.guard_info(), "loaded_at": lp.loaded_at,
+                "swaps": self.swaps, "last_swap_error": self.last_swap_error}
 
     # ---------------------------------------------------------------- handle API
     async def decide(self, request: Mapping[str, Any]) -> dict:
         """Python-handle entry: a /v1/place body (dict) -> the /v1/place answer (dict).
         Raises ``pydantic.ValidationError`` / ``RequestError`` on bad input."""
-        req = PlaceRequest.model_validate(request)
-        lp = self.lp
-        return await self._place_batch((lp, prepare_place(req, lp, self.tuning.max_servers)))
+        return await self._place(request)
 
     async def decide_schedule(self, request: Mapping[str, Any]) -> dict:
         """Python-handle entry for /v1/schedule."""
-        return schedule(ScheduleRequest.model_validate(request), self.lp, self.tuning.max_servers,
-                        self.tuning.max_tasks)
+        return await self._off_loop(self._schedule_pool, _schedule_job, request, self.lp,
+                                    self.tuning)
+
+    def __del__(self) -> None:
+        for pool in (getattr(self, "_schedule_pool", None), getattr(self, "_place_pool", None)):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
 
 def application(args: Mapping[str, Any] | None = None, **deployment_options: Any) -> serve.Application:

@@ -161,6 +161,13 @@ class ScheduleResponse(BaseModel):
     policy_version: str
 
 
+class SwapError(BaseModel):
+    """A ``user_config`` change this replica did not apply; the policy before it keeps serving."""
+    message: str = Field(description="why (missing path, checksum mismatch, invalid setting...)")
+    time: float = Field(description="when it failed (Unix time, s)")
+    spec: str | None = Field(description="the policy that failed to load (user_config.policy)")
+
+
 class PolicyInfo(BaseModel):
     name: str
     spec: str = Field(description="what was loaded: heuristic name, shipped name or artifact path")
@@ -177,6 +184,9 @@ class PolicyInfo(BaseModel):
                                     "this replica made, per reason; enabled is false for heuristics")
     loaded_at: float
     swaps: int
+    last_swap_error: SwapError | None = Field(
+        None, description="the last user_config change that failed (the previous policy and "
+                          "settings stay in force); null after a change that succeeded")
 
 
 class ErrorItem(BaseModel):

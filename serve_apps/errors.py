@@ -1,0 +1,188 @@
+"""Error answers of the placement service: every one names the field or the limit.
+
+* a body larger than ``max_body_bytes`` (:class:`BodyCap`, an ASGI middleware): **413** before the
+  body is read when ``Content-Length`` says so, else as soon as the bytes read pass the cap
+  (chunked uploads);
+* a body that is not JSON (:func:`parse_body`): **422**: invalid UTF-8 with ``loc: ["body",
+  <byte offset>]``, a syntax error with ``["body", <character offset>]``, nesting deeper than the
+  JSON parser accepts with ``["body"]``, a content type other than JSON with ``["body"]``;
+* a field the schema rejects: **422** (FastAPI's ``detail[].loc``, minus the echoed input);
+* input that passed the schema but makes no sense (:class:`serve_apps.decisions.RequestError`,
+  or a ``ValueError`` from an internal check): **422** naming the field.
+
+Every error body is ``{"detail": [{"loc": [...], "msg": "...", "type": "..."}]}``; other HTTP
+errors (404, 405) keep FastAPI's ``{"detail": "..."}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, TypeVar
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from starlette.datastructures import Headers
+
+from .decisions import RequestError
+
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+#: how deep the request models nest (schedule body -> workflows -> workflow -> tasks -> task ->
+#: inputs -> input); Python's JSON parser stops near 1,000 levels (RecursionError)
+SCHEMA_DEPTH = 6
+
+
+class BodyLimits:
+    """The body cap in force (``Tuning.max_body_bytes``; the service sets it on reconfigure).
+    One per process: a Serve replica is its own process."""
+
+    def __init__(self, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+        self.max_body_bytes = max_body_bytes
+
+
+LIMITS = BodyLimits()
+
+
+def error(status: int, loc: list, msg: str, kind: str) -> JSONResponse:
+    return JSONResponse(status_code=status,
+                        content={"detail": [{"loc": loc, "msg": msg, "type": kind}]})
+
+
+def _too_large(size: int, cap: int, known: bool) -> JSONResponse:
+    what = f"{size} bytes" if known else f"more than {cap} bytes (read {size} so far)"
+    return error(413, ["body"], f"request body of {what} is larger than max_body_bytes={cap}",
+                 "body_too_large")
+
+
+class _TooLarge(Exception):
+    def __init__(self, size: int):
+        self.size = size
+
+
+class BodyCap:
+    """ASGI middleware: refuse a body larger than ``limits.max_body_bytes`` with a 413 naming
+    the limit. ``Content-Length`` is checked before anything is read; a chunked body is counted
+    while it is read."""
+
+    def __init__(self, app: Any, limits: BodyLimits = LIMITS):
+        self.app = app
+        self.limits = limits
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        cap = self.limits.max_body_bytes
+        length = Headers(scope=scope).get("content-length")
+        if length is not None:
+            try:
+                n = int(length)
+            except ValueError:
+                return await error(400, ["header", "content-length"],
+                                   f"not an integer: {length!r}", "invalid_header")(scope, receive, send)
+            if n > cap:
+                return await _too_large(n, cap, True)(scope, receive, send)
+        state = {"size": 0, "started": False}
+
+        async def counted() -> dict:
+            msg = await receive()
+            if msg["type"] == "http.request":
+                body = msg.get("body", b"")
+                state["size"] += len(body)
+                if state["size"] > cap:
+                    raise _TooLarge(state["size"])
+            return msg
+
+        async def tracked_send(msg: dict) -> None:
+            if msg["type"] == "http.response.start":
+                state["started"] = True
+            await send(msg)
+
+        try:
+            await self.app(scope, counted, tracked_send)
+        except _TooLarge as e:
+            if state["started"]:
+                raise
+            await _too_large(e.size, cap, False)(scope, receive, send)
+
+
+# ------------------------------------------------------------------------------- JSON depth
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = bytes(i for i in range(256) if i not in b"[]{}")
+
+
+def json_depth(body: bytes) -> int:
+    """The deepest nesting of arrays/objects in ``body`` (brackets inside strings ignored)."""
+    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKET)
+    if not brackets:
+        return 0
+    a = np.frombuffer(brackets, np.uint8)
+    step = ((a == 91) | (a == 123)).astype(np.int32) - ((a == 93) | (a == 125))
+    return int(np.cumsum(step).max())
+
+
+# ------------------------------------------------------------------------------- parsing
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_body(body: bytes, model: type[M], content_type: str | None = None) -> M:
+    """``body`` (JSON) validated as ``model``, or an error naming what is wrong: a
+    :class:`RequestError` for a body that is not JSON, a ``RequestValidationError`` (FastAPI's
+    422) for a field the schema rejects. The same ``json.loads`` + strict validation FastAPI
+    applies, run by the service in a worker thread instead of on the event loop."""
+    if content_type:
+        kind = content_type.split(";")[0].strip().lower()
+        if kind != "application/json" and not kind.endswith("+json"):
+            raise RequestError(("body",), f"expected a JSON body (content-type application/json), "
+                                          f"got content-type {kind!r}", "content_type")
+    if not body.strip():
+        raise RequestError(("body",), "Field required: the request has no body", "missing")
+    try:
+        data = json.loads(body)
+    except UnicodeDecodeError as e:
+        raise RequestError(("body", e.start), f"the body is not valid UTF-8: {e.reason} at byte "
+                                              f"{e.start}", "invalid_utf8") from None
+    except RecursionError:
+        raise RequestError(("body",), f"JSON nested {json_depth(body)} levels deep: deeper than "
+                                      f"the JSON parser accepts (about 990 levels); the request "
+                                      f"bodies nest at most {SCHEMA_DEPTH}", "json_too_deep") from None
+    except json.JSONDecodeError as e:
+        raise RequestError(("body", e.pos), f"JSON decode error: {e.msg} (line {e.lineno}, "
+                                            f"column {e.colno})", "json_invalid") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise RequestValidationError(
+            [{**err, "loc": ("body", *err["loc"])} for err in e.errors(include_input=False)]) from None
+
+
+# ------------------------------------------------------------------------------- handlers
+async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
+    return error(422, exc.loc, exc.msg, exc.kind)
+
+
+async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    # FastAPI's own format, minus the echoed input (can be megabytes) and non-JSON ctx values.
+    detail = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+              for e in exc.errors()]
+    return JSONResponse(status_code=422, content={"detail": detail})
+
+
+async def _value_error(_: Request, exc: ValueError) -> JSONResponse:
+    # An internal check rejected what the schema let through: still the client's input.
+    return error(422, ["body"], str(exc), "value_error")
+
+
+def install(api: FastAPI) -> None:
+    """Add the body cap and the exception handlers to ``api``."""
+    api.add_middleware(BodyCap)
+    api.add_exception_handler(RequestError, _request_error)
+    api.add_exception_handler(RequestValidationError, _validation_error)
+    api.add_exception_handler(ValueError, _value_error)
+
+
+__all__ = ["BodyCap", "BodyLimits", "LIMITS", "DEFAULT_MAX_BODY_BYTES", "install", "json_depth",
+           "error", "parse_body"]
+
