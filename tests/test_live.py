@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from processes import pids_using
 
 from envs.config import ConfigError
 from envs.workload import TaskSpec, WorkflowError, WorkflowSpec
@@ -558,17 +559,6 @@ def test_output_lost_with_its_node_is_recomputed(executor):
 # Fake autoscaler (RAY_GUIDE §7)
 # --------------------------------------------------------------------------------------------
 
-def _my_pids(temp_dir: str) -> list[int]:
-    """PIDs of processes whose command line names our temp dir (only what this test started)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if temp_dir.encode() in (proc / "cmdline").read_bytes():
-                    pids.append(int(proc.name))
-            except OSError:
-                pass
-    return [p for p in pids if p != os.getpid()]
 
 
 @pytest.mark.slow
@@ -631,13 +621,13 @@ def test_fake_autoscaler_nodes_appear_are_used_and_go_away(executor):
                 assert sched.counters["actors_reaped"] >= len(used)
     finally:
         ray.shutdown()
-        for pid in _my_pids(temp_dir):
+        for pid in pids_using(temp_dir):
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
         time.sleep(2)
-        for pid in _my_pids(temp_dir):
+        for pid in pids_using(temp_dir):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -25,23 +25,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from processes import pids_using
 
 from scale_ray.config import REPO_ROOT
 from scale_ray.ports import free_port
 
 
-def _pids_using(temp_dir: str) -> list[int]:
-    """PIDs whose command line names our temp dir (our cluster's processes only)."""
-    pids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if temp_dir in cmd and int(p.name) != os.getpid():
-                pids.append(int(p.name))
-    return pids
 
 
 def _ports(n: int, taken: set[int]) -> list[int]:
@@ -164,7 +153,7 @@ def test_ray_job_submit_to_a_three_node_cluster_places_runners_and_learner(tmp_p
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
-        for pid in _pids_using(root):  # anything of ours left behind
+        for pid in pids_using(root):  # anything of ours left behind
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

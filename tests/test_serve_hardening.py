@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from processes import pids_using
 import yaml
 
 from scale_ray.config import REPO_ROOT
@@ -354,17 +355,6 @@ def test_parse_errors_name_the_problem(hardened):
 
 
 # ------------------------------------------------------------------------------- the recipe
-def _pids_using(temp_dir: str) -> list[int]:
-    pids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                cmd = (p / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if temp_dir in cmd and int(p.name) != os.getpid():
-                pids.append(int(p.name))
-    return pids
 
 
 @pytest.mark.slow
@@ -460,7 +450,7 @@ def test_documented_swap_recipe_with_token_auth(tmp_path):
                 head.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(head.pid, signal.SIGKILL)
-        for pid in _pids_using(temp_dir):
+        for pid in pids_using(temp_dir):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

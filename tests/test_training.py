@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from processes import pids_using
 
 from envs.config import ConfigError
 from scale_ray.config import REPO_ROOT, load_env
@@ -325,18 +326,6 @@ def test_off_policy_training_stops_at_its_env_step_budget(tmp_path, local_ray):
 
 # ----------------------------------------------------------------------------- ray job submit
 
-def _pids_using(temp_dir: str) -> list[int]:
-    """PIDs whose command line names our temp dir (our cluster's processes only)."""
-    pids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if temp_dir in cmd and int(p.name) != os.getpid():
-                pids.append(int(p.name))
-    return pids
 
 
 @pytest.mark.slow
@@ -405,7 +394,7 @@ def test_ray_job_submit_on_a_local_head(tmp_path):
                 head.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(head.pid, signal.SIGKILL)
-        for pid in _pids_using(temp_dir):  # anything of ours left behind
+        for pid in pids_using(temp_dir):  # anything of ours left behind
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
