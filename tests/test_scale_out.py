@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from processes import pids_using
+from processes import stop_own
 
 from scale_ray.config import REPO_ROOT
 from scale_ray.ports import free_port
@@ -145,20 +145,7 @@ def test_ray_job_submit_to_a_three_node_cluster_places_runners_and_learner(tmp_p
 
         assert checkpoint_problem(out / "checkpoints" / "iter_000001") is None
     finally:
-        for p in reversed(procs):  # workers first, then the head: only our own processes
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-        for pid in pids_using(root):  # anything of ours left behind
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(root, ignore_errors=True)
+        stop_own(procs, root)  # workers first, then the head, then anything of ours left behind
 
 
 def test_kuberay_gpu_learner_variant_parses_and_its_settings_validate():

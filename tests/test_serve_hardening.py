@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from processes import pids_using
+from processes import stop_own, wait_for_port
 import yaml
 
 from scale_ray.config import REPO_ROOT
@@ -399,18 +399,7 @@ def test_documented_swap_recipe_with_token_auth(tmp_path):
         return out
 
     try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", dash), timeout=1):
-                    break
-            except OSError:
-                if time.time() > deadline or head.poll() is not None:
-                    if head.poll() is None:
-                        os.killpg(head.pid, signal.SIGTERM)
-                    tail = head.communicate(timeout=30)[0].decode(errors="replace")[-3000:]
-                    raise RuntimeError(f"ray head did not start:\n{tail}")
-                time.sleep(1)
+        wait_for_port(dash, [head], "ray head")
         cfg = yaml.safe_load((REPO_ROOT / "configs/serve/placement.yaml").read_text())
         cfg["http_options"]["port"] = http  # the only edit besides the policy: our own port
         cfg["applications"][0]["args"]["policy"] = "eft"  # fast to load on a busy machine
@@ -444,15 +433,4 @@ def test_documented_swap_recipe_with_token_auth(tmp_path):
         assert app["deployments"]["PlacementService"]["status"] == "HEALTHY"
         serve_cli("shutdown", "-a", address, "-y")
     finally:
-        if head.poll() is None:
-            os.killpg(head.pid, signal.SIGTERM)
-            try:
-                head.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(head.pid, signal.SIGKILL)
-        for pid in pids_using(temp_dir):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        stop_own([head], temp_dir)

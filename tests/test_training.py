@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from processes import pids_using
+from processes import stop_own, wait_for_port
 
 from envs.config import ConfigError
 from scale_ray.config import REPO_ROOT, load_env
@@ -355,18 +355,7 @@ def test_ray_job_submit_on_a_local_head(tmp_path):
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     out = tmp_path / "job_run"
     try:
-        deadline = time.time() + 90
-        while True:  # wait for the dashboard (job API)
-            try:
-                with socket.create_connection(("127.0.0.1", dash), timeout=1):
-                    break
-            except OSError:
-                if time.time() > deadline or head.poll() is not None:
-                    if head.poll() is None:
-                        os.killpg(head.pid, signal.SIGTERM)
-                    tail = head.communicate(timeout=30)[0].decode(errors="replace")[-3000:]
-                    raise RuntimeError(f"ray head did not start:\n{tail}")
-                time.sleep(1)
+        wait_for_port(dash, [head], "ray head")  # the dashboard (job API)
         sets = ["--set", "env.workload.horizon_s=15", "--set", "ppo.steps_per_iteration=128",
                 "--set", "ppo.minibatch_size=64", "--set", "ppo.num_epochs=1",
                 "--set", "rollout.num_env_runners=0"]
@@ -388,18 +377,7 @@ def test_ray_job_submit_on_a_local_head(tmp_path):
             {"task": np.ones(5, np.float32) * 0.1, "servers": np.ones((48, 5), np.float32) * 0.2,
              "action_mask": np.ones(48, np.float32)}).shape == (48,)
     finally:
-        if head.poll() is None:
-            os.killpg(head.pid, signal.SIGTERM)
-            try:
-                head.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(head.pid, signal.SIGKILL)
-        for pid in pids_using(temp_dir):  # anything of ours left behind
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        stop_own([head], temp_dir)  # the head, then anything of ours left behind
 
 
 def test_features_command_reports_z_statistics(tmp_path):
