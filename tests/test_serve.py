@@ -555,6 +555,20 @@ def test_malformed_requests_are_4xx_naming_the_field(served):
                        headers={"content-type": "application/x-www-form-urlencoded"}).status_code == 422
 
 
+def place_loop(port: int, body: dict, stop, results: list) -> None:
+    """POST ``body`` to /v1/place until ``stop`` is set; append (status, answering policy or
+    error text) per request, (-1, repr) for a transport failure."""
+    import httpx
+
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+        while not stop.is_set():
+            try:
+                r = c.post("/v1/place", json=body)
+                results.append((r.status_code, r.json().get("policy", r.text)))
+            except Exception as e:  # noqa: BLE001 - a transport failure counts as a failure
+                results.append((-1, repr(e)))
+
+
 @pytest.mark.slow
 def test_policy_swap_under_load_has_no_failed_requests(served, artifact):
     """Swap eft -> artifact -> eft through user_config while 3 clients send requests."""
@@ -566,13 +580,7 @@ def test_policy_swap_under_load_has_no_failed_requests(served, artifact):
     results: list[tuple[int, str]] = []
 
     def hammer():
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
-            while not stop.is_set():
-                try:
-                    r = c.post("/v1/place", json=body)
-                    results.append((r.status_code, r.json().get("policy", r.text)))
-                except Exception as e:  # noqa: BLE001 - a transport failure counts as a failure
-                    results.append((-1, repr(e)))
+        place_loop(port, body, stop, results)
 
     loaded_at = client.get("/v1/policy").json()["loaded_at"]
     threads = [threading.Thread(target=hammer) for _ in range(3)]

@@ -28,7 +28,7 @@ from scale_ray.config import REPO_ROOT
 from scale_ray.ports import free_port
 from serve_apps.errors import DEFAULT_MAX_BODY_BYTES, json_depth
 from serve_apps.placement import Tuning, parse_args
-from test_serve import deploy, random_place_body
+from test_serve import deploy, place_loop, random_place_body
 
 LEARNED = "untrained-crossattn"  # the name the artifact of the fixture reports
 
@@ -146,13 +146,7 @@ def test_bad_swaps_keep_the_old_policy_serving(hardened, artifact, corrupt_artif
     results: list[tuple[int, str]] = []
 
     def hammer():
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
-            while not stop.is_set():
-                try:
-                    r = c.post("/v1/place", json=body)
-                    results.append((r.status_code, r.json().get("policy", r.text)))
-                except Exception as e:  # noqa: BLE001 - a transport failure counts as a failure
-                    results.append((-1, repr(e)))
+        place_loop(port, body, stop, results)
 
     assert client.get("/v1/policy").json()["last_swap_error"] is None
     missing = str(Path(tempfile.gettempdir()) / "no-such-policy-dir")
