@@ -7,8 +7,9 @@ forward; the original must not notice. ``copy.deepcopy`` would copy every task o
 * unfinished tasks (``state != DONE``) and unfinished workflows, with their links remapped to the
   copies (a finished task is never written again, so both simulators share it; its ``children``
   may name the original's objects, which nothing reads once a task is done);
-* the event heap, the ready heap, the deferred and blocked lists, the running tasks;
-* per-slot numpy arrays, per-slot Python lists, the server feature matrix;
+* the event heap, the decision core (its ready queue with the deferred and blocked lists, and its
+  server table: arrays, lists, feature matrix), the running tasks;
+* the simulator's own per-slot numpy arrays and Python lists;
 * the three random generators (their states), the arrival process and the workload source;
 * counters and the clock (plain values).
 
@@ -27,23 +28,23 @@ from typing import Sequence
 
 import numpy as np
 
-from .encoding import ServerFeatures
-from .simulator import ARRIVAL, DONE, FINISH, Simulator, _Task, _Workflow
+from .decision import DecisionCore
+from .episode import _Task, _Workflow
+from .simulator import ARRIVAL, DONE, FINISH, Simulator
 
 # Immutable or configuration attributes: shared as they are.
 _SHARED = frozenset({"cfg", "n_slots", "_bw", "_lat", "_speed_by_memory", "_mean_compute",
-                     "_reward_consts", "_invalid_penalty", "_penalty_rate", "_hol",
-                     "_ask_only_startable", "_transfer_delays", "_mask_infeasible", "_backlog",
-                     "_max_decisions", "_t_cap"})
+                     "_reward_consts", "_invalid_penalty", "_penalty_rate", "_hol", "_rules",
+                     "_transfer_delays", "_mask_infeasible", "_backlog", "_max_decisions",
+                     "_t_cap"})
 # Lists of plain values (numbers, strings, bools): a shallow list copy is a full copy.
-_VALUE_LISTS = frozenset({"srv_tier", "_sid_l", "_compute_l", "_memory_l", "_idle_w_l",
-                          "_busy_w_l", "_idle_pf_l", "_busy_pf_l", "_busy_l", "_accept_l",
-                          "_present_l", "run_start"})
-_ARRAYS = frozenset({"srv_id", "compute", "memory", "idle_w", "busy_w", "busy_until", "present",
-                     "accepting", "_accept_f"})
-# Handled one by one below.
-_SPECIAL = frozenset({"trace", "rng_arrivals", "rng_workload", "rng_dynamics", "_features",
-                      "_feat", "running", "_slot_of", "_events", "_ready", "_deferred", "_blocked",
+_VALUE_LISTS = frozenset({"srv_tier", "_sid_l", "_idle_w_l", "_busy_w_l", "_present_l",
+                          "run_start"})
+_ARRAYS = frozenset({"srv_id", "idle_w", "busy_w", "present"})
+# Handled one by one below (the core's names in the simulator are bound again to the copy).
+_SPECIAL = frozenset({"trace", "rng_arrivals", "rng_workload", "rng_dynamics", "core", "servers",
+                      "_queue", "compute", "memory", "busy_until", "accepting", "_compute_l",
+                      "_memory_l", "_accept_l", "_busy_l", "running", "_slot_of", "_events",
                       "tasks", "workflows", "current", "_source", "_arrivals", "_scripted"})
 _PLAIN = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
 
@@ -54,17 +55,6 @@ def _copy_rng(src: np.random.Generator, into: np.random.Generator | None) -> np.
         into = np.random.Generator(type(src.bit_generator)())
     into.bit_generator.state = src.bit_generator.state
     return into
-
-
-def _copy_features(f: ServerFeatures) -> ServerFeatures:
-    out = object.__new__(ServerFeatures)
-    out.__dict__.update(f.__dict__)
-    out._feat = f._feat.copy()
-    out._present = f._present.copy()
-    out._rem = np.empty_like(f._rem)  # scratch rows: fresh, so two simulators never share them
-    out._rem64 = np.empty_like(f._rem64)
-    out._transfer = np.empty_like(f._transfer)
-    return out
 
 
 def _copy_source(src, rng_workload: np.random.Generator):
@@ -121,8 +111,6 @@ def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> S
     new.rng_arrivals = _copy_rng(sim.rng_arrivals, r[0])
     new.rng_workload = _copy_rng(sim.rng_workload, r[1])
     new.rng_dynamics = _copy_rng(sim.rng_dynamics, r[2])
-    new._features = _copy_features(sim._features)
-    new._feat = new._features._feat
     new._slot_of = dict(sim._slot_of)
     new._source = _copy_source(sim._source, new.rng_workload)
     new._arrivals = _copy_arrivals(sim._arrivals, new.rng_arrivals)
@@ -150,7 +138,7 @@ def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> S
             wf_map[w.id] = wc
             workflows[w.id] = wc
         c = tnew(_Task)
-        c.id, c.wf, c.compute, c.memory, c.output = t.id, wc, t.compute, t.memory, t.output
+        c.id, c.wf, c.compute, c.memory_gb, c.output = t.id, wc, t.compute, t.memory_gb, t.output
         c.key, c.pending, c.state, c.slot, c.sid = t.key, t.pending, t.state, t.slot, t.sid
         c.start, c.finish, c.token, c.first_parent, c.waits = (t.start, t.finish, t.token,
                                                                t.first_parent, t.waits)
@@ -167,9 +155,12 @@ def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> S
 
     new.running = [m(t) for t in sim.running]
     new.current = m(sim.current)
-    new._deferred = [tasks[t.id] for t in sim._deferred]
-    new._blocked = [tasks[t.id] for t in sim._blocked]
-    new._ready = [(key, tid, tasks[tid]) for key, tid, _ in sim._ready]  # same order: still a heap
+    core = object.__new__(DecisionCore)
+    core.__dict__.update(sim.core.__dict__)  # rules and counters (plain values)
+    core.servers = sim.core.servers.copy()
+    core.queue = sim.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
+    new.core = core
+    new._bind_core()
     events = []
     for ev in sim._events:
         if ev[1] == FINISH:

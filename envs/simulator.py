@@ -28,53 +28,18 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from .config import EnvConfig, ServerEventConfig, TierConfig
-from .encoding import ServerFeatures, task_dim, with_backlog
+from .config import EnvConfig
+from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  # noqa: F401
+                       Rules, ServerTable, task_vector)  # (the task states are re-exported)
+from .encoding import task_dim
+from .episode import _Task, build_workflow, episode_metrics
+from .sim_cluster import ADD, ARRIVAL, FAIL, FINISH, JOIN, LEAVE, REMOVE, ClusterDynamics
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
-# Event kinds, in the order they are processed at equal times.
-FINISH, FAIL, REMOVE, ADD, ARRIVAL, JOIN, LEAVE = range(7)
-
-READY, RUNNING, DONE, WAITING = range(4)  # task states (WAITING = parents unfinished)
+__all__ = ["Simulator", "StepResult", "READY", "RUNNING", "DONE", "WAITING"]  # task states:
+# envs.decision's (WAITING = parents unfinished)
 
 TraceSink = Callable[[dict[str, Any]], None]
-
-
-class _Task:
-    __slots__ = ("id", "wf", "compute", "memory", "output", "parents", "children", "key",
-                 "pending", "state", "slot", "sid", "start", "finish", "token", "first_parent",
-                 "waits")
-
-    def __init__(self, tid: int, wf: "_Workflow", compute: float, memory: float, output: float):
-        self.id = tid
-        self.wf = wf
-        self.compute = compute
-        self.memory = memory
-        self.output = output
-        self.parents: list[_Task] = []
-        self.children: list[_Task] = []
-        self.key: tuple = ()
-        self.pending = 0            # unfinished parents
-        self.state = WAITING
-        self.slot = -1              # slot while running
-        self.sid = -1               # id of the server it last ran on (kept after finishing)
-        self.start = math.nan
-        self.finish = math.nan
-        self.token = 0              # bumps on every start; stale finish events are ignored
-        self.first_parent: _Task | None = None  # first parent to finish (paper's transfer source)
-        self.waits = 0              # policy picks that did not start it (invalid actions)
-
-
-class _Workflow:
-    __slots__ = ("id", "arrival", "n", "done", "lower_bound", "finish")
-
-    def __init__(self, wid: int, arrival: float, n: int, lower_bound: float):
-        self.id = wid
-        self.arrival = arrival
-        self.n = n
-        self.done = 0
-        self.lower_bound = lower_bound
-        self.finish = math.nan
 
 
 class StepResult(NamedTuple):
@@ -84,7 +49,7 @@ class StepResult(NamedTuple):
     truncated: bool
 
 
-class Simulator:
+class Simulator(ClusterDynamics):
     """One episode at a time of the workflow/cluster model. See the module docstring.
 
     Args:
@@ -109,7 +74,7 @@ class Simulator:
         self._invalid_penalty = r.invalid_penalty
         self._penalty_rate = r.wait_penalty_per_s if r.kind == "response" else 0.0
         self._hol = mdp.head_of_line_blocking
-        self._ask_only_startable = mdp.ask_only_startable
+        self._rules = Rules(mdp.head_of_line_blocking, mdp.ask_only_startable, mdp.mask_infeasible)
         self._transfer_delays = mdp.transfer_delays_start
         self._mask_infeasible = mdp.mask_infeasible
         self._backlog = config.features.backlog
@@ -135,42 +100,28 @@ class Simulator:
         cfg = self.cfg
         n = self.n_slots
         self.t = 0.0
+        # The decision core (envs.decision) holds the ready queue and the server table the rules
+        # and the encoder read (accepting, busy, capacity, features); the simulator keeps the
+        # clock, the events and what only it needs per slot.
+        self.core = DecisionCore(ServerTable(n, cfg.features), self._rules)
+        self._bind_core()
         self.srv_id = np.full(n, -1, dtype=np.int64)
         self.srv_tier = [""] * n
-        self.compute = np.zeros(n)
-        self.memory = np.zeros(n)
         self.idle_w = np.zeros(n)
         self.busy_w = np.zeros(n)
-        self.busy_until = np.zeros(n)
-        self.present = np.zeros(n, dtype=bool)    # alive (possibly draining)
-        self.accepting = np.zeros(n, dtype=bool)  # alive and not draining
-        self._accept_f = np.zeros(n, dtype=np.float32)  # float copy of accepting (the mask)
-        # Python-list mirrors of per-slot scalars: the decision loop reads these (numpy scalar
-        # access costs several times more); the arrays serve the vectorised observation.
+        self.present = np.zeros(n, dtype=bool)    # alive (possibly draining); accepting: core
         self._sid_l = [-1] * n
-        self._compute_l = [0.0] * n
-        self._memory_l = [0.0] * n
         self._idle_w_l = [0.0] * n
         self._busy_w_l = [0.0] * n
-        self._idle_pf_l = [0.0] * n  # normalised power feature of the slot when idle / busy
-        self._busy_pf_l = [0.0] * n
-        self._busy_l = [False] * n
-        self._accept_l = [False] * n
         self._present_l = [False] * n
-        self._features = ServerFeatures(n, cfg.features)
-        self._feat = self._features._feat  # hot path: power column written in place (col 3)
         self.running: list[_Task | None] = [None] * n
         self.run_start = [0.0] * n                # when the slot's current run began
         self._slot_of: dict[int, int] = {}
         self._next_server_id = 0
-        self._max_accept_mem = 0.0
         self._present_count = 0
         self._pending_penalty = 0.0
         self._events: list[tuple] = []
         self._seq = 0
-        self._ready: list[tuple] = []
-        self._deferred: list[_Task] = []
-        self._blocked: list[_Task] = []
         self.tasks: list[_Task] = []
         self.workflows: list[_Workflow] = []
         self.current: _Task | None = None
@@ -178,7 +129,6 @@ class Simulator:
         self.arrivals_done = False
         self.decisions = 0
         self.invalid = 0
-        self.forced_waits = 0  # waits made without asking (mdp.ask_only_startable)
         self.lost = 0
         self.busy_seconds = 0.0
         self.alive_seconds = 0.0
@@ -212,6 +162,21 @@ class Simulator:
                 raise ValueError("arrivals: times must be finite and >= 0")
         self._schedule_next_arrival(0.0)
         self._select()
+
+    def _bind_core(self) -> None:
+        """Names for the core's server table (the same objects: hot paths and planners read
+        them without an attribute hop)."""
+        srv = self.servers = self.core.servers
+        self._queue = self.core.queue
+        self.compute, self.memory, self.busy_until = srv.compute, srv.memory, srv.busy_until
+        self.accepting = srv.accepting
+        self._compute_l, self._memory_l = srv.compute_l, srv.memory_l
+        self._accept_l, self._busy_l = srv.accept_l, srv.busy_l
+
+    @property
+    def forced_waits(self) -> int:
+        """Waits made without asking (``mdp.ask_only_startable``)."""
+        return self.core.forced_waits
 
     def fork(self) -> "Simulator":
         """An independent simulator in this one's state, without a trace (``envs.fork``)."""
@@ -252,10 +217,7 @@ class Simulator:
             handlers[kind](self, a, b)
         if t_target > self.t:
             self._tick(t_target)
-        if self._deferred:  # the clock moved: tasks set aside by a wait compete again
-            for task in self._deferred:
-                heapq.heappush(self._ready, (task.key, task.id, task))
-            self._deferred.clear()
+        self._queue.requeue_deferred()  # the clock moved: tasks set aside by a wait compete again
 
     def _tick(self, t: float) -> None:
         if t > self.t:
@@ -273,9 +235,8 @@ class Simulator:
         task.state = DONE
         task.finish = t
         self.busy_seconds += t - self.run_start[slot]
-        self._busy_l[slot] = False
+        self.servers.finish(slot)
         self.running[slot] = None
-        self._feat[slot, 3] = self._idle_pf_l[slot]
         self.outstanding -= 1
         wf = task.wf
         wf.done += 1
@@ -283,54 +244,16 @@ class Simulator:
             wf.finish = t
         if self.trace is not None:
             self._emit({"t": t, "event": "finish", "task": task.id, "server": self._sid_l[slot]})
+        heap = self._queue.heap
         for child in task.children:
             if child.first_parent is None:
                 child.first_parent = task
             child.pending -= 1
             if child.pending == 0:  # _make_ready(child), inlined (hot path)
                 child.state = READY
-                heapq.heappush(self._ready, (child.key, child.id, child))
+                heapq.heappush(heap, (child.key, child.id, child))
         if self._present_l[slot] and not self._accept_l[slot]:  # draining: leave now
             self._drop_server(slot, "server_remove")
-
-    def _on_fail(self, ev: ServerEventConfig | None, server: int | None) -> None:
-        slot = self._pick_server(ev, server)
-        if slot is None:
-            return
-        task = self.running[slot]
-        sid = int(self.srv_id[slot])
-        tier = self.srv_tier[slot]
-        if task is not None:
-            self.busy_seconds += self.t - self.run_start[slot]
-            task.state = READY
-            task.slot = -1
-            task.sid = -1
-            task.start = math.nan
-            self.lost += 1
-            self._emit({"t": self.t, "event": "lost", "task": task.id, "server": sid})
-            self.running[slot] = None
-            self._busy_l[slot] = False
-            self._make_ready(task)
-        self._drop_server(slot, "server_fail")
-        if self.cfg.dynamics.rejoin_after_s is not None:
-            self._push(self.t + self.cfg.dynamics.rejoin_after_s, ADD, tier, None)
-
-    def _on_remove(self, ev: ServerEventConfig | None, server: int | None) -> None:
-        slot = self._pick_server(ev, server)
-        if slot is None:
-            return
-        if self._busy_l[slot]:
-            self.accepting[slot] = False  # drain: finish the current task first
-            self._accept_l[slot] = False
-            self._accept_f[slot] = 0.0
-            self._refresh_capacity()
-            self._emit({"t": self.t, "event": "server_drain", "server": int(self.srv_id[slot])})
-        else:
-            self._drop_server(slot, "server_remove")
-
-    def _on_add(self, ev: ServerEventConfig | str, _: Any) -> None:
-        tier = ev if isinstance(ev, str) else ev.tier
-        self._add_server(self.cfg.cluster.tier(tier))
 
     def _on_arrival(self, _a: Any, _b: Any) -> None:
         if self._scripted is not None:
@@ -340,158 +263,18 @@ class Simulator:
         self._spawn_workflow(spec)
         self._schedule_next_arrival(self.t)
 
-    def _on_join(self, _a: Any, _b: Any) -> None:
-        tiers = self.cfg.cluster.tiers
-        w = np.array([t.ratio for t in tiers], dtype=float)
-        tier = tiers[int(self.rng_dynamics.choice(len(tiers), p=w / w.sum()))]
-        if self._n_present < self.n_slots:
-            self._add_server(tier)
-        self._push(self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.join_rate_s),
-                   JOIN, None, None)
-
-    def _on_leave(self, _a: Any, _b: Any) -> None:
-        self._on_remove(None, None)
-        self._push(self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.leave_rate_s),
-                   LEAVE, None, None)
-
-    _HANDLERS = {FINISH: _on_finish, FAIL: _on_fail, REMOVE: _on_remove, ADD: _on_add,
-                 ARRIVAL: _on_arrival, JOIN: _on_join, LEAVE: _on_leave}
-
-    # ---------------------------------------------------------------- servers
-    @property
-    def busy(self) -> np.ndarray:
-        """Whether each slot runs a task now, (n_slots,) bool (a copy; the decision loop keeps a
-        list)."""
-        return np.array(self._busy_l, dtype=bool)
-
-    @property
-    def _n_present(self) -> int:
-        return self._present_count
-
-    def _refresh_capacity(self) -> None:
-        acc = self.memory[self.accepting]
-        self._max_accept_mem = float(acc.max()) if acc.size else 0.0
-        self._present_count = int(self.present.sum())
-
-    def _add_server(self, tier: TierConfig) -> None:
-        free = np.flatnonzero(~self.present)
-        if free.size == 0:
-            raise RuntimeError(f"no free server slot: the observation is padded to {self.n_slots} "
-                               f"servers (set env.n_max higher)")
-        slot = int(free[0])
-        sid = self._next_server_id
-        self._next_server_id += 1
-        self.srv_id[slot] = sid
-        self.srv_tier[slot] = tier.name
-        self.compute[slot] = tier.compute
-        self.memory[slot] = tier.memory_gb
-        self.idle_w[slot] = tier.idle_w
-        self.busy_w[slot] = tier.busy_w
-        self.busy_until[slot] = 0.0
-        self.present[slot] = True
-        self.accepting[slot] = True
-        self._sid_l[slot] = sid
-        self._compute_l[slot] = tier.compute
-        self._memory_l[slot] = tier.memory_gb
-        self._idle_w_l[slot] = tier.idle_w
-        self._busy_w_l[slot] = tier.busy_w
-        self._idle_pf_l[slot] = self._features.power_feature(tier.idle_w)
-        self._busy_pf_l[slot] = self._features.power_feature(tier.busy_w)
-        self._busy_l[slot] = False
-        self._accept_l[slot] = True
-        self._present_l[slot] = True
-        self._accept_f[slot] = 1.0
-        self._features.set_server(slot, tier.compute, tier.memory_gb, tier.idle_w)
-        self._slot_of[sid] = slot
-        self._refresh_capacity()
-        self._emit({"t": self.t, "event": "server_add", "server": sid, "tier": tier.name,
-                    "compute": tier.compute, "memory_gb": tier.memory_gb})
-        if self.cfg.dynamics.fail_rate_per_server_s > 0:
-            t_fail = self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.fail_rate_per_server_s)
-            self._push(t_fail, FAIL, None, sid)
-        if self._blocked:  # a task that fit nowhere may fit here
-            for task in self._blocked:
-                heapq.heappush(self._ready, (task.key, task.id, task))
-            self._blocked.clear()
-
-    def _drop_server(self, slot: int, event: str) -> None:
-        sid = int(self.srv_id[slot])
-        self.present[slot] = False
-        self.accepting[slot] = False
-        self._sid_l[slot] = -1
-        self._busy_l[slot] = False
-        self._accept_l[slot] = False
-        self._present_l[slot] = False
-        self._accept_f[slot] = 0.0
-        self.busy_until[slot] = 0.0
-        self._features.clear(slot)
-        self.srv_id[slot] = -1
-        del self._slot_of[sid]
-        self._refresh_capacity()
-        self._emit({"t": self.t, "event": event, "server": sid})
-
-    def _pick_server(self, ev: ServerEventConfig | None, server: int | None) -> int | None:
-        """Slot targeted by a remove/fail: a given id, else a random accepting server (of a tier)."""
-        if server is None and ev is not None:
-            server = ev.server
-        if server is not None:
-            return self._slot_of.get(server)  # already gone: nothing to do
-        cand = self.present & self.accepting
-        if ev is not None and ev.tier is not None:
-            cand &= np.array([t == ev.tier for t in self.srv_tier])
-        idx = np.flatnonzero(cand)
-        if idx.size == 0:
-            return None
-        return int(idx[int(self.rng_dynamics.integers(0, idx.size))])
-
     # ---------------------------------------------------------------- workflows
     def _spawn_workflow(self, spec: WorkflowSpec) -> None:
         t = self.t
-        wid = len(self.workflows)
-        specs = spec.tasks
-        n = len(specs)
-        base = len(self.tasks)
-        wf = _Workflow(wid, t, n, 0.0)
-        new = [_Task(base + i, wf, ts.compute_gflop, ts.memory_gb, ts.output_gb)
-               for i, ts in enumerate(specs)]
-        # One forward pass: links, and the critical-path lower bound (each task on the fastest
-        # configured tier whose memory fits it).
-        longest = [0.0] * n
-        speeds = self._speed_by_memory
-        for i, ts in enumerate(specs):
-            task = new[i]
-            before = 0.0
-            for p in ts.parents:
-                parent = new[p]
-                task.parents.append(parent)
-                parent.children.append(task)
-                if longest[p] > before:
-                    before = longest[p]
-            task.pending = len(ts.parents)
-            speed = speeds[0][0]
-            for sp, mem in speeds:
-                if mem >= ts.memory_gb:
-                    speed = sp
-                    break
-            longest[i] = ts.compute_gflop / speed + before
-        wf.lower_bound = max(longest)
-        if self.cfg.mdp.first_level == "hop":
-            ranks = [0] * n  # longest hop count to a sink
-            for i in range(n - 1, -1, -1):
-                for child in new[i].children:
-                    r = ranks[child.id - base] + 1
-                    if r > ranks[i]:
-                        ranks[i] = r
-        else:
-            ranks = spec.upward_ranks(self._mean_compute, self._bw, self._lat)
-        for i, task in enumerate(new):
-            task.key = (-ranks[i], t)
+        wf, new = build_workflow(spec, len(self.workflows), len(self.tasks), t,
+                                 self._speed_by_memory, self.cfg.mdp.first_level,
+                                 self._mean_compute, self._bw, self._lat)
         self.workflows.append(wf)
         self.tasks.extend(new)
-        self.outstanding += n
+        self.outstanding += len(new)
         if self.trace is not None:
-            self._emit({"t": t, "event": "arrival", "workflow": wid, "tasks": [
-                {"task": tk.id, "compute_gflop": tk.compute, "memory_gb": tk.memory,
+            self._emit({"t": t, "event": "arrival", "workflow": wf.id, "tasks": [
+                {"task": tk.id, "compute_gflop": tk.compute, "memory_gb": tk.memory_gb,
                  "output_gb": tk.output, "parents": [p.id for p in tk.parents]} for tk in new]})
         for task in new:
             if task.pending == 0:
@@ -499,46 +282,34 @@ class Simulator:
 
     def _make_ready(self, task: _Task) -> None:
         task.state = READY
-        heapq.heappush(self._ready, (task.key, task.id, task))
+        self._queue.push(task.key, task.id, task)
 
     # ---------------------------------------------------------------- decisions
     def _select(self) -> None:
-        """Set ``self.current`` to the first-level pick, advancing the clock while nothing is ready."""
+        """Set ``self.current`` to the first-level pick (``envs.decision``: stale tasks dropped,
+        tasks that fit nowhere set aside, forced waits made), advancing the clock while nothing
+        is to be asked."""
         t_cap = self._t_cap
+        next_task = self.core.next_task
         while True:
-            ready = self._ready
-            while ready:
-                task = ready[0][2]
-                if task.state != READY:
-                    heapq.heappop(ready)
-                    continue
-                if task.memory > self._max_accept_mem:  # fits no live server: set aside
-                    heapq.heappop(ready)
-                    self._blocked.append(task)
-                    continue
-                if self._ask_only_startable and not self._startable(task.memory):
-                    # Every action would be a wait: make it without asking (no decision, no
-                    # penalty; time still costs under reward.kind response).
-                    self.forced_waits += 1
-                    if self._hol:
-                        self._wait()
-                        if self.t > t_cap:
-                            self.current = None
-                            self.truncated = True
-                            self._emit_end()
-                            return
-                    else:
-                        heapq.heappop(ready)
-                        self._deferred.append(task)
-                    continue
+            task, why = next_task()
+            if task is not None:
                 self.current = task
                 return
+            if why == HOL_WAIT:  # a forced wait under head-of-line blocking: time passes
+                self._wait()
+                if self.t > t_cap:
+                    self.current = None
+                    self.truncated = True
+                    self._emit_end()
+                    return
+                continue
             self.current = None
             if self.outstanding == 0 and self.arrivals_done:
                 self.terminated = True
                 self._emit_end()
                 return
-            if self._deferred:
+            if self._queue.deferred:
                 self._wait()
             elif self._events:
                 self._advance_to(self._events[0][0])
@@ -551,13 +322,6 @@ class Simulator:
                 self._emit_end()
                 return
 
-    def _startable(self, memory_gb: float) -> bool:
-        """Whether some accepting, idle server fits ``memory_gb`` now."""
-        for acc, busy, mem in zip(self._accept_l, self._busy_l, self._memory_l):
-            if acc and not busy and mem >= memory_gb:
-                return True
-        return False
-
     @property
     def current_waits(self) -> int:
         """How often the policy's pick for the current task did not start it (its waits so far;
@@ -567,8 +331,7 @@ class Simulator:
     def is_valid(self, slot: int) -> bool:
         """Whether picking ``slot`` now starts the current task."""
         task = self.current
-        return (task is not None and 0 <= slot < self.n_slots and self._accept_l[slot]
-                and not self._busy_l[slot] and self._memory_l[slot] >= task.memory)
+        return task is not None and self.servers.can_start(slot, task.memory_gb)
 
     def step(self, slot: int) -> StepResult:
         """Apply the agent's pick for the current task. See the module docstring."""
@@ -579,19 +342,14 @@ class Simulator:
             raise ValueError(f"action {slot} is out of range; allowed: 0..{self.n_slots - 1}")
         self.decisions += 1
         self._pending_penalty = 0.0
-        if (self._accept_l[slot] and not self._busy_l[slot]
-                and self._memory_l[slot] >= task.memory):
+        if self.core.resolve(task, slot):  # valid: the task left the queue
             reward = self._start(task, slot)
             valid = True
-        else:
+        else:  # a wait, counted on the task; deferred, or (head-of-line blocking) time passes
             reward = self._invalid_penalty
             valid = False
             self.invalid += 1
-            task.waits += 1
-            if not self._hol:
-                heapq.heappop(self._ready)  # current task is the heap top
-                self._deferred.append(task)
-            else:
+            if self._hol:
                 self._wait()
         self._select()
         if self.current is not None and (self.decisions >= self._max_decisions
@@ -609,7 +367,6 @@ class Simulator:
             self._advance_to(self.t + self.cfg.mdp.wait_dt_s)
 
     def _start(self, task: _Task, slot: int) -> float:
-        heapq.heappop(self._ready)
         t = self.t
         exec_s = task.compute / self._compute_l[slot]
         fp = task.first_parent
@@ -626,11 +383,9 @@ class Simulator:
         task.sid = sid
         task.start = t
         task.token += 1
-        self._busy_l[slot] = True
-        self.busy_until[slot] = t + delay + exec_s
+        self.servers.start(slot, t + delay + exec_s)
         self.running[slot] = task
         self.run_start[slot] = t
-        self._feat[slot, 3] = self._busy_pf_l[slot]
         self._seq += 1  # _push, inlined (hot path)
         heapq.heappush(self._events, (t + delay + exec_s, FINISH, self._seq, slot, (task.token, task)))
         if self.trace is not None:
@@ -656,34 +411,20 @@ class Simulator:
             return {"task": np.zeros(task_dim(f), np.float32), "servers": np.zeros((n, 5), np.float32),
                     "action_mask": np.zeros(n, np.float32)}
         wf = task.wf
-        # encode_task inlined (hot path); the max(., 0) clamp is dropped because a validated
-        # WorkflowSpec has no negative demand, so the values are the same bit for bit.
-        c = f.clip
-        feat_task = np.array((min(task.compute / f.compute_unit, c),
-                              min(task.memory / f.memory_gb, c),
-                              min(len(task.children) / f.successors, c),
-                              min(wf.done / wf.n, c),
-                              min(task.output / f.output_gb, c)), dtype=np.float32)
         if self._backlog:
-            feat_task = self._with_backlog(feat_task, task)
+            vec = task_vector(f, task.compute, task.memory_gb, len(task.children), wf.done / wf.n,
+                              task.output, self._queue.ready_count(task.id),
+                              int(self.accepting.sum()), self.t - wf.arrival)
+        else:
+            vec = task_vector(f, task.compute, task.memory_gb, len(task.children), wf.done / wf.n,
+                              task.output)
         fp = task.first_parent
         transfer, parent_slot = 0.0, None
         if fp is not None:
             transfer = fp.output / self._bw + self._lat
             parent_slot = self._slot_of.get(fp.sid)
-        servers = self._features.render(self.busy_until, self.t, transfer, parent_slot)
-        if self._mask_infeasible:
-            mask = ((self.memory >= task.memory) & self.accepting).astype(np.float32)
-        else:
-            mask = self._accept_f.copy()
-        return {"task": feat_task, "servers": servers, "action_mask": mask}
-
-    def _with_backlog(self, feat_task: np.ndarray, task: _Task) -> np.ndarray:
-        """features.backlog (``envs.encoding.with_backlog``): ready tasks (the current one
-        included) per accepting server, and the age of the task's workflow (now - arrival)."""
-        ready = len({tid for _, tid, tk in self._ready if tk.state == READY} | {task.id})
-        return with_backlog(feat_task, ready, int(self.accepting.sum()), self.t - task.wf.arrival,
-                            self.cfg.features)
+        return self.servers.observe(vec, self.t, transfer, parent_slot, task.memory_gb,
+                                    self._mask_infeasible)
 
     # ---------------------------------------------------------------- metrics
     def _emit_end(self) -> None:
@@ -693,30 +434,11 @@ class Simulator:
 
     def metrics(self) -> dict[str, Any]:
         """Episode metrics over completed tasks/workflows (see docs/simulator.md)."""
-        resp = [tk.finish - tk.wf.arrival for tk in self.tasks if tk.state == DONE]
-        # every arrived task; an unfinished one (truncated episode) counts its age at the end, a
-        # lower bound of its response: no survivor bias when a policy leaves tasks unfinished
-        resp_all = [(tk.finish if tk.state == DONE else self.t) - tk.wf.arrival for tk in self.tasks]
-        wfs = [w for w in self.workflows if w.done == w.n]
-        wresp = [w.finish - w.arrival for w in wfs]
-        slow = [(w.finish - w.arrival) / w.lower_bound for w in wfs if w.lower_bound > 0]
-        # busy / alive server-seconds; a task still running at the cutoff (a truncated episode)
-        # counts its time so far
-        busy = self.busy_seconds + sum(self.t - self.run_start[slot]
-                                       for slot, tk in enumerate(self.running) if tk is not None)
-        return {
-            "completed_tasks": len(resp),
-            "arrived_tasks": len(self.tasks),
-            "completed_workflows": len(wfs),
-            "mean_response_s": float(np.mean(resp)) if resp else math.nan,
-            "censored_response_s": float(np.mean(resp_all)) if resp_all else math.nan,
-            "p95_response_s": float(np.percentile(resp, 95)) if resp else math.nan,
-            "mean_workflow_response_s": float(np.mean(wresp)) if wresp else math.nan,
-            "slowdown": float(np.mean(slow)) if slow else math.nan,
-            "utilization": float(busy / self.alive_seconds) if self.alive_seconds else 0.0,
-            "makespan_s": float(self.t),
-            "decisions": self.decisions,
-            "invalid_rate": self.invalid / self.decisions if self.decisions else 0.0,
-            "lost_tasks": self.lost,
-            "truncated": self.truncated,
-        }
+        return episode_metrics(self)
+
+
+# Event handlers by kind (ClusterDynamics handles the server events).
+Simulator._HANDLERS = {FINISH: Simulator._on_finish, FAIL: Simulator._on_fail,
+                       REMOVE: Simulator._on_remove, ADD: Simulator._on_add,
+                       ARRIVAL: Simulator._on_arrival, JOIN: Simulator._on_join,
+                       LEAVE: Simulator._on_leave}

@@ -109,7 +109,7 @@ def _task_view(sim: Simulator, task) -> tuple[float, float, float, int]:
     """(compute, memory, transfer, parent slot) of ``task`` as EarliestFinish decodes them."""
     f = sim.cfg.features
     c = float(_f32(min(task.compute / f.compute_unit, f.clip))) * f.compute_unit
-    m = float(_f32(min(task.memory / f.memory_gb, f.clip))) * f.memory_gb
+    m = float(_f32(min(task.memory_gb / f.memory_gb, f.clip))) * f.memory_gb
     fp = task.first_parent
     tr, pslot = 0.0, -1
     if fp is not None:
@@ -148,7 +148,7 @@ def eft_ranking(sim: Simulator, dec: _Decoded, exclude: set | frozenset = frozen
     cdec, mdec = dec.cdec, dec.mdec
     acc, busy = sim._accept_l, sim._busy_l
     mem_l = sim._memory_l
-    tmem = task.memory if sim._mask_infeasible else -1.0
+    tmem = task.memory_gb if sim._mask_infeasible else -1.0
     tol = 1 + _MEM_TOL
     tds = sim._transfer_delays
     idle: list[tuple[float, int]] = []
@@ -301,7 +301,7 @@ class Lookahead(Policy):
             t, bu = sim.t, sim.busy_until
             best, best_s = best_idle, -1
             for s in busy_fit:
-                if not sim._accept_l[s] or sim._memory_l[s] < sim.current.memory:
+                if not sim._accept_l[s] or sim._memory_l[s] < sim.current.memory_gb:
                     continue
                 fin = (bu[s] - t) + tc / dec.cdec[s] + ((0.0 if s == pslot else tr) if tds else 0.0)
                 if fin < best:
@@ -353,7 +353,7 @@ def _reserved_slot(sim: Simulator, reserved: dict) -> int | None:
     if r is None:
         return None
     slot, sid = r
-    if sim._sid_l[slot] == sid and sim._accept_l[slot] and sim._memory_l[slot] >= task.memory:
+    if sim._sid_l[slot] == sid and sim._accept_l[slot] and sim._memory_l[slot] >= task.memory_gb:
         if not sim._busy_l[slot]:
             del reserved[task.id]
         return slot

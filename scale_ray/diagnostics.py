@@ -34,10 +34,10 @@ def stuck_tail(env: EnvConfig, policy_spec: str, episode: int, base_seed: int,
         if sim.t >= after_s:
             task = sim.current
             asked[(task.id, a)] += 1
-            fits_idle = int(np.count_nonzero(sim.accepting & (sim.memory >= task.memory)
+            fits_idle = int(np.count_nonzero(sim.accepting & (sim.memory >= task.memory_gb)
                                              & ~np.asarray(sim._busy_l)))
             last[(task.id, a)] = {
-                "task": task.id, "task_memory_gb": task.memory, "slot": a,
+                "task": task.id, "task_memory_gb": task.memory_gb, "slot": a,
                 "server_id": int(sim.srv_id[a]), "server_tier": sim.srv_tier[a],
                 "server_memory_gb": float(sim.memory[a]),
                 "parents_server_ids": [p.sid for p in task.parents],

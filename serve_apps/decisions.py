@@ -1,7 +1,7 @@
 """The placement service's decisions, without Ray: loading a policy with its encoder settings,
-building observations with the one encoder (``envs.encoding``), ``place`` (one task) and
-``schedule`` (every ready task that can start now, one decision at a time, exactly like the
-simulator's decision loop).
+building observations with the decision core's server table (``envs.decision``, the one
+encoder), ``place`` (one task) and ``schedule`` (one placement round of the decision core over
+the request's ready tasks: the simulator's rules at one instant).
 
 The Serve deployment (``serve_apps.placement``) calls these; the benchmark times them in process.
 """
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from envs.config import EnvConfig, FeatureConfig, load_env_config, to_dict
-from envs.encoding import ServerFeatures, encode_task, with_backlog
+from envs.decision import READY, DecisionCore, Rules, ServerTable, task_vector
 from policies import HEURISTICS, Policy, get_policy
 from policies.guard import Guard, GuardConfig, make_guard
 
@@ -139,16 +139,17 @@ def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bo
 
 
 # ------------------------------------------------------------------------------- observations
-class ServerTable:
-    """One request's servers as arrays plus the encoder's incremental server features (the
-    simulator's :class:`envs.encoding.ServerFeatures`). Mutable: /v1/schedule marks chosen
-    servers busy."""
+class RequestServers(ServerTable):
+    """One request's servers in the decision core's server table (``envs.decision``), with
+    their ids. Mutable: /v1/schedule marks chosen servers busy. The clock is the request's
+    instant (0): a server's remaining time is its busy-until time."""
 
     def __init__(self, servers: Sequence[Server], enc: EncoderSettings, max_servers: int,
                  loc: tuple = ("body", "servers")):
         n = len(servers)
         if n > max_servers:
             raise RequestError(loc, f"{n} servers is more than the limit of {max_servers} per request")
+        super().__init__(n, enc.features)
         self.ids = [s.id for s in servers]
         self.position = {sid: i for i, sid in enumerate(self.ids)}
         if len(self.position) != n:
@@ -160,35 +161,19 @@ class ServerTable:
         def col(values: list) -> np.ndarray:  # fromiter on a list: ~3x faster than rows of tuples
             return np.fromiter(values, dtype=np.float64, count=n)
 
-        self.compute = col([s.compute for s in servers])
-        self.memory_gb = col([s.memory_gb for s in servers])
-        self.remaining_s = col([s.remaining_s for s in servers])
-        power_w = col([s.power_w for s in servers])
-        self.busy_power_w = col([s.power_w if s.busy_power_w is None else s.busy_power_w
-                                 for s in servers])
-        self.accepting = np.fromiter([s.accepting for s in servers], dtype=bool, count=n)
-        self.features = ServerFeatures(n, enc.features)
-        self.features.set_servers(self.compute, self.memory_gb, power_w)
+        self.set_servers(col([s.compute for s in servers]), col([s.memory_gb for s in servers]),
+                         col([s.power_w for s in servers]),
+                         col([s.power_w if s.busy_power_w is None else s.busy_power_w
+                              for s in servers]),
+                         np.fromiter([s.accepting for s in servers], dtype=bool, count=n),
+                         col([s.remaining_s for s in servers]))
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def max_accepting_memory(self) -> float:
-        m = self.memory_gb[self.accepting]
+        m = self.memory[self.accepting]
         return float(m.max()) if m.size else -math.inf
-
-    def can_start(self, i: int, memory_gb: float) -> bool:
-        """The simulator's valid pick: accepting, idle and the memory fits."""
-        return bool(self.accepting[i] and self.remaining_s[i] <= 0.0 and self.memory_gb[i] >= memory_gb)
-
-    def startable(self, memory_gb: float) -> bool:
-        """Whether some accepting, idle server fits ``memory_gb`` now (the simulator's test)."""
-        return bool(np.any(self.accepting & (self.remaining_s <= 0.0) & (self.memory_gb >= memory_gb)))
-
-    def mark_busy(self, i: int, busy_s: float) -> None:
-        """Server ``i`` starts a task lasting ``busy_s``: remaining time and busy power."""
-        self.remaining_s[i] = busy_s
-        self.features.set_power(i, float(self.busy_power_w[i]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,27 +191,18 @@ class TaskRow:
     workflow_age_s: float = 0.0   # features.backlog only
 
 
-def observe(task: TaskRow, servers: ServerTable, enc: EncoderSettings) -> dict[str, np.ndarray]:
-    """The observation ``envs.encoding.encode`` gives for these descriptions, computed the way
-    the simulator does (incremental server features; tests check equality with ``encode``)."""
+def observe(task: TaskRow, servers: RequestServers, enc: EncoderSettings) -> dict[str, np.ndarray]:
+    """The observation ``envs.encoding.encode`` gives for these descriptions, computed by the
+    decision core's server table as in the simulator (tests check equality with ``encode``)."""
     f = enc.features
     transfer = 0.0
     if task.parent_slot != -1:
         transfer = task.parent_output_gb / enc.bandwidth_gb_s + enc.latency_s
-    mask = servers.accepting
-    if enc.mask_infeasible:
-        mask = mask & (servers.memory_gb >= task.memory_gb)
-    feat_task = encode_task(task.compute_gflop, task.memory_gb, task.successors,
-                            task.completion_ratio, task.output_gb, f)
-    if f.backlog:
-        feat_task = with_backlog(feat_task, task.ready_tasks, int(servers.accepting.sum()),
-                                 task.workflow_age_s, f)
-    return {
-        "task": feat_task,
-        "servers": servers.features.render(servers.remaining_s, 0.0, transfer,
-                                           task.parent_slot if task.parent_slot >= 0 else None),
-        "action_mask": mask.astype(np.float32),
-    }
+    vec = task_vector(f, task.compute_gflop, task.memory_gb, task.successors,
+                      task.completion_ratio, task.output_gb, task.ready_tasks,
+                      int(servers.accepting.sum()) if f.backlog else 0, task.workflow_age_s)
+    return servers.observe(vec, 0.0, transfer, task.parent_slot if task.parent_slot >= 0 else None,
+                           task.memory_gb, enc.mask_infeasible)
 
 
 def decide(lp: LoadedPolicy, obs: dict[str, np.ndarray]) -> tuple[int, np.ndarray]:
@@ -282,14 +258,14 @@ def json_scores(scores: np.ndarray) -> list[float | None]:
 @dataclass(frozen=True)
 class PreparedPlace:
     obs: dict[str, np.ndarray]
-    servers: ServerTable
+    servers: RequestServers
     memory_gb: float
     waits: int = 0
 
 
 def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> PreparedPlace:
     """Validate beyond the schema and build the observation."""
-    servers = ServerTable(req.servers, lp.encoder, max_servers)
+    servers = RequestServers(req.servers, lp.encoder, max_servers)
     t = req.task
     if servers.max_accepting_memory() < t.memory_gb:
         raise RequestError(("body", "task", "memory_gb"),
@@ -337,11 +313,20 @@ def _fmt_mem(m: float) -> str:
 # ------------------------------------------------------------------------------- /v1/schedule
 @dataclass(slots=True)
 class _Ready:
+    """A ready task of the request, as the decision core's queue holds it."""
     key: tuple
     wf: Any
     task: Any
     row: TaskRow
     inputs: list  # [(position or -2, output_gb)] of finished parents
+    waits: int = 0  # the request's count; a wait in this round adds one
+    state: int = READY
+    asked: bool = False  # the policy was asked (a wait it chose carries the guard's note)
+    note: dict | None = None  # the guard's note on the policy's pick
+
+    @property
+    def memory_gb(self) -> float:
+        return self.row.memory_gb
 
 
 def _workflow_ranks(wi: int, wf, first_level: str, mean_compute: float, enc: EncoderSettings
@@ -393,11 +378,11 @@ def _workflow_ranks(wi: int, wf, first_level: str, mean_compute: float, enc: Enc
 
 
 def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks: int
-                     ) -> tuple[ServerTable, list[_Ready]]:
+                     ) -> tuple[RequestServers, list[_Ready]]:
     """Validate the request and list its ready tasks in first-level order (longest path to a
     sink first, ties by workflow arrival, then workflow and task position, like the
     simulator's (rank, arrival, task id) key)."""
-    servers = ServerTable(req.servers, lp.encoder, max_servers)
+    servers = RequestServers(req.servers, lp.encoder, max_servers)
     total = sum(len(w.tasks) for w in req.workflows)
     if total > max_tasks:
         raise RequestError(("body", "workflows"),
@@ -439,54 +424,58 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
                 slot, out = -1, 0.0
             row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, successors[j], ratio, slot,
                           out, workflow_age_s=age)
-            ready.append(_Ready((-rank[j], wf.arrival_s, wi, j), wf, t, row, inputs))
+            ready.append(_Ready((-rank[j], wf.arrival_s, wi, j), wf, t, row, inputs, t.waits))
     ready.sort(key=lambda r: r.key)
     return servers, ready
 
 
 def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks: int) -> dict:
-    """POST /v1/schedule: the simulator's decision loop at one instant.
+    """POST /v1/schedule: one placement round of the decision core (``envs.decision``) at this
+    instant, the simulator's rules.
 
     Each ready task in first-level order gets the policy's pick (with ``mdp.ask_only_startable``
-    a task that no server can start now waits without asking, as in the simulator); a valid pick (accepting, idle,
-    fits) starts the task there and marks the server busy (remaining time = transfer delay when
-    transfers delay starts + compute / capacity; power = busy power) before the next decision. A
-    pick that cannot start now is a wait: the task stays unassigned, and with head-of-line
-    blocking (the paper's setting) every task behind it too.
+    a task that no server can start now waits without asking, as in the simulator); a valid
+    pick (accepting, idle, fits) starts the task there and marks the server busy (remaining time
+    = transfer delay when transfers delay starts + compute / capacity; power = busy power)
+    before the next decision. A pick that cannot start now is a wait: the task stays
+    unassigned, and with head-of-line blocking (the paper's setting) every task behind it too.
     """
     servers, ready = prepare_schedule(req, lp, max_servers, max_tasks)
     enc = lp.encoder
+    core = DecisionCore(servers, Rules(enc.head_of_line_blocking, enc.ask_only_startable,
+                                       enc.mask_infeasible))
+    for i, r in enumerate(ready):  # already in first-level order; the position breaks no ties
+        core.queue.push(r.key, i, r)
+    backlog = enc.features.backlog
     assignments: list[dict] = []
     unassigned: list[dict] = []
-    blocked = False
-    backlog = enc.features.backlog
-    for i, r in enumerate(ready):
-        if blocked:
-            unassigned.append({"workflow": r.wf.id, "task": r.task.id, "reason": "blocked"})
-            continue
+
+    def ask(r: _Ready) -> int:
         # features.backlog: the tasks still ready are this one and those behind it (as in the
         # simulator, a task a wait set aside is not counted again)
-        if enc.ask_only_startable and not servers.startable(r.row.memory_gb):
-            # every pick would be a wait: wait without asking, as the simulator does
-            unassigned.append({"workflow": r.wf.id, "task": r.task.id, "reason": "wait"})
-            blocked = enc.head_of_line_blocking
-            continue
-        row = replace(r.row, ready_tasks=len(ready) - i) if backlog else r.row
+        row = replace(r.row, ready_tasks=len(core.queue)) if backlog else r.row
         obs = observe(row, servers, enc)
         choice, _ = decide(lp, obs)
-        choice, note = guarded(lp, obs, choice, r.task.waits, servers.ids)
-        if servers.can_start(choice, r.row.memory_gb):
-            exec_s = r.row.compute_gflop / servers.compute[choice]
-            delay = 0.0
-            if enc.transfer_delays_start:
-                delay = max((out / enc.bandwidth_gb_s + enc.latency_s
-                             for slot, out in r.inputs if slot != choice), default=0.0)
-            servers.mark_busy(choice, delay + exec_s)
-            assignments.append({"workflow": r.wf.id, "task": r.task.id,
-                                "server": servers.ids[choice], "index": choice, "guard": note})
-        else:
-            unassigned.append({"workflow": r.wf.id, "task": r.task.id, "reason": "wait",
-                               "guard": note})
-            blocked = enc.head_of_line_blocking
+        choice, r.note = guarded(lp, obs, choice, r.waits, servers.ids)
+        r.asked = True
+        return choice
+
+    def start(r: _Ready, choice: int) -> None:
+        exec_s = r.row.compute_gflop / servers.compute_l[choice]
+        delay = 0.0
+        if enc.transfer_delays_start:
+            delay = max((out / enc.bandwidth_gb_s + enc.latency_s
+                         for slot, out in r.inputs if slot != choice), default=0.0)
+        servers.start(choice, delay + exec_s)
+        assignments.append({"workflow": r.wf.id, "task": r.task.id,
+                            "server": servers.ids[choice], "index": choice, "guard": r.note})
+
+    def waited(r: _Ready, reason: str) -> None:
+        entry = {"workflow": r.wf.id, "task": r.task.id, "reason": reason}
+        if r.asked:  # the policy's own wait
+            entry["guard"] = r.note
+        unassigned.append(entry)
+
+    core.run_round(ask, start, waited)  # unassigned comes out in first-level order
     return {"assignments": assignments, "unassigned": unassigned, "policy": lp.info["name"],
             "policy_version": lp.info["version"]}

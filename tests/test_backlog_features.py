@@ -39,7 +39,7 @@ def test_backlog_features_append_two_exact_values_and_change_nothing_else():
         np.testing.assert_array_equal(ob["action_mask"], op["action_mask"])
         # the two values, computed here from the simulator's state
         task = back.current
-        ready = {tk.id for _, _, tk in back._ready if tk.state == READY} | {task.id}
+        ready = {tk.id for _, _, tk in back.core.queue.heap if tk.state == READY} | {task.id}
         per_server = len(ready) / int(back.accepting.sum()) / 2.0
         age = (back.t - task.wf.arrival) / back.cfg.features.remaining_s
         np.testing.assert_allclose(ob["task"][5:], [per_server, age], rtol=1e-6)

@@ -36,10 +36,12 @@ def state(sim: Simulator) -> dict:
     return {"t": sim.t, "tasks": tasks, "current": None if sim.current is None else sim.current.id,
             "busy": list(sim._busy_l), "busy_until": sim.busy_until.tolist(),
             "events": [(e[0], e[1], e[2]) for e in sim._events],
-            "ready": [(k, i) for k, i, _ in sim._ready], "deferred": [t.id for t in sim._deferred],
+            "ready": [(k, i) for k, i, _ in sim.core.queue.heap],
+            "deferred": [i for _, i, _ in sim.core.queue.deferred],
+            "blocked": [i for _, i, _ in sim.core.queue.blocked],
             "rng": [g.bit_generator.state["state"] for g in
                     (sim.rng_arrivals, sim.rng_workload, sim.rng_dynamics)],
-            "metrics": sim.metrics(), "feat": sim._feat.tolist(), "slot_of": dict(sim._slot_of)}
+            "metrics": sim.metrics(), "feat": sim.servers.features._feat.tolist(), "slot_of": dict(sim._slot_of)}
 
 
 def actions(sim: Simulator, rng: np.random.Generator, eft: EarliestFinish):
@@ -152,7 +154,7 @@ def test_planner_completes_an_episode_with_valid_decisions(tmp_path):
         task = sim.current
         a = pol.act_state(sim)
         assert 0 <= a < sim.n_slots
-        assert sim._accept_l[a] and sim._memory_l[a] >= task.memory
+        assert sim._accept_l[a] and sim._memory_l[a] >= task.memory_gb
         if sim._busy_l[a]:
             assert pol._reserved[task.id][0] == a
         sim.step(a)

@@ -21,7 +21,7 @@ from scale_ray.config import REPO_ROOT, load_env
 from scale_ray.ports import free_port
 from policies.base import Policy
 from policies.guard import GuardConfig
-from serve_apps.decisions import (RequestError, ServerTable, TaskRow, load, observe, place,
+from serve_apps.decisions import (RequestError, RequestServers, TaskRow, load, observe, place,
                                   prepare_place, schedule)
 from serve_apps.placement import Tuning, parse_args
 from serve_apps.schemas import PlaceRequest, ScheduleRequest
@@ -105,7 +105,7 @@ def simulator_request(sim: Simulator) -> dict:
             done = [p for p in tk.parents if p.state == DONE]
             if tk.first_parent is not None:
                 done = [tk.first_parent] + [p for p in done if p is not tk.first_parent]
-            rows.append({"id": tk.id, "compute_gflop": tk.compute, "memory_gb": tk.memory,
+            rows.append({"id": tk.id, "compute_gflop": tk.compute, "memory_gb": tk.memory_gb,
                          "output_gb": tk.output, "running": tk.state == RUNNING,
                          "parents": [p.id for p in tk.parents if p.state != DONE],
                          "inputs": [{"server": p.sid, "output_gb": p.output} for p in done]})
@@ -198,7 +198,7 @@ def test_observation_equals_encode(n, mask_infeasible, paper_env):
         body["servers"][0]["accepting"] = True
         body["servers"][0]["memory_gb"] = 80.0
         req = PlaceRequest.model_validate(body)
-        table = ServerTable(req.servers, lp.encoder, 10_000)
+        table = RequestServers(req.servers, lp.encoder, 10_000)
         t = req.task
         slot = -1 if t.parent_server is None else table.position.get(t.parent_server, -2)
         got = observe(TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, t.successors,

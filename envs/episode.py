@@ -1,0 +1,129 @@
+"""The simulator's episode record: tasks and workflows as it tracks them, a workflow's arrival
+(links, first-level key, critical-path lower bound) and the episode metrics."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from .decision import DONE, WAITING
+from .workload import WorkflowSpec
+
+if TYPE_CHECKING:  # annotations only: the simulator imports this module
+    from .simulator import Simulator
+
+
+class _Task:
+    __slots__ = ("id", "wf", "compute", "memory_gb", "output", "parents", "children", "key",
+                 "pending", "state", "slot", "sid", "start", "finish", "token", "first_parent",
+                 "waits")
+
+    def __init__(self, tid: int, wf: "_Workflow", compute: float, memory_gb: float, output: float):
+        self.id = tid
+        self.wf = wf
+        self.compute = compute
+        self.memory_gb = memory_gb
+        self.output = output
+        self.parents: list[_Task] = []
+        self.children: list[_Task] = []
+        self.key: tuple = ()
+        self.pending = 0            # unfinished parents
+        self.state = WAITING
+        self.slot = -1              # slot while running
+        self.sid = -1               # id of the server it last ran on (kept after finishing)
+        self.start = math.nan
+        self.finish = math.nan
+        self.token = 0              # bumps on every start; stale finish events are ignored
+        self.first_parent: _Task | None = None  # first parent to finish (paper's transfer source)
+        self.waits = 0              # policy picks that did not start it (invalid actions)
+
+
+class _Workflow:
+    __slots__ = ("id", "arrival", "n", "done", "lower_bound", "finish")
+
+    def __init__(self, wid: int, arrival: float, n: int, lower_bound: float):
+        self.id = wid
+        self.arrival = arrival
+        self.n = n
+        self.done = 0
+        self.lower_bound = lower_bound
+        self.finish = math.nan
+
+
+def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
+                   speed_by_memory: Sequence[tuple[float, float]], first_level: str,
+                   mean_compute: float, bandwidth_gb_s: float, latency_s: float
+                   ) -> tuple[_Workflow, list[_Task]]:
+    """Workflow ``wid`` arriving at ``t`` with task ids from ``base``: linked tasks, each keyed
+    ``(-rank, t)`` for the ready queue (hop count to a sink, or HEFT's upward rank), and the
+    critical-path lower bound (each task on the fastest tier, ``speed_by_memory`` ordered by
+    speed, whose memory fits it)."""
+    specs = spec.tasks
+    n = len(specs)
+    wf = _Workflow(wid, t, n, 0.0)
+    new = [_Task(base + i, wf, ts.compute_gflop, ts.memory_gb, ts.output_gb)
+           for i, ts in enumerate(specs)]
+    # One forward pass: links, and the critical-path lower bound.
+    longest = [0.0] * n
+    for i, ts in enumerate(specs):
+        task = new[i]
+        before = 0.0
+        for p in ts.parents:
+            parent = new[p]
+            task.parents.append(parent)
+            parent.children.append(task)
+            if longest[p] > before:
+                before = longest[p]
+        task.pending = len(ts.parents)
+        speed = speed_by_memory[0][0]
+        for sp, mem in speed_by_memory:
+            if mem >= ts.memory_gb:
+                speed = sp
+                break
+        longest[i] = ts.compute_gflop / speed + before
+    wf.lower_bound = max(longest)
+    if first_level == "hop":
+        ranks = [0] * n  # longest hop count to a sink
+        for i in range(n - 1, -1, -1):
+            for child in new[i].children:
+                r = ranks[child.id - base] + 1
+                if r > ranks[i]:
+                    ranks[i] = r
+    else:
+        ranks = spec.upward_ranks(mean_compute, bandwidth_gb_s, latency_s)
+    for i, task in enumerate(new):
+        task.key = (-ranks[i], t)
+    return wf, new
+
+
+def episode_metrics(sim: "Simulator") -> dict[str, Any]:
+    """Episode metrics over completed tasks/workflows (see docs/simulator.md)."""
+    resp = [tk.finish - tk.wf.arrival for tk in sim.tasks if tk.state == DONE]
+    # every arrived task; an unfinished one (truncated episode) counts its age at the end, a
+    # lower bound of its response: no survivor bias when a policy leaves tasks unfinished
+    resp_all = [(tk.finish if tk.state == DONE else sim.t) - tk.wf.arrival for tk in sim.tasks]
+    wfs = [w for w in sim.workflows if w.done == w.n]
+    wresp = [w.finish - w.arrival for w in wfs]
+    slow = [(w.finish - w.arrival) / w.lower_bound for w in wfs if w.lower_bound > 0]
+    # busy / alive server-seconds; a task still running at the cutoff (a truncated episode)
+    # counts its time so far
+    busy = sim.busy_seconds + sum(sim.t - sim.run_start[slot]
+                                   for slot, tk in enumerate(sim.running) if tk is not None)
+    return {
+        "completed_tasks": len(resp),
+        "arrived_tasks": len(sim.tasks),
+        "completed_workflows": len(wfs),
+        "mean_response_s": float(np.mean(resp)) if resp else math.nan,
+        "censored_response_s": float(np.mean(resp_all)) if resp_all else math.nan,
+        "p95_response_s": float(np.percentile(resp, 95)) if resp else math.nan,
+        "mean_workflow_response_s": float(np.mean(wresp)) if wresp else math.nan,
+        "slowdown": float(np.mean(slow)) if slow else math.nan,
+        "utilization": float(busy / sim.alive_seconds) if sim.alive_seconds else 0.0,
+        "makespan_s": float(sim.t),
+        "decisions": sim.decisions,
+        "invalid_rate": sim.invalid / sim.decisions if sim.decisions else 0.0,
+        "lost_tasks": sim.lost,
+        "truncated": sim.truncated,
+    }
