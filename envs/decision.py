@@ -268,6 +268,8 @@ class DecisionCore:
     def __init__(self, servers: ServerTable, rules: Rules):
         self.servers = servers
         self.rules = rules
+        self._hol = rules.head_of_line_blocking  # hot path: plain attributes
+        self._only_startable = rules.ask_only_startable
         self.queue = ReadyQueue()
         self.forced_waits = 0
         self.waits = 0
@@ -279,8 +281,6 @@ class DecisionCore:
         round, or ``(None, HOL_WAIT)`` when a forced wait under head-of-line blocking ends it."""
         heap = self.queue.heap
         servers = self.servers
-        hol = self.rules.head_of_line_blocking
-        only_startable = self.rules.ask_only_startable
         while heap:
             task = heap[0][2]
             if task.state != READY:
@@ -290,9 +290,9 @@ class DecisionCore:
             if memory > servers.max_accept_mem:  # fits no accepting server: set aside
                 self.queue.block_head()
                 continue
-            if only_startable and not servers.startable(memory):
+            if self._only_startable and not servers.startable(memory):
                 self.forced_waits += 1
-                if hol:
+                if self._hol:
                     return None, HOL_WAIT
                 self.queue.defer_head()
                 continue
@@ -305,12 +305,14 @@ class DecisionCore:
         busy with :meth:`ServerTable.start`). False: a wait (counted on the task); without
         head-of-line blocking the task is deferred, with it the round is over."""
         self.decisions += 1
-        if self.servers.can_start(slot, task.memory_gb):
+        srv = self.servers
+        if (0 <= slot < srv.n and srv.accept_l[slot] and not srv.busy_l[slot]
+                and srv.memory_l[slot] >= task.memory_gb):  # can_start, inlined (hot path)
             heapq.heappop(self.queue.heap)
             return True
         task.waits += 1
         self.waits += 1
-        if not self.rules.head_of_line_blocking:
+        if not self._hol:
             self.queue.defer_head()
         return False
 
@@ -331,7 +333,7 @@ class DecisionCore:
             if self.resolve(task, slot):
                 start(task, slot)
                 continue
-            if self.rules.head_of_line_blocking:
+            if self._hol:
                 if waited is not None:
                     self._report_hol(waited)
                 break
