@@ -13,12 +13,14 @@ See docs/live.md.
 """
 
 from .cluster import LocalHeteroCluster, NodeInfo, live_nodes
-from .scheduler import (LiveConfig, LiveScheduler, PlacementError, RayDefaultRunner,
-                        TaskLostError, WorkflowFailed, WorkflowHandle)
+from .config import EXECUTORS, LiveConfig, PlacementError, TaskLostError
+from .handles import WorkflowFailed, WorkflowHandle, summarize
+from .ray_default import RayDefaultRunner
+from .scheduler import LiveScheduler
 from .workflow import (Call, Primitive, WorkflowError, collect, from_spec, load_dag_file,
                        parse_dag, primitive)
 
 __all__ = ["Call", "Primitive", "primitive", "collect", "from_spec", "load_dag_file", "parse_dag",
-           "WorkflowError", "LiveConfig", "LiveScheduler", "RayDefaultRunner", "WorkflowHandle",
-           "WorkflowFailed", "TaskLostError", "PlacementError", "LocalHeteroCluster", "NodeInfo",
-           "live_nodes"]
+           "WorkflowError", "LiveConfig", "EXECUTORS", "LiveScheduler", "RayDefaultRunner",
+           "WorkflowHandle", "WorkflowFailed", "summarize", "TaskLostError", "PlacementError",
+           "LocalHeteroCluster", "NodeInfo", "live_nodes"]

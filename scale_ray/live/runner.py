@@ -19,7 +19,9 @@ from envs.config import EnvConfig
 from envs.workload import ListSource, WorkflowSpec, make_source
 
 from .cluster import LocalHeteroCluster
-from .scheduler import LiveConfig, LiveScheduler, RayDefaultRunner
+from .config import LiveConfig
+from .ray_default import RayDefaultRunner
+from .scheduler import LiveScheduler
 
 log = logging.getLogger(__name__)
 
