@@ -303,10 +303,6 @@ class LiveScheduler:
             if not t.waiting_for:
                 self._make_ready(t)
 
-    def _make_ready(self, t: _Task) -> None:
-        t.state = READY
-        heapq.heappush(self._ready, (t.key, t.gid, t))
-
     # ------------------------------------------------------------------ nodes
     def _refresh(self, force: bool = False) -> None:
         change = self._nodes.refresh(force)
@@ -334,12 +330,14 @@ class LiveScheduler:
     def _check_probes(self, ray: Any) -> None:
         """Servers whose starting actor answered are offered again. A failed start forces a
         node refresh (which drops a node that is gone) and is retried, still masked, after
-        ``ACTOR_RETRY_S`` (a dying node fails every start until the GCS drops it)."""
+        ``nodes.ACTOR_RETRY_S`` (a dying node fails every start until the GCS drops it)."""
         failed = self._nodes.check_probes(ray)
         if failed:
             self._refresh(force=True)
             self._nodes.back_off(failed)
 
+    # ------------------------------------------------------------------ placement
+    # (_set_alive .. _guarded: to be replaced by the shared decision core)
     def _set_alive(self, alive: list[_Server]) -> None:
         """The servers the policy sees (in this order), and their static encoder columns."""
         self._alive = alive
@@ -357,7 +355,10 @@ class LiveScheduler:
         if i is not None:
             self._offered[i] = offered
 
-    # ------------------------------------------------------------------ decisions
+    def _make_ready(self, t: _Task) -> None:
+        t.state = READY
+        heapq.heappush(self._ready, (t.key, t.gid, t))
+
     def _view(self, t: _Task, now: float) -> tuple[TaskView, list[ServerView]]:
         """The task and the alive servers as the encoder's plain descriptions."""
         ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0
