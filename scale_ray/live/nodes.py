@@ -35,6 +35,7 @@ ACTOR_RETRY_S = 1.0  # pause before starting a server's actor again after a fail
 
 
 class _Server:
+    """One server: slot ``slot`` of a node, running one primitive at a time."""
     __slots__ = ("sid", "node", "slot", "task", "busy_until", "alive", "actor", "bodies",
                  "idle_since", "probe", "offered", "retry_at")
 
@@ -77,6 +78,7 @@ class NodeSet:
         self._last_reap = 0.0
 
     def alive(self) -> list[_Server]:
+        """The servers still alive, in the order they appeared."""
         return [s for s in self.servers.values() if s.alive]
 
     def refresh(self, force: bool = False) -> tuple[list[_Server], list[_Server]] | None:
