@@ -176,7 +176,8 @@ def test_live_scheduler_observation_with_backlog_equals_the_encoder(tmp_path):
     from policies import get_policy
     from scale_ray.live import LiveConfig, LiveScheduler
     from scale_ray.live.cluster import NodeInfo
-    from scale_ray.live.scheduler import WorkflowHandle, _Server
+    from scale_ray.live.handles import WorkflowHandle
+    from scale_ray.live.nodes import _Server
     from scale_ray.live.workflow import from_spec
     from envs.workload import TaskSpec, WorkflowSpec
 

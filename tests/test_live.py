@@ -43,7 +43,8 @@ def test_observation_fast_path_equals_the_encoder():
     from envs.encoding import encode
     from policies import get_policy
     from scale_ray.live.cluster import NodeInfo
-    from scale_ray.live.scheduler import WorkflowHandle, _Server
+    from scale_ray.live.handles import WorkflowHandle
+    from scale_ray.live.nodes import _Server
 
     env = load_env(None, servers=16)
     sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.5))

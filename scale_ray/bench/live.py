@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chain", type=int, default=100, help="hops of the latency chain")
     p.add_argument("--repeats", type=int, default=5, help="overhead measurements per side")
     p.add_argument("--seed", type=int, default=0)
-    from scale_ray.live.scheduler import EXECUTORS, LiveConfig
+    from scale_ray.live.config import EXECUTORS, LiveConfig
 
     p.add_argument("--executor", choices=EXECUTORS, default=LiveConfig().executor,
                    help="executor of the headline numbers and the quality runs (the overhead "
@@ -152,7 +152,7 @@ def _scheduler_round(env, executor: str, mix: list[WorkflowSpec], lat: list[Work
     executor=actor: one actor per server, ready), warmed with a few workflows, timed, shut
     down (its actors release their CPUs before the next side runs)."""
     from policies import get_policy
-    from scale_ray.live.scheduler import LiveConfig, LiveScheduler
+    from scale_ray.live import LiveConfig, LiveScheduler
 
     sched = LiveScheduler(get_policy("eft", env), env,
                           LiveConfig(time_scale=0.0, executor=executor)).start()
@@ -171,15 +171,14 @@ def overhead(env, repeats: int, n_workflows: int, chain: int,
              executor: str = "task") -> dict[str, Any]:
     """Throughput and latency per hop of both executors (``executor`` is the headline one)
     against plain Ray and the pinned-task floor, alternated ``repeats`` times; medians."""
-    from scale_ray.live.scheduler import EXECUTORS
+    from scale_ray.live.config import EXECUTORS
 
     mix = [_chain(8) if k % 2 == 0 else _fan(14) for k in range(n_workflows)]
     n_tasks = sum(len(s.tasks) for s in mix)
     lat = [_chain(chain)]
     from scale_ray.live.cluster import live_nodes
-
+    from scale_ray.live.config import LiveConfig
     from scale_ray.live.runner import warm_up
-    from scale_ray.live.scheduler import LiveConfig
 
     slots = [n.node_id for n in live_nodes(env.cluster.tiers) for _ in range(n.slots)]
     live = LiveConfig()
@@ -233,9 +232,9 @@ def overhead(env, repeats: int, n_workflows: int, chain: int,
 
 
 def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict[str, Any]:
+    from scale_ray.live.config import LiveConfig
     from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, stream,
                                        warm_up, workload_specs)
-    from scale_ray.live.scheduler import LiveConfig
 
     live = LiveConfig(time_scale=args.time_scale, executor=args.executor)
     specs = workload_specs(env, args.workflows, args.seed)
@@ -260,8 +259,8 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
 def run(args: argparse.Namespace) -> int:
     from scale_ray.config import load_env
     from scale_ray.live.cluster import LocalHeteroCluster
+    from scale_ray.live.config import LiveConfig
     from scale_ray.live.runner import warm_up
-    from scale_ray.live.scheduler import LiveConfig
 
     env = load_env(None, None, servers=args.servers)
     if args.policy not in ("eft", "ray-default"):

@@ -74,7 +74,7 @@ def _dag_resources(env):
 def _live_config(args: argparse.Namespace):
     from envs.config import build
     from scale_ray.config import parse_overrides
-    from scale_ray.live.scheduler import LiveConfig
+    from scale_ray.live.config import LiveConfig
 
     data = {"time_scale": args.time_scale, **parse_overrides(args.live_set)}
     return build(LiveConfig, data, "live")

@@ -10,15 +10,25 @@ Quick use::
         print(handle.result())
 
 See docs/live.md.
+
+Modules: ``config`` (LiveConfig, errors), ``workflow`` (primitives, DAGs), ``handles`` (what a
+submission returns), ``executors`` (how a primitive runs on Ray), ``nodes`` (the node set, server
+actors), ``tasks`` (the scheduler's records), ``scheduler`` (LiveScheduler), ``ray_default``
+(Ray's own placement), ``cluster`` (node capacities, a local cluster), ``runner`` (streams of
+workflows). Imports point down: envs, policies and this package (and the stdlib-only helper
+``scale_ray.raylocal`` in ``cluster``). ``ray`` is imported inside the functions that use it, so
+configs, DAG files and handles import without it; everything else is imported at module level.
 """
 
 from .cluster import LocalHeteroCluster, NodeInfo, live_nodes
-from .scheduler import (LiveConfig, LiveScheduler, PlacementError, RayDefaultRunner,
-                        TaskLostError, WorkflowFailed, WorkflowHandle)
+from .config import EXECUTORS, LiveConfig, PlacementError, TaskLostError
+from .handles import WorkflowFailed, WorkflowHandle, summarize
+from .ray_default import RayDefaultRunner
+from .scheduler import LiveScheduler
 from .workflow import (Call, Primitive, WorkflowError, collect, from_spec, load_dag_file,
                        parse_dag, primitive)
 
 __all__ = ["Call", "Primitive", "primitive", "collect", "from_spec", "load_dag_file", "parse_dag",
-           "WorkflowError", "LiveConfig", "LiveScheduler", "RayDefaultRunner", "WorkflowHandle",
-           "WorkflowFailed", "TaskLostError", "PlacementError", "LocalHeteroCluster", "NodeInfo",
-           "live_nodes"]
+           "WorkflowError", "LiveConfig", "EXECUTORS", "LiveScheduler", "RayDefaultRunner",
+           "WorkflowHandle", "WorkflowFailed", "summarize", "TaskLostError", "PlacementError",
+           "LocalHeteroCluster", "NodeInfo", "live_nodes"]

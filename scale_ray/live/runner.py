@@ -17,9 +17,12 @@ import numpy as np
 
 from envs.config import EnvConfig
 from envs.workload import ListSource, WorkflowSpec, make_source
+from policies import get_policy
 
-from .cluster import LocalHeteroCluster
-from .scheduler import LiveConfig, LiveScheduler, RayDefaultRunner
+from .cluster import LocalHeteroCluster, live_nodes
+from .config import LiveConfig
+from .ray_default import RayDefaultRunner
+from .scheduler import LiveScheduler
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +154,6 @@ def make_target(policy_spec: str, env: EnvConfig, live: LiveConfig, seed: int = 
     """A started LiveScheduler for ``policy_spec`` (or the Ray-default runner)."""
     if policy_spec == "ray-default":
         return RayDefaultRunner(env, live).start()
-    from policies import get_policy
-
     policy = get_policy(policy_spec, env, seed)
     return LiveScheduler(policy, env, live, trace=trace).start()
 
@@ -179,8 +180,6 @@ def warm_up(env: EnvConfig, live: LiveConfig, nap_s: float = 0.3) -> float:
     the idle reaper) also kills their worker processes. Returns the wall seconds it took."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from .cluster import live_nodes
 
     t0 = time.perf_counter()
     wait_cpus_free()

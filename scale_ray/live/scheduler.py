@@ -9,12 +9,9 @@ the one encoder (``envs.encoding.encode``), asks the policy, and runs the task o
 server with its parents' results passed as object refs. A server runs one primitive at a time
 (``scale_slot`` servers per node).
 
-Executors: with ``executor="actor"`` (default) every server has one actor hard-pinned to its node
-(``NodeAffinitySchedulingStrategy(soft=False)``, ``max_concurrency=1``, no restarts) and a task
-is a call of that actor, so successive runs reuse its leased worker; an actor is offered to the
-policy once it answers, and killed after ``actor_idle_s`` idle so that the node's CPU is free
-for the autoscaler. With ``executor="task"`` every task is a plain Ray task hard-pinned to the
-chosen node (a worker lease per run: about half the throughput on a small machine).
+Executors (``executor="actor"``, default: a call of the server's actor; ``"task"``: a Ray task
+hard-pinned to the node): :mod:`scale_ray.live.executors`; the node set and the server actors'
+lifecycle: :mod:`scale_ray.live.nodes`.
 
 A pick of a busy server is a *wait*: with ``head_of_line_blocking`` (the paper's semantics) the
 whole ready set waits for the next completion or ``wait_s``; without it (default here) only that
@@ -41,388 +38,28 @@ import math
 import queue
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from envs.config import ConfigError, EnvConfig, build, rng
+from envs.config import EnvConfig, build
 from envs.encoding import ServerFeatures, ServerView, TaskView, encode_task, with_backlog
 from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
-from policies.guard import GuardConfig, guard_summary, make_guard
+from policies.guard import guard_summary, make_guard
 
-from .cluster import COMPUTE_LABEL, SLOT_RESOURCE, TIER_LABEL, NodeInfo, live_nodes
+from .cluster import SLOT_RESOURCE
+from .config import LiveConfig, TaskLostError
+from .executors import _lost_output, _RemoteCache, _system_errors
+from .handles import WorkflowHandle, _drain, summarize
+from .nodes import NodeSet, _Server
+from .tasks import DONE, READY, RUNNING, WAITING, _Task, _Workflow
 from .workflow import Call, CollectedWorkflow, collect, from_spec
 
 log = logging.getLogger(__name__)
 
 TraceSink = Callable[[dict[str, Any]], None]
-
-WAITING, READY, RUNNING, DONE = range(4)
-EXECUTORS = ("task", "actor")
-ACTOR_RETRY_S = 1.0  # pause before starting a server's actor again after a failed start
-
-
-@dataclass(frozen=True)
-class LiveConfig:
-    """Settings of the live scheduler (the ``live`` section of a run config)."""
-    time_scale: float = field(default=1.0, metadata=rng(
-        ge=0, le=1e3, doc="wall s per model s of emulated work: a primitive sleeps "
-                          "compute_gflop / compute * time_scale s before its body; 0: no sleep"))
-    wait_s: float = field(default=0.01, metadata=rng(
-        gt=0, le=10, doc="a wait pick waits this long (wall s) or until the next completion"))
-    max_retries: int = field(default=3, metadata=rng(ge=0, le=100, doc="re-placements of a lost task"))
-    node_refresh_s: float = field(default=0.1, metadata=rng(
-        ge=0, le=60, doc="read the node set at most this often (and at once after a loss)"))
-    head_of_line_blocking: bool = False
-    slots_per_node: int | None = field(default=None, metadata=rng(
-        ge=1, le=1024, doc="servers per node; default: the node's scale_slot resource"))
-    autoscale_hints: bool = False
-    backlog_s: float = field(default=2.0, metadata=rng(
-        ge=0, doc="request_resources after the ready set stays backed up this long (wall s)"))
-    max_hint_bundles: int = field(default=64, metadata=rng(ge=1, le=100_000))
-    task_num_cpus: float = field(default=1.0, metadata=rng(
-        ge=0, le=1024, doc="CPUs each primitive's Ray task (or server actor) requests (the local "
-                           "cluster gives a node one CPU per server); 0 lets Ray start a new "
-                           "worker per task"))
-    executor: str = field(default="actor", metadata=rng(
-        doc="actor: every server has an actor hard-pinned to its node (max_concurrency=1) that "
-            "runs its primitives, so runs reuse one leased worker; task: every primitive is a "
-            "Ray task hard-pinned to the chosen node (a worker lease per run)"))
-    actor_idle_s: float = field(default=10.0, metadata=rng(
-        gt=0, le=86_400, doc="executor=actor: kill a server's actor after it was idle this long "
-                             "(wall s), releasing its CPU so an autoscaler can remove the node"))
-    actor_start_s: float = field(default=60.0, metadata=rng(
-        ge=0, le=3600, doc="executor=actor: start() waits this long (wall s) for the actors of "
-                           "the servers it found; one not ready by then is offered once it is"))
-    workload_scale: float | None = field(default=None, metadata=rng(
-        gt=0, le=1e6, doc="features.workload_scale of the workload (mean task compute / 4 GFLOP; "
-                          "docs/workloads.md); none: the policy's own"))
-    guard: GuardConfig = field(default_factory=GuardConfig, metadata=rng(
-        doc="policies.guard around a learned policy: a task waits at most max_waits times "
-            "while a server it fits is idle, and only for a server that would finish it sooner; "
-            "otherwise EFT's choice (counted: guard_* in the summary)"))
-
-    def __post_init__(self) -> None:
-        if self.executor not in EXECUTORS:
-            raise ConfigError(f"executor must be one of {list(EXECUTORS)}, got {self.executor!r}")
-
-
-class TaskLostError(RuntimeError):
-    """A task was lost with its node more often than ``max_retries`` allows."""
-
-
-class PlacementError(RuntimeError):
-    """A task ran on another node than the one it was pinned to (checked inside the task)."""
-
-
-# Ray errors that mean "the run was lost, not the primitive's fault": retried by the scheduler.
-def _system_errors() -> tuple[type, ...]:
-    import ray.exceptions as rex
-
-    names = ("NodeDiedError", "WorkerCrashedError", "TaskUnschedulableError", "ObjectLostError",
-             "LocalRayletDiedError", "RaySystemError", "ObjectFetchTimedOutError",
-             "OwnerDiedError", "ReferenceCountingAssertionError", "OutOfMemoryError",
-             # executor=actor: the server's actor died (node gone, worker crashed) or could
-             # not be placed (its node left before the actor started)
-             "RayActorError", "ActorUnschedulableError")
-    return tuple(getattr(rex, n) for n in names if hasattr(rex, n))
-
-
-def _lost_output(err: BaseException) -> bool:
-    import ray.exceptions as rex
-
-    return isinstance(err, getattr(rex, "ObjectLostError", ()))
-
-
-def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The Ray task body around a primitive: placement check, emulated run time, the call.
-
-    ``meta = (expected_node_id | None, sleep_s, gflop_scaled)``: with ``gflop_scaled`` > 0 (Ray's
-    own placement) the sleep is computed from the capacity label of the node it landed on.
-    Returns ``(value, node_id)``; the scheduler waits on the small second part only.
-    """
-    def run(meta: tuple[str | None, float, float], *args: Any, **kwargs: Any) -> tuple[Any, str]:
-        import ray
-
-        expected, sleep_s, gflop_scaled = meta
-        ctx = ray.get_runtime_context()
-        node = ctx.get_node_id()
-        if expected is not None and node != expected:
-            raise PlacementError(f"pinned to node {expected} but running on {node}")
-        if gflop_scaled > 0:
-            sleep_s = gflop_scaled / float(ctx.get_node_labels()[COMPUTE_LABEL])
-        if sleep_s > 0:
-            time.sleep(sleep_s)
-        return fn(*args, **kwargs), node
-
-    run.__name__ = getattr(fn, "__name__", "primitive")
-    run.__qualname__ = run.__name__
-    return run
-
-
-def _server_actor_class() -> Any:
-    """The Ray actor class of one server (``executor=actor``): it holds the server's primitive
-    bodies (sent once per body with ``register``) and runs them one at a time with ``run``; being
-    an actor, it keeps its leased worker, so a run costs an actor call instead of a lease."""
-    import ray
-
-    class ScaleServer:
-        def __init__(self) -> None:
-            self._bodies: dict[int, Callable[..., Any]] = {}
-
-        def register(self, key: int, body: Callable[..., Any]) -> None:
-            self._bodies[key] = body
-
-        @ray.method(num_returns=2)
-        def run(self, key: int, meta: tuple, *args: Any, **kwargs: Any) -> tuple[Any, str]:
-            return self._bodies[key](meta, *args, **kwargs)
-
-    return ray.remote(ScaleServer)
-
-
-class _RemoteCache:
-    """One ``ray.remote`` function per primitive body (Ray exports each once), and its pinned
-    variants: ``.options()`` validates every option on each call (it cost about as much as the
-    submission itself here), so the scheduler builds one per (body, node, name) and reuses it."""
-
-    def __init__(self, num_cpus: float) -> None:
-        self.num_cpus = num_cpus
-        self._fns: dict[int, Any] = {}
-        self._bodies: dict[int, Callable[..., Any]] = {}
-        self._keep: list[Any] = []
-        self._pinned: dict[tuple[int, str, str], Any] = {}
-        self._actor_cls: Any = None
-
-    def actor(self, node_id: str) -> Any:
-        """A new server actor hard-pinned to ``node_id``; Ray never restarts or retries it (a
-        lost run is the scheduler's to place again)."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        if self._actor_cls is None:
-            self._actor_cls = _server_actor_class()
-        return self._actor_cls.options(
-            num_cpus=self.num_cpus, max_concurrency=1, max_restarts=0, max_task_retries=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
-
-    def body(self, fn: Callable[..., Any]) -> tuple[int, Callable[..., Any]]:
-        """(key, task body) of a primitive, for a server actor's ``register``."""
-        key = id(fn)
-        b = self._bodies.get(key)
-        if b is None:
-            b = self._bodies[key] = _wrap_body(fn)
-            self._keep.append(fn)
-        return key, b
-
-    def pinned(self, fn: Callable[..., Any], node_id: str, name: str) -> Any:
-        """``get(fn)`` hard-pinned to ``node_id`` (NodeAffinitySchedulingStrategy, soft=False)."""
-        key = (id(fn), node_id, name)
-        rf = self._pinned.get(key)
-        if rf is None:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            rf = self.get(fn).options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False), name=name)
-            self._pinned[key] = rf
-        return rf
-
-    def forget_node(self, node_id: str) -> None:
-        """Drop the pinned variants of a node that left the cluster."""
-        for key in [k for k in self._pinned if k[1] == node_id]:
-            del self._pinned[key]
-
-    def get(self, fn: Callable[..., Any]) -> Any:
-        key = id(fn)
-        rf = self._fns.get(key)
-        if rf is None:
-            import ray
-
-            rf = ray.remote(num_returns=2, max_retries=0, num_cpus=self.num_cpus)(_wrap_body(fn))
-            self._fns[key] = rf
-            self._keep.append(fn)  # keep id() stable
-        return rf
-
-
-# ------------------------------------------------------------------------------------------------
-# Handles
-# ------------------------------------------------------------------------------------------------
-
-class WorkflowFailed(RuntimeError):
-    """The workflow did not complete; ``__cause__`` is the task's error."""
-
-
-class WorkflowHandle:
-    """A submitted workflow: wait for it, read its results and response times.
-
-    ``result()`` returns the output's value (a list for several outputs); ``get(call)`` the value
-    of any call of the workflow (a per-result handle); ``ref(call)`` its ObjectRef.
-    """
-
-    def __init__(self, wid: int, wf: CollectedWorkflow, submitted_wall: float):
-        self.id = wid
-        self.name = wf.spec.name
-        self.workflow = wf
-        self.submitted_wall = submitted_wall
-        self.finished_wall: float | None = None
-        self.error: BaseException | None = None
-        self.task_finish_wall: list[float | None] = [None] * len(wf.calls)
-        self.task_nodes: list[str | None] = [None] * len(wf.calls)
-        self.task_attempts: list[int] = [0] * len(wf.calls)
-        self._refs: list[Any] = [None] * len(wf.calls)
-        self._index = {id(c): i for i, c in enumerate(wf.calls)}
-        self._done = threading.Event()
-
-    # -- set by the scheduler thread
-    def _task_done(self, i: int, ref: Any, node: str, now: float) -> None:
-        if self.task_finish_wall[i] is not None:
-            raise AssertionError(f"workflow {self.id} task {i} completed twice")  # invariant
-        self._refs[i] = ref
-        self.task_nodes[i] = node
-        self.task_finish_wall[i] = now
-
-    def _complete(self, now: float, error: BaseException | None = None) -> None:
-        self.finished_wall = now
-        self.error = error
-        self._done.set()
-
-    # -- public
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the workflow completed or failed; False on timeout."""
-        return self._done.wait(timeout)
-
-    def _check(self, timeout: float | None) -> None:
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"workflow {self.id} ({self.name!r}) not done after {timeout} s")
-        if self.error is not None:
-            raise WorkflowFailed(f"workflow {self.id} ({self.name!r}) failed: {self.error}") \
-                from self.error
-
-    def ref(self, call: Call | int) -> Any:
-        """ObjectRef of one call's result (after the workflow completed)."""
-        self._check(None if self.done() else 0)
-        i = call if isinstance(call, int) else self._index.get(id(call))
-        if i is None:
-            raise KeyError(f"{call!r} is not part of workflow {self.id}")
-        return self._refs[i]
-
-    def get(self, call: Call | int, timeout: float | None = None) -> Any:
-        """Value of one call's result."""
-        import ray
-
-        self._check(timeout)
-        return ray.get(self.ref(call))
-
-    def result(self, timeout: float | None = None) -> Any:
-        """Value of the output (a list when the workflow has several outputs)."""
-        import ray
-
-        self._check(timeout)
-        vals = ray.get([self._refs[i] for i in self.workflow.outputs])
-        return vals[0] if len(vals) == 1 else vals
-
-    @property
-    def response_s(self) -> float | None:
-        """Wall seconds from submission to the last task's completion."""
-        if self.finished_wall is None or self.error is not None:
-            return None
-        return self.finished_wall - self.submitted_wall
-
-    def task_response_s(self) -> list[float | None]:
-        """Per task: wall seconds from the workflow's submission to the task's completion."""
-        return [None if f is None else f - self.submitted_wall for f in self.task_finish_wall]
-
-
-# ------------------------------------------------------------------------------------------------
-# Scheduler state
-# ------------------------------------------------------------------------------------------------
-
-class _Server:
-    __slots__ = ("sid", "node", "slot", "task", "busy_until", "alive", "actor", "bodies",
-                 "idle_since", "probe", "offered", "retry_at")
-
-    def __init__(self, sid: int, node: NodeInfo, slot: int):
-        self.sid = sid
-        self.node = node
-        self.slot = slot
-        self.task: _Task | None = None
-        self.busy_until = 0.0
-        self.alive = True
-        self.actor: Any = None          # executor=actor: this server's actor (None: not started)
-        self.bodies: set[int] = set()   # primitive bodies registered with that actor
-        self.idle_since = 0.0
-        self.probe: Any = None          # readiness ref of a starting actor
-        self.offered = True             # unmasked for the policy (False while its actor starts)
-        self.retry_at = 0.0             # a failed actor start is retried from then on
-
-
-class _Task:
-    __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
-                 "value_ref", "server", "token", "attempts", "first_parent", "last_server",
-                 "waits")
-
-    def __init__(self, gid: int, idx: int, wf: "_Workflow", call: Call):
-        self.gid = gid
-        self.idx = idx
-        self.wf = wf
-        self.call = call
-        self.key: tuple = ()
-        self.state = WAITING
-        self.waiting_for: set[int] = set()
-        self.children: list[_Task] = []
-        self.parents: list[_Task] = []
-        self.value_ref: Any = None
-        self.server: _Server | None = None
-        self.token = 0
-        self.attempts = 0
-        self.first_parent: _Task | None = None
-        self.last_server: _Server | None = None  # where its result was produced
-        self.waits = 0  # policy answers that did not start it (bounded by the guard)
-
-    @property
-    def prim(self):
-        return self.call.primitive
-
-
-class _Workflow:
-    __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall")
-
-    def __init__(self, handle: WorkflowHandle, arrival_wall: float):
-        self.handle = handle
-        self.tasks: list[_Task] = []
-        self.done = 0
-        self.failed = False
-        self.arrival_wall = arrival_wall
-
-
-def _percentile(xs: Sequence[float], q: float) -> float:
-    return float(np.percentile(xs, q)) if len(xs) else math.nan
-
-
-def summarize(handles: Sequence[WorkflowHandle], time_scale: float) -> dict[str, Any]:
-    """Response-time statistics over ``handles`` (the ``--json`` keys of run-workflows)."""
-    done = [h for h in handles if h.done() and h.error is None]
-    failed = [h for h in handles if h.done() and h.error is not None]
-    wresp = [h.response_s for h in done]
-    tresp = [r for h in done for r in h.task_response_s() if r is not None]
-    ts = time_scale if time_scale > 0 else 1.0
-    out = {
-        "workflows_submitted": len(handles),
-        "workflows_completed": len(done),
-        "workflows_failed": len(failed),
-        "tasks_completed": len(tresp),
-        "mean_workflow_response_s": float(np.mean(wresp)) if wresp else math.nan,
-        "p95_workflow_response_s": _percentile(wresp, 95),
-        "mean_task_response_s": float(np.mean(tresp)) if tresp else math.nan,
-        "p95_task_response_s": _percentile(tresp, 95),
-    }
-    for k in ("mean_workflow_response_s", "p95_workflow_response_s", "mean_task_response_s",
-              "p95_task_response_s"):
-        out[k[:-2] + "_model_s"] = out[k] / ts
-    return out
 
 
 class LiveScheduler:
@@ -454,22 +91,20 @@ class LiveScheduler:
         self.trace = trace
         self._tiers = tuple(self.env.cluster.tiers)
         self._remote = _RemoteCache(self.cfg.task_num_cpus)
-        self._actors = self.cfg.executor == "actor"
-        self._last_reap = 0.0
-        self._probes: dict[Any, _Server] = {}
-        self._cold: list[_Server] = []  # failed actor starts, retried after a pause
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._handles: list[WorkflowHandle] = []
         self._error: BaseException | None = None
+        self.counters = {"decisions": 0, "waits": 0, "lost": 0, "rerun_parents": 0,
+                         "node_refreshes": 0, "autoscale_requests": 0, "tasks_started": 0,
+                         "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0}
         # scheduler-thread state
-        self._servers: dict[tuple[str, int], _Server] = {}
+        self._nodes = NodeSet(self.cfg, self._tiers, self._remote, self.counters,
+                              self._set_offered)
         self._set_alive([])
-        self._nodes_seen: dict[str, NodeInfo] = {}
         self._snapshot_max_mem = 0.0
-        self._last_refresh = -math.inf
         self._ready: list[tuple] = []
         self._blocked: list[_Task] = []
         self._running: dict[Any, tuple[_Task, int]] = {}
@@ -478,9 +113,6 @@ class LiveScheduler:
         self._t0 = time.perf_counter()
         self._backlog_since: float | None = None
         self._hinted = False
-        self.counters = {"decisions": 0, "waits": 0, "lost": 0, "rerun_parents": 0,
-                         "node_refreshes": 0, "autoscale_requests": 0, "tasks_started": 0,
-                         "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0}
         self.node_tasks: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -496,16 +128,17 @@ class LiveScheduler:
                     "tiers": [{"name": t.name, "compute": t.compute, "memory_gb": t.memory_gb}
                               for t in self._tiers]})
         self._refresh(force=True)
-        if self._probes:
+        nodes = self._nodes
+        if nodes.probes:
             import ray
 
-            ray.wait(list(self._probes), num_returns=len(self._probes),
+            ray.wait(list(nodes.probes), num_returns=len(nodes.probes),
                      timeout=self.cfg.actor_start_s, fetch_local=False)
             self._check_probes(ray)
-            if self._probes:
+            if nodes.probes:
                 log.warning("%d of %d server actors not ready after actor_start_s=%g s (does "
                             "every node have %g CPUs per server?); they are offered once ready",
-                            len(self._probes), len(self._servers), self.cfg.actor_start_s,
+                            len(nodes.probes), len(nodes.servers), self.cfg.actor_start_s,
                             self.cfg.task_num_cpus)
         self._thread = threading.Thread(target=self._loop, name="scale-live-scheduler", daemon=True)
         self._thread.start()
@@ -518,7 +151,7 @@ class LiveScheduler:
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
-        self._stop_actors()
+        self._nodes.stop_actors()
         self._emit({"t": self._now_model(), "event": "end", "truncated": bool(self.pending()),
                     "metrics": self.summary()})
 
@@ -609,12 +242,13 @@ class LiveScheduler:
                 self._refresh()
                 self._dispatch()
                 self._hints()
-                if self._actors:
-                    if self._probes:
+                nodes = self._nodes
+                if nodes.actors:
+                    if nodes.probes:
                         self._check_probes(ray)
-                    if self._cold:
-                        self._retry_cold()
-                    self._reap()
+                    if nodes.cold:
+                        nodes.retry_cold()
+                    nodes.reap(self._alive)
                 if self._running:
                     self._collect(ray, timeout=self.cfg.wait_s)
                 elif self._ready or self._blocked:
@@ -669,51 +303,41 @@ class LiveScheduler:
             if not t.waiting_for:
                 self._make_ready(t)
 
-    def _make_ready(self, t: _Task) -> None:
-        t.state = READY
-        heapq.heappush(self._ready, (t.key, t.gid, t))
-
     # ------------------------------------------------------------------ nodes
     def _refresh(self, force: bool = False) -> None:
-        now = time.perf_counter()
-        if not force and now - self._last_refresh < self.cfg.node_refresh_s:
+        change = self._nodes.refresh(force)
+        if change is None:  # not due
             return
-        self._last_refresh = now
-        self.counters["node_refreshes"] += 1
-        nodes = live_nodes(self._tiers)
-        alive_ids = {n.node_id for n in nodes}
-        changed = False
-        for n in nodes:
-            slots = self.cfg.slots_per_node or n.slots
-            for s in range(slots):
-                if (n.node_id, s) not in self._servers:
-                    srv = _Server(self._next_sid, n, s)
-                    self._next_sid += 1
-                    self._servers[(n.node_id, s)] = srv
-                    changed = True
-                    if self._actors:  # start its actor now; offered once it is ready
-                        self._start_actor(srv, probe=True)
-                    self._emit({"t": self._now_model(), "event": "server_add", "server": srv.sid,
-                                "tier": n.tier, "compute": n.compute, "memory_gb": n.memory_gb,
-                                "node": n.node_id, "slot": s})
-        for srv in self._servers.values():
-            if srv.alive and srv.node.node_id not in alive_ids:
-                changed = True
-                srv.alive = False
-                self._remote.forget_node(srv.node.node_id)
-                self._drop_actor(srv)
-                if srv.task is not None:
-                    self._lose(srv.task, f"node {srv.node.node_id[:12]} is gone")
-                self._emit({"t": self._now_model(), "event": "server_fail", "server": srv.sid,
-                            "node": srv.node.node_id})
-        if changed:
-            self._set_alive([s for s in self._servers.values() if s.alive])
+        added, gone = change
+        for srv in added:
+            n = srv.node
+            self._emit({"t": self._now_model(), "event": "server_add", "server": srv.sid,
+                        "tier": n.tier, "compute": n.compute, "memory_gb": n.memory_gb,
+                        "node": n.node_id, "slot": srv.slot})
+        for srv in gone:
+            if srv.task is not None:
+                self._lose(srv.task, f"node {srv.node.node_id[:12]} is gone")
+            self._emit({"t": self._now_model(), "event": "server_fail", "server": srv.sid,
+                        "node": srv.node.node_id})
+        if added or gone:
+            self._set_alive(self._nodes.alive())
             if self._blocked:  # a task that fit nowhere may fit a new node
                 for t in self._blocked:
                     if t.state == READY:
                         heapq.heappush(self._ready, (t.key, t.gid, t))
                 self._blocked.clear()
 
+    def _check_probes(self, ray: Any) -> None:
+        """Servers whose starting actor answered are offered again. A failed start forces a
+        node refresh (which drops a node that is gone) and is retried, still masked, after
+        ``nodes.ACTOR_RETRY_S`` (a dying node fails every start until the GCS drops it)."""
+        failed = self._nodes.check_probes(ray)
+        if failed:
+            self._refresh(force=True)
+            self._nodes.back_off(failed)
+
+    # ------------------------------------------------------------------ placement
+    # (_set_alive .. _guarded: to be replaced by the shared decision core)
     def _set_alive(self, alive: list[_Server]) -> None:
         """The servers the policy sees (in this order), and their static encoder columns."""
         self._alive = alive
@@ -725,7 +349,16 @@ class LiveScheduler:
         self._alive_compute = np.fromiter((s.node.compute for s in alive), float, len(alive))
         self._features = ServerFeatures(len(alive), self.features)
 
-    # ------------------------------------------------------------------ decisions
+    def _set_offered(self, srv: _Server, offered: bool) -> None:
+        srv.offered = offered
+        i = self._alive_pos.get(id(srv))
+        if i is not None:
+            self._offered[i] = offered
+
+    def _make_ready(self, t: _Task) -> None:
+        t.state = READY
+        heapq.heappush(self._ready, (t.key, t.gid, t))
+
     def _view(self, t: _Task, now: float) -> tuple[TaskView, list[ServerView]]:
         """The task and the alive servers as the encoder's plain descriptions."""
         ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0
@@ -849,17 +482,8 @@ class LiveScheduler:
         node = srv.node
         sleep_s = (t.prim.compute_gflop / node.compute * self.cfg.time_scale
                    if self.cfg.time_scale > 0 else 0.0)
-        if self._actors:
-            actor = srv.actor if srv.actor is not None else self._start_actor(srv)
-            key, body = self._remote.body(t.prim.fn)
-            if key not in srv.bodies:  # actor calls of one caller run in order: no wait needed
-                actor.register.remote(key, body)
-                srv.bodies.add(key)
-            value_ref, status_ref = actor.run.remote(key, (node.node_id, sleep_s, 0.0),
-                                                     *args, **kwargs)
-        else:
-            rf = self._remote.pinned(t.prim.fn, node.node_id, t.prim.name)
-            value_ref, status_ref = rf.remote((node.node_id, sleep_s, 0.0), *args, **kwargs)
+        value_ref, status_ref = self._nodes.run(srv, t.prim, (node.node_id, sleep_s, 0.0),
+                                                args, kwargs)
         t.value_ref = value_ref
         t.state = RUNNING
         t.server = srv
@@ -889,13 +513,13 @@ class LiveScheduler:
                 node = ray.get(ref)
             except errors as e:
                 srv = t.server
-                if self._actors and srv is not None and not _lost_output(e):
-                    self._drop_actor(srv)  # dead or suspect
+                if self._nodes.actors and srv is not None and not _lost_output(e):
+                    self._nodes.drop_actor(srv)  # dead or suspect
                 self._refresh(force=True)
-                if self._actors and srv is not None and srv.alive and srv.actor is None:
+                if self._nodes.actors and srv is not None and srv.alive and srv.actor is None:
                     # offered again once a new actor answers: the node may be dying while
                     # the GCS still lists it
-                    self._start_actor(srv, probe=True)
+                    self._nodes.start_actor(srv, probe=True)
                 if t.state == RUNNING:  # the refresh did not already declare it lost
                     self._lose(t, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                                lost_output=_lost_output(e))
@@ -913,115 +537,6 @@ class LiveScheduler:
             srv.idle_since = time.perf_counter()
         t.server = None
         return srv
-
-    # ------------------------------------------------------------------ server actors
-    def _start_actor(self, srv: _Server, probe: bool = False) -> Any:
-        """Start ``srv``'s actor. With ``probe`` the server is not offered to the policy until the
-        actor answers (a new node, or a restart after a failure: the node may be dying while
-        the GCS still lists it); without, runs queue behind the actor's start."""
-        srv.actor = self._remote.actor(srv.node.node_id)
-        srv.bodies = set()
-        srv.idle_since = time.perf_counter()
-        self.counters["actors_started"] += 1
-        if probe:
-            srv.probe = srv.actor.__ray_ready__.remote()
-            self._probes[srv.probe] = srv
-            self._set_offered(srv, False)
-        return srv.actor
-
-    def _set_offered(self, srv: _Server, offered: bool) -> None:
-        srv.offered = offered
-        i = self._alive_pos.get(id(srv))
-        if i is not None:
-            self._offered[i] = offered
-
-    def _retry_cold(self) -> None:
-        now = time.perf_counter()
-        due = [srv for srv in self._cold if now >= srv.retry_at]
-        if not due:
-            return
-        self._cold = [srv for srv in self._cold if now < srv.retry_at]
-        for srv in due:
-            if srv.alive and srv.actor is None:
-                self._start_actor(srv, probe=True)
-
-    def _check_probes(self, ray: Any) -> None:
-        """Servers whose starting actor answered are offered again. A failed start forces a
-        node refresh (which drops a node that is gone) and is retried, still masked, after
-        ``ACTOR_RETRY_S`` (a dying node fails every start until the GCS drops it)."""
-        done, _ = ray.wait(list(self._probes), num_returns=len(self._probes), timeout=0,
-                           fetch_local=False)
-        failed = []
-        for ref in done:
-            srv = self._probes.pop(ref)
-            if srv.probe is not ref:
-                continue
-            srv.probe = None
-            try:
-                ray.get(ref)
-                self._set_offered(srv, True)
-                srv.idle_since = time.perf_counter()  # the reaper counts from here
-            except Exception as e:
-                log.info("actor of server %d on node %s failed to start: %s", srv.sid,
-                         srv.node.node_id[:12], type(e).__name__)
-                srv.actor = None  # it never started; nothing to kill
-                failed.append(srv)
-        if failed:
-            self._refresh(force=True)
-            retry_at = time.perf_counter() + ACTOR_RETRY_S
-            for srv in failed:
-                if srv.alive and srv.actor is None:
-                    srv.retry_at = retry_at
-                    self._cold.append(srv)
-
-    def _drop_actor(self, srv: _Server) -> None:
-        """Kill ``srv``'s actor (its masking, if starting, is left to the caller)."""
-        if srv.probe is not None:
-            self._probes.pop(srv.probe, None)
-            srv.probe = None
-        if srv.actor is None:
-            return
-        import ray
-
-        actor, srv.actor = srv.actor, None
-        srv.bodies = set()
-        try:
-            ray.kill(actor, no_restart=True)
-        except Exception:  # already dead with its node
-            pass
-
-    def _stop_actors(self, timeout_s: float = 30.0) -> None:
-        """Kill every server actor and wait (at most ``timeout_s``) until Ray reports them dead
-        (their CPUs come back shortly after that, asynchronously)."""
-        actors = [srv.actor for srv in self._servers.values() if srv.actor is not None]
-        for srv in self._servers.values():
-            self._drop_actor(srv)
-        if not actors:
-            return
-        import ray
-
-        probes = []
-        for a in actors:
-            try:
-                probes.append(a.__ray_ready__.remote())
-            except Exception:
-                pass
-        if probes:  # each fails once its actor is dead
-            ray.wait(probes, num_returns=len(probes), timeout=timeout_s, fetch_local=False)
-
-    def _reap(self) -> None:
-        """Kill actors of servers idle for ``actor_idle_s``: an actor holds its CPU, and a node
-        whose resources are in use is never idle to the autoscaler. Checked about once a second."""
-        now = time.perf_counter()
-        if now - self._last_reap < min(1.0, self.cfg.actor_idle_s):
-            return
-        self._last_reap = now
-        for srv in self._alive:
-            # an actor still starting is not idle: killing it would offer the server untested
-            if srv.actor is not None and srv.task is None and srv.offered \
-                    and now - srv.idle_since >= self.cfg.actor_idle_s:
-                self._drop_actor(srv)
-                self.counters["actors_reaped"] += 1
 
     def _finish(self, t: _Task, node: str) -> None:
         srv = self._free(t)
@@ -1127,169 +642,3 @@ class LiveScheduler:
         self._hinted = bool(bundles)
         self.counters["autoscale_requests"] += 1
         log.info("autoscaler hint: %d server bundles", len(bundles))
-
-
-# ------------------------------------------------------------------------------------------------
-# Ray's own placement, for comparison
-# ------------------------------------------------------------------------------------------------
-
-class RayDefaultRunner:
-    """The same workflows as plain Ray tasks placed by Ray's default scheduler.
-
-    For a fair comparison each task asks for what the model requires of a server: one
-    ``scale_slot`` (so a server runs one primitive at a time, as under the scheduler), the same
-    ``task_num_cpus`` as the scheduler's tasks, and, through a label selector on ``scale.tier``,
-    only tiers whose memory fits the task. A workflow's tasks are
-    all submitted on arrival with parents' results as object refs (Ray orders them); the emulated
-    run time is ``compute_gflop / compute * time_scale`` with the compute of the node Ray chose.
-    Ray retries a lost task up to ``max_retries`` times. Same handles and statistics as
-    :class:`LiveScheduler`.
-    """
-
-    name = "ray-default"
-
-    def __init__(self, env: EnvConfig | None = None, config: LiveConfig | dict | None = None):
-        self.env = env or EnvConfig()
-        self.cfg: LiveConfig = build(LiveConfig, config, "live") if not isinstance(
-            config, LiveConfig) else config
-        self._tiers = tuple(self.env.cluster.tiers)
-        self._fns: dict[int, Any] = {}
-        self._keep: list[Any] = []
-        self._lock = threading.Lock()
-        self._handles: list[WorkflowHandle] = []
-        self._running: dict[Any, tuple[WorkflowHandle, int, Any]] = {}
-        self._done_count: dict[int, int] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self.node_tasks: dict[str, int] = {}
-
-    def _remote(self, fn: Callable[..., Any]) -> Any:
-        rf = self._fns.get(id(fn))
-        if rf is None:
-            import ray
-
-            rf = ray.remote(num_returns=2, num_cpus=self.cfg.task_num_cpus,
-                            max_retries=self.cfg.max_retries)(_wrap_body(fn))
-            self._fns[id(fn)] = rf
-            self._keep.append(fn)
-        return rf
-
-    def start(self) -> "RayDefaultRunner":
-        self._thread = threading.Thread(target=self._loop, name="scale-ray-default", daemon=True)
-        self._thread.start()
-        return self
-
-    def shutdown(self, timeout: float | None = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def __enter__(self) -> "RayDefaultRunner":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
-
-    def handles(self) -> list[WorkflowHandle]:
-        with self._lock:
-            return list(self._handles)
-
-    def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow,
-               name: str = "") -> WorkflowHandle:
-        if isinstance(workflow, CollectedWorkflow):
-            wf = workflow
-        elif isinstance(workflow, WorkflowSpec):
-            wf = from_spec(workflow)
-        else:
-            wf = collect(workflow, name)
-        selectors = []
-        for i, t in enumerate(wf.spec.tasks):
-            fit = [tier.name for tier in self._tiers if tier.memory_gb >= t.memory_gb]
-            if not fit:
-                raise WorkflowError(f"workflow {wf.spec.name!r}: task {i} ({t.name!r}) needs "
-                                    f"memory_gb={t.memory_gb:g}, which fits no configured tier")
-            selectors.append({TIER_LABEL: f"in({','.join(fit)})"})
-        ts = self.cfg.time_scale
-        with self._lock:
-            h = WorkflowHandle(len(self._handles), wf, time.perf_counter())
-            self._handles.append(h)
-            value_refs: list[Any] = []
-            for i, call in enumerate(wf.calls):
-                ref_of = {id(wf.calls[p]): value_refs[p] for p in wf.spec.tasks[i].parents}
-                args = [ref_of[id(a)] if isinstance(a, Call) else a for a in call.args]
-                kwargs = {k: ref_of[id(v)] if isinstance(v, Call) else v
-                          for k, v in call.kwargs.items()}
-                prim = call.primitive
-                v, s = self._remote(prim.fn).options(
-                    resources={SLOT_RESOURCE: 1.0}, label_selector=selectors[i],
-                    name=prim.name).remote((None, 0.0, prim.compute_gflop * ts), *args, **kwargs)
-                value_refs.append(v)
-                self._running[s] = (h, i, v)
-            self._done_count[h.id] = 0
-        return h
-
-    def _loop(self) -> None:
-        import ray
-
-        try:
-            while not self._stop.is_set():
-                with self._lock:
-                    refs = list(self._running)
-                if not refs:
-                    time.sleep(self.cfg.wait_s)
-                    continue
-                done, _ = ray.wait(refs, num_returns=1, timeout=self.cfg.wait_s)
-                if not done:
-                    continue
-                done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-                now = time.perf_counter()
-                for ref in done:
-                    with self._lock:
-                        h, i, v = self._running.pop(ref)
-                    if h.done():
-                        continue
-                    try:
-                        node = ray.get(ref)
-                    except Exception as e:
-                        h._complete(now, e)
-                        continue
-                    h._task_done(i, v, node, now)
-                    self.node_tasks[node] = self.node_tasks.get(node, 0) + 1
-                    self._done_count[h.id] += 1
-                    if self._done_count[h.id] == len(h.workflow.calls):
-                        h._complete(now)
-        except BaseException as e:
-            log.exception("ray-default runner thread failed")
-            self._error = e
-
-    def drain(self, timeout: float | None = None, progress: Callable[[int, int], None] | None = None
-              ) -> bool:
-        """Wait until every submitted workflow finished; False on timeout."""
-        return _drain(self, "the ray-default runner thread", timeout, progress)
-
-    def summary(self) -> dict[str, Any]:
-        out = summarize(self.handles(), self.cfg.time_scale)
-        out["policy"] = self.name
-        out["tasks_per_node"] = dict(self.node_tasks)
-        return out
-
-
-def _drain(runner: Any, what: str, timeout: float | None,
-           progress: Callable[[int, int], None] | None) -> bool:
-    """Poll ``runner.handles()`` until all are done (True) or ``timeout`` passes (False); raise
-    if the runner's thread died (``runner._error``)."""
-    deadline = None if timeout is None else time.perf_counter() + timeout
-    while True:
-        if runner._error is not None:
-            raise RuntimeError(f"{what} died") from runner._error
-        hs = runner.handles()
-        left = sum(1 for h in hs if not h.done())
-        if progress:
-            progress(len(hs) - left, len(hs))
-        if left == 0:
-            return True
-        if deadline is not None and time.perf_counter() > deadline:
-            return False
-        time.sleep(0.05)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from envs.config import ResourceMappingConfig
+from envs.loaders import load_dags
 from envs.loaders.livedag import parse_dag
 from envs.workload import TaskSpec, WorkflowError, WorkflowSpec
 
@@ -220,8 +221,6 @@ def load_dag_file(path: str | Path, res: ResourceMappingConfig | None = None,
     """Workflows from a DAG file in any format of :mod:`envs.loaders.dags` (detected from the
     content unless ``fmt`` names one): the live JSON/YAML format (:func:`parse_dag`) carries its
     demands; the others need the demand mapping ``res`` (``workload.resources``)."""
-    from envs.loaders import load_dags
-
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such DAG file")

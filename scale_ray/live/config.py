@@ -1,0 +1,66 @@
+"""Settings and errors of the live scheduler: :class:`LiveConfig` (the ``live`` section of a run
+config), the executors, and the errors a workflow's handle can carry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from envs.config import ConfigError, rng
+from policies.guard import GuardConfig
+
+EXECUTORS = ("task", "actor")
+
+
+
+@dataclass(frozen=True)
+class LiveConfig:
+    """Settings of the live scheduler (the ``live`` section of a run config)."""
+    time_scale: float = field(default=1.0, metadata=rng(
+        ge=0, le=1e3, doc="wall s per model s of emulated work: a primitive sleeps "
+                          "compute_gflop / compute * time_scale s before its body; 0: no sleep"))
+    wait_s: float = field(default=0.01, metadata=rng(
+        gt=0, le=10, doc="a wait pick waits this long (wall s) or until the next completion"))
+    max_retries: int = field(default=3, metadata=rng(ge=0, le=100, doc="re-placements of a lost task"))
+    node_refresh_s: float = field(default=0.1, metadata=rng(
+        ge=0, le=60, doc="read the node set at most this often (and at once after a loss)"))
+    head_of_line_blocking: bool = False
+    slots_per_node: int | None = field(default=None, metadata=rng(
+        ge=1, le=1024, doc="servers per node; default: the node's scale_slot resource"))
+    autoscale_hints: bool = False
+    backlog_s: float = field(default=2.0, metadata=rng(
+        ge=0, doc="request_resources after the ready set stays backed up this long (wall s)"))
+    max_hint_bundles: int = field(default=64, metadata=rng(ge=1, le=100_000))
+    task_num_cpus: float = field(default=1.0, metadata=rng(
+        ge=0, le=1024, doc="CPUs each primitive's Ray task (or server actor) requests (the local "
+                           "cluster gives a node one CPU per server); 0 lets Ray start a new "
+                           "worker per task"))
+    executor: str = field(default="actor", metadata=rng(
+        doc="actor: every server has an actor hard-pinned to its node (max_concurrency=1) that "
+            "runs its primitives, so runs reuse one leased worker; task: every primitive is a "
+            "Ray task hard-pinned to the chosen node (a worker lease per run)"))
+    actor_idle_s: float = field(default=10.0, metadata=rng(
+        gt=0, le=86_400, doc="executor=actor: kill a server's actor after it was idle this long "
+                             "(wall s), releasing its CPU so an autoscaler can remove the node"))
+    actor_start_s: float = field(default=60.0, metadata=rng(
+        ge=0, le=3600, doc="executor=actor: start() waits this long (wall s) for the actors of "
+                           "the servers it found; one not ready by then is offered once it is"))
+    workload_scale: float | None = field(default=None, metadata=rng(
+        gt=0, le=1e6, doc="features.workload_scale of the workload (mean task compute / 4 GFLOP; "
+                          "docs/workloads.md); none: the policy's own"))
+    guard: GuardConfig = field(default_factory=GuardConfig, metadata=rng(
+        doc="policies.guard around a learned policy: a task waits at most max_waits times "
+            "while a server it fits is idle, and only for a server that would finish it sooner; "
+            "otherwise EFT's choice (counted: guard_* in the summary)"))
+
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise ConfigError(f"executor must be one of {list(EXECUTORS)}, got {self.executor!r}")
+
+
+class TaskLostError(RuntimeError):
+    """A task was lost with its node more often than ``max_retries`` allows."""
+
+
+class PlacementError(RuntimeError):
+    """A task ran on another node than the one it was pinned to (checked inside the task)."""
+

@@ -1,0 +1,145 @@
+"""How a primitive runs on Ray: the task body around it (placement check, emulated run time) and
+the remote functions and server actors that run that body.
+
+With ``executor="actor"`` (default) every server has one actor hard-pinned to its node
+(``NodeAffinitySchedulingStrategy(soft=False)``, ``max_concurrency=1``, no restarts) and a task
+is a call of that actor, so successive runs reuse its leased worker. With ``executor="task"``
+every task is a plain Ray task hard-pinned to the chosen node (a worker lease per run: about half
+the throughput on a small machine). Ray's own retries are off (``max_retries=0``): a primitive
+runs only when the scheduler says so.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from .cluster import COMPUTE_LABEL
+from .config import PlacementError
+
+
+# Ray errors that mean "the run was lost, not the primitive's fault": retried by the scheduler.
+def _system_errors() -> tuple[type, ...]:
+    import ray.exceptions as rex
+
+    names = ("NodeDiedError", "WorkerCrashedError", "TaskUnschedulableError", "ObjectLostError",
+             "LocalRayletDiedError", "RaySystemError", "ObjectFetchTimedOutError",
+             "OwnerDiedError", "ReferenceCountingAssertionError", "OutOfMemoryError",
+             # executor=actor: the server's actor died (node gone, worker crashed) or could
+             # not be placed (its node left before the actor started)
+             "RayActorError", "ActorUnschedulableError")
+    return tuple(getattr(rex, n) for n in names if hasattr(rex, n))
+
+
+def _lost_output(err: BaseException) -> bool:
+    import ray.exceptions as rex
+
+    return isinstance(err, getattr(rex, "ObjectLostError", ()))
+
+
+def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The Ray task body around a primitive: placement check, emulated run time, the call.
+
+    ``meta = (expected_node_id | None, sleep_s, gflop_scaled)``: with ``gflop_scaled`` > 0 (Ray's
+    own placement) the sleep is computed from the capacity label of the node it landed on.
+    Returns ``(value, node_id)``; the scheduler waits on the small second part only.
+    """
+    def run(meta: tuple[str | None, float, float], *args: Any, **kwargs: Any) -> tuple[Any, str]:
+        import ray
+
+        expected, sleep_s, gflop_scaled = meta
+        ctx = ray.get_runtime_context()
+        node = ctx.get_node_id()
+        if expected is not None and node != expected:
+            raise PlacementError(f"pinned to node {expected} but running on {node}")
+        if gflop_scaled > 0:
+            sleep_s = gflop_scaled / float(ctx.get_node_labels()[COMPUTE_LABEL])
+        if sleep_s > 0:
+            time.sleep(sleep_s)
+        return fn(*args, **kwargs), node
+
+    run.__name__ = getattr(fn, "__name__", "primitive")
+    run.__qualname__ = run.__name__
+    return run
+
+
+def _server_actor_class() -> Any:
+    """The Ray actor class of one server (``executor=actor``): it holds the server's primitive
+    bodies (sent once per body with ``register``) and runs them one at a time with ``run``; being
+    an actor, it keeps its leased worker, so a run costs an actor call instead of a lease."""
+    import ray
+
+    class ScaleServer:
+        def __init__(self) -> None:
+            self._bodies: dict[int, Callable[..., Any]] = {}
+
+        def register(self, key: int, body: Callable[..., Any]) -> None:
+            self._bodies[key] = body
+
+        @ray.method(num_returns=2)
+        def run(self, key: int, meta: tuple, *args: Any, **kwargs: Any) -> tuple[Any, str]:
+            return self._bodies[key](meta, *args, **kwargs)
+
+    return ray.remote(ScaleServer)
+
+
+class _RemoteCache:
+    """One ``ray.remote`` function per primitive body (Ray exports each once), and its pinned
+    variants: ``.options()`` validates every option on each call (it cost about as much as the
+    submission itself here), so the scheduler builds one per (body, node, name) and reuses it."""
+
+    def __init__(self, num_cpus: float) -> None:
+        self.num_cpus = num_cpus
+        self._fns: dict[int, Any] = {}
+        self._bodies: dict[int, Callable[..., Any]] = {}
+        self._keep: list[Any] = []
+        self._pinned: dict[tuple[int, str, str], Any] = {}
+        self._actor_cls: Any = None
+
+    def actor(self, node_id: str) -> Any:
+        """A new server actor hard-pinned to ``node_id``; Ray never restarts or retries it (a
+        lost run is the scheduler's to place again)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if self._actor_cls is None:
+            self._actor_cls = _server_actor_class()
+        return self._actor_cls.options(
+            num_cpus=self.num_cpus, max_concurrency=1, max_restarts=0, max_task_retries=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+
+    def body(self, fn: Callable[..., Any]) -> tuple[int, Callable[..., Any]]:
+        """(key, task body) of a primitive, for a server actor's ``register``."""
+        key = id(fn)
+        b = self._bodies.get(key)
+        if b is None:
+            b = self._bodies[key] = _wrap_body(fn)
+            self._keep.append(fn)
+        return key, b
+
+    def pinned(self, fn: Callable[..., Any], node_id: str, name: str) -> Any:
+        """``get(fn)`` hard-pinned to ``node_id`` (NodeAffinitySchedulingStrategy, soft=False)."""
+        key = (id(fn), node_id, name)
+        rf = self._pinned.get(key)
+        if rf is None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            rf = self.get(fn).options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False), name=name)
+            self._pinned[key] = rf
+        return rf
+
+    def forget_node(self, node_id: str) -> None:
+        """Drop the pinned variants of a node that left the cluster."""
+        for key in [k for k in self._pinned if k[1] == node_id]:
+            del self._pinned[key]
+
+    def get(self, fn: Callable[..., Any]) -> Any:
+        key = id(fn)
+        rf = self._fns.get(key)
+        if rf is None:
+            import ray
+
+            rf = ray.remote(num_returns=2, max_retries=0, num_cpus=self.num_cpus)(_wrap_body(fn))
+            self._fns[key] = rf
+            self._keep.append(fn)  # keep id() stable
+        return rf

@@ -1,0 +1,148 @@
+"""What a submission returns: :class:`WorkflowHandle` (wait for a workflow, read its results and
+response times), shared by the live scheduler and the Ray-default runner, and the statistics over
+handles (:func:`summarize`)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .workflow import Call, CollectedWorkflow
+
+
+class WorkflowFailed(RuntimeError):
+    """The workflow did not complete; ``__cause__`` is the task's error."""
+
+
+class WorkflowHandle:
+    """A submitted workflow: wait for it, read its results and response times.
+
+    ``result()`` returns the output's value (a list for several outputs); ``get(call)`` the value
+    of any call of the workflow (a per-result handle); ``ref(call)`` its ObjectRef.
+    """
+
+    def __init__(self, wid: int, wf: CollectedWorkflow, submitted_wall: float):
+        self.id = wid
+        self.name = wf.spec.name
+        self.workflow = wf
+        self.submitted_wall = submitted_wall
+        self.finished_wall: float | None = None
+        self.error: BaseException | None = None
+        self.task_finish_wall: list[float | None] = [None] * len(wf.calls)
+        self.task_nodes: list[str | None] = [None] * len(wf.calls)
+        self.task_attempts: list[int] = [0] * len(wf.calls)
+        self._refs: list[Any] = [None] * len(wf.calls)
+        self._index = {id(c): i for i, c in enumerate(wf.calls)}
+        self._done = threading.Event()
+
+    # -- set by the scheduler thread
+    def _task_done(self, i: int, ref: Any, node: str, now: float) -> None:
+        if self.task_finish_wall[i] is not None:
+            raise AssertionError(f"workflow {self.id} task {i} completed twice")  # invariant
+        self._refs[i] = ref
+        self.task_nodes[i] = node
+        self.task_finish_wall[i] = now
+
+    def _complete(self, now: float, error: BaseException | None = None) -> None:
+        self.finished_wall = now
+        self.error = error
+        self._done.set()
+
+    # -- public
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the workflow completed or failed; False on timeout."""
+        return self._done.wait(timeout)
+
+    def _check(self, timeout: float | None) -> None:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"workflow {self.id} ({self.name!r}) not done after {timeout} s")
+        if self.error is not None:
+            raise WorkflowFailed(f"workflow {self.id} ({self.name!r}) failed: {self.error}") \
+                from self.error
+
+    def ref(self, call: Call | int) -> Any:
+        """ObjectRef of one call's result (after the workflow completed)."""
+        self._check(None if self.done() else 0)
+        i = call if isinstance(call, int) else self._index.get(id(call))
+        if i is None:
+            raise KeyError(f"{call!r} is not part of workflow {self.id}")
+        return self._refs[i]
+
+    def get(self, call: Call | int, timeout: float | None = None) -> Any:
+        """Value of one call's result."""
+        import ray
+
+        self._check(timeout)
+        return ray.get(self.ref(call))
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Value of the output (a list when the workflow has several outputs)."""
+        import ray
+
+        self._check(timeout)
+        vals = ray.get([self._refs[i] for i in self.workflow.outputs])
+        return vals[0] if len(vals) == 1 else vals
+
+    @property
+    def response_s(self) -> float | None:
+        """Wall seconds from submission to the last task's completion."""
+        if self.finished_wall is None or self.error is not None:
+            return None
+        return self.finished_wall - self.submitted_wall
+
+    def task_response_s(self) -> list[float | None]:
+        """Per task: wall seconds from the workflow's submission to the task's completion."""
+        return [None if f is None else f - self.submitted_wall for f in self.task_finish_wall]
+
+
+def _percentile(xs: Sequence[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if len(xs) else math.nan
+
+
+def summarize(handles: Sequence[WorkflowHandle], time_scale: float) -> dict[str, Any]:
+    """Response-time statistics over ``handles`` (the ``--json`` keys of run-workflows)."""
+    done = [h for h in handles if h.done() and h.error is None]
+    failed = [h for h in handles if h.done() and h.error is not None]
+    wresp = [h.response_s for h in done]
+    tresp = [r for h in done for r in h.task_response_s() if r is not None]
+    ts = time_scale if time_scale > 0 else 1.0
+    out = {
+        "workflows_submitted": len(handles),
+        "workflows_completed": len(done),
+        "workflows_failed": len(failed),
+        "tasks_completed": len(tresp),
+        "mean_workflow_response_s": float(np.mean(wresp)) if wresp else math.nan,
+        "p95_workflow_response_s": _percentile(wresp, 95),
+        "mean_task_response_s": float(np.mean(tresp)) if tresp else math.nan,
+        "p95_task_response_s": _percentile(tresp, 95),
+    }
+    for k in ("mean_workflow_response_s", "p95_workflow_response_s", "mean_task_response_s",
+              "p95_task_response_s"):
+        out[k[:-2] + "_model_s"] = out[k] / ts
+    return out
+
+
+def _drain(runner: Any, what: str, timeout: float | None,
+           progress: Callable[[int, int], None] | None) -> bool:
+    """Poll ``runner.handles()`` until all are done (True) or ``timeout`` passes (False); raise
+    if the runner's thread died (``runner._error``)."""
+    deadline = None if timeout is None else time.perf_counter() + timeout
+    while True:
+        if runner._error is not None:
+            raise RuntimeError(f"{what} died") from runner._error
+        hs = runner.handles()
+        left = sum(1 for h in hs if not h.done())
+        if progress:
+            progress(len(hs) - left, len(hs))
+        if left == 0:
+            return True
+        if deadline is not None and time.perf_counter() > deadline:
+            return False
+        time.sleep(0.05)

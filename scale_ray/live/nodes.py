@@ -1,0 +1,233 @@
+"""The live scheduler's servers: the node set read from Ray and, with ``executor=actor``, the
+server actors.
+
+Every scale server node hosts ``scale_slot`` servers (or ``slots_per_node``), each running one
+primitive at a time. :meth:`NodeSet.refresh` reads ``ray.nodes()`` (at most every
+``node_refresh_s``): a node that appears is added, one that disappears (dead, removed) is marked
+dead and never chosen again; what ran there is the scheduler's to place again.
+
+With ``executor=actor`` a server's actor is started when the server appears (the server is offered
+to the policy once the actor answers), started again after a failure (a failed start is retried,
+still masked, after ``ACTOR_RETRY_S``: a dying node fails every start until the GCS drops it), and
+killed after ``actor_idle_s`` idle so that the node's CPU is free for the autoscaler.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from envs.config import TierConfig
+
+from .cluster import NodeInfo, live_nodes
+from .config import LiveConfig
+from .executors import _RemoteCache
+from .workflow import Primitive
+
+if TYPE_CHECKING:
+    from .tasks import _Task
+
+log = logging.getLogger(__name__)
+
+ACTOR_RETRY_S = 1.0  # pause before starting a server's actor again after a failed start
+
+
+class _Server:
+    """One server: slot ``slot`` of a node, running one primitive at a time."""
+    __slots__ = ("sid", "node", "slot", "task", "busy_until", "alive", "actor", "bodies",
+                 "idle_since", "probe", "offered", "retry_at")
+
+    def __init__(self, sid: int, node: NodeInfo, slot: int):
+        self.sid = sid
+        self.node = node
+        self.slot = slot
+        self.task: _Task | None = None
+        self.busy_until = 0.0
+        self.alive = True
+        self.actor: Any = None          # executor=actor: this server's actor (None: not started)
+        self.bodies: set[int] = set()   # primitive bodies registered with that actor
+        self.idle_since = 0.0
+        self.probe: Any = None          # readiness ref of a starting actor
+        self.offered = True             # unmasked for the policy (False while its actor starts)
+        self.retry_at = 0.0             # a failed actor start is retried from then on
+
+
+class NodeSet:
+    """The servers of the live node set, keyed by (node id, slot), and their actors.
+
+    ``counters`` is the scheduler's (``node_refreshes``, ``actors_started``, ``actors_reaped``);
+    ``on_offered(server, offered)`` is called when a server is masked while its actor starts and
+    offered again once it answers.
+    """
+
+    def __init__(self, cfg: LiveConfig, tiers: Sequence[TierConfig], remote: _RemoteCache,
+                 counters: dict[str, Any], on_offered: Callable[[_Server, bool], None]):
+        self.cfg = cfg
+        self.tiers = tiers
+        self.remote = remote
+        self.counters = counters
+        self.actors = cfg.executor == "actor"
+        self._on_offered = on_offered
+        self.servers: dict[tuple[str, int], _Server] = {}
+        self.probes: dict[Any, _Server] = {}
+        self.cold: list[_Server] = []  # failed actor starts, retried after a pause
+        self._next_sid = 0
+        self._last_refresh = -math.inf
+        self._last_reap = 0.0
+
+    def alive(self) -> list[_Server]:
+        """The servers still alive, in the order they appeared."""
+        return [s for s in self.servers.values() if s.alive]
+
+    def refresh(self, force: bool = False) -> tuple[list[_Server], list[_Server]] | None:
+        """Read the node set (at most every ``node_refresh_s`` unless ``force``; None when not
+        due): the servers added (their actors starting, masked) and the servers gone (marked
+        dead, their actors and pinned functions dropped; a task still on one is the caller's)."""
+        now = time.perf_counter()
+        if not force and now - self._last_refresh < self.cfg.node_refresh_s:
+            return None
+        self._last_refresh = now
+        self.counters["node_refreshes"] += 1
+        nodes = live_nodes(self.tiers)
+        alive_ids = {n.node_id for n in nodes}
+        added: list[_Server] = []
+        gone: list[_Server] = []
+        for n in nodes:
+            slots = self.cfg.slots_per_node or n.slots
+            for s in range(slots):
+                if (n.node_id, s) not in self.servers:
+                    srv = _Server(self._next_sid, n, s)
+                    self._next_sid += 1
+                    self.servers[(n.node_id, s)] = srv
+                    if self.actors:  # start its actor now; offered once it is ready
+                        self.start_actor(srv, probe=True)
+                    added.append(srv)
+        for srv in self.servers.values():
+            if srv.alive and srv.node.node_id not in alive_ids:
+                srv.alive = False
+                self.remote.forget_node(srv.node.node_id)
+                self.drop_actor(srv)
+                gone.append(srv)
+        return added, gone
+
+    def run(self, srv: _Server, prim: Primitive, meta: tuple, args: Sequence[Any],
+            kwargs: dict[str, Any]) -> tuple[Any, Any]:
+        """Run ``prim`` on ``srv``: a call of its actor (started now if it was reaped; the body
+        registered once per actor), or a Ray task pinned to its node. ``meta`` as
+        :func:`~scale_ray.live.executors._wrap_body`. Returns (value ref, status ref)."""
+        if self.actors:
+            actor = srv.actor if srv.actor is not None else self.start_actor(srv)
+            key, body = self.remote.body(prim.fn)
+            if key not in srv.bodies:  # actor calls of one caller run in order: no wait needed
+                actor.register.remote(key, body)
+                srv.bodies.add(key)
+            return actor.run.remote(key, meta, *args, **kwargs)
+        rf = self.remote.pinned(prim.fn, srv.node.node_id, prim.name)
+        return rf.remote(meta, *args, **kwargs)
+
+    # ------------------------------------------------------------------ server actors
+    def start_actor(self, srv: _Server, probe: bool = False) -> Any:
+        """Start ``srv``'s actor. With ``probe`` the server is not offered to the policy until the
+        actor answers (a new node, or a restart after a failure: the node may be dying while
+        the GCS still lists it); without, runs queue behind the actor's start."""
+        srv.actor = self.remote.actor(srv.node.node_id)
+        srv.bodies = set()
+        srv.idle_since = time.perf_counter()
+        self.counters["actors_started"] += 1
+        if probe:
+            srv.probe = srv.actor.__ray_ready__.remote()
+            self.probes[srv.probe] = srv
+            self._on_offered(srv, False)
+        return srv.actor
+
+    def retry_cold(self) -> None:
+        """Start again, masked, the actors whose failed start's pause is over."""
+        now = time.perf_counter()
+        due = [srv for srv in self.cold if now >= srv.retry_at]
+        if not due:
+            return
+        self.cold = [srv for srv in self.cold if now < srv.retry_at]
+        for srv in due:
+            if srv.alive and srv.actor is None:
+                self.start_actor(srv, probe=True)
+
+    def check_probes(self, ray: Any) -> list[_Server]:
+        """Servers whose starting actor answered are offered again; returns those whose actor
+        failed to start (the caller refreshes the node set, then :meth:`back_off`)."""
+        done, _ = ray.wait(list(self.probes), num_returns=len(self.probes), timeout=0,
+                           fetch_local=False)
+        failed = []
+        for ref in done:
+            srv = self.probes.pop(ref)
+            if srv.probe is not ref:
+                continue
+            srv.probe = None
+            try:
+                ray.get(ref)
+                self._on_offered(srv, True)
+                srv.idle_since = time.perf_counter()  # the reaper counts from here
+            except Exception as e:
+                log.info("actor of server %d on node %s failed to start: %s", srv.sid,
+                         srv.node.node_id[:12], type(e).__name__)
+                srv.actor = None  # it never started; nothing to kill
+                failed.append(srv)
+        return failed
+
+    def back_off(self, failed: Sequence[_Server]) -> None:
+        """Retry, after ``ACTOR_RETRY_S``, the failed actor starts of servers still alive."""
+        retry_at = time.perf_counter() + ACTOR_RETRY_S
+        for srv in failed:
+            if srv.alive and srv.actor is None:
+                srv.retry_at = retry_at
+                self.cold.append(srv)
+
+    def drop_actor(self, srv: _Server) -> None:
+        """Kill ``srv``'s actor (its masking, if starting, is left to the caller)."""
+        if srv.probe is not None:
+            self.probes.pop(srv.probe, None)
+            srv.probe = None
+        if srv.actor is None:
+            return
+        import ray
+
+        actor, srv.actor = srv.actor, None
+        srv.bodies = set()
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # already dead with its node
+            pass
+
+    def stop_actors(self, timeout_s: float = 30.0) -> None:
+        """Kill every server actor and wait (at most ``timeout_s``) until Ray reports them dead
+        (their CPUs come back shortly after that, asynchronously)."""
+        actors = [srv.actor for srv in self.servers.values() if srv.actor is not None]
+        for srv in self.servers.values():
+            self.drop_actor(srv)
+        if not actors:
+            return
+        import ray
+
+        probes = []
+        for a in actors:
+            try:
+                probes.append(a.__ray_ready__.remote())
+            except Exception:
+                pass
+        if probes:  # each fails once its actor is dead
+            ray.wait(probes, num_returns=len(probes), timeout=timeout_s, fetch_local=False)
+
+    def reap(self, alive: Sequence[_Server]) -> None:
+        """Kill actors of servers idle for ``actor_idle_s``: an actor holds its CPU, and a node
+        whose resources are in use is never idle to the autoscaler. Checked about once a second."""
+        now = time.perf_counter()
+        if now - self._last_reap < min(1.0, self.cfg.actor_idle_s):
+            return
+        self._last_reap = now
+        for srv in alive:
+            # an actor still starting is not idle: killing it would offer the server untested
+            if srv.actor is not None and srv.task is None and srv.offered \
+                    and now - srv.idle_since >= self.cfg.actor_idle_s:
+                self.drop_actor(srv)
+                self.counters["actors_reaped"] += 1

@@ -1,0 +1,163 @@
+"""Ray's own placement, for comparison: the same workflows as plain Ray tasks placed by Ray's
+default scheduler (:class:`RayDefaultRunner`), with the live scheduler's handles and statistics."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+from envs.config import EnvConfig, build
+from envs.workload import WorkflowError, WorkflowSpec
+
+from .cluster import SLOT_RESOURCE, TIER_LABEL
+from .config import LiveConfig
+from .executors import _wrap_body
+from .handles import WorkflowHandle, _drain, summarize
+from .workflow import Call, CollectedWorkflow, collect, from_spec
+
+log = logging.getLogger(__name__)
+
+
+class RayDefaultRunner:
+    """The same workflows as plain Ray tasks placed by Ray's default scheduler.
+
+    For a fair comparison each task asks for what the model requires of a server: one
+    ``scale_slot`` (so a server runs one primitive at a time, as under the scheduler), the same
+    ``task_num_cpus`` as the scheduler's tasks, and, through a label selector on ``scale.tier``,
+    only tiers whose memory fits the task. A workflow's tasks are
+    all submitted on arrival with parents' results as object refs (Ray orders them); the emulated
+    run time is ``compute_gflop / compute * time_scale`` with the compute of the node Ray chose.
+    Ray retries a lost task up to ``max_retries`` times. Same handles and statistics as
+    :class:`LiveScheduler`.
+    """
+
+    name = "ray-default"
+
+    def __init__(self, env: EnvConfig | None = None, config: LiveConfig | dict | None = None):
+        self.env = env or EnvConfig()
+        self.cfg: LiveConfig = build(LiveConfig, config, "live") if not isinstance(
+            config, LiveConfig) else config
+        self._tiers = tuple(self.env.cluster.tiers)
+        self._fns: dict[int, Any] = {}
+        self._keep: list[Any] = []
+        self._lock = threading.Lock()
+        self._handles: list[WorkflowHandle] = []
+        self._running: dict[Any, tuple[WorkflowHandle, int, Any]] = {}
+        self._done_count: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.node_tasks: dict[str, int] = {}
+
+    def _remote(self, fn: Callable[..., Any]) -> Any:
+        rf = self._fns.get(id(fn))
+        if rf is None:
+            import ray
+
+            rf = ray.remote(num_returns=2, num_cpus=self.cfg.task_num_cpus,
+                            max_retries=self.cfg.max_retries)(_wrap_body(fn))
+            self._fns[id(fn)] = rf
+            self._keep.append(fn)
+        return rf
+
+    def start(self) -> "RayDefaultRunner":
+        self._thread = threading.Thread(target=self._loop, name="scale-ray-default", daemon=True)
+        self._thread.start()
+        return self
+
+    def shutdown(self, timeout: float | None = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def __enter__(self) -> "RayDefaultRunner":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def handles(self) -> list[WorkflowHandle]:
+        with self._lock:
+            return list(self._handles)
+
+    def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow,
+               name: str = "") -> WorkflowHandle:
+        if isinstance(workflow, CollectedWorkflow):
+            wf = workflow
+        elif isinstance(workflow, WorkflowSpec):
+            wf = from_spec(workflow)
+        else:
+            wf = collect(workflow, name)
+        selectors = []
+        for i, t in enumerate(wf.spec.tasks):
+            fit = [tier.name for tier in self._tiers if tier.memory_gb >= t.memory_gb]
+            if not fit:
+                raise WorkflowError(f"workflow {wf.spec.name!r}: task {i} ({t.name!r}) needs "
+                                    f"memory_gb={t.memory_gb:g}, which fits no configured tier")
+            selectors.append({TIER_LABEL: f"in({','.join(fit)})"})
+        ts = self.cfg.time_scale
+        with self._lock:
+            h = WorkflowHandle(len(self._handles), wf, time.perf_counter())
+            self._handles.append(h)
+            value_refs: list[Any] = []
+            for i, call in enumerate(wf.calls):
+                ref_of = {id(wf.calls[p]): value_refs[p] for p in wf.spec.tasks[i].parents}
+                args = [ref_of[id(a)] if isinstance(a, Call) else a for a in call.args]
+                kwargs = {k: ref_of[id(v)] if isinstance(v, Call) else v
+                          for k, v in call.kwargs.items()}
+                prim = call.primitive
+                v, s = self._remote(prim.fn).options(
+                    resources={SLOT_RESOURCE: 1.0}, label_selector=selectors[i],
+                    name=prim.name).remote((None, 0.0, prim.compute_gflop * ts), *args, **kwargs)
+                value_refs.append(v)
+                self._running[s] = (h, i, v)
+            self._done_count[h.id] = 0
+        return h
+
+    def _loop(self) -> None:
+        import ray
+
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    refs = list(self._running)
+                if not refs:
+                    time.sleep(self.cfg.wait_s)
+                    continue
+                done, _ = ray.wait(refs, num_returns=1, timeout=self.cfg.wait_s)
+                if not done:
+                    continue
+                done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                now = time.perf_counter()
+                for ref in done:
+                    with self._lock:
+                        h, i, v = self._running.pop(ref)
+                    if h.done():
+                        continue
+                    try:
+                        node = ray.get(ref)
+                    except Exception as e:
+                        h._complete(now, e)
+                        continue
+                    h._task_done(i, v, node, now)
+                    self.node_tasks[node] = self.node_tasks.get(node, 0) + 1
+                    self._done_count[h.id] += 1
+                    if self._done_count[h.id] == len(h.workflow.calls):
+                        h._complete(now)
+        except BaseException as e:
+            log.exception("ray-default runner thread failed")
+            self._error = e
+
+    def drain(self, timeout: float | None = None, progress: Callable[[int, int], None] | None = None
+              ) -> bool:
+        """Wait until every submitted workflow finished; False on timeout."""
+        return _drain(self, "the ray-default runner thread", timeout, progress)
+
+    def summary(self) -> dict[str, Any]:
+        out = summarize(self.handles(), self.cfg.time_scale)
+        out["policy"] = self.name
+        out["tasks_per_node"] = dict(self.node_tasks)
+        return out

@@ -1,0 +1,52 @@
+"""The live scheduler's records of a workflow and its tasks (scheduler-thread state)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .handles import WorkflowHandle
+from .workflow import Call
+
+if TYPE_CHECKING:
+    from .nodes import _Server
+
+WAITING, READY, RUNNING, DONE = range(4)
+
+
+class _Task:
+    __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
+                 "value_ref", "server", "token", "attempts", "first_parent", "last_server",
+                 "waits")
+
+    def __init__(self, gid: int, idx: int, wf: "_Workflow", call: Call):
+        self.gid = gid
+        self.idx = idx
+        self.wf = wf
+        self.call = call
+        self.key: tuple = ()
+        self.state = WAITING
+        self.waiting_for: set[int] = set()
+        self.children: list[_Task] = []
+        self.parents: list[_Task] = []
+        self.value_ref: Any = None
+        self.server: _Server | None = None
+        self.token = 0
+        self.attempts = 0
+        self.first_parent: _Task | None = None
+        self.last_server: _Server | None = None  # where its result was produced
+        self.waits = 0  # policy answers that did not start it (bounded by the guard)
+
+    @property
+    def prim(self):
+        return self.call.primitive
+
+
+class _Workflow:
+    __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall")
+
+    def __init__(self, handle: WorkflowHandle, arrival_wall: float):
+        self.handle = handle
+        self.tasks: list[_Task] = []
+        self.done = 0
+        self.failed = False
+        self.arrival_wall = arrival_wall
