@@ -444,7 +444,7 @@ def _gaps(table4: list[dict], budget: Budget) -> dict[str, Any]:
 
 def _feature_table(chosen, budget, policies, env, echo) -> list[dict]:
     """Table 5: mean |off-diagonal covariance| and mean KL of z per size (size-free PPO models)."""
-    from .commands.features import feature_table
+    from .features import feature_table
 
     rows = []
     for m in chosen:

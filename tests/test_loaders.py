@@ -21,7 +21,8 @@ from envs.simulator import Simulator
 from envs.trace import verify_trace
 from envs.workflow import WorkflowError, WorkflowSpec
 from envs.workload import make_source
-from scale_ray.commands.workloads import family_env, skip_reasons
+from scale_ray.commands.workloads import skip_reasons
+from scale_ray.families import family_env
 from scale_ray.config import load_env
 
 REPO = Path(__file__).resolve().parent.parent
