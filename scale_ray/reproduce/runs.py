@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from ..checkpoints import latest_checkpoint
 from ..config import REPO_ROOT
-from ..training import load_train_config, train
+from ..train_config import load_train_config
+from ..training import train
 from .budgets import Budget, Method
 
 
