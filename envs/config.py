@@ -295,7 +295,7 @@ DAG_FORMATS: tuple[str, ...] = typing.get_args(DagFormat)
 class WorkloadConfig:
     """Workflow arrivals and the random DAG generator (DESIGN.md §3)."""
     source: str = field(default="random", metadata=rng(
-        doc="'random' for the paper's generator, or a real-DAG family name (envs.workloads)"))
+        doc="'random' for the paper's generator, or a real-DAG family name (envs.loaders)"))
     order: Literal["sample", "replay"] = "sample"
     arrival_rate_16: float = field(default=1.0, metadata=rng(
         gt=0, le=1e4, doc="lambda16: workflows/s at 16 servers; lambda(N) = lambda16 * N / 16"))

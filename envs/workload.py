@@ -1,141 +1,25 @@
-"""Workflow model, the paper's random DAG generator, and Poisson arrivals (numpy + stdlib).
+"""The paper's random DAG generator, Poisson arrivals, and the workload sources by name
+(numpy + stdlib).
 
-A workflow is a :class:`WorkflowSpec`: a tuple of :class:`TaskSpec` in topological order, each
-naming its parents by index into that tuple. Generators and the real-DAG loaders
-(``envs.loaders``) all produce this one shape; :func:`topological_spec` builds it from named nodes
-and edges and rejects cycles and unknown links with a message naming the record.
+:func:`make_source` turns ``workload.source`` into a :class:`WorkflowSource`: ``random`` is the
+paper's generator (:class:`RandomDagSource`); every other name is a real-DAG family or ``dags``,
+from the registry of ``envs.loaders`` (:data:`envs.loaders.SOURCES`). The workflow model itself
+(:class:`WorkflowSpec`, :class:`TaskSpec`, :func:`topological_spec`, :class:`ListSource`) lives in
+``envs.workflow``; it is imported here for the modules that use it from ``envs.workload``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, NamedTuple, Protocol, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from .config import DistConfig, WorkloadConfig
-
-
-class WorkflowError(ValueError):
-    """A workflow description is invalid (cycle, unknown link, bad resource value)."""
-
-
-class TaskSpec(NamedTuple):
-    """One primitive: resource demands and parent indices (all smaller than its own index).
-
-    Immutable (a NamedTuple: cheap to create in the simulator's hot path)."""
-    compute_gflop: float
-    memory_gb: float
-    output_gb: float
-    parents: tuple[int, ...] = ()
-    name: str = ""
-    estimated: bool = False  # resources come from a profile, not a measurement
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowSpec:
-    """A DAG of primitives in topological order."""
-    tasks: tuple[TaskSpec, ...]
-    name: str = ""
-
-    def __post_init__(self) -> None:
-        if not self.tasks:
-            raise WorkflowError(f"workflow {self.name!r}: has no tasks")
-        isfinite = math.isfinite
-        for i, t in enumerate(self.tasks):
-            if t.parents and (min(t.parents) < 0 or max(t.parents) >= i):
-                bad = next(p for p in t.parents if not 0 <= p < i)
-                raise WorkflowError(f"workflow {self.name!r}: task {i} ({t.name!r}) has parent "
-                                    f"{bad}, which is not an earlier task (indices 0..{i - 1})")
-            c, m, o = t.compute_gflop, t.memory_gb, t.output_gb
-            try:
-                ok = c > 0 and m >= 0 and o >= 0 and isfinite(c + m + o)
-            except TypeError:
-                ok = False
-            if not ok:
-                for fname, v, lo in (("compute_gflop", c, "> 0"), ("memory_gb", m, ">= 0"),
-                                     ("output_gb", o, ">= 0")):
-                    good = isinstance(v, (int, float)) and isfinite(v) and (v > 0 if lo == "> 0" else v >= 0)
-                    if not good:
-                        raise WorkflowError(f"workflow {self.name!r}: task {i} ({t.name!r}) field "
-                                            f"{fname} must be a finite number {lo}, got {v!r}")
-
-    def children(self) -> list[list[int]]:
-        out: list[list[int]] = [[] for _ in self.tasks]
-        for i, t in enumerate(self.tasks):
-            for p in t.parents:
-                out[p].append(i)
-        return out
-
-    def hop_ranks(self) -> list[int]:
-        """Longest hop-count path from each task to a sink (a sink has rank 0)."""
-        kids = self.children()
-        rank = [0] * len(self.tasks)
-        for i in range(len(self.tasks) - 1, -1, -1):
-            if kids[i]:
-                rank[i] = 1 + max(rank[c] for c in kids[i])
-        return rank
-
-    def upward_ranks(self, mean_compute: float, bandwidth_gb_s: float, latency_s: float) -> list[float]:
-        """HEFT upward rank: mean run time plus the longest (transfer + rank) over children."""
-        kids = self.children()
-        rank = [0.0] * len(self.tasks)
-        for i in range(len(self.tasks) - 1, -1, -1):
-            t = self.tasks[i]
-            comm = t.output_gb / bandwidth_gb_s + latency_s
-            rank[i] = t.compute_gflop / mean_compute + max(
-                (comm + rank[c] for c in kids[i]), default=0.0)
-        return rank
-
-
-def topological_spec(name: str, nodes: Mapping[str, TaskSpec], edges: Iterable[tuple[str, str]],
-                     where: str = "") -> WorkflowSpec:
-    """Build a :class:`WorkflowSpec` from named nodes and (parent, child) edges.
-
-    Nodes keep their input order where the edges allow (Kahn's algorithm, stable). Raises
-    :class:`WorkflowError` naming ``where`` and the record for links to unknown nodes and cycles.
-    """
-    label = f"{where}: " if where else ""
-    names = list(nodes)
-    index = {n: i for i, n in enumerate(names)}
-    parents: list[list[int]] = [[] for _ in names]
-    for src, dst in edges:
-        if src not in index:
-            raise WorkflowError(f"{label}workflow {name!r}: edge ({src!r} -> {dst!r}) names unknown node {src!r}")
-        if dst not in index:
-            raise WorkflowError(f"{label}workflow {name!r}: edge ({src!r} -> {dst!r}) names unknown node {dst!r}")
-        if src == dst:
-            raise WorkflowError(f"{label}workflow {name!r}: self-loop on node {src!r}")
-        if index[src] not in parents[index[dst]]:
-            parents[index[dst]].append(index[src])
-    indeg = [len(p) for p in parents]
-    kids: list[list[int]] = [[] for _ in names]
-    for i, ps in enumerate(parents):
-        for p in ps:
-            kids[p].append(i)
-    import heapq
-    ready = [i for i, d in enumerate(indeg) if d == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for c in kids[i]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                heapq.heappush(ready, c)
-    if len(order) != len(names):
-        stuck = sorted(names[i] for i, d in enumerate(indeg) if d > 0)
-        raise WorkflowError(f"{label}workflow {name!r}: contains a cycle through nodes {stuck[:10]}")
-    pos = {old: new for new, old in enumerate(order)}
-    tasks = []
-    for old in order:
-        spec = nodes[names[old]]
-        tasks.append(TaskSpec(spec.compute_gflop, spec.memory_gb, spec.output_gb,
-                              tuple(sorted(pos[p] for p in parents[old])),
-                              spec.name or names[old], spec.estimated))
-    return WorkflowSpec(tuple(tasks), name)
+from .loaders import SOURCES as LOADER_SOURCES
+from .workflow import (ListSource, TaskSpec, WorkflowError, WorkflowSource, WorkflowSpec,
+                       topological_spec)
 
 
 def draw(dist: DistConfig, rng: np.random.Generator, size: int) -> np.ndarray:
@@ -147,11 +31,6 @@ def draw(dist: DistConfig, rng: np.random.Generator, size: int) -> np.ndarray:
     else:
         v = np.full(size, dist.mean)
     return np.clip(v, dist.min, dist.max)
-
-
-class WorkflowSource(Protocol):
-    """Produces workflow templates; ``rng`` is the workload's own generator."""
-    def next_workflow(self, rng: np.random.Generator) -> WorkflowSpec: ...
 
 
 @dataclass
@@ -221,38 +100,14 @@ def _parent_table() -> list[tuple[int, ...]]:
     return _PARENT_TABLE
 
 
-@dataclass
-class ListSource:
-    """Samples (with replacement) or replays (in order, cycling) a fixed list of workflows."""
-    workflows: Sequence[WorkflowSpec]
-    order: str = "sample"
-    _next: int = field(default=0, init=False)
-
-    def __post_init__(self) -> None:
-        if not self.workflows:
-            raise WorkflowError("workload: the workflow list is empty")
-
-    def next_workflow(self, rng: np.random.Generator) -> WorkflowSpec:
-        if self.order == "replay":
-            wf = self.workflows[self._next % len(self.workflows)]
-            self._next += 1
-            return wf
-        return self.workflows[int(rng.integers(0, len(self.workflows)))]
-
-
-# Real-DAG families register a factory here (envs.loaders does it on import).
+# Workload sources by ``workload.source``: the paper's generator and the loaders' families.
 SOURCES: dict[str, Callable[[WorkloadConfig], WorkflowSource]] = {
-    "random": RandomDagSource,
+    "random": RandomDagSource, **LOADER_SOURCES,
 }
 
 
 def make_source(cfg: WorkloadConfig) -> WorkflowSource:
     """The workflow source named by ``cfg.source``."""
-    if cfg.source not in SOURCES:
-        try:  # real-DAG families live in envs.loaders, imported lazily
-            from . import loaders  # noqa: F401
-        except ImportError:
-            pass
     if cfg.source not in SOURCES:
         raise WorkflowError(f"workload.source: unknown source {cfg.source!r}; "
                             f"known: {sorted(SOURCES)}")
@@ -304,3 +159,9 @@ class ArrivalProcess:
                 return None
             t = nxt
         return t if t < self.horizon_s else None
+
+
+# the workflow model (envs.workflow) is importable from here too, for the simulator and the live
+# scheduler
+__all__ = ["draw", "RandomDagSource", "SOURCES", "make_source", "ArrivalProcess", "ListSource",
+           "TaskSpec", "WorkflowError", "WorkflowSource", "WorkflowSpec", "topological_spec"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -20,7 +21,10 @@ import numpy as np
 from envs.config import EnvConfig, replace
 from envs.simulator import Simulator
 from envs.trace import JsonlTraceWriter
+from policies import SAMPLE_PREFIX, get_policy
 from policies.guard import Guard, GuardConfig, guard_summary, make_guard
+
+from .raylocal import prepare_local_ray
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +51,6 @@ def start_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int
                   trace: JsonlTraceWriter | None = None) -> tuple[Any, Simulator]:
     """The policy and the reset simulator of fixed evaluation episode ``episode``: the same
     workload, policy seed and first-level order every evaluation of it uses."""
-    from policies import get_policy
-
     policy_seed = base_seed * 1_000_003 + episode
     policy = get_policy(policy_spec, env, seed=policy_seed)
     sim = Simulator(env_for_policy(env, policy.first_level), trace=trace)
@@ -122,8 +124,6 @@ def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[i
     as alone, see :class:`policies.artifact.TorchPolicy`), so neither ``--workers`` nor how the
     episodes are sliced into jobs changes a decision.
     """
-    from policies import get_policy
-
     policy = get_policy(policy_spec, env, seed=base_seed)
     if getattr(policy, "act_state", None) is not None:  # a planner: no batching, one by one
         return [run_episode(env, policy_spec, k, base_seed, None, guard) for k in episodes]
@@ -164,8 +164,6 @@ class Job:
 
 def _run_jobs(env: EnvConfig, jobs: Sequence[Job], base_seed: int, trace_dir: str | None,
               guard: GuardConfig | None = None) -> list[dict[str, Any]]:
-    from policies import get_policy
-
     out = []
     for job in jobs:
         cfg = env.with_servers(job.servers)
@@ -293,14 +291,11 @@ def evaluate(env: EnvConfig, policies: Sequence[str], servers: Sequence[int], ep
     number of CPUs; 1 runs in this process. Learned policies act through ``policies.guard``
     (default :class:`GuardConfig`; ``GuardConfig(enabled=False)`` for the raw policy).
     """
-    from policies import get_policy
-
     # Fail fast on a bad name or artifact, before any work starts.
     batched = {p: getattr(get_policy(p, env), "batched", False) for p in policies}
     if trace_dir:
         Path(trace_dir).mkdir(parents=True, exist_ok=True)
     if workers == 0:
-        import os
         workers = os.cpu_count() or 1
     # One job = a slice of episodes of one (policy, size): a batched policy steps them in lockstep.
     # Slices small enough to keep every worker busy; large clusters first (they take longest).
@@ -336,8 +331,6 @@ def _run_on_ray(env: EnvConfig, jobs: list[Job], base_seed: int, trace_dir: str 
 
     started = False
     if not ray.is_initialized():
-        from .raylocal import prepare_local_ray
-
         prepare_local_ray()  # token auth asked for and no token: bring one, never write ~/.ray
         ray.init(address="local", num_cpus=workers, include_dashboard=False,
                  log_to_driver=False, logging_level=logging.WARNING)
@@ -362,8 +355,6 @@ def policy_labels(specs: Iterable[str]) -> dict[str, str]:
     """Short display names: the last path component, or as many trailing components as it takes
     to tell the given specs apart (``runs/a/policy`` and ``runs/b/policy`` -> ``a/policy``...).
     A ``sample:`` prefix is kept (``sample:runs/a/policy`` -> ``sample:a/policy``)."""
-    from policies import SAMPLE_PREFIX
-
     def split(sp: str) -> tuple[str, str]:
         return (SAMPLE_PREFIX, sp[len(SAMPLE_PREFIX):]) if sp.startswith(SAMPLE_PREFIX) else ("", sp)
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 from envs.config import replace
 from policies.guard import GuardConfig
 from scale_ray.evaluation import evaluate, paired_differences
+from scale_ray.families import family_env
 
 #: (column label, guard on, family workload scale kept)
 VARIANTS = (("shipped", True, True), ("no guard", False, True), ("no scale", True, False),
@@ -28,8 +29,6 @@ def compare_family(family: str, policy: str, servers: Sequence[int], episodes: i
                    workers: int, progress: Callable[[int, int], None] | None = None
                    ) -> list[dict[str, Any]]:
     """Rows (one per size) of EFT vs ``policy`` and its ablations on ``family``."""
-    from scale_ray.commands.workloads import family_env
-
     env = family_env(family)
     unscaled = replace(env, features={"workload_scale": 1.0})
     per: dict[str, tuple[list[dict], list[dict]]] = {}

@@ -48,6 +48,7 @@ from fastapi.responses import Response
 from ray import serve
 
 from envs.config import ConfigError, build, rng
+from envs.config_files import load_env
 from policies import default_policy
 from policies.guard import GuardConfig
 
@@ -227,8 +228,6 @@ class PlacementService:
     """Loads the policy once per replica; see the module docstring for the routes."""
 
     def __init__(self, args: Mapping[str, Any] | PlacementArgs | None = None):
-        from scale_ray.config import load_env
-
         self.args = args if isinstance(args, PlacementArgs) else parse_args(args)
         self.env = load_env(self.args.env_config)
         self.tuning = self.args.tuning

@@ -22,7 +22,7 @@ import pytest
 from processes import pids_using
 
 from envs.config import ConfigError
-from envs.workload import TaskSpec, WorkflowError, WorkflowSpec
+from envs.workflow import TaskSpec, WorkflowError, WorkflowSpec
 from policies.base import Policy, masked
 from scale_ray.config import load_env
 from scale_ray.live import (LiveConfig, LiveScheduler, RayDefaultRunner, TaskLostError,

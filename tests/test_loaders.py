@@ -19,8 +19,10 @@ from envs.config import ConfigError, build, ResourceMappingConfig
 from envs.loaders import DATA_DIR
 from envs.simulator import Simulator
 from envs.trace import verify_trace
-from envs.workload import WorkflowError, WorkflowSpec, make_source
-from scale_ray.commands.workloads import family_env, skip_reasons
+from envs.workflow import WorkflowError, WorkflowSpec
+from envs.workload import make_source
+from scale_ray.commands.workloads import skip_reasons
+from scale_ray.families import family_env
 from scale_ray.config import load_env
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,15 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from scale_ray.reproduce import (BUDGETS, METHODS, _finished, _gaps, _mean_ci, _paired_matrix,
-                                 _run_lock, table4_policies)
+from scale_ray.reproduce.budgets import BUDGETS, METHODS, table4_policies
+from scale_ray.reproduce.report import gaps, mean_ci, paired_matrix
+from scale_ray.reproduce.runs import finished, run_lock
 
 
 def test_mean_ci_matches_hand_computation():
-    m, ci = _mean_ci([0.05, 0.10, 0.12])
+    m, ci = mean_ci([0.05, 0.10, 0.12])
     sd = math.sqrt(((0.05 - 0.09) ** 2 + (0.10 - 0.09) ** 2 + (0.12 - 0.09) ** 2) / 2)
     assert m == pytest.approx(0.09) and ci == pytest.approx(4.303 * sd / math.sqrt(3))
-    assert math.isnan(_mean_ci([0.1])[1])
+    assert math.isnan(mean_ci([0.1])[1])
 
 
 def test_gap_is_per_seed_pair():
@@ -28,7 +29,7 @@ def test_gap_is_per_seed_pair():
             {"label": "CrossAttn/s1", "servers": 48, "mean_response_s": 6.5, "completed_tasks": 100.0},
             {"label": "CrossAttn/s2", "servers": 48, "mean_response_s": 7.0, "completed_tasks": 100.0},
             {"label": "eft", "servers": 48, "mean_response_s": 5.0, "completed_tasks": 100.0}]
-    g = _gaps(rows, BUDGETS["smoke"].__class__(**{**BUDGETS["smoke"].__dict__, "sizes": (48,)}))["48"]
+    g = gaps(rows, BUDGETS["smoke"].__class__(**{**BUDGETS["smoke"].__dict__, "sizes": (48,)}))["48"]
     assert g["gap_per_seed"] == pytest.approx([1 - 6.0 / 6.5, 0.0])
     assert g["scale_mean"] == pytest.approx(6.5) and g["scale_vs_eft"] == pytest.approx(0.3)
     assert g["completed_vs_eft"] == pytest.approx({"SCALE/s1": -0.1, "SCALE/s2": 0.0,
@@ -36,11 +37,11 @@ def test_gap_is_per_seed_pair():
 
 
 def test_a_run_is_finished_by_iterations_or_by_its_env_step_budget():
-    assert _finished({"iterations": 1000, "env_steps": 1.02e6}, 1000, None)
-    assert not _finished({"iterations": 999, "env_steps": 1.5e6}, 1000, None)  # PPO: iterations
-    assert _finished({"iterations": 640, "env_steps": 1_024_100}, 1000, 1_024_000)  # SAC: steps
-    assert not _finished({"iterations": 640, "env_steps": 1_000_000}, 1000, 1_024_000)
-    assert not _finished({"iterations": 640, "env_steps": None}, 1000, 1_024_000)
+    assert finished({"iterations": 1000, "env_steps": 1.02e6}, 1000, None)
+    assert not finished({"iterations": 999, "env_steps": 1.5e6}, 1000, None)  # PPO: iterations
+    assert finished({"iterations": 640, "env_steps": 1_024_100}, 1000, 1_024_000)  # SAC: steps
+    assert not finished({"iterations": 640, "env_steps": 1_000_000}, 1000, 1_024_000)
+    assert not finished({"iterations": 640, "env_steps": None}, 1000, 1_024_000)
 
 
 def test_table4_runs_every_size_free_method():
@@ -59,7 +60,7 @@ def test_paired_matrix_flags_unequal_completed_tasks():
                "completed_rel_diff": -0.21},
               {"label": "heft", "servers": 16, "mean_rel_diff": 0.0004, "ci95_half_width": 0.0038,
                "completed_rel_diff": 0.0}]
-    lines = _paired_matrix(paired)
+    lines = paired_matrix(paired)
     assert lines[0] == "| policy | N = 16 | N = 1024 |"
     assert lines[2] == "| SCALE/s42 | +0.50 ± 0.32 | -3.00 ± 1.00 † |"
     assert lines[3] == "| heft | +0.04 ± 0.38 | – |"
@@ -67,7 +68,7 @@ def test_paired_matrix_flags_unequal_completed_tasks():
 
 @pytest.mark.slow
 def test_smoke_budget_end_to_end(tmp_path):
-    from scale_ray.reproduce import run
+    from scale_ray.reproduce.pipeline import run
 
     res = run("smoke", tmp_path, echo=lambda s: None, methods=["SCALE", "CrossAttn"])
     assert {r["method"] for r in res["runs"]} == {"SCALE", "CrossAttn"}
@@ -96,38 +97,38 @@ def test_smoke_budget_end_to_end(tmp_path):
 
 
 def test_run_lock_refuses_a_second_trainer_and_takes_over_a_stale_one(tmp_path):
-    with _run_lock(tmp_path / "r"):
+    with run_lock(tmp_path / "r"):
         assert (tmp_path / "r" / "train.lock").read_text() == str(os.getpid())
         with pytest.raises(RuntimeError, match=r"is being trained by process \d+"):
-            with _run_lock(tmp_path / "r"):
+            with run_lock(tmp_path / "r"):
                 pass
     assert not (tmp_path / "r" / "train.lock").exists()
     # a lock left by a process that is gone is taken over
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()
     (tmp_path / "r" / "train.lock").write_text(dead)
-    with _run_lock(tmp_path / "r"):
+    with run_lock(tmp_path / "r"):
         assert (tmp_path / "r" / "train.lock").read_text() == str(os.getpid())
 
 
 def test_a_run_another_live_process_trains_is_skipped_not_waited_for(tmp_path):
-    from scale_ray.reproduce import _train_one
+    from scale_ray.reproduce.runs import train_one
 
     scale = next(m for m in METHODS if m.name == "SCALE")
     run_dir = tmp_path / "runs" / "scale_s42"
     run_dir.mkdir(parents=True)
     (run_dir / "train.lock").write_text(str(os.getppid()))  # alive, and not us
     lines: list[str] = []
-    assert _train_one(scale, 42, BUDGETS["smoke"], tmp_path, lines.append, skip_busy=True) is None
+    assert train_one(scale, 42, BUDGETS["smoke"], tmp_path, lines.append, skip_busy=True) is None
     assert "being trained by another process" in lines[-1]
     assert not (run_dir / "policy").exists()
     with pytest.raises(RuntimeError, match="is being trained by process"):
-        _train_one(scale, 42, BUDGETS["smoke"], tmp_path, lines.append)
+        train_one(scale, 42, BUDGETS["smoke"], tmp_path, lines.append)
 
 
 @pytest.mark.slow
 def test_jobs_2_trains_the_runs_in_two_processes(tmp_path):
-    from scale_ray.reproduce import run
+    from scale_ray.reproduce.pipeline import run
 
     lines: list[str] = []
     res = run("smoke", tmp_path, echo=lines.append, methods=["SCALE", "CrossAttn"],

@@ -156,7 +156,8 @@ def test_kuberay_gpu_learner_variant_parses_and_its_settings_validate():
     import yaml
 
     from scale_ray.config import parse_overrides
-    from scale_ray.training import build_algo_config, load_train_config
+    from scale_ray.rllib_config import build_algo_config
+    from scale_ray.train_config import load_train_config
 
     text = (REPO_ROOT / "configs/kuberay/rayjob.yaml").read_text()
     yaml.safe_load(text)  # still one document (tests/test_serve.py reads it so)

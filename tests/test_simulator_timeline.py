@@ -10,7 +10,7 @@ import pytest
 from envs.config import EnvConfig, build
 from envs.simulator import Simulator
 from envs.trace import verify_trace
-from envs.workload import TaskSpec, WorkflowSpec
+from envs.workflow import TaskSpec, WorkflowSpec
 
 
 def make_env(tiers, mdp=None, dynamics=None, reward=None) -> EnvConfig:

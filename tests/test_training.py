@@ -24,7 +24,7 @@ from processes import stop_own, wait_for_port
 from envs.config import ConfigError
 from scale_ray.config import REPO_ROOT, load_env
 from scale_ray.ports import free_port
-from scale_ray.training import cosine_lr, load_train_config
+from scale_ray.train_config import cosine_lr, load_train_config
 
 CONFIGS = ["scale", "crossattn", "ppo_mlp", "ppo_mlp_srr", "dqn", "sac", "scale_realistic",
            "crossattn_realistic", "scale_realistic_backlog", "scale_next_event"]
@@ -94,7 +94,7 @@ def test_scale_out_knobs_are_validated():
 def test_scale_out_knobs_reach_rllib(algorithm):
     """learners.* and rollout.num_cpus_per_env_runner set RLlib's own fields (no hard-coded
     num_learners=0); the config's batch stays the whole batch, split over the learners."""
-    from scale_ray.training import build_algo_config
+    from scale_ray.rllib_config import build_algo_config
 
     name = {"ppo": "scale", "dqn": "dqn", "sac": "sac"}[algorithm]
     cfg, env = load_train_config(REPO_ROOT / f"configs/train/{name}.yaml", {
@@ -117,7 +117,7 @@ def test_scale_out_knobs_reach_rllib(algorithm):
 
 
 def test_task_embedding_width_follows_the_env():
-    from scale_ray.training import build_algo_config
+    from scale_ray.rllib_config import build_algo_config
 
     cfg, env = load_train_config(REPO_ROOT / "configs/train/scale_realistic_backlog.yaml")
     assert env.features.backlog
@@ -400,7 +400,7 @@ def test_features_command_reports_z_statistics(tmp_path):
 
 def test_metrics_of_an_interrupted_run_are_cut_back_to_the_checkpoint_on_resume(tmp_path):
     """Rows written after the last checkpoint are trained again on resume: keep one per iteration."""
-    from scale_ray.training import MetricsWriter
+    from scale_ray.train_metrics import MetricsWriter
 
     w = MetricsWriter(tmp_path)
     for it in range(1, 8):  # checkpoint at 5, interrupted after 7

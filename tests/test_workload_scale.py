@@ -39,7 +39,7 @@ def test_heuristics_and_the_simulator_are_unchanged_by_the_scale():
 
 def test_family_configs_carry_the_measured_scale():
     from envs.loaders import load_family
-    from scale_ray.commands.workloads import family_env, workload_scale
+    from scale_ray.families import family_env, workload_scale
 
     for family in ("wfinstances", "wfinstances-soykb", "nestful", "dagbench"):
         env = family_env(family)

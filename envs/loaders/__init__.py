@@ -1,7 +1,7 @@
 """Loaders for public workflow DAGs and the workload families built from them.
 
-One module per format; each turns files into :class:`envs.workload.WorkflowSpec` via
-:func:`envs.workload.topological_spec`:
+One module per format; each turns files into :class:`envs.workflow.WorkflowSpec` via
+:func:`envs.workflow.topological_spec`:
 
 ==================  ==========================================  =======================
 module              format                                      invalid record
@@ -31,9 +31,10 @@ empty file is skipped with a WARNING naming it.
 
 The data files live in ``envs/data/<family>/`` with their upstream LICENSE and ORIGIN.md. Demands
 come from ``workload.resources`` (:class:`envs.config.ResourceMappingConfig`; the values are in
-``configs/env/workloads/base.yaml``). Importing this package registers every family in
-:data:`envs.workload.SOURCES`, so ``workload.source: <family>`` works in any env config, with
-``workload.order: sample`` (with replacement) or ``replay`` (file order).
+``configs/env/workloads/base.yaml``). :data:`SOURCES` names a source for every family, which
+:func:`envs.workload.make_source` serves, so ``workload.source: <family>`` works in any env config,
+with ``workload.order: sample`` (with replacement) or ``replay`` (file order). The loaders build on
+``envs.workflow`` only: ``envs.workload`` imports this package, never the other way round.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..config import ResourceMappingConfig, WorkloadConfig
-from ..workload import SOURCES, ListSource, WorkflowError, WorkflowSpec
+from ..workflow import ListSource, WorkflowError, WorkflowSource, WorkflowSpec
 from .common import DATA_DIR, Loaded, OnInvalid, read_json, rel
 from .dags import (FORMATS, arrival_rate_for_load, dags_source, dags_workflows, detect_format,
                    load_dags)
@@ -181,9 +182,12 @@ def family_source(name: str, cfg: WorkloadConfig) -> ListSource:
     return ListSource(load_family(name, cfg.resources, cfg.on_invalid), cfg.order)
 
 
-for _name in FAMILIES:
-    SOURCES.setdefault(_name, functools.partial(family_source, _name))
-SOURCES.setdefault("dags", dags_source)
+#: The workload sources of this package by ``workload.source``: every family, and ``dags`` (the
+#: user's files). :func:`envs.workload.make_source` looks names up here (after ``random``).
+SOURCES: dict[str, Callable[[WorkloadConfig], WorkflowSource]] = {
+    **{name: functools.partial(family_source, name) for name in FAMILIES},
+    "dags": dags_source,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,7 +236,7 @@ def format_stats(rows: Sequence[tuple[str, dict[str, object], int, int]]) -> str
     return "\n".join(lines)
 
 
-__all__ = ["FAMILIES", "Family", "Loaded", "DATA_DIR", "family_names", "load_family", "load_counts",
+__all__ = ["FAMILIES", "SOURCES", "Family", "Loaded", "DATA_DIR", "family_names", "load_family", "load_counts",
            "FORMATS", "detect_format", "load_dags", "dags_source", "dags_workflows",
            "arrival_rate_for_load", "parse_dag",
            "family_source", "shape", "shape_stats", "format_stats", "read_json", "rel",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping
 
 from ..config import ResourceMappingConfig, ToolProfileConfig
-from ..workload import TaskSpec, WorkflowError, WorkflowSpec
+from ..workflow import TaskSpec, WorkflowError, WorkflowSpec
 
 log = logging.getLogger("envs.loaders")
 

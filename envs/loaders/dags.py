@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..config import DAG_FORMATS, EnvConfig, ResourceMappingConfig, WorkloadConfig
-from ..workload import ListSource, WorkflowError, WorkflowSpec
+from ..workflow import ListSource, WorkflowError, WorkflowSpec
 from .common import DATA_DIR, Loaded, OnInvalid, loads_json, read_text, rel
 from .dagbench import load_dagbench_doc
 from .flowbench import load_adjacency_doc

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ResourceMappingConfig
-from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
+from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
 from .common import Loaded, OnInvalid, collect, empty, profile_task, read_json, rel
 
 

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
+from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
 from .common import MAX_MEMORY_GB, MAX_RUNTIME_S, Loaded, OnInvalid, collect, rel
 
 MAX_COMPUTE_GFLOP = MAX_RUNTIME_S * 100.0  # 1e7 s on a 100 GFLOP/s server

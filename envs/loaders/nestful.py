@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..config import ResourceMappingConfig
-from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
+from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
 from .common import Loaded, OnInvalid, collect, empty, need, profile_task, read_json_list, rel
 
 KIND = "api"

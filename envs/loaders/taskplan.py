@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..config import ResourceMappingConfig
-from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
+from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
 from .common import (Loaded, OnInvalid, collect, empty, heaviest, log, need, read_json, read_jsonl,
                      rel)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..config import ResourceMappingConfig
-from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
+from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
 from .common import (BYTES_PER_GB, MAX_BYTES, MAX_RUNTIME_S, Loaded, OnInvalid, collect, empty,
                      measured_task, need, number, read_json, rel)
 

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from ..config import ResourceMappingConfig
-from ..workload import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
+from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
 from .common import Loaded, OnInvalid, collect, empty, need, profile_task, read_json_list, rel
 
 KIND = "agent_step"

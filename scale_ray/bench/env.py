@@ -15,6 +15,9 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
+from envs.gym_env import ENV_ID
+from scale_ray.config import load_env
+
 SIZES = (16, 48, 256, 1024)
 
 
@@ -54,9 +57,6 @@ def _time_env(env: gym.Env, choose, seconds: float, seed: int) -> float:
 
 
 def measure(servers=SIZES, seconds: float = 3.0, repeats: int = 3) -> dict:
-    from envs.gym_env import ENV_ID
-    from scale_ray.config import load_env
-
     cart = gym.make("CartPole-v1")
     cart_choose = lambda obs, rng: int(rng.integers(0, 2))  # noqa: E731
     out: dict = {"steps_per_s": {}, "cost_ratio_vs_cartpole": {}}

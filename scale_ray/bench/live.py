@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envs.workload import TaskSpec, WorkflowSpec
+from envs.workflow import TaskSpec, WorkflowSpec
 from policies import default_policy
 
 log = logging.getLogger(__name__)

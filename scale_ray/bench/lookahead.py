@@ -17,6 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from envs.simulator import Simulator
+from policies import get_policy
+from policies.lookahead import _Decoded, eft_act
+from scale_ray.config import load_env
+from scale_ray.evaluation import episode_seed
+
 SIZES = (16, 48, 256, 1024)
 
 
@@ -32,11 +38,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def measure_one(env, spec: str, decisions: int, warmup_s: float, seed: int) -> dict:
     """Timings of ``decisions`` planner decisions after ``warmup_s`` s of EFT on ``env``."""
-    from envs.simulator import Simulator
-    from policies import get_policy
-    from policies.lookahead import _Decoded, eft_act
-    from scale_ray.evaluation import episode_seed
-
     sim = Simulator(env)
     sim.reset(episode_seed(seed, 0))
     dec = _Decoded()
@@ -72,8 +73,6 @@ def measure_one(env, spec: str, decisions: int, warmup_s: float, seed: int) -> d
 
 
 def run(args: argparse.Namespace) -> int:
-    from scale_ray.config import load_env
-
     out = []
     print(f"{args.policy} on {args.env_config}: ms per decision after {args.warmup_s:g} s of EFT "
           f"(seed {args.seed})")

@@ -39,7 +39,11 @@ from typing import Any
 
 import numpy as np
 
+from envs.workload import make_source
+from scale_ray.config import load_env
 from scale_ray.ports import free_port
+from serve_apps.decisions import decide, load, place, prepare_place
+from serve_apps.schemas import PlaceRequest
 
 
 log = logging.getLogger(__name__)
@@ -94,8 +98,6 @@ def place_body(n: int, rng: np.random.Generator) -> dict:
 
 def schedule_body(rng: np.random.Generator, env) -> dict:
     """64 fresh workflows of the env's random DAG generator (one root each) on idle servers."""
-    from envs.workload import make_source
-
     source = make_source(env.workload)
     workflows = []
     for w in range(SCHEDULE_TASKS):
@@ -218,9 +220,6 @@ def _schedule(client, bodies: list[bytes], count: int, tally: _Tally) -> tuple[f
 
 def _in_process(lp, bodies: dict[int, list[dict]], seconds: float = 1.0) -> dict[str, Any]:
     """Per-decision ms in process: the full /v1/place computation and the policy alone."""
-    from serve_apps.decisions import decide, place, prepare_place
-    from serve_apps.schemas import PlaceRequest
-
     full, policy_only = {}, {}
     for n, raw in bodies.items():
         reqs = [PlaceRequest.model_validate(b) for b in raw]
@@ -247,8 +246,6 @@ def run(args: argparse.Namespace) -> int:
     import ray
     from ray import serve
 
-    from scale_ray.config import load_env
-    from serve_apps.decisions import load
     from serve_apps.placement import application
 
     logging.getLogger("httpx").setLevel(logging.WARNING)

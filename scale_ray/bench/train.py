@@ -23,6 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scale_ray.rllib_config import build_algo_config
+from scale_ray.train_config import load_train_config
+from scale_ray.training import apply_learner_threads
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="configs/train/scale.yaml", help="our train config")
@@ -59,8 +63,6 @@ def _interleaved(ours, cartpole, steps: int, iterations: int, repeats: int) -> d
 def measure(config: str, iterations: int, repeats: int, echo=None) -> dict[str, Any]:
     import ray
     from ray.rllib.algorithms.ppo import PPOConfig
-
-    from scale_ray.training import apply_learner_threads, build_algo_config, load_train_config
 
     echo = echo or (lambda s: print(s, file=sys.stderr, flush=True))
     cfg, env = load_train_config(config)

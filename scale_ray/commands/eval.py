@@ -6,11 +6,18 @@ import argparse
 import json
 from pathlib import Path
 
+import numpy as np
+
+from envs.config import DAG_FORMATS, replace
+from envs.loaders import dags_workflows
+from envs.loaders.dags import arrival_rate_for_load, capacity_gflop_s
+from envs.workload import make_source
 from policies import default_policy
 from policies.guard import GuardConfig, load_guard_config
-from scale_ray.config import load_env
+from scale_ray.config import DEFAULT_ENV_CONFIG, load_env
 from scale_ray.evaluation import (evaluate, format_paired, format_table, paired_differences,
                                   stderr_progress)
+from scale_ray.families import WORKLOAD_CONFIG_DIR, family_names, workload_env_args, workload_scale
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -49,11 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.list_workloads:
-        from scale_ray.commands.workloads import family_names
         print("\n".join(family_names()))
         return 0
     if args.workload is not None:
-        from scale_ray.commands.workloads import workload_env_args
         args.env_config, args.set = workload_env_args(args.workload, args.env_config, args.set)
     if args.episodes < 1:
         raise ValueError(f"--episodes: {args.episodes} must be >= 1")
@@ -86,8 +91,6 @@ def run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------------
 
 def add_dag_arguments(p: argparse.ArgumentParser) -> None:
-    from envs.config import DAG_FORMATS
-
     p.add_argument("--dags", nargs="+", default=None, metavar="PATH",
                    help="evaluate on your own DAG files or directories (searched recursively for "
                         "*.json, *.jsonl, *.yaml, *.yml): WfFormat, WorFBench, FlowBench adjacency, "
@@ -110,13 +113,6 @@ def add_dag_arguments(p: argparse.ArgumentParser) -> None:
 def dags_env(args: argparse.Namespace):
     """The env of `scale-ray eval` with --dags, --dag-format, --on-invalid and --load applied;
     the workload is read here once so a bad file fails before any episode runs."""
-    import numpy as np
-
-    from envs.config import replace
-    from envs.workload import make_source
-    from scale_ray.commands.workloads import WORKLOAD_CONFIG_DIR
-    from scale_ray.config import DEFAULT_ENV_CONFIG
-
     workload: dict = {}
     source = args.env_config
     if args.dags:
@@ -140,19 +136,16 @@ def dags_env(args: argparse.Namespace):
         return env
     src = make_source(env.workload)  # reads (and validates) the workload's files now
     if args.dags:
-        from envs.loaders import dags_workflows
         wfs, records, skipped, per = dags_workflows(env.workload)
         print(f"dags: {len(wfs)} workflows from {sum(per.values())} files "
               f"({', '.join(f'{k} {v}' for k, v in per.items())}); {skipped} of {records} "
               f"records skipped as invalid")
         if not any(s.split("=", 1)[0].strip() == "features.workload_scale" for s in args.set):
-            from scale_ray.commands.workloads import workload_scale
             k = workload_scale(wfs)  # a trained policy sees the tasks in the paper's units
             env = replace(env, features={"workload_scale": k})
             print(f"dags: features.workload_scale = {k:g} (mean task compute / 4 GFLOP; "
                   f"--set features.workload_scale=K to choose)")
     if args.load is not None:
-        from envs.loaders.dags import arrival_rate_for_load, capacity_gflop_s
         wfs = getattr(src, "workflows", None) or [
             src.next_workflow(np.random.default_rng(0)) for _ in range(2000)]
         rate = arrival_rate_for_load(env, args.load, wfs)

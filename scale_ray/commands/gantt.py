@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from scale_ray.gantt import draw_gantt, load_schedule
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="JSONL trace (scale-ray eval --trace-dir, run-workflows --trace)")
@@ -25,8 +27,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scale_ray.gantt import draw_gantt, load_schedule
-
     if args.servers is not None and args.servers < 1:
         raise ValueError(f"--servers: {args.servers} must be >= 1")
     out = Path(args.out) if args.out else Path(args.trace).with_suffix(".png")

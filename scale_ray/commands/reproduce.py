@@ -5,18 +5,19 @@ from __future__ import annotations
 import argparse
 import os
 
-from scale_ray import reproduce
+from scale_ray.reproduce.budgets import BUDGETS, METHODS
+from scale_ray.reproduce.pipeline import run as reproduce
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--budget", choices=sorted(reproduce.BUDGETS), default="quick",
+    p.add_argument("--budget", choices=sorted(BUDGETS), default="quick",
                    help="quick: ~20 min on 2 cores; paper: the paper's 1000 iterations (hours); "
                         "smoke: a minutes-long check of the pipeline")
     p.add_argument("--out", default=None,
                    help="run directory (default: results/<budget>); running the same command "
                         "again resumes: finished trainings are skipped, unfinished ones continue "
                         "from their last checkpoint")
-    p.add_argument("--methods", nargs="+", default=None, choices=[m.name for m in reproduce.METHODS],
+    p.add_argument("--methods", nargs="+", default=None, choices=[m.name for m in METHODS],
                    help="train and report only these methods")
     p.add_argument("--train-only", action="store_true",
                    help="train (or resume) and stop before the evaluation; several such processes "
@@ -42,7 +43,6 @@ def run(args: argparse.Namespace) -> int:
         if not args.train_only:
             raise ValueError("--skip-busy needs --train-only (a helper only trains)")
         jobs = min(jobs, 1)  # a helper never starts helpers of its own (run() checks >= 1)
-    reproduce.run(args.budget, args.out or f"results/{args.budget}", methods=args.methods,
-                  sizes=args.sizes, train_only=args.train_only, jobs=jobs,
-                  skip_busy=args.skip_busy)
+    reproduce(args.budget, args.out or f"results/{args.budget}", methods=args.methods,
+              sizes=args.sizes, train_only=args.train_only, jobs=jobs, skip_busy=args.skip_busy)
     return 0

@@ -67,7 +67,7 @@ def _dag_resources(env):
     """The demand mapping for --dag files: the env's, else configs/env/workloads/base.yaml's."""
     if env.workload.resources is not None:
         return env.workload.resources
-    from scale_ray.commands.workloads import WORKLOAD_CONFIG_DIR
+    from scale_ray.families import WORKLOAD_CONFIG_DIR
     return load_env(WORKLOAD_CONFIG_DIR / "base.yaml").workload.resources
 
 

@@ -6,7 +6,8 @@ import argparse
 import json
 
 from scale_ray.config import parse_overrides
-from scale_ray.training import load_train_config, train
+from scale_ray.train_config import load_train_config
+from scale_ray.training import train
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,61 +16,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from pathlib import Path
-from typing import Any, Sequence
+import sys
+from typing import Sequence
 
-from scale_ray.config import CONFIG_DIR, load_env
-
-WORKLOAD_CONFIG_DIR = CONFIG_DIR / "env" / "workloads"
-
-
-def family_names() -> list[str]:
-    """Names of the real-DAG workload families (``--list-workloads``)."""
-    from envs.loaders import family_names as names
-    return names()
-
-
-def workload_config_path(family: str) -> tuple[Path, bool]:
-    """(env config of ``family``, whether the source must be overridden). A finer family
-    (``wfinstances-montage``) without its own file uses its parent's (``wfinstances.yaml``)."""
-    names = family_names()
-    if family not in names:
-        raise ValueError(f"--workload: unknown family {family!r}; known: {', '.join(names)}")
-    own = WORKLOAD_CONFIG_DIR / f"{family}.yaml"
-    if own.is_file():
-        return own, False
-    parent = WORKLOAD_CONFIG_DIR / f"{family.split('-')[0]}.yaml"
-    if parent.is_file():
-        return parent, True
-    raise ValueError(f"--workload: no env config for {family!r} (looked for {own} and {parent})")
-
-
-def workload_env_args(family: str, env_config: str | None,
-                      sets: Sequence[str]) -> tuple[str, list[str]]:
-    """The ``--env-config`` and ``--set`` list that select ``family`` (for `scale-ray eval`)."""
-    if env_config is not None:
-        raise ValueError("--workload and --env-config are exclusive: --workload picks "
-                         "configs/env/workloads/<family>.yaml (use --set to change it)")
-    path, override = workload_config_path(family)
-    return str(path), ([f"workload.source={family}"] if override else []) + list(sets)
-
-
-def family_env(family: str, sets: Sequence[str] = ()):
-    """The validated EnvConfig of ``family``."""
-    path, sets2 = workload_env_args(family, None, sets)
-    return load_env(path, sets2)
-
-
-def workload_scale(workflows: Sequence[Any]) -> float:
-    """``features.workload_scale`` for these workflows: their mean task compute over the mean
-    of the paper's generator (``workload.compute_gflop.mean``, 4 GFLOP), to 3 significant
-    digits. With it a trained policy sees their compute and busy times in the units it was
-    trained in (docs/workloads.md, "Features that transfer")."""
-    from envs.config import WorkloadConfig
-
-    tasks = [t.compute_gflop for wf in workflows for t in wf.tasks]
-    k = statistics.fmean(tasks) / WorkloadConfig().compute_gflop.mean
-    return float(f"{k:.3g}")
+from envs import loaders
+from scale_ray.evaluation import stderr_progress
+from scale_ray.families import family_env, family_names, workload_config_path, workload_scale
+from scale_ray.workload_compare import compare_family, format_compare, write_json
 
 
 def skip_reasons(messages: Sequence[str]) -> dict[str, int]:
@@ -88,9 +40,8 @@ def skip_reasons(messages: Sequence[str]) -> dict[str, int]:
 
 def measured_medians() -> str:
     """Medians over the measured WfInstances jobs (the ``pegasus_job`` profile's source)."""
-    from envs.loaders import load_family
     res = family_env("wfinstances").workload.resources
-    tasks = [t for wf in load_family("wfinstances", res) for t in wf.tasks]
+    tasks = [t for wf in loaders.load_family("wfinstances", res) for t in wf.tasks]
     measured_mem = [t.memory_gb for t in tasks if not t.estimated]
     edges = [t.output_gb for t in tasks if t.output_gb > 0]
     return (f"WfInstances jobs: {len(tasks)}\n"
@@ -119,8 +70,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from envs import loaders
-
     if args.action == "list":
         for name in family_names():
             print(f"{name:24s} {loaders.FAMILIES[name].description}")
@@ -148,11 +97,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    import sys
-
-    from scale_ray.evaluation import stderr_progress
-    from scale_ray.workload_compare import compare_family, format_compare, write_json
-
     if args.episodes < 2:
         raise ValueError(f"--episodes: {args.episodes} must be >= 2 (paired intervals)")
     families = args.family or family_names()
