@@ -32,7 +32,7 @@ from .config import EnvConfig
 from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  # noqa: F401
                        Rules, ServerTable, task_vector)  # (the task states are re-exported)
 from .encoding import task_dim
-from .episode import _Task, build_workflow, episode_metrics
+from .episode import _Task, _Workflow, build_workflow, episode_metrics
 from .sim_cluster import ADD, ARRIVAL, FAIL, FINISH, JOIN, LEAVE, REMOVE, ClusterDynamics
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
@@ -177,11 +177,6 @@ class Simulator(ClusterDynamics):
     def forced_waits(self) -> int:
         """Waits made without asking (``mdp.ask_only_startable``)."""
         return self.core.forced_waits
-
-    def fork(self) -> "Simulator":
-        """An independent simulator in this one's state, without a trace (``envs.fork``)."""
-        from .fork import fork
-        return fork(self)
 
     def _schedule_next_arrival(self, t: float) -> None:
         if self._scripted is not None:

@@ -24,7 +24,7 @@ from envs.trace import JsonlTraceWriter
 from policies import SAMPLE_PREFIX, get_policy
 from policies.guard import Guard, GuardConfig, guard_summary, make_guard
 
-from .raylocal import prepare_local_ray
+from .live.raylocal import prepare_local_ray
 
 log = logging.getLogger(__name__)
 

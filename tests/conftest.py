@@ -18,7 +18,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # runs under RAY_AUTH_MODE=token with no token, give this session's clusters a fresh one in
 # RAY_AUTH_TOKEN (inherited by every Ray process the tests start) instead of ray.init writing
 # ~/.ray/auth_token.
-from scale_ray.raylocal import prepare_local_ray  # noqa: E402
+from scale_ray.live.raylocal import prepare_local_ray  # noqa: E402
 
 prepare_local_ray()
 

@@ -2,7 +2,7 @@
 
 A fresh machine has no ``<system temp>/ray`` (``ray.cluster_utils.Cluster`` writes its address file
 there) and no ``~/.ray/auth_token`` (needed under ``RAY_AUTH_MODE=token``): our local clusters
-prepare both through :func:`scale_ray.raylocal.prepare_local_ray`, without writing ``~/.ray``.
+prepare both through :func:`scale_ray.live.raylocal.prepare_local_ray`, without writing ``~/.ray``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from scale_ray.raylocal import has_auth_token, prepare_local_ray, ray_temp_root
+from scale_ray.live.raylocal import has_auth_token, prepare_local_ray, ray_temp_root
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -4,7 +4,7 @@ The layers, bottom up::
 
     envs            imports nothing of ours
     policies        envs
-    scale_ray.live  envs, policies (and the leaf modules in LIVE_LEAVES)
+    scale_ray.live  envs, policies
     serve_apps      envs, policies, scale_ray.live
     scale_ray       any of these; only scale_ray.commands and scale_ray.cli (the command line, the
                     top layer) may import scale_ray.commands / scale_ray.cli
@@ -24,24 +24,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("envs", "policies", "serve_apps", "scale_ray")
 
-# Small modules of scale_ray that scale_ray.live may use: they import nothing of ours.
-LIVE_LEAVES = {"scale_ray.raylocal"}
-
 # Third-party dependencies a function-local import may defer (prefix match on the dotted name).
 # tensorboardX is optional (RLlib brings it; train_metrics works without it).
 HEAVY = ("torch", "ray", "matplotlib", "scipy", "gymnasium", "fastapi", "httpx", "tensorboardX")
 
 # Cycles tolerated for now, each a frozenset of modules.
-KNOWN_CYCLES = {
-    # Simulator.fork() imports envs.fork, which imports the simulator's internals; the
-    # simulator/decision-core rework of issue 16 (another change) removes it.
-    frozenset({"envs.fork", "envs.simulator"}),
-}
+KNOWN_CYCLES: set[frozenset] = set()
 
-# Function-local imports not checked here (yet): scale_ray.live is being split into several modules
-# by another change of issue 16, which also rewrites the scale_ray.live imports of these two
-# users; their imports move to the top once that has landed.
-LOCAL_IMPORTS_UNCHECKED = ("scale_ray.live", "scale_ray.bench.live", "scale_ray.commands.run_workflows")
 
 
 @dataclass(frozen=True)
@@ -77,9 +66,19 @@ def _known(name: str) -> str:
     return name
 
 
+def _type_checking(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:``: imports for annotations only, never run."""
+    return isinstance(node, ast.If) and (
+        (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
+
+
 def _walk(tree: ast.AST, local: bool = False):
-    """(import node, whether it is inside a function) for every import in ``tree``."""
+    """(import node, whether it is inside a function) for every import in ``tree`` that runs
+    (those under ``if TYPE_CHECKING:`` never do)."""
     for node in ast.iter_child_nodes(tree):
+        if _type_checking(node):
+            continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node, local
         yield from _walk(node, local or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
@@ -131,7 +130,7 @@ def _allowed(source: str, target: str) -> bool:
     if layer == "policies":
         return _within(target, ("envs", "policies"))
     if layer == "scale_ray.live":
-        return _within(target, ("envs", "policies", "scale_ray.live")) or target in LIVE_LEAVES
+        return _within(target, ("envs", "policies", "scale_ray.live"))
     if layer == "serve_apps":
         return _within(target, ("envs", "policies", "scale_ray.live", "serve_apps"))
     if layer == "scale_ray.commands":
@@ -150,11 +149,6 @@ def test_imports_only_point_down():
     bad = [i for imps in IMPORTS.values() for i in imps if _ours(i.target)
            and not _allowed(i.source, i.target)]
     assert not bad, "imports that point up a layer:\n" + _fmt(bad)
-
-
-def test_live_leaves_import_nothing_of_ours():
-    bad = [i for leaf in LIVE_LEAVES for i in IMPORTS[leaf] if _ours(i.target)]
-    assert not bad, _fmt(bad)
 
 
 def _cycles() -> list[frozenset[str]]:
@@ -225,7 +219,7 @@ def _gateways() -> set[str]:
 def test_function_local_imports_in_scale_ray_only_defer_heavy_dependencies():
     gateways = _gateways()
     bad = [i for m, imps in IMPORTS.items() for i in imps
-           if i.local and _within(m, ("scale_ray",)) and not _within(m, LOCAL_IMPORTS_UNCHECKED)
+           if i.local and _within(m, ("scale_ray",))
            and not _heavy(i.target) and i.target not in gateways]
     assert not bad, ("function-local imports of light modules (move them to the top of the "
                      "module):\n" + _fmt(bad))

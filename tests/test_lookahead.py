@@ -81,7 +81,7 @@ def test_fork_leaves_the_original_and_its_future_alone(cfg):
         b.step(actions(b, np.random.default_rng(1), eft))
     assert b.current is not None
     before = state(b)
-    f = b.fork()
+    f = fork(b)
     while f.current is not None:
         f.step(eft.act(f.observe()))
     assert state(b) == before

@@ -24,6 +24,7 @@ response time; ``improvement_vs_ray_default = 1 - policy / ray-default`` (mean).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import logging
 import statistics
@@ -32,7 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from envs.workflow import TaskSpec, WorkflowSpec
-from policies import default_policy
+from policies import default_policy, get_policy
+from scale_ray.config import load_env
+from scale_ray.live import LiveScheduler
+from scale_ray.live.cluster import LocalHeteroCluster, live_nodes
+from scale_ray.live.config import EXECUTORS, LiveConfig
+from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, stream,
+                                   warm_up, workload_specs)
+from scale_ray.live.workflow import emulated_body
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +59,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chain", type=int, default=100, help="hops of the latency chain")
     p.add_argument("--repeats", type=int, default=5, help="overhead measurements per side")
     p.add_argument("--seed", type=int, default=0)
-    from scale_ray.live.config import EXECUTORS, LiveConfig
 
     p.add_argument("--executor", choices=EXECUTORS, default=LiveConfig().executor,
                    help="executor of the headline numbers and the quality runs (the overhead "
@@ -79,7 +86,6 @@ def _plain_ray(specs: list[WorkflowSpec]) -> float:
     the head none, so at most one task per server, as under the scheduler)."""
     import ray
 
-    from scale_ray.live.workflow import emulated_body
 
     f = ray.remote(emulated_body)
     t0 = time.perf_counter()
@@ -100,12 +106,10 @@ def _pinned_floor(specs: list[WorkflowSpec], slots: list[str]) -> tuple[float, l
     ready tasks in arrival order, idle slots in any order; no policy, no encoding, no
     bookkeeping. This is the ceiling of the pinned-task design on the cluster (``slots``: one
     node id per server slot)."""
-    import collections
 
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from scale_ray.live.workflow import emulated_body
 
     f = ray.remote(num_cpus=1, max_retries=0)(emulated_body)
     pinned = {node: f.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
@@ -151,9 +155,6 @@ def _scheduler_round(env, executor: str, mix: list[WorkflowSpec], lat: list[Work
     """(throughput wall s, latency-chain wall s) through a fresh scheduler: started (with
     executor=actor: one actor per server, ready), warmed with a few workflows, timed, shut
     down (its actors release their CPUs before the next side runs)."""
-    from policies import get_policy
-    from scale_ray.live import LiveConfig, LiveScheduler
-
     sched = LiveScheduler(get_policy("eft", env), env,
                           LiveConfig(time_scale=0.0, executor=executor)).start()
     try:
@@ -171,14 +172,10 @@ def overhead(env, repeats: int, n_workflows: int, chain: int,
              executor: str = "task") -> dict[str, Any]:
     """Throughput and latency per hop of both executors (``executor`` is the headline one)
     against plain Ray and the pinned-task floor, alternated ``repeats`` times; medians."""
-    from scale_ray.live.config import EXECUTORS
 
     mix = [_chain(8) if k % 2 == 0 else _fan(14) for k in range(n_workflows)]
     n_tasks = sum(len(s.tasks) for s in mix)
     lat = [_chain(chain)]
-    from scale_ray.live.cluster import live_nodes
-    from scale_ray.live.config import LiveConfig
-    from scale_ray.live.runner import warm_up
 
     slots = [n.node_id for n in live_nodes(env.cluster.tiers) for _ in range(n.slots)]
     live = LiveConfig()
@@ -232,10 +229,6 @@ def overhead(env, repeats: int, n_workflows: int, chain: int,
 
 
 def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict[str, Any]:
-    from scale_ray.live.config import LiveConfig
-    from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, stream,
-                                       warm_up, workload_specs)
-
     live = LiveConfig(time_scale=args.time_scale, executor=args.executor)
     specs = workload_specs(env, args.workflows, args.seed)
     rate = rate_for_load(env, args.load, specs)
@@ -257,14 +250,8 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
 
 
 def run(args: argparse.Namespace) -> int:
-    from scale_ray.config import load_env
-    from scale_ray.live.cluster import LocalHeteroCluster
-    from scale_ray.live.config import LiveConfig
-    from scale_ray.live.runner import warm_up
-
     env = load_env(None, None, servers=args.servers)
     if args.policy not in ("eft", "ray-default"):
-        from policies import get_policy
         get_policy(args.policy, env, args.seed)  # fail before starting a cluster
     t0 = time.perf_counter()
     cluster = LocalHeteroCluster(env.cluster, args.servers_per_node)

@@ -14,9 +14,17 @@ import logging
 import math
 from pathlib import Path
 
+from envs.config import build
 from envs.trace import JsonlTraceWriter
-from policies import default_policy
+from policies import default_policy, get_policy
 from scale_ray.config import load_env
+from scale_ray.config import parse_overrides
+from scale_ray.families import WORKLOAD_CONFIG_DIR
+from scale_ray.live.cluster import LocalHeteroCluster
+from scale_ray.live.config import LiveConfig
+from scale_ray.live.runner import (arrival_times, make_target, parse_events, rate_for_load,
+                                   stderr_progress, stream, warm_up, workload_specs)
+from scale_ray.live.workflow import load_dag_file
 
 log = logging.getLogger(__name__)
 
@@ -67,25 +75,15 @@ def _dag_resources(env):
     """The demand mapping for --dag files: the env's, else configs/env/workloads/base.yaml's."""
     if env.workload.resources is not None:
         return env.workload.resources
-    from scale_ray.families import WORKLOAD_CONFIG_DIR
     return load_env(WORKLOAD_CONFIG_DIR / "base.yaml").workload.resources
 
 
 def _live_config(args: argparse.Namespace):
-    from envs.config import build
-    from scale_ray.config import parse_overrides
-    from scale_ray.live.config import LiveConfig
-
     data = {"time_scale": args.time_scale, **parse_overrides(args.live_set)}
     return build(LiveConfig, data, "live")
 
 
 def run(args: argparse.Namespace) -> int:
-    from scale_ray.live.cluster import LocalHeteroCluster
-    from scale_ray.live.runner import (arrival_times, make_target, parse_events, rate_for_load,
-                                       stderr_progress, stream, warm_up, workload_specs)
-    from scale_ray.live.workflow import load_dag_file
-
     if args.nodes < 1:
         raise ValueError(f"--nodes: {args.nodes} must be >= 1")
     if args.workflows < 1:
@@ -103,7 +101,6 @@ def run(args: argparse.Namespace) -> int:
     times = arrival_times(rate, len(specs), args.seed)
     for spec in args.policy:  # fail on a bad --policy before starting a cluster
         if spec != "ray-default":
-            from policies import get_policy
             get_policy(spec, env, args.seed)
     if events and len(args.policy) > 1:
         raise ValueError("--kill-node-at/--add-node-at: give a single --policy (each run would "

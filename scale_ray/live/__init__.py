@@ -15,8 +15,8 @@ Modules: ``config`` (LiveConfig, errors), ``workflow`` (primitives, DAGs), ``han
 submission returns), ``executors`` (how a primitive runs on Ray), ``nodes`` (the node set, server
 actors), ``tasks`` (the scheduler's records), ``scheduler`` (LiveScheduler), ``ray_default``
 (Ray's own placement), ``cluster`` (node capacities, a local cluster), ``runner`` (streams of
-workflows). Imports point down: envs, policies and this package (and the stdlib-only helper
-``scale_ray.raylocal`` in ``cluster``). ``ray`` is imported inside the functions that use it, so
+workflows), ``raylocal`` (a fresh machine's Ray directories and token). Imports point down:
+envs, policies and this package. ``ray`` is imported inside the functions that use it, so
 configs, DAG files and handles import without it; everything else is imported at module level.
 """
 

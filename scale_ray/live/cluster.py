@@ -12,7 +12,7 @@ fake-autoscaler node type, :class:`LocalHeteroCluster`) can be scheduled by the 
 the tiers of ``envs.config.ClusterConfig`` (DESIGN.md §3). ``servers_per_node`` packs up to that
 many servers of one tier into one raylet (a raylet costs ~0.4 GB and ~3 s of start-up on these
 machines; see docs/live.md for the measurements). It works where Ray never ran, with and without
-``RAY_AUTH_MODE=token`` (:func:`scale_ray.raylocal.prepare_local_ray`; it never writes ``~/.ray``).
+``RAY_AUTH_MODE=token`` (:func:`scale_ray.live.raylocal.prepare_local_ray`; it never writes ``~/.ray``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from envs.config import ClusterConfig, TierConfig
-from scale_ray.raylocal import prepare_local_ray
+from .raylocal import prepare_local_ray
 
 log = logging.getLogger(__name__)
 
