@@ -188,15 +188,16 @@ def test_live_scheduler_observation_with_backlog_equals_the_encoder(tmp_path):
     servers = [_Server(i, NodeInfo(f"node{i}", 1, 1.0 + i, 80.0, "t", 30.0, 100.0), 0)
                for i in range(5)]
     servers[3].offered = False  # its actor is starting: masked, and not counted
-    sched._set_alive(servers)
+    pl = sched.placement
+    pl.set_alive(servers)
     spec = WorkflowSpec((TaskSpec(2.0, 4.0, 0.3), TaskSpec(3.0, 4.0, 0.7),
                          TaskSpec(1.0, 1.0, 0.0, (0, 1))))
     for k, submitted in enumerate((10.0, 12.0)):
         sched._admit(WorkflowHandle(k, from_spec(spec), submitted))
-    t = sched._ready[0][2]
+    t = pl.queue.heap[0][2]
     now = 13.0
-    got = sched._observe(t, now)
-    want = encode(*sched._view(t, now), sched.features, env.cluster.bandwidth_gb_s,
+    got = pl.observe(t, now)
+    want = encode(*pl.views(t, now), sched.features, env.cluster.bandwidth_gb_s,
                   env.cluster.latency_s, mask_infeasible=True)
     for key in ("task", "servers", "action_mask"):
         assert got[key].dtype == want[key].dtype

@@ -52,12 +52,13 @@ def test_observation_fast_path_equals_the_encoder():
              (4.0, 80.0, "large", 80.0, 400.0)]
     servers = [_Server(i, NodeInfo(f"node{i}", 1, *tiers[i % 3]), 0) for i in range(7)]
     gone = _Server(99, NodeInfo("gone", 1, *tiers[2]), 0)
-    sched._set_alive(servers)
+    pl = sched.placement
+    pl.set_alive(servers)
     spec = WorkflowSpec((TaskSpec(2.0, 4.0, 0.3), TaskSpec(3.0, 40.0, 0.7, (0,)),
                          TaskSpec(1.0, 1.0, 0.0, (0, 1))))
     handle = WorkflowHandle(0, from_spec(spec), 0.0)
     sched._admit(handle)
-    first = sched._ready[0][2]
+    first = pl.queue.heap[0][2]
     t0, t1, t2 = first.wf.tasks
     now = 100.0
     servers[1].task, servers[1].busy_until = t0, now + 3.0
@@ -68,8 +69,8 @@ def test_observation_fast_path_equals_the_encoder():
         if parent_server is not None:
             task.first_parent = t0
             t0.last_server = parent_server
-        got = sched._observe(task, now)
-        want = encode(*sched._view(task, now), env.features, c.bandwidth_gb_s, c.latency_s,
+        got = pl.observe(task, now)
+        want = encode(*pl.views(task, now), env.features, c.bandwidth_gb_s, c.latency_s,
                       mask_infeasible=True)
         for key in ("task", "servers", "action_mask"):
             assert got[key].dtype == want[key].dtype

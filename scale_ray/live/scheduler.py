@@ -2,11 +2,11 @@
 
 One scheduler thread owns all state (ready set, its record of what runs where, handles). Each
 round it: takes new submissions; collects finished tasks (``ray.wait``); reads the live node set
-(``ray.nodes()``, at most every ``node_refresh_s`` and at once after any lost task); then, while
-tasks are ready, takes them in the first-level order (longest hop-count path to a sink, ties by
-workflow arrival, then task id: the simulator's key), encodes the task and the live servers with
-the one encoder (``envs.encoding.encode``), asks the policy, and runs the task on the chosen
-server with its parents' results passed as object refs. A server runs one primitive at a time
+(``ray.nodes()``, at most every ``node_refresh_s`` and at once after any lost task); then runs
+one placement round of the decision core (``envs.decision``, through
+:mod:`scale_ray.live.placement`): ready tasks in the simulator's first-level order, each encoded
+with the live servers by the one encoder, the policy asked, and the task run on the chosen server
+with its parents' results passed as object refs. A server runs one primitive at a time
 (``scale_slot`` servers per node).
 
 Executors (``executor="actor"``, default: a call of the server's actor; ``"task"``: a Ray task
@@ -15,8 +15,8 @@ lifecycle: :mod:`scale_ray.live.nodes`.
 
 A pick of a busy server is a *wait*: with ``head_of_line_blocking`` (the paper's semantics) the
 whole ready set waits for the next completion or ``wait_s``; without it (default here) only that
-task waits and the next ready task is placed. When no server is idle every pick would be a wait,
-so the policy is not asked.
+task waits and the next ready task is placed. When no accepting idle server fits a task every
+pick would be a wait, so the policy is not asked (the simulator's ``ask_only_startable``).
 
 Elasticity and failures: a node that appears is used from the next decision; a node that
 disappears (dead, removed) is never chosen again and its running tasks are *lost* (so is a run
@@ -32,7 +32,6 @@ response times without suffix are wall-clock seconds measured by the driver.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import math
 import queue
@@ -44,7 +43,6 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from envs.config import EnvConfig, build
-from envs.encoding import ServerFeatures, ServerView, TaskView, encode_task, with_backlog
 from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
 from policies.guard import guard_summary, make_guard
@@ -54,6 +52,7 @@ from .config import LiveConfig, TaskLostError
 from .executors import _lost_output, _RemoteCache, _system_errors
 from .handles import WorkflowHandle, _drain, summarize
 from .nodes import NodeSet, _Server
+from .placement import LivePlacement
 from .tasks import DONE, READY, RUNNING, WAITING, _Task, _Workflow
 from .workflow import Call, CollectedWorkflow, collect, from_spec
 
@@ -103,10 +102,10 @@ class LiveScheduler:
         # scheduler-thread state
         self._nodes = NodeSet(self.cfg, self._tiers, self._remote, self.counters,
                               self._set_offered)
+        c = self.env.cluster
+        self.placement = LivePlacement(self.features, c.bandwidth_gb_s, c.latency_s,
+                                       self.cfg.head_of_line_blocking, self.cfg.time_scale)
         self._set_alive([])
-        self._snapshot_max_mem = 0.0
-        self._ready: list[tuple] = []
-        self._blocked: list[_Task] = []
         self._running: dict[Any, tuple[_Task, int]] = {}
         self._next_gid = 0
         self._next_sid = 0
@@ -213,7 +212,7 @@ class LiveScheduler:
     # ------------------------------------------------------------------ validation
     def _check_fits(self, wf: CollectedWorkflow) -> None:
         tier_max = max((t.memory_gb for t in self._tiers), default=math.inf)
-        live_max = self._snapshot_max_mem
+        live_max = self.placement.max_memory
         limit = tier_max if self.cfg.autoscale_hints else min(tier_max, live_max)
         for i, t in enumerate(wf.spec.tasks):
             if t.memory_gb > limit:
@@ -237,8 +236,9 @@ class LiveScheduler:
         cpu0 = time.thread_time()
         try:
             while not self._stop.is_set():
-                self._take_submissions(block=not self._running and not self._ready
-                                       and not self._blocked)
+                queue = self.placement.queue
+                self._take_submissions(block=not self._running and not queue.heap
+                                       and not queue.blocked)
                 self._refresh()
                 self._dispatch()
                 self._hints()
@@ -251,7 +251,7 @@ class LiveScheduler:
                     nodes.reap(self._alive)
                 if self._running:
                     self._collect(ray, timeout=self.cfg.wait_s)
-                elif self._ready or self._blocked:
+                elif queue.heap or queue.blocked:
                     time.sleep(self.cfg.wait_s)
                 # CPU the scheduler thread used (includes Ray client calls it makes)
                 self.counters["thread_cpu_s"] = time.thread_time() - cpu0
@@ -319,13 +319,8 @@ class LiveScheduler:
                 self._lose(srv.task, f"node {srv.node.node_id[:12]} is gone")
             self._emit({"t": self._now_model(), "event": "server_fail", "server": srv.sid,
                         "node": srv.node.node_id})
-        if added or gone:
+        if added or gone:  # (a task that fit nowhere may fit a new node: queued again)
             self._set_alive(self._nodes.alive())
-            if self._blocked:  # a task that fit nowhere may fit a new node
-                for t in self._blocked:
-                    if t.state == READY:
-                        heapq.heappush(self._ready, (t.key, t.gid, t))
-                self._blocked.clear()
 
     def _check_probes(self, ray: Any) -> None:
         """Servers whose starting actor answered are offered again. A failed start forces a
@@ -337,130 +332,34 @@ class LiveScheduler:
             self._nodes.back_off(failed)
 
     # ------------------------------------------------------------------ placement
-    # (_set_alive .. _guarded: to be replaced by the shared decision core)
     def _set_alive(self, alive: list[_Server]) -> None:
-        """The servers the policy sees (in this order), and their static encoder columns."""
+        """The servers the policy sees (in this order)."""
         self._alive = alive
-        self._snapshot_max_mem = max((s.node.memory_gb for s in alive), default=0.0)
-        self._alive_pos = {id(s): i for i, s in enumerate(alive)}
-        self._alive_memory = np.fromiter((s.node.memory_gb for s in alive), float, len(alive))
-        # executor=actor: a server whose actor is starting is masked until it is ready
-        self._offered = np.fromiter((s.offered for s in alive), bool, len(alive))
-        self._alive_compute = np.fromiter((s.node.compute for s in alive), float, len(alive))
-        self._features = ServerFeatures(len(alive), self.features)
+        self.placement.set_alive(alive)
 
     def _set_offered(self, srv: _Server, offered: bool) -> None:
-        srv.offered = offered
-        i = self._alive_pos.get(id(srv))
-        if i is not None:
-            self._offered[i] = offered
+        self.placement.set_offered(srv, offered)
 
     def _make_ready(self, t: _Task) -> None:
-        t.state = READY
-        heapq.heappush(self._ready, (t.key, t.gid, t))
-
-    def _view(self, t: _Task, now: float) -> tuple[TaskView, list[ServerView]]:
-        """The task and the alive servers as the encoder's plain descriptions."""
-        ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0
-        views = []
-        for s in self._alive:
-            if s.task is None:
-                rem, power = 0.0, s.node.idle_w
-            else:  # busy: estimated time left, never 0 (0 means idle to the policy)
-                rem, power = max((s.busy_until - now) / ts, 1e-3), s.node.busy_w
-            views.append(ServerView(s.node.compute, s.node.memory_gb, rem, power,
-                                    accepting=s.offered))
-        fp = t.first_parent
-        parent_slot = None if fp is None else self._alive_pos.get(id(fp.last_server))
-        wf = t.wf
-        # A finished parent whose server is gone: every server pays the transfer (as in the
-        # simulator), hence has_parent.
-        return TaskView(t.prim.compute_gflop, t.prim.memory_gb, t.prim.output_gb, len(t.children),
-                        wf.done / len(wf.tasks), parent_slot,
-                        fp.prim.output_gb if fp is not None else 0.0,
-                        has_parent=fp is not None, ready_tasks=self._ready_count(t),
-                        workflow_age_s=(now - wf.arrival_wall) / ts), views
-
-    def _ready_count(self, t: _Task) -> int:
-        """Ready tasks in the heap, ``t`` included (features.backlog; as the simulator, tasks a
-        wait set aside in this round are not counted)."""
-        return len({tk.gid for _, _, tk in self._ready if tk.state == READY} | {t.gid})
-
-    def _observe(self, t: _Task, now: float) -> dict[str, np.ndarray]:
-        """``encode(*self._view(t, now), mask_infeasible=True)``, computed from arrays kept per
-        node-set change and one reused feature buffer (the scheduler thread's hot path; a test
-        checks equality with ``encode``)."""
-        ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0
-        alive = self._alive
-        n = len(alive)
-        remaining = np.zeros(n)
-        power = np.empty(n)
-        for i, s in enumerate(alive):
-            if s.task is None:
-                power[i] = s.node.idle_w
-            else:  # busy: estimated time left, never 0 (0 means idle to the policy)
-                remaining[i] = max((s.busy_until - now) / ts, 1e-3)
-                power[i] = s.node.busy_w
-        feats = self._features
-        feats.set_servers(self._alive_compute, self._alive_memory, power)
-        fp = t.first_parent
-        parent_slot = None if fp is None else self._alive_pos.get(id(fp.last_server))
-        c = self.env.cluster
-        transfer = 0.0 if fp is None else fp.prim.output_gb / c.bandwidth_gb_s + c.latency_s
-        wf = t.wf
-        prim = t.prim
-        f = self.features
-        task = encode_task(prim.compute_gflop, prim.memory_gb, len(t.children),
-                           wf.done / len(wf.tasks), prim.output_gb, f)
-        if f.backlog:
-            task = with_backlog(task, self._ready_count(t), int(self._offered.sum()),
-                                (now - wf.arrival_wall) / ts, f)
-        return {
-            "task": task,
-            "servers": feats.render(remaining, 0.0, transfer, parent_slot),
-            "action_mask": ((self._alive_memory >= prim.memory_gb) & self._offered
-                            ).astype(np.float32),
-        }
+        self.placement.push(t)
 
     def _dispatch(self) -> None:
-        deferred: list[_Task] = []
-        ready = self._ready
-        while ready:
-            t = ready[0][2]
-            if t.state != READY or t.wf.failed:
-                heapq.heappop(ready)
-                continue
-            if not any(s.task is None and s.offered for s in self._alive):
-                break  # every pick would be a wait: do not ask the policy
-            now = time.perf_counter()
-            obs = self._observe(t, now)
-            mask = obs["action_mask"]
-            if not mask.any():
-                if ((self._alive_memory >= t.prim.memory_gb) & ~self._offered).any():
-                    heapq.heappop(ready)  # it fits only servers whose actors are starting
-                    deferred.append(t)
-                    continue
-                # fits no live server: set aside until the node set changes
-                heapq.heappop(ready)
-                self._blocked.append(t)
-                continue
-            self.counters["decisions"] += 1
-            a = int(self.policy.act(obs))
-            if self._guard is not None:
-                a = self._guarded(t, obs, a)
-            srv = self._alive[a] if 0 <= a < len(self._alive) else None
-            if srv is not None and srv.task is None and mask[a] > 0.5:
-                heapq.heappop(ready)
-                self._submit(t, srv, now)
-                continue
-            self.counters["waits"] += 1
-            t.waits += 1
-            if self.cfg.head_of_line_blocking:
-                break
-            heapq.heappop(ready)
-            deferred.append(t)
-        for t in deferred:
-            heapq.heappush(ready, (t.key, t.gid, t))
+        """One placement round of the decision core (``envs.decision``; see
+        :mod:`scale_ray.live.placement`)."""
+        if not self.placement.queue.heap:
+            return
+        self.placement.round(time.perf_counter, self._ask, self._start_on)
+        core = self.placement.core
+        self.counters["decisions"], self.counters["waits"] = core.decisions, core.waits
+
+    def _ask(self, t: _Task, obs: dict[str, np.ndarray]) -> int:
+        a = int(self.policy.act(obs))
+        if self._guard is not None:
+            a = self._guarded(t, obs, a)
+        return a
+
+    def _start_on(self, t: _Task, srv: _Server) -> None:
+        self._submit(t, srv, time.perf_counter())
 
     def _guarded(self, t: _Task, obs: dict[str, np.ndarray], a: int) -> int:
         """The guard's answer for the policy's pick ``a`` (policies.guard); a replacement is
@@ -613,10 +512,12 @@ class LiveScheduler:
         if not self.cfg.autoscale_hints:
             return
         now = time.perf_counter()
-        backlog = [t for _, _, t in self._ready if t.state == READY] + \
-                  [t for t in self._blocked if t.state == READY]
+        queue, max_mem = self.placement.queue, self.placement.max_memory
+        backlog = [e[2] for e in queue.heap + queue.blocked if e[2].state == READY]
         idle = any(s.task is None for s in self._alive)
-        if backlog and (not idle or self._blocked):
+        # set aside because it fits no alive server (not only one whose actor is starting)
+        misfit = any(e[2].prim.memory_gb > max_mem for e in queue.blocked)
+        if backlog and (not idle or misfit):
             if self._backlog_since is None:
                 self._backlog_since = now
             if now - self._backlog_since >= self.cfg.backlog_s:
@@ -634,7 +535,7 @@ class LiveScheduler:
         bundles = [{SLOT_RESOURCE: 1.0}] * busy
         for t in backlog:
             b = {SLOT_RESOURCE: 1.0}
-            if t.prim.memory_gb > self._snapshot_max_mem:
+            if t.prim.memory_gb > self.placement.max_memory:
                 b["scale_memory_gb"] = float(t.prim.memory_gb)
             bundles.append(b)
         bundles = bundles[: self.cfg.max_hint_bundles]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from envs.decision import DONE, READY, RUNNING, WAITING  # noqa: F401 (the core's task states)
+
 from .handles import WorkflowHandle
 from .workflow import Call
 
 if TYPE_CHECKING:
     from .nodes import _Server
-
-WAITING, READY, RUNNING, DONE = range(4)
 
 
 class _Task:
@@ -39,6 +39,10 @@ class _Task:
     @property
     def prim(self):
         return self.call.primitive
+
+    @property
+    def memory_gb(self) -> float:  # what the decision core's rules read
+        return self.call.primitive.memory_gb
 
 
 class _Workflow:

@@ -1,0 +1,151 @@
+"""The live scheduler's side of the decision core (``envs.decision``).
+
+:class:`LivePlacement` keeps the alive servers in the core's server table (a server *accepts*
+work once its actor answers: ``offered``), the ready tasks in the core's queue, and turns the
+scheduler's wall clock into the encoder's model seconds (remaining busy time = estimated finish
+- now, divided by ``time_scale``, never 0 for a busy server). The rules of a placement round are
+the core's: the live scheduler always masks servers a task does not fit, and asks the policy
+only when some accepting idle server fits the task (``ask_only_startable``); a task that fits
+no accepting server is set aside until the server set changes or a server's actor answers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from envs.config import FeatureConfig
+from envs.decision import DecisionCore, ReadyQueue, Rules, ServerTable, task_vector
+from envs.encoding import ServerView, TaskView
+
+from .tasks import READY, WAITING
+
+if TYPE_CHECKING:
+    from .nodes import _Server
+    from .tasks import _Task
+
+
+class LivePlacement:
+    """Decision-core state of one :class:`scale_ray.live.scheduler.LiveScheduler`."""
+
+    def __init__(self, features: FeatureConfig, bandwidth_gb_s: float, latency_s: float,
+                 head_of_line_blocking: bool, time_scale: float):
+        self.features = features
+        self._bw, self._lat = bandwidth_gb_s, latency_s
+        self._ts = time_scale if time_scale > 0 else 1.0
+        self.core = DecisionCore(ServerTable(0, features),
+                                 Rules(head_of_line_blocking, ask_only_startable=True,
+                                       mask_infeasible=True))
+        self.alive: list[_Server] = []
+        self._pos: dict[int, int] = {}
+        self.max_memory = 0.0  # largest memory of an alive server (offered or not)
+
+    @property
+    def queue(self) -> ReadyQueue:
+        return self.core.queue
+
+    @property
+    def table(self) -> ServerTable:
+        return self.core.servers
+
+    # ------------------------------------------------------------------ servers
+    def set_alive(self, alive: list[_Server]) -> None:
+        """The servers the policy sees, in this order (a node-set change)."""
+        self.alive = alive
+        self._pos = {id(s): i for i, s in enumerate(alive)}
+        self.max_memory = max((s.node.memory_gb for s in alive), default=0.0)
+        self.core.servers = ServerTable(len(alive), self.features)
+        self.sync(0.0)
+        self.queue.requeue_blocked()  # a task that fit nowhere may fit a new server
+
+    def set_offered(self, srv: _Server, offered: bool) -> None:
+        """``srv``'s actor answered (True) or is starting again (False)."""
+        srv.offered = offered
+        i = self._pos.get(id(srv))
+        if i is not None:
+            self.table.set_accepting(i, offered)
+            if offered:
+                self.queue.requeue_blocked()
+
+    def position(self, srv: _Server | None) -> int | None:
+        return None if srv is None else self._pos.get(id(srv))
+
+    def sync(self, now: float) -> None:
+        """The table at wall time ``now``: busy servers' remaining model seconds and power."""
+        alive = self.alive
+        n = len(alive)
+        remaining = np.zeros(n)
+        power = np.empty(n)
+        for i, s in enumerate(alive):
+            if s.task is None:
+                power[i] = s.node.idle_w
+            else:  # busy: estimated time left, never 0 (0 means idle to the policy)
+                remaining[i] = max((s.busy_until - now) / self._ts, 1e-3)
+                power[i] = s.node.busy_w
+        self.table.set_servers(
+            np.fromiter((s.node.compute for s in alive), float, n),
+            np.fromiter((s.node.memory_gb for s in alive), float, n), power,
+            np.fromiter((s.node.busy_w for s in alive), float, n),
+            np.fromiter((s.offered for s in alive), bool, n), remaining)
+
+    # ------------------------------------------------------------------ tasks
+    def push(self, t: _Task) -> None:
+        """``t`` is ready (a task of a failed workflow is not queued)."""
+        if t.wf.failed:
+            t.state = WAITING
+            return
+        t.state = READY
+        self.queue.push(t.key, t.gid, t)
+
+    def views(self, t: _Task, now: float) -> tuple[TaskView, list[ServerView]]:
+        """The task and the alive servers as the encoder's plain descriptions at wall time
+        ``now`` (``envs.encoding.encode(*views)`` equals :meth:`observe`; a test checks it)."""
+        views = []
+        for s in self.alive:
+            if s.task is None:
+                rem, power = 0.0, s.node.idle_w
+            else:
+                rem, power = max((s.busy_until - now) / self._ts, 1e-3), s.node.busy_w
+            views.append(ServerView(s.node.compute, s.node.memory_gb, rem, power,
+                                    accepting=s.offered))
+        fp = t.first_parent
+        wf = t.wf
+        # A finished parent whose server is gone: every server pays the transfer (as in the
+        # simulator), hence has_parent.
+        return TaskView(t.prim.compute_gflop, t.prim.memory_gb, t.prim.output_gb, len(t.children),
+                        wf.done / len(wf.tasks), self.position(fp and fp.last_server),
+                        fp.prim.output_gb if fp is not None else 0.0,
+                        has_parent=fp is not None, ready_tasks=self.queue.ready_count(t.gid),
+                        workflow_age_s=(now - wf.arrival_wall) / self._ts), views
+
+    def observe(self, t: _Task, now: float) -> dict[str, np.ndarray]:
+        """The observation of placing ``t`` at wall time ``now`` (the table synced to ``now``)."""
+        self.sync(now)
+        fp = t.first_parent
+        transfer = 0.0 if fp is None else fp.prim.output_gb / self._bw + self._lat
+        wf, prim, f = t.wf, t.prim, self.features
+        vec = task_vector(f, prim.compute_gflop, prim.memory_gb, len(t.children),
+                          wf.done / len(wf.tasks), prim.output_gb,
+                          self.queue.ready_count(t.gid) if f.backlog else 1,
+                          int(self.table.accepting.sum()) if f.backlog else 0,
+                          (now - wf.arrival_wall) / self._ts)
+        return self.table.observe(vec, 0.0, transfer, self.position(fp and fp.last_server),
+                                  prim.memory_gb, True)
+
+    def round(self, now: Callable[[], float], ask: Callable[[Any, dict], int],
+              start: Callable[[Any, Any], None]) -> None:
+        """One placement round: ``ask(task, observation) -> position`` (policy and guard),
+        ``start(task, server)`` runs a valid pick (its server is marked busy here)."""
+        table = self.table
+        self.sync(now())
+
+        def ask_core(t: _Task) -> int:
+            return ask(t, self.observe(t, now()))
+
+        def start_core(t: _Task, i: int) -> None:
+            srv = self.alive[i]
+            start(t, srv)
+            table.start(i, 1.0)  # busy; its remaining time is read again at the next sync
+
+        self.core.run_round(ask_core, start_core)
