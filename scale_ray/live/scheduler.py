@@ -47,10 +47,10 @@ from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
 from policies.guard import guard_summary, make_guard
 
-from .cluster import SLOT_RESOURCE
 from .config import LiveConfig, TaskLostError
 from .executors import _lost_output, _RemoteCache, _system_errors
 from .handles import WorkflowHandle, _drain, summarize
+from .hints import AutoscaleHints
 from .nodes import NodeSet, _Server
 from .placement import LivePlacement
 from .tasks import DONE, READY, RUNNING, WAITING, _Task, _Workflow
@@ -100,18 +100,17 @@ class LiveScheduler:
                          "node_refreshes": 0, "autoscale_requests": 0, "tasks_started": 0,
                          "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0}
         # scheduler-thread state
-        self._nodes = NodeSet(self.cfg, self._tiers, self._remote, self.counters,
-                              self._set_offered)
         c = self.env.cluster
         self.placement = LivePlacement(self.features, c.bandwidth_gb_s, c.latency_s,
                                        self.cfg.head_of_line_blocking, self.cfg.time_scale)
+        self._nodes = NodeSet(self.cfg, self._tiers, self._remote, self.counters,
+                              self.placement.set_offered)
         self._set_alive([])
         self._running: dict[Any, tuple[_Task, int]] = {}
         self._next_gid = 0
         self._next_sid = 0
         self._t0 = time.perf_counter()
-        self._backlog_since: float | None = None
-        self._hinted = False
+        self._hints = AutoscaleHints(self.cfg, self.counters)
         self.node_tasks: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
@@ -241,7 +240,7 @@ class LiveScheduler:
                                        and not queue.blocked)
                 self._refresh()
                 self._dispatch()
-                self._hints()
+                self._hints.update(self.placement, self._alive)
                 nodes = self._nodes
                 if nodes.actors:
                     if nodes.probes:
@@ -301,7 +300,7 @@ class LiveScheduler:
                              "parents": [p.gid for p in t.parents]} for t in wf.tasks]})
         for t in wf.tasks:
             if not t.waiting_for:
-                self._make_ready(t)
+                self.placement.push(t)
 
     # ------------------------------------------------------------------ nodes
     def _refresh(self, force: bool = False) -> None:
@@ -337,18 +336,13 @@ class LiveScheduler:
         self._alive = alive
         self.placement.set_alive(alive)
 
-    def _set_offered(self, srv: _Server, offered: bool) -> None:
-        self.placement.set_offered(srv, offered)
-
-    def _make_ready(self, t: _Task) -> None:
-        self.placement.push(t)
-
     def _dispatch(self) -> None:
         """One placement round of the decision core (``envs.decision``; see
         :mod:`scale_ray.live.placement`)."""
         if not self.placement.queue.heap:
             return
-        self.placement.round(time.perf_counter, self._ask, self._start_on)
+        self.placement.round(time.perf_counter, self._ask,
+                             lambda t, srv: self._submit(t, srv, time.perf_counter()))
         core = self.placement.core
         self.counters["decisions"], self.counters["waits"] = core.decisions, core.waits
 
@@ -357,9 +351,6 @@ class LiveScheduler:
         if self._guard is not None:
             a = self._guarded(t, obs, a)
         return a
-
-    def _start_on(self, t: _Task, srv: _Server) -> None:
-        self._submit(t, srv, time.perf_counter())
 
     def _guarded(self, t: _Task, obs: dict[str, np.ndarray], a: int) -> int:
         """The guard's answer for the policy's pick ``a`` (policies.guard); a replacement is
@@ -464,7 +455,7 @@ class LiveScheduler:
                 c.first_parent = t
             c.waiting_for.discard(t.idx)
             if c.state == WAITING and not c.waiting_for:
-                self._make_ready(c)
+                self.placement.push(c)
         if wf.done == len(wf.tasks):
             wf.handle._complete(now)
 
@@ -492,11 +483,11 @@ class LiveScheduler:
                     self._emit({"t": self._now_model(), "event": "output_lost", "task": p.gid,
                                 "node": p.last_server.node.node_id if p.last_server else None})
                     t.waiting_for.add(p.idx)
-                    self._make_ready(p)
+                    self.placement.push(p)
             if t.waiting_for:
                 t.state = WAITING
                 return
-        self._make_ready(t)
+        self.placement.push(t)
 
     def _fail(self, wf: _Workflow, err: BaseException) -> None:
         if wf.failed:
@@ -506,40 +497,3 @@ class LiveScheduler:
             if t.state == READY:
                 t.state = WAITING  # skipped when popped
         wf.handle._complete(time.perf_counter(), err)
-
-    # ------------------------------------------------------------------ autoscaler hints
-    def _hints(self) -> None:
-        if not self.cfg.autoscale_hints:
-            return
-        now = time.perf_counter()
-        queue, max_mem = self.placement.queue, self.placement.max_memory
-        backlog = [e[2] for e in queue.heap + queue.blocked if e[2].state == READY]
-        idle = any(s.task is None for s in self._alive)
-        # set aside because it fits no alive server (not only one whose actor is starting)
-        misfit = any(e[2].prim.memory_gb > max_mem for e in queue.blocked)
-        if backlog and (not idle or misfit):
-            if self._backlog_since is None:
-                self._backlog_since = now
-            if now - self._backlog_since >= self.cfg.backlog_s:
-                self._request(backlog)
-                self._backlog_since = now  # re-request at most every backlog_s
-        else:
-            self._backlog_since = None
-            if self._hinted and not backlog:
-                self._request([])
-
-    def _request(self, backlog: list[_Task]) -> None:
-        from ray.autoscaler.sdk import request_resources
-
-        busy = sum(1 for s in self._alive if s.task is not None)
-        bundles = [{SLOT_RESOURCE: 1.0}] * busy
-        for t in backlog:
-            b = {SLOT_RESOURCE: 1.0}
-            if t.prim.memory_gb > self.placement.max_memory:
-                b["scale_memory_gb"] = float(t.prim.memory_gb)
-            bundles.append(b)
-        bundles = bundles[: self.cfg.max_hint_bundles]
-        request_resources(bundles=bundles)
-        self._hinted = bool(bundles)
-        self.counters["autoscale_requests"] += 1
-        log.info("autoscaler hint: %d server bundles", len(bundles))
