@@ -212,20 +212,19 @@ class ServerTable:
                 return True
         return False
 
-    def mask(self, memory_gb: float, mask_infeasible: bool) -> np.ndarray:
-        """The action mask: accepting servers (and, with ``mask_infeasible``, those that fit)."""
-        if mask_infeasible:
-            return ((self.memory >= memory_gb) & self.accepting).astype(np.float32)
-        return self.accept_f.copy()
-
     def observe(self, task: np.ndarray, now: float, transfer_s: float, parent_slot: int | None,
                 memory_gb: float, mask_infeasible: bool) -> dict[str, np.ndarray]:
         """The observation of placing a task (its feature vector ``task``,
         :func:`task_vector`) on these servers at time ``now``; ``transfer_s`` applies to every
-        server but ``parent_slot``."""
+        server but ``parent_slot``. The action mask: accepting servers (with ``mask_infeasible``,
+        those the task fits)."""
+        if mask_infeasible:
+            mask = ((self.memory >= memory_gb) & self.accepting).astype(np.float32)
+        else:
+            mask = self.accept_f.copy()
         return {"task": task,
                 "servers": self.features.render(self.busy_until, now, transfer_s, parent_slot),
-                "action_mask": self.mask(memory_gb, mask_infeasible)}
+                "action_mask": mask}
 
     def copy(self) -> "ServerTable":
         """An independent table in this one's state (the simulator's fork)."""

@@ -87,11 +87,18 @@ def encode_task(compute_gflop: float, memory_gb: float, successors: float,
                 completion_ratio: float, output_gb: float, f: FeatureConfig) -> np.ndarray:
     """Task feature vector (5,) float32."""
     c = f.clip
-    return np.array((min(max(compute_gflop / f.compute_unit, 0.0), c),
-                     min(max(memory_gb / f.memory_gb, 0.0), c),
-                     min(max(successors / f.successors, 0.0), c),
-                     min(max(completion_ratio, 0.0), c),
-                     min(max(output_gb / f.output_gb, 0.0), c)), dtype=np.float32)
+    # min(max(v, 0.0), c) written as comparisons (the hot path of every decision; the same
+    # value for every float, NaN and -0.0 included)
+    a = compute_gflop / f.compute_unit
+    b = memory_gb / f.memory_gb
+    d = successors / f.successors
+    e = completion_ratio
+    g = output_gb / f.output_gb
+    return np.array((c if a > c else (0.0 if a < 0.0 else a),
+                     c if b > c else (0.0 if b < 0.0 else b),
+                     c if d > c else (0.0 if d < 0.0 else d),
+                     c if e > c else (0.0 if e < 0.0 else e),
+                     c if g > c else (0.0 if g < 0.0 else g)), dtype=np.float32)
 
 
 class ServerFeatures:

@@ -44,7 +44,8 @@ _ARRAYS = frozenset({"srv_id", "idle_w", "busy_w", "present"})
 # Handled one by one below (the core's names in the simulator are bound again to the copy).
 _SPECIAL = frozenset({"trace", "rng_arrivals", "rng_workload", "rng_dynamics", "core", "servers",
                       "_queue", "compute", "memory", "busy_until", "accepting", "_compute_l",
-                      "_memory_l", "_accept_l", "_busy_l", "running", "_slot_of", "_events",
+                      "_memory_l", "_accept_l", "_busy_l", "_feat", "_idle_pf_l", "_busy_pf_l",
+                      "running", "_slot_of", "_events",
                       "tasks", "workflows", "current", "_source", "_arrivals", "_scripted"})
 _PLAIN = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
 

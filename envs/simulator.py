@@ -31,7 +31,7 @@ import numpy as np
 from .config import EnvConfig
 from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  # noqa: F401
                        Rules, ServerTable, task_vector)  # (the task states are re-exported)
-from .encoding import task_dim
+from .encoding import encode_task, task_dim
 from .episode import _Task, _Workflow, build_workflow, episode_metrics
 from .sim_cluster import ADD, ARRIVAL, FAIL, FINISH, JOIN, LEAVE, REMOVE, ClusterDynamics
 from .workload import ArrivalProcess, WorkflowSpec, make_source
@@ -172,6 +172,9 @@ class Simulator(ClusterDynamics):
         self.accepting = srv.accepting
         self._compute_l, self._memory_l = srv.compute_l, srv.memory_l
         self._accept_l, self._busy_l = srv.accept_l, srv.busy_l
+        # hot path (starts and finishes): the power column written in place
+        self._feat = srv.features._feat
+        self._idle_pf_l, self._busy_pf_l = srv.idle_pf_l, srv.busy_pf_l
 
     @property
     def forced_waits(self) -> int:
@@ -212,7 +215,8 @@ class Simulator(ClusterDynamics):
             handlers[kind](self, a, b)
         if t_target > self.t:
             self._tick(t_target)
-        self._queue.requeue_deferred()  # the clock moved: tasks set aside by a wait compete again
+        if self._queue.deferred:  # the clock moved: tasks set aside by a wait compete again
+            self._queue.requeue_deferred()
 
     def _tick(self, t: float) -> None:
         if t > self.t:
@@ -230,7 +234,8 @@ class Simulator(ClusterDynamics):
         task.state = DONE
         task.finish = t
         self.busy_seconds += t - self.run_start[slot]
-        self.servers.finish(slot)
+        self._busy_l[slot] = False  # ServerTable.finish, inlined (hot path)
+        self._feat[slot, 3] = self._idle_pf_l[slot]
         self.running[slot] = None
         self.outstanding -= 1
         wf = task.wf
@@ -378,7 +383,9 @@ class Simulator(ClusterDynamics):
         task.sid = sid
         task.start = t
         task.token += 1
-        self.servers.start(slot, t + delay + exec_s)
+        self._busy_l[slot] = True  # ServerTable.start, inlined (hot path)
+        self.busy_until[slot] = t + delay + exec_s
+        self._feat[slot, 3] = self._busy_pf_l[slot]
         self.running[slot] = task
         self.run_start[slot] = t
         self._seq += 1  # _push, inlined (hot path)
@@ -411,8 +418,8 @@ class Simulator(ClusterDynamics):
                               task.output, self._queue.ready_count(task.id),
                               int(self.accepting.sum()), self.t - wf.arrival)
         else:
-            vec = task_vector(f, task.compute, task.memory_gb, len(task.children), wf.done / wf.n,
-                              task.output)
+            vec = encode_task(task.compute, task.memory_gb, len(task.children), wf.done / wf.n,
+                              task.output, f)
         fp = task.first_parent
         transfer, parent_slot = 0.0, None
         if fp is not None:
