@@ -15,7 +15,7 @@ from .cluster import SLOT_RESOURCE, TIER_LABEL
 from .config import LiveConfig
 from .executors import _wrap_body
 from .handles import WorkflowHandle, _drain, summarize
-from .workflow import Call, CollectedWorkflow, collect, from_spec
+from .workflow import Call, CollectedWorkflow, as_collected
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +85,7 @@ class RayDefaultRunner:
 
     def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow,
                name: str = "") -> WorkflowHandle:
-        if isinstance(workflow, CollectedWorkflow):
-            wf = workflow
-        elif isinstance(workflow, WorkflowSpec):
-            wf = from_spec(workflow)
-        else:
-            wf = collect(workflow, name)
+        wf = as_collected(workflow, name)
         selectors = []
         for i, t in enumerate(wf.spec.tasks):
             fit = [tier.name for tier in self._tiers if tier.memory_gb >= t.memory_gb]

@@ -54,7 +54,7 @@ from .hints import AutoscaleHints
 from .nodes import NodeSet, _Server
 from .placement import LivePlacement
 from .tasks import DONE, READY, RUNNING, WAITING, _Task, _Workflow
-from .workflow import Call, CollectedWorkflow, collect, from_spec
+from .workflow import Call, CollectedWorkflow, as_collected
 
 log = logging.getLogger(__name__)
 
@@ -171,12 +171,7 @@ class LiveScheduler:
             raise RuntimeError("the scheduler thread died") from self._error
         if self._thread is None:
             raise RuntimeError("LiveScheduler.submit: call start() first (or use `with`)")
-        if isinstance(workflow, CollectedWorkflow):
-            wf = workflow
-        elif isinstance(workflow, WorkflowSpec):
-            wf = from_spec(workflow)
-        else:
-            wf = collect(workflow, name)
+        wf = as_collected(workflow, name)
         self._check_fits(wf)
         with self._lock:
             wid = len(self._handles)

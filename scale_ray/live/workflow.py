@@ -31,7 +31,7 @@ from envs.loaders import load_dags
 from envs.loaders.livedag import parse_dag
 from envs.workload import TaskSpec, WorkflowError, WorkflowSpec
 
-__all__ = ["Primitive", "Call", "primitive", "collect", "from_spec", "load_dag_file",
+__all__ = ["Primitive", "Call", "primitive", "collect", "from_spec", "as_collected", "load_dag_file",
            "emulated_body", "expected_emulated_values", "WorkflowError", "CollectedWorkflow"]
 
 
@@ -241,3 +241,14 @@ def iter_specs(items: Iterable[WorkflowSpec | CollectedWorkflow]) -> Iterable[Co
     """CollectedWorkflow for each item (WorkflowSpecs get the emulated body)."""
     for it in items:
         yield it if isinstance(it, CollectedWorkflow) else from_spec(it)
+
+
+def as_collected(workflow: "Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow",
+                 name: str = "") -> "CollectedWorkflow":
+    """What ``submit`` accepts, as a collected workflow: calls are collected (``name`` names
+    the workflow), a spec gets emulated bodies (:func:`from_spec`)."""
+    if isinstance(workflow, CollectedWorkflow):
+        return workflow
+    if isinstance(workflow, WorkflowSpec):
+        return from_spec(workflow)
+    return collect(workflow, name)
