@@ -23,9 +23,9 @@ Who drives it: the simulator steps through a round one decision at a time (the a
 ``/v1/schedule`` and the live scheduler call :meth:`DecisionCore.run_round` with the policy.
 Each keeps its own clock and executor; the rules live here only.
 
-NumPy and stdlib only. Tasks are any objects with ``key``, ``state`` and ``waits`` attributes and
-an integer ``id``-like tie breaker given to :meth:`ReadyQueue.push`; ``state`` uses
-:data:`READY` of this module.
+NumPy and stdlib only. Tasks are any objects with ``state`` (this module's :data:`READY` ...),
+``memory_gb`` and ``waits`` attributes; :meth:`ReadyQueue.push` takes their order key and an
+integer tie breaker (the task id).
 """
 
 from __future__ import annotations
