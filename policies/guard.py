@@ -1,8 +1,8 @@
 """A guard around learned policies: bounded, justified waits; EFT's choice as the fallback.
 
 A trained policy is never trusted blindly. Acting greedily, it can answer the same ready task with
-the same busy (or too small) server forever: the livelock of docs/results.md, and the 5-50x
-collapse on real DAG families it never saw (docs/workloads.md). The guard checks every answer of
+the same busy (or too small) server forever: the livelock of results/paper/README.md ("The
+greedy livelock"), and the 5-50x collapse on real DAG families it never saw (docs/workloads.md). The guard checks every answer of
 a learned policy against the observation alone, so the simulator, Serve and the live scheduler
 apply the same rule:
 

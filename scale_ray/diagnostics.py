@@ -1,4 +1,4 @@
-"""Where a truncated evaluation episode got stuck (docs/results.md, "The greedy livelock").
+"""Where a truncated evaluation episode got stuck (results/paper/README.md, "The greedy livelock").
 
 A greedy policy in the paper's unmasked action space can answer the same ready task with the
 same server forever: a server whose memory can never hold the task, so every step is an invalid

@@ -93,7 +93,7 @@ class PlacementArgs:
     mask_infeasible: bool | None = field(default=True, metadata=rng(
         doc=("mask servers whose memory cannot hold the task (default; the live scheduler does "
              "the same): a policy that picks one would answer 'wait' for a server that never "
-             "fits, and a client that follows it waits forever (docs/results.md, greedy "
+             "fits, and a client that follows it waits forever (results/paper/README.md, greedy "
              "livelock); false: the paper's unmasked action space; none: as in the env config")))
     head_of_line_blocking: bool | None = field(default=None, metadata=rng(
         doc="/v1/schedule stops at the first wait; none: as in the env config"))

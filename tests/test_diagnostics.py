@@ -1,4 +1,4 @@
-"""The greedy-livelock diagnosis of docs/results.md, on the paper-budget run kept in git."""
+"""The greedy-livelock diagnosis of results/paper/README.md, on the paper-budget run kept in git."""
 
 from pathlib import Path
 

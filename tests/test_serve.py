@@ -169,8 +169,8 @@ def paper_env():
 # ------------------------------------------------------------------------------- in process
 def test_service_never_offers_a_server_the_task_cannot_fit_by_default(paper_env):
     """The paper-budget policies pick a data-local server too small for the task and, greedy on a
-    state that no longer changes, 'wait' for it forever (docs/results.md). The service masks such
-    servers unless told otherwise: the paper's unmasked action space is opt-in."""
+    state that no longer changes, 'wait' for it forever (results/paper/README.md). The service masks
+    such servers unless told otherwise: the paper's unmasked action space is opt-in."""
     body = {"task": {"compute_gflop": 4.2, "memory_gb": 13.4, "output_gb": 1.0,
                      "parent_server": "small", "parent_output_gb": 1.0},
             "servers": [{"id": "small", "compute": 1.0, "memory_gb": 8.0},

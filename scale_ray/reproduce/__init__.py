@@ -4,7 +4,7 @@ One run directory holds everything::
 
     OUT/runs/<method>_s<seed>/   training runs (resumable; a finished run is not trained again)
     OUT/results.json             every table as data, budgets, wall times, commit
-    OUT/results.md               the tables, ready for docs/results.md
+    OUT/results.md               the tables (results/*/README.md cite them)
     OUT/fig6_training.png        training curves (return, response time) of all methods
     OUT/response_vs_n.png        mean task response time against N for all size-free policies
 
