@@ -25,6 +25,7 @@ BENCH: dict[str, tuple[str, str]] = {
     "train": ("scale_ray.bench.train", "RLlib sampling and iteration time vs CartPole"),
     "serve": ("scale_ray.bench.serve", "placement service latency/throughput over HTTP vs in process"),
     "live": ("scale_ray.bench.live", "live scheduler overhead vs plain Ray, and placement quality"),
+    "service": ("scale_ray.bench.service", "the scheduler service shared by agent processes vs Ray default"),
     "lookahead": ("scale_ray.bench.lookahead", "cost of one decision of the lookahead planner"),
 }
 

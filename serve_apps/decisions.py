@@ -479,3 +479,15 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
     core.run_round(ask, start, waited)  # unassigned comes out in first-level order
     return {"assignments": assignments, "unassigned": unassigned, "policy": lp.info["name"],
             "policy_version": lp.info["version"]}
+
+
+def try_policy(lp: LoadedPolicy) -> None:
+    """One decision on a two-server request: a policy that loads but cannot decide (wrong
+    shapes, a broken module) fails here, before it serves. Not counted by the guard."""
+    req = PlaceRequest.model_validate({
+        "task": {"compute_gflop": 4.0, "memory_gb": 4.0, "ready_tasks": 1, "workflow_age_s": 0.0},
+        "servers": [{"id": "a", "compute": 1.0, "memory_gb": 8.0},
+                    {"id": "b", "compute": 4.0, "memory_gb": 80.0, "remaining_s": 1.0}]})
+    choice, _ = decide(lp, prepare_place(req, lp, 2).obs)
+    if not 0 <= choice < 2:
+        raise ValueError(f"policy {lp.spec!r} answered index {choice} for 2 servers")

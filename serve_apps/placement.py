@@ -53,8 +53,8 @@ from policies import default_policy
 from policies.guard import GuardConfig
 
 from . import errors
-from .decisions import (LoadedPolicy, PreparedPlace, decide, decide_batch, load, place_answer,
-                        prepare_place, schedule)
+from .decisions import (LoadedPolicy, PreparedPlace, decide_batch, load, place_answer,
+                        prepare_place, schedule, try_policy)
 from .errors import DEFAULT_MAX_BODY_BYTES, parse_body
 from .schemas import (ErrorResponse, PlaceRequest, PlaceResponse, PolicyInfo, ScheduleRequest,
                       ScheduleResponse)
@@ -207,18 +207,6 @@ def _decide_items(items: list[tuple[LoadedPolicy, PreparedPlace]]) -> list[dict]
         for i, (choice, scores) in zip(idx, results):
             out[i] = place_answer(lp, items[i][1], choice, scores)
     return out
-
-
-def try_policy(lp: LoadedPolicy) -> None:
-    """One decision on a two-server request: a policy that loads but cannot decide (wrong
-    shapes, a broken module) fails here, before it serves. Not counted by the guard."""
-    req = PlaceRequest.model_validate({
-        "task": {"compute_gflop": 4.0, "memory_gb": 4.0, "ready_tasks": 1, "workflow_age_s": 0.0},
-        "servers": [{"id": "a", "compute": 1.0, "memory_gb": 8.0},
-                    {"id": "b", "compute": 4.0, "memory_gb": 80.0, "remaining_s": 1.0}]})
-    choice, _ = decide(lp, prepare_place(req, lp, 2).obs)
-    if not 0 <= choice < 2:
-        raise ValueError(f"policy {lp.spec!r} answered index {choice} for 2 servers")
 
 
 @serve.deployment(max_ongoing_requests=64, health_check_period_s=10,

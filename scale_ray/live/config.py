@@ -11,7 +11,6 @@ from policies.guard import GuardConfig
 EXECUTORS = ("task", "actor")
 
 
-
 @dataclass(frozen=True)
 class LiveConfig:
     """Settings of the live scheduler (the ``live`` section of a run config)."""
@@ -64,3 +63,7 @@ class TaskLostError(RuntimeError):
 class PlacementError(RuntimeError):
     """A task ran on another node than the one it was pinned to (checked inside the task)."""
 
+
+
+class WorkflowCancelled(RuntimeError):
+    """The workflow was cancelled (``LiveScheduler.cancel``, ``DELETE /v1/workflows/{id}``)."""

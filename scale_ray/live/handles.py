@@ -38,6 +38,9 @@ class WorkflowHandle:
         self._refs: list[Any] = [None] * len(wf.calls)
         self._index = {id(c): i for i, c in enumerate(wf.calls)}
         self._done = threading.Event()
+        self._cb_lock = threading.Lock()
+        self._callbacks: list[Callable[[WorkflowHandle], None]] = []
+        self._record: Any = None  # the scheduler's record of it (scale_ray.live.tasks._Workflow)
 
     # -- set by the scheduler thread
     def _task_done(self, i: int, ref: Any, node: str, now: float) -> None:
@@ -50,7 +53,20 @@ class WorkflowHandle:
     def _complete(self, now: float, error: BaseException | None = None) -> None:
         self.finished_wall = now
         self.error = error
-        self._done.set()
+        with self._cb_lock:
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn(self)
+
+    def add_done_callback(self, fn: Callable[["WorkflowHandle"], None]) -> None:
+        """Call ``fn(handle)`` once the workflow is done (at once if it is; else on the
+        scheduler thread: keep it short, e.g. ``loop.call_soon_threadsafe``)."""
+        with self._cb_lock:
+            if not self._done.is_set():
+                self._callbacks.append(fn)
+                return
+        fn(self)
 
     # -- public
     def done(self) -> bool:

@@ -59,6 +59,10 @@ class LivePlacement:
         self.sync(0.0)
         self.queue.requeue_blocked()  # a task that fit nowhere may fit a new server
 
+    def set_features(self, features: FeatureConfig) -> None:
+        """Encode with ``features`` (a new policy); :meth:`set_alive` rebuilds the table."""
+        self.features = features
+
     def set_offered(self, srv: _Server, offered: bool) -> None:
         """``srv``'s actor answered (True) or is starting again (False)."""
         srv.offered = offered

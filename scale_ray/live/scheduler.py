@@ -37,6 +37,7 @@ import math
 import queue
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
@@ -47,13 +48,14 @@ from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
 from policies.guard import guard_summary, make_guard
 
-from .config import LiveConfig, TaskLostError
-from .executors import _lost_output, _RemoteCache, _system_errors
+from .completions import Completions
+from .config import LiveConfig
+from .executors import _RemoteCache
 from .handles import WorkflowHandle, _drain, summarize
 from .hints import AutoscaleHints
 from .nodes import NodeSet, _Server
 from .placement import LivePlacement
-from .tasks import DONE, READY, RUNNING, WAITING, _Task, _Workflow
+from .tasks import READY, RUNNING, _Task, _Workflow
 from .workflow import Call, CollectedWorkflow, as_collected
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ log = logging.getLogger(__name__)
 TraceSink = Callable[[dict[str, Any]], None]
 
 
-class LiveScheduler:
+class LiveScheduler(Completions):
     """Places workflow primitives as Ray tasks with ``policy`` (see the module docstring).
 
     Args:
@@ -77,16 +79,10 @@ class LiveScheduler:
 
     def __init__(self, policy: Policy, env: EnvConfig | None = None,
                  config: LiveConfig | dict | None = None, trace: TraceSink | None = None):
-        self.policy = policy
         self.env = env or EnvConfig()
-        # the encoder constants the policy was trained with (an artifact records them), as Serve
-        self.features = getattr(policy, "features", None) or self.env.features
         self.cfg: LiveConfig = build(LiveConfig, config, "live") if not isinstance(
             config, LiveConfig) else config
-        if self.cfg.workload_scale is not None:
-            self.features = replace(self.features, workload_scale=self.cfg.workload_scale)
-        self._guard = make_guard(policy, self.cfg.guard, self.features,
-                                 self.env.mdp.transfer_delays_start)
+        self._bind_policy(policy)
         self.trace = trace
         self._tiers = tuple(self.env.cluster.tiers)
         self._remote = _RemoteCache(self.cfg.task_num_cpus)
@@ -112,6 +108,15 @@ class LiveScheduler:
         self._t0 = time.perf_counter()
         self._hints = AutoscaleHints(self.cfg, self.counters)
         self.node_tasks: dict[str, int] = {}
+
+    def _bind_policy(self, policy: Policy) -> None:
+        self.policy = policy
+        # the encoder constants the policy was trained with (an artifact records them), as Serve
+        self.features = getattr(policy, "features", None) or self.env.features
+        if self.cfg.workload_scale is not None:
+            self.features = replace(self.features, workload_scale=self.cfg.workload_scale)
+        self._guard = make_guard(policy, self.cfg.guard, self.features,
+                                 self.env.mdp.transfer_delays_start)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "LiveScheduler":
@@ -179,6 +184,41 @@ class LiveScheduler:
             self._handles.append(h)
         self._inbox.put(h)
         return h
+
+    def call_soon(self, fn: Callable[[], Any]) -> Future:
+        """Run ``fn()`` on the scheduler thread between two rounds (after every submission made
+        before this call); its return value or exception arrives in the Future."""
+        if self._error is not None:
+            raise RuntimeError("the scheduler thread died") from self._error
+        fut: Future = Future()
+        self._inbox.put((fn, fut))
+        return fut
+
+    def cancel(self, handle: WorkflowHandle) -> Future:
+        """Cancel a workflow: its queued tasks never start, its running primitives finish (Ray
+        cannot interrupt a running call) and their results are dropped; the handle fails with
+        :class:`WorkflowCancelled`. The Future says whether it was still running."""
+        return self.call_soon(lambda: self._cancel(handle))
+
+    def set_policy(self, policy: Policy) -> Future:
+        """Decide with ``policy`` from the next round on (its features and guard with it)."""
+        def swap() -> None:
+            policy.reset(None)
+            self._bind_policy(policy)
+            self.placement.set_features(self.features)
+            self._set_alive(self._alive)
+        return self.call_soon(swap)
+
+    def snapshot(self) -> Future:
+        """A consistent view of the servers, the queue and the counters (a Future of a dict)."""
+        return self.call_soon(self._snapshot)
+
+    def forget(self, handles: Sequence[WorkflowHandle]) -> None:
+        """Drop finished ``handles`` from :meth:`handles` and the summary (a long-running
+        service keeps only recent ones)."""
+        gone = {id(h) for h in handles if h.done()}
+        with self._lock:
+            self._handles = [h for h in self._handles if id(h) not in gone]
 
     def handles(self) -> list[WorkflowHandle]:
         with self._lock:
@@ -262,7 +302,14 @@ class LiveScheduler:
         except queue.Empty:
             return
         while True:
-            self._admit(h)
+            if isinstance(h, tuple):  # call_soon
+                fn, fut = h
+                try:
+                    fut.set_result(fn())
+                except Exception as e:  # noqa: BLE001 - the caller gets it
+                    fut.set_exception(e)
+            else:
+                self._admit(h)
             try:
                 h = self._inbox.get_nowait()
             except queue.Empty:
@@ -270,7 +317,7 @@ class LiveScheduler:
 
     def _admit(self, h: WorkflowHandle) -> None:
         spec = h.workflow.spec
-        wf = _Workflow(h, h.submitted_wall)
+        wf = h._record = _Workflow(h, h.submitted_wall)
         if self.policy.first_level == "upward_rank":
             tiers = self._tiers
             mean_c = sum(t.compute for t in tiers) / len(tiers)
@@ -296,6 +343,23 @@ class LiveScheduler:
         for t in wf.tasks:
             if not t.waiting_for:
                 self.placement.push(t)
+
+    def _snapshot(self) -> dict[str, Any]:
+        q = self.placement.queue
+        servers = []
+        for s in self._alive:
+            t = s.task
+            servers.append({
+                "server": s.sid, "node": s.node.node_id, "slot": s.slot, "tier": s.node.tier,
+                "compute": s.node.compute, "memory_gb": s.node.memory_gb,
+                "accepting": s.offered, "busy": t is not None,
+                "task": None if t is None else {"workflow": t.wf.handle.id, "task": t.idx,
+                                                "name": t.prim.name}})
+        return {"servers": servers, "policy": self.policy.name,
+                "ready_tasks": sum(1 for e in q.heap if e[2].state == READY),
+                "set_aside_tasks": sum(1 for e in q.blocked if e[2].state == READY),
+                "running_tasks": len(self._running), "workflows_pending": self.pending(),
+                "counters": dict(self.counters)}
 
     # ------------------------------------------------------------------ nodes
     def _refresh(self, force: bool = False) -> None:
@@ -379,116 +443,3 @@ class LiveScheduler:
         self.counters["tasks_started"] += 1
         self._emit({"t": self._now_model(), "event": "start", "task": t.gid, "server": srv.sid,
                     "node": node.node_id})
-
-    # ------------------------------------------------------------------ completions
-    def _collect(self, ray: Any, timeout: float) -> None:
-        if not self._running:
-            return
-        # One wait per round: other runs that finished meanwhile come back on the next rounds
-        # at once (a second zero-timeout wait over every running ref cost ~0.3 ms per task on a
-        # busy machine). The status refs are tiny and live in this process's memory store, so
-        # there is nothing to fetch.
-        done, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout, fetch_local=False)
-        errors = _system_errors()
-        for ref in done:
-            t, token = self._running.pop(ref)
-            if token != t.token or t.state != RUNNING:
-                continue  # stale: the run was already declared lost
-            try:
-                node = ray.get(ref)
-            except errors as e:
-                srv = t.server
-                if self._nodes.actors and srv is not None and not _lost_output(e):
-                    self._nodes.drop_actor(srv)  # dead or suspect
-                self._refresh(force=True)
-                if self._nodes.actors and srv is not None and srv.alive and srv.actor is None:
-                    # offered again once a new actor answers: the node may be dying while
-                    # the GCS still lists it
-                    self._nodes.start_actor(srv, probe=True)
-                if t.state == RUNNING:  # the refresh did not already declare it lost
-                    self._lose(t, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                               lost_output=_lost_output(e))
-                continue
-            except Exception as e:  # the primitive raised (or a placement check failed)
-                self._free(t)
-                self._fail(t.wf, e)
-                continue
-            self._finish(t, node)
-
-    def _free(self, t: _Task) -> _Server | None:
-        srv = t.server
-        if srv is not None and srv.task is t:
-            srv.task = None
-            srv.idle_since = time.perf_counter()
-        t.server = None
-        return srv
-
-    def _finish(self, t: _Task, node: str) -> None:
-        srv = self._free(t)
-        now = time.perf_counter()
-        t.state = DONE
-        t.last_server = srv
-        wf = t.wf
-        wf.done += 1
-        self.node_tasks[node] = self.node_tasks.get(node, 0) + 1
-        first_time = wf.handle.task_finish_wall[t.idx] is None
-        ev = {"t": self._now_model(), "event": "finish", "task": t.gid,
-              "server": srv.sid if srv else -1, "node": node}
-        if not first_time:
-            ev["rerun"] = True  # its earlier output was lost with its node
-        self._emit(ev)
-        if wf.failed:
-            return
-        if first_time:
-            wf.handle._task_done(t.idx, t.value_ref, node, now)
-        else:  # a re-run of a task whose output was lost: only its ref changes
-            wf.handle._refs[t.idx] = t.value_ref
-            wf.handle.task_nodes[t.idx] = node
-            wf.done -= 1  # it was counted already
-        for c in t.children:
-            if c.first_parent is None:
-                c.first_parent = t
-            c.waiting_for.discard(t.idx)
-            if c.state == WAITING and not c.waiting_for:
-                self.placement.push(c)
-        if wf.done == len(wf.tasks):
-            wf.handle._complete(now)
-
-    def _lose(self, t: _Task, why: str, lost_output: bool = False) -> None:
-        srv = self._free(t)
-        self.counters["lost"] += 1
-        t.attempts += 1
-        t.wf.handle.task_attempts[t.idx] = t.attempts
-        self._emit({"t": self._now_model(), "event": "lost", "task": t.gid,
-                    "server": srv.sid if srv else -1, "node": srv.node.node_id if srv else None,
-                    "reason": why})
-        if t.attempts > self.cfg.max_retries:
-            self._fail(t.wf, TaskLostError(
-                f"task {t.idx} ({t.prim.name!r}) of workflow {t.wf.handle.id} was lost "
-                f"{t.attempts} times (max_retries={self.cfg.max_retries}); last: {why}"))
-            return
-        if lost_output:  # a parent's result died with its node: run those parents again
-            alive = {s.node.node_id for s in self._alive}
-            for p in t.parents:
-                if p.state in (READY, RUNNING):  # already running again for another child
-                    t.waiting_for.add(p.idx)
-                elif p.state == DONE and (p.last_server is None
-                                          or p.last_server.node.node_id not in alive):
-                    self.counters["rerun_parents"] += 1
-                    self._emit({"t": self._now_model(), "event": "output_lost", "task": p.gid,
-                                "node": p.last_server.node.node_id if p.last_server else None})
-                    t.waiting_for.add(p.idx)
-                    self.placement.push(p)
-            if t.waiting_for:
-                t.state = WAITING
-                return
-        self.placement.push(t)
-
-    def _fail(self, wf: _Workflow, err: BaseException) -> None:
-        if wf.failed:
-            return
-        wf.failed = True
-        for t in wf.tasks:
-            if t.state == READY:
-                t.state = WAITING  # skipped when popped
-        wf.handle._complete(time.perf_counter(), err)

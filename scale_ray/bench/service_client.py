@@ -1,0 +1,60 @@
+"""One agent process of ``scale-ray bench service``: a separate Ray driver that submits its share
+of the workload to the scheduler service with :func:`scale_ray.client.submit`, at its arrival
+times, then waits for every workflow and writes what it saw as JSON.
+
+    python -m scale_ray.bench.service_client --address ADDR --input IN.json --output OUT.json
+
+``IN.json``: ``{"start_epoch": wall-clock start (time.time()), "time_scale": S,
+"workflows": [{"t": model s, "dag": live DAG record}]}``. Workflows get emulated bodies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from envs.loaders.livedag import parse_dag_workflow
+from scale_ray import client
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--address", required=True)
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--app", default=client.DEFAULT_APP)
+    p.add_argument("--timeout", type=float, default=900.0)
+    args = p.parse_args(argv)
+    import ray
+
+    job = json.loads(Path(args.input).read_text())
+    specs = [(w["t"], parse_dag_workflow(w["dag"], k, args.input))
+             for k, w in enumerate(job["workflows"])]
+    ray.init(address=args.address, log_to_driver=False)
+    client.cluster(args.app)  # connect the handle before the clock starts
+    start, ts = job["start_epoch"], job["time_scale"] or 1.0
+    handles, out = [], []
+    for tm, spec in specs:
+        delay = start + tm * ts - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        handles.append(client.submit(spec, app=args.app))
+    deadline = time.monotonic() + args.timeout
+    for h in handles:
+        rec = {"id": h.id, "submit_latency_s": h.submit_latency_s}
+        try:
+            ok = h.wait(max(1.0, deadline - time.monotonic()))
+            rec.update(state=h._record["state"] if ok else "timeout", response_s=h.response_s,
+                       error=h._record["error"] if ok else None)
+        except client.WorkflowLost as e:
+            rec.update(state="lost", response_s=None, error=str(e))
+        out.append(rec)
+    Path(args.output).write_text(json.dumps(out))
+    ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+"""Submit workflows to the cluster's scheduler service from any Ray job (docs/live.md)::
+
+    import ray
+    from scale_ray import client
+    from scale_ray.live import primitive
+
+    @primitive(compute_gflop=2.0, memory_gb=4.0)
+    def fetch(url): ...
+
+    ray.init(address="auto")                 # a driver on the cluster that runs the service
+    h = client.submit(summarize.bind(fetch.bind("a"), fetch.bind("b")))
+    print(h.result(), h.response_s)
+
+The service (``serve_apps.scheduler``, Serve application ``scheduler`` by default) places every
+primitive as a Ray task on the server its policy chooses, sharing the servers with every other
+job that submits to it. The job's own primitive functions travel **by value** (cloudpickle: the
+service need not import the job's modules); functions of installed packages (site-packages) and
+of this project travel by reference, as usual. Results come back as Python objects.
+
+If the service's replica restarts, the workflows it had accepted are not resumed:
+:meth:`ServiceWorkflow.result` raises :class:`WorkflowLost` saying so (submit again).
+"""
+
+from __future__ import annotations
+
+import site
+import sys
+import sysconfig
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from scale_ray.live.handles import WorkflowFailed
+from scale_ray.live.workflow import Call, CollectedWorkflow, as_collected
+
+DEFAULT_APP = "scheduler"
+_OURS = ("scale_ray", "envs", "policies", "serve_apps")
+_handles: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+class WorkflowLost(RuntimeError):
+    """The service replica that accepted the workflow is gone; it was not resumed."""
+
+
+def _handle(app: str) -> Any:
+    from ray import serve
+
+    with _lock:
+        if app not in _handles:
+            _handles[app] = serve.get_app_handle(app)
+        return _handles[app]
+
+
+def _installed_roots() -> tuple[str, ...]:
+    roots = set(site.getsitepackages() + [site.getusersitepackages()])
+    roots.update(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    return tuple(str(Path(r).resolve()) for r in roots if r)
+
+
+def _by_value_modules(wf: CollectedWorkflow) -> list[Any]:
+    """The modules of the workflow's primitive bodies that the service may not be able to import:
+    neither installed (site-packages, stdlib) nor this project (``__main__`` is by value anyway)."""
+    roots = _installed_roots()
+    out = {}
+    for c in wf.calls:
+        mod = sys.modules.get(getattr(c.primitive.fn, "__module__", "") or "")
+        if mod is None or mod.__name__ == "__main__" or mod.__name__.split(".")[0] in _OURS:
+            continue
+        f = getattr(mod, "__file__", None)
+        if f and not str(Path(f).resolve()).startswith(roots):
+            out[mod.__name__] = mod
+    return list(out.values())
+
+
+def _payload(wf: CollectedWorkflow) -> bytes:
+    from ray import cloudpickle
+
+    mods = [m for m in _by_value_modules(wf)
+            if m.__name__ not in cloudpickle.list_registry_pickle_by_value()]
+    with _lock:  # cloudpickle's by-value registry is process-wide
+        for m in mods:
+            cloudpickle.register_pickle_by_value(m)
+        try:
+            return cloudpickle.dumps(wf)
+        finally:
+            for m in mods:
+                cloudpickle.unregister_pickle_by_value(m)
+
+
+class ServiceWorkflow:
+    """A workflow submitted to the service: ``result()``, ``wait()``, ``status()``, ``cancel()``,
+    ``response_s`` (the service's measure, submission to the last task's completion)."""
+
+    def __init__(self, app: str, accepted: dict, submit_latency_s: float):
+        self.app = app
+        self.id: str = accepted["id"]
+        self.name: str = accepted["name"]
+        self.submit_latency_s = submit_latency_s
+        self._record: dict | None = None
+
+    def _call(self, method: str, *args: Any, attempts_s: float = 60.0) -> Any:
+        """A handle call; retried while the replica is being replaced (actor errors)."""
+        import ray.exceptions as rex
+
+        deadline = time.monotonic() + attempts_s
+        while True:
+            try:
+                return getattr(_handle(self.app), method).remote(*args).result()
+            except (rex.RayActorError, rex.ActorUnavailableError) as e:
+                if time.monotonic() > deadline:
+                    raise WorkflowLost(f"workflow {self.id}: the scheduler service did not answer "
+                                       f"for {attempts_s:g} s ({type(e).__name__})") from e
+                time.sleep(0.5)
+
+    def status(self, wait_s: float = 0.0) -> dict:
+        """The service's record (state, per-task node and times, error); ``state`` ``lost``
+        raises :class:`WorkflowLost`."""
+        rec = self._call("wait", self.id, float(wait_s))
+        if rec["state"] in ("lost", "unknown"):
+            raise WorkflowLost(rec["error"]) if rec["state"] == "lost" else KeyError(rec["error"])
+        if rec["state"] in ("completed", "failed", "cancelled"):
+            self._record = rec
+        return rec
+
+    def done(self) -> bool:
+        return self._record is not None or self.status()["state"] in ("completed", "failed",
+                                                                     "cancelled")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the workflow completed, failed or was cancelled; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._record is None:
+            left = 30.0 if deadline is None else min(30.0, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            self.status(left)
+        return True
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The output's value (a list for several outputs); raises :class:`WorkflowFailed`
+        (cancelled or failed), :class:`WorkflowLost`, or ``TimeoutError``."""
+        if not self.wait(timeout):
+            raise TimeoutError(f"workflow {self.id} ({self.name!r}) not done after {timeout} s")
+        rec = self._record
+        if rec["state"] != "completed":
+            raise WorkflowFailed(f"workflow {self.id} ({self.name!r}) {rec['state']}: "
+                                 f"{rec['error']}")
+        return self._call("values", self.id)
+
+    @property
+    def response_s(self) -> float | None:
+        """Wall seconds from the service's acceptance to the last task's completion (None until
+        completed)."""
+        return None if self._record is None else self._record["response_s"]
+
+    def cancel(self) -> bool:
+        """Cancel it; True if it was still running (see ``DELETE /v1/workflows/{id}``)."""
+        return bool(self._call("cancel", self.id)["cancelled"])
+
+    def __repr__(self) -> str:
+        return f"ServiceWorkflow({self.id}, {self.name!r})"
+
+
+def submit(workflow: Call | Sequence[Call] | Any, name: str = "", app: str = DEFAULT_APP
+           ) -> ServiceWorkflow:
+    """Submit a workflow (calls of ``@primitive`` functions, or a WorkflowSpec: emulated bodies)
+    to the scheduler service ``app``; returns once the service accepted it. Raises
+    ``WorkflowError`` for a bad DAG or a task that fits no node (nothing runs)."""
+    t0 = time.perf_counter()
+    wf = as_collected(workflow, name)  # validated here first: errors name the call
+    payload = _payload(wf)
+    accepted = _handle(app).submit.remote(payload, wf.spec.name).result()
+    return ServiceWorkflow(app, accepted, time.perf_counter() - t0)
+
+
+def cluster(app: str = DEFAULT_APP) -> dict:
+    """``GET /v1/cluster``: servers (busy, task), queue, policy, counters."""
+    return _handle(app).cluster.remote().result()
+
+
+__all__ = ["submit", "cluster", "ServiceWorkflow", "WorkflowLost", "WorkflowFailed", "DEFAULT_APP"]

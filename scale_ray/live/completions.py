@@ -1,0 +1,141 @@
+"""What the live scheduler does when a run ends: a result (the task is done, its children may
+become ready), a primitive that raised (the workflow fails with its error), a lost run (placed
+again, or its lost parents first, at most ``max_retries`` times), a cancel.
+
+:class:`Completions` is a part of :class:`scale_ray.live.scheduler.LiveScheduler` (a mixin over
+its scheduler-thread state: ``_running``, ``placement``, ``_nodes``, ``counters``, ``cfg``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .config import TaskLostError, WorkflowCancelled
+from .executors import _lost_output, _system_errors
+from .handles import WorkflowHandle
+from .nodes import _Server
+from .tasks import DONE, READY, RUNNING, WAITING, _Task, _Workflow
+
+
+class Completions:
+    """Completions, losses, failures and cancels (scheduler thread only)."""
+
+    def _collect(self, ray: Any, timeout: float) -> None:
+        if not self._running:
+            return
+        # One wait per round: other runs that finished meanwhile come back on the next rounds
+        # at once (a second zero-timeout wait over every running ref cost ~0.3 ms per task on a
+        # busy machine). The status refs are tiny and live in this process's memory store, so
+        # there is nothing to fetch.
+        done, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout, fetch_local=False)
+        errors = _system_errors()
+        for ref in done:
+            t, token = self._running.pop(ref)
+            if token != t.token or t.state != RUNNING:
+                continue  # stale: the run was already declared lost
+            try:
+                node = ray.get(ref)
+            except errors as e:
+                srv = t.server
+                if self._nodes.actors and srv is not None and not _lost_output(e):
+                    self._nodes.drop_actor(srv)  # dead or suspect
+                self._refresh(force=True)
+                if self._nodes.actors and srv is not None and srv.alive and srv.actor is None:
+                    # offered again once a new actor answers: the node may be dying while
+                    # the GCS still lists it
+                    self._nodes.start_actor(srv, probe=True)
+                if t.state == RUNNING:  # the refresh did not already declare it lost
+                    self._lose(t, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                               lost_output=_lost_output(e))
+                continue
+            except Exception as e:  # the primitive raised (or a placement check failed)
+                self._free(t)
+                self._fail(t.wf, e)
+                continue
+            self._finish(t, node)
+
+    def _free(self, t: _Task) -> _Server | None:
+        srv = t.server
+        if srv is not None and srv.task is t:
+            srv.task = None
+            srv.idle_since = time.perf_counter()
+        t.server = None
+        return srv
+
+    def _finish(self, t: _Task, node: str) -> None:
+        srv = self._free(t)
+        now = time.perf_counter()
+        t.state = DONE
+        t.last_server = srv
+        wf = t.wf
+        wf.done += 1
+        self.node_tasks[node] = self.node_tasks.get(node, 0) + 1
+        first_time = wf.handle.task_finish_wall[t.idx] is None
+        ev = {"t": self._now_model(), "event": "finish", "task": t.gid,
+              "server": srv.sid if srv else -1, "node": node}
+        if not first_time:
+            ev["rerun"] = True  # its earlier output was lost with its node
+        self._emit(ev)
+        if wf.failed:
+            return
+        if first_time:
+            wf.handle._task_done(t.idx, t.value_ref, node, now)
+        else:  # a re-run of a task whose output was lost: only its ref changes
+            wf.handle._refs[t.idx] = t.value_ref
+            wf.handle.task_nodes[t.idx] = node
+            wf.done -= 1  # it was counted already
+        for c in t.children:
+            if c.first_parent is None:
+                c.first_parent = t
+            c.waiting_for.discard(t.idx)
+            if c.state == WAITING and not c.waiting_for:
+                self.placement.push(c)
+        if wf.done == len(wf.tasks):
+            wf.handle._complete(now)
+
+    def _lose(self, t: _Task, why: str, lost_output: bool = False) -> None:
+        srv = self._free(t)
+        self.counters["lost"] += 1
+        t.attempts += 1
+        t.wf.handle.task_attempts[t.idx] = t.attempts
+        self._emit({"t": self._now_model(), "event": "lost", "task": t.gid,
+                    "server": srv.sid if srv else -1, "node": srv.node.node_id if srv else None,
+                    "reason": why})
+        if t.attempts > self.cfg.max_retries:
+            self._fail(t.wf, TaskLostError(
+                f"task {t.idx} ({t.prim.name!r}) of workflow {t.wf.handle.id} was lost "
+                f"{t.attempts} times (max_retries={self.cfg.max_retries}); last: {why}"))
+            return
+        if lost_output:  # a parent's result died with its node: run those parents again
+            alive = {s.node.node_id for s in self._alive}
+            for p in t.parents:
+                if p.state in (READY, RUNNING):  # already running again for another child
+                    t.waiting_for.add(p.idx)
+                elif p.state == DONE and (p.last_server is None
+                                          or p.last_server.node.node_id not in alive):
+                    self.counters["rerun_parents"] += 1
+                    self._emit({"t": self._now_model(), "event": "output_lost", "task": p.gid,
+                                "node": p.last_server.node.node_id if p.last_server else None})
+                    t.waiting_for.add(p.idx)
+                    self.placement.push(p)
+            if t.waiting_for:
+                t.state = WAITING
+                return
+        self.placement.push(t)
+
+    def _fail(self, wf: _Workflow, err: BaseException) -> None:
+        if wf.failed:
+            return
+        wf.failed = True
+        for t in wf.tasks:
+            if t.state == READY:
+                t.state = WAITING  # skipped when popped
+        wf.handle._complete(time.perf_counter(), err)
+
+    def _cancel(self, h: WorkflowHandle) -> bool:
+        if h.done():
+            return False
+        self._emit({"t": self._now_model(), "event": "cancel", "workflow": h.id})
+        self._fail(h._record, WorkflowCancelled(f"workflow {h.id} ({h.name!r}) was cancelled"))
+        return True

@@ -1,0 +1,361 @@
+"""The cluster's scheduler as a Ray Serve application that every agent job shares (docs/serving.md).
+
+One replica owns the cluster's scale servers: it runs one :class:`scale_ray.live.LiveScheduler`
+and places every submitted workflow's primitives as Ray tasks with its policy, whoever submitted
+them. Agents reach it two ways:
+
+* HTTP (FastAPI ingress; OpenAPI at ``/docs``):
+  ``POST /v1/workflows`` a DAG (``serve_apps.workflow_api``: the live DAG format, primitives named
+  ``module:function`` from the ``primitives`` allow-list, or emulated bodies) -> ``{"id"}``;
+  ``GET /v1/workflows/{id}[?wait_s=S]`` state, per-task node and times, result or error;
+  ``DELETE /v1/workflows/{id}`` cancel; ``GET /v1/cluster`` servers, busy, queue, policy.
+* Python, from any Ray job on the cluster: ``scale_ray.client.submit(call)`` through a
+  DeploymentHandle; the job's own ``@primitive`` functions travel by value (cloudpickle) and run
+  as Ray tasks placed by the service. No allow-list there: a Ray job can run any code anyway.
+
+The policy is hot-swappable (``user_config.policy``, as the placement app: loaded and tried off
+the event loop, a failed swap keeps the old policy and is reported in ``GET /v1/cluster``
+``last_swap_error``). Autoscaler hints: ``live.autoscale_hints``.
+
+**A replica restart loses its in-flight workflows, loudly.** Workflow ids carry the replica's
+incarnation; the primitives it was running die with it (their server actors are its children).
+A later ``GET`` of such an id is a **410** saying the workflow was not resumed, and the Python
+client raises :class:`scale_ray.client.WorkflowLost`: resubmit. Workflows are never resumed
+(their inputs and partial results lived in the dead replica's object store).
+
+Run it: ``serve run configs/serve/scheduler.yaml``. Exactly one replica (two would double-book
+the servers): :func:`application` refuses ``num_replicas`` other than 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping
+
+import yaml
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from ray import serve
+
+from envs.config import ConfigError, build, rng
+from envs.config_files import load_env
+from envs.workflow import WorkflowError
+from policies import default_policy
+from scale_ray.live import LiveConfig, LiveScheduler
+from scale_ray.live.handles import WorkflowHandle
+from scale_ray.live.workflow import as_collected
+
+from . import errors
+from .decisions import RequestError, load, try_policy
+from .errors import DEFAULT_MAX_BODY_BYTES, parse_body
+from .placement import _resolved
+from .workflow_api import AllowList, WorkflowIn, jsonable, record, state, to_workflow
+
+log = logging.getLogger("ray.serve")
+
+
+@dataclass(frozen=True)
+class SchedulerTuning:
+    """Run-time settings (the deployment's ``user_config``; changing them restarts nothing)."""
+    policy: str | None = field(default=None, metadata=rng(
+        doc="swap to this heuristic name / shipped artifact / artifact dir; none: keep the current"))
+    retain_finished: int = field(default=10_000, metadata=rng(
+        ge=1, le=10_000_000, doc="finished workflows kept for GET (oldest forgotten first)"))
+    max_tasks: int = field(default=10_000, metadata=rng(ge=1, le=1_000_000,
+                                                         doc="tasks per submitted workflow"))
+    max_body_bytes: int = field(default=DEFAULT_MAX_BODY_BYTES, metadata=rng(
+        ge=1024, le=1 << 30, doc="request body cap; a larger body is a 413"))
+
+
+@dataclass(frozen=True)
+class SchedulerArgs:
+    """Application arguments (``args:`` in configs/serve/scheduler.yaml)."""
+    policy: str = field(default_factory=default_policy, metadata=rng(
+        doc="heuristic name, shipped artifact name or artifact directory"))
+    env_config: str | None = field(default=None, metadata=rng(
+        doc="env YAML: tiers (trace header), bandwidth, latency, encoder settings"))
+    live: LiveConfig = field(default_factory=LiveConfig, metadata=rng(
+        doc="the live scheduler's settings (scale_ray.live.LiveConfig)"))
+    primitives: tuple[str, ...] = field(default=(), metadata=rng(
+        doc="module:function (or module:*) HTTP clients may name; empty: emulated tasks only"))
+    trace: str | None = field(default=None, metadata=rng(
+        doc="append the JSONL trace (scale-ray gantt reads it) to this file on the replica's node"))
+    tuning: SchedulerTuning = SchedulerTuning()
+
+
+def parse_args(args: Mapping[str, Any] | None) -> SchedulerArgs:
+    """Validate builder args; strings from ``serve run key=value`` are parsed as YAML scalars."""
+    data = dict(args or {})
+    for k, v in list(data.items()):
+        if isinstance(v, str) and k not in ("policy", "env_config", "trace"):
+            data[k] = yaml.safe_load(v)
+    return build(SchedulerArgs, data, "args")
+
+
+api = FastAPI(title="SCALE scheduler service", version="1",
+              description="Places every submitted workflow's primitives as Ray tasks with one "
+                          "policy. Errors: 422 naming the field, 413 for a large body, 404 for "
+                          "an unknown id, 410 for a workflow lost with a restarted replica.")
+errors.install(api)
+
+
+class UnknownWorkflow(KeyError):
+    def __init__(self, msg: str, gone: bool):
+        super().__init__(msg)
+        self.msg, self.gone = msg, gone
+
+
+def _gone_json(exc: UnknownWorkflow) -> JSONResponse:
+    return errors.error(410 if exc.gone else 404, ["path", "id"], exc.msg,
+                        "workflow_lost" if exc.gone else "not_found")
+
+
+async def _unknown(_: Request, exc: UnknownWorkflow) -> JSONResponse:
+    return _gone_json(exc)
+
+
+api.add_exception_handler(UnknownWorkflow, _unknown)
+
+
+def _dumps(content: Any) -> Response:
+    return Response(json.dumps(content, separators=(",", ":")).encode(),
+                    media_type="application/json")
+
+
+@serve.deployment(num_replicas=1, max_ongoing_requests=1000, health_check_period_s=10,
+                  ray_actor_options={"num_cpus": 0})
+@serve.ingress(api)
+class SchedulerService:
+    """One LiveScheduler behind HTTP and a handle; see the module docstring."""
+
+    def __init__(self, args: Mapping[str, Any] | SchedulerArgs | None = None):
+        self.args = args if isinstance(args, SchedulerArgs) else parse_args(args)
+        self.env = load_env(self.args.env_config)
+        self.tuning = self.args.tuning
+        self.allow = AllowList(self.args.primitives)
+        self.incarnation = uuid.uuid4().hex[:8]
+        self.policy_spec = self.args.policy
+        policy = self._load(self.policy_spec)  # no fallback: a bad one fails the deploy
+        self.swaps, self.last_swap_error = 0, None
+        self._swap_lock = asyncio.Lock()
+        self._trace_file = open(self.args.trace, "a", buffering=1) if self.args.trace else None
+        self.workflows: dict[str, WorkflowHandle] = {}
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="scheduler-io")
+        self.sched = LiveScheduler(policy, self.env, self.args.live,
+                                   trace=self._write_trace if self._trace_file else None).start()
+        self.t0 = self.sched._t0
+        errors.LIMITS.max_body_bytes = self.tuning.max_body_bytes
+        log.info("scheduler service %s: %d servers, policy %s", self.incarnation,
+                 len(self.sched._alive), policy.name)
+
+    def _load(self, spec: str) -> Any:
+        lp = load(spec, self.env, mask_infeasible=True, guard=self.args.live.guard)
+        try_policy(lp)
+        return lp.policy
+
+    def _write_trace(self, ev: dict) -> None:
+        self._trace_file.write(json.dumps({**ev, "service": self.incarnation}, default=float) + "\n")
+
+    # ---------------------------------------------------------------- lifecycle
+    async def reconfigure(self, user_config: Mapping[str, Any]) -> None:
+        """A new ``user_config`` (:class:`SchedulerTuning`); a failed policy swap keeps the
+        current policy, never raises, and is reported as ``last_swap_error``."""
+        async with self._swap_lock:
+            raw = dict(user_config or {})
+            try:
+                t = build(SchedulerTuning, raw, "user_config")
+            except ConfigError as e:
+                return self._swap_failed(str(e), raw.get("policy"))
+            self.tuning = t
+            errors.LIMITS.max_body_bytes = t.max_body_bytes
+            if t.policy is None or t.policy == self.policy_spec:
+                self.last_swap_error = None
+                return
+            try:
+                new = await asyncio.to_thread(self._load, t.policy)
+            except Exception as e:  # noqa: BLE001 - whatever failed, keep scheduling
+                return self._swap_failed(f"{type(e).__name__}: {e}", t.policy)
+            await asyncio.wrap_future(self.sched.set_policy(new))
+            self.policy_spec, self.last_swap_error = t.policy, None
+            self.swaps += 1
+            log.info("scheduler: now deciding with %s", new.name)
+
+    def _swap_failed(self, message: str, spec: Any) -> None:
+        self.last_swap_error = {"message": message, "time": time.time(),
+                                "spec": None if spec is None else str(spec)}
+        log.warning("scheduler: user_config change not applied (policy %r): %s; still deciding "
+                    "with %s", spec, message, self.sched.policy.name)
+
+    def check_health(self) -> None:
+        if self.sched._error is not None:  # Serve replaces the replica
+            raise RuntimeError(f"the scheduler thread died: {self.sched._error!r}")
+
+    def __del__(self) -> None:
+        sched = getattr(self, "sched", None)
+        if sched is not None:
+            sched.shutdown(timeout=5)
+        if getattr(self, "_trace_file", None) is not None:
+            self._trace_file.close()
+
+    # ---------------------------------------------------------------- helpers
+    async def _off_loop(self, fn: Callable, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _accept(self, wf: Any, name: str = "") -> dict:
+        try:
+            h = self.sched.submit(wf, name)
+        except WorkflowError as e:  # fits no node
+            raise RequestError(("body", "tasks"), str(e), "does_not_fit") from None
+        wid = f"{self.incarnation}-{h.id}"
+        self.workflows[wid] = h
+        if h.id % 100 == 99:
+            self._prune()
+        return {"id": wid, "name": h.name, "tasks": len(h.workflow.calls), "state": state(h)}
+
+    def _prune(self) -> None:
+        done = [k for k, h in self.workflows.items() if h.done()]
+        extra = len(done) - self.tuning.retain_finished
+        if extra > 0:
+            old = [self.workflows.pop(k) for k in done[:extra]]
+            self.sched.forget(old)
+
+    def _lookup(self, wid: str) -> WorkflowHandle:
+        h = self.workflows.get(wid)
+        if h is not None:
+            return h
+        inc, sep, n = wid.partition("-")
+        if sep and n.isdigit() and inc != self.incarnation:
+            raise UnknownWorkflow(
+                f"workflow {wid!r} was accepted by scheduler replica {inc}, which is gone (this "
+                f"is replica {self.incarnation}): it was not resumed; submit it again", gone=True)
+        raise UnknownWorkflow(f"no workflow {wid!r} (unknown, or finished and forgotten after "
+                              f"retain_finished={self.tuning.retain_finished})", gone=False)
+
+    async def _await_done(self, h: WorkflowHandle, timeout_s: float) -> bool:
+        if h.done() or timeout_s <= 0:
+            return h.done()
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        h.add_done_callback(lambda _: loop.call_soon_threadsafe(
+            lambda: fut.done() or fut.set_result(True)))
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        return h.done()
+
+    def _values(self, h: WorkflowHandle) -> Any:
+        import ray
+
+        vals = ray.get([h._refs[i] for i in h.workflow.outputs])
+        return vals[0] if len(vals) == 1 else vals
+
+    async def _record(self, wid: str, wait_s: float, with_result: bool) -> dict:
+        h = self._lookup(wid)
+        await self._await_done(h, wait_s)
+        rec = record(wid, h, self.t0, self.sched.cfg.time_scale)
+        if with_result and rec["state"] == "completed":
+            rec["result"] = jsonable(await self._off_loop(self._values, h))
+        return rec
+
+    async def _cluster(self) -> dict:
+        import ray
+
+        snap = await asyncio.wrap_future(self.sched.snapshot())
+        counts: dict[str, int] = {}
+        for h in list(self.workflows.values()):
+            s = state(h)
+            counts[s] = counts.get(s, 0) + 1
+        return {**snap, "policy_spec": self.policy_spec, "swaps": self.swaps,
+                "last_swap_error": self.last_swap_error, "incarnation": self.incarnation,
+                "scheduler_node": ray.get_runtime_context().get_node_id(), "workflows": counts,
+                "uptime_s": time.perf_counter() - self.t0}
+
+    # ---------------------------------------------------------------- HTTP
+    @api.post("/v1/workflows", status_code=201, summary="submit a workflow (a DAG)")
+    @_resolved
+    async def post_workflow(self, request: Request) -> Response:
+        body = await request.body()
+        ct = request.headers.get("content-type")
+        t = self.tuning
+
+        def parse() -> Any:
+            return to_workflow(parse_body(body, WorkflowIn, ct), self.allow, t.max_tasks)
+        wf = await self._off_loop(parse)
+        out = _dumps(self._accept(wf))
+        out.status_code = 201
+        return out
+
+    @api.get("/v1/workflows/{wid}", summary="state, per-task node and times, result or error")
+    @_resolved
+    async def get_workflow(self, wid: str, wait_s: float = 0.0) -> Response:
+        if not 0 <= wait_s <= 60:
+            raise RequestError(("query", "wait_s"), f"must be in [0, 60], got {wait_s}")
+        return _dumps(await self._record(wid, wait_s, True))
+
+    @api.delete("/v1/workflows/{wid}", summary="cancel a workflow")
+    @_resolved
+    async def delete_workflow(self, wid: str) -> Response:
+        return _dumps(await self.cancel(wid))
+
+    @api.get("/v1/cluster", summary="servers, busy, queue, policy")
+    @_resolved
+    async def get_cluster(self) -> Response:
+        return _dumps(await self._cluster())
+
+    # ---------------------------------------------------------------- handle API
+    async def submit(self, payload: bytes, name: str = "") -> dict:
+        """``scale_ray.client.submit``: a cloudpickled Call / list of Calls / WorkflowSpec."""
+        from ray import cloudpickle
+
+        wf = await self._off_loop(lambda: as_collected(cloudpickle.loads(payload), name))
+        return self._accept(wf)
+
+    async def wait(self, wid: str, timeout_s: float) -> dict:
+        """The record once done or after ``timeout_s``; an unknown id is ``state`` ``lost``
+        (its replica is gone) or ``unknown``."""
+        try:
+            return await self._record(wid, timeout_s, False)
+        except UnknownWorkflow as e:
+            return {"id": wid, "state": "lost" if e.gone else "unknown", "error": e.msg}
+
+    async def values(self, wid: str) -> Any:
+        """The output values (Python objects) of a completed workflow."""
+        return await self._off_loop(self._values, self._lookup(wid))
+
+    async def cancel(self, wid: str) -> dict:
+        h = self._lookup(wid)
+        was_running = await asyncio.wrap_future(self.sched.cancel(h))
+        return {"id": wid, "cancelled": bool(was_running), "state": state(h)}
+
+    async def cluster(self) -> dict:
+        return await self._cluster()
+
+
+def application(args: Mapping[str, Any] | None = None, **deployment_options: Any) -> serve.Application:
+    """The bound application (``deployment_options`` go to ``SchedulerService.options``)."""
+    try:
+        sa = parse_args(args)
+    except ConfigError as e:
+        raise ValueError(f"scheduler app: {e}") from None
+    if deployment_options.get("num_replicas", 1) != 1:
+        raise ValueError("scheduler app: num_replicas must be 1 (one replica owns the cluster's "
+                         "servers; two would double-book them)")
+    opts = {"user_config": asdict(sa.tuning), **deployment_options}
+    fixed = {k: v for k, v in asdict(sa).items() if k != "tuning"}
+    return SchedulerService.options(**opts).bind(fixed)
+
+
+def build_app(args: Mapping[str, Any]) -> serve.Application:
+    """Application builder for ``serve run`` (``args``: :class:`SchedulerArgs` as a mapping)."""
+    return application(args)
+
+
+__all__ = ["SchedulerService", "SchedulerArgs", "SchedulerTuning", "application", "build_app",
+           "parse_args", "api"]

@@ -1,0 +1,180 @@
+"""The scheduler service's workflow documents: what ``POST /v1/workflows`` accepts and what
+``GET /v1/workflows/{id}`` answers (serve_apps.scheduler).
+
+A submitted workflow is the live DAG format (docs/live.md) with, per task, the function to run::
+
+    {"name": "report",
+     "tasks": [{"name": "fetch", "compute_gflop": 2, "memory_gb": 4,
+                "primitive": "mypkg.tools:fetch", "args": ["https://..."]},
+               {"name": "sum", "compute_gflop": 8, "parents": ["fetch"],
+                "primitive": "mypkg.tools:summarize", "kwargs": {"words": 100}}]}
+
+* ``primitive``: ``module:function`` and only one the service's ``primitives`` allow-list
+  names (an entry ``module:*`` allows every function of that module); without it the task gets
+  the emulated body (it sleeps ``compute_gflop / compute * time_scale`` s and returns
+  ``index + 1 + sum(parent values)``).
+* the function is called as ``fn(*args, *parent_values, **kwargs)``, parent values in the order
+  of ``parents``; ``args``/``kwargs`` are JSON values.
+* results are returned as JSON (a value JSON cannot hold is answered as its ``repr``).
+
+Every field is checked strictly (unknown keys, wrong types, out-of-range numbers, cycles, unknown
+parents, names outside the allow-list): a 422 naming the field.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Annotated, Any, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from envs.loaders.livedag import LIMITS as DAG_LIMITS
+from envs.loaders.livedag import parse_dag_workflow
+from envs.workflow import WorkflowError
+from scale_ray.live.handles import WorkflowHandle
+from scale_ray.live.workflow import (Call, CollectedWorkflow, Primitive, emulated_body,
+                                     expected_emulated_values)
+
+from .decisions import RequestError
+
+_STRICT = ConfigDict(extra="forbid", strict=True)
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+ImportPath = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+                                              max_length=300)]
+_GFLOP_MAX = DAG_LIMITS["compute_gflop"][1]
+_GB_MAX = DAG_LIMITS["memory_gb"][1]
+
+
+class WorkflowTaskIn(BaseModel):
+    """One task of a submitted workflow."""
+    model_config = _STRICT
+
+    name: Name
+    compute_gflop: Annotated[float, Field(gt=0, le=_GFLOP_MAX, allow_inf_nan=False)] = Field(
+        description="compute demand, GFLOP (sets the emulated run time and the policy's view)")
+    memory_gb: Annotated[float, Field(ge=0, le=_GB_MAX, allow_inf_nan=False)] = 0.0
+    output_gb: Annotated[float, Field(ge=0, le=_GB_MAX, allow_inf_nan=False)] = 0.0
+    parents: list[Name] = Field(default_factory=list, max_length=10_000)
+    primitive: ImportPath | None = Field(
+        None, description="module:function from the service's allow-list; none: emulated body")
+    args: list[Any] = Field(default_factory=list, max_length=1000)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkflowIn(BaseModel):
+    """``POST /v1/workflows`` body."""
+    model_config = _STRICT
+
+    name: Name = "workflow"
+    tasks: list[WorkflowTaskIn] = Field(min_length=1)
+
+
+class AllowList:
+    """The primitives HTTP clients may name (``module:function`` or ``module:*``), resolved on
+    first use; a name outside the list is never imported."""
+
+    def __init__(self, entries: Sequence[str]):
+        self.entries = tuple(entries)
+        for i, e in enumerate(self.entries):
+            mod, sep, fn = e.partition(":")
+            if not sep or not mod or not fn:
+                raise ValueError(f"primitives[{i}]: {e!r} is not module:function or module:*")
+        self._cache: dict[str, Any] = {}
+
+    def allowed(self, path: str) -> bool:
+        mod = path.partition(":")[0]
+        return path in self.entries or f"{mod}:*" in self.entries
+
+    def resolve(self, path: str, loc: Sequence[Any]) -> Any:
+        if not self.allowed(path):
+            raise RequestError(loc, f"{path!r} is not in the service's primitives allow-list "
+                                    f"({list(self.entries) or 'empty: only emulated tasks'})",
+                               "not_allowed")
+        if path not in self._cache:
+            mod, _, fn = path.partition(":")
+            try:
+                obj = getattr(importlib.import_module(mod), fn)
+            except (ImportError, AttributeError) as e:
+                raise RequestError(loc, f"{path!r} is allowed but cannot be imported on the "
+                                        f"service: {type(e).__name__}: {e}", "import_error") from None
+            fn_obj = obj.fn if isinstance(obj, Primitive) else obj
+            if not callable(fn_obj):
+                raise RequestError(loc, f"{path!r} is not callable", "not_callable")
+            self._cache[path] = fn_obj
+        return self._cache[path]
+
+
+def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedWorkflow:
+    """The validated request as calls; a bad DAG is a :class:`RequestError` naming the field."""
+    if len(req.tasks) > max_tasks:
+        raise RequestError(("body", "tasks"), f"{len(req.tasks)} tasks; this service accepts at "
+                                              f"most max_tasks={max_tasks} per workflow", "too_long")
+    recs = {t.name: (i, t) for i, t in enumerate(req.tasks)}
+    bodies = {i: allow.resolve(t.primitive, ("body", "tasks", i, "primitive"))
+              for i, t in enumerate(req.tasks) if t.primitive is not None}
+    try:
+        spec = parse_dag_workflow({"name": req.name, "tasks": [
+            t.model_dump(include={"name", "compute_gflop", "memory_gb", "output_gb", "parents"})
+            for t in req.tasks]}, 0, "request")
+    except WorkflowError as e:
+        raise RequestError(("body", "tasks"), str(e), "invalid_dag") from None
+    index = {t.name: k for k, t in enumerate(spec.tasks)}
+    calls: list[Call] = []
+    emulated = True
+    for k, ts in enumerate(spec.tasks):
+        i, rec = recs[ts.name]
+        # parent values in the order the request lists the parents
+        parent_calls = [calls[index[p]] for p in dict.fromkeys(rec.parents)]
+        fn = bodies.get(i)
+        if fn is None:
+            prim = Primitive(emulated_body, ts.compute_gflop, ts.memory_gb, ts.output_gb, ts.name)
+            calls.append(Call(prim, (k, *parent_calls), {}))
+        else:
+            emulated = False
+            prim = Primitive(fn, ts.compute_gflop, ts.memory_gb, ts.output_gb, ts.name)
+            calls.append(Call(prim, (*rec.args, *parent_calls), rec.kwargs))
+    sinks = tuple(i for i, kids in enumerate(spec.children()) if not kids)
+    return CollectedWorkflow(spec, tuple(calls), sinks,
+                             tuple(expected_emulated_values(spec)) if emulated else None)
+
+
+# ------------------------------------------------------------------------------- answers
+def state(h: WorkflowHandle) -> str:
+    if not h.done():
+        return "running" if any(f is not None for f in h.task_finish_wall) else "queued"
+    if h.error is None:
+        return "completed"
+    return "cancelled" if type(h.error).__name__ == "WorkflowCancelled" else "failed"
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON can hold it (non-finite floats and other objects: their ``repr``)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: jsonable(v) for k, v in value.items()}
+    return repr(value)
+
+
+def record(wid: str, h: WorkflowHandle, t0: float, time_scale: float) -> dict[str, Any]:
+    """``GET /v1/workflows/{id}`` without the result: state, per-task node and times (wall s
+    since the service started, and since the submission), the error."""
+    spec = h.workflow.spec
+    fin = h.task_finish_wall
+    return {
+        "id": wid, "name": h.name, "state": state(h),
+        "submitted_s": h.submitted_wall - t0,
+        "finished_s": None if h.finished_wall is None else h.finished_wall - t0,
+        "response_s": h.response_s,
+        "error": None if h.error is None else f"{type(h.error).__name__}: {h.error}",
+        "tasks": [{"name": t.name or f"t{i}", "node": h.task_nodes[i],
+                   "finished_s": None if fin[i] is None else fin[i] - t0,
+                   "response_s": None if fin[i] is None else fin[i] - h.submitted_wall,
+                   "attempts": h.task_attempts[i]} for i, t in enumerate(spec.tasks)],
+        "time_scale": time_scale,
+    }
