@@ -274,7 +274,8 @@ class SchedulerService:
             counts[s] = counts.get(s, 0) + 1
         return {**snap, "policy_spec": self.policy_spec, "swaps": self.swaps,
                 "last_swap_error": self.last_swap_error, "incarnation": self.incarnation,
-                "scheduler_node": ray.get_runtime_context().get_node_id(), "workflows": counts,
+                "scheduler_node": ray.get_runtime_context().get_node_id(),
+                "replica_actor": ray.get_runtime_context().get_actor_name(), "workflows": counts,
                 "uptime_s": time.perf_counter() - self.t0}
 
     # ---------------------------------------------------------------- HTTP

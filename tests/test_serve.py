@@ -332,7 +332,9 @@ def test_kuberay_manifests_name_the_entry_points():
     serve_cfg = yaml.safe_load(service["spec"]["serveConfigV2"])
     from ray.serve.schema import ServeDeploySchema
     ServeDeploySchema.parse_obj(serve_cfg)
-    (app,) = serve_cfg["applications"]
+    apps = {a["name"]: a for a in serve_cfg["applications"]}
+    assert set(apps) == {"placement", "scheduler"}  # the scheduler: tests/test_service.py
+    app = apps["placement"]
     assert app["import_path"] == "serve_apps.placement:build_app"
     parse_args(app.get("args"))
     job = yaml.safe_load((kdir / "rayjob.yaml").read_text())

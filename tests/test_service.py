@@ -1,0 +1,408 @@
+"""The scheduler service (serve_apps.scheduler, scale_ray.client; issue 18).
+
+Fast tests check the workflow documents, the allow-list, the arguments, the trace check and the
+client's by-value pickling without Ray. The slow ones run the service on a local multi-node
+cluster (six one-server raylets): two separate driver processes share it while a busy node is
+killed, the HTTP API, a policy swap, a replica restart; the fake-autoscaler test starts its own
+`ray start --head` cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from fastapi.exceptions import RequestValidationError
+
+from envs.config import ConfigError
+from scale_ray.bench.service import double_booked
+from scale_ray.live.workflow import Call, collect, emulated_body, primitive
+from serve_apps.decisions import RequestError
+from serve_apps.errors import parse_body
+from serve_apps.scheduler import application, parse_args
+from serve_apps.workflow_api import AllowList, WorkflowIn, to_workflow
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _doc(tasks: list[dict], name: str = "w") -> bytes:
+    return json.dumps({"name": name, "tasks": tasks}).encode()
+
+
+def _parse(body: bytes, allow: AllowList | None = None, max_tasks: int = 100):
+    return to_workflow(parse_body(body, WorkflowIn), allow or AllowList([]), max_tasks)
+
+
+# ------------------------------------------------------------------------------- documents
+def test_document_becomes_calls_with_args_and_parents_in_listed_order():
+    allow = AllowList(["operator:add", "builtins:*"])
+    wf = _parse(_doc([
+        {"name": "sum", "compute_gflop": 1, "parents": ["b", "a"], "primitive": "builtins:max"},
+        {"name": "a", "compute_gflop": 2, "memory_gb": 3, "primitive": "operator:add",
+         "args": [1, 2]},
+        {"name": "b", "compute_gflop": 2, "primitive": "builtins:pow", "args": [2],
+         "kwargs": {"exp": 5}},
+    ]), allow)
+    names = [t.name for t in wf.spec.tasks]
+    assert names.index("sum") == 2 and wf.outputs == (2,) and wf.expected is None
+    by = {t.name: c for t, c in zip(wf.spec.tasks, wf.calls)}
+    assert by["a"].primitive.fn(*by["a"].args) == 3 and by["a"].primitive.memory_gb == 3.0
+    assert by["b"].kwargs == {"exp": 5}
+    # parent values follow `parents` as listed: b first, then a
+    assert by["sum"].args == (by["b"], by["a"])
+    # run it in plain Python, parents first
+    vals: dict[int, object] = {}
+    for c in wf.calls:
+        vals[id(c)] = c.primitive.fn(*[vals[id(a)] if isinstance(a, Call) else a for a in c.args],
+                                     **c.kwargs)
+    assert vals[id(by["sum"])] == max(32, 3)
+
+
+def test_document_without_primitives_gets_the_emulated_body():
+    wf = _parse(_doc([{"name": "a", "compute_gflop": 1},
+                      {"name": "b", "compute_gflop": 1, "parents": ["a"]},
+                      {"name": "c", "compute_gflop": 1, "parents": ["a", "b"]}]))
+    assert all(c.primitive.fn is emulated_body for c in wf.calls)
+    assert wf.expected == (1, 3, 7)
+
+
+@pytest.mark.parametrize("tasks, loc, what", [
+    ([{"name": "a", "compute_gflop": 1, "primitive": "os:system"}],
+     ["body", "tasks", 0, "primitive"], "allow-list"),
+    ([{"name": "a", "compute_gflop": 1, "primitive": "json:nope"}],
+     ["body", "tasks", 0, "primitive"], "cannot be imported"),
+    ([{"name": "a", "compute_gflop": 1, "parents": ["zz"]}], ["body", "tasks"], "unknown parent"),
+    ([{"name": "a", "compute_gflop": 1, "parents": ["b"]},
+      {"name": "b", "compute_gflop": 1, "parents": ["a"]}], ["body", "tasks"], "cycle"),
+    ([{"name": "a", "compute_gflop": 1}, {"name": "a", "compute_gflop": 1}],
+     ["body", "tasks"], "duplicate"),
+    ([{"name": f"t{i}", "compute_gflop": 1} for i in range(3)], ["body", "tasks"], "max_tasks=2"),
+])
+def test_bad_documents_are_errors_naming_the_field(tasks, loc, what):
+    with pytest.raises(RequestError) as e:
+        _parse(_doc(tasks), AllowList(["json:nope"]), max_tasks=2)
+    assert e.value.loc == loc and what in e.value.msg
+
+
+@pytest.mark.parametrize("task, loc", [
+    ({"name": "a", "compute_gflop": -1}, ("body", "tasks", 0, "compute_gflop")),
+    ({"name": "a", "compute_gflop": "1"}, ("body", "tasks", 0, "compute_gflop")),
+    ({"name": "a", "compute_gflop": 1, "memory_gb": float("inf")}, ("body", "tasks", 0, "memory_gb")),
+    ({"name": "a", "compute_gflop": 1, "primtive": "x:y"}, ("body", "tasks", 0, "primtive")),
+    ({"name": "a", "compute_gflop": 1, "primitive": "no colon"}, ("body", "tasks", 0, "primitive")),
+    ({"compute_gflop": 1}, ("body", "tasks", 0, "name")),
+])
+def test_schema_errors_name_the_field(task, loc):
+    with pytest.raises(RequestValidationError) as e:
+        parse_body(json.dumps({"tasks": [task]}).encode(), WorkflowIn)
+    assert tuple(e.value.errors()[0]["loc"]) == loc
+
+
+def test_allow_list_entries_are_validated():
+    with pytest.raises(ValueError, match=r"primitives\[1\]"):
+        AllowList(["a:b", "nocolon"])
+    allow = AllowList(["m:f", "pkg.mod:*"])
+    assert allow.allowed("m:f") and allow.allowed("pkg.mod:g")
+    assert not allow.allowed("m:g") and not allow.allowed("pkg:g")
+
+
+def test_args_are_validated_and_one_replica_only():
+    with pytest.raises(ConfigError, match="live.time_scale"):
+        parse_args({"live": {"time_scale": -1}})
+    with pytest.raises(ConfigError, match="tuning.retain_finished"):
+        parse_args({"tuning": {"retain_finished": 0}})
+    with pytest.raises(ValueError, match="num_replicas must be 1"):
+        application({"policy": "eft"}, num_replicas=2)
+    with pytest.raises(ValueError, match="unknown"):
+        application({"polcy": "eft"})
+
+
+def test_configs_name_the_scheduler_app():
+    cfg = yaml.safe_load((REPO / "configs/serve/scheduler.yaml").read_text())
+    (app,) = cfg["applications"]
+    assert app["import_path"] == "serve_apps.scheduler:build_app" and app["name"] == "scheduler"
+    args = parse_args(app["args"])
+    assert args.policy == "scale" and args.primitives == ()
+    assert app["deployments"][0]["num_replicas"] == 1
+    rs = yaml.safe_load((REPO / "configs/kuberay/rayservice.yaml").read_text())
+    apps = {a["name"]: a for a in yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"]}
+    assert apps["scheduler"]["import_path"] == "serve_apps.scheduler:build_app"
+    parse_args(apps["scheduler"]["args"])
+
+
+def test_double_booked_counts_overlapping_runs_per_server():
+    ok = [{"event": "start", "task": 1, "server": 0}, {"event": "finish", "task": 1, "server": 0},
+          {"event": "start", "task": 2, "server": 0}, {"event": "lost", "task": 2, "server": 0},
+          {"event": "start", "task": 2, "server": 1}, {"event": "start", "task": 3, "server": 0}]
+    assert double_booked(ok) == 0
+    bad = ok + [{"event": "start", "task": 4, "server": 1}]
+    assert double_booked(bad) == 1
+
+
+def test_client_sends_job_code_by_value(tmp_path):
+    """A primitive from a module only the job has (not installed) reaches a process that cannot
+    import that module; the by-value registration is undone afterwards."""
+    from ray import cloudpickle
+
+    from scale_ray.client import _by_value_modules, _payload
+
+    (tmp_path / "jobtools.py").write_text(textwrap.dedent("""
+        from scale_ray.live import primitive
+        FACTOR = 7
+        @primitive(compute_gflop=1.0)
+        def times(x):
+            return x * FACTOR
+    """))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import jobtools
+        wf = collect(jobtools.times.bind(6), "w")
+        assert [m.__name__ for m in _by_value_modules(wf)] == ["jobtools"]
+        payload = _payload(wf)
+        assert "jobtools" not in cloudpickle.list_registry_pickle_by_value()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("jobtools", None)
+    # installed (stdlib) and our own modules go by reference
+    assert _by_value_modules(collect(primitive(json.dumps).bind(1))) == []
+    assert _by_value_modules(collect(primitive(emulated_body).bind(1))) == []
+    code = ("import sys; from ray import cloudpickle; wf = cloudpickle.loads(sys.stdin.buffer.read());"
+            "c = wf.calls[0]; print(c.primitive.fn(*c.args))")
+    out = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True,
+                         cwd=str(REPO), timeout=120)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert out.stdout.decode().strip() == "42"
+
+
+# ------------------------------------------------------------------------------- real service
+def _no_ray_connection() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def service():
+    """Six one-server raylets (small, medium, large tiers) and the service deciding with EFT."""
+    from scale_ray.bench.service import LocalService
+    from scale_ray.config import load_env
+    from scale_ray.live.cluster import LocalHeteroCluster
+
+    _no_ray_connection()
+    env = load_env(None, ["cluster.servers=6"])
+    with LocalHeteroCluster(env.cluster, servers_per_node=1) as cluster:
+        svc = LocalService(cluster, {"policy": "eft", "live": {"time_scale": 0.05,
+                                                                "node_refresh_s": 0.1}})
+        svc.start()
+        try:
+            yield svc
+        finally:
+            svc.stop()
+
+
+def _spawn_agent(address: str, count: int, sleep_s: float, out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(REPO / "tests/service_agent.py"), address,
+                             str(count), str(sleep_s), str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, cwd=str(REPO))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_driver_processes_share_the_service_and_a_killed_node_loses_nothing(service, tmp_path):
+    from scale_ray.bench.service import read_trace
+
+    outs = [tmp_path / "a.json", tmp_path / "b.json"]
+    procs = [_spawn_agent(service.cluster.address, 6, 0.4, o) for o in outs]
+    killed, deadline = None, time.time() + 120
+    while killed is None and time.time() < deadline and all(p.poll() is None for p in procs):
+        killed = service.kill_busy_node()  # a node running a primitive now
+        time.sleep(0.1)
+    logs = [p.communicate(timeout=400)[0].decode(errors="replace") for p in procs]
+    assert all(p.returncode == 0 for p in procs), logs
+    assert killed is not None, "no busy node was found to kill"
+    recs = [r for o in outs for r in json.loads(o.read_text())]
+    assert len(recs) == 12 and all(r["state"] == "completed" for r in recs), recs
+    # every workflow ran its four tasks once (a re-run after the kill replaces the lost run)
+    assert all(len(r["runs"]) == 4 for r in recs)
+    runs = [run for r in recs for run in r["runs"]]
+    # ground truth from the primitives: one server per node, so runs on a node never overlap
+    by_node: dict[str, list] = {}
+    for run in runs:
+        by_node.setdefault(run["node"], []).append((run["start"], run["end"]))
+    for node, spans in by_node.items():
+        spans.sort()
+        for (s0, e0), (s1, e1) in zip(spans, spans[1:]):
+            assert s1 >= e0 - 1e-3, f"node {node[:8]} ran two primitives at once"
+    events = read_trace(service.trace_path)
+    assert double_booked(events) == 0
+    lost = [e for e in events if e.get("event") == "lost"]
+    assert lost and all(e["node"] == killed for e in lost), "the killed node's run was not lost"
+    assert len(by_node) >= 3  # the two clients' work spread over the cluster
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_http_api(service):
+    import httpx
+
+    with httpx.Client(base_url=service.url, timeout=60) as http:
+        r = http.post("/v1/workflows", json={"name": "em", "tasks": [
+            {"name": "a", "compute_gflop": 1}, {"name": "b", "compute_gflop": 2, "parents": ["a"]},
+            {"name": "c", "compute_gflop": 1, "parents": ["a", "b"]}]})
+        assert r.status_code == 201, r.text
+        wid = r.json()["id"]
+        rec = http.get(f"/v1/workflows/{wid}", params={"wait_s": 30}).json()
+        assert rec["state"] == "completed" and rec["result"] == 7 and rec["error"] is None
+        assert all(t["node"] and t["finished_s"] >= rec["submitted_s"] for t in rec["tasks"])
+        # cancel a long one while it runs
+        wid = http.post("/v1/workflows", json={"tasks": [
+            {"name": "long", "compute_gflop": 4000}]}).json()["id"]
+        time.sleep(0.5)
+        r = http.delete(f"/v1/workflows/{wid}")
+        assert r.status_code == 200 and r.json() == {"id": wid, "cancelled": True,
+                                                      "state": "cancelled"}
+        rec = http.get(f"/v1/workflows/{wid}").json()
+        assert rec["state"] == "cancelled" and "cancelled" in rec["error"]
+        # 4xx naming the field
+        r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
+                                                        "primitive": "os:system"}]})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "tasks", 0,
+                                                                        "primitive"]
+        r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
+                                                        "memory_gb": 5000}]})
+        assert r.status_code == 422 and "fits no node" in r.json()["detail"][0]["msg"]
+        r = http.post("/v1/workflows", content=b"{", headers={"content-type": "application/json"})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"][0] == "body"
+        assert http.get("/v1/workflows/nope").status_code == 404
+        gone = http.get("/v1/workflows/0badc0de-3")
+        assert gone.status_code == 410 and "not resumed" in gone.json()["detail"][0]["msg"]
+        assert http.get(f"/v1/workflows/{wid}", params={"wait_s": 99}).status_code == 422
+        c = http.get("/v1/cluster").json()
+        assert c["policy"] == "eft" and len(c["servers"]) >= 5
+        assert {"busy", "accepting", "node", "tier"} <= set(c["servers"][0])
+        assert c["workflows"]["completed"] >= 1 and c["workflows"]["cancelled"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_policy_swap_keeps_scheduling_and_a_bad_one_is_reported(service):
+    from scale_ray import client
+    from scale_ray.live.workflow import from_spec
+    from envs.workflow import TaskSpec, WorkflowSpec
+
+    spec = WorkflowSpec((TaskSpec(1.0, 1.0, 0.0, ()), TaskSpec(1.0, 1.0, 0.0, (0,))), "pair")
+    service.deploy(user_config={"policy": "/no/such/artifact"})
+    info = client.cluster()
+    assert info["policy"] == "eft" and "no/such/artifact" in info["last_swap_error"]["spec"]
+    assert client.submit(spec).result(timeout=60) == from_spec(spec).expected[-1]
+    service.deploy(user_config={"policy": "scale"})
+    info = client.cluster()
+    assert info["policy_spec"] == "scale" and info["swaps"] == 1
+    assert info["last_swap_error"] is None
+    assert client.submit(spec).result(timeout=60) == 3
+    service.deploy(user_config={"policy": "eft"})  # back, for the other tests
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_replica_restart_fails_in_flight_workflows_loudly(service):
+    import ray
+
+    from envs.workflow import TaskSpec, WorkflowSpec
+    from scale_ray import client
+
+    long = WorkflowSpec((TaskSpec(2000.0, 1.0, 0.0, ()),), "long")
+    h = client.submit(long)
+    before = client.cluster()
+    ray.kill(ray.get_actor(before["replica_actor"], namespace="serve"), no_restart=True)
+    with pytest.raises(client.WorkflowLost, match="not resumed"):
+        h.result(timeout=120)
+    after = client.cluster()
+    assert after["incarnation"] != before["incarnation"]
+    short = WorkflowSpec((TaskSpec(1.0, 1.0, 0.0, ()),), "short")
+    assert client.submit(short).result(timeout=120) == 1
+
+
+# ------------------------------------------------------------------------------- autoscaler
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_fake_autoscaler_nodes_are_used_and_released_through_the_service():
+    import ray
+    from ray import serve
+
+    from envs.workflow import TaskSpec, WorkflowSpec
+    from processes import pids_using
+    from scale_ray import client
+    from scale_ray.live.cluster import live_nodes
+    from scale_ray.ports import free_port
+    from serve_apps.scheduler import application
+
+    _no_ray_connection()
+    port = free_port()
+    client_port = free_port(exclude={port})
+    temp_dir = tempfile.mkdtemp(prefix="sclsvc_", dir="/tmp")
+    cfg_path = Path(temp_dir) / "autoscaler.json"
+    medium = {"CPU": 1, "scale_slot": 1, "scale_compute": 2.0, "scale_memory_gb": 32.0}
+    cfg_path.write_text(json.dumps({
+        "cluster_name": "scale-service-test", "max_workers": 3, "idle_timeout_minutes": 0.1,
+        "upscaling_speed": 1.0,
+        "provider": {"type": "fake_multinode", "use_node_id_as_ip": True,
+                     "disable_node_updaters": True, "disable_launch_config_check": True,
+                     "gcs_address": f"127.0.0.1:{port}"},
+        "available_node_types": {
+            "ray.head.default": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+            "medium": {"resources": medium, "node_config": {}, "min_workers": 0, "max_workers": 3}},
+        "head_node_type": "ray.head.default",
+        "auth": {"ssh_user": "ubuntu"}, "docker": {}, "file_mounts": {}, "cluster_synced_files": [],
+        "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": [],
+        "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
+        "worker_setup_commands": [], "head_start_ray_commands": [], "worker_start_ray_commands": [],
+    }))
+    envv = {**os.environ, "RAY_FAKE_CLUSTER": "1", "RAY_AUTH_MODE": "disabled"}
+    ray_bin = str(Path(sys.executable).parent / "ray")
+    try:
+        started = subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=0",
+                                  f"--autoscaling-config={cfg_path}", f"--temp-dir={temp_dir}",
+                                  "--include-dashboard=false",
+                                  f"--ray-client-server-port={client_port}"],
+                                 env=envv, capture_output=True, text=True, timeout=120)
+        assert started.returncode == 0, f"ray start failed: {started.stderr[-2000:]}"
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        ray.init(address=f"127.0.0.1:{port}")
+        serve.start(http_options={"host": "127.0.0.1", "port": free_port(exclude={port, client_port})},
+                    proxy_location="HeadOnly")
+        serve.run(application({"policy": "eft", "env_config": None, "live": {
+            "time_scale": 0.2, "autoscale_hints": True, "backlog_s": 0.5, "node_refresh_s": 0.2,
+            "actor_idle_s": 2.0}}), name="scheduler", route_prefix="/")
+        assert live_nodes() == []  # nothing to run on yet: demand must add nodes
+        chain = WorkflowSpec(tuple(TaskSpec(8.0, 1.0, 0.0, (i - 1,) if i else ())
+                                   for i in range(4)), "chain")
+        hs = [client.submit(chain) for _ in range(6)]
+        assert all(h.result(timeout=200) == 10 for h in hs)
+        used = {n for h in hs for n in (t["node"] for t in h.status()["tasks"])}
+        assert len(used) >= 2, f"expected several autoscaled nodes to run tasks, got {used}"
+        deadline = time.time() + 120
+        while live_nodes() and time.time() < deadline:
+            time.sleep(1)
+        assert live_nodes() == [], "idle autoscaled nodes did not go away"
+        assert client.cluster()["counters"]["actors_reaped"] >= len(used)
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            for pid in pids_using(temp_dir):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
