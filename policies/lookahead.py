@@ -213,7 +213,9 @@ def eft_act(sim: Simulator, dec: _Decoded, exclude: set | frozenset = frozenset(
     if idle:
         return idle[0][1]
     if not busy_fit:
-        return 0  # nothing allowed: EFT's argmax over -inf is slot 0
+        if exclude:  # every fitting server is reserved for another task: EFT over all of them
+            return eft_act(sim, dec)
+        return 0  # nothing fits: EFT's argmax over -inf is slot 0
     best, best_s = None, 0
     for s in busy_fit:  # soonest free, lowest slot on ties
         r = _remaining(sim, s)

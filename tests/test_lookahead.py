@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -160,6 +162,23 @@ def test_planner_completes_an_episode_with_valid_decisions(tmp_path):
         sim.step(a)
     assert sim.metrics()["mean_response_s"] == m["mean_response_s"]
     assert pol.stats["planned"] > 0 and pol.stats["rollouts"] >= 2 * pol.stats["planned"]
+
+
+def test_planner_never_picks_a_server_the_task_cannot_fit_when_all_are_reserved():
+    """Regression: when every server the task fits was reserved for other tasks, the planner
+    answered slot 0, a server too small for the task (found by scale_ray/distill.py: 7 of
+    2,083 decisions of this episode)."""
+    cfg = load_env(Path(__file__).resolve().parent.parent / "configs/env/realistic.yaml",
+                   servers=16)
+    pol = get_policy("lookahead", cfg, seed=6)
+    sim = Simulator(cfg)
+    sim.reset(np.random.SeedSequence([1000, 6]))
+    pol.reset(6)
+    while sim.current is not None:
+        task, mask = sim.current, sim.observe()["action_mask"]
+        a = pol.act_state(sim)
+        assert mask[a] and sim._memory_l[a] >= task.memory_gb, (sim.t, a)
+        sim.step(a)
 
 
 def test_planner_is_deterministic_and_one_candidate_is_eft():
