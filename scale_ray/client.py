@@ -36,7 +36,7 @@ from scale_ray.live.workflow import Call, CollectedWorkflow, as_collected
 
 DEFAULT_APP = "scheduler"
 _OURS = ("scale_ray", "envs", "policies", "serve_apps")
-_handles: dict[str, Any] = {}
+_handles: dict[tuple[str, str, str], Any] = {}
 _lock = threading.Lock()
 
 
@@ -45,12 +45,20 @@ class WorkflowLost(RuntimeError):
 
 
 def _handle(app: str) -> Any:
+    """The app's DeploymentHandle, cached per Ray connection (a handle of an earlier
+    ``ray.init`` in this process would talk to a cluster that is gone)."""
+    import ray
     from ray import serve
 
+    if not ray.is_initialized():
+        raise RuntimeError("scale_ray.client: connect to the cluster that runs the scheduler "
+                           "service first: ray.init(address=...)")
+    ctx = ray.get_runtime_context()
+    key = (app, ctx.get_session_name(), ctx.get_job_id())
     with _lock:
-        if app not in _handles:
-            _handles[app] = serve.get_app_handle(app)
-        return _handles[app]
+        if key not in _handles:
+            _handles[key] = serve.get_app_handle(app)
+        return _handles[key]
 
 
 def _installed_roots() -> tuple[str, ...]:
