@@ -40,7 +40,7 @@ from .numpy_net import NumpyPointerNet
 FORMAT = "scale-ray-policy/1"
 POLICY_FILE = "policy.json"
 WEIGHTS_FILE = "weights.pt"
-ALGORITHMS = ("ppo", "ppo+srr", "dqn", "sac", "untrained")
+ALGORITHMS = ("ppo", "ppo+srr", "dqn", "sac", "bc", "untrained")
 INFERENCE_THREADS = 1  # see load_policy
 BACKENDS = ("numpy", "torch")  # decision backends of TorchPolicy
 # Largest network an artifact may describe: checked from policy.json before the network is built

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run-workflows": ("scale_ray.commands.run_workflows", "stream workflows through the live scheduler on a Ray cluster"),
     "workloads": ("scale_ray.commands.workloads", "real-DAG workload families: list, shape statistics"),
     "train": ("scale_ray.commands.train", "train SCALE or a baseline with RLlib"),
+    "distill": ("scale_ray.commands.distill", "train a student that imitates the lookahead planner (BC + DAgger)"),
     "features": ("scale_ray.commands.features", "statistics of the attention feature z (Table 5)"),
     "reproduce": ("scale_ray.commands.reproduce", "train all methods and write the paper's tables"),
     "gantt": ("scale_ray.commands.gantt", "draw a simulator or live trace as a Gantt chart (PNG)"),
