@@ -35,6 +35,7 @@ import numpy as np
 
 from envs.config import EnvConfig, FeatureConfig, build, rng
 from envs.config_files import load_env
+from envs.encoding import task_dim
 from envs.simulator import Simulator
 from policies import get_policy
 
@@ -57,6 +58,9 @@ class DistillConfig:
     episodes_per_round: int = field(default=6, metadata=rng(ge=1, le=10_000))
     beta: float = field(default=0.5, metadata=rng(
         ge=0, le=1, doc="round k follows the teacher with probability beta**k"))
+    label_reserved: bool = field(default=False, metadata=rng(
+        doc="also learn from the teacher's answers to a task it already reserved a busy server "
+            "for (it repeats that wait at every re-ask, so they outnumber fresh decisions)"))
     epochs: int = field(default=4, metadata=rng(ge=1, le=1000, doc="passes over the data per round"))
     batch_size: int = field(default=256, metadata=rng(ge=1, le=65_536))
     lr: float = field(default=1e-3, metadata=rng(gt=0, le=1))
@@ -118,8 +122,10 @@ def collect(env: EnvConfig, cfg: DistillConfig, net: Any, data: _Data, rnd: int,
         teacher.reset(cfg.seed + k)
         while sim.current is not None:
             obs = sim.observe()
+            fresh = sim.current.id not in getattr(teacher, "_reserved", ())
             a_t = teacher.act_state(sim)
-            data.add(obs, a_t)
+            if fresh or cfg.label_reserved:
+                data.add(obs, a_t)
             a_s = _student_act(net, obs) if rnd > 0 else a_t
             agree += a_s == a_t
             n += 1
@@ -153,7 +159,7 @@ def fit(net: Any, data: _Data, cfg: DistillConfig, opt: Any, rng_: np.random.Gen
     return {"loss": tot / n, "train_accuracy": correct / n}
 
 
-def _initial_net(cfg: DistillConfig) -> tuple[Any, dict]:
+def _initial_net(cfg: DistillConfig, env: EnvConfig) -> tuple[Any, dict]:
     import torch
 
     from policies.artifact import load_network
@@ -162,12 +168,14 @@ def _initial_net(cfg: DistillConfig) -> tuple[Any, dict]:
 
     if cfg.init is None:
         torch.manual_seed(cfg.seed)
-        return build_network("crossattn", {}), {}
+        return build_network("crossattn", {"task_features": task_dim(env.features)}), {}
     path = ARTIFACTS_DIR / cfg.init if cfg.init in shipped_policies() else Path(cfg.init)
     net, meta = load_network(path)
-    if net.kind != "crossattn":
-        raise ValueError(f"distill.init: {cfg.init!r} is a {net.kind!r} network; the student is "
-                         f"the cross-attention pointer network")
+    if net.kind != "crossattn" or net.cfg.task_features != task_dim(env.features):
+        raise ValueError(f"distill.init: {cfg.init!r} is a {net.kind!r} network with "
+                         f"{net.cfg.task_features} task features; the student is the "
+                         f"cross-attention pointer network with the env's {task_dim(env.features)}"
+                         f" (features.backlog: init null)")
     return net, meta
 
 
@@ -179,7 +187,7 @@ def distill(cfg: DistillConfig, out: str | Path) -> Path:
 
     torch.set_num_threads(cfg.threads)
     env = load_env(cfg.env_config, list(cfg.env_set), servers=cfg.servers)
-    net, init_meta = _initial_net(cfg)
+    net, init_meta = _initial_net(cfg, env)
     if init_meta.get("features") and build(FeatureConfig, init_meta["features"],
                                            "features") != env.features:
         log.warning("distill: %s was trained with other feature constants than %s; the student "

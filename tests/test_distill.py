@@ -38,6 +38,9 @@ def test_training_writes_an_artifact_and_its_progress(student):
     assert [r["round"] for r in rows] == [0, 1]
     assert rows[0]["follow_teacher"] == 1.0 and rows[1]["follow_teacher"] == 0.5
     assert rows[1]["samples"] > rows[0]["samples"] > 0
+    # label_reserved: false (default): the teacher's repeated answers for reserved tasks are
+    # left out, so fewer samples than states
+    assert rows[0]["samples"] < rows[0]["states"]
     assert all(np.isfinite(r["loss"]) and 0 <= r["train_accuracy"] <= 1 for r in rows)
 
 

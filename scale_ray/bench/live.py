@@ -49,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=default_policy(),
                    help="the policy under test (heuristic, shipped name or artifact dir); "
                         "EFT and ray-default are always measured")
+    p.add_argument("--also", nargs="*", default=[], metavar="POLICY",
+                   help="more policies for the quality runs (e.g. a student artifact dir)")
     p.add_argument("--servers", type=int, default=16, help="servers N for the quality run")
     p.add_argument("--servers-per-node", type=int, default=1,
                    help="pack up to K same-tier servers into one raylet (1: a raylet per server)")
@@ -266,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
             result.update(overhead(env, args.repeats, args.overhead_workflows, args.chain,
                                    args.executor))
         if not args.skip_quality:
-            pols = list(dict.fromkeys([args.policy, "eft", "ray-default"]))
+            pols = list(dict.fromkeys([args.policy, *args.also, "eft", "ray-default"]))
             q = quality(env, pols, args, cluster)
             result["quality"] = q
             result["mean_workflow_response_s"] = {p: q[p]["mean_workflow_response_s"] for p in pols}
