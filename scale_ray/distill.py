@@ -33,11 +33,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from envs.config import EnvConfig, FeatureConfig, build, rng
+from envs.config import EnvConfig, FeatureConfig, build, rng, to_dict
 from envs.config_files import load_env
 from envs.encoding import task_dim
 from envs.simulator import Simulator
-from policies import get_policy
+from policies import ARTIFACTS_DIR, get_policy, shipped_policies
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,6 @@ def _initial_net(cfg: DistillConfig, env: EnvConfig) -> tuple[Any, dict]:
 
     from policies.artifact import load_network
     from policies.networks import build_network
-    from policies import ARTIFACTS_DIR, shipped_policies
 
     if cfg.init is None:
         torch.manual_seed(cfg.seed)
@@ -221,6 +220,4 @@ def distill(cfg: DistillConfig, out: str | Path) -> Path:
 
 
 def _env_dict(env: EnvConfig) -> dict:
-    from envs.config import to_dict
-
     return to_dict(env)
