@@ -8,18 +8,11 @@ tests need no cluster.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from processes import pids_using
+from processes import fake_autoscaler_head, no_ray_connection
 
 from envs.config import ConfigError
 from envs.workflow import TaskSpec, WorkflowError, WorkflowSpec
@@ -198,12 +191,7 @@ def _long_workflows(n: int, seed: int) -> list[WorkflowSpec]:
     return out
 
 
-def _no_ray_connection() -> None:
-    """Another test module may have left an embedded Ray up; our clusters need a fresh driver."""
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
+_no_ray_connection = no_ray_connection
 
 
 @pytest.fixture(scope="class")
@@ -567,42 +555,9 @@ def test_output_lost_with_its_node_is_recomputed(executor):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("executor", ["task", "actor"])
 def test_fake_autoscaler_nodes_appear_are_used_and_go_away(executor):
-    import ray
     from policies import get_policy
-    from scale_ray.ports import free_port
 
-    _no_ray_connection()
-    port = free_port()  # outside Ray's worker ports (guide §8) and the ephemeral range
-    client_port = free_port(exclude={port})
-    temp_dir = tempfile.mkdtemp(prefix="scla_", dir="/tmp")
-    cfg_path = Path(temp_dir) / "autoscaler.json"
-    medium = {"CPU": 1, "scale_slot": 1, "scale_compute": 2.0, "scale_memory_gb": 32.0}
-    cfg_path.write_text(json.dumps({
-        "cluster_name": "scale-live-test", "max_workers": 3, "idle_timeout_minutes": 0.1,
-        "upscaling_speed": 1.0,
-        "provider": {"type": "fake_multinode", "use_node_id_as_ip": True,
-                     "disable_node_updaters": True, "disable_launch_config_check": True,
-                     "gcs_address": f"127.0.0.1:{port}"},
-        "available_node_types": {
-            "ray.head.default": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
-            "medium": {"resources": medium, "node_config": {}, "min_workers": 0, "max_workers": 3}},
-        "head_node_type": "ray.head.default",
-        "auth": {"ssh_user": "ubuntu"}, "docker": {}, "file_mounts": {}, "cluster_synced_files": [],
-        "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": [],
-        "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
-        "worker_setup_commands": [], "head_start_ray_commands": [], "worker_start_ray_commands": [],
-    }))
-    envv = {**os.environ, "RAY_FAKE_CLUSTER": "1", "RAY_AUTH_MODE": "disabled"}
-    ray_bin = str(Path(sys.executable).parent / "ray")
-    try:
-        started = subprocess.run([ray_bin, "start", "--head", f"--port={port}", "--num-cpus=0",
-                                  f"--autoscaling-config={cfg_path}", f"--temp-dir={temp_dir}",
-                                  "--include-dashboard=false",
-                                  f"--ray-client-server-port={client_port}"],
-                                 env=envv, capture_output=True, text=True, timeout=120)
-        assert started.returncode == 0, f"ray start failed: {started.stderr[-2000:]}"
-        os.environ["RAY_AUTH_MODE"] = "disabled"
-        ray.init(address=f"127.0.0.1:{port}")
+    with fake_autoscaler_head("scale-live-test"):
         env = load_env(None, THREE_TIERS)
         cfg = LiveConfig(time_scale=0.2, autoscale_hints=True, backlog_s=0.5, node_refresh_s=0.2,
                          executor=executor, actor_idle_s=2.0)
@@ -621,20 +576,6 @@ def test_fake_autoscaler_nodes_appear_are_used_and_go_away(executor):
             assert live_nodes() == [], "idle autoscaled nodes did not go away"
             if executor == "actor":  # their actors were reaped first
                 assert sched.counters["actors_reaped"] >= len(used)
-    finally:
-        ray.shutdown()
-        for pid in pids_using(temp_dir):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        time.sleep(2)
-        for pid in pids_using(temp_dir):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from processes import no_ray_connection
 from fastapi.exceptions import RequestValidationError
 
 from envs.config import ConfigError
@@ -182,11 +183,7 @@ def test_client_sends_job_code_by_value(tmp_path):
 
 
 # ------------------------------------------------------------------------------- real service
-def _no_ray_connection() -> None:
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
+_no_ray_connection = no_ray_connection
 
 
 @pytest.fixture(scope="module")
