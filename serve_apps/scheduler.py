@@ -259,10 +259,12 @@ class SchedulerService:
     async def _record(self, wid: str, wait_s: float, with_result: bool) -> dict:
         h = self._lookup(wid)
         await self._await_done(h, wait_s)
-        rec = record(wid, h, self.t0, self.sched.cfg.time_scale)
-        if with_result and rec["state"] == "completed":
-            rec["result"] = jsonable(await self._off_loop(self._values, h))
-        return rec
+        def build() -> dict:  # per-task lists: off the event loop for large workflows
+            rec = record(wid, h, self.t0, self.sched.cfg.time_scale)
+            if with_result and rec["state"] == "completed":
+                rec["result"] = jsonable(self._values(h))
+            return rec
+        return await self._off_loop(build)
 
     async def _cluster(self) -> dict:
         import ray
