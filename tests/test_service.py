@@ -4,7 +4,7 @@ Fast tests check the workflow documents, the allow-list, the arguments, the trac
 client's by-value pickling without Ray. The slow ones run the service on a local multi-node
 cluster (six one-server raylets): two separate driver processes share it while a busy node is
 killed, the HTTP API, a policy swap, a replica restart. The fake-autoscaler test is in
-tests/test_service_autoscaler.py (its own `ray start --head` cluster, so that this module's
+tests/test_service_cluster.py (its own `ray start --head` cluster, so that this module's
 cluster is down by then).
 """
 
@@ -326,3 +326,4 @@ def test_replica_restart_fails_in_flight_workflows_loudly(service):
     assert after["incarnation"] != before["incarnation"]
     short = WorkflowSpec((TaskSpec(1.0, 1.0, 0.0, ()),), "short")
     assert client.submit(short).result(timeout=120) == 1
+

@@ -8,8 +8,9 @@ On one local heterogeneous multi-node cluster (``--nodes`` servers N, tiers 2:5:
    share of one Poisson stream of ``--clients x --workflows`` emulated workflows (offered load
    ``--load``) with ``scale_ray.client.submit``; at ``--kill-at`` of the arrival span the bench
    kills a node that is running a primitive (never the service's own node);
-3. the same workload, with the same kill (a node added back first), runs under Ray's own
-   placement (``ray-default``) from this process.
+3. the same workload runs under Ray's own placement (``ray-default``) from this process, with
+   the same kill: a node of the killed node's tier is added back, and killed at the same model
+   time.
 
 ``double_booked`` counts server-time overlaps in the service's trace (a start on a server whose
 previous run has not finished or been lost). Response times are wall seconds from acceptance to
@@ -25,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -36,8 +38,8 @@ from scale_ray import client
 from scale_ray.config import load_env
 from scale_ray.live.cluster import LocalHeteroCluster
 from scale_ray.live.config import LiveConfig
-from scale_ray.live.runner import (ClusterEvent, arrival_times, make_target, rate_for_load,
-                                   stream, warm_up, workload_specs)
+from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, stream, warm_up,
+                                   workload_specs)
 from scale_ray.live.workflow import dag_record
 from scale_ray.ports import free_port
 
@@ -173,6 +175,8 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
                 p.poll() is None for p in procs):
             if time.time() >= kill_wall:
                 killed = svc.kill_busy_node()
+                if killed is not None:
+                    kill_wall = time.time()  # when it happened
             time.sleep(0.05)
         log.info("killed node %s", killed)
     for p in procs:
@@ -191,8 +195,8 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
         "mean_workflow_response_s": float(np.mean(done)) if done else float("nan"),
         "p95_workflow_response_s": _pct(done, 95),
         "submit_latency_ms": {"p50": _pct(lat, 50), "p99": _pct(lat, 99)},
-        "killed_node": killed, "kill_model_s": (kill_wall - start) / (ts or 1.0)
-        if killed else None,
+        "killed_node": killed, "killed_tier": svc.cluster.node_tier.get(killed) if killed else None,
+        "kill_model_s": (kill_wall - start) / (ts or 1.0) if killed else None,
     }
 
 
@@ -219,16 +223,22 @@ def run(args: argparse.Namespace) -> int:
               f" s, p95 {out['p95_workflow_response_s']:.3f} s, double-booked "
               f"{out['double_booked']}, submit p50 {out['submit_latency_ms']['p50']:.1f} ms "
               f"p99 {out['submit_latency_ms']['p99']:.1f} ms", flush=True)
-        events = []
-        if out["killed_node"]:  # the same scenario: a node back, then one killed at that time
-            cluster.add_node(cluster.node_tier[out["killed_node"]], args.servers_per_node)
-            events = [ClusterEvent(out["kill_model_s"], "kill")]
+        # The same scenario: a node of the killed node's tier comes back, and that node is
+        # killed at the same model time of the run (a random node would remove other capacity).
+        again = (cluster.add_node(cluster.node_tier[out["killed_node"]], args.servers_per_node)
+                 if out["killed_node"] else None)
         warm_up(env, live)
         target = make_target("ray-default", env, live, args.seed)
+        timer = (threading.Timer(out["kill_model_s"] * (args.time_scale or 1.0),
+                                 cluster.kill_node, (again,)) if again else None)
         try:
-            base = stream(target, specs, times, args.time_scale, cluster, events, args.seed,
+            if timer is not None:
+                timer.start()
+            base = stream(target, specs, times, args.time_scale, cluster, (), args.seed,
                           timeout_s=args.timeout)
         finally:
+            if timer is not None:
+                timer.cancel()
             target.shutdown()
     out.update(policy=args.policy, servers=env.cluster.servers, time_scale=args.time_scale,
                load=args.load, ray_default_mean_workflow_response_s=base["mean_workflow_response_s"],

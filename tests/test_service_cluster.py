@@ -1,0 +1,74 @@
+"""The scheduler service on clusters of its own tests (issue 18), in a module without a
+module-scoped cluster so that no other cluster is up meanwhile:
+
+* with Ray's fake autoscaler (`ray start --head` with a `fake_multinode` provider, its own temp
+  dir and ports), demand the service reports through ``autoscale_hints`` adds nodes, the service
+  places work on them, and idle ones are released;
+* `scale-ray bench service` end to end on a small local cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from processes import fake_autoscaler_head
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_fake_autoscaler_nodes_are_used_and_released_through_the_service():
+    from ray import serve
+
+    from envs.workflow import TaskSpec, WorkflowSpec
+    from scale_ray import client
+    from scale_ray.live.cluster import live_nodes
+    from scale_ray.ports import free_port
+    from serve_apps.scheduler import application
+
+    with fake_autoscaler_head("scale-service-test"):
+        serve.start(http_options={"host": "127.0.0.1", "port": free_port()},
+                    proxy_location="HeadOnly")
+        try:
+            serve.run(application({"policy": "eft", "env_config": None, "live": {
+                "time_scale": 0.2, "autoscale_hints": True, "backlog_s": 0.5, "node_refresh_s": 0.2,
+                "actor_idle_s": 2.0}}), name="scheduler", route_prefix="/")
+            assert live_nodes() == []  # nothing to run on yet: demand must add nodes
+            chain = WorkflowSpec(tuple(TaskSpec(8.0, 1.0, 0.0, (i - 1,) if i else ())
+                                       for i in range(4)), "chain")
+            hs = [client.submit(chain) for _ in range(6)]
+            assert all(h.result(timeout=200) == 10 for h in hs)
+            used = {n for h in hs for n in (t["node"] for t in h.status()["tasks"])}
+            assert len(used) >= 2, f"expected several autoscaled nodes to run tasks, got {used}"
+            deadline = time.time() + 120
+            while live_nodes() and time.time() < deadline:
+                time.sleep(1)
+            assert live_nodes() == [], "idle autoscaled nodes did not go away"
+            assert client.cluster()["counters"]["actors_reaped"] >= len(used)
+        finally:
+            serve.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bench_service_writes_the_documented_keys(tmp_path):
+    """`scale-ray bench service` end to end on a small cluster (its own, after this module's)."""
+    out = tmp_path / "bench.json"
+    run = subprocess.run([sys.executable, "-m", "scale_ray.cli", "bench", "service", "--nodes", "4",
+                          "--servers-per-node", "2", "--workflows", "6", "--time-scale", "0.05",
+                          "--policy", "eft", "--json", str(out)],
+                         capture_output=True, text=True, timeout=560, cwd=str(REPO))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert {"clients", "workflows_submitted", "workflows_completed", "workflows_failed",
+            "double_booked", "mean_workflow_response_s", "p95_workflow_response_s",
+            "ray_default_mean_workflow_response_s", "improvement_vs_ray_default",
+            "submit_latency_ms"} <= set(r)
+    assert r["clients"] == 2 and r["workflows_submitted"] == r["workflows_completed"] == 12
+    assert r["double_booked"] == 0 and r["ray_default_workflows_completed"] == 12
+    assert set(r["submit_latency_ms"]) == {"p50", "p99"} and r["submit_latency_ms"]["p50"] > 0
