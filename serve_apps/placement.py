@@ -112,13 +112,19 @@ class PlacementArgs:
     tuning: Tuning = Tuning()
 
 
-def parse_args(args: Mapping[str, Any] | None) -> PlacementArgs:
-    """Validate builder args; strings from ``serve run key=value`` are parsed as YAML scalars."""
+def builder_args(cls: type, args: Mapping[str, Any] | None, strings: tuple[str, ...]) -> Any:
+    """Validate an application's builder args as ``cls``; strings from ``serve run key=value``
+    are parsed as YAML scalars, except the keys in ``strings`` (paths and names)."""
     data = dict(args or {})
     for k, v in list(data.items()):
-        if isinstance(v, str) and k not in ("policy", "env_config"):
+        if isinstance(v, str) and k not in strings:
             data[k] = yaml.safe_load(v)
-    return build(PlacementArgs, data, "args")
+    return build(cls, data, "args")
+
+
+def parse_args(args: Mapping[str, Any] | None) -> PlacementArgs:
+    """Validate builder args (:func:`builder_args`)."""
+    return builder_args(PlacementArgs, args, ("policy", "env_config"))
 
 
 api = FastAPI(

@@ -38,7 +38,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping
 
-import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from ray import serve
@@ -54,7 +53,7 @@ from scale_ray.live.workflow import as_collected
 from . import errors
 from .decisions import RequestError, load, try_policy
 from .errors import DEFAULT_MAX_BODY_BYTES, parse_body
-from .placement import _resolved
+from .placement import _dumps, _json, _resolved, builder_args
 from .workflow_api import AllowList, WorkflowIn, jsonable, record, state, to_workflow
 
 log = logging.getLogger("ray.serve")
@@ -90,12 +89,8 @@ class SchedulerArgs:
 
 
 def parse_args(args: Mapping[str, Any] | None) -> SchedulerArgs:
-    """Validate builder args; strings from ``serve run key=value`` are parsed as YAML scalars."""
-    data = dict(args or {})
-    for k, v in list(data.items()):
-        if isinstance(v, str) and k not in ("policy", "env_config", "trace"):
-            data[k] = yaml.safe_load(v)
-    return build(SchedulerArgs, data, "args")
+    """Validate builder args (``serve_apps.placement.builder_args``)."""
+    return builder_args(SchedulerArgs, args, ("policy", "env_config", "trace"))
 
 
 api = FastAPI(title="SCALE scheduler service", version="1",
@@ -111,21 +106,16 @@ class UnknownWorkflow(KeyError):
         self.msg, self.gone = msg, gone
 
 
-def _gone_json(exc: UnknownWorkflow) -> JSONResponse:
+async def _unknown(_: Request, exc: UnknownWorkflow) -> JSONResponse:
     return errors.error(410 if exc.gone else 404, ["path", "id"], exc.msg,
                         "workflow_lost" if exc.gone else "not_found")
-
-
-async def _unknown(_: Request, exc: UnknownWorkflow) -> JSONResponse:
-    return _gone_json(exc)
 
 
 api.add_exception_handler(UnknownWorkflow, _unknown)
 
 
-def _dumps(content: Any) -> Response:
-    return Response(json.dumps(content, separators=(",", ":")).encode(),
-                    media_type="application/json")
+def _respond(content: Any) -> Response:
+    return _json(_dumps(content))
 
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=1000, health_check_period_s=10,
@@ -259,12 +249,12 @@ class SchedulerService:
     async def _record(self, wid: str, wait_s: float, with_result: bool) -> dict:
         h = self._lookup(wid)
         await self._await_done(h, wait_s)
-        def build() -> dict:  # per-task lists: off the event loop for large workflows
+        def make() -> dict:  # per-task lists: off the event loop for large workflows
             rec = record(wid, h, self.t0, self.sched.cfg.time_scale)
             if with_result and rec["state"] == "completed":
                 rec["result"] = jsonable(self._values(h))
             return rec
-        return await self._off_loop(build)
+        return await self._off_loop(make)
 
     async def _cluster(self) -> dict:
         import ray
@@ -291,7 +281,7 @@ class SchedulerService:
         def parse() -> Any:
             return to_workflow(parse_body(body, WorkflowIn, ct), self.allow, t.max_tasks)
         wf = await self._off_loop(parse)
-        out = _dumps(self._accept(wf))
+        out = _respond(self._accept(wf))
         out.status_code = 201
         return out
 
@@ -300,17 +290,17 @@ class SchedulerService:
     async def get_workflow(self, wid: str, wait_s: float = 0.0) -> Response:
         if not 0 <= wait_s <= 60:
             raise RequestError(("query", "wait_s"), f"must be in [0, 60], got {wait_s}")
-        return _dumps(await self._record(wid, wait_s, True))
+        return _respond(await self._record(wid, wait_s, True))
 
     @api.delete("/v1/workflows/{wid}", summary="cancel a workflow")
     @_resolved
     async def delete_workflow(self, wid: str) -> Response:
-        return _dumps(await self.cancel(wid))
+        return _respond(await self.cancel(wid))
 
     @api.get("/v1/cluster", summary="servers, busy, queue, policy")
     @_resolved
     async def get_cluster(self) -> Response:
-        return _dumps(await self._cluster())
+        return _respond(await self._cluster())
 
     # ---------------------------------------------------------------- handle API
     async def submit(self, payload: bytes, name: str = "") -> dict:

@@ -636,3 +636,21 @@ def test_run_workflows_cli_rejects_bad_arguments(tmp_path):
     bad.write_text(json.dumps({"name": "w", "tasks": [{"name": "a", "compute_gflop": 1,
                                                       "parents": ["a"]}]}))
     assert main(["run-workflows", "--dag", str(bad)]) == 2
+
+
+def test_done_callbacks_run_once_and_one_that_raises_stops_nothing():
+    """The scheduler service waits on handles through callbacks run on the scheduler thread."""
+    from scale_ray.live.handles import WorkflowHandle
+
+    h = WorkflowHandle(0, from_spec(WorkflowSpec((TaskSpec(1.0, 0.0, 0.0),), "one")), 0.0)
+    seen = []
+
+    def boom(_):
+        raise RuntimeError("event loop is closed")
+
+    h.add_done_callback(boom)
+    h.add_done_callback(lambda x: seen.append(("before", x.id)))
+    assert seen == []
+    h._complete(1.0)  # the raising callback is logged, the next one still runs
+    h.add_done_callback(lambda x: seen.append(("after", x.id)))
+    assert seen == [("before", 0), ("after", 0)] and h.done()

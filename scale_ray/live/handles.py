@@ -4,6 +4,7 @@ handles (:func:`summarize`)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -12,6 +13,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .workflow import Call, CollectedWorkflow
+
+log = logging.getLogger(__name__)
 
 
 class WorkflowFailed(RuntimeError):
@@ -56,8 +59,11 @@ class WorkflowHandle:
         with self._cb_lock:
             self._done.set()
             callbacks, self._callbacks = self._callbacks, []
-        for fn in callbacks:
-            fn(self)
+        for fn in callbacks:  # run on the scheduler thread: one that raises must not stop it
+            try:
+                fn(self)
+            except Exception:  # noqa: BLE001 - e.g. a waiter whose event loop has closed
+                log.exception("workflow %s: a done callback raised", self.id)
 
     def add_done_callback(self, fn: Callable[["WorkflowHandle"], None]) -> None:
         """Call ``fn(handle)`` once the workflow is done (at once if it is; else on the
