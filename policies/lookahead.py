@@ -28,14 +28,17 @@ from __future__ import annotations
 import time
 from itertools import compress
 from operator import not_
-from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
 from envs.config import EnvConfig, build, rng
 from envs.fork import drop_arrivals, fork, unfinished_range
 from envs.simulator import DONE, READY, RUNNING, Simulator
+from envs.snapshot import ServerState, WorkflowState
+from envs.snapshot import build as build_snapshot
+from envs.snapshot import describe as describe_snapshot
 
 from .base import Obs, Policy
 
@@ -56,6 +59,9 @@ class LookaheadConfig:
         doc="also try waiting for the busy server that finishes the task first (reserves it)"))
     future: Literal["none", "sampled", "oracle"] = field(default="none", metadata=rng(
         doc="arrivals in a rollout: fresh random ones, none, or the episode's real ones"))
+    snapshot: bool = field(default=False, metadata=rng(
+        doc="plan every decision on a snapshot of the present (envs.snapshot), remembering "
+            "only this instant's waits: how /v1/schedule and the live scheduler run it"))
 
 
 def load_lookahead_config(data: Mapping[str, Any] | LookaheadConfig | None,
@@ -249,6 +255,8 @@ class Lookahead(Policy):
         self._future = (np.random.Generator(np.random.PCG64(a)),
                         np.random.Generator(np.random.PCG64(w)))
         self._reserved: dict[int, tuple[int, int]] = {}  # task id -> (slot, server id)
+        self._inner = None  # snapshot: true: the planner run on each snapshot
+        self._round_t = None
         self.stats = {"decisions": 0, "planned": 0, "rollouts": 0, "waits_chosen": 0,
                       "changed": 0, "plan_s": 0.0}
 
@@ -261,8 +269,32 @@ class Lookahead(Policy):
         return {"name": self.name, "algorithm": "planner", "version": "builtin",
                 "first_level": self.first_level, "config": to_dict(self.config)}
 
+    def fresh(self) -> "Lookahead":
+        """A planner with the same settings and its own state (one per thread or round)."""
+        return Lookahead(self.env, self.config, self._seed)
+
+    def decide(self, servers: Sequence[ServerState], workflows: Sequence[WorkflowState],
+               focus: tuple[int, int], waiting: Mapping[tuple[int, int], int] | None = None,
+               env: EnvConfig | None = None) -> int:
+        """The server position for task ``focus`` = (workflow, task) of a snapshot of the
+        present (``envs.snapshot``: the placement service's request, the live scheduler's
+        record). ``waiting``: tasks of the snapshot that chose to wait for a busy server
+        earlier in this round -> that server (they stay reserved for them in the rollouts).
+        ``env``: rules and constants of the snapshot (default: the planner's). Not
+        thread-safe: one planner per thread (:meth:`fresh`)."""
+        snap = build_snapshot(env or self.env, servers, workflows, focus)
+        sim = snap.sim
+        saved = self._reserved
+        self._reserved = {snap.ids[w][j]: (s, sim._sid_l[s]) for (w, j), s in (waiting or {}).items()}
+        try:
+            return self.act_state(sim)
+        finally:
+            self._reserved = saved
+
     # -------------------------------------------------------------- acting
     def act_state(self, sim: Simulator) -> int:
+        if self.config.snapshot:
+            return self._act_snapshot(sim)
         self.stats["decisions"] += 1
         slot = _reserved_slot(sim, self._reserved)
         if slot is not None:
@@ -280,6 +312,26 @@ class Lookahead(Policy):
         if sim._busy_l[slot]:  # a wait: reserve the server
             self._reserved[sim.current.id] = (slot, sim._sid_l[slot])
             self.stats["waits_chosen"] += 1
+        self.stats["plan_s"] += time.perf_counter() - t0
+        return slot
+
+    def _act_snapshot(self, sim: Simulator) -> int:
+        """``snapshot: true``: the decision as Serve and the live scheduler make it. Waits chosen
+        at this instant (one placement round) stay reserved; earlier ones are forgotten."""
+        if self._round_t != sim.t:
+            self._round_t, self._round_waits = sim.t, {}
+        t0 = time.perf_counter()
+        servers, workflows, ids = describe_snapshot(sim)
+        where = {tid: (w, j) for w, tids in enumerate(ids) for j, tid in enumerate(tids)}
+        waiting = {where[tid]: s for tid, s in self._round_waits.items() if tid in where}
+        if self._inner is None:
+            self._inner = Lookahead(self.env, replace(self.config, snapshot=False), self._seed)
+        inner = self._inner
+        slot = inner.decide(servers, workflows, where[sim.current.id], waiting, env=sim.cfg)
+        if sim._busy_l[slot]:
+            self._round_waits[sim.current.id] = slot
+        for k in ("decisions", "planned", "rollouts", "waits_chosen", "changed"):
+            self.stats[k] = inner.stats[k]
         self.stats["plan_s"] += time.perf_counter() - t0
         return slot
 

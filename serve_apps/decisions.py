@@ -23,21 +23,12 @@ from envs.config import EnvConfig, FeatureConfig, load_env_config, to_dict
 from envs.decision import READY, DecisionCore, Rules, ServerTable, task_vector
 from policies import HEURISTICS, Policy, get_policy
 from policies.guard import Guard, GuardConfig, make_guard
+from policies.lookahead import has_state_protocol
 
-from .schemas import PlaceRequest, ScheduleRequest, Server
+from .planning import planner_ask, probe_request
+from .schemas import PlaceRequest, RequestError, ScheduleRequest, Server
 
 log = logging.getLogger(__name__)
-
-
-class RequestError(ValueError):
-    """Input that passed the schema but makes no sense (duplicate ids, nothing fits, too many
-    servers...). ``loc`` is the field path, as in FastAPI's 422 answers."""
-
-    def __init__(self, loc: Sequence[str | int], msg: str, kind: str = "value_error"):
-        super().__init__(f"{'.'.join(map(str, loc))}: {msg}")
-        self.loc = list(loc)
-        self.msg = msg
-        self.kind = kind
 
 
 # ------------------------------------------------------------------------------- policy loading
@@ -161,10 +152,11 @@ class RequestServers(ServerTable):
         def col(values: list) -> np.ndarray:  # fromiter on a list: ~3x faster than rows of tuples
             return np.fromiter(values, dtype=np.float64, count=n)
 
+        self.power_l = [s.power_w for s in servers]
+        self.busy_power_l = [s.power_w if s.busy_power_w is None else s.busy_power_w
+                             for s in servers]
         self.set_servers(col([s.compute for s in servers]), col([s.memory_gb for s in servers]),
-                         col([s.power_w for s in servers]),
-                         col([s.power_w if s.busy_power_w is None else s.busy_power_w
-                              for s in servers]),
+                         col(self.power_l), col(self.busy_power_l),
                          np.fromiter([s.accepting for s in servers], dtype=bool, count=n),
                          col([s.remaining_s for s in servers]))
 
@@ -265,6 +257,9 @@ class PreparedPlace:
 
 def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> PreparedPlace:
     """Validate beyond the schema and build the observation."""
+    if has_state_protocol(lp.policy):
+        raise RequestError(("body", "task"), f"policy {lp.info['name']!r} plans on whole "
+                           f"workflows and running tasks, not one task: use /v1/schedule")
     servers = RequestServers(req.servers, lp.encoder, max_servers)
     t = req.task
     if servers.max_accepting_memory() < t.memory_gb:
@@ -442,6 +437,9 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
     """
     servers, ready = prepare_schedule(req, lp, max_servers, max_tasks)
     enc = lp.encoder
+    planned = has_state_protocol(lp.policy)
+    if planned:  # the lookahead planner simulates the request (serve_apps.planning)
+        plan, record = planner_ask(req, lp, servers)
     core = DecisionCore(servers, Rules(enc.head_of_line_blocking, enc.ask_only_startable,
                                        enc.mask_infeasible))
     for i, r in enumerate(ready):  # already in first-level order; the position breaks no ties
@@ -451,6 +449,8 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
     unassigned: list[dict] = []
 
     def ask(r: _Ready) -> int:
+        if planned:
+            return plan(r)
         # features.backlog: the tasks still ready are this one and those behind it (as in the
         # simulator, a task a wait set aside is not counted again)
         row = replace(r.row, ready_tasks=len(core.queue)) if backlog else r.row
@@ -467,6 +467,8 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
             delay = max((out / enc.bandwidth_gb_s + enc.latency_s
                          for slot, out in r.inputs if slot != choice), default=0.0)
         servers.start(choice, delay + exec_s)
+        if planned:
+            record(r, choice)
         assignments.append({"workflow": r.wf.id, "task": r.task.id,
                             "server": servers.ids[choice], "index": choice, "guard": r.note})
 
@@ -483,7 +485,13 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
 
 def try_policy(lp: LoadedPolicy) -> None:
     """One decision on a two-server request: a policy that loads but cannot decide (wrong
-    shapes, a broken module) fails here, before it serves. Not counted by the guard."""
+    shapes, a broken module) fails here, before it serves. Not counted by the guard.
+    A planner plans one small /v1/schedule request instead."""
+    if has_state_protocol(lp.policy):
+        out = schedule(probe_request(), lp, 2, 2)
+        if len(out["assignments"]) + len(out["unassigned"]) != 1:
+            raise ValueError(f"policy {lp.spec!r} answered {out} for one ready task")
+        return
     req = PlaceRequest.model_validate({
         "task": {"compute_gflop": 4.0, "memory_gb": 4.0, "ready_tasks": 1, "workflow_age_s": 0.0},
         "servers": [{"id": "a", "compute": 1.0, "memory_gb": 8.0},

@@ -4,12 +4,13 @@ Every model is strict (``"1.5"`` is not a number, ``true`` is not a number) and 
 fields, so a typo is a 422 naming the field rather than a silently ignored key. Numbers must be
 finite and non-negative (server compute and memory, and task compute, strictly positive).
 Limits that can change at run time (servers and tasks per request) are checked by the service,
-not here.
+not here; their violations, and input that passes the schema but makes no sense, raise
+:class:`RequestError` (a 422 naming the field, like the schema's own errors).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StringConstraints
 
@@ -21,6 +22,17 @@ Count = Annotated[StrictInt, Field(ge=0, le=1_000_000)]
 PosCount = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class RequestError(ValueError):
+    """Input that passed the schema but makes no sense (duplicate ids, nothing fits, too many
+    servers...). ``loc`` is the field path, as in FastAPI's 422 answers."""
+
+    def __init__(self, loc: Sequence[str | int], msg: str, kind: str = "value_error"):
+        super().__init__(f"{'.'.join(map(str, loc))}: {msg}")
+        self.loc = list(loc)
+        self.msg = msg
+        self.kind = kind
 
 
 class Server(BaseModel):
@@ -111,6 +123,9 @@ class ScheduleTask(BaseModel):
     inputs: list[Input] = Field([], description="finished parents in the order they finished "
                                                 "(the first is the transfer source)")
     running: StrictBool = Field(False, description="already started (not ready)")
+    server: Id | None = Field(None, description="the server running it (a running task); "
+                                                "required by the lookahead policy, which "
+                                                "simulates when it finishes")
     waits: Count = Field(0, description="waits of this task so far (see PlaceTask.waits)")
 
 

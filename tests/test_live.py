@@ -333,6 +333,28 @@ class TestSharedCluster:
             assert _tier_of(h.task_nodes[1], c) == "large"
         assert sched.counters["decisions"] >= 12
 
+    def test_lookahead_plans_live_rounds_from_the_scheduler_record(self, cluster):
+        """The lookahead planner drives the live scheduler (snapshots of its own record): the
+        workflows complete with correct results, memory fits, and the planner planned (rollouts
+        on snapshots that held running tasks)."""
+        from policies import get_policy
+
+        c, env = cluster
+        planner = get_policy("lookahead", env)
+        spec = WorkflowSpec((TaskSpec(2, 4, 0.1), TaskSpec(2, 40, 0.1, (0,)),
+                             TaskSpec(1, 20, 0.1, (0,)), TaskSpec(1, 1, 0.1, (1, 2))), "la")
+        with LiveScheduler(planner, env, LiveConfig(time_scale=0.05)) as sched:
+            hs = [sched.submit(spec) for _ in range(4)] + [sched.submit(w) for w in _long_workflows(4, 1)]
+            assert sched.drain(timeout=120)
+            stats = dict(sched._planner.planner.stats)
+        expected = from_spec(spec).expected
+        for h in hs[:4]:
+            assert [h.get(i) for i in range(4)] == list(expected)
+            assert _tier_of(h.task_nodes[1], c) == "large"
+        assert all(h.done() and h.error is None for h in hs)
+        assert stats["decisions"] == sched.counters["decisions"] >= 4 * 4 + 4 * 4
+        assert stats["planned"] >= 1 and stats["rollouts"] >= 2
+
     def test_guard_keeps_a_misfit_policy_from_waiting_forever(self, cluster):
         """A learned policy that always answers the smallest server (masked for a 20 GB task)
         would wait forever; the guard (on by default) answers EFT's choice, counts it, traces it."""

@@ -47,6 +47,7 @@ from envs.config import EnvConfig, build
 from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
 from policies.guard import guard_summary, make_guard
+from policies.lookahead import has_state_protocol
 
 from .completions import Completions
 from .config import LiveConfig
@@ -55,6 +56,7 @@ from .handles import WorkflowHandle, _drain, summarize
 from .hints import AutoscaleHints
 from .nodes import NodeSet, _Server
 from .placement import LivePlacement
+from .planning import LivePlanner
 from .tasks import READY, RUNNING, _Task, _Workflow
 from .workflow import Call, CollectedWorkflow, as_collected
 
@@ -117,6 +119,9 @@ class LiveScheduler(Completions):
             self.features = replace(self.features, workload_scale=self.cfg.workload_scale)
         self._guard = make_guard(policy, self.cfg.guard, self.features,
                                  self.env.mdp.transfer_delays_start)
+        self._planner = (LivePlanner(policy, self.env, self.features,
+                                     self.cfg.head_of_line_blocking, self.cfg.time_scale)
+                         if has_state_protocol(policy) else None)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "LiveScheduler":
@@ -400,12 +405,17 @@ class LiveScheduler(Completions):
         :mod:`scale_ray.live.placement`)."""
         if not self.placement.queue.heap:
             return
+        if self._planner is not None:
+            self._planner.new_round()
         self.placement.round(time.perf_counter, self._ask,
                              lambda t, srv: self._submit(t, srv, time.perf_counter()))
         core = self.placement.core
         self.counters["decisions"], self.counters["waits"] = core.decisions, core.waits
 
     def _ask(self, t: _Task, obs: dict[str, np.ndarray]) -> int:
+        if self._planner is not None:  # the lookahead planner: on a snapshot, never guarded
+            running = (x for x, tok in self._running.values() if x.state == RUNNING and x.token == tok)
+            return self._planner.ask(t, self.placement, running, time.perf_counter())
         a = int(self.policy.act(obs))
         if self._guard is not None:
             a = self._guarded(t, obs, a)

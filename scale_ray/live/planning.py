@@ -1,0 +1,97 @@
+"""The ``lookahead`` planner (``policies.lookahead``) in the live scheduler: each ask of the
+decision core's round builds a snapshot of the scheduler's own record (``envs.snapshot``) and
+plans on it.
+
+The snapshot, in model seconds (wall seconds / ``time_scale``): the alive servers with their
+estimated remaining busy time, and every unfinished task of the workflows that have work queued
+or running: running tasks on their servers, finished parents' outputs where they were produced.
+A task that chose to wait for a busy server keeps it reserved in the rollouts for the rest of
+the round; the next round plans again (the planner remembers nothing between rounds). Not a
+learned policy: no guard; it waits only for a busy server that would finish the task before
+the best idle server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Iterable
+
+from envs.config import EnvConfig, FeatureConfig
+from envs.snapshot import ServerState, TaskState, WorkflowState
+
+from .tasks import DONE, READY, RUNNING
+
+if TYPE_CHECKING:
+    from policies.lookahead import Lookahead
+
+    from .placement import LivePlacement
+    from .tasks import _Task, _Workflow
+
+
+class LivePlanner:
+    """Answers the live round's asks with ``planner`` (one per scheduler thread)."""
+
+    def __init__(self, planner: "Lookahead", env: EnvConfig, features: FeatureConfig,
+                 head_of_line_blocking: bool, time_scale: float):
+        mdp = replace(env.mdp, mask_infeasible=True, ask_only_startable=True,
+                      head_of_line_blocking=head_of_line_blocking,
+                      first_level=planner.first_level)
+        self.env = replace(env, mdp=mdp, features=features)
+        self.planner = planner.fresh()
+        self._ts = time_scale if time_scale > 0 else 1.0
+        self.waiting: dict[int, int] = {}  # task gid -> position of the busy server it waits for
+
+    def new_round(self) -> None:
+        self.waiting.clear()
+
+    def ask(self, t: "_Task", placement: "LivePlacement", running: Iterable["_Task"],
+            now: float) -> int:
+        """The server position for ready task ``t`` at wall time ``now``."""
+        servers = [ServerState(s.node.compute, s.node.memory_gb,
+                               0.0 if s.task is None else max((s.busy_until - now) / self._ts, 1e-3),
+                               s.node.idle_w, s.node.busy_w, s.offered)
+                   for s in placement.alive]
+        wfs = _active(placement, running)
+        states, where = [], {}
+        for w, wf in enumerate(wfs):
+            listed = [x for x in wf.tasks if x.state != DONE]
+            pos = {x.idx: j for j, x in enumerate(listed)}
+            tasks = []
+            for j, x in enumerate(listed):
+                where[x.gid] = (w, j)
+                done = [p for p in x.parents if p.state == DONE]
+                if x.first_parent in done:  # the transfer source first
+                    done.remove(x.first_parent)
+                    done.insert(0, x.first_parent)
+                inputs = tuple((_pos(placement, p.last_server), p.prim.output_gb) for p in done)
+                server = placement.position(x.server) if x.state == RUNNING else None
+                tasks.append(TaskState(x.prim.compute_gflop, x.prim.memory_gb, x.prim.output_gb,
+                                       tuple(pos[p.idx] for p in x.parents if p.state != DONE),
+                                       inputs, server))
+            states.append(WorkflowState(tuple(tasks), max((now - wf.arrival_wall) / self._ts, 0.0),
+                                        len(wf.tasks)))
+        waiting = {where[g]: s for g, s in self.waiting.items() if g in where}
+        choice = self.planner.decide(servers, states, where[t.gid], waiting, env=self.env)
+        if placement.alive[choice].task is not None:
+            self.waiting[t.gid] = choice
+        return choice
+
+
+def _pos(placement: "LivePlacement", server) -> int:
+    p = placement.position(server)
+    return -1 if p is None else p
+
+
+def _active(placement: "LivePlacement", running: Iterable["_Task"]) -> list["_Workflow"]:
+    """Workflows with a ready (queued, deferred or set aside) or running task, by arrival."""
+    q = placement.queue
+    seen: dict[int, "_Workflow"] = {}
+    for entries in (q.heap, q.deferred, q.blocked):
+        for e in entries:
+            t = e[2]
+            if t.state == READY and not t.wf.failed:
+                seen.setdefault(id(t.wf), t.wf)
+    for t in running:
+        if not t.wf.failed:
+            seen.setdefault(id(t.wf), t.wf)
+    return sorted(seen.values(), key=lambda wf: wf.arrival_wall)
