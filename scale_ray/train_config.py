@@ -114,6 +114,10 @@ class RunSection:
         "also stop once this many env steps are sampled (DQN and SAC sample a varying number "
         "per iteration: equal budgets are equal env steps); none: iterations alone")))
     out_dir: str = "runs/scale"
+    init: str | None = field(default=None, metadata=rng(doc=(
+        "start from a policy artifact's network weights (a shipped name such as student, or a "
+        "path; PPO only; module, size and task features must match): fine-tuning. "
+        "none: random initial weights")))
     num_cpus: int | None = field(default=None, metadata=rng(ge=1, doc="embedded Ray CPUs"))
     metrics_window: int = field(default=20, metadata=rng(ge=1, doc="episodes averaged in metrics"))
     learner_threads: int | None = field(default=1, metadata=rng(ge=1, le=1024, doc=(
@@ -159,6 +163,9 @@ def load_train_config(source: str | Path | Mapping[str, Any],
         data = merge(data, overrides)
     cfg = build(TrainConfig, data, "train")
     env = load_env(cfg.env)
+    if cfg.run.init is not None and cfg.algorithm != "ppo":
+        raise ConfigError(f"run.init: fine-tuning from an artifact is for algorithm ppo, not "
+                          f"{cfg.algorithm!r}")
     if cfg.network == "mlp" and env.dynamics.events:
         raise ConfigError("train.network: the structured MLP needs a fixed server set (no dynamics.events)")
     return cfg, env

@@ -31,12 +31,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from envs.config import EnvConfig, build, to_dict
+from envs.config import ConfigError, EnvConfig, build, to_dict
+from policies import ARTIFACTS_DIR, shipped_policies
 from policies.artifact import save_policy
 
 from .checkpoints import (CKPT_DIR, latest_checkpoint, read_progress, remove_partials,
                           save_checkpoint)
-from .config import load_env
+from .config import REPO_ROOT, load_env
 from .rllib_config import build_algo_config
 from .train_config import TrainConfig
 from .train_metrics import MetricsWriter, extract_metrics, progress_line
@@ -90,6 +91,49 @@ def export_policy(algo, cfg: TrainConfig, env: EnvConfig, path: Path, iteration:
         "iterations": iteration, "env_steps": env_steps, "seed": cfg.run.seed,
         "first_level": env.mdp.first_level, "srr": to_dict(cfg.srr),
         "env": to_dict(env)})  # the encoder settings the policy was trained with (Serve reads them)
+
+
+def init_path(spec: str) -> Path:
+    """``run.init`` -> the artifact directory: a shipped policy's name, a path, or a path
+    relative to the repository (``results/student/policy`` from anywhere)."""
+    if spec in shipped_policies():
+        return ARTIFACTS_DIR / spec
+    p = Path(spec)
+    if p.exists() or p.is_absolute() or not (REPO_ROOT / p).exists():
+        return p
+    return REPO_ROOT / p
+
+
+def init_weights(algo, spec: str) -> str:
+    """Load the network of policy artifact ``spec`` into the learner(s) and the env runners
+    (``run.init``: PPO fine-tuning). Every parameter must match by name and shape, or
+    ConfigError names ``run.init`` and the mismatch. Returns a line for the log."""
+    import torch
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    from policies.artifact import load_network
+
+    net, meta = load_network(init_path(spec))
+    lg = algo.learner_group
+    weights = lg.get_weights()
+    mine = weights[DEFAULT_MODULE_ID]
+    theirs = {f"net.{k}": v for k, v in net.state_dict().items()}
+    missing = sorted(set(mine) - set(theirs))
+    extra = sorted(set(theirs) - set(mine))
+    bad = [k for k in theirs if k in mine and tuple(theirs[k].shape) != tuple(mine[k].shape)]
+    if missing or extra or bad:
+        raise ConfigError(f"run.init: {spec!r} ({meta.get('algorithm')}, {net.kind}) does not "
+                          f"match the module being trained: missing {missing[:3]}, unexpected "
+                          f"{extra[:3]}, other shapes {bad[:3]} (same network and model sizes "
+                          f"and task features needed)")
+    for k, v in theirs.items():
+        t = v.detach().cpu()
+        mine[k] = t.numpy() if not isinstance(mine[k], torch.Tensor) else t.to(mine[k].dtype)
+    lg.set_weights(weights)
+    if algo.env_runner_group is not None:
+        algo.env_runner_group.sync_weights(from_worker_or_learner_group=lg, inference_only=True)
+    return (f"{spec} ({meta.get('algorithm')}, version {meta.get('version')}, "
+            f"{len(theirs)} tensors)")
 
 
 def record_placement(algo, out: Path) -> dict[str, Any]:
@@ -152,6 +196,8 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
         if ckpt is not None:
             algo.restore_from_path(str(ckpt.resolve()))
             echo(f"resumed from {ckpt} at iteration {algo.iteration}")
+        elif cfg.run.init is not None:
+            echo(f"initial weights: {init_weights(algo, cfg.run.init)}")
         log.info("algorithm built in %.1f s", time.perf_counter() - t_build)
         placement = record_placement(algo, out)
         if placement["env_runners"] or placement["learners_remote"]:

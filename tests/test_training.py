@@ -67,6 +67,42 @@ def test_bad_train_config_names_the_key():
         load_train_config({}, {"env": {"workload": {"horizon_s": -5}}})
 
 
+def test_fine_tuning_config_validates_and_is_ppo_only():
+    cfg, env = load_train_config(REPO_ROOT / "configs" / "train" / "student_ppo.yaml")
+    assert cfg.run.init == "results/student/policy" and cfg.label == "ppo+srr"
+    assert cfg.ppo.lr == 3e-5 and env.mdp.transfer_delays_start
+    with pytest.raises(ConfigError, match="run.init: fine-tuning from an artifact is for "
+                                          "algorithm ppo, not 'dqn'"):
+        load_train_config(REPO_ROOT / "configs" / "train" / "dqn.yaml", {"run": {"init": "scale"}})
+
+
+@pytest.mark.slow
+def test_fine_tuning_starts_from_the_artifact_weights(tmp_path, local_ray):
+    """run.init loads the artifact into the learner and the env runners: with a negligible
+    learning rate the exported policy still holds the artifact's weights; a network of another
+    shape is refused, naming run.init."""
+    import torch
+
+    from policies.artifact import load_network
+    from scale_ray.training import train
+
+    small = {**SMALL, "ppo": {**SMALL["ppo"], "lr": 1e-12, "lr_final": 0.0},
+             "run": {**SMALL["run"], "init": "scale"}}
+    cfg, env = load_train_config(REPO_ROOT / "configs" / "train" / "scale_realistic.yaml", small)
+    lines: list[str] = []
+    train(cfg, env, tmp_path / "ft", iterations=1, echo=lines.append)
+    assert any(s.startswith("initial weights: scale (ppo+srr") for s in lines)
+    want = load_network(REPO_ROOT / "policies" / "artifacts" / "scale")[0].state_dict()
+    got = load_network(tmp_path / "ft" / "policy")[0].state_dict()
+    assert set(want) == set(got)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], atol=1e-6, rtol=0)
+    bigger = {**small, "model": {"d_model": 32}}
+    cfg, env = load_train_config(REPO_ROOT / "configs" / "train" / "scale_realistic.yaml", bigger)
+    with pytest.raises(ConfigError, match="run.init: 'scale'.*does not match"):
+        train(cfg, env, tmp_path / "bad", iterations=1, echo=lines.append)
+
+
 def test_scale_out_knobs_are_validated():
     cfg, _ = load_train_config({"learners": {"num_learners": 2, "num_gpus_per_learner": 0.5,
                                              "num_cpus_per_learner": 3},
