@@ -21,6 +21,7 @@ from scale_ray.config import load_env
 from scale_ray.live import (LiveConfig, LiveScheduler, RayDefaultRunner, TaskLostError,
                             WorkflowFailed, collect, parse_dag, primitive)
 from scale_ray.live.cluster import LocalHeteroCluster, live_nodes
+from scale_ray.live.tasks import DONE
 from scale_ray.live.workflow import from_spec, load_dag_file
 
 THREE_TIERS = ["cluster.servers=3",
@@ -76,6 +77,45 @@ def test_observation_fast_path_equals_the_encoder():
         else:  # all but the parent's server
             assert transfer[2] == 0 and (np.delete(transfer, 2) > 0).all()
         assert got["servers"][1, 2] > 0 and got["servers"][0, 2] == 0  # busy / idle
+
+
+def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises():
+    """The lookahead planner asked by the live scheduler (no Ray: the record is set by hand)
+    waits for a fast busy server holding the task's input; if planning raises, EFT decides,
+    the error is counted and nothing stops."""
+    from policies import get_policy
+    from scale_ray.live.cluster import NodeInfo
+    from scale_ray.live.handles import WorkflowHandle
+    from scale_ray.live.nodes import _Server
+
+    env = load_env("configs/env/realistic.yaml", servers=2)
+    sched = LiveScheduler(get_policy("lookahead", env), env, LiveConfig(time_scale=1.0))
+    slow = _Server(0, NodeInfo("slow", 1, 1.0, 64.0, "small", 30.0, 100.0), 0)
+    fast = _Server(1, NodeInfo("fast", 1, 8.0, 64.0, "large", 80.0, 400.0), 0)
+    pl = sched.placement
+    pl.set_alive([slow, fast])
+    spec = WorkflowSpec((TaskSpec(1.0, 1.0, 0.5), TaskSpec(8.0, 1.0, 0.5, (0,)),
+                         TaskSpec(8.0, 1.0, 0.0, (1,))))
+    sched._admit(WorkflowHandle(0, from_spec(spec), 0.0))
+    t0, t1, _ = pl.queue.heap[0][2].wf.tasks
+    now = 10.0
+    # t0 finished on the fast server, which now runs other work for 0.5 s; t1 is ready
+    t0.state, t0.last_server = DONE, fast
+    t1.first_parent = t1.parents[0]
+    pl.queue.heap.clear()
+    pl.push(t1)
+    fast.task, fast.busy_until = t0, now + 0.5
+    obs = pl.observe(t1, now)
+    sched._planner.new_round()
+    assert sched._planner.ask(t1, pl, [], now) == 1  # 0.5 + 1 s there, 8 s on the slow server
+    assert sched._planner.waiting == {t1.gid: 1}
+
+    def broken(*_a, **_k):
+        raise RuntimeError("planner bug")
+
+    sched._planner.ask = broken
+    assert sched._ask(t1, obs) == 0  # EFT: the idle server
+    assert sched.counters["planner_errors"] == 1
 
 
 @primitive(compute_gflop=1.0, memory_gb=1.0)

@@ -8,7 +8,8 @@ or running: running tasks on their servers, finished parents' outputs where they
 A task that chose to wait for a busy server keeps it reserved in the rollouts for the rest of
 the round; the next round plans again (the planner remembers nothing between rounds). Not a
 learned policy: no guard; it waits only for a busy server that would finish the task before
-the best idle server.
+the best idle server. Should planning raise (a bug), EFT decides that task, the error is logged
+and counted (``counters["planner_errors"]``), and the scheduler thread goes on.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from envs.config import EnvConfig, FeatureConfig
 from envs.snapshot import ServerState, TaskState, WorkflowState
+from policies.heuristics import EarliestFinish
 
 from .tasks import DONE, READY, RUNNING
 
@@ -40,6 +42,7 @@ class LivePlanner:
         self.planner = planner.fresh()
         self._ts = time_scale if time_scale > 0 else 1.0
         self.waiting: dict[int, int] = {}  # task gid -> position of the busy server it waits for
+        self.fallback = EarliestFinish(features, env.mdp.transfer_delays_start)  # when planning raised
 
     def new_round(self) -> None:
         self.waiting.clear()

@@ -96,7 +96,8 @@ class LiveScheduler(Completions):
         self._error: BaseException | None = None
         self.counters = {"decisions": 0, "waits": 0, "lost": 0, "rerun_parents": 0,
                          "node_refreshes": 0, "autoscale_requests": 0, "tasks_started": 0,
-                         "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0}
+                         "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0,
+                         "planner_errors": 0}
         # scheduler-thread state
         c = self.env.cluster
         self.placement = LivePlacement(self.features, c.bandwidth_gb_s, c.latency_s,
@@ -415,7 +416,12 @@ class LiveScheduler(Completions):
     def _ask(self, t: _Task, obs: dict[str, np.ndarray]) -> int:
         if self._planner is not None:  # the lookahead planner: on a snapshot, never guarded
             running = (x for x, tok in self._running.values() if x.state == RUNNING and x.token == tok)
-            return self._planner.ask(t, self.placement, running, time.perf_counter())
+            try:
+                return self._planner.ask(t, self.placement, running, time.perf_counter())
+            except Exception:  # noqa: BLE001 - a planner bug must not stop the scheduler thread
+                self.counters["planner_errors"] += 1
+                log.exception("lookahead failed on task %d; EFT decides it", t.gid)
+                return self._planner.fallback.act(obs)
         a = int(self.policy.act(obs))
         if self._guard is not None:
             a = self._guarded(t, obs, a)
