@@ -611,6 +611,42 @@ def test_policy_swap_under_load_has_no_failed_requests(served, artifact):
     assert info["loaded_at"] > loaded_at
 
 
+@pytest.mark.slow
+def test_lookahead_served_on_schedule_after_a_swap(served, artifact):
+    """user_config.policy: lookahead on the /ca app: /v1/schedule plans (a task waits for the
+    fast busy server holding its input), a running task without its server is a 422 naming the
+    field, /v1/place is a 422 pointing to /v1/schedule; then back to the artifact."""
+    client, _ = served
+    body = {"workflows": [
+        {"id": "w1", "arrival_s": 0.0, "tasks": [
+            {"id": "a", "compute_gflop": 8.0, "memory_gb": 1.0, "output_gb": 0.5,
+             "inputs": [{"server": "fast", "output_gb": 0.5}]},
+            {"id": "b", "compute_gflop": 8.0, "memory_gb": 1.0, "parents": ["a"]},
+            {"id": "r", "compute_gflop": 8.0, "memory_gb": 1.0, "running": True, "server": "fast"}]}],
+        "servers": [{"id": "slow", "compute": 1.0, "memory_gb": 64.0},
+                    {"id": "fast", "compute": 8.0, "memory_gb": 64.0, "remaining_s": 0.5}],
+        "now_s": 1.0}
+    try:
+        deploy(serve_config(artifact, ca_policy="lookahead"))
+        deadline = time.monotonic() + 60
+        while client.get("/ca/v1/policy").json()["spec"] != "lookahead":
+            assert time.monotonic() < deadline, "the policy was not swapped"
+            time.sleep(0.1)
+        r = client.post("/ca/v1/schedule", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["unassigned"] == [{"workflow": "w1", "task": "a", "reason": "wait",
+                                           "guard": None}]
+        assert r.json()["policy"] == "lookahead"
+        body["workflows"][0]["tasks"][2].pop("server")
+        r = client.post("/ca/v1/schedule", json=body)
+        assert r.status_code == 422
+        assert r.json()["detail"][0]["loc"] == ["body", "workflows", 0, "tasks", 2, "server"]
+        r = client.post("/ca/v1/place", json=random_place_body(4, np.random.default_rng(0)))
+        assert r.status_code == 422 and "use /v1/schedule" in r.text
+    finally:
+        deploy(serve_config(artifact))
+
+
 # ------------------------------------------------------------------------------- benchmark inputs
 def test_bench_bodies_are_valid_and_give_64_decisions(paper_env):
     """The benchmark's generated requests pass validation; a schedule body has 64 ready tasks."""
