@@ -9,14 +9,22 @@ Candidates: the ``candidates`` best idle fitting servers by EFT's finish time (s
 the same to EFT, same speed, memory and transfer, count once; the first candidate is EFT's own
 choice), plus, with ``wait: true``, the busy fitting server that would finish the task first if
 it beats the best idle one. A single candidate is taken without a rollout. Choosing a busy server
-*reserves* it: the task is deferred (a wait), is asked again after the clock moves and keeps
-choosing that server until it starts there; no other task is placed on a reserved server.
+*reserves* it: the task is deferred (a wait) and no other task is placed on that server. With
+``reservations: instant`` (default) the reservation lasts this instant (this placement round):
+once the clock moves the task is planned afresh like any other. With ``until_start`` it keeps
+choosing that server until it starts there (the first version; measured worse:
+results/lookahead/README.md).
 
-The future of a rollout (``future``): ``sampled`` (default) draws new arrivals from fresh random
-streams (one per decision, the same for every candidate: common random numbers), so the planner
-never sees the episode's real future; ``none`` rolls out the present work alone (cheaper);
+The future of a rollout (``future``): ``none`` (default) rolls out the present work alone;
+``sampled`` draws new arrivals from fresh random streams (one per decision, the same for every
+candidate: common random numbers), so the planner never sees the episode's real future;
 ``oracle`` keeps the simulator's own streams, so rollouts see the real future arrivals (an upper
 bound for comparison; not a scheduler one could deploy).
+
+Where no simulator runs (the placement service's ``/v1/schedule``, the live scheduler),
+:meth:`Lookahead.decide` plans on a simulator built from a snapshot of the present
+(``envs.snapshot``); ``snapshot: true`` makes every decision that way in the simulator too, to
+measure the deployed planner.
 
 Not an observation policy: the evaluation harness calls :meth:`Lookahead.act_state` with the
 simulator (:func:`has_state_protocol`); :meth:`scores` on an observation raises. Never guarded
@@ -59,6 +67,9 @@ class LookaheadConfig:
         doc="also try waiting for the busy server that finishes the task first (reserves it)"))
     future: Literal["none", "sampled", "oracle"] = field(default="none", metadata=rng(
         doc="arrivals in a rollout: fresh random ones, none, or the episode's real ones"))
+    reservations: Literal["instant", "until_start"] = field(default="instant", metadata=rng(
+        doc="how long a chosen wait reserves its busy server: this instant only (the task is "
+            "planned afresh once the clock moves), or until the task starts there"))
     snapshot: bool = field(default=False, metadata=rng(
         doc="plan every decision on a snapshot of the present (envs.snapshot), remembering "
             "only this instant's waits: how /v1/schedule and the live scheduler run it"))
@@ -284,18 +295,22 @@ class Lookahead(Policy):
         thread-safe: one planner per thread (:meth:`fresh`)."""
         snap = build_snapshot(env or self.env, servers, workflows, focus)
         sim = snap.sim
-        saved = self._reserved
+        saved, saved_t = self._reserved, self._round_t
         self._reserved = {snap.ids[w][j]: (s, sim._sid_l[s]) for (w, j), s in (waiting or {}).items()}
+        self._round_t = sim.t  # this instant's waits hold
         try:
             return self.act_state(sim)
         finally:
-            self._reserved = saved
+            self._reserved, self._round_t = saved, saved_t
 
     # -------------------------------------------------------------- acting
     def act_state(self, sim: Simulator) -> int:
         if self.config.snapshot:
             return self._act_snapshot(sim)
         self.stats["decisions"] += 1
+        if self.config.reservations == "instant" and self._round_t != sim.t:
+            self._round_t = sim.t  # the clock moved: every task is planned afresh
+            self._reserved.clear()
         slot = _reserved_slot(sim, self._reserved)
         if slot is not None:
             return slot

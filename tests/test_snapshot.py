@@ -162,7 +162,7 @@ def test_schedule_with_the_planner_needs_running_servers_and_refuses_place():
 def test_the_snapshot_planner_completes_an_episode_with_valid_decisions(tmp_path):
     """``lookahead:snapshot=true`` (every decision planned on a snapshot, as Serve and the live
     scheduler plan): a whole episode with valid picks and a verified trace; its waits last one
-    instant and it plans more often than the stateful planner."""
+    instant, so it plans more often than a planner whose waits hold until the task starts."""
     from envs.trace import read_trace, verify_trace
     from policies import get_policy
     from scale_ray.evaluation import episode_seed, run_episode
@@ -180,8 +180,31 @@ def test_the_snapshot_planner_completes_an_episode_with_valid_decisions(tmp_path
         assert sim._accept_l[a] and sim._memory_l[a] >= task.memory_gb
         sim.step(a)
     assert sim.metrics()["mean_response_s"] == m["mean_response_s"]
-    stateful = get_policy("lookahead", cfg, seed=0)
+    sticky = get_policy("lookahead:reservations=until_start", cfg, seed=0)
     sim.reset(episode_seed(0, 0))
     while sim.current is not None:
-        sim.step(stateful.act_state(sim))
-    assert pol.stats["planned"] > stateful.stats["planned"] > 0
+        sim.step(sticky.act_state(sim))
+    assert pol.stats["planned"] > sticky.stats["planned"] > 0
+
+
+def test_instant_reservations_last_one_instant():
+    """reservations: instant (the default): a wait reserves its server for this instant only
+    (after the clock moves the task is planned again, and may wait again); until_start keeps a
+    reservation made earlier until the task starts."""
+    from policies import get_policy
+    from scale_ray.evaluation import episode_seed
+
+    cfg = load_env(REALISTIC, {"workload": {"horizon_s": 40.0}}, servers=16)
+    for spec, instant in (("lookahead", True), ("lookahead:reservations=until_start", False)):
+        pol, sim = get_policy(spec, cfg, seed=0), Simulator(cfg)
+        sim.reset(episode_seed(0, 1))
+        made: dict[int, float] = {}  # task id -> when the planner last chose its wait
+        older = 0
+        while sim.current is not None:
+            tid, before = sim.current.id, pol.stats["waits_chosen"]
+            a = pol.act_state(sim)
+            if pol.stats["waits_chosen"] > before:
+                made[tid] = sim.t
+            older += sum(1 for t in pol._reserved if made[t] < sim.t)
+            sim.step(a)
+        assert (older == 0) == instant, (spec, older)
