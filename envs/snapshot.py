@@ -31,7 +31,7 @@ from .decision import DONE, READY, RUNNING
 from .episode import _Task, _Workflow, build_workflow
 from .sim_cluster import FINISH
 from .simulator import Simulator
-from .workflow import TaskSpec, WorkflowSpec
+from .workflow import TaskSpec, WorkflowSpec, kahn_order
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,17 +194,11 @@ def _topological(specs: list[TaskSpec], w: int) -> tuple[WorkflowSpec, list[int]
     if all(p < i for i, t in enumerate(specs) for p in t.parents):
         # already parents-first: keep the caller's order (it breaks first-level ties)
         return WorkflowSpec(tuple(specs)), list(range(n))
-    indeg = [len(t.parents) for t in specs]
     kids: list[list[int]] = [[] for _ in range(n)]
     for i, t in enumerate(specs):
         for p in t.parents:
             kids[p].append(i)
-    order = [i for i in range(n) if indeg[i] == 0]
-    for i in order:  # Kahn; `order` grows while iterating
-        for c in kids[i]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                order.append(c)
+    order = kahn_order(kids)
     if len(order) != n:
         raise ValueError(f"workflows[{w}].tasks: the parents form a cycle")
     new_of = [0] * n

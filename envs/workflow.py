@@ -89,6 +89,24 @@ class WorkflowSpec:
         return rank
 
 
+def kahn_order(children: Sequence[Sequence[int]]) -> list[int]:
+    """Nodes ``0..n-1`` in a parents-first order (Kahn's algorithm: roots in index order, then
+    children as their last parent is placed), from each node's children. Shorter than ``n``
+    when the links hold a cycle (the nodes left out are on it or below it)."""
+    n = len(children)
+    indeg = [0] * n
+    for kids in children:
+        for c in kids:
+            indeg[c] += 1
+    order = [i for i in range(n) if indeg[i] == 0]
+    for i in order:  # `order` grows while iterating
+        for c in children[i]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                order.append(c)
+    return order
+
+
 def topological_spec(name: str, nodes: Mapping[str, TaskSpec], edges: Iterable[tuple[str, str]],
                      where: str = "") -> WorkflowSpec:
     """Build a :class:`WorkflowSpec` from named nodes and (parent, child) edges.

@@ -21,6 +21,7 @@ import numpy as np
 
 from envs.config import EnvConfig, FeatureConfig, load_env_config, to_dict
 from envs.decision import READY, DecisionCore, Rules, ServerTable, task_vector
+from envs.workflow import kahn_order
 from policies import HEURISTICS, Policy, get_policy
 from policies.guard import Guard, GuardConfig, make_guard
 from policies.lookahead import has_state_protocol
@@ -335,7 +336,6 @@ def _workflow_ranks(wi: int, wf, first_level: str, mean_compute: float, enc: Enc
         index[t.id] = j
     n = len(wf.tasks)
     children: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
     for j, t in enumerate(wf.tasks):
         for k, p in enumerate(t.parents):
             pj = index.get(p)
@@ -347,18 +347,13 @@ def _workflow_ranks(wi: int, wf, first_level: str, mean_compute: float, enc: Enc
                 raise RequestError((*loc, j, "parents", k), f"task {t.id!r} is its own parent")
             if j not in children[pj]:
                 children[pj].append(j)
-                indeg[j] += 1
         if t.running and t.parents:
             raise RequestError((*loc, j, "running"),
                                f"task {t.id!r} is running but lists unfinished parents")
-    order = [j for j in range(n) if indeg[j] == 0]
-    for j in order:  # Kahn; `order` grows while iterating
-        for c in children[j]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                order.append(c)
+    order = kahn_order(children)
     if len(order) != n:
-        bad = next(j for j in range(n) if indeg[j] > 0)
+        placed = set(order)
+        bad = next(j for j in range(n) if j not in placed)
         raise RequestError((*loc, bad, "parents"), f"the parents of workflow {wf.id!r} form a cycle")
     rank = [0.0] * n
     for j in reversed(order):
