@@ -267,7 +267,8 @@ class Lookahead(Policy):
                         np.random.Generator(np.random.PCG64(w)))
         self._reserved: dict[int, tuple[int, int]] = {}  # task id -> (slot, server id)
         self._inner = None  # snapshot: true: the planner run on each snapshot
-        self._round_t = None
+        self._round_t = None  # the instant whose waits hold (reservations instant, snapshot)
+        self._round_waits: dict[int, int] = {}  # snapshot: this instant's waits, task id -> slot
         self.stats = {"decisions": 0, "planned": 0, "rollouts": 0, "waits_chosen": 0,
                       "changed": 0, "plan_s": 0.0}
 

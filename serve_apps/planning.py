@@ -13,7 +13,7 @@ Nothing is remembered between requests (a task's reservation lasts one round).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from envs.config import EnvConfig
 from envs.snapshot import ServerState, TaskState, WorkflowState
@@ -45,10 +45,11 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
     env = planner_env(lp)
     planner = lp.policy.fresh()  # one per request: requests run in parallel worker threads
     pos = servers.position
-    static: list[list[dict[str, Any]]] = []
+    now = req.now_s
+    workflows: list[WorkflowState] = []  # the request as it came; starts in the round replace it
     for wi, wf in enumerate(req.workflows):
         index = {t.id: j for j, t in enumerate(wf.tasks)}
-        rows = []
+        tasks = []
         for j, t in enumerate(wf.tasks):
             server = None
             if t.running:
@@ -60,39 +61,33 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
                 if server is None:
                     raise RequestError(("body", "workflows", wi, "tasks", j, "server"),
                                        f"{t.server!r} is not a server of the request")
-            rows.append({"c": t.compute_gflop, "m": t.memory_gb, "o": t.output_gb,
-                         "parents": tuple(index[p] for p in t.parents),
-                         "inputs": tuple((pos.get(i.server, -1), i.output_gb) for i in t.inputs),
-                         "server": server})
-        static.append(rows)
-    started: dict[tuple[int, int], int] = {}
+            tasks.append(TaskState(t.compute_gflop, t.memory_gb, t.output_gb,
+                                   tuple(index[p] for p in t.parents),
+                                   tuple((pos.get(i.server, -1), i.output_gb) for i in t.inputs),
+                                   server))
+        age = 0.0 if now is None else max(now - wf.arrival_s, 0.0)
+        workflows.append(WorkflowState(tuple(tasks), age, wf.size))
     waiting: dict[tuple[int, int], int] = {}
-    now = req.now_s
 
-    def snapshot() -> tuple[list[ServerState], list[WorkflowState]]:
-        srv = [ServerState(servers.compute_l[i], servers.memory_l[i],
-                           float(servers.busy_until[i]) if servers.busy_l[i] else 0.0,
-                           servers.power_l[i], servers.busy_power_l[i], servers.accept_l[i])
-               for i in range(len(servers))]
-        wfs = []
-        for wi, (wf, rows) in enumerate(zip(req.workflows, static)):
-            tasks = tuple(TaskState(r["c"], r["m"], r["o"], r["parents"], r["inputs"],
-                                    started.get((wi, j), r["server"])) for j, r in enumerate(rows))
-            age = 0.0 if now is None else max(now - wf.arrival_s, 0.0)
-            wfs.append(WorkflowState(tasks, age, wf.size))
-        return srv, wfs
+    def snapshot() -> list[ServerState]:
+        return [ServerState(servers.compute_l[i], servers.memory_l[i],
+                            float(servers.busy_until[i]) if servers.busy_l[i] else 0.0,
+                            servers.power_l[i], servers.busy_power_l[i], servers.accept_l[i])
+                for i in range(len(servers))]
 
     def ask(r: "_Ready") -> int:
         key = (r.key[2], r.key[3])
-        srv, wfs = snapshot()
-        choice = planner.decide(srv, wfs, key, waiting, env=env)
+        choice = planner.decide(snapshot(), workflows, key, waiting, env=env)
         r.asked = True
         if servers.busy_l[choice]:
             waiting[key] = choice
         return choice
 
     def record(r: "_Ready", choice: int) -> None:
-        started[(r.key[2], r.key[3])] = choice
+        wi, j = r.key[2], r.key[3]
+        wf = workflows[wi]
+        tasks = wf.tasks[:j] + (replace(wf.tasks[j], server=choice),) + wf.tasks[j + 1:]
+        workflows[wi] = replace(wf, tasks=tasks)
 
     return ask, record
 
