@@ -16,6 +16,7 @@ import dataclasses
 import math
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
@@ -376,10 +377,28 @@ class MdpConfig:
     ask_only_startable: bool = field(default=False, metadata=rng(
         doc="beyond the paper: when no server can start the task now (every action would be a "
             "wait), wait without asking the policy, as the live scheduler does"))
-    first_level: Literal["hop", "upward_rank"] = "hop"
+    order: Literal["hop", "upward_rank", "fifo", "edf", "srpt", "las"] | None = field(
+        default=None, metadata=rng(
+            doc="the order ready tasks are placed in (envs/order.py): hop (the paper's), "
+                "upward_rank (HEFT), fifo (oldest workflow first), edf, srpt, las; unset: what "
+                "the policy needs, else hop (the live library, Serve and the service: fifo)"))
+    edf_factor: float = field(default=2.0, metadata=rng(
+        ge=0, le=1000, doc="order edf: deadline = arrival + this x the critical-path lower bound"))
+    first_level: Literal["hop", "upward_rank"] | None = field(default=None, metadata=rng(
+        doc="deprecated alias of order (warns)"))
     max_decisions: int = field(default=2_000_000, metadata=rng(ge=1, doc="truncation cap"))
     max_time_factor: float = field(default=10.0, metadata=rng(
         ge=1, doc="truncate when the clock passes horizon_s * this factor"))
+
+    def __post_init__(self) -> None:
+        if self.first_level is not None:  # the deprecated alias: becomes order
+            warnings.warn("mdp.first_level is deprecated: use mdp.order", FutureWarning,
+                          stacklevel=2)
+            if self.order is not None and self.order != self.first_level:
+                raise ConfigError(f"mdp.first_level: {self.first_level!r} contradicts mdp.order: "
+                                  f"{self.order!r}; set only mdp.order")
+            object.__setattr__(self, "order", self.first_level)
+            object.__setattr__(self, "first_level", None)
 
 
 @dataclass(frozen=True)

@@ -57,12 +57,13 @@ class ReadyQueue:
     changes). The heap holds ``(key, tie, task)`` entries; a task pushed twice is harmless (stale
     or duplicate entries are dropped when they reach the top)."""
 
-    __slots__ = ("heap", "deferred", "blocked")
+    __slots__ = ("heap", "deferred", "blocked", "_deferred_heap")
 
     def __init__(self) -> None:
         self.heap: list[tuple] = []
         self.deferred: list[tuple] = []
         self.blocked: list[tuple] = []
+        self._deferred_heap = False  # the deferred list is a heap (defer_all)
 
     def __len__(self) -> int:
         return len(self.heap)
@@ -74,17 +75,41 @@ class ReadyQueue:
     def defer_head(self) -> None:
         """Set the top task aside until :meth:`requeue_deferred` (a wait without blocking)."""
         self.deferred.append(heapq.heappop(self.heap))
+        self._deferred_heap = False
 
     def block_head(self) -> None:
         """Set the top task aside until :meth:`requeue_blocked` (it fits no server now)."""
         self.blocked.append(heapq.heappop(self.heap))
 
-    def requeue_deferred(self) -> None:
-        """The clock moved: deferred tasks compete again."""
+    def defer_all(self) -> None:
+        """Set every task aside until :meth:`requeue_deferred` (no server is idle) without
+        walking them: the heap becomes the deferred list whole; only the tasks deferred one by
+        one earlier in this round are pushed into it."""
+        big = self.heap
         if self.deferred:
             for e in self.deferred:
-                heapq.heappush(self.heap, e)
-            self.deferred.clear()
+                heapq.heappush(big, e)
+        self.deferred = big
+        self.heap = []
+        self._deferred_heap = True
+
+    def requeue_deferred(self) -> None:
+        """The clock moved: deferred tasks compete again. When the deferred list is a whole
+        heap (:meth:`defer_all`) the new arrivals are pushed into it instead, so requeueing a
+        backlog costs no more than the tasks that arrived meanwhile."""
+        d = self.deferred
+        if not d:
+            return
+        h = self.heap
+        if self._deferred_heap and len(d) > len(h):
+            for e in h:
+                heapq.heappush(d, e)
+            self.heap = d
+        else:
+            for e in d:
+                heapq.heappush(h, e)
+        self.deferred = []
+        self._deferred_heap = False
 
     def requeue_blocked(self) -> None:
         """The server set changed: blocked tasks may fit now."""
@@ -105,6 +130,7 @@ class ReadyQueue:
         q.heap = [(k, i, remap(t)) for k, i, t in self.heap]
         q.deferred = [(k, i, remap(t)) for k, i, t in self.deferred]
         q.blocked = [(k, i, remap(t)) for k, i, t in self.blocked]
+        q._deferred_heap = self._deferred_heap
         return q
 
 
@@ -205,6 +231,15 @@ class ServerTable:
         return (0 <= slot < self.n and self.accept_l[slot] and not self.busy_l[slot]
                 and self.memory_l[slot] >= memory_gb)
 
+    def max_idle_memory(self) -> float:
+        """The largest memory of an accepting idle server; -1 when none is idle (one pass
+        over the servers: the cost of a round never depends on the backlog)."""
+        best = -1.0
+        for acc, busy, mem in zip(self.accept_l, self.busy_l, self.memory_l):
+            if acc and not busy and mem > best:
+                best = mem
+        return best
+
     def startable(self, memory_gb: float) -> bool:
         """Whether some accepting, idle server fits ``memory_gb`` now."""
         for acc, busy, mem in zip(self.accept_l, self.busy_l, self.memory_l):
@@ -278,23 +313,32 @@ class DecisionCore:
         """``(task, EMPTY)``: the next task to ask the policy about (it stays on top of the
         queue until :meth:`resolve`), or ``(None, EMPTY)`` when no ready task is left this
         round, or ``(None, HOL_WAIT)`` when a forced wait under head-of-line blocking ends it."""
-        heap = self.queue.heap
+        queue = self.queue
+        heap = queue.heap
         servers = self.servers
+        idle_mem = None  # largest memory of an accepting idle server, read once per call
         while heap:
-            task = heap[0][2]
-            if task.state != READY:
-                heapq.heappop(heap)
+            entry = heap[0]
+            task = entry[2]
+            if task.state != READY or entry[0] is not task.key and entry[0] != task.key:
+                heapq.heappop(heap)  # stale: no longer ready, or re-keyed (a newer entry exists)
                 continue
             memory = task.memory_gb
             if memory > servers.max_accept_mem:  # fits no accepting server: set aside
-                self.queue.block_head()
+                queue.block_head()
                 continue
-            if self._only_startable and not servers.startable(memory):
-                self.forced_waits += 1
-                if self._hol:
-                    return None, HOL_WAIT
-                self.queue.defer_head()
-                continue
+            if self._only_startable:
+                if idle_mem is None:
+                    idle_mem = servers.max_idle_memory()
+                if memory > idle_mem:  # no accepting idle server fits it: a forced wait
+                    self.forced_waits += 1
+                    if self._hol:
+                        return None, HOL_WAIT
+                    if idle_mem < 0.0:  # no server is idle: every ready task waits, unwalked
+                        queue.defer_all()
+                        return None, EMPTY
+                    queue.defer_head()
+                    continue
             return task, EMPTY
         return None, EMPTY
 

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from .decision import DONE, WAITING
+from . import order as orders
+from .decision import DONE, READY, WAITING
 from .workload import WorkflowSpec
 
 if TYPE_CHECKING:  # annotations only: the simulator imports this module
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # annotations only: the simulator imports this module
 class _Task:
     __slots__ = ("id", "wf", "compute", "memory_gb", "output", "parents", "children", "key",
                  "pending", "state", "slot", "sid", "start", "finish", "token", "first_parent",
-                 "waits")
+                 "waits", "rank")
 
     def __init__(self, tid: int, wf: "_Workflow", compute: float, memory_gb: float, output: float):
         self.id = tid
@@ -38,10 +39,11 @@ class _Task:
         self.token = 0              # bumps on every start; stale finish events are ignored
         self.first_parent: _Task | None = None  # first parent to finish (paper's transfer source)
         self.waits = 0              # policy picks that did not start it (invalid actions)
+        self.rank = 0.0             # within-workflow rank of its order key (envs.order.ranks)
 
 
 class _Workflow:
-    __slots__ = ("id", "arrival", "n", "done", "lower_bound", "finish")
+    __slots__ = ("id", "arrival", "n", "done", "lower_bound", "finish", "level", "tasks")
 
     def __init__(self, wid: int, arrival: float, n: int, lower_bound: float):
         self.id = wid
@@ -50,23 +52,27 @@ class _Workflow:
         self.done = 0
         self.lower_bound = lower_bound
         self.finish = math.nan
+        self.level = 0.0            # its order level (envs.order: deadline, work left, service)
+        self.tasks: list[_Task] = []
 
 
 def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
-                   speed_by_memory: Sequence[tuple[float, float]], first_level: str,
-                   mean_compute: float, bandwidth_gb_s: float, latency_s: float
-                   ) -> tuple[_Workflow, list[_Task]]:
+                   speed_by_memory: Sequence[tuple[float, float]], order: str,
+                   mean_compute: float, bandwidth_gb_s: float, latency_s: float,
+                   edf_factor: float = 2.0) -> tuple[_Workflow, list[_Task]]:
     """Workflow ``wid`` arriving at ``t`` with task ids from ``base``: linked tasks, each keyed
-    ``(-rank, t)`` for the ready queue (hop count to a sink, or HEFT's upward rank), and the
-    critical-path lower bound (each task on the fastest tier, ``speed_by_memory`` ordered by
-    speed, whose memory fits it)."""
+    for the ready queue by ``order`` (:mod:`envs.order`), and the critical-path lower bound
+    (each task on the fastest tier, ``speed_by_memory`` ordered by speed, whose memory fits
+    it)."""
     specs = spec.tasks
     n = len(specs)
     wf = _Workflow(wid, t, n, 0.0)
     new = [_Task(base + i, wf, ts.compute_gflop, ts.memory_gb, ts.output_gb)
            for i, ts in enumerate(specs)]
+    wf.tasks = new
     # One forward pass: links, and the critical-path lower bound.
     longest = [0.0] * n
+    kids: list[list[int]] = [[] for _ in range(n)]
     for i, ts in enumerate(specs):
         task = new[i]
         before = 0.0
@@ -74,6 +80,7 @@ def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
             parent = new[p]
             task.parents.append(parent)
             parent.children.append(task)
+            kids[p].append(i)
             if longest[p] > before:
                 before = longest[p]
         task.pending = len(ts.parents)
@@ -84,18 +91,31 @@ def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
                 break
         longest[i] = ts.compute_gflop / speed + before
     wf.lower_bound = max(longest)
-    if first_level == "hop":
-        ranks = [0] * n  # longest hop count to a sink
-        for i in range(n - 1, -1, -1):
-            for child in new[i].children:
-                r = ranks[child.id - base] + 1
-                if r > ranks[i]:
-                    ranks[i] = r
-    else:
-        ranks = spec.upward_ranks(mean_compute, bandwidth_gb_s, latency_s)
+    rank = orders.ranks(order, [ts.compute_gflop for ts in specs], [ts.output_gb for ts in specs],
+                        kids, mean_compute, bandwidth_gb_s, latency_s)
+    work = sum(ts.compute_gflop for ts in specs) / mean_compute if order == "srpt" else 0.0
+    wf.level = level = orders.initial_level(order, t, wf.lower_bound, work, edf_factor)
+    key = orders.task_key
     for i, task in enumerate(new):
-        task.key = (-ranks[i], t)
+        task.rank = rank[i]
+        task.key = key(order, rank[i], t, wid, level)
     return wf, new
+
+
+def rekey(wf: _Workflow, order: str, task: _Task, run_s: float, mean_compute: float,
+          push: Any) -> None:
+    """A dynamic order (``srpt``, ``las``): ``task`` of ``wf`` finished after ``run_s``
+    seconds; the workflow's level moves, every unfinished task gets its new key and the ready
+    ones are pushed again (``push(task)``; the queue drops their older entries)."""
+    wf.level = level = orders.finished(order, wf.level, task.compute, run_s, mean_compute)
+    key = orders.task_key
+    for tk in wf.tasks:
+        st = tk.state
+        if st == DONE:
+            continue
+        tk.key = key(order, tk.rank, wf.arrival, wf.id, level)
+        if st == READY:
+            push(tk)
 
 
 def episode_metrics(sim: "Simulator") -> dict[str, Any]:

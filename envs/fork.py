@@ -135,7 +135,8 @@ def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> S
         if wc is None:
             wc = wnew(_Workflow)
             wc.id, wc.arrival, wc.n, wc.done = w.id, w.arrival, w.n, w.done
-            wc.lower_bound, wc.finish = w.lower_bound, w.finish
+            wc.lower_bound, wc.finish, wc.level = w.lower_bound, w.finish, w.level
+            wc.tasks = w.tasks  # the originals; relinked to the copies below
             wf_map[w.id] = wc
             workflows[w.id] = wc
         c = tnew(_Task)
@@ -143,11 +144,14 @@ def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> S
         c.key, c.pending, c.state, c.slot, c.sid = t.key, t.pending, t.state, t.slot, t.sid
         c.start, c.finish, c.token, c.first_parent, c.waits = (t.start, t.finish, t.token,
                                                                t.first_parent, t.waits)
+        c.rank = t.rank
         tasks[i] = c
         copies.append((t, c))
     for t, c in copies:  # links: unfinished parents/children are the copies (same ids)
         c.parents = [tasks[p.id] for p in t.parents]
         c.children = [tasks[ch.id] for ch in t.children]
+    for wc in wf_map.values():  # finished tasks are shared (never mutated again)
+        wc.tasks = [tasks[tk.id] for tk in wc.tasks]
     new.tasks = tasks
     new.workflows = workflows
 

@@ -32,7 +32,8 @@ from .config import EnvConfig
 from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  # noqa: F401
                        Rules, ServerTable, task_vector)  # (the task states are re-exported)
 from .encoding import encode_task, task_dim
-from .episode import _Task, _Workflow, build_workflow, episode_metrics
+from . import order as orders
+from .episode import _Task, _Workflow, build_workflow, episode_metrics, rekey
 from .sim_cluster import ADD, ARRIVAL, FAIL, FINISH, JOIN, LEAVE, REMOVE, ClusterDynamics
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
@@ -66,8 +67,12 @@ class Simulator(ClusterDynamics):
         # Critical-path lower bound: run time on the fastest tier whose memory fits.
         self._speed_by_memory = [(t.compute, t.memory_gb)
                                  for t in sorted(c.tiers, key=lambda t: -t.compute)]
-        self._mean_compute = (sum(t.compute * n for t, n in zip(c.tiers, c.tier_counts().values()))
-                              / max(1, c.servers))
+        counts = c.tier_counts()
+        self._mean_compute = orders.mean_compute(
+            t.compute for t in c.tiers for _ in range(counts.get(t.name, 0)))
+        self._order = config.mdp.order or orders.PAPER_ORDER
+        self._edf_factor = config.mdp.edf_factor
+        self._dynamic = self._order in orders.DYNAMIC
         # Hot-path copies of config values (the config itself stays the source of truth).
         r, mdp = config.reward, config.mdp
         self._reward_consts = (r.w1, r.t0_s, r.w2, r.t0c_s, r.w3, r.e0_j)
@@ -242,6 +247,9 @@ class Simulator(ClusterDynamics):
         wf.done += 1
         if wf.done == wf.n:
             wf.finish = t
+        elif self._dynamic:  # srpt / las: the workflow's key moves (its children's too)
+            rekey(wf, self._order, task, t - self.run_start[slot], self._mean_compute,
+                  self._make_ready)
         if self.trace is not None:
             self._emit({"t": t, "event": "finish", "task": task.id, "server": self._sid_l[slot]})
         heap = self._queue.heap
@@ -267,8 +275,8 @@ class Simulator(ClusterDynamics):
     def _spawn_workflow(self, spec: WorkflowSpec) -> None:
         t = self.t
         wf, new = build_workflow(spec, len(self.workflows), len(self.tasks), t,
-                                 self._speed_by_memory, self.cfg.mdp.first_level,
-                                 self._mean_compute, self._bw, self._lat)
+                                 self._speed_by_memory, self._order,
+                                 self._mean_compute, self._bw, self._lat, self._edf_factor)
         self.workflows.append(wf)
         self.tasks.extend(new)
         self.outstanding += len(new)

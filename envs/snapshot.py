@@ -31,6 +31,7 @@ from .decision import DONE, READY, RUNNING
 from .episode import _Task, _Workflow, build_workflow
 from .sim_cluster import FINISH
 from .simulator import Simulator
+from . import order as orders
 from .workflow import TaskSpec, WorkflowSpec, kahn_order
 
 
@@ -103,7 +104,7 @@ def build(env: EnvConfig, servers: Sequence[ServerState], workflows: Sequence[Wo
     sim = fork(_template(env, n))
     sim.terminated = False  # (the template found nothing to do)
     acc = [s.compute for s in servers if s.accepting] or [s.compute for s in servers]
-    sim._mean_compute = mean_compute or sum(acc) / len(acc)
+    sim._mean_compute = mean_compute or orders.mean_compute(acc)
     srv = sim.servers
     for i, s in enumerate(servers):
         sim.idle_w[i], sim.busy_w[i] = s.idle_w, s.busy_w
@@ -152,8 +153,8 @@ def _add_workflow(sim: Simulator, w: int, wf: WorkflowState, servers: Sequence[S
                               tuple(own) + tuple(m + p for p in t.parents)))
     spec, pos = _topological(specs, w)  # pos: listed index -> spec index
     wfo, new = build_workflow(spec, len(sim.workflows), len(sim.tasks), -wf.age_s,
-                              sim._speed_by_memory, sim.cfg.mdp.first_level, sim._mean_compute,
-                              sim._bw, sim._lat)
+                              sim._speed_by_memory, sim._order, sim._mean_compute,
+                              sim._bw, sim._lat, sim._edf_factor)
     wfo.n = size + m
     wfo.done = size - len(listed) + m
     sim.workflows.append(wfo)

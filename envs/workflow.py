@@ -16,6 +16,8 @@ from typing import Iterable, Mapping, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
+from . import order as orders
+
 
 class WorkflowError(ValueError):
     """A workflow description is invalid (cycle, unknown link, bad resource value)."""
@@ -70,23 +72,14 @@ class WorkflowSpec:
 
     def hop_ranks(self) -> list[int]:
         """Longest hop-count path from each task to a sink (a sink has rank 0)."""
-        kids = self.children()
-        rank = [0] * len(self.tasks)
-        for i in range(len(self.tasks) - 1, -1, -1):
-            if kids[i]:
-                rank[i] = 1 + max(rank[c] for c in kids[i])
-        return rank
+        return orders.hop_ranks(self.children())
 
     def upward_ranks(self, mean_compute: float, bandwidth_gb_s: float, latency_s: float) -> list[float]:
-        """HEFT upward rank: mean run time plus the longest (transfer + rank) over children."""
-        kids = self.children()
-        rank = [0.0] * len(self.tasks)
-        for i in range(len(self.tasks) - 1, -1, -1):
-            t = self.tasks[i]
-            comm = t.output_gb / bandwidth_gb_s + latency_s
-            rank[i] = t.compute_gflop / mean_compute + max(
-                (comm + rank[c] for c in kids[i]), default=0.0)
-        return rank
+        """HEFT upward rank: mean run time plus the longest (transfer + rank) over children
+        (:func:`envs.order.upward_ranks`)."""
+        return orders.upward_ranks([t.compute_gflop for t in self.tasks],
+                                  [t.output_gb for t in self.tasks], self.children(),
+                                  mean_compute, bandwidth_gb_s, latency_s)
 
 
 def kahn_order(children: Sequence[Sequence[int]]) -> list[int]:

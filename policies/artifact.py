@@ -250,7 +250,9 @@ class TorchPolicy(Policy):
         self.net = net
         self.meta = dict(meta)
         self.name = str(meta.get("name", net.kind))
-        self.first_level = str(meta.get("first_level", "hop"))
+        # the ready-task order it was trained under (information: a trained policy runs under
+        # any order, so it needs none; envs.order)
+        self.trained_order = str(meta.get("order") or meta.get("first_level") or "hop")
         self.features = build(FeatureConfig, meta.get("features") or {}, "features")
         if backend is None:
             backend = "numpy" if isinstance(net, CrossAttentionPointerNet) else "torch"
@@ -303,7 +305,7 @@ class TorchPolicy(Policy):
 
     def describe(self) -> dict:
         keys = ("name", "algorithm", "module", "version", "train_servers", "checksum", "model_config")
-        return {**{k: self.meta.get(k) for k in keys}, "first_level": self.first_level}
+        return {**{k: self.meta.get(k) for k in keys}, "trained_order": self.trained_order}
 
 
 def load_policy(path: str | Path, threads: int | None = INFERENCE_THREADS,

@@ -21,13 +21,14 @@ class Policy(ABC):
 
     Attributes:
         name: short name used in tables and by ``--policy``.
-        first_level: task order the policy expects from the first level: ``"hop"`` (longest
-            hop-count path to a sink, the paper's) or ``"upward_rank"`` (HEFT).
+        order: the ready-task order (``mdp.order``, ``envs.order``) the policy needs, or None
+            when it works under any (HEFT: ``"upward_rank"``, its definition). A config that
+            sets another order is an error (``envs.order.resolve``).
         batched: see below.
     """
 
     name: str = "policy"
-    first_level: str = "hop"
+    order: str | None = None
     #: True for stateless policies whose act_batch is much cheaper per decision than act
     #: (trained networks); the evaluation harness then steps episodes in lockstep.
     batched: bool = False
@@ -52,7 +53,7 @@ class Policy(ABC):
     def describe(self) -> dict:
         """Metadata for ``GET /v1/policy`` and reports."""
         return {"name": self.name, "algorithm": "heuristic", "version": "builtin",
-                "first_level": self.first_level}
+                "order": self.order}
 
 
 def masked(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -77,7 +78,7 @@ class SampledPolicy(Policy):
     def __init__(self, inner: Policy, seed: int | None = None):
         self.inner = inner
         self.name = f"sample:{inner.name}"
-        self.first_level = inner.first_level
+        self.order = inner.order
         self._rng = np.random.default_rng(seed)
 
     def reset(self, seed: int | None = None) -> None:

@@ -141,7 +141,7 @@ class EarliestFinishWait(_Heuristic):
 class Heft(EarliestFinish):
     """HEFT-style: tasks ordered by upward rank (the simulator's first level), placed by EFT."""
     name = "heft"
-    first_level = "upward_rank"
+    order = "upward_rank"
 
 
 HEURISTICS: dict[str, type[_Heuristic]] = {

@@ -279,7 +279,7 @@ class Lookahead(Policy):
     def describe(self) -> dict:
         from envs.config import to_dict
         return {"name": self.name, "algorithm": "planner", "version": "builtin",
-                "first_level": self.first_level, "config": to_dict(self.config)}
+                "order": self.order, "config": to_dict(self.config)}
 
     def fresh(self) -> "Lookahead":
         """A planner with the same settings and its own state (one per thread or round)."""

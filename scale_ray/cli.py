@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "features": ("scale_ray.commands.features", "statistics of the attention feature z (Table 5)"),
     "reproduce": ("scale_ray.commands.reproduce", "train all methods and write the paper's tables"),
     "gantt": ("scale_ray.commands.gantt", "draw a simulator or live trace as a Gantt chart (PNG)"),
+    "explain": ("scale_ray.commands.explain", "where a trace's workflow response time goes"),
 }
 BENCH: dict[str, tuple[str, str]] = {
     "env": ("scale_ray.bench.env", "environment steps per second vs CartPole"),

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from envs import order as orders
 from envs.config import EnvConfig, replace
 from envs.simulator import Simulator
 from envs.trace import JsonlTraceWriter
@@ -40,11 +41,15 @@ def episode_seed(base_seed: int, episode: int) -> np.random.SeedSequence:
     return np.random.SeedSequence([base_seed, episode])
 
 
-def env_for_policy(env: EnvConfig, first_level: str) -> EnvConfig:
-    """The env with the first-level order the policy expects (HEFT wants upward rank)."""
-    if env.mdp.first_level == first_level:
+def env_for_policy(env: EnvConfig, policy: Any) -> EnvConfig:
+    """The env with the ready-task order resolved (``envs.order.resolve``): the config's
+    ``mdp.order``, else the one ``policy`` needs (HEFT: upward_rank), else hop. A config that
+    sets an order the policy cannot run under raises ``OrderConflict`` naming both."""
+    order = orders.resolve(env.mdp.order, getattr(policy, "order", None),
+                           getattr(policy, "name", str(policy)))
+    if env.mdp.order == order:
         return env
-    return replace(env, mdp={"first_level": first_level})
+    return replace(env, mdp={"order": order})
 
 
 def start_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int = 0,
@@ -53,7 +58,7 @@ def start_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int
     workload, policy seed and first-level order every evaluation of it uses."""
     policy_seed = base_seed * 1_000_003 + episode
     policy = get_policy(policy_spec, env, seed=policy_seed)
-    sim = Simulator(env_for_policy(env, policy.first_level), trace=trace)
+    sim = Simulator(env_for_policy(env, policy), trace=trace)
     sim.reset(episode_seed(base_seed, episode))
     policy.reset(policy_seed)
     return policy, sim
@@ -127,7 +132,7 @@ def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[i
     policy = get_policy(policy_spec, env, seed=base_seed)
     if getattr(policy, "act_state", None) is not None:  # a planner: no batching, one by one
         return [run_episode(env, policy_spec, k, base_seed, None, guard) for k in episodes]
-    env = env_for_policy(env, policy.first_level)
+    env = env_for_policy(env, policy)
     sims = []
     for k in episodes:
         sim = Simulator(env)

@@ -23,7 +23,7 @@ from scale_ray.evaluation import env_for_policy, episode_seed
 def collect_z(policy, env: EnvConfig, episodes: int, seed: int) -> np.ndarray:
     """z (decisions × d) of a greedy policy over fixed-seed episodes."""
     net = policy.net
-    env = env_for_policy(env, policy.first_level)
+    env = env_for_policy(env, policy)
     zs: list[np.ndarray] = []
     for ep in range(episodes):
         sim = Simulator(env)

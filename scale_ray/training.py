@@ -89,7 +89,7 @@ def export_policy(algo, cfg: TrainConfig, env: EnvConfig, path: Path, iteration:
         "name": cfg.name, "algorithm": cfg.label, "train_servers": env.cluster.servers,
         "features": env.features, "version": f"{cfg.name}-iter{iteration}",
         "iterations": iteration, "env_steps": env_steps, "seed": cfg.run.seed,
-        "first_level": env.mdp.first_level, "srr": to_dict(cfg.srr),
+        "order": env.mdp.order or "hop", "srr": to_dict(cfg.srr),
         "env": to_dict(env)})  # the encoder settings the policy was trained with (Serve reads them)
 
 

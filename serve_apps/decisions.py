@@ -21,6 +21,7 @@ import numpy as np
 
 from envs.config import EnvConfig, FeatureConfig, load_env_config, to_dict
 from envs.decision import READY, DecisionCore, Rules, ServerTable, task_vector
+from envs import order as orders
 from envs.workflow import kahn_order
 from policies import HEURISTICS, Policy, get_policy
 from policies.guard import Guard, GuardConfig, make_guard
@@ -42,14 +43,16 @@ class EncoderSettings:
     mask_infeasible: bool
     transfer_delays_start: bool
     head_of_line_blocking: bool
-    first_level: str
+    order: str  # envs.order
+    edf_factor: float = 2.0
     ask_only_startable: bool = False  # /v1/schedule: a task no server can start waits unasked
 
     def to_dict(self) -> dict[str, Any]:
         return {"features": to_dict(self.features), "bandwidth_gb_s": self.bandwidth_gb_s,
                 "latency_s": self.latency_s, "mask_infeasible": self.mask_infeasible,
                 "transfer_delays_start": self.transfer_delays_start,
-                "head_of_line_blocking": self.head_of_line_blocking, "first_level": self.first_level,
+                "head_of_line_blocking": self.head_of_line_blocking, "order": self.order,
+                "edf_factor": self.edf_factor,
                 "ask_only_startable": self.ask_only_startable}
 
 
@@ -88,7 +91,14 @@ def env_for_artifact(spec: str, env: EnvConfig) -> EnvConfig:
     if not meta_file.is_file():
         return env
     meta = json.loads(meta_file.read_text())
-    return load_env_config(meta["env"]) if isinstance(meta.get("env"), dict) else env
+    if not isinstance(meta.get("env"), dict):
+        return env
+    recorded = meta["env"]
+    if isinstance(recorded.get("mdp"), dict) and "first_level" in recorded["mdp"]:
+        # written before mdp.order: the order it trained under is not imposed (envs.order)
+        recorded = {**recorded, "mdp": {k: v for k, v in recorded["mdp"].items()
+                                        if k != "first_level"}}
+    return load_env_config(recorded)
 
 
 def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bool | None = None,
@@ -116,12 +126,13 @@ def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bo
         transfer_delays_start=mdp.transfer_delays_start,
         head_of_line_blocking=(mdp.head_of_line_blocking if head_of_line_blocking is None
                                else head_of_line_blocking),
-        first_level=policy.first_level, ask_only_startable=mdp.ask_only_startable)
+        order=orders.resolve(mdp.order, policy.order, spec, orders.SERVING_ORDER),
+        edf_factor=mdp.edf_factor, ask_only_startable=mdp.ask_only_startable)
     d = policy.describe()
     info = {"name": str(d.get("name") or policy.name), "spec": spec,
             "algorithm": str(d.get("algorithm") or "unknown"), "version": str(d.get("version") or "0"),
             "checksum": d.get("checksum"), "train_servers": d.get("train_servers"),
-            "module": d.get("module"), "first_level": policy.first_level,
+            "module": d.get("module"), "order": encoder.order,
             "backend": str(getattr(policy, "backend", "builtin")),
             "encoder": encoder.to_dict()}
     batched = hasattr(policy, "net")  # policies.artifact.TorchPolicy: one forward for a batch
@@ -316,6 +327,8 @@ class _Ready:
     row: TaskRow
     inputs: list  # [(position or -2, output_gb)] of finished parents
     waits: int = 0  # the request's count; a wait in this round adds one
+    wi: int = 0  # its workflow's and its own position in the request
+    j: int = 0
     state: int = READY
     asked: bool = False  # the policy was asked (a wait it chose carries the guard's note)
     note: dict | None = None  # the guard's note on the policy's pick
@@ -325,9 +338,9 @@ class _Ready:
         return self.row.memory_gb
 
 
-def _workflow_ranks(wi: int, wf, first_level: str, mean_compute: float, enc: EncoderSettings
+def _workflow_ranks(wi: int, wf, ordering: str, mean_compute: float, enc: EncoderSettings
                     ) -> tuple[list[int], list[float]]:
-    """(successor counts, first-level rank) of a workflow's listed tasks; validates the DAG."""
+    """(successor counts, the order's rank) of a workflow's listed tasks; validates the DAG."""
     loc = ("body", "workflows", wi, "tasks")
     index: dict = {}
     for j, t in enumerate(wf.tasks):
@@ -355,23 +368,40 @@ def _workflow_ranks(wi: int, wf, first_level: str, mean_compute: float, enc: Enc
         placed = set(order)
         bad = next(j for j in range(n) if j not in placed)
         raise RequestError((*loc, bad, "parents"), f"the parents of workflow {wf.id!r} form a cycle")
+    # envs.order's ranks want children after parents: renumber in Kahn order
+    pos = {j: i for i, j in enumerate(order)}
+    kids = [[pos[c] for c in children[j]] for j in order]
+    tasks = [wf.tasks[j] for j in order]
+    r = orders.ranks(ordering, [t.compute_gflop for t in tasks], [t.output_gb for t in tasks], kids,
+                     mean_compute, enc.bandwidth_gb_s, enc.latency_s)
     rank = [0.0] * n
-    for j in reversed(order):
-        kids = children[j]
-        if first_level == "hop":
-            rank[j] = 1 + max(rank[c] for c in kids) if kids else 0
-        else:  # HEFT upward rank (simulator: mean compute of the cluster; here: of the request)
-            t = wf.tasks[j]
-            comm = t.output_gb / enc.bandwidth_gb_s + enc.latency_s
-            rank[j] = t.compute_gflop / mean_compute + max((comm + rank[c] for c in kids), default=0.0)
-    return [len(c) for c in children], rank
+    for i, j in enumerate(order):
+        rank[j] = r[i]
+    return [len(c) for c in children], rank, kids, tasks
+
+
+def _level(order: str, wf, kids: list, tasks: list, mean_compute: float, fastest: float,
+           edf_factor: float) -> float:
+    """The workflow's order level (envs.order) from what the request lists: ``srpt`` the
+    listed tasks' work, ``las`` its ``attained_s``, ``edf`` arrival + factor x the listed
+    tasks' critical path on the fastest server (``kids``/``tasks`` in a parents-first
+    order)."""
+    if order == "srpt":
+        return sum(t.compute_gflop for t in tasks) / mean_compute
+    if order == "las":
+        return wf.attained_s
+    if order != "edf":
+        return 0.0
+    below = [0.0] * len(tasks)
+    for i in range(len(tasks) - 1, -1, -1):
+        below[i] = tasks[i].compute_gflop / fastest + max((below[c] for c in kids[i]), default=0.0)
+    return orders.initial_level("edf", wf.arrival_s, max(below), 0.0, edf_factor)
 
 
 def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks: int
                      ) -> tuple[RequestServers, list[_Ready]]:
-    """Validate the request and list its ready tasks in first-level order (longest path to a
-    sink first, ties by workflow arrival, then workflow and task position, like the
-    simulator's (rank, arrival, task id) key)."""
+    """Validate the request and list its ready tasks in the encoder's order (``envs.order``:
+    the simulator's key, then workflow and task position)."""
     servers = RequestServers(req.servers, lp.encoder, max_servers)
     total = sum(len(w.tasks) for w in req.workflows)
     if total > max_tasks:
@@ -380,8 +410,10 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
     wf_ids: set = set()
     enc = lp.encoder
     acc = servers.accepting
-    mean_compute = float(servers.compute[acc].mean()) if acc.any() else float(servers.compute.mean())
+    mean_compute = orders.mean_compute(servers.compute[acc].tolist() if acc.any()
+                                       else servers.compute.tolist())
     max_mem = servers.max_accepting_memory()
+    fastest = float(servers.compute[acc].max()) if acc.any() else float(servers.compute.max())
     backlog = enc.features.backlog
     if backlog and req.now_s is None:
         raise RequestError(("body", "now_s"), _BACKLOG_MISSING, "missing")
@@ -394,7 +426,8 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
         if size < len(wf.tasks):
             raise RequestError(("body", "workflows", wi, "size"),
                                f"{size} is smaller than the {len(wf.tasks)} listed tasks")
-        successors, rank = _workflow_ranks(wi, wf, enc.first_level, mean_compute, enc)
+        successors, rank, kids, listed = _workflow_ranks(wi, wf, enc.order, mean_compute, enc)
+        level = _level(enc.order, wf, kids, listed, mean_compute, fastest, enc.edf_factor)
         ratio = (size - len(wf.tasks)) / size
         if req.now_s is not None and req.now_s < wf.arrival_s:
             raise RequestError(("body", "workflows", wi, "arrival_s"),
@@ -414,7 +447,8 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
                 slot, out = -1, 0.0
             row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, successors[j], ratio, slot,
                           out, workflow_age_s=age)
-            ready.append(_Ready((-rank[j], wf.arrival_s, wi, j), wf, t, row, inputs, t.waits))
+            key = orders.task_key(enc.order, rank[j], wf.arrival_s, wi, level) + (wi, j)
+            ready.append(_Ready(key, wf, t, row, inputs, t.waits, wi, j))
     ready.sort(key=lambda r: r.key)
     return servers, ready
 
@@ -423,7 +457,7 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
     """POST /v1/schedule: one placement round of the decision core (``envs.decision``) at this
     instant, the simulator's rules.
 
-    Each ready task in first-level order gets the policy's pick (with ``mdp.ask_only_startable``
+    Each ready task in ready-task order gets the policy's pick (with ``mdp.ask_only_startable``
     a task that no server can start now waits without asking, as in the simulator); a valid
     pick (accepting, idle, fits) starts the task there and marks the server busy (remaining time
     = transfer delay when transfers delay starts + compute / capacity; power = busy power)
@@ -437,7 +471,7 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
         plan, record = planner_ask(req, lp, servers)
     core = DecisionCore(servers, Rules(enc.head_of_line_blocking, enc.ask_only_startable,
                                        enc.mask_infeasible))
-    for i, r in enumerate(ready):  # already in first-level order; the position breaks no ties
+    for i, r in enumerate(ready):  # already in ready-task order; the position breaks no ties
         core.queue.push(r.key, i, r)
     backlog = enc.features.backlog
     assignments: list[dict] = []
@@ -473,7 +507,7 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
             entry["guard"] = r.note
         unassigned.append(entry)
 
-    core.run_round(ask, start, waited)  # unassigned comes out in first-level order
+    core.run_round(ask, start, waited)  # unassigned comes out in ready-task order
     return {"assignments": assignments, "unassigned": unassigned, "policy": lp.info["name"],
             "policy_version": lp.info["version"]}
 

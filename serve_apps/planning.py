@@ -31,7 +31,8 @@ def planner_env(lp: "LoadedPolicy") -> EnvConfig:
     mdp = replace(env.mdp, mask_infeasible=enc.mask_infeasible,
                   head_of_line_blocking=enc.head_of_line_blocking,
                   transfer_delays_start=enc.transfer_delays_start,
-                  ask_only_startable=enc.ask_only_startable, first_level=enc.first_level)
+                  ask_only_startable=enc.ask_only_startable, order=enc.order,
+                  edf_factor=enc.edf_factor)
     cluster = replace(env.cluster, bandwidth_gb_s=enc.bandwidth_gb_s, latency_s=enc.latency_s)
     return replace(env, mdp=mdp, cluster=cluster, features=enc.features)
 
@@ -76,7 +77,7 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
                 for i in range(len(servers))]
 
     def ask(r: "_Ready") -> int:
-        key = (r.key[2], r.key[3])
+        key = (r.wi, r.j)
         choice = planner.decide(snapshot(), workflows, key, waiting, env=env)
         r.asked = True
         if servers.busy_l[choice]:
@@ -84,7 +85,7 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
         return choice
 
     def record(r: "_Ready", choice: int) -> None:
-        wi, j = r.key[2], r.key[3]
+        wi, j = r.wi, r.j
         wf = workflows[wi]
         tasks = wf.tasks[:j] + (replace(wf.tasks[j], server=choice),) + wf.tasks[j + 1:]
         workflows[wi] = replace(wf, tasks=tasks)

@@ -135,7 +135,10 @@ class Workflow(BaseModel):
     model_config = _STRICT
 
     id: Id
-    arrival_s: NonNegFloat = Field(0.0, description="arrival time (first-level tie-break)")
+    arrival_s: NonNegFloat = Field(0.0, description="arrival time (the fifo and edf orders, "
+                                                    "and the tie-break of the others)")
+    attained_s: NonNegFloat = Field(0.0, description="order las: run seconds its finished tasks "
+                                                     "took (its attained service)")
     size: Count | None = Field(None, description="total task count including finished ones; "
                                                  "default: the listed tasks")
     tasks: list[ScheduleTask] = Field(min_length=1)
@@ -191,7 +194,7 @@ class PolicyInfo(BaseModel):
     checksum: str | None
     train_servers: int | None
     module: str | None
-    first_level: str
+    order: str = Field(description="the order ready tasks are placed in (mdp.order)")
     backend: str = Field(description="how decisions are computed: numpy or torch for a trained "
                                      "network, builtin for a heuristic")
     encoder: dict

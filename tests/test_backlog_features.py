@@ -17,7 +17,7 @@ def _cfg(backlog: bool) -> EnvConfig:
     return build(EnvConfig, {"cluster": {"servers": 8}, "n_max": 8,
                              "workload": {"horizon_s": 40.0, "arrival_rate_16": 2.0},
                              "mdp": {"head_of_line_blocking": False, "mask_infeasible": True,
-                                     "ask_only_startable": True},
+                                     "ask_only_startable": True, "order": "hop"},
                              "features": {"backlog": backlog, "backlog_per_server": 2.0}})
 
 
@@ -121,7 +121,7 @@ def test_serve_schedule_observations_equal_the_simulators(tmp_path, monkeypatch)
         policy_act = lp.policy.act
 
         class Recording:  # the simulator's observations, in its decision order
-            first_level = lp.policy.first_level
+            order = lp.policy.order
 
             def act(self, obs):
                 want.append(obs)

@@ -17,6 +17,10 @@ from scale_ray.config import load_env, parse_overrides
     ({"workload": {"arrival_rate_16": "fast"}}, r"env\.workload\.arrival_rate_16: expected a number"),
     ({"cluster": {"servers": 0}}, r"env\.cluster\.servers: 0 is out of range; allowed: >= 1"),
     ({"mdp": {"first_level": "fifo"}}, r"env\.mdp\.first_level: 'fifo' is not allowed"),
+    ({"mdp": {"order": "lifo"}}, r"env\.mdp\.order: 'lifo' is not allowed; choose one of \['hop', "
+                                 r"'upward_rank', 'fifo', 'edf', 'srpt', 'las'\]"),
+    ({"mdp": {"order": "fifo", "first_level": "hop"}}, r"mdp\.first_level: 'hop' contradicts"),
+    ({"mdp": {"edf_factor": -1}}, r"env\.mdp\.edf_factor: -1\.0 is out of range"),
     ({"mdp": {"mask_infeasible": "yes"}}, r"env\.mdp\.mask_infeasible: expected true/false"),
     ({"reward": {"invalid_penalty": 0.5}}, r"env\.reward\.invalid_penalty"),
     ({"workload": {"min_tasks": 9, "max_tasks": 3}}, r"min_tasks"),

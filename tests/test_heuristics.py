@@ -70,8 +70,8 @@ def test_round_robin_cycles_over_idle_fitting_servers():
 
 
 def test_heft_orders_by_upward_rank():
-    assert make_heuristic("heft").first_level == "upward_rank"
-    assert all(make_heuristic(n).first_level == "hop" for n in HEURISTICS if n != "heft")
+    assert make_heuristic("heft").order == "upward_rank"
+    assert all(make_heuristic(n).order is None for n in HEURISTICS if n != "heft")
 
 
 def test_masked_servers_are_never_chosen():

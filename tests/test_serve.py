@@ -109,7 +109,8 @@ def simulator_request(sim: Simulator) -> dict:
                          "output_gb": tk.output, "running": tk.state == RUNNING,
                          "parents": [p.id for p in tk.parents if p.state != DONE],
                          "inputs": [{"server": p.sid, "output_gb": p.output} for p in done]})
-        workflows.append({"id": wid, "arrival_s": wf.arrival, "size": wf.n, "tasks": rows})
+        workflows.append({"id": wid, "arrival_s": wf.arrival, "size": wf.n, "tasks": rows,
+                          "attained_s": wf.level if sim._order == "las" else 0.0})
     return {"workflows": workflows, "servers": servers}
 
 
@@ -215,11 +216,14 @@ def test_observation_equals_encode(n, mask_infeasible, paper_env):
 
 
 @pytest.mark.parametrize("spec", ["eft", "crossattn"])
-@pytest.mark.parametrize("hol", [True, False])
-def test_schedule_equals_simulator_loop(spec, hol, artifact, paper_env):
-    """/v1/schedule's logic on an exported simulator state = stepping the simulator's loop."""
+@pytest.mark.parametrize("hol,order", [(True, "hop"), (False, "hop"), (False, "fifo"),
+                                       (False, "srpt"), (False, "las")])
+def test_schedule_equals_simulator_loop(spec, hol, order, artifact, paper_env):
+    """/v1/schedule's logic on an exported simulator state = stepping the simulator's loop,
+    under the paper's order and the workflow-first ones (srpt: the request's listed work; las:
+    its attained_s)."""
     env = replace(paper_env, workload={"arrival_rate_16": 1.6, "horizon_s": 60.0},
-                  mdp={"head_of_line_blocking": hol})
+                  mdp={"head_of_line_blocking": hol, "order": order})
     name = str(artifact) if spec == "crossattn" else spec
     lp = load(name, env, guard=RAW)  # the raw policy's decisions (the guard: tests/test_guard.py)
     checked = waits_seen = 0
@@ -238,9 +242,13 @@ def test_schedule_equals_simulator_loop(spec, hol, artifact, paper_env):
         assert waits_seen > 0  # the high load makes the loop meet busy servers
 
 
-def test_schedule_orders_by_critical_path(paper_env):
-    """Longest hop path to a sink goes first; ties by arrival; each pick marks a server busy."""
-    lp = load("fastest-idle", paper_env)
+@pytest.mark.parametrize("order", ["hop", None])
+def test_schedule_orders_by_critical_path(paper_env, order):
+    """mdp.order hop: longest hop path to a sink goes first; ties by arrival; each pick marks a
+    server busy. Unset: Serve's default, fifo (envs.order.SERVING_ORDER): the oldest workflow
+    first."""
+    lp = load("fastest-idle", replace(paper_env, mdp={"order": order}))
+    assert lp.encoder.order == (order or "fifo") and lp.info["order"] == lp.encoder.order
     body = {"servers": [{"id": "big", "compute": 4.0, "memory_gb": 80.0},
                         {"id": "mid", "compute": 2.0, "memory_gb": 32.0}],
             "workflows": [
@@ -255,9 +263,13 @@ def test_schedule_orders_by_critical_path(paper_env):
                     {"id": "p", "compute_gflop": 1.0, "memory_gb": 1.0},
                     {"id": "q", "compute_gflop": 1.0, "memory_gb": 1.0, "parents": ["p"]}]}]}
     ans = schedule(ScheduleRequest.model_validate(body), lp, 100, 100)
-    # ranks: a=2 (late), p=1 (deep), x=y=0 (early); two idle servers -> a on big, p on mid
-    assert [(a["task"], a["server"]) for a in ans["assignments"]] == [("a", "big"), ("p", "mid")]
-    assert [(u["task"], u["reason"]) for u in ans["unassigned"]] == [("x", "wait"), ("y", "blocked")]
+    got = ([(a["task"], a["server"]) for a in ans["assignments"]],
+           [(u["task"], u["reason"]) for u in ans["unassigned"]])
+    if order == "hop":
+        # ranks: a=2 (late), p=1 (deep), x=y=0 (early); two idle servers -> a on big, p on mid
+        assert got == ([("a", "big"), ("p", "mid")], [("x", "wait"), ("y", "blocked")])
+    else:  # early (arrived at 1) first, then late (5), then deep (9)
+        assert got == ([("x", "big"), ("y", "mid")], [("a", "wait"), ("p", "blocked")])
 
 
 def test_place_matches_reference_in_process(artifact, paper_env):

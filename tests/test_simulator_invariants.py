@@ -29,7 +29,7 @@ switches = st.fixed_dictionaries({
     "transfer_delays_start": st.booleans(),
     "head_of_line_blocking": st.booleans(),
     "ask_only_startable": st.booleans(),
-    "first_level": st.sampled_from(["hop", "upward_rank"]),
+    "order": st.sampled_from(["hop", "upward_rank", "fifo", "edf", "srpt", "las"]),
 })
 dynamics = st.one_of(
     st.just({}),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from envs import order as orders
+
 from .config import TaskLostError, WorkflowCancelled
 from .executors import _lost_output, _system_errors
 from .handles import WorkflowHandle
@@ -81,6 +83,8 @@ class Completions:
             return
         if first_time:
             wf.handle._task_done(t.idx, t.value_ref, node, now)
+            if self.order in orders.DYNAMIC and wf.done < len(wf.tasks):
+                self._rekey(wf, t, now)
         else:  # a re-run of a task whose output was lost: only its ref changes
             wf.handle._refs[t.idx] = t.value_ref
             wf.handle.task_nodes[t.idx] = node
@@ -93,6 +97,20 @@ class Completions:
                 self.placement.push(c)
         if wf.done == len(wf.tasks):
             wf.handle._complete(now)
+
+    def _rekey(self, wf: _Workflow, t: _Task, now: float) -> None:
+        """A dynamic order (``srpt``, ``las``): ``t`` finished, so its workflow's level moves;
+        its unfinished tasks get new keys and the ready ones are pushed again (the queue drops
+        the older entries)."""
+        ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0
+        wf.level = level = orders.finished(self.order, wf.level, t.prim.compute_gflop * ts,
+                                           now - t.started, self._mean_compute)
+        for tk in wf.tasks:
+            if tk.state == DONE:
+                continue
+            tk.key = orders.task_key(self.order, tk.rank, wf.arrival_wall, wf.wid, level)
+            if tk.state == READY:
+                self.placement.queue.push(tk.key, tk.gid, tk)
 
     def _lose(self, t: _Task, why: str, lost_output: bool = False) -> None:
         srv = self._free(t)

@@ -36,8 +36,7 @@ class LivePlanner:
     def __init__(self, planner: "Lookahead", env: EnvConfig, features: FeatureConfig,
                  head_of_line_blocking: bool, time_scale: float):
         mdp = replace(env.mdp, mask_infeasible=True, ask_only_startable=True,
-                      head_of_line_blocking=head_of_line_blocking,
-                      first_level=planner.first_level)
+                      head_of_line_blocking=head_of_line_blocking)
         self.env = replace(env, mdp=mdp, features=features)
         self.planner = planner.fresh()
         self._ts = time_scale if time_scale > 0 else 1.0

@@ -4,7 +4,7 @@ One scheduler thread owns all state (ready set, its record of what runs where, h
 round it: takes new submissions; collects finished tasks (``ray.wait``); reads the live node set
 (``ray.nodes()``, at most every ``node_refresh_s`` and at once after any lost task); then runs
 one placement round of the decision core (``envs.decision``, through
-:mod:`scale_ray.live.placement`): ready tasks in the simulator's first-level order, each encoded
+:mod:`scale_ray.live.placement`): ready tasks in the configured order (``envs.order``), each encoded
 with the live servers by the one encoder, the policy asked, and the task run on the chosen server
 with its parents' results passed as object refs. A server runs one primitive at a time
 (``scale_slot`` servers per node).
@@ -43,6 +43,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from envs import order as orders
 from envs.config import EnvConfig, build
 from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
@@ -108,11 +109,16 @@ class LiveScheduler(Completions):
         self._running: dict[Any, tuple[_Task, int]] = {}
         self._next_gid = 0
         self._next_sid = 0
+        self._mean_compute = 1.0  # envs.order.mean_compute of the servers at the last admission
         self._t0 = time.perf_counter()
         self._hints = AutoscaleHints(self.cfg, self.counters)
         self.node_tasks: dict[str, int] = {}
 
     def _bind_policy(self, policy: Policy) -> None:
+        # the ready-task order (envs.order): the config's, else what the policy needs, else the
+        # serving default; a conflict raises (a swap to such a policy is refused)
+        self.order = orders.resolve(self.env.mdp.order, policy.order, policy.name,
+                                    orders.SERVING_ORDER)
         self.policy = policy
         # the encoder constants the policy was trained with (an artifact records them), as Serve
         self.features = getattr(policy, "features", None) or self.env.features
@@ -324,17 +330,22 @@ class LiveScheduler(Completions):
     def _admit(self, h: WorkflowHandle) -> None:
         spec = h.workflow.spec
         wf = h._record = _Workflow(h, h.submitted_wall)
-        if self.policy.first_level == "upward_rank":
-            tiers = self._tiers
-            mean_c = sum(t.compute for t in tiers) / len(tiers)
-            ranks = [-r for r in spec.upward_ranks(mean_c, self.env.cluster.bandwidth_gb_s,
-                                                   self.env.cluster.latency_s)]
-        else:
-            ranks = [-r for r in spec.hop_ranks()]
+        order, c = self.order, self.env.cluster
+        computes = [s.node.compute for s in self._alive] or [t.compute for t in self._tiers]
+        mean_c = self._mean_compute = orders.mean_compute(computes)
+        gflop, kids = [ts.compute_gflop for ts in spec.tasks], spec.children()
+        ranks = orders.ranks(order, gflop, [ts.output_gb for ts in spec.tasks], kids, mean_c,
+                             c.bandwidth_gb_s, c.latency_s)
+        wf.wid = self._next_gid
+        ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0  # levels in wall seconds
+        wf.level = orders.initial_level(
+            order, h.submitted_wall, orders.critical_path_s(gflop, kids, max(computes)) * ts,
+            sum(gflop) / mean_c * ts, self.env.mdp.edf_factor)
         for i, call in enumerate(h.workflow.calls):
             t = _Task(self._next_gid, i, wf, call)
             self._next_gid += 1
-            t.key = (ranks[i], h.submitted_wall)
+            t.rank = ranks[i]
+            t.key = orders.task_key(order, ranks[i], h.submitted_wall, wf.wid, wf.level)
             t.parents = [wf.tasks[p] for p in spec.tasks[i].parents]
             t.waiting_for = {p.idx for p in t.parents}
             for p in t.parents:
@@ -453,6 +464,7 @@ class LiveScheduler(Completions):
         t.state = RUNNING
         t.server = srv
         t.token += 1
+        t.started = now
         srv.task = t
         srv.busy_until = now + sleep_s
         self._running[status_ref] = (t, t.token)

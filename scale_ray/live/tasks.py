@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 class _Task:
     __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
                  "value_ref", "server", "token", "attempts", "first_parent", "last_server",
-                 "waits")
+                 "waits", "rank", "started")
 
     def __init__(self, gid: int, idx: int, wf: "_Workflow", call: Call):
         self.gid = gid
@@ -35,6 +35,8 @@ class _Task:
         self.first_parent: _Task | None = None
         self.last_server: _Server | None = None  # where its result was produced
         self.waits = 0  # policy answers that did not start it (bounded by the guard)
+        self.rank = 0.0  # within-workflow rank of its order key (envs.order)
+        self.started = 0.0  # wall time of its latest start
 
     @property
     def prim(self):
@@ -46,7 +48,7 @@ class _Task:
 
 
 class _Workflow:
-    __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall")
+    __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall", "wid", "level")
 
     def __init__(self, handle: WorkflowHandle, arrival_wall: float):
         self.handle = handle
@@ -54,3 +56,5 @@ class _Workflow:
         self.done = 0
         self.failed = False
         self.arrival_wall = arrival_wall
+        self.wid = 0  # admission number (the order's tie breaker)
+        self.level = 0.0  # its order level (envs.order: deadline, work left, attained service)

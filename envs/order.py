@@ -1,0 +1,162 @@
+"""The order in which ready tasks are placed (``mdp.order``): one module for the simulator,
+``/v1/schedule``, the live library and the scheduler service.
+
+Every driver keys a ready task with :func:`task_key` and pushes it on the decision core's
+:class:`envs.decision.ReadyQueue` (smallest key first, then the task id). The orders:
+
+=============  ===================================================================  ==========
+order          key (smaller first)                                                   changes
+=============  ===================================================================  ==========
+``hop``        longest hop-count path to a sink first, then workflow arrival        never
+               (the paper's; interleaves the first tasks of every workflow)
+``upward_rank`` HEFT's upward rank (run time at :func:`mean_compute` + transfers)    never
+               first, then arrival
+``fifo``       oldest workflow first (arrival, workflow id), then longest hop path  never
+``edf``        deadline ``arrival + edf_factor x critical-path lower bound``         never
+               first, then as ``fifo``
+``srpt``       least remaining estimated work of the workflow (its unfinished        on finish
+               tasks' GFLOP / :func:`mean_compute`) first, then as ``fifo``
+``las``        least attained service of the workflow (run seconds of its finished  on finish
+               tasks; Autellix's PLAS: needs no run-time estimate) first, then as
+               ``fifo``
+=============  ===================================================================  ==========
+
+A key is a tuple ``(level, arrival, workflow, -rank)`` (``fifo``: ``(arrival, workflow,
+-rank)``; ``hop`` / ``upward_rank``: ``(-rank, arrival)``, the paper's exact key). ``level``
+is the workflow's deadline, remaining work or attained service. *Dynamic* orders (``srpt``,
+``las``) change a workflow's level when one of its tasks finishes; the driver then pushes its
+ready tasks again with fresh keys (:func:`finished`): the queue drops an entry whose key is no
+longer its task's key, so nothing is rebuilt at a decision.
+
+NumPy-free, stdlib only.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+ORDERS = ("hop", "upward_rank", "fifo", "edf", "srpt", "las")
+DYNAMIC = frozenset({"srpt", "las"})
+#: orders whose key ends with the longest hop path inside the workflow
+_HOP_TIE = frozenset({"hop", "fifo", "edf", "srpt", "las"})
+#: the order the simulator uses when neither the config nor the policy names one (the paper's)
+PAPER_ORDER = "hop"
+#: the order of the live library, the scheduler service and Serve when their env config names
+#: none (measured: docs/simulator.md, "The order of ready tasks")
+SERVING_ORDER = "fifo"
+
+
+class OrderConflict(ValueError):
+    """The config and a policy need different orders."""
+
+
+def resolve(configured: str | None, needed: str | None, policy: str = "the policy",
+            default: str = PAPER_ORDER) -> str:
+    """The order to run: ``configured`` (``mdp.order``), else what the policy ``needs`` (HEFT:
+    ``upward_rank``), else ``default``. Raises :class:`OrderConflict` naming both when the
+    config and the policy disagree (nothing is overridden silently)."""
+    if needed is None or configured == needed:
+        return configured or default
+    if configured is None:
+        return needed
+    raise OrderConflict(
+        f"policy {policy!r} needs mdp.order={needed!r}, but the config sets mdp.order="
+        f"{configured!r}; pass --set mdp.order={needed} or choose another policy")
+
+
+def mean_compute(computes: Iterable[float]) -> float:
+    """The one mean-compute definition (upward ranks, ``srpt``'s work estimate, the planner):
+    the mean GFLOP/s over the servers (each server counts once; 1.0 when there is none)."""
+    total, n = 0.0, 0
+    for c in computes:
+        total += c
+        n += 1
+    return total / n if n else 1.0
+
+
+def hop_ranks(children: Sequence[Sequence[int]]) -> list[int]:
+    """Longest hop count to a sink per task; ``children[i]`` lists task i's children, every
+    child after its parent (topological positions)."""
+    n = len(children)
+    ranks = [0] * n
+    for i in range(n - 1, -1, -1):
+        r = 0
+        for c in children[i]:
+            if ranks[c] + 1 > r:
+                r = ranks[c] + 1
+        ranks[i] = r
+    return ranks
+
+
+def upward_ranks(compute_gflop: Sequence[float], output_gb: Sequence[float],
+                 children: Sequence[Sequence[int]], mean_gflop_s: float, bandwidth_gb_s: float,
+                 latency_s: float) -> list[float]:
+    """HEFT's upward rank: run time at ``mean_gflop_s`` plus the largest (transfer + rank) of
+    the children; topological positions as in :func:`hop_ranks`."""
+    n = len(children)
+    ranks = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        comm = output_gb[i] / bandwidth_gb_s + latency_s
+        ranks[i] = compute_gflop[i] / mean_gflop_s + max(
+            (comm + ranks[c] for c in children[i]), default=0.0)
+    return ranks
+
+
+def critical_path_s(compute_gflop: Sequence[float], children: Sequence[Sequence[int]],
+                    speed: float) -> float:
+    """The longest chain of run times at ``speed`` GFLOP/s (no transfers): a workflow's
+    critical-path lower bound when every task runs on a server of that speed."""
+    n = len(children)
+    below = [0.0] * n
+    for i in range(n - 1, -1, -1):
+        below[i] = compute_gflop[i] / speed + max((below[c] for c in children[i]), default=0.0)
+    return max(below, default=0.0)
+
+
+def ranks(order: str, compute_gflop: Sequence[float], output_gb: Sequence[float],
+          children: Sequence[Sequence[int]], mean_gflop_s: float, bandwidth_gb_s: float,
+          latency_s: float) -> list[float]:
+    """The within-workflow rank the order's key uses (HEFT's upward rank for ``upward_rank``,
+    else the hop count)."""
+    if order == "upward_rank":
+        return upward_ranks(compute_gflop, output_gb, children, mean_gflop_s, bandwidth_gb_s,
+                            latency_s)
+    return hop_ranks(children)
+
+
+def initial_level(order: str, arrival: float, lower_bound_s: float, work_s: float,
+                  edf_factor: float) -> float:
+    """A workflow's level when it arrives: ``edf`` its deadline, ``srpt`` its estimated work
+    (``work_s``: GFLOP / :func:`mean_compute`), ``las`` 0; unused by the other orders."""
+    if order == "edf":
+        return arrival + edf_factor * lower_bound_s
+    if order == "srpt":
+        return work_s
+    return 0.0
+
+
+def task_key(order: str, rank: float, arrival: float, workflow: object, level: float) -> tuple:
+    """The ready-queue key of a task of rank ``rank`` (:func:`ranks`) in a workflow that
+    arrived at ``arrival`` (``workflow``: its id, a tie breaker of one type per driver) and is
+    at ``level`` (:func:`initial_level`, then :func:`finished`)."""
+    if order == "hop" or order == "upward_rank":
+        return (-rank, arrival)
+    if order == "fifo":
+        return (arrival, workflow, -rank)
+    return (level, arrival, workflow, -rank)
+
+
+def finished(order: str, level: float, compute_gflop: float, run_s: float,
+             mean_gflop_s: float) -> float:
+    """A workflow's new level after one of its tasks (``compute_gflop``, ran ``run_s``
+    seconds) finished: ``srpt`` loses the task's estimated work, ``las`` gains its run time."""
+    if order == "srpt":
+        return level - compute_gflop / mean_gflop_s
+    if order == "las":
+        return level + run_s
+    return level
+
+
+def describe(order: str, edf_factor: float) -> str:
+    """One line for logs and result rows."""
+    return f"edf (factor {edf_factor:g})" if order == "edf" else order

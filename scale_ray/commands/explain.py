@@ -1,0 +1,89 @@
+"""`scale-ray explain`: where a trace's workflow response time goes.
+
+Each completed workflow's response (its last finish - its arrival) is split along its realised
+critical path into run, transfer, queue-while-ready (by tier), lost-run and other time; the parts
+sum to the response. Prints the totals and the workflows that queued longest, with what the
+cluster was doing when their longest-queued path task became ready. See ``scale_ray.explain``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from scale_ray.explain import explain
+
+LABELS = {"critical_path_run_s": "critical-path run", "transfer_s": "transfer",
+          "queue_ready_s": "queue while ready", "lost_run_s": "lost runs",
+          "wait_parent_s": "other wait"}
+SHORT = {"critical_path_run_s": "run", "transfer_s": "transfer", "queue_ready_s": "queue",
+         "lost_run_s": "lost", "wait_parent_s": "other"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", help="JSONL trace (scale-ray eval --trace-dir, run-workflows --trace)")
+    p.add_argument("--top", type=int, default=5, metavar="K",
+                   help="show the K workflows that queued longest (default 5)")
+    p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
+                   help="write the per-workflow records and the totals to this JSON file")
+
+
+def _wf(rec: dict[str, Any], multi: bool) -> str:
+    name = f" ({rec['name']})" if rec.get("name") else ""
+    return (f"episode {rec['episode']} workflow {rec['workflow']}" if multi
+            else f"workflow {rec['workflow']}") + name
+
+
+def format_report(rep: dict[str, Any]) -> str:
+    """The plain-text report of :func:`scale_ray.explain.explain`'s result."""
+    tot = rep["totals"]
+    kind = "live" if tot["live"] else "simulator"
+    eps = f"{tot['episodes']} episodes" if tot["episodes"] > 1 else "1 episode"
+    lines = [f"{Path(rep['trace']).name}: {tot['workflows']} completed workflows of "
+             f"{tot['arrived_workflows']} arrived ({kind} trace, {eps}, {tot['servers']} servers)",
+             f"mean workflow response {tot['response_s']['mean']:.3f} s "
+             f"(sum {tot['response_s']['sum']:.1f} s), on its critical path:",
+             f"  {'part':<26}{'mean s':>10}{'share':>9}"]
+    for key, label in LABELS.items():
+        s = tot["parts"][key]
+        lines.append(f"  {label:<26}{s['mean']:>10.3f}{s['share']:>9.1%}")
+        if key == "queue_ready_s" and len(tot["queue_ready_by_tier_s"]) > 1:
+            for tier, st in tot["queue_ready_by_tier_s"].items():
+                lines.append(f"    {'on ' + tier:<24}{st['mean']:>10.3f}{st['share']:>9.1%}")
+    lines.append(f"  (parts sum to the response within {tot['max_sum_error_s']:.1e} s)")
+    if rep["top"]:
+        multi = tot["episodes"] > 1
+        lines += ["", f"The {len(rep['top'])} workflows that waited longest (queue while ready "
+                      f"on the critical path):"]
+        for rec in rep["top"]:
+            parts = " + ".join(f"{SHORT[k]} {rec[k]:.2f}" for k in SHORT
+                               if rec[k] or k not in ("lost_run_s", "wait_parent_s"))
+            lines.append(f"  {_wf(rec, multi)}: response {rec['response_s']:.2f} s = {parts}; "
+                         f"{len(rec['path'])} runs on its path of {rec['tasks']} tasks")
+            q = rec["longest_queue"]
+            c = q.get("context", {})
+            lines.append(f"    longest queue: task {q['task']} ready at {q['ready']:.2f} s, "
+                         f"started {q['start']:.2f} s on server {q['server']} ({q['tier']}) "
+                         f"after {q['queue_s']:.2f} s")
+            if c:
+                lines.append(f"    when it became ready: {c['busy_servers']}/{c['alive_servers']} "
+                             f"servers busy, {c['ready_waiting']} ready tasks already waiting; "
+                             f"{c['started_between']} other tasks started while it waited")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    rep = explain(args.trace, args.top)
+    print(format_report(rep))
+    if args.json_out:
+        out = Path(args.json_out)
+        data = {k: rep[k] for k in ("trace", "totals", "workflows")}
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        except OSError as e:
+            raise ValueError(f"{out}: cannot write ({e.strerror or e})") from None
+        print(f"wrote {out} ({len(rep['workflows'])} workflows)")
+    return 0

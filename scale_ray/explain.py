@@ -1,0 +1,299 @@
+"""Where a trace's workflow response time goes: its realised critical path, split into parts.
+
+Reads any episode trace (``envs/trace.py`` JSONL: ``scale-ray eval --trace-dir``, or the live
+scheduler's ``run-workflows --trace``). A file may hold several episodes (one per ``episode``
+header, e.g. a Simulator reset several times with one writer); workflows are keyed by
+``(episode, workflow)``.
+
+**Runs and ready times** (as :mod:`scale_ray.gantt` derives them): a run is a ``start`` closed by
+``finish``, ``lost`` or nothing. A run's *ready* time is the latest of its *gates*: the
+workflow's ``arrival``; each parent's latest ``finish`` before the start; the task's own latest
+``lost`` run; the task's latest ``output_lost`` (live: its result died with its node). The gate
+with the latest time (ties: parent, own loss, output loss, arrival) is the run's *predecessor*:
+the parent's finishing run, the lost run, the task's previous (finished, now wasted) run, or none.
+
+**The path** of a completed workflow (every task finished): start at the run whose ``finish`` is
+the workflow's last, and follow predecessors back until the gate is the arrival. Consecutive path
+runs touch (a run's ready time is its predecessor's end; for an output loss, the loss time), so
+``response = finish - arrival`` is the sum over path runs of ``(start - ready) + (end - start)``
+plus the output-loss gaps, and the parts below sum to it exactly (to float rounding):
+
+* ``critical_path_run_s``: ``end - start - transfer`` of the path's finished runs,
+* ``transfer_s``: their ``transfer_s`` (simulator with ``transfer_delays_start``; else 0). In the
+  trace a transfer occupies the server after ``start``, so it is part of ``end - start``,
+* ``queue_ready_s``: ``start - ready`` of every path run: ready but not yet started; by the tier
+  of the server that run went to (``queue_ready_by_tier_s``),
+* ``lost_run_s``: ``end - start`` of path runs whose work was thrown away: lost runs, and finished
+  runs whose output was lost before the workflow used it (live),
+* ``wait_parent_s``: the rest: from a wasted run's finish to the loss of its output. 0 in
+  simulator traces.
+
+Cluster context of a path run's queueing (``context``): servers busy and alive at its ready
+time, tasks already ready and waiting then, tasks started after it became ready and before it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scale_ray.gantt import UNKNOWN_TIER, Run, _int, _num
+
+PARTS = ("critical_path_run_s", "transfer_s", "queue_ready_s", "lost_run_s", "wait_parent_s")
+_PRIO = {"arrival": 0, "output_lost": 1, "lost": 2, "parent": 3}
+
+
+@dataclass
+class PathRun(Run):
+    """A :class:`scale_ray.gantt.Run` with the gate that made it ready and that gate's run."""
+    seq: int = 0  # line of its latest event: its start, then its finish (orders tied gates)
+    gate: str = "arrival"  # "arrival" | "parent" | "lost" | "output_lost"
+    pred: PathRun | None = None
+
+
+@dataclass
+class Episode:
+    index: int
+    tiers: list[str] = field(default_factory=list)
+    server_tier: dict[int, str] = field(default_factory=dict)
+    server_span: dict[int, list[float]] = field(default_factory=dict)  # [added, gone]
+    workflows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    runs: list[PathRun] = field(default_factory=list)
+    live: bool = False
+    truncated: bool = False
+    t_end: float = 0.0
+
+
+def read_events(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, event)`` of a JSONL trace; ValueError starting with the path (and the line)
+    for a missing, unreadable or non-text file, or a line that is not a timed trace event."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{path}: no such file")
+    if not path.is_file():
+        raise ValueError(f"{path}: not a file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text (UTF-8) file, so not a JSONL trace") from None
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{i}: not a trace: line {i} is not valid JSON "
+                             f"({e.msg})") from None
+        if not isinstance(ev, dict) or not isinstance(ev.get("event"), str):
+            raise ValueError(f"{path}:{i}: not a trace: line {i} is not a trace event "
+                             f"(a JSON object with an 'event' name)")
+        if _num(ev, "t") is None:
+            raise ValueError(f"{path}:{i}: {ev['event']} event without a numeric time 't'")
+        out.append((i, ev))
+    if not out:
+        raise ValueError(f"{path}: no events (empty file), not a trace")
+    return out
+
+
+def load_episodes(path: str | Path) -> list[Episode]:
+    """Episodes of the trace at ``path`` with every run and its gate (see the module doc)."""
+    eps: list[Episode] = []
+    ep = Episode(0)
+    parents: dict[int, list[int]] = {}
+    task_wf: dict[int, int] = {}
+    last_done: dict[int, PathRun] = {}  # task -> its latest finished run
+    requeue: dict[int, tuple[float, str, int, PathRun | None]] = {}  # own lost / output_lost
+    running: dict[int, PathRun] = {}
+    for i, ev in read_events(path):
+        kind, t = ev["event"], float(ev["t"])
+        if kind == "episode":
+            if ep.runs or ep.workflows or ep.server_tier:
+                eps.append(ep)
+                ep = Episode(len(eps))
+                parents, task_wf, last_done, requeue, running = {}, {}, {}, {}, {}
+            ep.tiers = [str(x["name"]) for x in ev.get("tiers") or []
+                        if isinstance(x, dict) and x.get("name") is not None]
+            ep.live = "time_scale" in ev
+        ep.t_end = max(ep.t_end, t)
+        if kind == "server_add" and _int(ev, "server") is not None:
+            ep.server_tier[ev["server"]] = str(ev.get("tier") or UNKNOWN_TIER)
+            ep.server_span[ev["server"]] = [t, math.inf]
+        elif kind in ("server_remove", "server_fail") and ev.get("server") in ep.server_span:
+            ep.server_span[ev["server"]][1] = t
+        elif kind == "arrival" and _int(ev, "workflow") is not None:
+            tids = [tk["task"] for tk in ev.get("tasks") or []
+                    if isinstance(tk, dict) and _int(tk, "task") is not None]
+            ep.workflows[ev["workflow"]] = {"arrival": t, "tasks": tids, "name": ev.get("name")}
+            for tk in ev.get("tasks") or []:
+                if isinstance(tk, dict) and _int(tk, "task") is not None:
+                    parents[tk["task"]] = [p for p in tk.get("parents") or [] if isinstance(p, int)]
+                    task_wf[tk["task"]] = ev["workflow"]
+        elif kind == "start":
+            tid, sid = _int(ev, "task"), _int(ev, "server")
+            if tid is None or sid is None:
+                raise ValueError(f"{path}:{i}: start event without integer 'task' and 'server'")
+            if tid in running:
+                raise ValueError(f"{path}:{i}: task {tid} started while already running")
+            ep.server_tier.setdefault(sid, UNKNOWN_TIER)
+            run = PathRun(tid, sid, t, transfer_s=_num(ev, "transfer_s") or 0.0,
+                          workflow=task_wf.get(tid), seq=i)
+            if run.workflow is not None:  # gates: (time, priority, line, kind, run)
+                gates = [(ep.workflows[run.workflow]["arrival"], 0, 0, "arrival", None)]
+                gates += [(p.end, 3, p.seq, "parent", p) for p in
+                          (last_done.get(q) for q in parents.get(tid, [])) if p is not None]
+                if tid in requeue:
+                    rt, rk, rline, rrun = requeue[tid]
+                    gates.append((rt, _PRIO[rk], rline, rk, rrun))
+                best = max(gates, key=lambda g: g[:3])
+                run.ready, run.gate, run.pred = best[0], best[3], best[4]
+            running[tid] = run
+            ep.runs.append(run)
+        elif kind in ("finish", "lost"):
+            run = running.pop(ev.get("task"), None)  # type: ignore[arg-type]
+            if run is None:
+                raise ValueError(f"{path}:{i}: {kind} of task {ev.get('task')} that is not running")
+            run.end, run.outcome = t, ("done" if kind == "finish" else "lost")
+            if kind == "finish":
+                run.seq, last_done[run.task] = i, run  # seq: the line that made it a gate
+            else:
+                requeue[run.task] = (t, "lost", i, run)
+        elif kind == "output_lost" and _int(ev, "task") is not None:
+            requeue[ev["task"]] = (t, "output_lost", i, last_done.get(ev["task"]))
+        elif kind == "end":
+            ep.truncated = bool(ev.get("truncated"))
+    eps.append(ep)
+    return eps
+
+
+def _tier(ep: Episode, run: Run) -> str:
+    return ep.server_tier.get(run.server, UNKNOWN_TIER)
+
+
+def explain_workflow(ep: Episode, wid: int,
+                     done: dict[int, list[PathRun]]) -> dict[str, Any] | None:
+    """The record of workflow ``wid`` (None unless every task finished); ``done``: finished runs
+    by task."""
+    wf = ep.workflows[wid]
+    if not wf["tasks"] or any(tid not in done for tid in wf["tasks"]):
+        return None
+    last = max((r for tid in wf["tasks"] for r in done[tid]), key=lambda r: (r.end, r.seq))
+    arrival = wf["arrival"]
+    rec: dict[str, Any] = {"episode": ep.index, "workflow": wid, "name": wf["name"],
+                           "tasks": len(wf["tasks"]), "arrival": arrival, "finish": last.end,
+                           "response_s": last.end - arrival, **{p: 0.0 for p in PARTS},
+                           "queue_ready_by_tier_s": {}}
+    path: list[dict[str, Any]] = []
+    run: PathRun | None = last
+    wasted = False
+    while run is not None:
+        dur, queue = run.end - run.start, run.start - run.ready
+        if run.outcome == "lost" or wasted:
+            rec["lost_run_s"] += dur
+        else:
+            rec["critical_path_run_s"] += dur - run.transfer_s
+            rec["transfer_s"] += run.transfer_s
+        rec["queue_ready_s"] += queue
+        tier = _tier(ep, run)
+        by_tier = rec["queue_ready_by_tier_s"]
+        by_tier[tier] = by_tier.get(tier, 0.0) + queue
+        path.append({"task": run.task, "server": run.server, "tier": tier, "ready": run.ready,
+                     "start": run.start, "end": run.end, "transfer_s": run.transfer_s,
+                     "queue_s": queue, "outcome": "wasted" if wasted else run.outcome,
+                     "gate": run.gate, "gate_task": run.pred.task if run.pred else None})
+        wasted = run.gate == "output_lost"
+        if wasted and run.pred is not None:
+            rec["wait_parent_s"] += run.ready - run.pred.end
+        elif run.gate not in ("parent", "lost"):  # arrival, or an output loss with no run known
+            rec["wait_parent_s"] += run.ready - arrival
+        run = run.pred
+    rec["path"] = path[::-1]
+    rec["longest_queue"] = max(rec["path"], key=lambda s: s["queue_s"])
+    return rec
+
+
+def le(a: np.ndarray, x: float) -> int:
+    """How many of the sorted ``a`` are <= x."""
+    return int(np.searchsorted(a, x, "right"))
+
+
+def lt(a: np.ndarray, x: float) -> int:
+    """How many of the sorted ``a`` are < x."""
+    return int(np.searchsorted(a, x, "left"))
+
+
+class _Cluster:
+    """Counts at a time ``t`` over one episode's runs and servers (sorted arrays)."""
+
+    def __init__(self, ep: Episode):
+        self.starts = np.sort([r.start for r in ep.runs])
+        self.ends = np.sort([r.end for r in ep.runs if r.end is not None])
+        timed = [r for r in ep.runs if r.ready is not None]
+        self.ready = np.sort([r.ready for r in timed])
+        self.timed_starts = np.sort([r.start for r in timed])
+        self.added = np.sort([a for a, _ in ep.server_span.values()])
+        self.gone = np.sort([g for _, g in ep.server_span.values()])
+
+    def context(self, step: dict[str, Any]) -> dict[str, int]:
+        t, s = step["ready"], step["start"]
+        waiting = le(self.ready, t) - le(self.timed_starts, t) - (1 if s > t else 0)
+        return {"busy_servers": le(self.starts, t) - le(self.ends, t),
+                "alive_servers": le(self.added, t) - le(self.gone, t),
+                "ready_waiting": waiting,
+                "started_between": lt(self.starts, s) - lt(self.starts, t)}
+
+
+def _stats(values: list[float], total: float) -> dict[str, float]:
+    s = math.fsum(values)
+    return {"sum": s, "mean": s / len(values), "share": s / total if total > 0 else 0.0}
+
+
+def explain(path: str | Path, top: int = 5) -> dict[str, Any]:
+    """Per-workflow records, totals and the ``top`` workflows by ``queue_ready_s``."""
+    if top < 0:
+        raise ValueError(f"--top: {top} must be >= 0")
+    eps = load_episodes(path)
+    records: list[dict[str, Any]] = []
+    tiers: list[str] = []
+    for ep in eps:
+        done: dict[int, list[PathRun]] = {}
+        for r in ep.runs:
+            if r.outcome == "done":
+                done.setdefault(r.task, []).append(r)
+        cluster = _Cluster(ep)
+        tiers += [x for x in ep.tiers + list(ep.server_tier.values()) if x not in tiers]
+        for wid in ep.workflows:
+            rec = explain_workflow(ep, wid, done)
+            if rec is not None:
+                rec["longest_queue"]["context"] = cluster.context(rec["longest_queue"])
+                records.append(rec)
+    arrived = sum(len(ep.workflows) for ep in eps)
+    if not arrived:
+        raise ValueError(f"{path}: no 'arrival' events, so no workflow to explain "
+                         f"(is this an episode trace?)")
+    if not records:
+        cut = " (the episode was truncated)" if any(ep.truncated for ep in eps) else ""
+        raise ValueError(f"{path}: no completed workflow: {arrived} arrived, none finished all "
+                         f"its tasks{cut}")
+    resp = [r["response_s"] for r in records]
+    total = math.fsum(resp)
+    used = [x for x in tiers if any(x in r["queue_ready_by_tier_s"] for r in records)]
+    totals = {"workflows": len(records), "arrived_workflows": arrived, "episodes": len(eps),
+              "live": any(ep.live for ep in eps),
+              "servers": sum(len(ep.server_tier) for ep in eps),
+              "response_s": _stats(resp, total),
+              "parts": {p: _stats([r[p] for r in records], total) for p in PARTS},
+              "queue_ready_by_tier_s": {x: _stats([r["queue_ready_by_tier_s"].get(x, 0.0)
+                                                   for r in records], total) for x in used},
+              "max_sum_error_s": max(abs(math.fsum(r[p] for p in PARTS) - r["response_s"])
+                                     for r in records)}
+    ranked = sorted(records, key=lambda r: (-r["queue_ready_s"], -r["response_s"],
+                                            r["episode"], r["workflow"]))
+    return {"trace": str(path), "totals": totals, "top": ranked[:top], "workflows": records}
