@@ -448,6 +448,9 @@ class EnvConfig:
     reward: RewardConfig = RewardConfig()
     mdp: MdpConfig = MdpConfig()
     features: FeatureConfig = FeatureConfig()
+    objective: Literal["workflow", "task"] = field(default="task", metadata=rng(
+        doc="what better means (envs/objective.py): workflow response, or the paper's mean task "
+            "response; the response reward and the lookahead planner read it"))
     n_max: int | None = field(default=None, metadata=rng(
         ge=1, le=100_000, doc="observation padding; default: enough for the run's servers"))
 

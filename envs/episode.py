@@ -126,6 +126,8 @@ def episode_metrics(sim: "Simulator") -> dict[str, Any]:
     resp_all = [(tk.finish if tk.state == DONE else sim.t) - tk.wf.arrival for tk in sim.tasks]
     wfs = [w for w in sim.workflows if w.done == w.n]
     wresp = [w.finish - w.arrival for w in wfs]
+    # every arrived workflow; an unfinished one counts its age at the end (a lower bound)
+    wresp_all = [(w.finish if w.done == w.n else sim.t) - w.arrival for w in sim.workflows]
     slow = [(w.finish - w.arrival) / w.lower_bound for w in wfs if w.lower_bound > 0]
     # busy / alive server-seconds; a task still running at the cutoff (a truncated episode)
     # counts its time so far
@@ -139,6 +141,14 @@ def episode_metrics(sim: "Simulator") -> dict[str, Any]:
         "censored_response_s": float(np.mean(resp_all)) if resp_all else math.nan,
         "p95_response_s": float(np.percentile(resp, 95)) if resp else math.nan,
         "mean_workflow_response_s": float(np.mean(wresp)) if wresp else math.nan,
+        "p95_workflow_response_s": float(np.percentile(wresp, 95)) if wresp else math.nan,
+        "p99_workflow_response_s": float(np.percentile(wresp, 99)) if wresp else math.nan,
+        "censored_workflow_response_s": float(np.mean(wresp_all)) if wresp_all else math.nan,
+        "censored_p95_workflow_response_s": (float(np.percentile(wresp_all, 95)) if wresp_all
+                                             else math.nan),
+        "censored_p99_workflow_response_s": (float(np.percentile(wresp_all, 99)) if wresp_all
+                                             else math.nan),
+        "completed_workflows_ratio": len(wfs) / len(sim.workflows) if sim.workflows else math.nan,
         "slowdown": float(np.mean(slow)) if slow else math.nan,
         "utilization": float(busy / sim.alive_seconds) if sim.alive_seconds else 0.0,
         "makespan_s": float(sim.t),

@@ -78,6 +78,8 @@ class Simulator(ClusterDynamics):
         self._reward_consts = (r.w1, r.t0_s, r.w2, r.t0c_s, r.w3, r.e0_j)
         self._invalid_penalty = r.invalid_penalty
         self._penalty_rate = r.wait_penalty_per_s if r.kind == "response" else 0.0
+        # the penalty counts open workflows or open tasks (envs.objective.open_count)
+        self._per_workflow = config.objective == "workflow"
         self._hol = mdp.head_of_line_blocking
         self._rules = Rules(mdp.head_of_line_blocking, mdp.ask_only_startable, mdp.mask_infeasible)
         self._transfer_delays = mdp.transfer_delays_start
@@ -131,6 +133,7 @@ class Simulator(ClusterDynamics):
         self.workflows: list[_Workflow] = []
         self.current: _Task | None = None
         self.outstanding = 0
+        self.open_workflows = 0
         self.arrivals_done = False
         self.decisions = 0
         self.invalid = 0
@@ -215,7 +218,8 @@ class Simulator(ClusterDynamics):
                 dt = t - self.t
                 self.alive_seconds += dt * self._present_count
                 if self._penalty_rate:
-                    self._pending_penalty += self._penalty_rate * self.outstanding * dt
+                    self._pending_penalty += self._penalty_rate * dt * (
+                        self.open_workflows if self._per_workflow else self.outstanding)
                 self.t = t
             handlers[kind](self, a, b)
         if t_target > self.t:
@@ -228,7 +232,8 @@ class Simulator(ClusterDynamics):
             dt = t - self.t
             self.alive_seconds += dt * self._present_count
             if self._penalty_rate:
-                self._pending_penalty += self._penalty_rate * self.outstanding * dt
+                self._pending_penalty += self._penalty_rate * dt * (
+                    self.open_workflows if self._per_workflow else self.outstanding)
             self.t = t
 
     def _on_finish(self, slot: int, token_task: tuple[int, _Task]) -> None:
@@ -247,6 +252,7 @@ class Simulator(ClusterDynamics):
         wf.done += 1
         if wf.done == wf.n:
             wf.finish = t
+            self.open_workflows -= 1
         elif self._dynamic:  # srpt / las: the workflow's key moves (its children's too)
             rekey(wf, self._order, task, t - self.run_start[slot], self._mean_compute,
                   self._make_ready)
@@ -280,6 +286,7 @@ class Simulator(ClusterDynamics):
         self.workflows.append(wf)
         self.tasks.extend(new)
         self.outstanding += len(new)
+        self.open_workflows += 1
         if self.trace is not None:
             self._emit({"t": t, "event": "arrival", "workflow": wf.id, "tasks": [
                 {"task": tk.id, "compute_gflop": tk.compute, "memory_gb": tk.memory_gb,

@@ -158,6 +158,7 @@ def _add_workflow(sim: Simulator, w: int, wf: WorkflowState, servers: Sequence[S
     wfo.n = size + m
     wfo.done = size - len(listed) + m
     sim.workflows.append(wfo)
+    sim.open_workflows += 1
     sim.tasks.extend(new)
     for k, (_, _, (slot, _)) in enumerate(inputs):  # finished parents: on their server
         st = new[pos[k]]
@@ -225,6 +226,7 @@ def _stand_in(sim: Simulator, slot: int, remaining: float) -> None:
     task = _Task(len(sim.tasks), wf, 0.0, 0.0, 0.0)
     task.key = (0, 0.0)
     sim.workflows.append(wf)
+    sim.open_workflows += 1
     sim.tasks.append(task)
     sim.outstanding += 1
     _run(sim, task, slot, remaining)

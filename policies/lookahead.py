@@ -42,6 +42,7 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 
 from envs.config import EnvConfig, build, rng
+from envs.objective import completion_cost
 from envs.fork import drop_arrivals, fork, unfinished_range
 from envs.simulator import DONE, READY, RUNNING, Simulator
 from envs.snapshot import ServerState, WorkflowState
@@ -59,8 +60,9 @@ class LookaheadConfig:
     """Settings of the ``lookahead`` planner (``--policy lookahead:key=value,...``)."""
     candidates: int = field(default=3, metadata=rng(
         ge=1, le=64, doc="idle servers tried (best by EFT finish time; EFT's own choice first)"))
-    objective: Literal["task", "workflow"] = field(default="task", metadata=rng(
-        doc="task: total task response of the work present now; workflow: total workflow response"))
+    objective: Literal["task", "workflow"] | None = field(default=None, metadata=rng(
+        doc="task: total task response of the work present now; workflow: total workflow "
+            "response; unset: the env's objective (envs.objective)"))
     base: Literal["eft"] = field(default="eft", metadata=rng(doc="policy of the rollouts"))
     horizon_s: float = field(default=20.0, metadata=rng(gt=0, le=1e5, doc="rollout length, sim s"))
     wait: bool = field(default=True, metadata=rng(
@@ -409,7 +411,7 @@ class Lookahead(Policy):
             f.step(slot)
             _rollout(f, res, self._dec, t_end, [f.workflows[w] for w in wf_ids])
             self.stats["rollouts"] += 1
-            cost = _cost(f, present, wf_ids, t_end, cfg.objective)
+            cost = _cost(f, present, t_end, cfg.objective or sim.cfg.objective)
             if best_cost is None or cost < best_cost - 1e-9 * max(1.0, abs(best_cost)):
                 best_cost, best_slot = cost, slot
         return best_slot
@@ -459,36 +461,23 @@ def _rollout(f: Simulator, res: dict, dec: _Decoded, t_end: float, wfs: list) ->
             return
 
 
-def _cost(f: Simulator, present: list[int], wf_ids: list[int], t_end: float, objective: str
-          ) -> float:
-    """Sum of (estimated) completion times of the present tasks (or of their workflows' last
-    task): the finish time when done, the scheduled end when running, else the rollout's end plus
-    the run time at the mean speed."""
+def _cost(f: Simulator, present: list[int], t_end: float, objective: str) -> float:
+    """``envs.objective.completion_cost`` of the present tasks' (estimated) completions: the
+    finish time when done, the scheduled end when running, else the rollout's end plus the run
+    time at the mean speed."""
     now = max(f.t, t_end)
     mc = f._mean_compute
     tasks = f.tasks
-    if objective == "task":
-        total = 0.0
+    busy_until = f.busy_until
+
+    def completions():
         for i in present:
             tk = tasks[i]
             st = tk.state
-            if st == DONE:
-                total += tk.finish
-            elif st == RUNNING:
-                total += f.busy_until[tk.slot]
-            else:
-                total += now + tk.compute / mc
-        return total
-    last: dict[int, float] = {}
-    for i in present:
-        tk = tasks[i]
-        st = tk.state
-        c = tk.finish if st == DONE else (f.busy_until[tk.slot] if st == RUNNING
-                                         else now + tk.compute / mc)
-        w = tk.wf.id
-        if c > last.get(w, -1.0):
-            last[w] = c
-    return sum(last.values())
+            yield tk.wf.id, (tk.finish if st == DONE else busy_until[tk.slot] if st == RUNNING
+                             else now + tk.compute / mc)
+
+    return completion_cost(objective, completions())
 
 
 def make_lookahead(spec: str, env: EnvConfig | None = None, seed: int | None = None) -> Lookahead:

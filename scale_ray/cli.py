@@ -29,6 +29,7 @@ BENCH: dict[str, tuple[str, str]] = {
     "live": ("scale_ray.bench.live", "live scheduler overhead vs plain Ray, and placement quality"),
     "service": ("scale_ray.bench.service", "the scheduler service shared by agent processes vs Ray default"),
     "lookahead": ("scale_ray.bench.lookahead", "cost of one decision of the lookahead planner"),
+    "backlog": ("scale_ray.bench.backlog", "cost of a placement round with no free server vs the ready backlog"),
 }
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from envs import order as orders
+from envs.objective import CENSORED, DEFAULT_METRIC, metric_key
 from envs.config import EnvConfig, replace
 from envs.simulator import Simulator
 from envs.trace import JsonlTraceWriter
@@ -30,8 +31,9 @@ from .live.raylocal import prepare_local_ray
 log = logging.getLogger(__name__)
 
 # Keys of one result row (the --json schema of `scale-ray eval`).
-ROW_KEYS = ("policy", "servers", "episodes", "mean_response_s", "std_response_s",
-            "censored_response_s", "mean_workflow_response_s", "p95_response_s",
+ROW_KEYS = ("policy", "servers", "episodes", "mean_workflow_response_s",
+            "p95_workflow_response_s", "p99_workflow_response_s", "censored_workflow_response_s",
+            "mean_response_s", "std_response_s", "censored_response_s", "p95_response_s",
             "completed_tasks", "slowdown", "utilization", "invalid_rate", "guard_overrides",
             "guard_override_rate")
 
@@ -52,13 +54,32 @@ def env_for_policy(env: EnvConfig, policy: Any) -> EnvConfig:
     return replace(env, mdp={"order": order})
 
 
+def split_order(spec: str, env: EnvConfig) -> tuple[str, EnvConfig]:
+    """``POLICY@ORDER`` (``eft@fifo``): the policy spec and the env with ``mdp.order`` set to
+    ORDER (``envs.order.ORDERS``), so one evaluation compares orders on the same episodes; a
+    spec without a known order suffix is returned as it is."""
+    base, sep, order = spec.rpartition("@")
+    if not sep or order not in orders.ORDERS:
+        return spec, env
+    if env.mdp.order == order:
+        return base, env
+    return base, replace(env, mdp={"order": order})
+
+
+def _policy(spec: str, env: EnvConfig, seed: int | None = None) -> tuple[Any, EnvConfig]:
+    """The policy of ``spec`` (``POLICY[@ORDER]``) and the env it runs in (order resolved)."""
+    base, env = split_order(spec, env)
+    policy = get_policy(base, env, seed=seed)
+    return policy, env_for_policy(env, policy)
+
+
 def start_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int = 0,
                   trace: JsonlTraceWriter | None = None) -> tuple[Any, Simulator]:
     """The policy and the reset simulator of fixed evaluation episode ``episode``: the same
     workload, policy seed and first-level order every evaluation of it uses."""
     policy_seed = base_seed * 1_000_003 + episode
-    policy = get_policy(policy_spec, env, seed=policy_seed)
-    sim = Simulator(env_for_policy(env, policy), trace=trace)
+    policy, env = _policy(policy_spec, env, policy_seed)
+    sim = Simulator(env, trace=trace)
     sim.reset(episode_seed(base_seed, episode))
     policy.reset(policy_seed)
     return policy, sim
@@ -129,10 +150,10 @@ def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[i
     as alone, see :class:`policies.artifact.TorchPolicy`), so neither ``--workers`` nor how the
     episodes are sliced into jobs changes a decision.
     """
-    policy = get_policy(policy_spec, env, seed=base_seed)
-    if getattr(policy, "act_state", None) is not None:  # a planner: no batching, one by one
+    if getattr(get_policy(split_order(policy_spec, env)[0], env), "act_state", None) is not None:
+        # a planner: no batching, one by one
         return [run_episode(env, policy_spec, k, base_seed, None, guard) for k in episodes]
-    env = env_for_policy(env, policy)
+    policy, env = _policy(policy_spec, env, base_seed)
     sims = []
     for k in episodes:
         sim = Simulator(env)
@@ -172,7 +193,7 @@ def _run_jobs(env: EnvConfig, jobs: Sequence[Job], base_seed: int, trace_dir: st
     out = []
     for job in jobs:
         cfg = env.with_servers(job.servers)
-        batched = getattr(get_policy(job.policy, cfg), "batched", False)
+        batched = getattr(_policy(job.policy, cfg)[0], "batched", False)
         if batched and not trace_dir and len(job.episodes) > 1:
             results = run_episodes_lockstep(cfg, job.policy, job.episodes, base_seed, guard)
         else:
@@ -204,6 +225,12 @@ def aggregate(episodes: Iterable[dict[str, Any]], policy: str, servers: int) -> 
         "std_response_s": float(np.std(resp, ddof=1)) if len(resp) > 1 else 0.0,
         "censored_response_s": mean("censored_response_s"),
         "mean_workflow_response_s": mean("mean_workflow_response_s"),
+        "p95_workflow_response_s": mean("p95_workflow_response_s"),
+        "p99_workflow_response_s": mean("p99_workflow_response_s"),
+        "censored_workflow_response_s": mean("censored_workflow_response_s"),
+        "censored_p95_workflow_response_s": mean("censored_p95_workflow_response_s"),
+        "censored_p99_workflow_response_s": mean("censored_p99_workflow_response_s"),
+        "completed_workflows": mean("completed_workflows"),
         "p95_response_s": mean("p95_response_s"),
         "completed_tasks": mean("completed_tasks"),
         "slowdown": mean("slowdown"),
@@ -228,8 +255,9 @@ def ci95_half_width(values: Sequence[float] | np.ndarray) -> float:
 
 
 def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
-                       key: str = "mean_response_s") -> list[dict[str, Any]]:
-    """Per (policy, size): the mean over episodes of ``key`` / the reference's - 1 on the same
+                       metric: str = DEFAULT_METRIC) -> list[dict[str, Any]]:
+    """Per (policy, size): the mean over episodes of ``metric``'s episode value
+    (``envs.objective.METRICS``: mean workflow response by default) / the reference's - 1 on the same
     episode (same seed, same workload), the half-width of its 95 % t-interval
     (``t_{0.975, n-1} · s / sqrt(n)`` over the n paired episodes; nan for n < 2), and how many
     episodes were better / worse. Paired, so workload noise cancels.
@@ -242,7 +270,10 @@ def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
         return by
 
     episodes = list(episodes)
-    by, done, cens = per_episode(key), per_episode("completed_tasks"), per_episode("censored_response_s")
+    key = metric_key(metric)
+    by = per_episode(key)
+    done = per_episode("completed_tasks" if metric == "task" else "completed_workflows")
+    cens = per_episode(CENSORED[metric])
 
     def rel(vals: dict[int, float], ref: dict[int, float]) -> tuple[np.ndarray, list[int]]:
         """Per-episode relative differences over the episodes both have, and those episodes."""
@@ -259,7 +290,8 @@ def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
         dn, rn = done[(policy, n)], done[(reference, n)]
         c = [dn[k] / rn[k] - 1.0 for k in common if rn.get(k)]
         dc, _ = rel(cens[(policy, n)], cens[(reference, n)])
-        out.append({"policy": policy, "servers": n, "reference": reference, "episodes": len(d),
+        out.append({"policy": policy, "servers": n, "reference": reference, "metric": metric,
+                    "episodes": len(d),
                     "mean_rel_diff": float(d.mean()) if len(d) else math.nan,
                     "ci95_half_width": ci95_half_width(d), "better": int((d < 0).sum()),
                     "worse": int((d > 0).sum()),
@@ -273,13 +305,17 @@ def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
 def format_paired(rows: Sequence[dict[str, Any]]) -> str:
     label = policy_labels(r["policy"] for r in rows)
     w = max([12] + [len(v) + 2 for v in label.values()])
-    lines = [f"paired vs {rows[0]['reference']} (mean response; negative = faster):" if rows else ""]
+    what = {"workflow": "mean workflow response", "task": "mean task response",
+            "workflow_p95": "p95 workflow response", "workflow_p99": "p99 workflow response"}
+    lines = [f"paired vs {rows[0]['reference']} ({what[rows[0].get('metric', 'task')]}; negative = "
+             f"faster):" if rows else ""]
     for r in rows:
         lines.append(f"  {label[r['policy']]:<{w}} N={r['servers']:<5} {100 * r['mean_rel_diff']:+.2f}% "
                      f"± {100 * r['ci95_half_width']:.2f}% (95% CI, {r['episodes']} episodes; "
                      f"better in {r['better']}, worse in {r['worse']})"
-                     + (f"; completed tasks {100 * r['completed_rel_diff']:+.1f}%: not comparable"
-                        + (f"; on every arrived task (resp all) {100 * r['censored_rel_diff']:+.2f}% "
+                     + (f"; completed {'tasks' if r.get('metric') == 'task' else 'workflows'} "
+                        f"{100 * r['completed_rel_diff']:+.1f}%: not comparable"
+                        + (f"; on everything that arrived (censored) {100 * r['censored_rel_diff']:+.2f}% "
                            f"± {100 * r['censored_ci95_half_width']:.2f}%"
                            if not math.isnan(r.get("censored_rel_diff", math.nan)) else "")
                         if abs(r.get("completed_rel_diff", 0.0)) > 1e-9 else ""))
@@ -297,7 +333,8 @@ def evaluate(env: EnvConfig, policies: Sequence[str], servers: Sequence[int], ep
     (default :class:`GuardConfig`; ``GuardConfig(enabled=False)`` for the raw policy).
     """
     # Fail fast on a bad name or artifact, before any work starts.
-    batched = {p: getattr(get_policy(p, env), "batched", False) for p in policies}
+    # (an order the policy cannot run under is an error here too: envs.order.OrderConflict)
+    batched = {p: getattr(_policy(p, env)[0], "batched", False) for p in policies}
     if trace_dir:
         Path(trace_dir).mkdir(parents=True, exist_ok=True)
     if workers == 0:
@@ -376,17 +413,20 @@ def policy_labels(specs: Iterable[str]) -> dict[str, str]:
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    """A plain-text table, one line per (policy, servers)."""
+    """A plain-text table, one line per (policy, servers): workflow response (mean, p95, p99)
+    first, then the paper's task response."""
     label = policy_labels(r["policy"] for r in rows)
     w = max([16] + [len(v) + 2 for v in label.values()])
-    head = (f"{'policy':<{w}}{'N':>6}{'eps':>5}{'resp s (mean±std)':>20}{'resp all':>10}"
-            f"{'wf resp s':>11}{'p95 s':>9}{'tasks':>9}{'slowdown':>10}{'util':>7}{'invalid':>9}"
-            f"{'guard':>8}")
+    head = (f"{'policy':<{w}}{'N':>6}{'eps':>5}{'wf mean s':>10}{'wf p95':>8}{'wf p99':>8}"
+            f"{'wf all':>8}{'task resp (mean±std)':>22}{'p95 s':>8}{'tasks':>9}{'slowdown':>10}"
+            f"{'util':>7}{'invalid':>9}{'guard':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         resp = f"{r['mean_response_s']:.3f}±{r['std_response_s']:.3f}"
-        lines.append(f"{label[r['policy']]:<{w}}{r['servers']:>6}{r['episodes']:>5}{resp:>20}"
-                     f"{r['censored_response_s']:>10.3f}{r['mean_workflow_response_s']:>11.3f}{r['p95_response_s']:>9.3f}"
+        lines.append(f"{label[r['policy']]:<{w}}{r['servers']:>6}{r['episodes']:>5}"
+                     f"{r['mean_workflow_response_s']:>10.3f}{r['p95_workflow_response_s']:>8.2f}"
+                     f"{r['p99_workflow_response_s']:>8.2f}{r['censored_workflow_response_s']:>8.2f}"
+                     f"{resp:>22}{r['p95_response_s']:>8.3f}"
                      f"{r['completed_tasks']:>9.1f}{r['slowdown']:>10.3f}{r['utilization']:>7.3f}"
                      f"{r['invalid_rate']:>9.3f}{r.get('guard_overrides', 0.0):>8.1f}")
     return "\n".join(lines)

@@ -1,0 +1,197 @@
+"""envs.order: the ready-task orders, their re-keying, the config/policy conflict, and a round
+whose cost does not depend on the backlog."""
+from __future__ import annotations
+
+import typing
+import warnings
+
+import pytest
+
+from envs import order as orders
+from envs.config import ConfigError, EnvConfig, MdpConfig, build, replace
+from envs.decision import READY, DecisionCore, Rules, ServerTable
+from envs.simulator import Simulator
+from envs.workflow import TaskSpec, WorkflowSpec
+from scale_ray.evaluation import env_for_policy, evaluate, split_order
+
+CHAIN = WorkflowSpec((TaskSpec(4.0, 1.0, 0.0), TaskSpec(4.0, 1.0, 0.0, (0,)),
+                      TaskSpec(4.0, 1.0, 0.0, (1,))), "chain3")
+PAIR = WorkflowSpec((TaskSpec(1.0, 1.0, 0.0), TaskSpec(1.0, 1.0, 0.0)), "pair")
+
+
+def _env(order: str | None, servers: int = 1, **mdp) -> EnvConfig:
+    return build(EnvConfig, {"cluster": {"servers": servers, "tiers": [
+        {"name": "only", "compute": 1.0, "memory_gb": 80.0, "ratio": 1}]},
+        "mdp": {"order": order, "mask_infeasible": True, "ask_only_startable": True,
+                "head_of_line_blocking": False, **mdp}})
+
+
+def _start_order(order: str, arrivals) -> list[tuple[str, int]]:
+    """(workflow name, task index) in the order one server starts them (EFT = slot 0)."""
+    sim = Simulator(_env(order))
+    sim.reset(0, arrivals=arrivals)
+    seen = []
+    while sim.current is not None:
+        t = sim.current
+        if sim.is_valid(0):
+            seen.append((t.wf.id, t.id - sim.workflows[t.wf.id].tasks[0].id))
+        sim.step(0)
+    return seen
+
+
+def test_orders_literal_matches_the_module():
+    hint = typing.get_type_hints(MdpConfig)["order"]
+    assert typing.get_args(typing.get_args(hint)[0]) == orders.ORDERS
+
+
+def test_hop_interleaves_fifo_finishes_the_oldest_workflow_first():
+    # t=0: a 3-chain; t=0.5: a pair of independent tasks. One server, 4 s per chain task.
+    arrivals = [(0.0, CHAIN), (0.5, PAIR)]
+    # hop: the pair's tasks (rank 0) lose to the chain's next task (rank 1) only while it is
+    # ready; after the chain's first task the chain's rank-1 task goes before the pair
+    assert _start_order("hop", arrivals) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    assert _start_order("fifo", arrivals) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    # srpt: after the chain's first task it has 8 GFLOP left, the pair 2: the pair goes first
+    assert _start_order("srpt", arrivals) == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2)]
+    # las: the chain has attained 4 s, the pair 0: the pair goes first
+    assert _start_order("las", arrivals) == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2)]
+    # edf (factor 2): chain deadline 0 + 2 x 12 = 24, pair 0.5 + 2 x 1 = 2.5: the pair first
+    assert _start_order("edf", arrivals) == [(0, 0), (1, 0), (1, 1), (0, 1), (0, 2)]
+
+
+def test_fifo_beats_hop_when_a_young_deep_workflow_arrives():
+    # t=0: a pair (rank 0); t=0.1: a 3-chain (rank 2). hop starts the chain's head first.
+    arrivals = [(0.0, PAIR), (0.0, PAIR), (0.1, CHAIN)]
+    hop = _start_order("hop", arrivals)
+    fifo = _start_order("fifo", arrivals)
+    assert fifo == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2)]
+    # hop: the chain's head (rank 2), then its rank-1 task, jump both pairs
+    assert hop == [(0, 0), (2, 0), (2, 1), (0, 1), (1, 0), (1, 1), (2, 2)]
+
+
+def test_dynamic_orders_rekey_without_rebuilding_the_queue():
+    sim = Simulator(_env("srpt", servers=1))
+    sim.reset(0, arrivals=[(0.0, CHAIN), (0.0, PAIR)])
+    chain, pair = sim.workflows
+    assert (chain.level, pair.level) == (pytest.approx(12.0), pytest.approx(2.0))  # GFLOP / 1
+    while sim.current is not None and sim.t < 5.5:
+        sim.step(0)
+    # the pair ran first (2 GFLOP < 12; its first finish re-keyed it, its last finish needs no
+    # key), then chain task 0 ran from 2 s to 6 s, where the clock stopped for the next decision
+    assert pair.done == 2 and pair.level == pytest.approx(1.0)
+    assert 6.0 <= sim.t < 6.2 and chain.done == 1
+    assert chain.level == pytest.approx(8.0)  # one 4-GFLOP task done
+    for tk in chain.tasks[1:]:
+        assert tk.key[0] == pytest.approx(8.0)  # every unfinished task re-keyed, once
+    while sim.current is not None:
+        sim.step(0)
+    assert sim.terminated and chain.level == pytest.approx(4.0)
+
+
+def test_rekeyed_entries_are_dropped_as_stale():
+    table = ServerTable(1, EnvConfig().features)
+    table.set_server(0, 1.0, 80.0, 0.0, 0.0)
+    core = DecisionCore(table, Rules(False, True, True))
+
+    class T:
+        def __init__(self, i, key):
+            self.id, self.key, self.memory_gb, self.state, self.waits = i, key, 1.0, READY, 0
+
+    a, b = T(0, (1.0,)), T(1, (2.0,))
+    for t in (a, b):
+        core.queue.push(t.key, t.id, t)
+    a.key = (3.0,)  # a re-key: a new entry, the old one is stale
+    core.queue.push(a.key, a.id, a)
+    task, _ = core.next_task()
+    assert task is b and len(core.queue) == 2  # a's stale entry popped
+
+
+def test_a_config_and_a_policy_that_need_different_orders_fail_naming_both():
+    with pytest.raises(orders.OrderConflict, match=r"policy 'heft' needs mdp.order='upward_rank'"
+                       r".*config sets mdp.order='fifo'"):
+        evaluate(_env("fifo", servers=4), ["heft"], [4], 1, workers=1)
+    with pytest.raises(orders.OrderConflict, match="heft"):
+        split_order("heft@las", EnvConfig())  # parsing is fine; running it is the conflict
+        evaluate(EnvConfig(), ["heft@las"], [4], 1, workers=1)
+    # unset: the policy's own order; no policy need: hop
+    from policies import get_policy
+    assert env_for_policy(EnvConfig(), get_policy("heft", EnvConfig())).mdp.order == "upward_rank"
+    assert env_for_policy(EnvConfig(), get_policy("eft", EnvConfig())).mdp.order == "hop"
+    # the bug the order module fixed: eval of eft under upward_rank ran hop
+    env = replace(EnvConfig(), mdp={"order": "upward_rank"})
+    assert env_for_policy(env, get_policy("eft", env)).mdp.order == "upward_rank"
+
+
+def test_first_level_is_an_alias_that_warns():
+    with pytest.warns(FutureWarning, match="mdp.first_level is deprecated"):
+        cfg = build(EnvConfig, {"mdp": {"first_level": "upward_rank"}})
+    assert cfg.mdp.order == "upward_rank" and cfg.mdp.first_level is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        replace(cfg, workload={"horizon_s": 50.0})  # no second warning on derived configs
+    with pytest.raises(ConfigError, match="contradicts"):
+        build(EnvConfig, {"mdp": {"first_level": "hop", "order": "fifo"}})
+
+
+def test_split_order_runs_a_policy_under_another_order():
+    spec, env = split_order("eft@las", EnvConfig())
+    assert spec == "eft" and env.mdp.order == "las"
+    assert split_order("results/x@y/policy", EnvConfig())[0] == "results/x@y/policy"
+
+
+class _CountingTask:
+    """A ready task that counts how often a round reads it."""
+    reads = 0
+
+    def __init__(self, i):
+        self.id, self.memory_gb, self.waits, self.key = i, 1.0, 0, (float(i),)
+        self._state = READY
+
+    @property
+    def state(self):
+        _CountingTask.reads += 1
+        return self._state
+
+
+@pytest.mark.parametrize("hol", [False, True])
+def test_a_round_with_no_free_server_does_not_walk_the_backlog(hol):
+    table = ServerTable(4, EnvConfig().features)
+    for i in range(4):
+        table.set_server(i, 1.0, 80.0, 0.0, 0.0)
+        table.start(i, 1e9)
+    core = DecisionCore(table, Rules(hol, True, True))
+    tasks = [_CountingTask(i) for i in range(20_000)]
+    for t in tasks:
+        core.queue.push(t.key, t.id, t)
+    _CountingTask.reads = 0
+    core.run_round(lambda t: pytest.fail("asked"), lambda t, s: None)
+    core.queue.requeue_deferred()
+    assert _CountingTask.reads <= 2  # the head only, not 20,000 tasks
+    assert len(core.queue) == 20_000 and not core.queue.deferred
+    # and the order survives: a server frees up, the smallest key comes first
+    table.finish(2)
+    task, _ = core.next_task()
+    assert task is tasks[0]
+
+
+def test_defer_all_then_new_arrivals_keep_one_heap():
+    core = DecisionCore(ServerTable(1, EnvConfig().features), Rules(False, True, True))
+    core.servers.set_server(0, 1.0, 80.0, 0.0, 0.0)
+    core.servers.start(0, 1e9)
+    ts = [_CountingTask(i) for i in range(0, 100, 2)]
+    for t in ts:
+        core.queue.push(t.key, t.id, t)
+    assert core.next_task()[0] is None
+    late = [_CountingTask(i) for i in range(1, 20, 2)]  # arrive while the backlog is deferred
+    for t in late:
+        core.queue.push(t.key, t.id, t)
+    core.queue.requeue_deferred()
+    core.servers.finish(0)
+    got = []
+    while True:
+        t, _ = core.next_task()
+        if t is None:
+            break
+        got.append(t.id)
+        core.queue.block_head()  # set aside: look at the next one
+    assert got == sorted(t.id for t in ts + late)
