@@ -22,7 +22,8 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest tests -m "not slow"
 
-# The demo, on an embedded local Ray: (1) the heuristics in the simulator at N=16 and 48;
+# The demo, on an embedded local Ray: (1) the heuristics in the simulator at N=16 and 48, and
+# the workflow-first order (fifo, realistic.yaml's default) against the paper's hop order;
 # (2) the same stream of agent DAGs on a local heterogeneous multi-node Ray cluster, placed by
 # the scheduler and by Ray's own placement, with the comparison printed; (3) the scheduler service
 # (Ray Serve) shared by two agent processes while a node is killed, vs Ray's own placement.
@@ -30,6 +31,8 @@ DEMO_POLICY ?= scale
 demo: $(STAMP)
 	$(VENV)/bin/scale-ray eval --policy random round-robin least-loaded fastest-idle eft eft-wait heft \
 		--servers 16 48 --episodes 4 --seed 0
+	$(VENV)/bin/scale-ray eval --env-config configs/env/realistic.yaml --policy eft@hop eft \
+		--servers 16 --episodes 10 --seed 0 --paired-vs eft@hop --metric workflow workflow_p95
 	$(VENV)/bin/scale-ray run-workflows --nodes 16 --servers-per-node 4 --workflows 100 \
 		--policy $(DEMO_POLICY) ray-default
 	$(VENV)/bin/scale-ray bench service --nodes 16 --servers-per-node 4 --clients 2 --workflows 50 \

@@ -18,7 +18,19 @@ runs touch (a run's ready time is its predecessor's end; for an output loss, the
 ``response = finish - arrival`` is the sum over path runs of ``(start - ready) + (end - start)``
 plus the output-loss gaps, and the parts below sum to it exactly (to float rounding):
 
-* ``critical_path_run_s``: ``end - start - transfer`` of the path's finished runs,
+* ``critical_path_fastest_s``: what the path's finished runs would take on the best server:
+  each task's ``compute_gflop`` over the compute of the fastest tier whose ``memory_gb`` fits the
+  task's (else the fastest tier), the rule of the simulator's critical-path lower bound (so the
+  sum over a path is at most that bound). Tiers: the ``episode`` header's ``tiers`` (simulator
+  and live traces both list ``{name, compute, memory_gb}``), else the ``server_add`` events'
+  compute and memory. A run whose task or tiers lack these numbers counts here whole
+  (``end - start - transfer``) and adds 0 below; ``totals.unbounded_runs`` counts such runs,
+* ``slower_server_s``: the rest of those runs' ``end - start - transfer``: time lost to running on
+  a slower server than the best fitting tier (0 on it; negative only by float rounding); by the
+  tier of the server the run went to (``slower_server_by_tier_s``). In live traces it also holds
+  a run's overhead beyond its model duration (dispatch, sleeping), so it is > 0 on the best tier
+  too. ``critical_path_run_s`` (kept in every record and the totals, not a part) is the sum of
+  these two,
 * ``transfer_s``: their ``transfer_s`` (simulator with ``transfer_delays_start``; else 0). In the
   trace a transfer occupies the server after ``start``, so it is part of ``end - start``,
 * ``queue_ready_s``: ``start - ready`` of every path run: ready but not yet started; by the tier
@@ -44,7 +56,8 @@ import numpy as np
 
 from scale_ray.gantt import UNKNOWN_TIER, Run, _int, _num
 
-PARTS = ("critical_path_run_s", "transfer_s", "queue_ready_s", "lost_run_s", "wait_parent_s")
+PARTS = ("critical_path_fastest_s", "slower_server_s", "transfer_s", "queue_ready_s", "lost_run_s",
+         "wait_parent_s")
 _PRIO = {"arrival": 0, "output_lost": 1, "lost": 2, "parent": 3}
 
 
@@ -67,6 +80,23 @@ class Episode:
     live: bool = False
     truncated: bool = False
     t_end: float = 0.0
+    tier_specs: list[tuple[float, float]] = field(default_factory=list)  # header (compute, memory)
+    server_specs: dict[int, tuple[float, float]] = field(default_factory=dict)
+    need: dict[int, tuple[float, float]] = field(default_factory=dict)  # task -> (gflop, memory)
+
+    def best_speed(self, task: int) -> float | None:
+        """Compute of the fastest tier whose memory fits ``task`` (else the fastest tier), as the
+        simulator's lower bound; None where the task's or the tiers' numbers are missing."""
+        specs = sorted(self.tier_specs or self.server_specs.values(), key=lambda x: -x[0])
+        if task not in self.need or not specs:
+            return None
+        return next((c for c, m in specs if m >= self.need[task][1]), specs[0][0])
+
+
+def _spec(d: dict[str, Any], compute: str) -> tuple[float, float] | None:
+    """``(d[compute], d["memory_gb"])`` where the first is a number > 0 (memory: 0 if missing)."""
+    c = _num(d, compute)
+    return (c, _num(d, "memory_gb") or 0.0) if c is not None and c > 0 else None
 
 
 def read_events(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
@@ -122,10 +152,14 @@ def load_episodes(path: str | Path) -> list[Episode]:
             ep.tiers = [str(x["name"]) for x in ev.get("tiers") or []
                         if isinstance(x, dict) and x.get("name") is not None]
             ep.live = "time_scale" in ev
+            ep.tier_specs = [x for x in (_spec(x, "compute") for x in ev.get("tiers") or []
+                                         if isinstance(x, dict)) if x is not None]
         ep.t_end = max(ep.t_end, t)
         if kind == "server_add" and _int(ev, "server") is not None:
             ep.server_tier[ev["server"]] = str(ev.get("tier") or UNKNOWN_TIER)
             ep.server_span[ev["server"]] = [t, math.inf]
+            if (spec := _spec(ev, "compute")) is not None:
+                ep.server_specs[ev["server"]] = spec
         elif kind in ("server_remove", "server_fail") and ev.get("server") in ep.server_span:
             ep.server_span[ev["server"]][1] = t
         elif kind == "arrival" and _int(ev, "workflow") is not None:
@@ -136,6 +170,8 @@ def load_episodes(path: str | Path) -> list[Episode]:
                 if isinstance(tk, dict) and _int(tk, "task") is not None:
                     parents[tk["task"]] = [p for p in tk.get("parents") or [] if isinstance(p, int)]
                     task_wf[tk["task"]] = ev["workflow"]
+                    if (need := _spec(tk, "compute_gflop")) is not None:
+                        ep.need[tk["task"]] = need
         elif kind == "start":
             tid, sid = _int(ev, "task"), _int(ev, "server")
             if tid is None or sid is None:
@@ -189,22 +225,31 @@ def explain_workflow(ep: Episode, wid: int,
     rec: dict[str, Any] = {"episode": ep.index, "workflow": wid, "name": wf["name"],
                            "tasks": len(wf["tasks"]), "arrival": arrival, "finish": last.end,
                            "response_s": last.end - arrival, **{p: 0.0 for p in PARTS},
-                           "queue_ready_by_tier_s": {}}
+                           "critical_path_run_s": 0.0, "unbounded_runs": 0,
+                           "queue_ready_by_tier_s": {}, "slower_server_by_tier_s": {}}
     path: list[dict[str, Any]] = []
     run: PathRun | None = last
     wasted = False
     while run is not None:
         dur, queue = run.end - run.start, run.start - run.ready
+        tier, fastest = _tier(ep, run), None
         if run.outcome == "lost" or wasted:
             rec["lost_run_s"] += dur
         else:
-            rec["critical_path_run_s"] += dur - run.transfer_s
+            net, speed = dur - run.transfer_s, ep.best_speed(run.task)
+            fastest = net if speed is None else ep.need[run.task][0] / speed
+            rec["unbounded_runs"] += int(speed is None)
+            rec["critical_path_run_s"] += net
+            rec["critical_path_fastest_s"] += fastest
+            rec["slower_server_s"] += net - fastest
+            slow = rec["slower_server_by_tier_s"]
+            slow[tier] = slow.get(tier, 0.0) + (net - fastest)
             rec["transfer_s"] += run.transfer_s
         rec["queue_ready_s"] += queue
-        tier = _tier(ep, run)
         by_tier = rec["queue_ready_by_tier_s"]
         by_tier[tier] = by_tier.get(tier, 0.0) + queue
         path.append({"task": run.task, "server": run.server, "tier": tier, "ready": run.ready,
+                     "fastest_s": fastest,
                      "start": run.start, "end": run.end, "transfer_s": run.transfer_s,
                      "queue_s": queue, "outcome": "wasted" if wasted else run.outcome,
                      "gate": run.gate, "gate_task": run.pred.task if run.pred else None})
@@ -284,14 +329,20 @@ def explain(path: str | Path, top: int = 5) -> dict[str, Any]:
                          f"its tasks{cut}")
     resp = [r["response_s"] for r in records]
     total = math.fsum(resp)
-    used = [x for x in tiers if any(x in r["queue_ready_by_tier_s"] for r in records)]
+
+    def by_tier(key: str) -> dict[str, dict[str, float]]:
+        used = [x for x in tiers if any(x in r[key] for r in records)]
+        return {x: _stats([r[key].get(x, 0.0) for r in records], total) for x in used}
+
     totals = {"workflows": len(records), "arrived_workflows": arrived, "episodes": len(eps),
               "live": any(ep.live for ep in eps),
               "servers": sum(len(ep.server_tier) for ep in eps),
               "response_s": _stats(resp, total),
               "parts": {p: _stats([r[p] for r in records], total) for p in PARTS},
-              "queue_ready_by_tier_s": {x: _stats([r["queue_ready_by_tier_s"].get(x, 0.0)
-                                                   for r in records], total) for x in used},
+              "critical_path_run_s": _stats([r["critical_path_run_s"] for r in records], total),
+              "queue_ready_by_tier_s": by_tier("queue_ready_by_tier_s"),
+              "slower_server_by_tier_s": by_tier("slower_server_by_tier_s"),
+              "unbounded_runs": sum(r["unbounded_runs"] for r in records),
               "max_sum_error_s": max(abs(math.fsum(r[p] for p in PARTS) - r["response_s"])
                                      for r in records)}
     ranked = sorted(records, key=lambda r: (-r["queue_ready_s"], -r["response_s"],

@@ -53,7 +53,8 @@ def compare_family(family: str, policy: str, servers: Sequence[int], episodes: i
             r = next(x for x in per[label][0] if x["policy"] == policy and x["servers"] == n)
             eps = [e for e in per[label][1] if e["policy"] == policy and e["servers"] == n]
             paired = next(p for p in paired_differences(eps + [e for e in eft_eps
-                                                               if e["servers"] == n], "eft")
+                                                               if e["servers"] == n], "eft",
+                                                    "task")
                           if p["servers"] == n)
             row[label] = {"censored_s": r["censored_response_s"],
                           "ratio": r["censored_response_s"] / ref["censored_response_s"],

@@ -133,7 +133,7 @@ def test_paired_differences_against_hand_computation():
     eps += [{"policy": "a", "servers": 16, "episode": k, "mean_response_s": v}
             for k, v in enumerate([3.0, 5.5, 8.0])]
     eps += [{"policy": "a", "servers": 48, "episode": 0, "mean_response_s": 1.0}]  # no reference
-    (row,) = paired_differences(eps, "eft")
+    (row,) = paired_differences(eps, "eft", "task")  # the paper's metric, by name
     d = np.array([3.0 / 4.0 - 1, 5.5 / 5.0 - 1, 0.0])
     assert row["policy"] == "a" and row["servers"] == 16 and row["episodes"] == 3
     assert row["mean_rel_diff"] == pytest.approx(d.mean())
@@ -162,7 +162,7 @@ def test_paired_output_flags_unequal_completed_tasks():
     eps = [{"policy": p, "servers": 16, "episode": k, "mean_response_s": 4.0 + k,
             "completed_tasks": done, "censored_response_s": cens * (4.0 + k)}
            for p, done, cens in (("eft", 100, 1.0), ("a", 90, 1.5), ("b", 100, 1.0)) for k in range(2)]
-    rows = paired_differences(eps, "eft")
+    rows = paired_differences(eps, "eft", "task")
     by = {r["policy"]: r for r in rows}
     assert by["a"]["completed_rel_diff"] == pytest.approx(-0.1)
     assert by["b"]["completed_rel_diff"] == 0.0
@@ -170,7 +170,7 @@ def test_paired_output_flags_unequal_completed_tasks():
     assert by["a"]["censored_rel_diff"] == pytest.approx(0.5)
     assert by["a"]["censored_ci95_half_width"] == pytest.approx(0.0, abs=1e-12)
     text = format_paired(rows).splitlines()
-    assert "completed tasks -10.0%: not comparable; on every arrived task (resp all) +50.00%" in text[1]
+    assert "completed tasks -10.0%: not comparable; on everything that arrived (censored) +50.00%" in text[1]
     assert "not comparable" not in text[2]
 
 

@@ -25,8 +25,8 @@ def write(path: Path, events: list[dict]) -> Path:
     return path
 
 
-def task(tid: int, gflop: float, parents: list[int]) -> dict:
-    return {"task": tid, "compute_gflop": gflop, "memory_gb": 1.0, "output_gb": 0.25,
+def task(tid: int, gflop: float, parents: list[int], memory_gb: float = 1.0) -> dict:
+    return {"task": tid, "compute_gflop": gflop, "memory_gb": memory_gb, "output_gb": 0.25,
             "parents": parents}
 
 
@@ -65,16 +65,22 @@ def test_hand_built_simulator_trace(tmp_path):
     rep = explain(trace)
     wf0, wf1 = rep["workflows"]
     assert wf0["response_s"] == 9.0 and wf1["response_s"] == 4.0
-    # path 0 -> 2 -> 3: runs 2 + 2 + 1, transfers 0.5 + 0.5, queues 0 + 2.5 (small) + 0.5 (large)
+    # path 0 -> 2 -> 3: runs 2 + 2 + 1, transfers 0.5 + 0.5, queues 0 + 2.5 (small) + 0.5 (large).
+    # Best tier large (4 GFLOP/s): 8/4 + 2/4 + 4/4 = 3.5; task 2 ran on small: 2 - 0.5 slower
     assert [s["task"] for s in wf0["path"]] == [0, 2, 3]
     assert [s["gate"] for s in wf0["path"]] == ["arrival", "parent", "parent"]
-    assert {k: wf0[k] for k in PARTS} == {"critical_path_run_s": 5.0, "transfer_s": 1.0,
-                                          "queue_ready_s": 3.0, "lost_run_s": 0.0,
-                                          "wait_parent_s": 0.0}
+    assert [s["fastest_s"] for s in wf0["path"]] == [2.0, 0.5, 1.0]
+    assert {k: wf0[k] for k in PARTS} == {"critical_path_fastest_s": 3.5, "slower_server_s": 1.5,
+                                          "transfer_s": 1.0, "queue_ready_s": 3.0,
+                                          "lost_run_s": 0.0, "wait_parent_s": 0.0}
+    assert wf0["critical_path_run_s"] == 5.0 and wf0["unbounded_runs"] == 0
     assert wf0["queue_ready_by_tier_s"] == {"large": 0.5, "small": 2.5}
-    assert {k: wf1[k] for k in PARTS} == {"critical_path_run_s": 4.0, "transfer_s": 0.0,
-                                          "queue_ready_s": 0.0, "lost_run_s": 0.0,
-                                          "wait_parent_s": 0.0}
+    assert wf0["slower_server_by_tier_s"] == {"large": 0.0, "small": 1.5}
+    # task 4 (4 GFLOP) ran 4 s on small: 1 s on large
+    assert {k: wf1[k] for k in PARTS} == {"critical_path_fastest_s": 1.0, "slower_server_s": 3.0,
+                                          "transfer_s": 0.0, "queue_ready_s": 0.0,
+                                          "lost_run_s": 0.0, "wait_parent_s": 0.0}
+    assert wf1["critical_path_run_s"] == 4.0 and wf1["slower_server_by_tier_s"] == {"small": 3.0}
     q = wf0["longest_queue"]
     assert (q["task"], q["ready"], q["start"], q["tier"], q["queue_s"]) == (
         2, 3.0, 5.5, "small", 2.5)
@@ -83,7 +89,14 @@ def test_hand_built_simulator_trace(tmp_path):
                             "started_between": 1}
     tot = rep["totals"]
     assert tot["workflows"] == 2 and tot["response_s"]["mean"] == 6.5
-    assert tot["parts"]["critical_path_run_s"] == {"sum": 9.0, "mean": 4.5, "share": 9.0 / 13.0}
+    assert tot["critical_path_run_s"] == {"sum": 9.0, "mean": 4.5, "share": 9.0 / 13.0}
+    assert tot["parts"]["critical_path_fastest_s"] == {"sum": 4.5, "mean": 2.25,
+                                                       "share": 4.5 / 13.0}
+    assert tot["parts"]["slower_server_s"] == {"sum": 4.5, "mean": 2.25, "share": 4.5 / 13.0}
+    assert tot["slower_server_by_tier_s"] == {
+        "small": {"sum": 4.5, "mean": 2.25, "share": 4.5 / 13.0},
+        "large": {"sum": 0.0, "mean": 0.0, "share": 0.0}}
+    assert tot["unbounded_runs"] == 0
     assert tot["parts"]["queue_ready_s"]["share"] == 3.0 / 13.0
     assert tot["queue_ready_by_tier_s"]["small"]["sum"] == 2.5
     assert [r["workflow"] for r in rep["top"]] == [0, 1]
@@ -107,6 +120,7 @@ def test_lost_run_on_the_path(tmp_path):
     assert [(s["task"], s["outcome"], s["gate"]) for s in wf["path"]] == [
         (1, "lost", "arrival"), (1, "done", "lost")]
     assert wf["response_s"] == 3.0 and wf["lost_run_s"] == 2.0 and wf["critical_path_run_s"] == 1.0
+    assert wf["critical_path_fastest_s"] == 1.0 and wf["slower_server_s"] == 0.0  # rerun on large
     assert wf["queue_ready_s"] == 0.0 and wf["wait_parent_s"] == 0.0
 
 
@@ -153,15 +167,61 @@ def test_live_trace(tmp_path):
     # 0 (0.51-2.6, output lost at 2.9: wasted) -> rerun of 0 (3.0-3.6) -> 1 (3.7-4.3)
     assert [(s["task"], s["outcome"], s["gate"]) for s in wf["path"]] == [
         (0, "wasted", "arrival"), (0, "done", "output_lost"), (1, "done", "parent")]
-    want = {"critical_path_run_s": 1.2, "transfer_s": 0.0, "queue_ready_s": 0.21,
-            "lost_run_s": 2.09, "wait_parent_s": 0.3}
+    # the header lists tiers: both finished path runs (2 GFLOP) would take 0.5 on large, ran 0.6
+    want = {"critical_path_run_s": 1.2, "critical_path_fastest_s": 1.0, "slower_server_s": 0.2,
+            "transfer_s": 0.0, "queue_ready_s": 0.21, "lost_run_s": 2.09, "wait_parent_s": 0.3}
     for k, v in want.items():
         assert wf[k] == pytest.approx(v, abs=1e-12), k
     assert wf["queue_ready_by_tier_s"] == pytest.approx({"large": 0.2, "small": 0.01}, abs=1e-12)
+    assert wf["slower_server_by_tier_s"] == pytest.approx({"large": 0.2}, abs=1e-12)
     assert math.fsum(wf[k] for k in PARTS) == pytest.approx(wf["response_s"], abs=1e-12)
     # the ready times agree with the Gantt chart's derivation
     (ep,) = load_episodes(trace)
     assert [r.ready for r in ep.runs] == [r.ready for r in load_schedule(trace).runs]
+
+
+def tier_trace(header_tiers: bool, server_compute: bool) -> list[dict]:
+    """The fastest tier (4 GFLOP/s) has 8 GB, the big one (2 GFLOP/s) 80 GB; chain 0 -> 1 -> 2 all
+    on the big server: task 0 (16 GB) fits only big, task 1 (1 GB) fits fast, task 2 (100 GB)
+    fits none, so its bound is the fastest tier's (the simulator's rule)."""
+    tiers = [{"name": "fast", "compute": 4.0, "memory_gb": 8.0},
+             {"name": "big", "compute": 2.0, "memory_gb": 80.0}]
+    servers = [{"t": 0.0, "event": "server_add", "server": i, "tier": x["name"],
+                **({"compute": x["compute"], "memory_gb": x["memory_gb"]} if server_compute
+                   else {})} for i, x in enumerate(tiers)]
+    return [{"t": 0.0, "event": "episode", **({"tiers": tiers} if header_tiers else {})},
+            *servers,
+            {"t": 0.0, "event": "arrival", "workflow": 0, "tasks": [
+                task(0, 4.0, [], 16.0), task(1, 4.0, [0]), task(2, 8.0, [1], 100.0)]},
+            {"t": 0.0, "event": "start", "task": 0, "server": 1},
+            {"t": 2.0, "event": "finish", "task": 0, "server": 1},
+            {"t": 2.0, "event": "start", "task": 1, "server": 1},
+            {"t": 4.0, "event": "finish", "task": 1, "server": 1},
+            {"t": 4.0, "event": "start", "task": 2, "server": 1},
+            {"t": 8.0, "event": "finish", "task": 2, "server": 1},
+            {"t": 8.0, "event": "end", "truncated": False, "metrics": {}}]
+
+
+@pytest.mark.parametrize("header_tiers, server_compute", [(True, False), (False, True)])
+def test_best_tier_by_memory(tmp_path, header_tiers, server_compute):
+    """Header tiers, else the servers' compute and memory, give each task's best tier."""
+    trace = write(tmp_path / "tiers.jsonl", tier_trace(header_tiers, server_compute))
+    (wf,) = explain(trace)["workflows"]
+    assert [s["fastest_s"] for s in wf["path"]] == [2.0, 1.0, 2.0]
+    assert (wf["critical_path_fastest_s"], wf["slower_server_s"], wf["critical_path_run_s"]) == (
+        5.0, 3.0, 8.0)
+    assert wf["slower_server_by_tier_s"] == {"big": 3.0} and wf["unbounded_runs"] == 0
+
+
+def test_no_tier_compute(tmp_path, capsys):
+    """Without tier compute the whole run counts as best-tier run, and the report says so."""
+    trace = write(tmp_path / "bare.jsonl", tier_trace(False, False))
+    rep = explain(trace)
+    (wf,) = rep["workflows"]
+    assert (wf["critical_path_fastest_s"], wf["slower_server_s"]) == (8.0, 0.0)
+    assert wf["unbounded_runs"] == rep["totals"]["unbounded_runs"] == 3
+    assert main(["explain", str(trace)]) == 0
+    assert "3 path runs lack task or tier compute" in capsys.readouterr().out
 
 
 def sim_episode(tmp_path: Path, k: int, *overrides: str) -> tuple[Path, dict]:
@@ -175,9 +235,14 @@ def check_sums(rep: dict) -> None:
     recs = rep["workflows"]
     for r in recs:
         assert abs(math.fsum(r[k] for k in PARTS) - r["response_s"]) < 1e-9, r["workflow"]
-        assert min(r[k] for k in PARTS) >= -1e-12
+        assert min(r[k] for k in PARTS) >= -1e-9
         by_tier = sum(r["queue_ready_by_tier_s"].values())
         assert r["queue_ready_s"] == pytest.approx(by_tier, abs=1e-9)
+        slow = sum(r["slower_server_by_tier_s"].values())
+        assert r["slower_server_s"] == pytest.approx(slow, abs=1e-9)
+        assert r["critical_path_run_s"] == pytest.approx(
+            r["critical_path_fastest_s"] + r["slower_server_s"], abs=1e-9)
+        assert r["critical_path_fastest_s"] > 0 and r["unbounded_runs"] == 0
         assert r["path"][0]["ready"] == r["arrival"] and r["path"][-1]["end"] == r["finish"]
         for prev, step in zip(r["path"], r["path"][1:]):  # consecutive path runs touch
             assert step["ready"] == prev["end"]
@@ -187,6 +252,8 @@ def check_sums(rep: dict) -> None:
         assert tot["parts"][k]["sum"] == pytest.approx(sum(r[k] for r in recs), abs=1e-9)
         assert tot["parts"][k]["mean"] == pytest.approx(tot["parts"][k]["sum"] / len(recs))
     assert sum(s["share"] for s in tot["parts"].values()) == pytest.approx(1.0, abs=1e-12)
+    assert tot["critical_path_run_s"]["sum"] == pytest.approx(
+        tot["parts"]["critical_path_fastest_s"]["sum"] + tot["parts"]["slower_server_s"]["sum"])
 
 
 @pytest.mark.parametrize("overrides", [(), ("dynamics.fail_rate_per_server_s=0.02",
@@ -199,6 +266,10 @@ def test_real_simulator_trace(tmp_path, overrides):
     assert rep["totals"]["response_s"]["mean"] == pytest.approx(m["mean_workflow_response_s"])
     assert rep["totals"]["parts"]["transfer_s"]["sum"] > 0  # realistic: transfers delay starts
     assert rep["totals"]["parts"]["wait_parent_s"]["sum"] == 0.0
+    assert rep["totals"]["parts"]["slower_server_s"]["sum"] > 0  # some path runs on slower tiers
+    # the path's best-tier runs are a chain of the DAG, so at most the simulator's lower bound
+    slow = [r["response_s"] / r["critical_path_fastest_s"] for r in rep["workflows"]]
+    assert sum(slow) / len(slow) >= m["slowdown"] - 1e-9
     if overrides:  # servers fail: some lost runs, all on paths accounted as lost
         assert '"lost"' in trace.read_text()
         assert rep["totals"]["parts"]["lost_run_s"]["sum"] > 0
@@ -231,8 +302,14 @@ def test_cli(tmp_path, capsys):
     lines = text.splitlines()
     assert lines[0].startswith("sim.jsonl: 2 completed workflows of 2 arrived")
     assert lines[1].startswith("mean workflow response 6.500 s")
+    assert lines[1] == ("mean workflow response 6.500 s (sum 13.0 s; its path's runs on the best "
+                        "tier 2.250 s), on its critical path:")
     assert "queue while ready" in text and "on small" in text and "23.1%" in text
+    assert "run on best tier" in text and "slower server" in text and "34.6%" in text
+    assert "critical-path run 4.500 s, 69.2%" in text
     assert "The 1 workflows that waited longest" in text and "workflow 0: response 9.00 s" in text
+    assert ("response 9.00 s = best-tier run 3.50 + slower server 1.50 + transfer 1.00 + queue "
+            "3.00; 3 runs") in text
     assert "task 2 ready at 3.00 s, started 5.50 s on server 1 (small) after 2.50 s" in text
     data = json.loads(out.read_text())
     assert len(data["workflows"]) == 2 and data["totals"]["response_s"]["sum"] == 13.0

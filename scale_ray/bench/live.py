@@ -273,6 +273,7 @@ def run(args: argparse.Namespace) -> int:
             result["quality"] = q
             result["mean_workflow_response_s"] = {p: q[p]["mean_workflow_response_s"] for p in pols}
             result["p95_workflow_response_s"] = {p: q[p]["p95_workflow_response_s"] for p in pols}
+            result["p99_workflow_response_s"] = {p: q[p]["p99_workflow_response_s"] for p in pols}
             base = q["ray-default"]["mean_workflow_response_s"]
             result["improvement_vs_ray_default"] = 1.0 - q[args.policy]["mean_workflow_response_s"] / base
             result["eft_improvement_vs_ray_default"] = 1.0 - q["eft"]["mean_workflow_response_s"] / base
@@ -311,6 +312,7 @@ def format_result(r: dict[str, Any]) -> str:
         for p, m in r["mean_workflow_response_s"].items():
             q = r["quality"][p]
             lines.append(f"    {p:<14} mean {m:.3f} s  p95 {r['p95_workflow_response_s'][p]:.3f} s "
+                         f"p99 {q.get('p99_workflow_response_s', float('nan')):.3f} s "
                          f"wall  (model mean {q['mean_workflow_response_model_s']:.2f} s)  "
                          f"{q['workflows_completed']}/{q['workflows_submitted']} completed")
         lines.append(f"  improvement vs ray-default ({r['policy']}): "

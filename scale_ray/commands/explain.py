@@ -1,9 +1,10 @@
 """`scale-ray explain`: where a trace's workflow response time goes.
 
 Each completed workflow's response (its last finish - its arrival) is split along its realised
-critical path into run, transfer, queue-while-ready (by tier), lost-run and other time; the parts
-sum to the response. Prints the totals and the workflows that queued longest, with what the
-cluster was doing when their longest-queued path task became ready. See ``scale_ray.explain``.
+critical path into run time on the best fitting tier, time lost to slower servers (by tier),
+transfer, queue-while-ready (by tier), lost-run and other time; the parts sum to the response.
+Prints the totals and the workflows that queued longest, with what the cluster was doing when
+their longest-queued path task became ready. See ``scale_ray.explain``.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Any
 
 from scale_ray.explain import explain
 
-LABELS = {"critical_path_run_s": "critical-path run", "transfer_s": "transfer",
-          "queue_ready_s": "queue while ready", "lost_run_s": "lost runs",
-          "wait_parent_s": "other wait"}
-SHORT = {"critical_path_run_s": "run", "transfer_s": "transfer", "queue_ready_s": "queue",
-         "lost_run_s": "lost", "wait_parent_s": "other"}
+LABELS = {"critical_path_fastest_s": "run on best tier", "slower_server_s": "slower server",
+          "transfer_s": "transfer", "queue_ready_s": "queue while ready",
+          "lost_run_s": "lost runs", "wait_parent_s": "other wait"}
+SHORT = {"critical_path_fastest_s": "best-tier run", "slower_server_s": "slower server",
+         "transfer_s": "transfer", "queue_ready_s": "queue", "lost_run_s": "lost",
+         "wait_parent_s": "other"}
+BY_TIER = {"slower_server_s": "slower_server_by_tier_s", "queue_ready_s": "queue_ready_by_tier_s"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,21 +47,28 @@ def format_report(rep: dict[str, Any]) -> str:
     lines = [f"{Path(rep['trace']).name}: {tot['workflows']} completed workflows of "
              f"{tot['arrived_workflows']} arrived ({kind} trace, {eps}, {tot['servers']} servers)",
              f"mean workflow response {tot['response_s']['mean']:.3f} s "
-             f"(sum {tot['response_s']['sum']:.1f} s), on its critical path:",
+             f"(sum {tot['response_s']['sum']:.1f} s; its path's runs on the best tier "
+             f"{tot['parts']['critical_path_fastest_s']['mean']:.3f} s), on its critical path:",
              f"  {'part':<26}{'mean s':>10}{'share':>9}"]
     for key, label in LABELS.items():
         s = tot["parts"][key]
-        lines.append(f"  {label:<26}{s['mean']:>10.3f}{s['share']:>9.1%}")
-        if key == "queue_ready_s" and len(tot["queue_ready_by_tier_s"]) > 1:
-            for tier, st in tot["queue_ready_by_tier_s"].items():
-                lines.append(f"    {'on ' + tier:<24}{st['mean']:>10.3f}{st['share']:>9.1%}")
-    lines.append(f"  (parts sum to the response within {tot['max_sum_error_s']:.1e} s)")
+        lines.append(f"  {label:<26}{s['mean']:>z10.3f}{s['share']:>z9.1%}")  # z: no "-0.000"
+        if key in BY_TIER and len(tot[BY_TIER[key]]) > 1:
+            for tier, st in tot[BY_TIER[key]].items():
+                lines.append(f"    {'on ' + tier:<24}{st['mean']:>z10.3f}{st['share']:>z9.1%}")
+    run = tot["critical_path_run_s"]
+    lines.append(f"  (best tier + slower server = critical-path run {run['mean']:.3f} s, "
+                 f"{run['share']:.1%}; parts sum to the response within "
+                 f"{tot['max_sum_error_s']:.1e} s)")
+    if tot["unbounded_runs"]:
+        lines.append(f"  ({tot['unbounded_runs']} path runs lack task or tier compute: counted "
+                     f"whole as run on best tier)")
     if rep["top"]:
         multi = tot["episodes"] > 1
         lines += ["", f"The {len(rep['top'])} workflows that waited longest (queue while ready "
                       f"on the critical path):"]
         for rec in rep["top"]:
-            parts = " + ".join(f"{SHORT[k]} {rec[k]:.2f}" for k in SHORT
+            parts = " + ".join(f"{SHORT[k]} {rec[k]:z.2f}" for k in SHORT
                                if rec[k] or k not in ("lost_run_s", "wait_parent_s"))
             lines.append(f"  {_wf(rec, multi)}: response {rec['response_s']:.2f} s = {parts}; "
                          f"{len(rec['path'])} runs on its path of {rec['tasks']} tasks")

@@ -39,19 +39,22 @@ class AutoscaleHints:
             return
         now = time.perf_counter()
         queue, max_mem = placement.queue, placement.max_memory
-        backlog = [e[2] for e in queue.heap + queue.blocked if e[2].state == READY]
+        # whether any task is ready: stops at the first (no walk of a backlog every round)
+        waiting = any(e[2].state == READY for e in queue.heap) or any(
+            e[2].state == READY for e in queue.blocked)
         idle = any(s.task is None for s in alive)
         # set aside because it fits no alive server (not only one whose actor is starting)
         misfit = any(e[2].prim.memory_gb > max_mem for e in queue.blocked)
-        if backlog and (not idle or misfit):
+        if waiting and (not idle or misfit):
             if self._backlog_since is None:
                 self._backlog_since = now
-            if now - self._backlog_since >= self.cfg.backlog_s:
+            if now - self._backlog_since >= self.cfg.backlog_s:  # at most every backlog_s
+                backlog = [e[2] for e in queue.heap + queue.blocked if e[2].state == READY]
                 self._request(backlog, alive, max_mem)
                 self._backlog_since = now  # re-request at most every backlog_s
         else:
             self._backlog_since = None
-            if self._hinted and not backlog:
+            if self._hinted and not waiting:
                 self._request([], alive, max_mem)
 
     def _request(self, backlog: list[_Task], alive: list[_Server], max_mem: float) -> None:

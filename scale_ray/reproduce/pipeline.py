@@ -108,7 +108,7 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
         results.setdefault("eval_wall_s", {})[label] = time.perf_counter() - t0
         if "eft" in specs:
             results[label + "_paired"] = [{**p, "label": label_of.get(p["policy"], p["policy"])}
-                                          for p in paired_differences(episodes_all, "eft")]
+                                          for p in paired_differences(episodes_all, "eft", "task")]
         order = {n: i for i, n in enumerate(sizes)}
         return [{**r, "label": label_of.get(r["policy"], r["policy"])}
                 for r in sorted(rows, key=lambda r: (r["policy"], order[r["servers"]]))]
