@@ -195,3 +195,31 @@ def test_defer_all_then_new_arrivals_keep_one_heap():
         got.append(t.id)
         core.queue.block_head()  # set aside: look at the next one
     assert got == sorted(t.id for t in ts + late)
+
+
+@pytest.mark.parametrize("order,first", [(None, "old"), ("hop", "young"), ("srpt", "old"),
+                                         ("edf", "old")])
+def test_the_live_scheduler_keys_its_queue_with_the_same_module(order, first):
+    """The live library's order (no Ray: workflows admitted by hand): unset it is fifo, the
+    serving default; the config's order otherwise; heft under fifo is refused naming both."""
+    from policies import get_policy
+    from scale_ray.config import load_env
+    from scale_ray.live import LiveConfig, LiveScheduler
+    from scale_ray.live.handles import WorkflowHandle
+    from scale_ray.live.workflow import from_spec
+
+    env = load_env(None, [f"mdp.order={order}"] if order else [], servers=4)
+    sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0))
+    assert sched.order == (order or orders.SERVING_ORDER)
+    old, young = WorkflowHandle(0, from_spec(PAIR), 0.0), WorkflowHandle(1, from_spec(CHAIN), 0.0)
+    old.submitted_wall, young.submitted_wall = 100.0, 105.0
+    for h in (old, young):  # old: shallow, 2 GFLOP; young: a 3-chain, 12 GFLOP, rank 2
+        sched._admit(h)
+        for t in h._record.tasks:
+            if not t.waiting_for:
+                sched.placement.push(t)
+    head = sched.placement.queue.heap[0][2]
+    assert head.wf.handle is (old if first == "old" else young)
+    with pytest.raises(orders.OrderConflict, match="heft"):
+        LiveScheduler(get_policy("heft", env), load_env(None, ["mdp.order=fifo"]),
+                      LiveConfig(time_scale=1.0))

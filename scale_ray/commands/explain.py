@@ -45,7 +45,8 @@ def format_report(rep: dict[str, Any]) -> str:
     kind = "live" if tot["live"] else "simulator"
     eps = f"{tot['episodes']} episodes" if tot["episodes"] > 1 else "1 episode"
     lines = [f"{Path(rep['trace']).name}: {tot['workflows']} completed workflows of "
-             f"{tot['arrived_workflows']} arrived ({kind} trace, {eps}, {tot['servers']} servers)",
+             f"{tot['arrived_workflows']} arrived ({kind} trace, {eps}, {tot['servers']} servers"
+             + (" in all)" if tot["episodes"] > 1 else ")"),
              f"mean workflow response {tot['response_s']['mean']:.3f} s "
              f"(sum {tot['response_s']['sum']:.1f} s; its path's runs on the best tier "
              f"{tot['parts']['critical_path_fastest_s']['mean']:.3f} s), on its critical path:",
