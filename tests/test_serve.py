@@ -16,6 +16,7 @@ import yaml
 
 from envs.config import ConfigError, replace
 from envs.encoding import ServerView, TaskView, encode
+from envs.order import SERVING_ORDER
 from envs.simulator import DONE, READY, RUNNING, Simulator
 from scale_ray.config import REPO_ROOT, load_env
 from scale_ray.ports import free_port
@@ -438,9 +439,11 @@ def test_http_place_equals_in_process(served, artifact, paper_env):
 @pytest.mark.slow
 def test_http_schedule_equals_simulator_loop(served, artifact, paper_env):
     client, _ = served
-    # the service masks never-fitting servers by default: the simulator does the same here
+    # the service masks never-fitting servers by default and orders ready tasks by its default
+    # (fifo, envs.order.SERVING_ORDER): the simulator does the same here
     env = replace(paper_env, workload={"arrival_rate_16": 1.6, "horizon_s": 40.0},
-                  mdp={"mask_infeasible": parse_args({}).mask_infeasible})
+                  mdp={"mask_infeasible": parse_args({}).mask_infeasible,
+                       "order": SERVING_ORDER})
     for prefix, spec in (("", "eft"), ("/ca", str(artifact))):
         lp = load(spec, env)  # the deployed default: a learned policy answers through its guard
         n = 0
