@@ -64,6 +64,15 @@ def resolve(configured: str | None, needed: str | None, policy: str = "the polic
         f"{configured!r}; pass --set mdp.order={needed} or choose another policy")
 
 
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """``POLICY@ORDER`` (``eft@fifo``) -> ``("eft", "fifo")``: one policy under another order
+    (eval, the live benches); a spec without a known order suffix -> ``(spec, None)``."""
+    base, sep, order = spec.rpartition("@")
+    if sep and order in ORDERS:
+        return base, order
+    return spec, None
+
+
 def mean_compute(computes: Iterable[float]) -> float:
     """The one mean-compute definition (upward ranks, ``srpt``'s work estimate, the planner):
     the mean GFLOP/s over the servers (each server counts once; 1.0 when there is none)."""

@@ -58,10 +58,8 @@ def split_order(spec: str, env: EnvConfig) -> tuple[str, EnvConfig]:
     """``POLICY@ORDER`` (``eft@fifo``): the policy spec and the env with ``mdp.order`` set to
     ORDER (``envs.order.ORDERS``), so one evaluation compares orders on the same episodes; a
     spec without a known order suffix is returned as it is."""
-    base, sep, order = spec.rpartition("@")
-    if not sep or order not in orders.ORDERS:
-        return spec, env
-    if env.mdp.order == order:
+    base, order = orders.split_spec(spec)
+    if order is None or env.mdp.order == order:
         return base, env
     return base, replace(env, mdp={"order": order})
 
@@ -74,13 +72,14 @@ def _policy(spec: str, env: EnvConfig, seed: int | None = None) -> tuple[Any, En
 
 
 def start_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int = 0,
-                  trace: JsonlTraceWriter | None = None) -> tuple[Any, Simulator]:
+                  trace: JsonlTraceWriter | None = None, arrivals: Sequence | None = None
+                  ) -> tuple[Any, Simulator]:
     """The policy and the reset simulator of fixed evaluation episode ``episode``: the same
     workload, policy seed and first-level order every evaluation of it uses."""
     policy_seed = base_seed * 1_000_003 + episode
     policy, env = _policy(policy_spec, env, policy_seed)
     sim = Simulator(env, trace=trace)
-    sim.reset(episode_seed(base_seed, episode))
+    sim.reset(episode_seed(base_seed, episode), arrivals=arrivals)
     policy.reset(policy_seed)
     return policy, sim
 
@@ -113,12 +112,15 @@ def guard_metrics(guard: Guard | None, decisions: int) -> dict[str, Any]:
 
 def run_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int = 0,
                 trace_path: str | Path | None = None,
-                guard: GuardConfig | None = None) -> dict[str, Any]:
+                guard: GuardConfig | None = None, arrivals: Sequence | None = None
+                ) -> dict[str, Any]:
     """One episode of ``policy_spec`` (heuristic name, shipped name or artifact path); a learned
-    policy acts through ``policies.guard`` unless ``guard.enabled`` is false."""
+    policy acts through ``policies.guard`` unless ``guard.enabled`` is false. ``arrivals``:
+    ``[(model s, WorkflowSpec)]`` replayed instead of the episode's Poisson workload (the twin
+    of a live run, ``scale_ray.bench.twin``)."""
     writer = JsonlTraceWriter(trace_path) if trace_path else None
     try:
-        policy, sim = start_episode(env, policy_spec, episode, base_seed, writer)
+        policy, sim = start_episode(env, policy_spec, episode, base_seed, writer, arrivals)
         g = _guard_for(policy, sim.cfg, guard)
         ret = 0.0
         t0 = time.perf_counter()

@@ -8,6 +8,7 @@ tests need no cluster.
 from __future__ import annotations
 
 import json
+import math
 import time
 
 import numpy as np
@@ -300,6 +301,28 @@ class TestSharedCluster:
         wall, refs = _pinned_floor(specs, slots)
         assert wall > 0
         assert [ray.get(r) for r in refs] == [expected_emulated_values(s) for s in specs]
+
+    def test_bench_quality_runs_each_policy_next_to_its_twin(self, cluster):
+        """bench live's quality part (tiny): EFT under the paper's order and the default one,
+        live and in the simulator twin on the same arrivals; Ray default without a twin."""
+        import argparse
+
+        from scale_ray.bench.live import quality
+        from scale_ray.bench.twin import compare, headline, live_model
+
+        c, env = cluster
+        args = argparse.Namespace(workflows=4, time_scale=0.02, executor="actor", load=None,
+                                  seed=0)
+        pols = ["eft@hop", "eft", "ray-default"]
+        q = quality(env, pols, args, c)
+        assert set(q["twin"]) == {"eft@hop", "eft"}
+        for p in pols:
+            assert q[p]["workflows_completed"] == 4, p
+        assert all(q["twin"][p]["completed_workflows"] == 4 for p in q["twin"])
+        rows = compare({p: live_model(q[p], args.time_scale) for p in pols}, q["twin"])
+        h = headline(rows, "eft", "eft")
+        assert set(h) == {"improvement_vs_hop", "improvement_vs_ray_default", "max_twin_gap_points"}
+        assert all(math.isfinite(v) for v in h.values())
 
     def test_bench_overhead_measures_both_executors(self, cluster):
         """bench live's overhead part end to end (tiny): both executors run every DAG, their

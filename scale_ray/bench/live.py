@@ -17,8 +17,14 @@ Overhead (no-op primitives, ``time_scale = 0``; all sides on the same cluster, a
   ``(T_scheduler - T_plain) / hops``.
 
 Quality: the same emulated workload (``--servers`` N, three tiers 2:5:1, Poisson arrivals at
-``--load`` offered load) under ``--policy``, EFT and Ray's default placement; mean and p95 workflow
-response time; ``improvement_vs_ray_default = 1 - policy / ray-default`` (mean).
+``--load`` offered load) under ``--policy``, EFT and Ray's default placement; mean, p95 and p99
+workflow response time; ``improvement_vs_ray_default = 1 - policy / ray-default`` (mean).
+``--setting realistic`` runs configs/env/realistic.yaml's workload at its own arrival rate
+(about 0.7 utilisation) at ``--time-scale 0.25``, and measures EFT + hop (the paper's order),
+EFT + the default order (fifo), the lookahead planner, ``--policy`` and Ray's default. Every
+policy but Ray's default also runs in its simulator twin on the same arrivals
+(:mod:`scale_ray.bench.twin`): the prediction is printed next to the live number, and ``--json``
+adds ``improvement_vs_hop``, ``improvement_vs_ray_default`` and ``max_twin_gap_points``.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envs.trace import JsonlTraceWriter
 from envs.workflow import TaskSpec, WorkflowSpec
 from policies import default_policy, get_policy
 from scale_ray.config import load_env
@@ -41,6 +48,9 @@ from scale_ray.live.config import EXECUTORS, LiveConfig
 from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, stream,
                                    warm_up, workload_specs)
 from scale_ray.live.workflow import emulated_body
+
+from .twin import (REFERENCE, NO_TWIN, SETTINGS, compare, format_rows, headline, live_model,
+                   predict, setting_env)
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +64,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--servers", type=int, default=16, help="servers N for the quality run")
     p.add_argument("--servers-per-node", type=int, default=1,
                    help="pack up to K same-tier servers into one raylet (1: a raylet per server)")
-    p.add_argument("--load", type=float, default=0.6, help="offered compute load")
+    p.add_argument("--setting", choices=sorted(SETTINGS), default="paper",
+                   help="paper: the paper's workload at --load; realistic: configs/env/"
+                        "realistic.yaml's workload and arrival rate, EFT + hop, EFT + fifo, "
+                        "lookahead, --policy and Ray default, each next to its simulator twin")
+    p.add_argument("--load", type=float, default=None,
+                   help="offered compute load (default: 0.6 for paper; realistic: the env's "
+                        "own arrival rate)")
     p.add_argument("--workflows", type=int, default=120, help="workflows per quality run")
-    p.add_argument("--time-scale", type=float, default=0.1, help="wall s per model s")
+    p.add_argument("--time-scale", type=float, default=None,
+                   help="wall s per model s (default: 0.1 paper, 0.25 realistic)")
     p.add_argument("--overhead-workflows", type=int, default=40)
     p.add_argument("--chain", type=int, default=100, help="hops of the latency chain")
     p.add_argument("--repeats", type=int, default=5, help="overhead measurements per side")
@@ -68,6 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-quality", action="store_true")
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--json", default=None, help="write the results to this JSON file")
+    p.add_argument("--trace-dir", default=None,
+                   help="write each quality run's live trace (live_POLICY.jsonl) and its twin's "
+                        "(twin_POLICY.jsonl) here, for scale-ray explain")
 
 
 def _chain(n: int) -> WorkflowSpec:
@@ -233,16 +253,33 @@ def overhead(env, repeats: int, n_workflows: int, chain: int,
 def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict[str, Any]:
     live = LiveConfig(time_scale=args.time_scale, executor=args.executor)
     specs = workload_specs(env, args.workflows, args.seed)
-    rate = rate_for_load(env, args.load, specs)
+    if args.load is not None:
+        rate = rate_for_load(env, args.load, specs)
+    else:  # the env's own arrival rate (lambda16 x N / 16), as in the simulator
+        rate = env.workload.arrival_rate_16 * env.cluster.servers / 16.0
     times = arrival_times(rate, len(specs), args.seed)
-    out: dict[str, Any] = {"rate_per_model_s": rate, "workflows": len(specs)}
+    tdir = getattr(args, "trace_dir", None)
+    if tdir:
+        Path(tdir).mkdir(parents=True, exist_ok=True)
+
+    def trace_path(kind: str, name: str) -> str | None:
+        return str(Path(tdir) / f"{kind}_{name.replace('/', '_')}.jsonl") if tdir else None
+
+    out: dict[str, Any] = {"rate_per_model_s": rate, "workflows": len(specs),
+                           "twin": {p: predict(env, p, specs, times, args.seed,
+                                               trace_path("twin", p))
+                                    for p in policies if p not in NO_TWIN}}
     for name in policies:
         warm_up(env, live)
-        target = make_target(name, env, live, args.seed)
+        path = trace_path("live", name) if name not in NO_TWIN else None
+        writer = JsonlTraceWriter(path) if path else None
+        target = make_target(name, env, live, args.seed, trace=writer)
         try:
             stats = stream(target, specs, times, live.time_scale, timeout_s=900)
         finally:
             target.shutdown()
+            if writer is not None:
+                writer.close()
         stats.pop("tasks_per_node", None)
         out[name] = stats
         log.info("quality %s: mean workflow response %.3f s (p95 %.3f s), %d/%d completed",
@@ -252,7 +289,11 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
 
 
 def run(args: argparse.Namespace) -> int:
-    env = load_env(None, None, servers=args.servers)
+    env = setting_env(args.setting, args.servers)
+    if args.time_scale is None:
+        args.time_scale = SETTINGS[args.setting][2]
+    if args.load is None and args.setting == "paper":
+        args.load = 0.6
     if args.policy not in ("eft", "ray-default"):
         get_policy(args.policy, env, args.seed)  # fail before starting a cluster
     t0 = time.perf_counter()
@@ -268,9 +309,15 @@ def run(args: argparse.Namespace) -> int:
             result.update(overhead(env, args.repeats, args.overhead_workflows, args.chain,
                                    args.executor))
         if not args.skip_quality:
-            pols = list(dict.fromkeys([args.policy, *args.also, "eft", "ray-default"]))
+            first = [REFERENCE, "eft", "lookahead"] if args.setting == "realistic" else []
+            pols = list(dict.fromkeys([*first, args.policy, *args.also, "eft", "ray-default"]))
             q = quality(env, pols, args, cluster)
             result["quality"] = q
+            rows = compare({p: live_model(q[p], args.time_scale) for p in pols},
+                           {p: m for p, m in q["twin"].items()})
+            result["twin"] = rows
+            result.update(headline(rows, "eft", args.policy))
+            result["setting"] = args.setting
             result["mean_workflow_response_s"] = {p: q[p]["mean_workflow_response_s"] for p in pols}
             result["p95_workflow_response_s"] = {p: q[p]["p95_workflow_response_s"] for p in pols}
             result["p99_workflow_response_s"] = {p: q[p]["p99_workflow_response_s"] for p in pols}
@@ -317,4 +364,9 @@ def format_result(r: dict[str, Any]) -> str:
                          f"{q['workflows_completed']}/{q['workflows_submitted']} completed")
         lines.append(f"  improvement vs ray-default ({r['policy']}): "
                      f"{100 * r['improvement_vs_ray_default']:.1f}% (target >= 20%)")
+    if "twin" in r:
+        lines.append(format_rows(r["twin"]))
+        lines.append(f"  improvement_vs_hop (EFT + default order vs EFT + hop, live): "
+                     f"{100 * r['improvement_vs_hop']:.1f}%; max twin gap "
+                     f"{r['max_twin_gap_points']:.1f} points")
     return "\n".join(lines)

@@ -16,7 +16,9 @@ class LiveConfig:
     """Settings of the live scheduler (the ``live`` section of a run config)."""
     time_scale: float = field(default=1.0, metadata=rng(
         ge=0, le=1e3, doc="wall s per model s of emulated work: a primitive sleeps "
-                          "compute_gflop / compute * time_scale s before its body; 0: no sleep"))
+                          "compute_gflop / compute * time_scale s before its body (plus its "
+                          "inputs' transfer time when the env's mdp.transfer_delays_start is "
+                          "on, as in the simulator); 0: no sleep"))
     wait_s: float = field(default=0.01, metadata=rng(
         gt=0, le=10, doc="a wait pick waits this long (wall s) or until the next completion"))
     max_retries: int = field(default=3, metadata=rng(ge=0, le=100, doc="re-placements of a lost task"))

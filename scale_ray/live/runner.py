@@ -15,7 +15,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from envs.config import EnvConfig
+from envs.config import EnvConfig, replace
+from envs.order import split_spec
 from envs.workload import ListSource, WorkflowSpec, make_source
 from policies import get_policy
 
@@ -151,9 +152,13 @@ def _apply(ev: ClusterEvent, cluster: LocalHeteroCluster | None, rng: np.random.
 
 def make_target(policy_spec: str, env: EnvConfig, live: LiveConfig, seed: int = 0,
                 trace: Any = None) -> LiveScheduler | RayDefaultRunner:
-    """A started LiveScheduler for ``policy_spec`` (or the Ray-default runner)."""
+    """A started LiveScheduler for ``policy_spec`` (``POLICY[@ORDER]``: ``eft@hop`` runs EFT
+    under another ``mdp.order``), or the Ray-default runner."""
     if policy_spec == "ray-default":
         return RayDefaultRunner(env, live).start()
+    policy_spec, order = split_spec(policy_spec)
+    if order is not None:
+        env = replace(env, mdp={"order": order})
     policy = get_policy(policy_spec, env, seed)
     return LiveScheduler(policy, env, live, trace=trace).start()
 

@@ -138,7 +138,8 @@ class LiveScheduler(Completions):
         self._t0 = time.perf_counter()
         self.policy.reset(None)
         self._emit({"t": 0.0, "event": "episode", "bandwidth_gb_s": self.env.cluster.bandwidth_gb_s,
-                    "latency_s": self.env.cluster.latency_s, "transfer_delays_start": False,
+                    "latency_s": self.env.cluster.latency_s,
+                    "transfer_delays_start": self.env.mdp.transfer_delays_start,
                     "time_scale": self.cfg.time_scale, "policy": self.policy.name,
                     "tiers": [{"name": t.name, "compute": t.compute, "memory_gb": t.memory_gb}
                               for t in self._tiers]})
@@ -456,8 +457,16 @@ class LiveScheduler(Completions):
         args = [parent_ref[id(a)] if isinstance(a, Call) else a for a in call.args]
         kwargs = {k: parent_ref[id(v)] if isinstance(v, Call) else v for k, v in call.kwargs.items()}
         node = srv.node
-        sleep_s = (t.prim.compute_gflop / node.compute * self.cfg.time_scale
-                   if self.cfg.time_scale > 0 else 0.0)
+        ts = self.cfg.time_scale
+        sleep_s = t.prim.compute_gflop / node.compute * ts if ts > 0 else 0.0
+        transfer = 0.0
+        if ts > 0 and self.env.mdp.transfer_delays_start and t.parents:
+            # emulated inputs, as the simulator's transfer_delays_start: the largest
+            # (output / bandwidth + latency) over parents whose result is on another server
+            c = self.env.cluster
+            transfer = max((p.prim.output_gb / c.bandwidth_gb_s + c.latency_s
+                            for p in t.parents if p.last_server is not srv), default=0.0)
+            sleep_s += transfer * ts
         value_ref, status_ref = self._nodes.run(srv, t.prim, (node.node_id, sleep_s, 0.0),
                                                 args, kwargs)
         t.value_ref = value_ref
@@ -469,5 +478,8 @@ class LiveScheduler(Completions):
         srv.busy_until = now + sleep_s
         self._running[status_ref] = (t, t.token)
         self.counters["tasks_started"] += 1
-        self._emit({"t": self._now_model(), "event": "start", "task": t.gid, "server": srv.sid,
-                    "node": node.node_id})
+        ev = {"t": self._now_model(), "event": "start", "task": t.gid, "server": srv.sid,
+              "node": node.node_id}
+        if transfer:
+            ev["transfer_s"] = transfer
+        self._emit(ev)

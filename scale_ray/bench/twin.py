@@ -1,0 +1,117 @@
+"""The simulator twin of a live run: the same arrivals (workflow specs and model times) replayed
+in the simulator under each policy, its prediction printed next to the live number.
+
+The live benches (``bench live``, ``bench service``) emulate work: a primitive of c GFLOP on a
+server of C GFLOP/s sleeps ``c / C x time_scale`` wall seconds, plus (with the env's
+``mdp.transfer_delays_start``, as realistic.yaml) its inputs' transfer time when a parent ran on
+another server. The twin's env is the live setting's env with the live scheduler's switches
+(masking, asking only when a task can start, no head-of-line blocking) and the same cluster; its
+responses are in model seconds, the live ones are converted (wall / ``time_scale``).
+
+Gains are relative to a reference policy (``eft@hop``: EFT under the paper's order) run on the
+same arrivals: ``gain = 1 - response(policy) / response(reference)``, in the live run and in the
+twin; the *twin gap* is their difference in percentage points. Ray's default placement has no
+twin (the simulator does not model Ray's scheduler).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from envs.config import EnvConfig, replace
+from envs.workflow import WorkflowSpec
+from scale_ray.config import load_env
+from scale_ray.evaluation import run_episode
+
+#: settings of the live benches: (env file, overrides, default time scale, the policies measured)
+SETTINGS = {
+    "paper": (None, (), 0.1),
+    # realistic tiers and load (configs/env/realistic.yaml: lambda16 = 1.14, transfers delay
+    # starts, fifo, workflow objective); the live scheduler emulates the transfers too
+    "realistic": ("configs/env/realistic.yaml", (), 0.25),
+}
+REFERENCE = "eft@hop"
+NO_TWIN = frozenset({"ray-default"})
+METRICS = ("mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_response_s")
+
+
+def setting_env(setting: str, servers: int) -> EnvConfig:
+    """The env of a live bench setting at ``servers`` servers (a clear error for another
+    name)."""
+    if setting not in SETTINGS:
+        raise ValueError(f"--setting: {setting!r} is not one of {sorted(SETTINGS)}")
+    path, overrides, _ = SETTINGS[setting]
+    env = load_env(path, list(overrides), servers=servers)
+    # the live scheduler's own switches (scale_ray.live.placement)
+    return replace(env, mdp={"mask_infeasible": True, "ask_only_startable": True,
+                             "head_of_line_blocking": False})
+
+
+def predict(env: EnvConfig, policy: str, specs: Sequence[WorkflowSpec],
+            times_model: Sequence[float], seed: int = 0, trace_path: str | None = None
+            ) -> dict[str, Any]:
+    """The simulator's metrics for ``policy`` on exactly these arrivals (``trace_path``: its
+    JSONL trace, for ``scale-ray explain`` next to the live one)."""
+    arrivals = [(float(t), s) for t, s in zip(times_model, specs)]
+    return run_episode(env, policy, 0, seed, trace_path, arrivals=arrivals)
+
+
+def live_model(stats: dict[str, Any], time_scale: float) -> dict[str, float]:
+    """A live summary's workflow response statistics in model seconds."""
+    ts = time_scale if time_scale > 0 else 1.0
+    return {k: stats.get(k, math.nan) / ts for k in METRICS}
+
+
+def compare(live: dict[str, dict[str, float]], twin: dict[str, dict[str, Any]],
+            reference: str = REFERENCE) -> list[dict[str, Any]]:
+    """One row per policy: live and twin mean/p95/p99 (model s), each one's gain over
+    ``reference`` and the gap in points (live gain - twin gain)."""
+    rows = []
+    ref_live = live.get(reference, {}).get("mean_workflow_response_s", math.nan)
+    ref_twin = twin.get(reference, {}).get("mean_workflow_response_s", math.nan)
+    for p, lv in live.items():
+        tw = twin.get(p)
+        row: dict[str, Any] = {"policy": p, **{f"live_{k}": lv[k] for k in METRICS}}
+        row["live_gain_vs_ref"] = 1.0 - lv["mean_workflow_response_s"] / ref_live
+        if tw is not None:
+            row.update({f"twin_{k}": tw[k] for k in METRICS})
+            row["twin_gain_vs_ref"] = 1.0 - tw["mean_workflow_response_s"] / ref_twin
+            row["twin_gap_points"] = 100.0 * (row["live_gain_vs_ref"] - row["twin_gain_vs_ref"])
+            row["twin_error"] = lv["mean_workflow_response_s"] / tw["mean_workflow_response_s"] - 1
+        rows.append(row)
+    return rows
+
+
+def headline(rows: list[dict[str, Any]], default: str, policy: str) -> dict[str, float]:
+    """The --json top-level keys: ``improvement_vs_hop`` (``default``, EFT under the default
+    order, vs EFT + hop; live mean workflow response), ``improvement_vs_ray_default``
+    (``policy`` vs Ray's default) and ``max_twin_gap_points`` (over every policy with a twin)."""
+    by = {r["policy"]: r for r in rows}
+    ray = by.get("ray-default", {}).get("live_mean_workflow_response_s", math.nan)
+    gaps = [abs(r["twin_gap_points"]) for r in rows if "twin_gap_points" in r
+            and r["policy"] != REFERENCE]
+    return {
+        "improvement_vs_hop": by[default]["live_gain_vs_ref"] if default in by else math.nan,
+        "improvement_vs_ray_default": (1.0 - by[policy]["live_mean_workflow_response_s"] / ray
+                                       if policy in by else math.nan),
+        "max_twin_gap_points": max(gaps) if gaps else math.nan,
+    }
+
+
+def format_rows(rows: list[dict[str, Any]], reference: str = REFERENCE) -> str:
+    head = (f"{'policy':<22}{'live mean':>10}{'twin':>8}{'live p95':>10}{'twin':>8}"
+            f"{'live p99':>10}{'twin':>8}{'live gain':>11}{'twin gain':>11}{'gap pts':>9}")
+    lines = [f"workflow response, model s; gains vs {reference} (live and its twin):", head]
+    for r in rows:
+        def g(k: str, fmt: str = "{:.2f}") -> str:
+            v = r.get(k)
+            return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+        lines.append(
+            f"{r['policy']:<22}{g('live_mean_workflow_response_s'):>10}"
+            f"{g('twin_mean_workflow_response_s'):>8}{g('live_p95_workflow_response_s'):>10}"
+            f"{g('twin_p95_workflow_response_s'):>8}{g('live_p99_workflow_response_s'):>10}"
+            f"{g('twin_p99_workflow_response_s'):>8}"
+            f"{g('live_gain_vs_ref', '{:+.1%}'):>11}{g('twin_gain_vs_ref', '{:+.1%}'):>11}"
+            f"{g('twin_gap_points', '{:+.1f}'):>9}")
+    return "\n".join(lines)

@@ -1,0 +1,72 @@
+"""scale_ray.bench.twin: the simulator twin of a live run (the live part: tests/test_live.py)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from envs.simulator import Simulator
+from scale_ray.bench.twin import (REFERENCE, compare, format_rows, headline, live_model, predict,
+                                  setting_env)
+from scale_ray.live.runner import arrival_times, workload_specs
+
+
+def test_setting_env_is_the_live_schedulers_view_of_realistic():
+    env = setting_env("realistic", 16)
+    m = env.mdp
+    assert env.cluster.servers == 16 and m.order == "fifo" and env.objective == "workflow"
+    assert m.transfer_delays_start and m.ask_only_startable and m.mask_infeasible
+    assert not m.head_of_line_blocking
+    with pytest.raises(ValueError, match=r"--setting: 'cloud' is not one of"):
+        setting_env("cloud", 16)
+
+
+def test_predict_replays_exactly_these_arrivals():
+    env = setting_env("realistic", 8)
+    specs = workload_specs(env, 12, seed=3)
+    times = arrival_times(2.0, len(specs), 3)
+    m = predict(env, "eft@hop", specs, times)
+    assert m["completed_workflows"] == 12 and m["arrived_tasks"] == sum(len(s.tasks) for s in specs)
+    # the same as driving the simulator by hand on the same arrivals under hop
+    from policies import get_policy
+    from scale_ray.evaluation import episode_seed, split_order
+
+    _, hop = split_order("eft@hop", env)
+    sim = Simulator(hop)
+    sim.reset(episode_seed(0, 0), arrivals=list(zip(times.tolist(), specs)))
+    eft = get_policy("eft", hop)
+    while sim.current is not None:
+        sim.step(eft.act(sim.observe()))
+    assert sim.metrics()["mean_workflow_response_s"] == m["mean_workflow_response_s"]
+
+
+def test_compare_and_headline_by_hand():
+    live = {"eft@hop": {"mean_workflow_response_s": 10.0, "p95_workflow_response_s": 20.0,
+                        "p99_workflow_response_s": 30.0},
+            "eft": {"mean_workflow_response_s": 9.0, "p95_workflow_response_s": 18.0,
+                    "p99_workflow_response_s": 25.0},
+            "ray-default": {"mean_workflow_response_s": 15.0, "p95_workflow_response_s": 30.0,
+                            "p99_workflow_response_s": 40.0}}
+    twin = {"eft@hop": {"mean_workflow_response_s": 8.0, "p95_workflow_response_s": 16.0,
+                        "p99_workflow_response_s": 20.0},
+            "eft": {"mean_workflow_response_s": 7.6, "p95_workflow_response_s": 15.0,
+                    "p99_workflow_response_s": 19.0}}
+    rows = compare(live, twin)
+    by = {r["policy"]: r for r in rows}
+    assert by["eft"]["live_gain_vs_ref"] == pytest.approx(0.10)
+    assert by["eft"]["twin_gain_vs_ref"] == pytest.approx(0.05)
+    assert by["eft"]["twin_gap_points"] == pytest.approx(5.0)
+    assert by["eft"]["twin_error"] == pytest.approx(9.0 / 7.6 - 1)
+    assert "twin_gap_points" not in by["ray-default"]
+    h = headline(rows, "eft", "eft")
+    assert h["improvement_vs_hop"] == pytest.approx(0.10)
+    assert h["improvement_vs_ray_default"] == pytest.approx(1 - 9 / 15)
+    assert h["max_twin_gap_points"] == pytest.approx(5.0)  # the reference itself is left out
+    text = format_rows(rows)
+    assert REFERENCE in text and "n/a" in text.splitlines()[-1]
+
+
+def test_live_model_converts_wall_to_model_seconds():
+    got = live_model({"mean_workflow_response_s": 1.0, "p95_workflow_response_s": 2.0}, 0.25)
+    assert got["mean_workflow_response_s"] == 4.0 and got["p95_workflow_response_s"] == 8.0
+    assert math.isnan(got["p99_workflow_response_s"])
