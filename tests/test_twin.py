@@ -70,3 +70,20 @@ def test_live_model_converts_wall_to_model_seconds():
     got = live_model({"mean_workflow_response_s": 1.0, "p95_workflow_response_s": 2.0}, 0.25)
     assert got["mean_workflow_response_s"] == 4.0 and got["p95_workflow_response_s"] == 8.0
     assert math.isnan(got["p99_workflow_response_s"])
+
+
+def test_why_splits_the_gap_and_is_zero_for_a_trace_against_itself(tmp_path):
+    from scale_ray.bench.twin import format_why, run_overhead, why
+
+    env = setting_env("realistic", 8)
+    specs = workload_specs(env, 15, seed=1)
+    times = arrival_times(1.5, len(specs), 1)
+    path = str(tmp_path / "twin.jsonl")
+    predict(env, "eft", specs, times, trace_path=path)
+    ov = run_overhead(path)  # a simulator run takes exactly its nominal time
+    assert ov["runs"] == sum(len(s.tasks) for s in specs)
+    assert abs(ov["mean_extra_s"]) < 1e-9
+    w = why(path, path, {"decisions": 10, "thread_cpu_s": 0.02}, 0.25)
+    assert w["response_gap_s"] == 0.0 and all(v == 0.0 for v in w["parts_gap_s"].values())
+    assert w["cpu_per_decision_s"] == pytest.approx(0.02 / 10 / 0.25)
+    assert "queue +0.000" in format_why({"eft": w})

@@ -49,8 +49,8 @@ from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, st
                                    warm_up, workload_specs)
 from scale_ray.live.workflow import emulated_body
 
-from .twin import (REFERENCE, NO_TWIN, SETTINGS, compare, format_rows, headline, live_model,
-                   predict, setting_env)
+from .twin import (NO_TWIN, REFERENCE, SETTINGS, compare, format_rows, format_why, headline,
+                   live_model, predict, setting_env, why)
 
 log = logging.getLogger(__name__)
 
@@ -318,6 +318,12 @@ def run(args: argparse.Namespace) -> int:
             result["twin"] = rows
             result.update(headline(rows, "eft", args.policy))
             result["setting"] = args.setting
+            if args.trace_dir:  # the gap measured apart, from the traces
+                td = Path(args.trace_dir)
+                result["why"] = {p: why(str(td / f"live_{p.replace('/', '_')}.jsonl"),
+                                        str(td / f"twin_{p.replace('/', '_')}.jsonl"), q[p],
+                                        args.time_scale)
+                                 for p in pols if p not in NO_TWIN}
             result["mean_workflow_response_s"] = {p: q[p]["mean_workflow_response_s"] for p in pols}
             result["p95_workflow_response_s"] = {p: q[p]["p95_workflow_response_s"] for p in pols}
             result["p99_workflow_response_s"] = {p: q[p]["p99_workflow_response_s"] for p in pols}
@@ -369,4 +375,6 @@ def format_result(r: dict[str, Any]) -> str:
         lines.append(f"  improvement_vs_hop (EFT + default order vs EFT + hop, live): "
                      f"{100 * r['improvement_vs_hop']:.1f}%; max twin gap "
                      f"{r['max_twin_gap_points']:.1f} points")
+    if "why" in r:
+        lines.append(format_why(r["why"]))
     return "\n".join(lines)

@@ -115,3 +115,52 @@ def format_rows(rows: list[dict[str, Any]], reference: str = REFERENCE) -> str:
             f"{g('live_gain_vs_ref', '{:+.1%}'):>11}{g('twin_gain_vs_ref', '{:+.1%}'):>11}"
             f"{g('twin_gap_points', '{:+.1f}'):>9}")
     return "\n".join(lines)
+
+
+def run_overhead(trace_path: str) -> dict[str, float]:
+    """Per finished run of a live trace: its duration minus its nominal one (GFLOP / the
+    server's GFLOP/s + its transfer), model s: what dispatch, the actor call and the result's
+    return add to every run. ``runs``: how many runs had the numbers."""
+    from scale_ray.explain import load_episodes
+
+    extra = []
+    for ep in load_episodes(trace_path):
+        for r in ep.runs:
+            spec = ep.server_specs.get(r.server)
+            if r.outcome != "done" or r.task not in ep.need or spec is None:
+                continue
+            extra.append((r.end - r.start) - (ep.need[r.task][0] / spec[0] + r.transfer_s))
+    return {"runs": len(extra),
+            "mean_extra_s": float(sum(extra) / len(extra)) if extra else math.nan}
+
+
+def why(live_trace: str, twin_trace: str, live_stats: dict[str, Any],
+        time_scale: float) -> dict[str, Any]:
+    """Where a policy's live response departs from its twin, measured apart: the difference of
+    each ``scale-ray explain`` part (live - twin, mean per workflow, model s), the run overhead
+    per task (:func:`run_overhead`), and the scheduler thread's CPU per decision (planning and
+    bookkeeping; model s)."""
+    from scale_ray.explain import explain
+
+    lv, tw = explain(live_trace, top=0)["totals"], explain(twin_trace, top=0)["totals"]
+    ts = time_scale if time_scale > 0 else 1.0
+    decisions = max(1, int(live_stats.get("decisions", 0)))
+    return {
+        "response_gap_s": lv["response_s"]["mean"] - tw["response_s"]["mean"],
+        "parts_gap_s": {p: lv["parts"][p]["mean"] - tw["parts"][p]["mean"] for p in lv["parts"]},
+        "run_overhead_s": run_overhead(live_trace)["mean_extra_s"],
+        "cpu_per_decision_s": live_stats.get("thread_cpu_s", math.nan) / decisions / ts,
+    }
+
+
+def format_why(by_policy: dict[str, dict[str, Any]]) -> str:
+    lines = ["why live departs from the twin (mean per workflow, model s; live - twin):"]
+    for p, w in by_policy.items():
+        g = w["parts_gap_s"]
+        lines.append(
+            f"  {p:<20} {w['response_gap_s']:+.3f} = queue {g['queue_ready_s']:+.3f}, slower "
+            f"server {g['slower_server_s']:+.3f}, best-tier run {g['critical_path_fastest_s']:+.3f}"
+            f", transfer {g['transfer_s']:+.3f}, lost {g['lost_run_s'] + g['wait_parent_s']:+.3f};"
+            f" run overhead {w['run_overhead_s']:+.3f} per task; scheduler CPU "
+            f"{1e3 * w['cpu_per_decision_s']:.1f} ms per decision")
+    return "\n".join(lines)
