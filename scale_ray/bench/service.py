@@ -43,6 +43,8 @@ from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, st
 from scale_ray.live.workflow import dag_record
 from scale_ray.ports import free_port
 
+from .twin import SETTINGS, compare, format_rows, live_model, predict, setting_env
+
 log = logging.getLogger(__name__)
 
 
@@ -52,9 +54,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pack up to K same-tier servers into one raylet")
     p.add_argument("--clients", type=int, default=2, help="agent driver processes")
     p.add_argument("--workflows", type=int, default=50, help="workflows per client")
-    p.add_argument("--load", type=float, default=0.6, help="offered compute load")
-    p.add_argument("--time-scale", type=float, default=0.1,
-                   help="wall seconds per model second of emulated work")
+    p.add_argument("--setting", choices=["paper", "realistic"], default="paper",
+                   help="paper: paper.yaml's workload at --load; realistic: configs/env/"
+                        "realistic.yaml's workload at its own arrival rate and time scale 0.25, "
+                        "and (without a kill) the service's policy next to its simulator twin")
+    p.add_argument("--load", type=float, default=None,
+                   help="offered compute load (default: 0.6 for paper; realistic: the env's "
+                        "own arrival rate)")
+    p.add_argument("--time-scale", type=float, default=None,
+                   help="wall seconds per model second of emulated work (default: 0.1 paper, "
+                        "0.25 realistic)")
     p.add_argument("--policy", default=default_policy(), help="the service's policy")
     p.add_argument("--kill-at", type=float, default=0.5,
                    help="kill a busy node at this fraction of the arrival span (< 0: never)")
@@ -204,10 +213,22 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
 def run(args: argparse.Namespace) -> int:
     if args.clients < 1 or args.workflows < 1 or args.nodes < 1:
         raise ValueError("--clients, --workflows and --nodes must be >= 1")
-    env = load_env(args.env_config, [], servers=args.nodes)
+    if args.setting == "realistic":
+        if args.env_config is not None:
+            raise ValueError("--setting realistic names its env config; drop --env-config")
+        args.env_config = SETTINGS["realistic"][0]
+        env = setting_env("realistic", args.nodes)
+    else:
+        env = load_env(args.env_config, [], servers=args.nodes)
+    if args.time_scale is None:
+        args.time_scale = SETTINGS[args.setting][2]
+    if args.load is None and args.setting == "paper":
+        args.load = 0.6
     live = LiveConfig(time_scale=args.time_scale)
     specs = workload_specs(env, args.clients * args.workflows, args.seed)
-    times = arrival_times(rate_for_load(env, args.load, specs), len(specs), args.seed)
+    rate = (rate_for_load(env, args.load, specs) if args.load is not None
+            else env.workload.arrival_rate_16 * env.cluster.servers / 16.0)
+    times = arrival_times(rate, len(specs), args.seed)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="scale-bench-service-") as tmp, \
             LocalHeteroCluster(env.cluster, args.servers_per_node) as cluster:
@@ -249,6 +270,16 @@ def run(args: argparse.Namespace) -> int:
                wall_s=time.perf_counter() - t0)
     out["improvement_vs_ray_default"] = 1.0 - out["mean_workflow_response_s"] / base[
         "mean_workflow_response_s"]
+    out["setting"] = args.setting
+    if not out["killed_node"]:  # the twin models no kill: only a run without one has a twin
+        twin = predict(setting_env(args.setting, args.nodes) if args.setting == "realistic"
+                       else env, args.policy, specs, times, args.seed)
+        out["twin"] = compare(
+            {args.policy: live_model(out, args.time_scale),
+             "ray-default": live_model(base, args.time_scale)}, {args.policy: twin},
+            reference=args.policy)
+        out["twin_error"] = out["twin"][0]["twin_error"]
+        print(format_rows(out["twin"], args.policy))
     print(f"ray-default: {base['workflows_completed']}/{base['workflows_submitted']} completed, "
           f"mean {base['mean_workflow_response_s']:.3f} s, p95 "
           f"{base['p95_workflow_response_s']:.3f} s\nservice vs ray-default: "

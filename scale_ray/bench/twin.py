@@ -150,6 +150,7 @@ def why(live_trace: str, twin_trace: str, live_stats: dict[str, Any],
         "parts_gap_s": {p: lv["parts"][p]["mean"] - tw["parts"][p]["mean"] for p in lv["parts"]},
         "run_overhead_s": run_overhead(live_trace)["mean_extra_s"],
         "cpu_per_decision_s": live_stats.get("thread_cpu_s", math.nan) / decisions / ts,
+        "cpu_per_decision_wall_ms": 1e3 * live_stats.get("thread_cpu_s", math.nan) / decisions,
     }
 
 
@@ -162,5 +163,6 @@ def format_why(by_policy: dict[str, dict[str, Any]]) -> str:
             f"server {g['slower_server_s']:+.3f}, best-tier run {g['critical_path_fastest_s']:+.3f}"
             f", transfer {g['transfer_s']:+.3f}, lost {g['lost_run_s'] + g['wait_parent_s']:+.3f};"
             f" run overhead {w['run_overhead_s']:+.3f} per task; scheduler CPU "
-            f"{1e3 * w['cpu_per_decision_s']:.1f} ms per decision")
+            f"{w['cpu_per_decision_wall_ms']:.1f} ms wall ({w['cpu_per_decision_s']:.4f} model "
+            f"s) per decision")
     return "\n".join(lines)
