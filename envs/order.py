@@ -144,6 +144,22 @@ def initial_level(order: str, arrival: float, lower_bound_s: float, work_s: floa
     return 0.0
 
 
+def level_of_listed(order: str, arrival: float, attained_s: float,
+                    compute_gflop: Sequence[float], children: Sequence[Sequence[int]],
+                    mean_gflop_s: float, fastest_gflop_s: float, edf_factor: float) -> float:
+    """A workflow's level from a snapshot that lists only its unfinished tasks (``/v1/schedule``):
+    ``srpt`` their work, ``las`` the ``attained_s`` the caller reports, ``edf`` arrival + factor x
+    their critical path on the fastest server (topological positions as :func:`hop_ranks`)."""
+    if order == "srpt":
+        return sum(compute_gflop) / mean_gflop_s
+    if order == "las":
+        return attained_s
+    if order == "edf":
+        return initial_level("edf", arrival, critical_path_s(compute_gflop, children,
+                                                             fastest_gflop_s), 0.0, edf_factor)
+    return 0.0
+
+
 def task_key(order: str, rank: float, arrival: float, workflow: object, level: float) -> tuple:
     """The ready-queue key of a task of rank ``rank`` (:func:`ranks`) in a workflow that
     arrived at ``arrival`` (``workflow``: its id, a tie breaker of one type per driver) and is

@@ -380,24 +380,6 @@ def _workflow_ranks(wi: int, wf, ordering: str, mean_compute: float, enc: Encode
     return [len(c) for c in children], rank, kids, tasks
 
 
-def _level(order: str, wf, kids: list, tasks: list, mean_compute: float, fastest: float,
-           edf_factor: float) -> float:
-    """The workflow's order level (envs.order) from what the request lists: ``srpt`` the
-    listed tasks' work, ``las`` its ``attained_s``, ``edf`` arrival + factor x the listed
-    tasks' critical path on the fastest server (``kids``/``tasks`` in a parents-first
-    order)."""
-    if order == "srpt":
-        return sum(t.compute_gflop for t in tasks) / mean_compute
-    if order == "las":
-        return wf.attained_s
-    if order != "edf":
-        return 0.0
-    below = [0.0] * len(tasks)
-    for i in range(len(tasks) - 1, -1, -1):
-        below[i] = tasks[i].compute_gflop / fastest + max((below[c] for c in kids[i]), default=0.0)
-    return orders.initial_level("edf", wf.arrival_s, max(below), 0.0, edf_factor)
-
-
 def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks: int
                      ) -> tuple[RequestServers, list[_Ready]]:
     """Validate the request and list its ready tasks in the encoder's order (``envs.order``:
@@ -427,7 +409,9 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
             raise RequestError(("body", "workflows", wi, "size"),
                                f"{size} is smaller than the {len(wf.tasks)} listed tasks")
         successors, rank, kids, listed = _workflow_ranks(wi, wf, enc.order, mean_compute, enc)
-        level = _level(enc.order, wf, kids, listed, mean_compute, fastest, enc.edf_factor)
+        level = orders.level_of_listed(enc.order, wf.arrival_s, wf.attained_s,
+                                       [t.compute_gflop for t in listed], kids, mean_compute,
+                                       fastest, enc.edf_factor)
         ratio = (size - len(wf.tasks)) / size
         if req.now_s is not None and req.now_s < wf.arrival_s:
             raise RequestError(("body", "workflows", wi, "arrival_s"),

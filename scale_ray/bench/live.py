@@ -41,7 +41,6 @@ from typing import Any
 from envs.trace import JsonlTraceWriter
 from envs.workflow import TaskSpec, WorkflowSpec
 from policies import default_policy, get_policy
-from scale_ray.config import load_env
 from scale_ray.live import LiveScheduler
 from scale_ray.live.cluster import LocalHeteroCluster, live_nodes
 from scale_ray.live.config import EXECUTORS, LiveConfig
@@ -49,8 +48,8 @@ from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, st
                                    warm_up, workload_specs)
 from scale_ray.live.workflow import emulated_body
 
-from .twin import (NO_TWIN, REFERENCE, SETTINGS, compare, format_rows, format_why, headline,
-                   live_model, predict, setting_env, why)
+from .twin import (NO_TWIN, REFERENCE, add_setting_arguments, compare, format_rows, format_why,
+                   headline, live_model, predict, resolve_setting, setting_env, why)
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--servers", type=int, default=16, help="servers N for the quality run")
     p.add_argument("--servers-per-node", type=int, default=1,
                    help="pack up to K same-tier servers into one raylet (1: a raylet per server)")
-    p.add_argument("--setting", choices=sorted(SETTINGS), default="paper",
-                   help="paper: the paper's workload at --load; realistic: configs/env/"
-                        "realistic.yaml's workload and arrival rate, EFT + hop, EFT + fifo, "
-                        "lookahead, --policy and Ray default, each next to its simulator twin")
-    p.add_argument("--load", type=float, default=None,
-                   help="offered compute load (default: 0.6 for paper; realistic: the env's "
-                        "own arrival rate)")
+    add_setting_arguments(p, "EFT + hop, EFT + fifo, lookahead, --policy and Ray default, each "
+                             "next to its simulator twin")
     p.add_argument("--workflows", type=int, default=120, help="workflows per quality run")
-    p.add_argument("--time-scale", type=float, default=None,
-                   help="wall s per model s (default: 0.1 paper, 0.25 realistic)")
     p.add_argument("--overhead-workflows", type=int, default=40)
     p.add_argument("--chain", type=int, default=100, help="hops of the latency chain")
     p.add_argument("--repeats", type=int, default=5, help="overhead measurements per side")
@@ -290,10 +282,7 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
 
 def run(args: argparse.Namespace) -> int:
     env = setting_env(args.setting, args.servers)
-    if args.time_scale is None:
-        args.time_scale = SETTINGS[args.setting][2]
-    if args.load is None and args.setting == "paper":
-        args.load = 0.6
+    resolve_setting(args)
     if args.policy not in ("eft", "ray-default"):
         get_policy(args.policy, env, args.seed)  # fail before starting a cluster
     t0 = time.perf_counter()

@@ -43,7 +43,8 @@ from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, st
 from scale_ray.live.workflow import dag_record
 from scale_ray.ports import free_port
 
-from .twin import SETTINGS, compare, format_rows, live_model, predict, setting_env
+from .twin import (SETTINGS, add_setting_arguments, compare, format_rows, live_model, predict,
+                   resolve_setting, setting_env)
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="pack up to K same-tier servers into one raylet")
     p.add_argument("--clients", type=int, default=2, help="agent driver processes")
     p.add_argument("--workflows", type=int, default=50, help="workflows per client")
-    p.add_argument("--setting", choices=["paper", "realistic"], default="paper",
-                   help="paper: paper.yaml's workload at --load; realistic: configs/env/"
-                        "realistic.yaml's workload at its own arrival rate and time scale 0.25, "
-                        "and (without a kill) the service's policy next to its simulator twin")
-    p.add_argument("--load", type=float, default=None,
-                   help="offered compute load (default: 0.6 for paper; realistic: the env's "
-                        "own arrival rate)")
-    p.add_argument("--time-scale", type=float, default=None,
-                   help="wall seconds per model second of emulated work (default: 0.1 paper, "
-                        "0.25 realistic)")
+    add_setting_arguments(p, "and (without a kill) the service's policy next to its "
+                             "simulator twin")
     p.add_argument("--policy", default=default_policy(), help="the service's policy")
     p.add_argument("--kill-at", type=float, default=0.5,
                    help="kill a busy node at this fraction of the arrival span (< 0: never)")
@@ -220,10 +213,7 @@ def run(args: argparse.Namespace) -> int:
         env = setting_env("realistic", args.nodes)
     else:
         env = load_env(args.env_config, [], servers=args.nodes)
-    if args.time_scale is None:
-        args.time_scale = SETTINGS[args.setting][2]
-    if args.load is None and args.setting == "paper":
-        args.load = 0.6
+    resolve_setting(args)
     live = LiveConfig(time_scale=args.time_scale)
     specs = workload_specs(env, args.clients * args.workflows, args.seed)
     rate = (rate_for_load(env, args.load, specs) if args.load is not None

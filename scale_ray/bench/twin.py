@@ -36,6 +36,28 @@ NO_TWIN = frozenset({"ray-default"})
 METRICS = ("mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_response_s")
 
 
+def add_setting_arguments(p: Any, what: str) -> None:
+    """``--setting``, ``--load`` and ``--time-scale`` of the live benches; ``what``: what the
+    realistic setting measures there."""
+    p.add_argument("--setting", choices=sorted(SETTINGS), default="paper",
+                   help="paper: paper.yaml's workload at --load; realistic: configs/env/"
+                        f"realistic.yaml's workload at its own arrival rate, {what}")
+    p.add_argument("--load", type=float, default=None,
+                   help="offered compute load (default: 0.6 for paper; realistic: the env's "
+                        "own arrival rate)")
+    p.add_argument("--time-scale", type=float, default=None,
+                   help="wall s per model s of emulated work (default: 0.1 paper, 0.25 "
+                        "realistic)")
+
+
+def resolve_setting(args: Any) -> None:
+    """Fill ``args.time_scale`` and ``args.load`` with the setting's defaults."""
+    if args.time_scale is None:
+        args.time_scale = SETTINGS[args.setting][2]
+    if args.load is None and args.setting == "paper":
+        args.load = 0.6
+
+
 def setting_env(setting: str, servers: int) -> EnvConfig:
     """The env of a live bench setting at ``servers`` servers (a clear error for another
     name)."""
