@@ -23,6 +23,7 @@ from envs.config import EnvConfig, replace
 from envs.workflow import WorkflowSpec
 from scale_ray.config import load_env
 from scale_ray.evaluation import run_episode
+from scale_ray.explain import explain, load_episodes
 
 #: settings of the live benches: (env file, overrides, default time scale, the policies measured)
 SETTINGS = {
@@ -143,8 +144,6 @@ def run_overhead(trace_path: str) -> dict[str, float]:
     """Per finished run of a live trace: its duration minus its nominal one (GFLOP / the
     server's GFLOP/s + its transfer), model s: what dispatch, the actor call and the result's
     return add to every run. ``runs``: how many runs had the numbers."""
-    from scale_ray.explain import load_episodes
-
     extra = []
     for ep in load_episodes(trace_path):
         for r in ep.runs:
@@ -162,8 +161,6 @@ def why(live_trace: str, twin_trace: str, live_stats: dict[str, Any],
     each ``scale-ray explain`` part (live - twin, mean per workflow, model s), the run overhead
     per task (:func:`run_overhead`), and the scheduler thread's CPU per decision (planning and
     bookkeeping; model s)."""
-    from scale_ray.explain import explain
-
     lv, tw = explain(live_trace, top=0)["totals"], explain(twin_trace, top=0)["totals"]
     ts = time_scale if time_scale > 0 else 1.0
     decisions = max(1, int(live_stats.get("decisions", 0)))
