@@ -221,6 +221,9 @@ def _tier_of(node_id: str, cluster: LocalHeteroCluster) -> str:
     return cluster.node_tier[node_id]
 
 
+LONG_TASK = WorkflowSpec((TaskSpec(20.0, 2.0, 0.01),), "long")
+
+
 def _long_workflows(n: int, seed: int) -> list[WorkflowSpec]:
     rng = np.random.default_rng(seed)
     out = []
@@ -467,19 +470,30 @@ class TestSharedCluster:
             assert sched.node_tasks.get(new, 0) > 0, "the added node never received a task"
             # kill a node while it runs a task
             more = [sched.submit(s) for s in _long_workflows(6, 1)]
+            # three one-task workflows of 20 GFLOP (0.5-2 s wall): some run lasts long enough
+            # for the kill to land while it runs, however loaded the machine
+            longest = [sched.submit(LONG_TASK) for _ in range(3)]
             victim = None
-            while victim is None and time.time() < deadline:
-                busy = [s.node.node_id for s in list(sched._alive) if s.task is not None]
-                victim = next((n for n in busy if n != c.nodes[0].node_id), None)
+            kill_deadline = time.time() + 30
+            while victim is None and time.time() < kill_deadline:
+                # the busy node whose run has the most time left (>= 0.1 s wall: a run about
+                # to end can finish before the kill lands on a loaded machine)
+                now = time.perf_counter()
+                busy = sorted((s.busy_until - now, s.node.node_id) for s in list(sched._alive)
+                              if s.task is not None and s.offered
+                              and s.node.node_id != c.nodes[0].node_id)
+                if busy and busy[-1][0] >= 0.1:
+                    victim = busy[-1][1]
                 time.sleep(0.01)
+            assert victim is not None, "no node ran a long enough task to be killed"
             c.kill_node(victim)
             assert sched.drain(timeout=120)
             while victim in {n.node_id for n in live_nodes()} and time.time() < deadline + 60:
                 time.sleep(0.1)  # an actor's death can be seen before the GCS drops the node
             alive = {n.node_id for n in live_nodes()}
         assert victim not in alive
-        hs += more
-        for h, spec in zip(hs, specs + _long_workflows(6, 1)):
+        hs += more + longest
+        for h, spec in zip(hs, specs + _long_workflows(6, 1) + [LONG_TASK] * 3, strict=True):
             assert h.error is None
             assert [h.get(i) for i in range(len(spec.tasks))] == list(from_spec(spec).expected)
         assert sched.counters["lost"] >= 1
@@ -487,7 +501,7 @@ class TestSharedCluster:
         # after the loss, nothing starts on the dead node
         assert all(ev["node"] != victim for ev in events[lost_at:] if ev["event"] == "start")
         finished = [ev["task"] for ev in events if ev["event"] == "finish"]
-        assert len(finished) == len(set(finished)) == sum(len(s.tasks) for s in specs) + 24
+        assert len(finished) == len(set(finished)) == sum(len(s.tasks) for s in specs) + 24 + 3
 
 
     def test_idle_actors_are_reaped_and_restarted_on_demand(self, cluster):
