@@ -547,6 +547,10 @@ def _malformed_cases() -> list[tuple[str, str, object, str]]:
          with_("workflows.0.tasks.0.memory_gb", 9.0, sched), "fits no accepting server"),
         ("schedule size too small", "/v1/schedule", with_("workflows.0.size", 0, sched), "size"),
         ("schedule negative arrival", "/v1/schedule", with_("workflows.0.arrival_s", -1.0, sched), "arrival_s"),
+        ("schedule negative attained", "/v1/schedule", with_("workflows.0.attained_s", -1.0, sched),
+         "attained_s"),
+        ("schedule attained not a number", "/v1/schedule",
+         with_("workflows.0.attained_s", "lots", sched), "attained_s"),
     ]
 
 
