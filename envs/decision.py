@@ -23,8 +23,13 @@ Who drives it: the simulator steps through a round one decision at a time (the a
 ``/v1/schedule`` and the live scheduler call :meth:`DecisionCore.run_round` with the policy.
 Each keeps its own clock and executor; the rules live here only.
 
+Demands beyond memory (the live scheduler: a task's Ray options, e.g. GPUs): a table given
+per-server capacities (:meth:`ServerTable.set_caps`) also checks each task's ``demands``
+(sorted ``(resource, amount)`` pairs) wherever it checks memory: in 2, 3, 4 and the action mask.
+Without capacities (the simulator, Serve) nothing but memory is checked.
+
 NumPy and stdlib only. Tasks are any objects with ``state`` (this module's :data:`READY` ...),
-``memory_gb`` and ``waits`` attributes; :meth:`ReadyQueue.push` takes their order key and an
+``memory_gb`` and ``waits`` attributes (and ``demands`` where the table has capacities); :meth:`ReadyQueue.push` takes their order key and an
 integer tie breaker (the task id).
 """
 
@@ -160,6 +165,8 @@ class ServerTable:
         self.busy_pf_l = [0.0] * n
         self.features = ServerFeatures(n, features)
         self.max_accept_mem = 0.0
+        self.caps: list[dict[str, float]] | None = None  # per-slot capacities for demands
+        self._eligible: dict[tuple, np.ndarray] = {}
 
     # ------------------------------------------------------------------ state changes
     def set_server(self, slot: int, compute: float, memory_gb: float, idle_w: float,
@@ -210,6 +217,32 @@ class ServerTable:
         self.features.clear(slot)
         self.set_accepting(slot, False)
 
+    def set_caps(self, caps: list[dict[str, float]] | None) -> None:
+        """Per-slot capacities (resource -> amount) that tasks' ``demands`` are checked against
+        (None: demands are not checked)."""
+        self.caps = caps
+        self._eligible = {}
+
+    def eligible(self, demands: tuple[tuple[str, float], ...]) -> np.ndarray:
+        """Slots whose capacities cover ``demands`` (cached per demand set)."""
+        m = self._eligible.get(demands)
+        if m is None:
+            caps = self.caps or []
+            m = np.zeros(self.n, dtype=bool)
+            for i, c in enumerate(caps[:self.n]):
+                m[i] = all(c.get(k, 0.0) >= v - 1e-9 for k, v in demands)
+            self._eligible[demands] = m
+        return m
+
+    def _demand_state(self, demands: tuple, memory_gb: float) -> int:
+        """For a task with ``demands``: 0 no accepting server fits it, 1 one fits but none is
+        idle, 2 an accepting idle server fits it."""
+        ok = np.flatnonzero(self.eligible(demands) & self.accepting & (self.memory >= memory_gb))
+        if not ok.size:
+            return 0
+        busy = self.busy_l
+        return 2 if any(not busy[i] for i in ok.tolist()) else 1
+
     def refresh(self) -> None:
         acc = self.memory[self.accepting]
         self.max_accept_mem = float(acc.max()) if acc.size else 0.0
@@ -248,13 +281,17 @@ class ServerTable:
         return False
 
     def observe(self, task: np.ndarray, now: float, transfer_s: float, parent_slot: int | None,
-                memory_gb: float, mask_infeasible: bool) -> dict[str, np.ndarray]:
+                memory_gb: float, mask_infeasible: bool, demands: tuple = ()
+                ) -> dict[str, np.ndarray]:
         """The observation of placing a task (its feature vector ``task``,
         :func:`task_vector`) on these servers at time ``now``; ``transfer_s`` applies to every
         server but ``parent_slot``. The action mask: accepting servers (with ``mask_infeasible``,
-        those the task fits)."""
+        those the task fits: memory, and ``demands`` where the table has capacities)."""
         if mask_infeasible:
-            mask = ((self.memory >= memory_gb) & self.accepting).astype(np.float32)
+            fit = (self.memory >= memory_gb) & self.accepting
+            if demands and self.caps is not None:
+                fit &= self.eligible(demands)
+            mask = fit.astype(np.float32)
         else:
             mask = self.accept_f.copy()
         return {"task": task,
@@ -327,6 +364,18 @@ class DecisionCore:
             if memory > servers.max_accept_mem:  # fits no accepting server: set aside
                 queue.block_head()
                 continue
+            if servers.caps is not None and task.demands:  # demands beyond memory (live)
+                fit = servers._demand_state(task.demands, memory)
+                if fit == 0:
+                    queue.block_head()
+                    continue
+                if fit == 1 and self._only_startable:
+                    self.forced_waits += 1
+                    if self._hol:
+                        return None, HOL_WAIT
+                    queue.defer_head()
+                    continue
+                return task, EMPTY
             if self._only_startable:
                 if idle_mem is None:
                     idle_mem = servers.max_idle_memory()
@@ -350,7 +399,8 @@ class DecisionCore:
         self.decisions += 1
         srv = self.servers
         if (0 <= slot < srv.n and srv.accept_l[slot] and not srv.busy_l[slot]
-                and srv.memory_l[slot] >= task.memory_gb):  # can_start, inlined (hot path)
+                and srv.memory_l[slot] >= task.memory_gb  # can_start, inlined (hot path)
+                and (srv.caps is None or not task.demands or srv.eligible(task.demands)[slot])):
             heapq.heappop(self.queue.heap)
             return True
         task.waits += 1

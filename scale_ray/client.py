@@ -31,8 +31,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from envs.workload import WorkflowError
+from scale_ray.live.config import NoServers, Unschedulable
 from scale_ray.live.handles import WorkflowFailed
-from scale_ray.live.workflow import Call, CollectedWorkflow, as_collected
+from scale_ray.live.raydag import accept
+from scale_ray.live.workflow import Call, CollectedWorkflow
 
 DEFAULT_APP = "scheduler"
 _OURS = ("scale_ray", "envs", "policies", "serve_apps")
@@ -171,16 +174,30 @@ class ServiceWorkflow:
         return f"ServiceWorkflow({self.id}, {self.name!r})"
 
 
-def submit(workflow: Call | Sequence[Call] | Any, name: str = "", app: str = DEFAULT_APP
-           ) -> ServiceWorkflow:
-    """Submit a workflow (calls of ``@primitive`` functions, or a WorkflowSpec: emulated bodies)
-    to the scheduler service ``app``; returns once the service accepted it. Raises
-    ``WorkflowError`` for a bad DAG or a task that fits no node (nothing runs)."""
+def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
+           app: str = DEFAULT_APP, **kw_inputs: Any) -> ServiceWorkflow:
+    """Submit a workflow to the scheduler service ``app``; returns once the service accepted it.
+
+    ``workflow``: calls of ``@primitive`` functions; a Ray DAG (``@ray.remote`` functions'
+    ``.bind()``, ``MultiOutputNode``; ``inputs``/``kw_inputs`` are its ``InputNode``'s values, as
+    ``dag.execute``); or a WorkflowSpec (emulated bodies). ObjectRefs may be arguments. For
+    anything but a Ray DAG a single string positional is the name.
+
+    Raises (nothing runs): ``WorkflowTypeError`` for anything else, ``WorkflowError`` for a bad
+    DAG, ``Unschedulable`` when no server could run one of its tasks (its memory or Ray
+    options), ``NoServers`` when the service has no server at all."""
     t0 = time.perf_counter()
-    wf = as_collected(workflow, name)  # validated here first: errors name the call
+    wf = accept(workflow, inputs, kw_inputs, name)  # validated here first: errors name the call
     payload = _payload(wf)
     accepted = _handle(app).submit.remote(payload, wf.spec.name).result()
+    if "refused" in accepted:  # the service's typed refusal, raised here as itself
+        raise _refusal(accepted["refused"], accepted["message"])
     return ServiceWorkflow(app, accepted, time.perf_counter() - t0)
+
+
+def _refusal(kind: str, message: str) -> Exception:
+    return {"no_servers": NoServers, "does_not_fit": Unschedulable}.get(kind, WorkflowError)(
+        message)
 
 
 def cluster(app: str = DEFAULT_APP) -> dict:
@@ -188,4 +205,5 @@ def cluster(app: str = DEFAULT_APP) -> dict:
     return _handle(app).cluster.remote().result()
 
 
-__all__ = ["submit", "cluster", "ServiceWorkflow", "WorkflowLost", "WorkflowFailed", "DEFAULT_APP"]
+__all__ = ["submit", "cluster", "ServiceWorkflow", "WorkflowLost", "WorkflowFailed", "NoServers",
+           "Unschedulable", "DEFAULT_APP"]

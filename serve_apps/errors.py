@@ -160,7 +160,7 @@ def parse_body(body: bytes, model: type[M], content_type: str | None = None) -> 
 
 # ------------------------------------------------------------------------------- handlers
 async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
-    return error(422, exc.loc, exc.msg, exc.kind)
+    return error(exc.status, exc.loc, exc.msg, exc.kind)
 
 
 async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -48,7 +48,8 @@ from envs.workflow import WorkflowError
 from policies import default_policy
 from scale_ray.live import LiveConfig, LiveScheduler
 from scale_ray.live.handles import WorkflowHandle
-from scale_ray.live.workflow import as_collected
+from scale_ray.live.config import NoServers
+from scale_ray.live.raydag import as_collected
 
 from . import errors
 from .decisions import RequestError, load, try_policy
@@ -95,8 +96,10 @@ def parse_args(args: Mapping[str, Any] | None) -> SchedulerArgs:
 
 api = FastAPI(title="SCALE scheduler service", version="1",
               description="Places every submitted workflow's primitives as Ray tasks with one "
-                          "policy. Errors: 422 naming the field, 413 for a large body, 404 for "
-                          "an unknown id, 410 for a workflow lost with a restarted replica.")
+                          "policy. Errors: 422 naming the field (also a task no server could ever "
+                          "run), 503 when the scheduler has no server at all, 413 for a large "
+                          "body, 404 for an unknown id, 410 for a workflow lost with a restarted "
+                          "replica.")
 errors.install(api)
 
 
@@ -199,8 +202,10 @@ class SchedulerService:
 
     def _accept(self, wf: Any, name: str = "") -> dict:
         try:
-            h = self.sched.submit(wf, name)
-        except WorkflowError as e:  # fits no node
+            h = self.sched.submit(wf, name=name)
+        except NoServers as e:  # no server at all: nothing could run it now
+            raise RequestError(("body", "tasks"), str(e), "no_servers", status=503) from None
+        except WorkflowError as e:  # a task no server could ever run
             raise RequestError(("body", "tasks"), str(e), "does_not_fit") from None
         wid = f"{self.incarnation}-{h.id}"
         self.workflows[wid] = h
@@ -307,8 +312,11 @@ class SchedulerService:
         """``scale_ray.client.submit``: a cloudpickled Call / list of Calls / WorkflowSpec."""
         from ray import cloudpickle
 
-        wf = await self._off_loop(lambda: as_collected(cloudpickle.loads(payload), name))
-        return self._accept(wf)
+        wf = await self._off_loop(lambda: as_collected(cloudpickle.loads(payload), name=name))
+        try:
+            return self._accept(wf)
+        except RequestError as e:  # the client raises it as NoServers / Unschedulable
+            return {"refused": e.kind, "message": e.msg}
 
     async def wait(self, wid: str, timeout_s: float) -> dict:
         """The record once done or after ``timeout_s``; an unknown id is ``state`` ``lost``

@@ -28,11 +28,13 @@ class RequestError(ValueError):
     """Input that passed the schema but makes no sense (duplicate ids, nothing fits, too many
     servers...). ``loc`` is the field path, as in FastAPI's 422 answers."""
 
-    def __init__(self, loc: Sequence[str | int], msg: str, kind: str = "value_error"):
+    def __init__(self, loc: Sequence[str | int], msg: str, kind: str = "value_error",
+                 status: int = 422):
         super().__init__(f"{'.'.join(map(str, loc))}: {msg}")
         self.loc = list(loc)
         self.msg = msg
         self.kind = kind
+        self.status = status  # 422, or 503 when the service cannot run anything now
 
 
 class Server(BaseModel):

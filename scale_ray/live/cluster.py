@@ -39,7 +39,8 @@ MEMORY_LABEL = "scale.memory_gb"
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """One live scale server node as read from Ray."""
+    """One live server node as read from Ray (scale resources or, scale_ray.live.discovery, what
+    Ray reports)."""
     node_id: str
     slots: int
     compute: float
@@ -47,6 +48,9 @@ class NodeInfo:
     tier: str
     idle_w: float = 0.0
     busy_w: float = 0.0
+    # what one server offers a task's Ray options: sorted (resource, amount) pairs (CPU, GPU,
+    # accelerator_type:*, custom resources; scale_ray.live.discovery.server_caps)
+    caps: tuple[tuple[str, float], ...] = ()
 
 
 def node_resources(tier: TierConfig, slots: int) -> dict[str, float]:
@@ -84,7 +88,23 @@ def parse_node(raw: dict[str, Any], tiers: Iterable[TierConfig] = ()) -> NodeInf
     if tier is None:  # no label: the configured tier with this capacity, if any
         tier = next((t for t in tiers if t.compute == compute and t.memory_gb == memory), None)
     return NodeInfo(raw["NodeID"], slots, compute, memory, tier.name if tier else tier_name,
-                    tier.idle_w if tier else 0.0, tier.busy_w if tier else 0.0)
+                    tier.idle_w if tier else 0.0, tier.busy_w if tier else 0.0,
+                    server_caps(res, slots))
+
+
+_NOT_CAPS = (SLOT_RESOURCE, COMPUTE_RESOURCE, MEMORY_RESOURCE, "memory", "object_store_memory")
+
+
+def server_caps(resources: dict[str, Any], slots: int) -> tuple[tuple[str, float], ...]:
+    """What one of ``slots`` servers of a node with Ray ``resources`` offers a task's demands:
+    the node's amount / slots (``accelerator_type:*`` is a presence marker: kept whole); the
+    node's memory is its servers' ``memory_gb``, not a demand here."""
+    out = []
+    for k, v in resources.items():
+        if k in _NOT_CAPS or k.startswith("node:") or not isinstance(v, (int, float)) or v <= 0:
+            continue
+        out.append((k, float(v) if k.startswith("accelerator_type:") else float(v) / slots))
+    return tuple(sorted(out))
 
 
 def live_nodes(tiers: Iterable[TierConfig] = ()) -> list[NodeInfo]:

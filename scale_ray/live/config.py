@@ -3,9 +3,12 @@ config), the executors, and the errors a workflow's handle can carry."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from envs.config import ConfigError, rng
+from envs.workload import WorkflowError
 from policies.guard import GuardConfig
 
 EXECUTORS = ("task", "actor")
@@ -25,8 +28,19 @@ class LiveConfig:
     node_refresh_s: float = field(default=0.1, metadata=rng(
         ge=0, le=60, doc="read the node set at most this often (and at once after a loss)"))
     head_of_line_blocking: bool = False
+    servers: Literal["auto", "scale", "ray"] = field(default="auto", metadata=rng(
+        doc="where servers come from (scale_ray.live.discovery): scale: nodes with scale_* "
+            "resources; ray: every alive node from what Ray reports (CPUs, GPUs, memory); auto: "
+            "scale if any alive node has scale_slot, else ray"))
     slots_per_node: int | None = field(default=None, metadata=rng(
-        ge=1, le=1024, doc="servers per node; default: the node's scale_slot resource"))
+        ge=1, le=1024, doc="servers per node; default: the node's scale_slot resource, or for a "
+                           "plain Ray node its CPUs / task_num_cpus"))
+    server_compute: float | None = field(default=None, metadata=rng(
+        gt=0, le=1e9, doc="GFLOP/s of a server on a plain Ray node (times its tier's speed); "
+                          "none: the mean compute of the env's tiers"))
+    tier_speeds: dict[str, float] = field(default_factory=dict, metadata=rng(
+        doc="relative speed of a plain node's tier by name (its shape, e.g. cpu8 or "
+            "cpu8-gpu1-A100, or its scale.tier label); unlisted: 1"))
     autoscale_hints: bool = False
     backlog_s: float = field(default=2.0, metadata=rng(
         ge=0, doc="request_resources after the ready set stays backed up this long (wall s)"))
@@ -56,6 +70,10 @@ class LiveConfig:
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor must be one of {list(EXECUTORS)}, got {self.executor!r}")
+        for k, v in self.tier_speeds.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or v <= 0:
+                raise ConfigError(f"tier_speeds.{k}: must be a finite number > 0, got {v!r}")
 
 
 class TaskLostError(RuntimeError):
@@ -69,3 +87,12 @@ class PlacementError(RuntimeError):
 
 class WorkflowCancelled(RuntimeError):
     """The workflow was cancelled (``LiveScheduler.cancel``, ``DELETE /v1/workflows/{id}``)."""
+
+
+class Unschedulable(WorkflowError):
+    """No server could ever run a task of the workflow (its demands fit no server): refused at
+    submit (HTTP 422), nothing queued. The message says what is missing and how to add it."""
+
+
+class NoServers(Unschedulable):
+    """The scheduler has no server at all (HTTP 503): no node of the Ray cluster offers one."""

@@ -5,7 +5,9 @@ With ``executor="actor"`` (default) every server has one actor hard-pinned to it
 (``NodeAffinitySchedulingStrategy(soft=False)``, ``max_concurrency=1``, no restarts) and a task
 is a call of that actor, so successive runs reuse its leased worker. With ``executor="task"``
 every task is a plain Ray task hard-pinned to the chosen node (a worker lease per run: about half
-the throughput on a small machine). Ray's own retries are off (``max_retries=0``): a primitive
+the throughput on a small machine). A primitive with Ray options (``num_gpus``, ``resources``,
+``runtime_env``...: a Ray DAG node's ``.options()``) always runs as such a pinned Ray task, asking
+Ray for what its options name, so that Ray gives it its GPUs and its runtime env. Ray's own retries are off (``max_retries=0``): a primitive
 runs only when the scheduler says so.
 """
 
@@ -116,17 +118,29 @@ class _RemoteCache:
             self._keep.append(fn)
         return key, b
 
-    def pinned(self, fn: Callable[..., Any], node_id: str, name: str) -> Any:
-        """``get(fn)`` hard-pinned to ``node_id`` (NodeAffinitySchedulingStrategy, soft=False)."""
-        key = (id(fn), node_id, name)
+    def pinned(self, fn: Callable[..., Any], node_id: str, name: str,
+               options: dict[str, Any] | None = None) -> Any:
+        """``get(fn)`` hard-pinned to ``node_id`` (NodeAffinitySchedulingStrategy, soft=False),
+        with the primitive's Ray ``options`` (:meth:`ray_task_options`) when it has any."""
+        key = (id(fn), node_id, name, repr(sorted(options.items())) if options else "")
         rf = self._pinned.get(key)
         if rf is None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             rf = self.get(fn).options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False), name=name)
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False), name=name,
+                **(options or {}))
             self._pinned[key] = rf
         return rf
+
+    def ray_task_options(self, ray_options: dict[str, Any], actors: bool) -> dict[str, Any]:
+        """The options of the Ray task that runs a primitive with Ray options: its GPUs, memory,
+        resources, accelerator type and runtime env as asked; CPUs: none with server actors (the
+        server's actor holds its CPU and the server runs one task at a time), else the task's
+        ``num_cpus`` (default ``task_num_cpus``)."""
+        out = {k: v for k, v in ray_options.items() if k != "num_cpus"}
+        out["num_cpus"] = 0 if actors else ray_options.get("num_cpus", self.num_cpus)
+        return out
 
     def forget_node(self, node_id: str) -> None:
         """Drop the pinned variants of a node that left the cluster."""

@@ -1,8 +1,10 @@
 """The live scheduler's servers: the node set read from Ray and, with ``executor=actor``, the
 server actors.
 
-Every scale server node hosts ``scale_slot`` servers (or ``slots_per_node``), each running one
-primitive at a time. :meth:`NodeSet.refresh` reads ``ray.nodes()`` (at most every
+Every server node (``scale_ray.live.discovery``: nodes with ``scale_*`` resources, else every
+node from what Ray reports) hosts ``scale_slot`` servers (or ``slots_per_node``, or one per
+``task_num_cpus`` CPUs), each running one primitive at a time. :meth:`NodeSet.refresh` reads
+``ray.nodes()`` (at most every
 ``node_refresh_s``): a node that appears is added, one that disappears (dead, removed) is marked
 dead and never chosen again; what ran there is the scheduler's to place again.
 
@@ -21,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from envs.config import TierConfig
 
-from .cluster import NodeInfo, live_nodes
+from .cluster import NodeInfo
 from .config import LiveConfig
+from .discovery import cluster_servers
 from .executors import _RemoteCache
 from .workflow import Primitive
 
@@ -76,6 +79,7 @@ class NodeSet:
         self._next_sid = 0
         self._last_refresh = -math.inf
         self._last_reap = 0.0
+        self.source: str | None = None  # where the servers come from (discovery: scale or ray)
 
     def alive(self) -> list[_Server]:
         """The servers still alive, in the order they appeared."""
@@ -90,7 +94,12 @@ class NodeSet:
             return None
         self._last_refresh = now
         self.counters["node_refreshes"] += 1
-        nodes = live_nodes(self.tiers)
+        nodes, source = cluster_servers(self.tiers, self.cfg)
+        if source != self.source:
+            log.info("live scheduler: servers from %s (%d nodes, %d servers)", "the nodes' scale_* "
+                     "resources" if source == "scale" else "what Ray reports of every node",
+                     len(nodes), sum(self.cfg.slots_per_node or n.slots for n in nodes))
+            self.source = source
         alive_ids = {n.node_id for n in nodes}
         added: list[_Server] = []
         gone: list[_Server] = []
@@ -115,8 +124,13 @@ class NodeSet:
     def run(self, srv: _Server, prim: Primitive, meta: tuple, args: Sequence[Any],
             kwargs: dict[str, Any]) -> tuple[Any, Any]:
         """Run ``prim`` on ``srv``: a call of its actor (started now if it was reaped; the body
-        registered once per actor), or a Ray task pinned to its node. ``meta`` as
+        registered once per actor), or a Ray task pinned to its node (always for a primitive
+        with Ray options: :meth:`~scale_ray.live.executors._RemoteCache.ray_task_options`). ``meta`` as
         :func:`~scale_ray.live.executors._wrap_body`. Returns (value ref, status ref)."""
+        if prim.ray_options:  # GPUs, resources, runtime env: its own Ray task asks Ray for them
+            opts = self.remote.ray_task_options(prim.ray_options, self.actors)
+            rf = self.remote.pinned(prim.fn, srv.node.node_id, prim.name, opts)
+            return rf.remote(meta, *args, **kwargs)
         if self.actors:
             actor = srv.actor if srv.actor is not None else self.start_actor(srv)
             key, body = self.remote.body(prim.fn)

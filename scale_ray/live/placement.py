@@ -4,7 +4,8 @@
 work once its actor answers: ``offered``), the ready tasks in the core's queue, and turns the
 scheduler's wall clock into the encoder's model seconds (remaining busy time = estimated finish
 - now, divided by ``time_scale``, never 0 for a busy server). The rules of a placement round are
-the core's: the live scheduler always masks servers a task does not fit, and asks the policy
+the core's: the live scheduler always masks servers a task does not fit (memory, and the demands
+of its Ray options against each server's capacities: ``NodeInfo.caps``), and asks the policy
 only when some accepting idle server fits the task (``ask_only_startable``); a task that fits
 no accepting server is set aside until the server set changes or a server's actor answers.
 """
@@ -56,6 +57,7 @@ class LivePlacement:
         self._pos = {id(s): i for i, s in enumerate(alive)}
         self.max_memory = max((s.node.memory_gb for s in alive), default=0.0)
         self.core.servers = ServerTable(len(alive), self.features)
+        self.core.servers.set_caps([dict(s.node.caps) for s in alive])  # tasks' Ray demands
         self.sync(0.0)
         self.queue.requeue_blocked()  # a task that fit nowhere may fit a new server
 
@@ -135,7 +137,7 @@ class LivePlacement:
                           int(self.table.accepting.sum()) if f.backlog else 0,
                           (now - wf.arrival_wall) / self._ts)
         return self.table.observe(vec, 0.0, transfer, self.position(fp and fp.last_server),
-                                  prim.memory_gb, True)
+                                  prim.memory_gb, True, prim.demands)
 
     def round(self, now: Callable[[], float], ask: Callable[[Any, dict], int],
               start: Callable[[Any, Any], None]) -> None:

@@ -15,7 +15,8 @@ from .cluster import SLOT_RESOURCE, TIER_LABEL
 from .config import LiveConfig
 from .executors import _wrap_body
 from .handles import WorkflowHandle, _drain, summarize
-from .workflow import Call, CollectedWorkflow, as_collected
+from .raydag import accept
+from .workflow import Call, CollectedWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,10 @@ class RayDefaultRunner:
         with self._lock:
             return list(self._handles)
 
-    def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow,
-               name: str = "") -> WorkflowHandle:
-        wf = as_collected(workflow, name)
+    def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow | Any,
+               *inputs: Any, name: str = "", **kw_inputs: Any) -> WorkflowHandle:
+        """As :meth:`scale_ray.live.LiveScheduler.submit`, placed by Ray."""
+        wf = accept(workflow, inputs, kw_inputs, name)
         selectors = []
         for i, t in enumerate(wf.spec.tasks):
             fit = [tier.name for tier in self._tiers if tier.memory_gb >= t.memory_gb]

@@ -51,15 +51,17 @@ from policies.guard import guard_summary, make_guard
 from policies.lookahead import has_state_protocol
 
 from .completions import Completions
-from .config import LiveConfig
+from .config import LiveConfig, NoServers, Unschedulable
 from .executors import _RemoteCache
 from .handles import WorkflowHandle, _drain, summarize
 from .hints import AutoscaleHints
 from .nodes import NodeSet, _Server
+from .refusals import covers, no_servers_message, unmet_message
 from .placement import LivePlacement
 from .planning import LivePlanner
 from .tasks import READY, RUNNING, _Task, _Workflow
-from .workflow import Call, CollectedWorkflow, as_collected
+from .raydag import accept
+from .workflow import Call, CollectedWorkflow
 
 log = logging.getLogger(__name__)
 
@@ -178,18 +180,25 @@ class LiveScheduler(Completions):
         self.shutdown()
 
     # ------------------------------------------------------------------ public API
-    def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow,
-               name: str = "") -> WorkflowHandle:
+    def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow | Any,
+               *inputs: Any, name: str = "", **kw_inputs: Any) -> WorkflowHandle:
         """Validate ``workflow`` and queue it; returns its handle at once.
 
-        Raises :class:`WorkflowError` (nothing runs) for a cycle, an unknown parent (DAG files),
-        or a task that fits no node: memory above every live node's and every configured tier's.
+        ``workflow``: calls of primitives, a Ray DAG (``@ray.remote`` functions' ``.bind()``;
+        ``inputs``/``kw_inputs`` are its InputNode's values, as ``dag.execute``), a WorkflowSpec
+        (emulated bodies) or a collected workflow (:mod:`scale_ray.live.raydag`); for anything
+        but a Ray DAG, a single string positional is the name.
+
+        Raises (nothing runs): :class:`~scale_ray.live.workflow.WorkflowTypeError` for anything
+        else; :class:`WorkflowError` for a cycle or an unknown parent (DAG files);
+        :class:`~scale_ray.live.config.Unschedulable` when no server could ever run one of its
+        tasks (:class:`~scale_ray.live.config.NoServers`: the scheduler has no server at all).
         """
         if self._error is not None:
             raise RuntimeError("the scheduler thread died") from self._error
         if self._thread is None:
             raise RuntimeError("LiveScheduler.submit: call start() first (or use `with`)")
-        wf = as_collected(workflow, name)
+        wf = accept(workflow, inputs, kw_inputs, name)
         self._check_fits(wf)
         with self._lock:
             wid = len(self._handles)
@@ -258,15 +267,32 @@ class LiveScheduler(Completions):
 
     # ------------------------------------------------------------------ validation
     def _check_fits(self, wf: CollectedWorkflow) -> None:
+        """Refuse a workflow no server could ever run (nothing queued): no server at all
+        (:class:`NoServers`), or a task whose memory or Ray demands no server covers
+        (:class:`Unschedulable`). With ``autoscale_hints`` a configured tier may still come for
+        memory, and nodes for demands, so only memory above every tier is refused."""
+        alive = self._alive  # the scheduler thread's latest list (replaced, never mutated)
+        hints = self.cfg.autoscale_hints
+        name = wf.spec.name
+        if not alive and not hints:
+            raise NoServers(no_servers_message(name, self.cfg.servers))
         tier_max = max((t.memory_gb for t in self._tiers), default=math.inf)
-        live_max = self.placement.max_memory
-        limit = tier_max if self.cfg.autoscale_hints else min(tier_max, live_max)
-        for i, t in enumerate(wf.spec.tasks):
-            if t.memory_gb > limit:
-                raise WorkflowError(
-                    f"workflow {wf.spec.name!r}: task {i} ({t.name!r}) needs memory_gb="
-                    f"{t.memory_gb:g}, which fits no node (largest live node: {live_max:g} GB, "
-                    f"largest configured tier: {tier_max:g} GB)")
+        live_max = max((s.node.memory_gb for s in alive), default=0.0)
+        limit = tier_max if hints else min(tier_max, live_max)
+        if not hints and self._nodes.source == "ray":
+            limit = live_max  # plain Ray nodes: the configured tiers are not this cluster's
+        for i, call in enumerate(wf.calls):
+            prim = call.primitive
+            if prim.memory_gb > limit:
+                raise Unschedulable(
+                    f"workflow {name!r}: task {i} ({prim.name!r}) needs memory_gb="
+                    f"{prim.memory_gb:g}, which fits no node (largest live server: {live_max:g} "
+                    f"GB, largest configured tier: {tier_max:g} GB); add a node with more memory "
+                    f"or lower the task's memory")
+            if prim.demands and not hints and not any(
+                    covers(s.node.caps, prim.demands) and s.node.memory_gb >= prim.memory_gb
+                    for s in alive):
+                raise Unschedulable(unmet_message(name, i, prim.name, prim.demands, alive))
 
     # ------------------------------------------------------------------ loop
     def _now_model(self) -> float:
@@ -429,11 +455,14 @@ class LiveScheduler(Completions):
         if self._planner is not None:  # the lookahead planner: on a snapshot, never guarded
             running = (x for x, tok in self._running.values() if x.state == RUNNING and x.token == tok)
             try:
-                return self._planner.ask(t, self.placement, running, time.perf_counter())
+                a = self._planner.ask(t, self.placement, running, time.perf_counter())
             except Exception:  # noqa: BLE001 - a planner bug must not stop the scheduler thread
                 self.counters["planner_errors"] += 1
                 log.exception("lookahead failed on task %d; EFT decides it", t.gid)
                 return self._planner.fallback.act(obs)
+            if t.demands and not (0 <= a < len(obs["action_mask"]) and obs["action_mask"][a]):
+                return self._planner.fallback.act(obs)  # it plans on memory only: EFT decides
+            return a
         a = int(self.policy.act(obs))
         if self._guard is not None:
             a = self._guarded(t, obs, a)
@@ -458,9 +487,11 @@ class LiveScheduler(Completions):
         kwargs = {k: parent_ref[id(v)] if isinstance(v, Call) else v for k, v in call.kwargs.items()}
         node = srv.node
         ts = self.cfg.time_scale
-        sleep_s = t.prim.compute_gflop / node.compute * ts if ts > 0 else 0.0
+        # the estimated run (wall s); slept before the body only for an emulated primitive
+        estimate = t.prim.compute_gflop / node.compute * ts if ts > 0 else 0.0
+        sleep_s = estimate if t.prim.emulate else 0.0
         transfer = 0.0
-        if ts > 0 and self.env.mdp.transfer_delays_start and t.parents:
+        if ts > 0 and t.prim.emulate and self.env.mdp.transfer_delays_start and t.parents:
             # emulated inputs, as the simulator's transfer_delays_start: the largest
             # (output / bandwidth + latency) over parents whose result is on another server
             c = self.env.cluster
@@ -475,7 +506,7 @@ class LiveScheduler(Completions):
         t.token += 1
         t.started = now
         srv.task = t
-        srv.busy_until = now + sleep_s
+        srv.busy_until = now + max(sleep_s, estimate)
         self._running[status_ref] = (t, t.token)
         self.counters["tasks_started"] += 1
         ev = {"t": self._now_model(), "event": "start", "task": t.gid, "server": srv.sid,

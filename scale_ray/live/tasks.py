@@ -46,6 +46,10 @@ class _Task:
     def memory_gb(self) -> float:  # what the decision core's rules read
         return self.call.primitive.memory_gb
 
+    @property
+    def demands(self) -> tuple[tuple[str, float], ...]:  # its Ray options' demands (the core)
+        return self.call.primitive.demands
+
 
 class _Workflow:
     __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall", "wid", "level")

@@ -31,8 +31,13 @@ from envs.loaders import load_dags
 from envs.loaders.livedag import parse_dag
 from envs.workload import TaskSpec, WorkflowError, WorkflowSpec
 
-__all__ = ["Primitive", "Call", "primitive", "collect", "from_spec", "as_collected", "load_dag_file",
+__all__ = ["Primitive", "Call", "primitive", "collect", "from_spec", "load_dag_file", "RAY_OPTIONS",
+           "WorkflowTypeError",
            "emulated_body", "expected_emulated_values", "WorkflowError", "CollectedWorkflow"]
+
+
+class WorkflowTypeError(WorkflowError, TypeError):
+    """``submit`` got something that is not a workflow (the message says what is accepted)."""
 
 
 def _check_hint(name: str, fname: str, value: Any, positive: bool) -> float:
@@ -47,21 +52,40 @@ class Primitive:
     """A function with resource hints; ``.bind(*args)`` makes a :class:`Call`.
 
     Args:
-        fn: the body; runs as a Ray task on the node the policy chose.
-        compute_gflop: compute demand c (GFLOP); the emulated run time on a node of capacity C is
-            ``c / C * time_scale`` seconds (see :class:`scale_ray.live.scheduler.LiveConfig`).
-        memory_gb: memory demand m (GB); the task fits a server only if ``m <= M``.
+        fn: the body; runs as a Ray task on the node the policy chose. A ``@ray.remote``
+            function is unwrapped: its body is used and its Ray options become ``ray_options``.
+        compute_gflop: compute demand c (GFLOP), what the policy reads; with ``emulate`` the run
+            on a server of capacity C first sleeps ``c / C * time_scale`` seconds (see
+            :class:`scale_ray.live.config.LiveConfig`).
+        memory_gb: memory demand m (GB); the task fits a server only if ``m <= M`` (Ray's
+            ``memory`` option, in bytes, counts too: the larger of the two).
         output_gb: size of the result (GB), for the transfer-delay feature.
         name: label in traces and errors (default: the function name).
+        ray_options: Ray's task options (:data:`RAY_OPTIONS`): ``num_cpus``, ``num_gpus``,
+            ``memory``, ``resources``, ``accelerator_type`` are demands (the task only goes to a
+            server that has them, and its Ray task asks Ray for them), ``runtime_env`` travels
+            with the Ray task. Ray's retry options are accepted and ignored (this scheduler
+            re-runs lost tasks); anything else is a :class:`WorkflowError`.
+        emulate: sleep the emulated run time before the body (the emulated heterogeneous
+            cluster; default True). False for real work (a ``@ray.remote`` function's default).
     """
 
-    def __init__(self, fn: Callable[..., Any], compute_gflop: float, memory_gb: float = 0.0,
-                 output_gb: float = 0.0, name: str | None = None):
+    def __init__(self, fn: Callable[..., Any], compute_gflop: float = 1.0, memory_gb: float = 0.0,
+                 output_gb: float = 0.0, name: str | None = None,
+                 ray_options: Mapping[str, Any] | None = None, emulate: bool | None = None):
+        remote = _remote_function_options(fn)
+        if remote is not None:  # a @ray.remote function: its body, its options below ours
+            fn, defaults = remote
+            ray_options = {**defaults, **(ray_options or {})}
+            emulate = False if emulate is None else emulate
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "primitive")
         self.compute_gflop = _check_hint(self.name, "compute_gflop", compute_gflop, True)
-        self.memory_gb = _check_hint(self.name, "memory_gb", memory_gb, False)
         self.output_gb = _check_hint(self.name, "output_gb", output_gb, False)
+        self.ray_options, self.demands, mem_bytes = _check_ray_options(self.name, ray_options)
+        self.memory_gb = max(_check_hint(self.name, "memory_gb", memory_gb, False),
+                             mem_bytes / 1e9)
+        self.emulate = True if emulate is None else bool(emulate)
 
     def bind(self, *args: Any, **kwargs: Any) -> "Call":
         """A DAG node calling this primitive; :class:`Call` arguments become dependencies."""
@@ -72,18 +96,95 @@ class Primitive:
         return Call(self, args, kwargs)
 
     def options(self, **hints: Any) -> "Primitive":
-        """A copy with other resource hints (``fetch.options(compute_gflop=8).bind(x)``)."""
+        """A copy with other resource hints or Ray options
+        (``fetch.options(compute_gflop=8, num_gpus=1).bind(x)``)."""
+        ray_opts = {**self.ray_options, **{k: v for k, v in hints.items() if k in RAY_OPTIONS}}
         kw = {"compute_gflop": self.compute_gflop, "memory_gb": self.memory_gb,
-              "output_gb": self.output_gb, "name": self.name, **hints}
-        return Primitive(self.fn, **kw)
+              "output_gb": self.output_gb, "name": self.name, "emulate": self.emulate,
+              **{k: v for k, v in hints.items() if k not in RAY_OPTIONS}}
+        return Primitive(self.fn, ray_options=ray_opts, **kw)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the body locally (plain Python; for tests and debugging)."""
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
+        extra = f", ray_options={self.ray_options}" if self.ray_options else ""
         return (f"Primitive({self.name}, compute_gflop={self.compute_gflop}, "
-                f"memory_gb={self.memory_gb}, output_gb={self.output_gb})")
+                f"memory_gb={self.memory_gb}, output_gb={self.output_gb}{extra})")
+
+
+# Ray task options a primitive accepts: demands and the runtime env (Primitive.ray_options).
+RAY_OPTIONS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "runtime_env")
+# Ray options accepted and ignored: the scheduler places, names and re-runs tasks itself.
+_IGNORED_RAY_OPTIONS = ("max_retries", "retry_exceptions", "name", "max_calls", "_metadata",
+                        "enable_task_events")
+
+
+def _remote_function_options(fn: Any) -> tuple[Callable[..., Any], dict] | None:
+    """(body, default options) of a ``@ray.remote`` function; None for anything else. Read
+    without importing Ray (a Ray object exists only where Ray was imported)."""
+    if type(fn).__name__ == "RemoteFunction" and type(fn).__module__.startswith("ray."):
+        return fn._function, dict(fn._default_options or {})
+    return None
+
+
+def _number(name: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0:
+        raise WorkflowError(f"primitive {name!r}: Ray option {key} must be a finite number >= 0, "
+                            f"got {value!r}")
+    return float(value)
+
+
+def _check_ray_options(name: str, options: Mapping[str, Any] | None
+                       ) -> tuple[dict[str, Any], tuple[tuple[str, float], ...], float]:
+    """Validated Ray options -> (the options the Ray task carries, demands as sorted
+    (resource, amount) pairs, memory in bytes)."""
+    opts: dict[str, Any] = {}
+    demands: dict[str, float] = {}
+    mem = 0.0
+    for key, value in (options or {}).items():
+        if key in _IGNORED_RAY_OPTIONS:
+            continue
+        if key == "num_returns" and value in (1, None):
+            continue
+        if key not in RAY_OPTIONS:
+            raise WorkflowError(
+                f"primitive {name!r}: Ray option {key}={value!r} is not supported (the scheduler "
+                f"places the task itself); supported: {list(RAY_OPTIONS)}, ignored: "
+                f"{list(_IGNORED_RAY_OPTIONS)}")
+        if value is None:
+            continue
+        if key in ("num_cpus", "num_gpus"):
+            v = _number(name, key, value)
+            if v > 0:
+                demands["CPU" if key == "num_cpus" else "GPU"] = v
+        elif key == "memory":
+            mem = _number(name, key, value)
+        elif key == "resources":
+            if not isinstance(value, Mapping):
+                raise WorkflowError(f"primitive {name!r}: Ray option resources must be a mapping "
+                                    f"of resource name to amount, got {value!r}")
+            value = {str(k): _number(name, f"resources[{k!r}]", v) for k, v in value.items()}
+            for k, v in value.items():
+                if k in ("CPU", "GPU", "memory"):
+                    raise WorkflowError(f"primitive {name!r}: resources[{k!r}]: use num_cpus, "
+                                        f"num_gpus or memory")
+                if v > 0:
+                    demands[k] = v
+        elif key == "accelerator_type":
+            if not isinstance(value, str) or not value:
+                raise WorkflowError(f"primitive {name!r}: Ray option accelerator_type must be a "
+                                    f"non-empty string, got {value!r}")
+            demands[f"accelerator_type:{value}"] = 0.001  # as Ray asks for it
+        elif key == "runtime_env":
+            if not isinstance(value, Mapping):
+                raise WorkflowError(f"primitive {name!r}: Ray option runtime_env must be a "
+                                    f"mapping, got {type(value).__name__}")
+            value = dict(value)
+        opts[key] = value
+    return opts, tuple(sorted(demands.items())), mem
 
 
 def _contains_call(value: Any, depth: int = 0) -> bool:
@@ -99,11 +200,12 @@ def _contains_call(value: Any, depth: int = 0) -> bool:
 
 
 def primitive(fn: Callable[..., Any] | None = None, *, compute_gflop: float = 1.0,
-              memory_gb: float = 0.0, output_gb: float = 0.0,
-              name: str | None = None) -> Any:
-    """Decorator: mark a function as a primitive with resource hints (see :class:`Primitive`)."""
+              memory_gb: float = 0.0, output_gb: float = 0.0, name: str | None = None,
+              emulate: bool | None = None, **ray_options: Any) -> Any:
+    """Decorator: mark a function (or a ``@ray.remote`` function) as a primitive with resource
+    hints and Ray options (see :class:`Primitive`)."""
     def wrap(f: Callable[..., Any]) -> Primitive:
-        return Primitive(f, compute_gflop, memory_gb, output_gb, name)
+        return Primitive(f, compute_gflop, memory_gb, output_gb, name, ray_options, emulate)
     return wrap(fn) if fn is not None else wrap
 
 
@@ -149,8 +251,8 @@ def collect(outputs: Call | Sequence[Call], name: str = "") -> CollectedWorkflow
         raise WorkflowError(f"workflow {name!r}: no outputs given")
     for i, o in enumerate(outs):
         if not isinstance(o, Call):
-            raise WorkflowError(f"workflow {name!r}: output {i} is {type(o).__name__}, not a Call "
-                                f"(use primitive.bind(...))")
+            raise WorkflowTypeError(f"workflow {name!r}: output {i} is {type(o).__name__}, not a "
+                                    f"Call (use primitive.bind(...))")
     # Iterative DFS with colours: finds cycles and gives a parents-first order.
     order: list[Call] = []
     colour: dict[int, int] = {}
@@ -241,14 +343,3 @@ def iter_specs(items: Iterable[WorkflowSpec | CollectedWorkflow]) -> Iterable[Co
     """CollectedWorkflow for each item (WorkflowSpecs get the emulated body)."""
     for it in items:
         yield it if isinstance(it, CollectedWorkflow) else from_spec(it)
-
-
-def as_collected(workflow: "Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow",
-                 name: str = "") -> "CollectedWorkflow":
-    """What ``submit`` accepts, as a collected workflow: calls are collected (``name`` names
-    the workflow), a spec gets emulated bodies (:func:`from_spec`)."""
-    if isinstance(workflow, CollectedWorkflow):
-        return workflow
-    if isinstance(workflow, WorkflowSpec):
-        return from_spec(workflow)
-    return collect(workflow, name)
