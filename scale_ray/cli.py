@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("scale_ray.commands.reproduce", "train all methods and write the paper's tables"),
     "gantt": ("scale_ray.commands.gantt", "draw a simulator or live trace as a Gantt chart (PNG)"),
     "explain": ("scale_ray.commands.explain", "where a trace's workflow response time goes"),
+    "cluster": ("scale_ray.commands.cluster", "a local heterogeneous Ray cluster to try the service: up, down, status"),
 }
 BENCH: dict[str, tuple[str, str]] = {
     "env": ("scale_ray.bench.env", "environment steps per second vs CartPole"),

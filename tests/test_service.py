@@ -327,3 +327,20 @@ def test_replica_restart_fails_in_flight_workflows_loudly(service):
     short = WorkflowSpec((TaskSpec(1.0, 1.0, 0.0, ()),), "short")
     assert client.submit(short).result(timeout=120) == 1
 
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_client_submits_a_ray_dag_and_refuses_what_no_server_can_run(service):
+    import ray
+
+    from scale_ray import client
+
+    @ray.remote
+    def inc(x):
+        return x + 1
+
+    assert client.submit(inc.bind(inc.bind(1))).result(timeout=60) == 3
+    with pytest.raises(client.Unschedulable, match="GPU"):
+        client.submit(inc.options(num_gpus=1).bind(1))  # refused at submit, nothing queued
+    assert client.cluster()["ready_tasks"] == 0

@@ -157,12 +157,13 @@ class LocalHeteroCluster:
                 count -= k
         return out
 
-    def start(self, progress: bool = False) -> "LocalHeteroCluster":
-        """Start the head (no servers, hosts the driver) and every server node; connect."""
+    def start(self, progress: bool = False, connect: bool = True) -> "LocalHeteroCluster":
+        """Start the head (no servers, hosts the driver) and every server node; connect this
+        process (``ray.init``) unless ``connect`` is False."""
         import ray
         from ray.cluster_utils import Cluster
 
-        if ray.is_initialized():
+        if connect and ray.is_initialized():
             raise RuntimeError("LocalHeteroCluster.start: this process is already connected to a "
                                "Ray cluster; call ray.shutdown() first")
         t0 = time.perf_counter()
@@ -172,7 +173,8 @@ class LocalHeteroCluster:
         for tier, slots in self.plan():
             self.add_node(tier.name, slots, wait=False)
         self._cluster.wait_for_nodes()
-        ray.init(address=self._cluster.address, include_dashboard=False, log_to_driver=False)
+        if connect:
+            ray.init(address=self._cluster.address, include_dashboard=False, log_to_driver=False)
         if progress:
             log.info("local cluster: %d server nodes (%d servers) up in %.1f s (temp dir %s)",
                      len(self.nodes), self.config.servers, time.perf_counter() - t0, self.temp_dir)

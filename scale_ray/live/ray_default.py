@@ -106,9 +106,12 @@ class RayDefaultRunner:
                 kwargs = {k: ref_of[id(v)] if isinstance(v, Call) else v
                           for k, v in call.kwargs.items()}
                 prim = call.primitive
+                opts = dict(prim.ray_options)  # a Ray DAG node's options: Ray honours them
+                opts["resources"] = {**opts.get("resources", {}), SLOT_RESOURCE: 1.0}
+                gflop = prim.compute_gflop * ts if prim.emulate else 0.0
                 v, s = self._remote(prim.fn).options(
-                    resources={SLOT_RESOURCE: 1.0}, label_selector=selectors[i],
-                    name=prim.name).remote((None, 0.0, prim.compute_gflop * ts), *args, **kwargs)
+                    label_selector=selectors[i], name=prim.name, **opts).remote(
+                        (None, 0.0, gflop), *args, **kwargs)
                 value_refs.append(v)
                 self._running[s] = (h, i, v)
             self._done_count[h.id] = 0

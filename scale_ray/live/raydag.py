@@ -190,12 +190,14 @@ def as_collected(workflow: Any, *inputs: Any, name: str = "", **kw_inputs: Any
                                       and all(isinstance(c, Call) for c in workflow)):
         return collect(workflow, name)
     if isinstance(workflow, (list, tuple)) and workflow:
-        bad = next(o for o in workflow if not isinstance(o, Call))
-        raise WorkflowTypeError(f"submit: a list holding {_what(bad)}; accepted: {ACCEPTED}")
+        bad = next((o for o in workflow if not isinstance(o, Call)
+                    and _ray_dag_class(o) is None), None)
+        what = _what(bad) if bad is not None else "both Calls and Ray DAG nodes (use one kind)"
+        raise WorkflowTypeError(f"submit: a list holding {what}; accepted: {ACCEPTED}")
     if isinstance(workflow, Primitive):
         raise WorkflowTypeError(f"submit: primitive {workflow.name!r} itself; bind it first "
                                 f"({workflow.name}.bind(...)); accepted: {ACCEPTED}")
-    if type(workflow).__name__ == "RemoteFunction":
+    if type(workflow).__name__ in ("RemoteFunction", "FuncWrapper"):
         raise WorkflowTypeError(f"submit: a @ray.remote function itself; bind it first "
                                 f"(f.bind(...)); accepted: {ACCEPTED}")
     raise WorkflowTypeError(f"submit: got {_what(workflow)}; accepted: {ACCEPTED}")

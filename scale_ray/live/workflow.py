@@ -124,8 +124,14 @@ _IGNORED_RAY_OPTIONS = ("max_retries", "retry_exceptions", "name", "max_calls", 
 def _remote_function_options(fn: Any) -> tuple[Callable[..., Any], dict] | None:
     """(body, default options) of a ``@ray.remote`` function; None for anything else. Read
     without importing Ray (a Ray object exists only where Ray was imported)."""
-    if type(fn).__name__ == "RemoteFunction" and type(fn).__module__.startswith("ray."):
+    t = type(fn)
+    if not t.__module__.startswith("ray."):
+        return None
+    if t.__name__ == "RemoteFunction":
         return fn._function, dict(fn._default_options or {})
+    if t.__name__ == "FuncWrapper":  # f.options(...): its options are read off a bound node
+        node = fn.bind()
+        return node._body, dict(node._bound_options or {})
     return None
 
 
