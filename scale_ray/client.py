@@ -11,6 +11,10 @@
     h = client.submit(summarize.bind(fetch.bind("a"), fetch.bind("b")))
     print(h.result(), h.response_s)
 
+A Ray DAG works too: ``client.submit(f.bind(f.bind(1)))`` for ``@ray.remote`` functions, with
+their Ray options as demands (``scale_ray.live.raydag``). A workflow no server could ever run is
+refused at submit: :class:`Unschedulable` (or :class:`NoServers`: the service has none).
+
 The service (``serve_apps.scheduler``, Serve application ``scheduler`` by default) places every
 primitive as a Ray task on the server its policy chooses, sharing the servers with every other
 job that submits to it. The job's own primitive functions travel **by value** (cloudpickle: the

@@ -9,6 +9,7 @@ without CPUs, a 2-CPU node and a 1-CPU node with one (logical) GPU.
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -293,7 +294,7 @@ def plain_cluster():
     c.wait_for_nodes()
     ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
     try:
-        yield {"cpu": cpu.node_id, "gpu": gpu.node_id}
+        yield {"cpu": cpu.node_id, "gpu": gpu.node_id, "cluster": c}
     finally:
         ray.shutdown()
         c.shutdown()
@@ -325,6 +326,17 @@ def test_live_scheduler_runs_ray_dags_on_a_plain_cluster(plain_cluster):
             sched.submit(inc.options(resources={"tpu": 1}).bind(1))
         with pytest.raises(Unschedulable, match="num_cpus|CPU"):
             sched.submit(inc.options(num_cpus=2).bind(1))  # a server has one CPU
+        # a node that joins is picked up from what Ray reports, one that leaves is dropped
+        extra = plain_cluster["cluster"].add_node(num_cpus=1)
+        deadline = time.time() + 60
+        while len(sched._alive) < 4 and time.time() < deadline:
+            time.sleep(0.2)
+        assert len(sched._alive) == 4
+        plain_cluster["cluster"].remove_node(extra)
+        while len(sched._alive) > 3 and time.time() < deadline + 60:
+            time.sleep(0.2)
+        assert len(sched._alive) == 3
+        assert sched.submit(inc.bind(inc.bind(1))).result(timeout=60) == 3
     with LiveScheduler(get_policy("eft"), config={"servers": "scale"}) as sched:
         with pytest.raises(NoServers, match="scale_slot"):
             sched.submit(inc.bind(1))
