@@ -28,7 +28,7 @@ from typing import Any
 from envs.config import ClusterConfig, ConfigError, TierConfig
 
 from .cluster import LocalHeteroCluster
-from .raylocal import AUTH_MODE_VAR, AUTH_TOKEN_VAR
+from .raylocal import AUTH_MODE_VAR, AUTH_TOKEN_VAR, pid_alive
 
 DEFAULT_TIERS = "small:2,medium:4,large:2"
 __all__ = ["parse_tiers", "default_state_path", "up", "down", "status", "DEFAULT_TIERS"]
@@ -108,30 +108,13 @@ def _tier(d: dict[str, Any]) -> TierConfig:
     return TierConfig(**d)
 
 
-def _alive(pid: int) -> bool:
-    try:  # reap it first if it is our own exited child (a zombie still answers kill 0)
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    except ChildProcessError:
-        pass
-    except OSError:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def status(state: Path) -> dict[str, Any] | None:
     """The state of the cluster ``up`` started (None: none runs)."""
     try:
         info = json.loads(state.read_text())
     except (OSError, ValueError):
         return None
-    return info if _alive(int(info.get("pid", 0) or 0)) else None
+    return info if pid_alive(int(info.get("pid", 0) or 0)) else None
 
 
 def up(cluster: ClusterConfig, servers_per_node: int, state: Path, timeout_s: float = 180.0,
@@ -179,16 +162,16 @@ def down(state: Path, timeout_s: float = 60.0) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     pid = int(info.get("pid", 0) or 0)
-    if pid and _alive(pid):
+    if pid and pid_alive(pid, reap=True):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while _alive(pid) and time.monotonic() < deadline:
+        while pid_alive(pid, reap=True) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _alive(pid):
+        if pid_alive(pid, reap=True):
             os.kill(pid, signal.SIGKILL)
     killed = 0
     for p in info.get("pids", []):
-        if _alive(p):
+        if pid_alive(p):
             try:
                 os.kill(p, signal.SIGKILL)
                 killed += 1

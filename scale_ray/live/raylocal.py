@@ -91,3 +91,23 @@ def prepare_local_ray(environ: MutableMapping[str, str] | None = None) -> None:
     into ``RAY_AUTH_TOKEN``. Pass ``environ`` to prepare the environment of a subprocess instead."""
     ray_temp_root(environ).mkdir(parents=True, exist_ok=True)
     ensure_auth_token(environ)
+
+
+def pid_alive(pid: int, reap: bool = False) -> bool:
+    """Whether process ``pid`` exists. With ``reap``, an exited child of this process is reaped
+    first (a zombie still answers signal 0; not for a child a ``Popen`` will wait for)."""
+    if reap:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return False
+        except ChildProcessError:
+            pass
+        except OSError:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

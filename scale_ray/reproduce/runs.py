@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from scale_ray.live.raylocal import pid_alive
+
 from ..checkpoints import latest_checkpoint
 from ..config import REPO_ROOT
 from ..train_config import load_train_config
@@ -100,7 +102,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
             pid = int(lock.read_text().strip() or 0)
         except (OSError, ValueError):
             pid = 0
-        if pid and _alive(pid):
+        if pid and pid_alive(pid):
             raise RuntimeError(f"{run_dir} is being trained by process {pid}; wait for it (or "
                                f"remove {lock} if that process is not ours)") from None
         lock.unlink(missing_ok=True)  # stale: its process is gone
@@ -119,17 +121,7 @@ def _locked_by_other(run_dir: Path) -> bool:
         pid = int((run_dir / "train.lock").read_text().strip() or 0)
     except (OSError, ValueError):
         return False
-    return bool(pid) and pid != os.getpid() and _alive(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return bool(pid) and pid != os.getpid() and pid_alive(pid)
 
 
 def wall(run_dir: Path) -> float:
