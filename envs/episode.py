@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # annotations only: the simulator imports this module
 class _Task:
     __slots__ = ("id", "wf", "compute", "memory_gb", "output", "parents", "children", "key",
                  "pending", "state", "slot", "sid", "start", "finish", "token", "first_parent",
-                 "waits", "rank")
+                 "waits", "rank", "nominal", "kind", "hint", "factor", "factor2", "expected",
+                 "copy_slot", "hedgeable")
 
     def __init__(self, tid: int, wf: "_Workflow", compute: float, memory_gb: float, output: float):
         self.id = tid
@@ -40,6 +41,17 @@ class _Task:
         self.first_parent: _Task | None = None  # first parent to finish (paper's transfer source)
         self.waits = 0              # policy picks that did not start it (invalid actions)
         self.rank = 0.0             # within-workflow rank of its order key (envs.order.ranks)
+        # run times (envs.runtime; unused with the defaults). ``compute`` is what deciders see:
+        # the hint or the estimate; ``nominal`` the true mean compute, ``factor`` its run's
+        # noise (``factor2``: a hedged copy's), ``expected`` the hint-implied exec s of its run.
+        self.nominal = compute
+        self.kind = ""
+        self.hint = compute
+        self.factor = 1.0
+        self.factor2 = 1.0
+        self.expected = 0.0
+        self.copy_slot = -1         # slot of its hedged copy while one runs (envs.hedging)
+        self.hedgeable = False
 
 
 class _Workflow:
@@ -59,15 +71,18 @@ class _Workflow:
 def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
                    speed_by_memory: Sequence[tuple[float, float]], order: str,
                    mean_compute: float, bandwidth_gb_s: float, latency_s: float,
-                   edf_factor: float = 2.0) -> tuple[_Workflow, list[_Task]]:
+                   edf_factor: float = 2.0, shown: Sequence[float] | None = None
+                   ) -> tuple[_Workflow, list[_Task]]:
     """Workflow ``wid`` arriving at ``t`` with task ids from ``base``: linked tasks, each keyed
     for the ready queue by ``order`` (:mod:`envs.order`), and the critical-path lower bound
     (each task on the fastest tier, ``speed_by_memory`` ordered by speed, whose memory fits
-    it)."""
+    it). ``shown``: the computes deciders see (``envs.runtime`` hints; default the spec's):
+    the tasks' ``compute`` and the order keys use them, the lower bound the spec's."""
     specs = spec.tasks
     n = len(specs)
     wf = _Workflow(wid, t, n, 0.0)
-    new = [_Task(base + i, wf, ts.compute_gflop, ts.memory_gb, ts.output_gb)
+    comp = [ts.compute_gflop for ts in specs] if shown is None else list(shown)
+    new = [_Task(base + i, wf, comp[i], ts.memory_gb, ts.output_gb)
            for i, ts in enumerate(specs)]
     wf.tasks = new
     # One forward pass: links, and the critical-path lower bound.
@@ -91,10 +106,13 @@ def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
                 break
         longest[i] = ts.compute_gflop / speed + before
     wf.lower_bound = max(longest)
-    rank = orders.ranks(order, [ts.compute_gflop for ts in specs], [ts.output_gb for ts in specs],
+    rank = orders.ranks(order, comp, [ts.output_gb for ts in specs],
                         kids, mean_compute, bandwidth_gb_s, latency_s)
-    work = sum(ts.compute_gflop for ts in specs) / mean_compute if order == "srpt" else 0.0
-    wf.level = level = orders.initial_level(order, t, wf.lower_bound, work, edf_factor)
+    work = sum(comp) / mean_compute if order == "srpt" else 0.0
+    bound = wf.lower_bound
+    if shown is not None and order == "edf":  # its deadline from what deciders see
+        bound = orders.critical_path_s(comp, kids, speed_by_memory[0][0])
+    wf.level = level = orders.initial_level(order, t, bound, work, edf_factor)
     key = orders.task_key
     for i, task in enumerate(new):
         task.rank = rank[i]

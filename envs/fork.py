@@ -15,6 +15,8 @@ forward; the original must not notice. ``copy.deepcopy`` would copy every task o
 
 The fork has no trace sink. Continuing the fork with the same actions gives exactly the
 original's future (tests/test_lookahead.py), and stepping the fork leaves the original alone.
+With run-time noise (``runtime``, envs/run_model.py) the fork cannot see the truth: its running
+tasks end at their estimated ends and its new runs take their estimates.
 
 Attributes unknown to this module that hold a mutable value make :func:`fork` raise
 ``TypeError`` naming the attribute, so a new piece of simulator state cannot be shared silently.
@@ -46,7 +48,8 @@ _SPECIAL = frozenset({"trace", "rng_arrivals", "rng_workload", "rng_dynamics", "
                       "_queue", "compute", "memory", "busy_until", "accepting", "_compute_l",
                       "_memory_l", "_accept_l", "_busy_l", "_feat", "_idle_pf_l", "_busy_pf_l",
                       "running", "_slot_of", "_events",
-                      "tasks", "workflows", "current", "_source", "_arrivals", "_scripted"})
+                      "tasks", "workflows", "current", "_source", "_arrivals", "_scripted",
+                      "_rt"})
 _PLAIN = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
 
 
@@ -145,6 +148,9 @@ def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> S
         c.start, c.finish, c.token, c.first_parent, c.waits = (t.start, t.finish, t.token,
                                                                t.first_parent, t.waits)
         c.rank = t.rank
+        c.nominal, c.kind, c.hint, c.factor, c.factor2 = (t.nominal, t.kind, t.hint, t.factor,
+                                                          t.factor2)
+        c.expected, c.copy_slot, c.hedgeable = t.expected, t.copy_slot, t.hedgeable
         tasks[i] = c
         copies.append((t, c))
     for t, c in copies:  # links: unfinished parents/children are the copies (same ids)
@@ -166,12 +172,20 @@ def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> S
     core.queue = sim.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
     new.core = core
     new._bind_core()
+    rt = sim._rt
+    new._rt = None if rt is None else rt.copy()  # its runs take their estimates
     events = []
+    bu = sim.busy_until
     for ev in sim._events:
         if ev[1] == FINISH:
             tok, task = ev[4]
-            ev = (ev[0], FINISH, ev[2], ev[3], (tok, tasks[task.id]))
+            # with run-time noise a running task ends, in the fork, when it is estimated to
+            # (the true finish stays hidden: envs.run_model)
+            ev = (ev[0] if rt is None else max(float(bu[ev[3]]), sim.t), FINISH, ev[2], ev[3],
+                  (tok, tasks[task.id]))
         events.append(ev)
+    if rt is not None:
+        heapq.heapify(events)
     new._events = events
     return new
 

@@ -34,6 +34,7 @@ from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  #
 from .encoding import encode_task, task_dim
 from . import order as orders
 from .episode import _Task, _Workflow, build_workflow, episode_metrics, rekey
+from .run_model import OVERDUE_S, RunModel, compute_range
 from .sim_cluster import ADD, ARRIVAL, FAIL, FINISH, JOIN, LEAVE, REMOVE, ClusterDynamics
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
@@ -100,7 +101,8 @@ class Simulator(ClusterDynamics):
         (hand-built scenarios, replays of recorded traces).
         """
         ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-        arr_ss, dag_ss, dyn_ss = ss.spawn(3)
+        # the fourth stream (run-time noise) leaves the first three as they always were
+        arr_ss, dag_ss, dyn_ss, run_ss = ss.spawn(4)
         self.rng_arrivals = np.random.Generator(np.random.PCG64(arr_ss))
         self.rng_workload = np.random.Generator(np.random.PCG64(dag_ss))
         self.rng_dynamics = np.random.Generator(np.random.PCG64(dyn_ss))
@@ -143,6 +145,9 @@ class Simulator(ClusterDynamics):
         self.terminated = False
         self.truncated = False
         self._source = make_source(cfg.workload)
+        self._rt = RunModel(cfg.runtime, np.random.Generator(np.random.PCG64(run_ss)),
+                            compute_range(cfg.workload.compute_gflop)) \
+            if cfg.runtime.active else None
         self._emit({"t": 0.0, "event": "episode", "bandwidth_gb_s": self._bw, "latency_s": self._lat,
                     "transfer_delays_start": cfg.mdp.transfer_delays_start,
                     "tiers": [{"name": t.name, "compute": t.compute, "memory_gb": t.memory_gb}
@@ -244,6 +249,10 @@ class Simulator(ClusterDynamics):
         task.state = DONE
         task.finish = t
         self.busy_seconds += t - self.run_start[slot]
+        if self._rt is not None:  # an early finish frees its server at once, as seen too
+            self.busy_until[slot] = t
+            self._rt.finished(task, self._compute_l[slot], self.srv_tier[slot],
+                              task.nominal * task.factor / self._compute_l[slot])
         self._busy_l[slot] = False  # ServerTable.finish, inlined (hot path)
         self._feat[slot, 3] = self._idle_pf_l[slot]
         self.running[slot] = None
@@ -280,17 +289,26 @@ class Simulator(ClusterDynamics):
     # ---------------------------------------------------------------- workflows
     def _spawn_workflow(self, spec: WorkflowSpec) -> None:
         t = self.t
+        rt = self._rt
+        kinds = shown = None
+        if rt is not None:  # deciders see hints or estimates (envs.run_model)
+            kinds = rt.kinds(spec)
+            shown = rt.shown(spec, kinds)
         wf, new = build_workflow(spec, len(self.workflows), len(self.tasks), t,
                                  self._speed_by_memory, self._order,
-                                 self._mean_compute, self._bw, self._lat, self._edf_factor)
+                                 self._mean_compute, self._bw, self._lat, self._edf_factor, shown)
+        if rt is not None:
+            rt.arrive(new, spec, kinds, shown)
         self.workflows.append(wf)
         self.tasks.extend(new)
         self.outstanding += len(new)
         self.open_workflows += 1
         if self.trace is not None:
             self._emit({"t": t, "event": "arrival", "workflow": wf.id, "tasks": [
-                {"task": tk.id, "compute_gflop": tk.compute, "memory_gb": tk.memory_gb,
-                 "output_gb": tk.output, "parents": [p.id for p in tk.parents]} for tk in new]})
+                {"task": tk.id, "compute_gflop": tk.nominal, "memory_gb": tk.memory_gb,
+                 "output_gb": tk.output, "parents": [p.id for p in tk.parents]}
+                | ({"kind": tk.kind, "shown_gflop": tk.compute} if rt is not None else {})
+                for tk in new]})
         for task in new:
             if task.pending == 0:
                 self._make_ready(task)
@@ -310,6 +328,8 @@ class Simulator(ClusterDynamics):
             task, why = next_task()
             if task is not None:
                 self.current = task
+                if self._rt is not None:
+                    self._runtime_view(task)
                 return
             if why == HOL_WAIT:  # a forced wait under head-of-line blocking: time passes
                 self._wait()
@@ -336,6 +356,22 @@ class Simulator(ClusterDynamics):
                 self.truncated = True
                 self._emit_end()
                 return
+
+    def _runtime_view(self, task: _Task) -> None:
+        """What deciders see at this decision (``runtime`` active): the task's current estimate,
+        and every busy server still busy: an overdue run (past its estimated end) shows its
+        expected residual time (``RunModel.residual_s``), at least ``OVERDUE_S``."""
+        rt = self._rt
+        rt.refresh(task)
+        bu = self.busy_until
+        t = self.t
+        floor = t + OVERDUE_S
+        busy = np.fromiter(self._busy_l, bool, self.n_slots)
+        for slot in np.flatnonzero(busy & (bu < floor)).tolist():
+            run = self.running[slot]
+            left = OVERDUE_S if run is None else rt.residual_s(
+                run, self._compute_l[slot], self.srv_tier[slot], t - run.start)
+            bu[slot] = t + max(left, OVERDUE_S)
 
     @property
     def current_waits(self) -> int:
@@ -383,7 +419,10 @@ class Simulator(ClusterDynamics):
 
     def _start(self, task: _Task, slot: int) -> float:
         t = self.t
-        exec_s = task.compute / self._compute_l[slot]
+        if self._rt is None:
+            exec_s = run_s = task.compute / self._compute_l[slot]
+        else:  # deciders see the estimate; the run takes the actual (envs.run_model)
+            exec_s, run_s = self._rt.run_times(task, self._compute_l[slot], self.srv_tier[slot])
         fp = task.first_parent
         sid = self._sid_l[slot]
         comm_s = 0.0
@@ -404,11 +443,14 @@ class Simulator(ClusterDynamics):
         self.running[slot] = task
         self.run_start[slot] = t
         self._seq += 1  # _push, inlined (hot path)
-        heapq.heappush(self._events, (t + delay + exec_s, FINISH, self._seq, slot, (task.token, task)))
+        heapq.heappush(self._events, (t + delay + run_s, FINISH, self._seq, slot, (task.token, task)))
         if self.trace is not None:
             ev = {"t": t, "event": "start", "task": task.id, "server": sid}
             if delay:
                 ev["transfer_s"] = delay
+            if self._rt is not None:
+                ev["estimate_s"] = exec_s
+                ev["run_s"] = run_s
             self._emit(ev)
         w1, t0, w2, t0c, w3, e0 = self._reward_consts
         reward = w1 * math.exp(-exec_s / t0)

@@ -26,6 +26,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from .config import DynamicsConfig, EnvConfig
+from .runtime import RuntimeConfig
 from .fork import fork
 from .decision import DONE, READY, RUNNING
 from .episode import _Task, _Workflow, build_workflow
@@ -78,13 +79,15 @@ class Snapshot:
 
 
 _STILL = DynamicsConfig()  # no failures, joins or leaves
+_EXACT = RuntimeConfig()  # envs.runtime off: a snapshot's runs take what it says
 
 
 @lru_cache(maxsize=8)
 def _template(env: EnvConfig, n: int) -> Simulator:
     """An empty simulator of ``n`` servers under ``env``'s rules (no arrivals, no dynamics);
     :func:`build` forks it (a fork is ~10x cheaper than validating a config and a reset)."""
-    sim = Simulator(replace(env.with_servers(n), n_max=n, dynamics=_STILL))
+    # a snapshot holds what deciders see (estimates), so its runs take exactly those
+    sim = Simulator(replace(env.with_servers(n), n_max=n, dynamics=_STILL, runtime=_EXACT))
     sim.reset(0, arrivals=[])  # no arrivals: the snapshot's work only
     return sim
 
