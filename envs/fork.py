@@ -32,6 +32,7 @@ import numpy as np
 
 from .decision import DecisionCore
 from .episode import _Task, _Workflow
+from .hedging import HEDGE
 from .simulator import ARRIVAL, DONE, FINISH, Simulator
 
 # Immutable or configuration attributes: shared as they are.
@@ -49,7 +50,7 @@ _SPECIAL = frozenset({"trace", "rng_arrivals", "rng_workload", "rng_dynamics", "
                       "_memory_l", "_accept_l", "_busy_l", "_feat", "_idle_pf_l", "_busy_pf_l",
                       "running", "_slot_of", "_events",
                       "tasks", "workflows", "current", "_source", "_arrivals", "_scripted",
-                      "_rt"})
+                      "_rt", "_stragglers", "hedge_stats"})
 _PLAIN = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
 
 
@@ -176,8 +177,12 @@ def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> S
     new._rt = None if rt is None else rt.copy()  # its runs take their estimates
     events = []
     bu = sim.busy_until
+    new.hedge_stats = list(sim.hedge_stats)
+    new._stragglers = [(tok, tasks[tk.id]) for tok, tk in sim._stragglers if tk.state != DONE]
     for ev in sim._events:
-        if ev[1] == FINISH:
+        if ev[1] == HEDGE:
+            ev = (ev[0], HEDGE, ev[2], ev[3], (ev[4][0], tasks[ev[4][1].id]))
+        elif ev[1] == FINISH:
             tok, task = ev[4]
             # with run-time noise a running task ends, in the fork, when it is estimated to
             # (the true finish stays hidden: envs.run_model)

@@ -12,8 +12,9 @@ import numpy as np
 
 from .config import ServerEventConfig, TierConfig
 from .decision import READY
+from .hedging import lose_one
 
-# Event kinds, in the order they are processed at equal times.
+# Event kinds, in the order they are processed at equal times (envs.hedging.HEDGE = 7 last).
 FINISH, FAIL, REMOVE, ADD, ARRIVAL, JOIN, LEAVE = range(7)
 
 
@@ -90,7 +91,9 @@ class ClusterDynamics:
         task = self.running[slot]
         sid = int(self.srv_id[slot])
         tier = self.srv_tier[slot]
-        if task is not None:
+        if task is not None and task.copy_slot >= 0:  # hedged: only this run is lost
+            lose_one(self, task, slot)
+        elif task is not None:
             self.busy_seconds += self.t - self.run_start[slot]
             task.state = READY
             task.slot = -1

@@ -35,6 +35,7 @@ from .encoding import encode_task, task_dim
 from . import order as orders
 from .episode import _Task, _Workflow, build_workflow, episode_metrics, rekey
 from .run_model import OVERDUE_S, RunModel, compute_range
+from . import hedging
 from .sim_cluster import ADD, ARRIVAL, FAIL, FINISH, JOIN, LEAVE, REMOVE, ClusterDynamics
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
@@ -148,6 +149,8 @@ class Simulator(ClusterDynamics):
         self._rt = RunModel(cfg.runtime, np.random.Generator(np.random.PCG64(run_ss)),
                             compute_range(cfg.workload.compute_gflop)) \
             if cfg.runtime.active else None
+        self._stragglers: list = []  # (token, task) past their hedge quantile (envs.hedging)
+        self.hedge_stats = [0, 0, 0.0, 0.0]  # copies, copy wins, copy server-s, wasted server-s
         self._emit({"t": 0.0, "event": "episode", "bandwidth_gb_s": self._bw, "latency_s": self._lat,
                     "transfer_delays_start": cfg.mdp.transfer_delays_start,
                     "tiers": [{"name": t.name, "compute": t.compute, "memory_gb": t.memory_gb}
@@ -243,16 +246,18 @@ class Simulator(ClusterDynamics):
 
     def _on_finish(self, slot: int, token_task: tuple[int, _Task]) -> None:
         token, task = token_task
-        if task.token != token or task.state != RUNNING:
-            return  # stale: the task was lost with its server
+        if task.token != token or task.state != RUNNING or self.running[slot] is not task:
+            return  # stale: the task (or this run of a hedged one) was lost, or its other run won
         t = self.t
         task.state = DONE
         task.finish = t
         self.busy_seconds += t - self.run_start[slot]
         if self._rt is not None:  # an early finish frees its server at once, as seen too
             self.busy_until[slot] = t
+            factor = task.factor2 if slot == task.copy_slot else task.factor
             self._rt.finished(task, self._compute_l[slot], self.srv_tier[slot],
-                              task.nominal * task.factor / self._compute_l[slot])
+                              task.nominal * factor / self._compute_l[slot])
+
         self._busy_l[slot] = False  # ServerTable.finish, inlined (hot path)
         self._feat[slot, 3] = self._idle_pf_l[slot]
         self.running[slot] = None
@@ -267,6 +272,8 @@ class Simulator(ClusterDynamics):
                   self._make_ready)
         if self.trace is not None:
             self._emit({"t": t, "event": "finish", "task": task.id, "server": self._sid_l[slot]})
+        if task.copy_slot >= 0:  # a hedged task: cancel its other run (envs.hedging)
+            hedging.settle(self, task, slot)
         heap = self._queue.heap
         for child in task.children:
             if child.first_parent is None:
@@ -340,6 +347,8 @@ class Simulator(ClusterDynamics):
                     return
                 continue
             self.current = None
+            if self._stragglers:  # nothing to place now: back up stragglers (envs.hedging)
+                hedging.launch(self)
             if self.outstanding == 0 and self.arrivals_done:
                 self.terminated = True
                 self._emit_end()
@@ -444,6 +453,8 @@ class Simulator(ClusterDynamics):
         self.run_start[slot] = t
         self._seq += 1  # _push, inlined (hot path)
         heapq.heappush(self._events, (t + delay + run_s, FINISH, self._seq, slot, (task.token, task)))
+        if task.hedgeable:  # runtime.hedge: watch for a straggler (envs.hedging)
+            hedging.arm(self, task, slot, t + delay)
         if self.trace is not None:
             ev = {"t": t, "event": "start", "task": task.id, "server": sid}
             if delay:
@@ -500,4 +511,4 @@ class Simulator(ClusterDynamics):
 Simulator._HANDLERS = {FINISH: Simulator._on_finish, FAIL: Simulator._on_fail,
                        REMOVE: Simulator._on_remove, ADD: Simulator._on_add,
                        ARRIVAL: Simulator._on_arrival, JOIN: Simulator._on_join,
-                       LEAVE: Simulator._on_leave}
+                       LEAVE: Simulator._on_leave, hedging.HEDGE: hedging.on_straggler}

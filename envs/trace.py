@@ -6,7 +6,10 @@ Schema (one JSON object per line, times in simulated seconds):
 ``{"t", "event": "server_add", "server", "tier", "compute", "memory_gb"}``
 ``{"t", "event": "arrival", "workflow", "tasks": [{"task", "compute_gflop", "memory_gb", "output_gb", "parents"}]}``
 ``{"t", "event": "start", "task", "server"[, "transfer_s"]}``  ``{"t", "event": "finish", "task", "server"}``
-``{"t", "event": "lost", "task", "server"}``  ``{"t", "event": "server_drain" | "server_remove" | "server_fail", "server"}``
+``{"t", "event": "lost", "task", "server"}``  ``{"t", "event": "cancel", "task", "server"[, "reason"]}``
+(runtime noise: ``start`` also has ``estimate_s`` and ``run_s``, the run's actual exec time; a
+hedged copy's ``start`` has ``"hedge": true``, and the run that did not finish first ends with
+``cancel``)  ``{"t", "event": "server_drain" | "server_remove" | "server_fail", "server"}``
 ``{"t", "event": "guard", "task", "proposed", "chosen", "reason"}`` (servers by id; ``proposed`` is
 null when the learned policy named no live server)
 ``{"t", "event": "end", "truncated", "metrics": {...}}``
@@ -118,7 +121,8 @@ def verify_trace(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
                     if p not in tasks or tasks[p]["workflow"] != wid:
                         fail(i, ev, f"task {tk['task']} has parent {p} outside its workflow")
                 tasks[tk["task"]] = {**tk, "workflow": wid, "state": "waiting", "finish": None,
-                                     "finishes": 0, "server": None, "start": None, "transfer": 0.0}
+                                     "finishes": 0, "server": None, "start": None, "transfer": 0.0,
+                                     "runs": {}}
         elif kind == "start":
             tk = tasks.get(ev["task"])
             s = servers.get(ev["server"])
@@ -126,8 +130,11 @@ def verify_trace(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 fail(i, ev, f"task {ev['task']} never arrived")
             if s is None or s["gone"] is not None or s["draining"]:
                 fail(i, ev, f"server {ev['server']} is not accepting tasks")
-            if tk["state"] in ("running", "done"):
+            hedge = bool(ev.get("hedge"))
+            if tk["state"] == "done" or (tk["state"] == "running" and not hedge):
                 fail(i, ev, f"task {ev['task']} is already {tk['state']}")
+            if hedge and (tk["state"] != "running" or len(tk["runs"]) != 1):
+                fail(i, ev, f"a hedged copy of task {ev['task']}, which is not running once")
             if s["running"] is not None:
                 fail(i, ev, f"server {ev['server']} already runs task {s['running']}")
             if tk["memory_gb"] > s["memory_gb"]:
@@ -143,23 +150,32 @@ def verify_trace(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
             expected = delay if header.get("transfer_delays_start") else 0.0
             if not _close(float(ev.get("transfer_s", 0.0)), expected):
                 fail(i, ev, f"transfer delay {ev.get('transfer_s', 0.0)} != expected {expected}")
+            # a run takes compute / speed, or with run-time noise the run_s its start names
+            run = expected + float(ev["run_s"] if "run_s" in ev else tk["compute_gflop"] / s["compute"])
+            tk["runs"][ev["server"]] = (t, run)
             tk.update(state="running", server=ev["server"], start=t, transfer=expected)
             s["running"] = ev["task"]
-        elif kind in ("finish", "lost"):
+        elif kind in ("finish", "lost", "cancel"):
             tk = tasks.get(ev["task"])
             s = servers.get(ev["server"])
-            if tk is None or tk["state"] != "running" or tk["server"] != ev["server"] or s is None:
+            if tk is None or ev["server"] not in tk["runs"] or s is None:
                 fail(i, ev, f"task {ev['task']} is not running on server {ev['server']}")
-            busy_s += t - tk["start"]
+            start, run = tk["runs"].pop(ev["server"])
+            busy_s += t - start
             s["running"] = None
             if kind == "finish":
-                run = tk["transfer"] + tk["compute_gflop"] / s["compute"]
-                if not _close(t - tk["start"], run):
-                    fail(i, ev, f"ran {t - tk['start']} s, expected {run} s (preempted or wrong speed)")
-                tk.update(state="done", finish=t)
+                if not _close(t - start, run):
+                    fail(i, ev, f"ran {t - start} s, expected {run} s (preempted or wrong speed)")
+                tk.update(state="done", finish=t, server=ev["server"], start=start)
                 tk["finishes"] += 1
-            else:
+            elif kind == "lost":
+                if tk["runs"]:
+                    fail(i, ev, f"task {ev['task']} lost while another run goes on (a cancel)")
                 tk.update(state="ready", server=None, start=None)
+            elif not (tk["state"] == "done" and _close(tk["finish"], t)) and not (
+                    ev.get("reason") == "server_fail" and tk["runs"]):
+                fail(i, ev, f"run of task {ev['task']} cancelled, but the task did not just "
+                            f"finish and no other run goes on")
         elif kind == "end":
             end = ev
         elif kind == "guard":  # policies.guard replaced a learned policy's answer: no state change
@@ -174,7 +190,7 @@ def verify_trace(events: Iterable[dict[str, Any]]) -> dict[str, Any]:
         if open_tasks:
             raise TraceError(f"tasks {open_tasks[:10]} did not finish exactly once")
     alive_s = sum((s["gone"] if s["gone"] is not None else t_end) - s["added"] for s in servers.values())
-    busy_s += sum(t_end - tasks[s["running"]]["start"] for s in servers.values()
+    busy_s += sum(t_end - tasks[s["running"]]["runs"][sid][0] for sid, s in servers.items()
                   if s["running"] is not None)  # still running at the cutoff (truncated episode)
     tiers = header.get("tiers") or [{"compute": s["compute"], "memory_gb": s["memory_gb"]}
                                     for s in servers.values()]

@@ -241,7 +241,20 @@ def aggregate(episodes: Iterable[dict[str, Any]], policy: str, servers: int) -> 
         "guard_overrides": mean("guard_overrides"),
         "guard_override_rate": mean("guard_override_rate"),
         "truncated_episodes": sum(bool(e["truncated"]) for e in eps),
-    }
+    } | (_hedge_row(eps) if eps and "hedge_copies" in eps[0] else {}) | (
+        {"busy_server_s": mean("busy_server_s")} if eps and "busy_server_s" in eps[0] else {})
+
+
+def _hedge_row(eps: list[dict[str, Any]]) -> dict[str, Any]:
+    """runtime.hedge (envs.hedging): copies per episode, and the server time of copies and of
+    cancelled runs as a share of the rest (the extra work hedging cost)."""
+    copy_s = sum(e["hedge_copy_server_s"] for e in eps)
+    waste_s = sum(e["hedge_waste_server_s"] for e in eps)
+    busy = sum(e["busy_server_s"] for e in eps)
+    return {"hedge_copies": float(np.mean([e["hedge_copies"] for e in eps])),
+            "hedge_wins": float(np.mean([e["hedge_wins"] for e in eps])),
+            "hedge_copy_frac": copy_s / max(busy - copy_s, 1e-12),
+            "hedge_waste_frac": waste_s / max(busy - waste_s, 1e-12)}
 
 
 def ci95_half_width(values: Sequence[float] | np.ndarray) -> float:

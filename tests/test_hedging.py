@@ -1,0 +1,78 @@
+"""Backup copies of stragglers in the simulator (issue 31, envs/hedging.py): the first run wins,
+the other is cancelled, the trace replays, unmarked tasks are never copied, a failure under one
+run loses that run only, and a fork hedges on its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from envs.fork import fork
+from envs.trace import verify_trace
+from envs.simulator import Simulator
+from policies import get_policy
+from scale_ray.config import load_env
+
+
+def _episode(sets, seed=2, horizon=60.0):
+    env = load_env("configs/env/realistic.yaml", ["cluster.servers=16",
+                                                  f"workload.horizon_s={horizon}", *sets])
+    events = []
+    sim = Simulator(env, trace=events.append)
+    sim.reset(seed)
+    eft = get_policy("eft", env)
+    while sim.current is not None:
+        sim.step(eft.act(sim.observe()))
+    return sim, events
+
+
+def test_hedged_copies_race_and_the_trace_replays():
+    sim, events = _episode(["runtime.noise_sigma=1.0", "runtime.hedge=all"])
+    m = sim.metrics()
+    assert m["hedge_copies"] > 5 and 0 < m["hedge_wins"] <= m["hedge_copies"]
+    assert m["hedge_waste_server_s"] > 0 and m["hedge_copy_server_s"] > 0
+    verify_trace(json.loads(json.dumps(e)) for e in events)  # one finish per task, no overlap
+    copies = [e for e in events if e.get("hedge")]
+    cancels = [e for e in events if e["event"] == "cancel"]
+    assert len(copies) == m["hedge_copies"] and len(cancels) == len(copies)
+    finish = {e["task"]: e["t"] for e in events if e["event"] == "finish"}
+    assert all(c["t"] == finish[c["task"]] for c in cancels)  # cancelled when the other won
+
+
+def test_unmarked_tasks_are_never_copied():
+    sim, events = _episode(["runtime.noise_sigma=1.0", "runtime.hedge=marked"])
+    assert sim.metrics()["hedge_copies"] == 0 and not any(e.get("hedge") for e in events)
+    sim, events = _episode(["runtime.noise_sigma=1.0"])
+    assert "hedge_copies" not in sim.metrics()
+
+
+def test_a_failure_under_one_run_loses_that_run_only():
+    sim, events = _episode(["runtime.noise_sigma=1.0", "runtime.hedge=all",
+                            "runtime.hedge_quantile=0.6", "dynamics.fail_rate_per_server_s=0.01",
+                            "dynamics.rejoin_after_s=5"], horizon=120.0)
+    verify_trace(json.loads(json.dumps(e)) for e in events)
+    lost_copies = [e for e in events if e["event"] == "cancel" and e.get("reason") == "server_fail"]
+    # seed 2 has both: runs of unhedged tasks lost (placed again) and one of two runs lost
+    assert sim.lost > 0 and lost_copies
+
+
+def test_a_fork_hedges_on_its_own():
+    env = load_env("configs/env/realistic.yaml", ["cluster.servers=16", "runtime.noise_sigma=1.0",
+                                                  "runtime.hedge=all"])
+    sim = Simulator(env)
+    sim.reset(4)
+    eft = get_policy("eft", env)
+    while sim.current is not None and not sim._stragglers and sim.decisions < 3000:
+        sim.step(eft.act(sim.observe()))
+        if sim.hedge_stats[0] > 3:
+            break
+    before = list(sim.hedge_stats)
+    f = fork(sim)
+    for _ in range(200):
+        if f.current is None:
+            break
+        f.step(eft.act(f.observe()))
+    assert sim.hedge_stats == before and f.hedge_stats != before or f.current is None
+    assert all(tk.copy_slot < 0 or sim.running[tk.copy_slot] is tk
+               for tk in sim.tasks if tk.state == 1)
