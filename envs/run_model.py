@@ -68,7 +68,7 @@ class RunModel:
         """Each task's kind (module docstring of envs.runtime)."""
         out = []
         for ts in spec.tasks:
-            k = kind_of_name(ts.name) if ts.name else ""
+            k = ts.kind or (kind_of_name(ts.name) if ts.name else "")
             out.append(k or compute_bucket(ts.compute_gflop, self.lo, self.hi, self.cfg.kinds))
         return out
 
@@ -100,7 +100,7 @@ class RunModel:
             tk.nominal = ts.compute_gflop
             tk.hint = shown[i] if self.estimator is None else self._raw_hint(ts, kinds[i])
             tk.factor, tk.factor2 = float(f[i]), float(f[n + i])
-            tk.hedgeable = hedge == "all" or (hedge == "marked" and getattr(ts, "hedge", False))
+            tk.hedgeable = hedge == "all" or (hedge == "marked" and ts.hedge)
 
     def _raw_hint(self, ts, kind: str) -> float:
         h = self.cfg.hints

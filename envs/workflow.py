@@ -33,6 +33,8 @@ class TaskSpec(NamedTuple):
     parents: tuple[int, ...] = ()
     name: str = ""
     estimated: bool = False  # resources come from a profile, not a measurement
+    kind: str = ""  # the primitive it calls (envs.runtime; default: from its name)
+    hedge: bool = False  # may be backed up when it straggles (runtime.hedge: marked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +144,8 @@ def topological_spec(name: str, nodes: Mapping[str, TaskSpec], edges: Iterable[t
     tasks = []
     for old in order:
         spec = nodes[names[old]]
-        tasks.append(TaskSpec(spec.compute_gflop, spec.memory_gb, spec.output_gb,
-                              tuple(sorted(pos[p] for p in parents[old])),
-                              spec.name or names[old], spec.estimated))
+        tasks.append(spec._replace(parents=tuple(sorted(pos[p] for p in parents[old])),
+                                   name=spec.name or names[old]))
     return WorkflowSpec(tuple(tasks), name)
 
 

@@ -76,3 +76,28 @@ def test_a_fork_hedges_on_its_own():
     assert sim.hedge_stats == before and f.hedge_stats != before or f.current is None
     assert all(tk.copy_slot < 0 or sim.running[tk.copy_slot] is tk
                for tk in sim.tasks if tk.state == 1)
+
+
+def test_marked_tasks_from_a_dag_file_are_the_only_ones_copied(tmp_path):
+    import yaml
+
+    doc = {"workflows": [{"name": "w", "tasks": [
+        {"name": "slow_llm", "compute_gflop": 8, "kind": "llm", "hedge": True},
+        {"name": "tool", "compute_gflop": 8, "parents": ["slow_llm"]}]}]}
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    env = load_env("configs/env/realistic.yaml", [
+        "cluster.servers=8", "workload.source=dags", f"workload.dags=[{path}]",
+        "workload.arrival_rate_16=0.5", "workload.horizon_s=200", "runtime.noise_sigma=1.5",
+        "runtime.hedge=marked", "runtime.hedge_quantile=0.6"])
+    events = []
+    sim = Simulator(env, trace=events.append)
+    sim.reset(1)
+    eft = get_policy("eft", env)
+    while sim.current is not None:
+        sim.step(eft.act(sim.observe()))
+    kinds = {t.id: (t.kind, t.hedgeable) for t in sim.tasks}
+    copied = {e["task"] for e in events if e.get("hedge")}
+    assert copied and all(kinds[t] == ("llm", True) for t in copied)
+    assert {k for k, h in kinds.values() if not h} == {"tool"}
+    verify_trace(json.loads(json.dumps(e)) for e in events)

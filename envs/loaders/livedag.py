@@ -7,7 +7,9 @@ or one workflow mapping (``{"name", "tasks"}``) at the top level. The demands ar
 mapped: ``compute_gflop`` > 0 (at most 1e9 GFLOP, 1e7 s on a 100 GFLOP/s server), ``memory_gb``
 and ``output_gb`` >= 0 (at most 1e6 GB, 1 PB; default 0). Tasks may be listed in any order;
 cycles, unknown parents, duplicate names, unknown keys and bad values are rejected naming the
-file, workflow and task. Nodes are not marked estimated.
+file, workflow and task. Nodes are not marked estimated. Optional per task: ``kind`` (the
+primitive it calls; the simulator's run-time model learns per kind, envs/runtime.py) and
+``hedge`` (true: it may be backed up when it straggles, ``runtime.hedge: marked``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
 from .common import MAX_MEMORY_GB, MAX_RUNTIME_S, Loaded, OnInvalid, collect, rel
 
 MAX_COMPUTE_GFLOP = MAX_RUNTIME_S * 100.0  # 1e7 s on a 100 GFLOP/s server
-TASK_KEYS = ("name", "compute_gflop", "memory_gb", "output_gb", "parents")
+TASK_KEYS = ("name", "compute_gflop", "memory_gb", "output_gb", "parents", "kind", "hedge")
 LIMITS = {"compute_gflop": (True, MAX_COMPUTE_GFLOP), "memory_gb": (False, MAX_MEMORY_GB),
           "output_gb": (False, MAX_MEMORY_GB)}
 
@@ -55,8 +57,16 @@ def _task(wf: str, rec: Any, i: int, where: str) -> tuple[str, TaskSpec, list[st
     if not isinstance(parents, list) or not all(isinstance(p, (str, int)) for p in parents):
         raise WorkflowError(f"{where}: workflow {wf!r}: task {name!r}: parents must be a list of "
                             f"task names")
-    return name, TaskSpec(vals["compute_gflop"], vals["memory_gb"], vals["output_gb"], (), name), \
-        [str(p) for p in parents]
+    kind = rec.get("kind", "")
+    if not isinstance(kind, str) or len(kind) > 200:
+        raise WorkflowError(f"{where}: workflow {wf!r}: task {name!r}: kind must be a string of "
+                            f"at most 200 characters, got {kind!r}")
+    hedge = rec.get("hedge", False)
+    if not isinstance(hedge, bool):
+        raise WorkflowError(f"{where}: workflow {wf!r}: task {name!r}: hedge must be true or "
+                            f"false, got {hedge!r}")
+    return name, TaskSpec(vals["compute_gflop"], vals["memory_gb"], vals["output_gb"], (), name,
+                          False, kind, hedge), [str(p) for p in parents]
 
 
 def workflow_records(data: Any, where: str) -> list[Any]:
