@@ -1,9 +1,15 @@
 """``lookahead``: a rollout planner that acts on the simulator's state (issue 17).
 
-At each decision the planner proposes a few servers for the current task, tries each on a
-:func:`envs.fork.fork` of the simulator, rolls the fork ``horizon_s`` simulated seconds forward
-with a fast EFT, and keeps the server whose rollout gives the lowest total response of the work
-present now (``objective: task``; ``workflow``: the sum of workflow completions).
+At each decision the planner proposes a few servers for the current task, tries each on a copy
+of the present, rolls the copy ``horizon_s`` simulated seconds forward with EFT, and keeps the
+server whose rollout gives the lowest total response of the work present now (``objective``:
+``task``, the sum of task completions; ``workflow``, of workflow completions; unset (default):
+the env's ``objective``, envs/objective.py: ``workflow`` in configs/env/realistic.yaml).
+
+The copy: where the server set cannot change during the rollout, the exact fast rollouts of
+``policies.fast_rollout`` (the same costs, bit for bit, at a fraction of the time: issue 26);
+otherwise (server dynamics, ``srpt``/``las``, ``future`` other than ``none``) an
+:func:`envs.fork.fork` of the simulator stepped with the fast EFT (``policies.fast_eft``).
 
 Candidates: the ``candidates`` best idle fitting servers by EFT's finish time (servers that look
 the same to EFT, same speed, memory and transfer, count once; the first candidate is EFT's own
@@ -34,8 +40,6 @@ simulator (:func:`has_state_protocol`); :meth:`scores` on an observation raises.
 from __future__ import annotations
 
 import time
-from itertools import compress
-from operator import not_
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Mapping, Sequence
 
@@ -50,9 +54,8 @@ from envs.snapshot import build as build_snapshot
 from envs.snapshot import describe as describe_snapshot
 
 from .base import Obs, Policy
-
-_MEM_TOL = 1e-5  # as policies.heuristics: float32 round trip of the normalised memory feature
-_f32 = np.float32
+from .fast_eft import _Decoded, _task_view, eft_act, eft_ranking  # noqa: F401 (re-exported)
+from .fast_rollout import Rollouts, ServerClasses, supported
 
 
 @dataclass(frozen=True)
@@ -103,149 +106,11 @@ def has_state_protocol(policy: Any) -> bool:
     return callable(getattr(policy, "act_state", None))
 
 
-# ------------------------------------------------------------------------------------ fast EFT
-class _Decoded:
-    """Per-slot compute and memory as EarliestFinish reads them back from the observation
-    (float32 features times their constants), recomputed when the server set changes."""
-
-    def __init__(self) -> None:
-        self.key: tuple[list, list] | None = None
-        self.cdec: list[float] = []
-        self.mdec: list[float] = []
-
-    def get(self, sim: Simulator) -> "_Decoded":
-        if self.key is None or self.key[0] != sim._compute_l or self.key[1] != sim._memory_l:
-            f = sim.cfg.features
-            c = np.minimum(np.array(sim._compute_l) / f.server_compute, f.clip).astype(np.float32)
-            m = np.minimum(np.array(sim._memory_l) / f.server_memory_gb, f.clip).astype(np.float32)
-            self.cdec = (c.astype(np.float64) * f.server_compute).tolist()
-            self.mdec = (m.astype(np.float64) * f.server_memory_gb).tolist()
-            self.key = (list(sim._compute_l), list(sim._memory_l))
-        return self
-
-
-def _task_view(sim: Simulator, task) -> tuple[float, float, float, int]:
-    """(compute, memory, transfer, parent slot) of ``task`` as EarliestFinish decodes them."""
-    f = sim.cfg.features
-    c = float(_f32(min(task.compute / f.compute_unit, f.clip))) * f.compute_unit
-    m = float(_f32(min(task.memory_gb / f.memory_gb, f.clip))) * f.memory_gb
-    fp = task.first_parent
-    tr, pslot = 0.0, -1
-    if fp is not None:
-        x = (fp.output / sim._bw + sim._lat) / f.transfer_s
-        if x:
-            tr = float(_f32(x if x < f.clip else f.clip)) * f.transfer_s
-        p = sim._slot_of.get(fp.sid)
-        pslot = -1 if p is None else p
-    return c, m, tr, pslot
-
-
-def _remaining(sim: Simulator, slot: int) -> float:
-    """Remaining busy time of ``slot`` as the observation encodes and EFT decodes it."""
-    f = sim.cfg.features
-    tu = f.time_unit
-    r = _f32(_f32(sim.busy_until[slot] - sim.t) * _f32(1.0 / tu))
-    r = min(max(float(r), 0.0), float(_f32(f.clip)))
-    return r * tu
-
-
-def _eft_busy(sim: Simulator, slot: int, bu: list) -> bool:
-    """Whether EFT sees busy ``slot`` as busy (its decoded remaining time above 1e-9 s)."""
-    d = bu[slot] - sim.t
-    if d > 1e-7:  # float32 rounding moves it by a relative 1e-7 at most: certainly busy
-        return True
-    return _remaining(sim, slot) > 1e-9
-
-
-def eft_ranking(sim: Simulator, dec: _Decoded, exclude: set | frozenset = frozenset(),
-                need_busy: bool = False) -> tuple[list[tuple[float, int]], list[int]]:
-    """EarliestFinish's view of the current task: (sorted [(score, slot)] of idle fitting
-    servers, best first, ties to the lowest slot; fitting busy slots, filled only when no idle
-    slot fits unless ``need_busy``). Slots in ``exclude`` are left out."""
-    task = sim.current
-    tc, tm, tr, pslot = _task_view(sim, task)
-    cdec, mdec = dec.cdec, dec.mdec
-    acc, busy = sim._accept_l, sim._busy_l
-    mem_l = sim._memory_l
-    tmem = task.memory_gb if sim._mask_infeasible else -1.0
-    tol = 1 + _MEM_TOL
-    tds = sim._transfer_delays
-    idle: list[tuple[float, int]] = []
-    busy_fit: list[int] = []
-    bu = None
-    any_fit = False
-    ev = sim._events
-    if not need_busy and (not ev or ev[0][0] - sim.t > 1e-7):
-        # Fast path: every busy slot finishes more than 1e-7 s from now (its finish event is in
-        # the heap), so EFT sees it busy; look at the idle slots first, the busy ones only when
-        # no idle slot fits.
-        for s in compress(range(sim.n_slots), map(not_, busy)):
-            if not acc[s] or mem_l[s] < tmem:
-                continue
-            m = mdec[s]
-            if m * tol < tm or (exclude and s in exclude):
-                continue
-            t_s = 0.0 if s == pslot else tr
-            run = tc / cdec[s]
-            if tds:
-                run = run + t_s
-            idle.append((run + (1e-6 * t_s + 1e-9 * m), s))
-        if idle:
-            idle.sort()
-            return idle, busy_fit  # busy_fit left empty: not needed when an idle slot fits
-    for s in range(sim.n_slots):
-        if not acc[s] or mem_l[s] < tmem:
-            continue
-        m = mdec[s]
-        if m * tol < tm or (exclude and s in exclude):
-            continue
-        any_fit = True
-        if busy[s]:
-            if bu is None:
-                bu = sim.busy_until.tolist()
-            if _eft_busy(sim, s, bu):
-                busy_fit.append(s)
-                continue
-        t_s = 0.0 if s == pslot else tr
-        run = tc / cdec[s]
-        if tds:
-            run = run + t_s
-        idle.append((run + (1e-6 * t_s + 1e-9 * m), s))
-    if not any_fit and not exclude:  # nothing fits (no feasibility mask): EFT falls back to valid
-        bu = sim.busy_until.tolist()
-        for s in range(sim.n_slots):
-            if acc[s] and not mem_l[s] < tmem:
-                if busy[s] and _eft_busy(sim, s, bu):
-                    busy_fit.append(s)
-                else:
-                    t_s = 0.0 if s == pslot else tr
-                    run = tc / cdec[s] + (t_s if tds else 0.0)
-                    idle.append((run + (1e-6 * t_s + 1e-9 * mdec[s]), s))
-    idle.sort()
-    return idle, busy_fit
-
-
-def eft_act(sim: Simulator, dec: _Decoded, exclude: set | frozenset = frozenset()) -> int:
-    """The slot :class:`policies.heuristics.EarliestFinish` picks for the current task, computed
-    on the simulator's lists (no observation); with ``exclude``, among the other slots."""
-    idle, busy_fit = eft_ranking(sim, dec, exclude)
-    if idle:
-        return idle[0][1]
-    if not busy_fit:
-        if exclude:  # every fitting server is reserved for another task: EFT over all of them
-            return eft_act(sim, dec)
-        return 0  # nothing fits: EFT's argmax over -inf is slot 0
-    best, best_s = None, 0
-    for s in busy_fit:  # soonest free, lowest slot on ties
-        r = _remaining(sim, s)
-        if best is None or r < best:
-            best, best_s = r, s
-    return best_s
-
-
 # ------------------------------------------------------------------------------------ planner
 class Lookahead(Policy):
-    """The rollout planner (module docstring). ``act_state(sim)`` -> slot."""
+    """The rollout planner (module docstring). ``act_state(sim)`` -> slot. ``fast = False``
+    rolls every candidate out on a fork (the same decisions, slower: tests and ``scale-ray bench
+    lookahead --forked`` compare the two)."""
 
     name = "lookahead"
     planner = True  # policies.guard.is_learned: not a learned policy, never guarded
@@ -257,6 +122,8 @@ class Lookahead(Policy):
         self.config = config or LookaheadConfig()
         self._seed = seed
         self._dec = _Decoded()
+        self._classes = ServerClasses()
+        self.fast = True  # exact fast rollouts where supported (policies.fast_rollout)
         self._pool = [[np.random.Generator(np.random.PCG64(i)) for _ in range(3)]
                       for i in range(self.config.candidates + 1)]
         self.reset(seed)
@@ -384,17 +251,37 @@ class Lookahead(Policy):
 
     def _plan(self, sim: Simulator, cands: list[int]) -> int:
         cfg = self.config
+        t_end = sim.t + cfg.horizon_s
+        objective = cfg.objective or sim.cfg.objective
+        if self.fast and supported(sim, cfg.future):
+            fast = Rollouts(sim, self._dec.get(sim), self._classes.get(sim, self._dec),
+                            self._reserved, objective)
+            if fast.ok:  # the forked rollouts' costs, exactly (policies.fast_rollout)
+                costs = (fast.cost(slot, t_end) for slot in cands)
+                return self._best(cands, costs)
+        return self._best(cands, self._forked_costs(sim, cands, t_end, objective))
+
+    def _best(self, cands: list[int], costs) -> int:
+        """The candidate of the lowest cost (the earlier one on a tie within 1e-9)."""
+        best_cost, best_slot = None, cands[0]
+        for slot, cost in zip(cands, costs):
+            self.stats["rollouts"] += 1
+            if best_cost is None or cost < best_cost - 1e-9 * max(1.0, abs(best_cost)):
+                best_cost, best_slot = cost, slot
+        return best_slot
+
+    def _forked_costs(self, sim: Simulator, cands: list[int], t_end: float, objective: str):
+        """Each candidate's cost from a rollout on a fork of the simulator (any setting)."""
+        cfg = self.config
         lo = unfinished_range(sim)
         present = [tk.id for tk in sim.tasks[lo:] if tk.state != DONE]
         wf_ids = sorted({sim.tasks[i].wf.id for i in present})
-        t_end = sim.t + cfg.horizon_s
         future = None
         if cfg.future == "sampled":
             future = (self._future[0].bit_generator.state, self._future[1].bit_generator.state)
             for g in self._future:
                 g.bit_generator.advance(1 << 40)  # the next decision's streams
         task_id = sim.current.id
-        best_cost, best_slot = None, cands[0]
         for i, slot in enumerate(cands):
             f = fork(sim, self._pool[i])
             if cfg.future == "none":
@@ -410,11 +297,7 @@ class Lookahead(Policy):
                 res[task_id] = (slot, f._sid_l[slot])
             f.step(slot)
             _rollout(f, res, self._dec, t_end, [f.workflows[w] for w in wf_ids])
-            self.stats["rollouts"] += 1
-            cost = _cost(f, present, t_end, cfg.objective or sim.cfg.objective)
-            if best_cost is None or cost < best_cost - 1e-9 * max(1.0, abs(best_cost)):
-                best_cost, best_slot = cost, slot
-        return best_slot
+            yield _cost(f, present, t_end, objective)
 
 
 def _reserved_slot(sim: Simulator, reserved: dict) -> int | None:

@@ -1,0 +1,460 @@
+"""Exact, fast EFT rollouts of the present work for the lookahead planner (issue 26).
+
+The planner (``policies.lookahead``) scores each candidate server by forking the simulator
+(``envs.fork``), placing the task there and stepping the fork with the fast EFT until the
+rollout's horizon; each rollout step walks every server (EFT's scan and the decision core's
+``max_idle_memory``) and every fork copies every unfinished task. :class:`Rollouts` gives the
+same costs, to the last bit, for much less:
+
+* the present state is read once per decision (:class:`Rollouts`) into flat lists indexed
+  by task (state, pending parents, slot, the first parent's transfer), shared by the candidates;
+  a candidate's rollout copies those lists (C speed) instead of the task objects;
+* the servers are grouped into *classes* that look the same to EFT and to the rules (accepting,
+  same decoded compute and memory, same raw memory; :class:`ServerClasses`), with one bit set
+  per idle slot. Among identical idle servers EFT picks the lowest slot (its scores tie), so it
+  looks at the lowest idle slot of each class, plus the slot of the task's parent (no transfer),
+  and ``max_idle_memory`` is the memory of the largest class with an idle slot;
+* the rollout runs the simulator's own rules (``envs.simulator``, ``envs.decision``) on those
+  lists: the ready queue's order (the key, then the task id), forced waits and deferrals
+  (``ask_only_startable``), head-of-line blocking, the wait step, transfer delays at the start,
+  the first finished parent as the transfer source, truncation, and the planner's reservations.
+
+It covers the rollouts whose server set cannot change: :func:`supported` is False (the planner
+then forks as before) for ``future`` other than ``none``, dynamic orders (``srpt``, ``las``:
+keys move as work finishes), pending server events (joins, leaves, failures), stale finish
+events, a busy server that is not accepting (draining: it leaves when its task ends), a
+simulator with a run-time model (``_rt``: runs that take other than their estimate, hedged
+copies), and a server table that checks demands beyond memory (``caps``).
+tests/test_lookahead_fast.py checks, on random states of twelve settings, that every
+candidate's cost equals the forked rollout's exactly and that whole episodes decide the same.
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+from operator import attrgetter
+
+import numpy as np
+
+from envs.decision import DONE, READY, RUNNING
+from envs.fork import unfinished_range
+from envs.objective import completion_cost
+from envs.sim_cluster import ARRIVAL, FINISH
+from envs.simulator import Simulator
+
+from .fast_eft import _MEM_TOL, _Decoded, _f32
+
+_TOL = 1 + _MEM_TOL
+_FIELDS = attrgetter("id", "key", "compute", "memory_gb", "output", "state", "pending", "slot",
+                     "sid", "first_parent", "wf")
+
+
+def _decode(x: np.ndarray, clip: float, unit: float) -> list[float]:
+    """``float(float32(min(x, clip))) * unit`` of each value (as EarliestFinish decodes)."""
+    return (np.minimum(x, clip).astype(np.float32).astype(np.float64) * unit).tolist()
+
+
+def _decode_transfer(outputs, bw: float, lat: float, f) -> list[float]:
+    """The decoded transfer time of a first parent with each output (fast_eft._task_view)."""
+    x = (np.array(outputs, dtype=float) / bw + lat) / f.transfer_s
+    out = np.minimum(x, f.clip).astype(np.float32).astype(np.float64) * f.transfer_s
+    out[x == 0] = 0.0
+    return out.tolist()
+
+
+class ServerClasses:
+    """Accepting slots grouped by (decoded compute, decoded memory, raw memory), largest raw
+    memory first; rebuilt when the server set (capacities, accepting) changes."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+
+    def get(self, sim: Simulator, dec: _Decoded) -> "ServerClasses":
+        c, m, a = sim._compute_l, sim._memory_l, sim._accept_l
+        k = self.key
+        if k is None or k[0] != c or k[1] != m or k[2] != a:
+            groups: dict[tuple, list[int]] = {}
+            for s in range(sim.n_slots):
+                if a[s]:
+                    groups.setdefault((dec.cdec[s], dec.mdec[s], m[s]), []).append(s)
+            keys = sorted(groups, key=lambda g: -g[2])
+            self.cdec = [g[0] for g in keys]
+            self.mdec = [g[1] for g in keys]
+            self.mraw = [g[2] for g in keys]
+            self.mask = [sum(1 << s for s in groups[g]) for g in keys]
+            self.cls = [-1] * sim.n_slots
+            for i, g in enumerate(keys):
+                for s in groups[g]:
+                    self.cls[s] = i
+            self.key = (list(c), list(m), list(a))
+        return self
+
+
+def supported(sim: Simulator, future: str) -> bool:
+    """Whether :class:`Rollouts` reproduces this simulator's rollouts (module docstring)."""
+    if (future != "none" or sim._dynamic or getattr(sim, "_rt", None) is not None
+            or getattr(sim, "_stragglers", None) or getattr(sim.servers, "caps", None) is not None):
+        return False  # _rt: a run-time model (runs take other than their estimate, hedging);
+        # caps: demands beyond memory (the live scheduler's table)
+    busy, acc = sim._busy_l, sim._accept_l
+    for ev in sim._events:
+        kind = ev[1]
+        if kind == FINISH:
+            tok, task = ev[4]
+            if task.token != tok or task.state != RUNNING or not acc[ev[3]]:
+                return False
+        elif kind != ARRIVAL:
+            return False
+    return not any(b and not a for b, a in zip(busy, acc))
+
+
+class Rollouts:
+    """The present of ``sim`` (at a decision) as flat lists; :meth:`cost` rolls one candidate
+    out. ``reserved``: the planner's reservations, task id -> (slot, server id)."""
+
+    def __init__(self, sim: Simulator, dec: _Decoded, classes: ServerClasses,
+                 reserved: dict, objective: str) -> None:
+        self.sim, self.dec, self.cl, self.objective = sim, dec, classes, objective
+        f = sim.cfg.features
+        lo = unfinished_range(sim)
+        tasks = [tk for tk in sim.tasks[lo:] if tk.state != DONE]
+        self.ok = len(tasks) == sim.outstanding
+        loc = {tk.id: i for i, tk in enumerate(tasks)}
+        cols = list(zip(*map(_FIELDS, tasks))) if tasks else [()] * 11
+        (tid, key, compute, mem, output, self.st0, self.pend0, self.slot0, self.sid0,
+         fps, wfs) = cols
+        self.tid, self.key, self.compute, self.mem = tid, key, compute, mem
+        self.wf = [w.id for w in wfs]
+        self.children = [[loc.get(c.id, -1) for c in tk.children] for tk in tasks]
+        self.ok = self.ok and all(c >= 0 for cs in self.children for c in cs)
+        bw, lat = sim._bw, sim._lat
+        # parents: (local index or -1 when finished before now, its server id, transfer s)
+        self.parents = [[(loc.get(p.id, -1), p.sid, p.output / bw + lat) for p in tk.parents]
+                        for tk in tasks]
+        # EFT's view of each task (fast_eft._task_view), decoded as from the float32 features
+        cu, mu = f.compute_unit, f.memory_gb
+        self.tc = _decode(np.array(compute, dtype=float) / cu, f.clip, cu)
+        self.tm = _decode(np.array(mem, dtype=float) / mu, f.clip, mu)
+        self.trp = _decode_transfer(output, bw, lat, f)  # from each task as the first parent
+        has = [fp is not None for fp in fps]
+        self.hasfp0 = has
+        with_fp = [fp for fp in fps if fp is not None]
+        tr_fp = iter(_decode_transfer([fp.output for fp in with_fp], bw, lat, f))
+        slot_of = sim._slot_of
+        ps_fp = iter([slot_of.get(fp.sid, -1) for fp in with_fp])
+        self.tr0 = [next(tr_fp) if h else 0.0 for h in has]
+        self.ps0 = [next(ps_fp) if h else -1 for h in has]
+        ev = []
+        for e in sim._events:
+            if e[1] == FINISH:
+                ev.append((e[0], e[2], e[3], loc[e[4][1].id]))
+        heapify(ev)
+        self.events0 = ev
+
+        def entries(lst):
+            return [(k, i, loc[t.id]) for k, i, t in lst
+                    if t.state == READY and (k is t.key or k == t.key)]
+
+        q = sim.core.queue
+        self.heap0 = entries(q.heap)
+        heapify(self.heap0)
+        self.deferred0 = entries(q.deferred)
+        self.deferred_heap0 = q._deferred_heap
+        if self.deferred_heap0:
+            heapify(self.deferred0)
+        cur = loc[sim.current.id]
+        self.cur = cur
+        self.ok = self.ok and bool(self.heap0) and self.heap0[0][2] == cur
+        cl = classes
+        idle = [0] * len(cl.mask)
+        for s, b in enumerate(sim._busy_l):
+            k = cl.cls[s]
+            if k >= 0 and not b:
+                idle[k] |= 1 << s
+        self.idle0 = idle
+        self.busy0 = list(sim._busy_l)
+        self.bu0 = sim.busy_until.tolist()
+        # reservations: local task -> (slot, still usable for it, its server is the same)
+        self.res0 = {}
+        for t_id, (slot, sid) in reserved.items():
+            i = loc.get(t_id)
+            if i is not None:
+                self.res0[i] = self._reservation(i, slot, sid)
+
+    def _reservation(self, i: int, slot: int, sid: int) -> tuple[int, bool, bool]:
+        sim = self.sim
+        same = sim._sid_l[slot] == sid
+        return slot, same and sim._accept_l[slot] and sim._memory_l[slot] >= self.mem[i], same
+
+    def cost(self, first: int, t_end: float) -> float:
+        """The cost (``envs.objective.completion_cost``) of placing the current task on slot
+        ``first`` (a busy one: it waits, reserved) and rolling EFT out until ``t_end``: the
+        planner's forked rollout, exactly."""
+        sim, cl = self.sim, self.cl
+        n = sim.n_slots
+        cdec_s, mdec_s = self.dec.cdec, self.dec.mdec
+        acc, mem_l, comp_l, sid_l = sim._accept_l, sim._memory_l, sim._compute_l, sim._sid_l
+        f = sim.cfg.features
+        tu, clip32 = f.time_unit, float(_f32(f.clip))
+        inv_tu = _f32(1.0 / tu)
+        mdp = sim.cfg.mdp
+        hol, only_startable = sim._hol, sim.core._only_startable
+        mask_inf, tds = sim._mask_infeasible, sim._transfer_delays
+        wait_dt, next_event = mdp.wait_dt_s, mdp.advance_to_next_event
+        t_cap, max_dec = sim._t_cap, sim._max_decisions
+        max_accept = sim.servers.max_accept_mem
+        ccd, cmd, cmr, cls = cl.cdec, cl.mdec, cl.mraw, cl.cls
+        K = len(ccd)
+        rk = range(K)
+        key, tid, children, parents = self.key, self.tid, self.children, self.parents
+        compute, mem, tc_l, tm_l, trp = self.compute, self.mem, self.tc, self.tm, self.trp
+
+        st, pend = list(self.st0), list(self.pend0)
+        tslot, tsid = list(self.slot0), list(self.sid0)
+        tr_l, ps_l, hasfp = self.tr0.copy(), self.ps0.copy(), self.hasfp0.copy()
+        fin = [0.0] * len(st)
+        idle, busy, bu = self.idle0.copy(), self.busy0.copy(), self.bu0.copy()
+        events = self.events0.copy()
+        heap, deferred = self.heap0.copy(), self.deferred0.copy()
+        dheap = self.deferred_heap0
+        t, seq, decisions, outstanding = sim.t, sim._seq, sim.decisions, sim.outstanding
+        res = dict(self.res0)
+        cur = self.cur
+        if busy[first]:
+            res[cur] = self._reservation(cur, first, sid_l[first])
+
+        def advance_to(target: float) -> None:
+            nonlocal t, outstanding, heap, deferred, dheap
+            while events and events[0][0] <= target:
+                te, _, s, i = heappop(events)
+                if te > t:
+                    t = te
+                st[i] = DONE
+                fin[i] = t
+                busy[s] = False
+                idle[cls[s]] |= 1 << s
+                outstanding -= 1
+                for c in children[i]:
+                    if not hasfp[c]:
+                        hasfp[c] = True
+                        tr_l[c] = trp[i]
+                        ps_l[c] = s
+                    pend[c] -= 1
+                    if pend[c] == 0:
+                        st[c] = READY
+                        heappush(heap, (key[c], tid[c], c))
+            if target > t:
+                t = target
+            if deferred:  # ReadyQueue.requeue_deferred
+                if dheap and len(deferred) > len(heap):
+                    for e in heap:
+                        heappush(deferred, e)
+                    heap = deferred
+                else:
+                    for e in deferred:
+                        heappush(heap, e)
+                deferred, dheap = [], False
+
+        def wait() -> None:
+            if next_event and events:
+                advance_to(events[0][0])
+            else:
+                advance_to(t + wait_dt)
+
+        def next_task() -> int:  # DecisionCore.next_task: a task, -1 (none) or -2 (HOL wait)
+            nonlocal heap, deferred, dheap
+            idle_mem = None
+            while heap:
+                i = heap[0][2]
+                if st[i] != READY:
+                    heappop(heap)
+                    continue
+                m = mem[i]
+                if m > max_accept:  # blocked: no server set change can bring it back here
+                    heappop(heap)
+                    continue
+                if only_startable:
+                    if idle_mem is None:
+                        idle_mem = -1.0
+                        for k in rk:
+                            if idle[k]:
+                                idle_mem = cmr[k]
+                                break
+                    if m > idle_mem:
+                        if hol:
+                            return -2
+                        if idle_mem < 0.0:  # ReadyQueue.defer_all
+                            for e in deferred:
+                                heappush(heap, e)
+                            deferred, heap, dheap = heap, [], True
+                            return -1
+                        deferred.append(heappop(heap))
+                        dheap = False
+                        continue
+                return i
+            return -1
+
+        def select() -> int:  # Simulator._select
+            while True:
+                i = next_task()
+                if i >= 0:
+                    return i
+                if i == -2:
+                    wait()
+                    if t > t_cap:
+                        return -1
+                    continue
+                if outstanding == 0:
+                    return -1
+                if deferred:
+                    wait()
+                elif events:
+                    advance_to(events[0][0])
+                else:
+                    return -1
+                if t > t_cap:
+                    return -1
+
+        def step(i: int, s: int) -> int:  # Simulator.step
+            nonlocal decisions, seq, dheap
+            decisions += 1
+            if acc[s] and not busy[s] and mem_l[s] >= mem[i]:
+                heappop(heap)
+                sid = sid_l[s]
+                exec_s = compute[i] / comp_l[s]
+                delay = 0.0
+                if tds:  # max(..., default=0.0) over the parents on another server
+                    for p, psid, d in parents[i]:
+                        if d > delay and (tsid[p] if p >= 0 else psid) != sid:
+                            delay = d
+                st[i] = RUNNING
+                tslot[i] = s
+                tsid[i] = sid
+                busy[s] = True
+                idle[cls[s]] ^= 1 << s
+                until = t + delay + exec_s
+                bu[s] = until
+                seq += 1
+                heappush(events, (until, seq, s, i))
+            elif not hol:
+                deferred.append(heappop(heap))
+                dheap = False
+            else:
+                wait()
+            nxt = select()
+            if nxt >= 0 and (decisions >= max_dec or t > t_cap):
+                return -1
+            return nxt
+
+        def remaining(s: int) -> float:  # fast_eft._remaining
+            r = _f32(_f32(bu[s] - t) * inv_tu)
+            r = min(max(float(r), 0.0), clip32)
+            return r * tu
+
+        def eft(i: int, excl) -> int:  # fast_eft.eft_act on the rollout's lists; -1: again
+            # without exclusions (every fitting server is reserved for another task)
+            tc, tm, tr, ps = tc_l[i], tm_l[i], tr_l[i], ps_l[i]
+            tmem = mem[i] if mask_inf else -1.0
+            if not events or events[0][0] - t > 1e-7:  # every busy server is certainly busy
+                best = None
+                xb = 0
+                for s in excl:
+                    xb |= 1 << s
+                for k in rk:
+                    b = idle[k]
+                    if not b or cmr[k] < tmem:
+                        continue
+                    m = cmd[k]
+                    if m * _TOL < tm:
+                        continue
+                    if xb:
+                        b &= ~xb
+                        if not b:
+                            continue
+                    if ps >= 0 and b >> ps & 1:  # the parent's server: no transfer
+                        run = tc / ccd[k]
+                        if tds:
+                            run = run + 0.0
+                        c = (run + (1e-6 * 0.0 + 1e-9 * m), ps)
+                        if best is None or c < best:
+                            best = c
+                        b ^= 1 << ps
+                        if not b:
+                            continue
+                    s = (b & -b).bit_length() - 1
+                    run = tc / ccd[k]
+                    if tds:
+                        run = run + tr
+                    c = (run + (1e-6 * tr + 1e-9 * m), s)
+                    if best is None or c < best:
+                        best = c
+                if best is not None:
+                    return best[1]
+            # eft_ranking's full scan
+            idl, busy_fit, any_fit = [], [], False
+            for s in range(n):
+                if not acc[s] or mem_l[s] < tmem:
+                    continue
+                m = mdec_s[s]
+                if m * _TOL < tm or (excl and s in excl):
+                    continue
+                any_fit = True
+                if busy[s] and (bu[s] - t > 1e-7 or remaining(s) > 1e-9):
+                    busy_fit.append(s)
+                    continue
+                t_s = 0.0 if s == ps else tr
+                run = tc / cdec_s[s]
+                if tds:
+                    run = run + t_s
+                idl.append((run + (1e-6 * t_s + 1e-9 * m), s))
+            if not any_fit and not excl:
+                for s in range(n):
+                    if acc[s] and not mem_l[s] < tmem:
+                        if busy[s] and (bu[s] - t > 1e-7 or remaining(s) > 1e-9):
+                            busy_fit.append(s)
+                        else:
+                            t_s = 0.0 if s == ps else tr
+                            run = tc / cdec_s[s] + (t_s if tds else 0.0)
+                            idl.append((run + (1e-6 * t_s + 1e-9 * mdec_s[s]), s))
+            if idl:
+                return min(idl)[1]
+            if not busy_fit:
+                return -1 if excl else 0
+            best_r, best_s = None, 0
+            for s in busy_fit:
+                r = remaining(s)
+                if best_r is None or r < best_r:
+                    best_r, best_s = r, s
+            return best_s
+
+        cur = step(cur, first)
+        while cur >= 0 and t < t_end:
+            s = -1
+            if res:  # lookahead._reserved_slot
+                r = res.get(cur)
+                if r is not None:
+                    if r[1]:
+                        s = r[0]
+                        if not busy[s]:  # it starts there: the reservation ends
+                            del res[cur]
+                    else:
+                        del res[cur]
+            if s < 0:
+                excl = ()
+                if res:  # lookahead._exclusions
+                    excl = set()
+                    for j, r in list(res.items()):
+                        if st[j] != READY or not r[2]:
+                            del res[j]
+                        elif j != cur:
+                            excl.add(r[0])
+                s = eft(cur, excl)
+                if s < 0:
+                    s = eft(cur, ())
+            cur = step(cur, s)
+
+        now = max(t, t_end)
+        mc = sim._mean_compute
+        comps = [fin[i] if x == DONE else bu[tslot[i]] if x == RUNNING else now + compute[i] / mc
+                 for i, x in enumerate(st)]
+        return completion_cost(self.objective, zip(self.wf, comps))
