@@ -46,7 +46,7 @@ class _Stat:
 class RuntimeEstimator:
     """Run-time estimates per (kind, tier) (module docstring)."""
 
-    def __init__(self, prior_n: float = 2.0, prior_sigma: float = 0.5, clip_z: float = 3.0,
+    def __init__(self, prior_n: float = 1.0, prior_sigma: float = 0.5, clip_z: float = 3.0,
                  robust_after: int = 5):
         if prior_n <= 0 or prior_sigma <= 0 or clip_z <= 0:
             raise ValueError("prior_n, prior_sigma and clip_z must be > 0")

@@ -22,8 +22,9 @@ from scale_ray.config import parse_overrides
 from scale_ray.families import WORKLOAD_CONFIG_DIR
 from scale_ray.live.cluster import LocalHeteroCluster
 from scale_ray.live.config import LiveConfig
-from scale_ray.live.runner import (arrival_times, make_target, parse_events, rate_for_load,
-                                   stderr_progress, stream, warm_up, workload_specs)
+from scale_ray.live.runner import (arrival_times, emulated_runtime, estimator_accuracy,
+                                   make_target, parse_events, rate_for_load, stderr_progress,
+                                   stream, warm_up, workload_specs)
 from scale_ray.live.workflow import load_dag_file
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="kill a random server node at model time T (repeatable)")
     p.add_argument("--add-node-at", action="append", default=[], metavar="T[:TIER]",
                    help="add a server node (default tier medium) at model time T (repeatable)")
+    p.add_argument("--hints", choices=["exact", "none"], default="exact",
+                   help="what the scheduler is told of each emulated task's compute: the "
+                        "workload's, or nothing (runtime.default_gflop for all; learn with "
+                        "--live-set estimator=online)")
+    p.add_argument("--noise", type=float, default=0.0, metavar="SIGMA",
+                   help="emulated runs take compute x LogNormal(mean 1, SIGMA) (envs.runtime)")
     p.add_argument("--timeout", type=float, default=1800.0, help="give up after this many wall s")
     p.add_argument("--json", default=None, help="write the statistics to this JSON file")
     p.add_argument("--trace", default=None, help="write the JSONL trace here")
@@ -99,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
     specs = workload_specs(env, args.workflows, args.seed, dag)
     rate = args.rate or rate_for_load(env, args.load, specs)
     times = arrival_times(rate, len(specs), args.seed)
+    if not 0 <= args.noise <= 3:
+        raise ValueError(f"--noise: {args.noise} must be in [0, 3]")
+    if args.noise > 0 or args.hints != "exact":
+        specs = emulated_runtime(env, specs, args.hints, args.noise, args.seed)
     for spec in args.policy:  # fail on a bad --policy before starting a cluster
         if spec != "ray-default":
             get_policy(spec, env, args.seed)
@@ -131,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
             try:
                 stats = stream(target, specs, times, live.time_scale, cluster, events, args.seed,
                                stderr_progress(spec), timeout_s=args.timeout)
+                if getattr(target, "estimator", None) is not None:
+                    stats["estimator_accuracy"] = estimator_accuracy(target)
+                    print(format_accuracy(stats["estimator_accuracy"]), flush=True)
             finally:
                 target.shutdown()
                 if writer is not None:
@@ -194,4 +208,13 @@ def format_stats(s: dict) -> str:
         lines.append(f"  decisions {s['decisions']}, waits {s['waits']}, lost runs {s['lost']}, "
                      f"node refreshes {s['node_refreshes']}, guard overrides "
                      f"{s.get('guard_overrides', 0)}")
+    return "\n".join(lines)
+
+
+def format_accuracy(acc: dict) -> str:
+    """The estimator's per-kind medians against the true ones (emulated runs)."""
+    lines = ["  run-time estimator (per kind: completed runs, true / estimated median GFLOP):"]
+    for kind, a in acc.items():
+        lines.append(f"    {kind:<12} n={a['n']:<4} {a['true_median_gflop']:.3f} / "
+                     f"{a['estimated_median_gflop']:.3f} ({100 * a['rel_err']:+.1f}%)")
     return "\n".join(lines)

@@ -68,6 +68,9 @@ class Completions:
     def _finish(self, t: _Task, node: str) -> None:
         srv = self._free(t)
         now = time.perf_counter()
+        if self.estimator is not None and srv is not None:  # learn what the run took
+            self.estimator.observe(t.prim.kind, srv.node.tier,
+                                   now - t.started - t.transfer_wall, t.expected)
         t.state = DONE
         t.last_server = srv
         wf = t.wf

@@ -62,6 +62,10 @@ class LiveConfig:
     workload_scale: float | None = field(default=None, metadata=rng(
         gt=0, le=1e6, doc="features.workload_scale of the workload (mean task compute / 4 GFLOP; "
                           "docs/workloads.md); none: the policy's own"))
+    estimator: Literal["off", "online"] = field(default="off", metadata=rng(
+        doc="online: learn run times per (primitive kind, node tier) from completions "
+            "(envs.estimator): the policy sees the estimates instead of the declared "
+            "compute_gflop, and busy servers their estimated remaining time"))
     guard: GuardConfig = field(default_factory=GuardConfig, metadata=rng(
         doc="policies.guard around a learned policy: a task waits at most max_waits times "
             "while a server it fits is idle, and only for a server that would finish it sooner; "

@@ -41,6 +41,8 @@ class LivePlacement:
         self.alive: list[_Server] = []
         self._pos: dict[int, int] = {}
         self.max_memory = 0.0  # largest memory of an alive server (offered or not)
+        # the compute (GFLOP) the policy is shown for a task; default its declared compute
+        self.shown: Callable[[Any], float] = lambda t: t.prim.compute_gflop
 
     @property
     def queue(self) -> ReadyQueue:
@@ -119,7 +121,7 @@ class LivePlacement:
         wf = t.wf
         # A finished parent whose server is gone: every server pays the transfer (as in the
         # simulator), hence has_parent.
-        return TaskView(t.prim.compute_gflop, t.prim.memory_gb, t.prim.output_gb, len(t.children),
+        return TaskView(self.shown(t), t.prim.memory_gb, t.prim.output_gb, len(t.children),
                         wf.done / len(wf.tasks), self.position(fp and fp.last_server),
                         fp.prim.output_gb if fp is not None else 0.0,
                         has_parent=fp is not None, ready_tasks=self.queue.ready_count(t.gid),
@@ -131,7 +133,7 @@ class LivePlacement:
         fp = t.first_parent
         transfer = 0.0 if fp is None else fp.prim.output_gb / self._bw + self._lat
         wf, prim, f = t.wf, t.prim, self.features
-        vec = task_vector(f, prim.compute_gflop, prim.memory_gb, len(t.children),
+        vec = task_vector(f, self.shown(t), prim.memory_gb, len(t.children),
                           wf.done / len(wf.tasks), prim.output_gb,
                           self.queue.ready_count(t.gid) if f.backlog else 1,
                           int(self.table.accepting.sum()) if f.backlog else 0,

@@ -17,6 +17,8 @@ import numpy as np
 
 from envs.config import EnvConfig, replace
 from envs.order import split_spec
+from envs.run_model import compute_range
+from envs.runtime import compute_bucket, factors, kind_of_name
 from envs.workload import ListSource, WorkflowSpec, make_source
 from policies import get_policy
 
@@ -24,6 +26,7 @@ from .cluster import LocalHeteroCluster, live_nodes
 from .config import LiveConfig
 from .ray_default import RayDefaultRunner
 from .scheduler import LiveScheduler
+from .workflow import CollectedWorkflow, from_spec
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,47 @@ def workload_specs(env: EnvConfig, count: int, seed: int,
     rng = np.random.default_rng(seed)
     source = ListSource(list(dag_specs), "replay") if dag_specs else make_source(env.workload)
     return [source.next_workflow(rng) for _ in range(count)]
+
+
+def emulated_runtime(env: EnvConfig, specs: Sequence[WorkflowSpec], hints: str, noise: float,
+                     seed: int) -> list[CollectedWorkflow]:
+    """``specs`` as emulated workflows whose runs are noisy (``noise``: sigma of the LogNormal
+    factor with mean 1, envs.runtime) and whose declared compute follows ``hints``: ``exact``
+    the spec's, ``none`` ``runtime.default_gflop`` for every task (the scheduler then has only
+    its estimator). Kinds: the task's name, else its compute bucket (as the simulator's)."""
+    rt = replace(env.runtime, noise_sigma=noise, hints=hints)
+    rng = np.random.default_rng([seed, 3])
+    lo_hi = compute_range(env.workload.compute_gflop)
+    out = []
+    for spec in specs:
+        n = len(spec.tasks)
+        f = factors(rng, rt, n)
+        kinds = [t.kind or kind_of_name(t.name) or compute_bucket(t.compute_gflop, *lo_hi, rt.kinds)
+                 for t in spec.tasks]
+        shown = None if hints == "exact" else [rt.default_gflop] * n
+        out.append(from_spec(spec, shown, f, kinds))
+    return out
+
+
+def estimator_accuracy(sched: LiveScheduler) -> dict[str, dict[str, float]]:
+    """Per kind (with a completed run): the true median compute of its completed emulated runs
+    (``run_gflop``) and the scheduler estimator's median (pooled over tiers), and their relative
+    error. The estimator learned from wall times, so dispatch overhead is in its numbers."""
+    est = sched.estimator
+    runs: dict[str, list[float]] = {}
+    declared: dict[str, float] = {}
+    for h in sched.handles():
+        for i, c in enumerate(h.workflow.calls):
+            if h.task_finish_wall[i] is not None:
+                runs.setdefault(c.primitive.kind, []).append(c.primitive.run_gflop)
+                declared[c.primitive.kind] = c.primitive.compute_gflop
+    out = {}
+    for kind in sorted(runs):
+        true = float(np.median(runs[kind]))
+        guess = est.median(kind, None, 1.0) * declared[kind]
+        out[kind] = {"n": len(runs[kind]), "true_median_gflop": true,
+                     "estimated_median_gflop": guess, "rel_err": guess / true - 1.0}
+    return out
 
 
 def capacity_gflop_s(env: EnvConfig) -> float:

@@ -45,6 +45,7 @@ import numpy as np
 
 from envs import order as orders
 from envs.config import EnvConfig, build
+from envs.estimator import RuntimeEstimator
 from envs.workload import WorkflowError, WorkflowSpec
 from policies.base import Policy
 from policies.guard import guard_summary, make_guard
@@ -114,6 +115,11 @@ class LiveScheduler(Completions):
         self._mean_compute = 1.0  # envs.order.mean_compute of the servers at the last admission
         self._t0 = time.perf_counter()
         self._hints = AutoscaleHints(self.cfg, self.counters)
+        # run times learned per (kind, tier) from completions (LiveConfig.estimator)
+        self.estimator = RuntimeEstimator() if self.cfg.estimator == "online" else None
+        if self.estimator is not None:
+            est = self.estimator
+            self.placement.shown = lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)
         self.node_tasks: dict[str, int] = {}
 
     def _bind_policy(self, policy: Policy) -> None:
@@ -263,6 +269,8 @@ class LiveScheduler(Completions):
         out["policy"] = self.policy.name
         out["servers_alive"] = len(self._alive)
         out["tasks_per_node"] = dict(self.node_tasks)
+        if self.estimator is not None:
+            out["estimator"] = self.estimator.summary()
         return out
 
     # ------------------------------------------------------------------ validation
@@ -400,6 +408,7 @@ class LiveScheduler(Completions):
                 "task": None if t is None else {"workflow": t.wf.handle.id, "task": t.idx,
                                                 "name": t.prim.name}})
         return {"servers": servers, "policy": self.policy.name,
+                "estimator": None if self.estimator is None else self.estimator.summary(),
                 "ready_tasks": sum(1 for e in q.heap if e[2].state == READY),
                 "set_aside_tasks": sum(1 for e in q.blocked if e[2].state == READY),
                 "running_tasks": len(self._running), "workflows_pending": self.pending(),
@@ -487,9 +496,13 @@ class LiveScheduler(Completions):
         kwargs = {k: parent_ref[id(v)] if isinstance(v, Call) else v for k, v in call.kwargs.items()}
         node = srv.node
         ts = self.cfg.time_scale
-        # the estimated run (wall s); slept before the body only for an emulated primitive
-        estimate = t.prim.compute_gflop / node.compute * ts if ts > 0 else 0.0
-        sleep_s = estimate if t.prim.emulate else 0.0
+        # the estimated run (wall s): the declared compute, or the estimator's; an emulated
+        # primitive sleeps its true compute (run_gflop: with noise, not the declared) first
+        prim = t.prim
+        expected = prim.compute_gflop / node.compute * ts if ts > 0 else 0.0
+        estimate = expected if self.estimator is None else self.estimator.duration(
+            prim.kind, node.tier, expected)
+        sleep_s = prim.run_gflop / node.compute * ts if ts > 0 and prim.emulate else 0.0
         transfer = 0.0
         if ts > 0 and t.prim.emulate and self.env.mdp.transfer_delays_start and t.parents:
             # emulated inputs, as the simulator's transfer_delays_start: the largest
@@ -506,7 +519,10 @@ class LiveScheduler(Completions):
         t.token += 1
         t.started = now
         srv.task = t
-        srv.busy_until = now + max(sleep_s, estimate)
+        # what the policy sees: the estimate plus the emulated transfer, never the true run
+        srv.busy_until = now + estimate + transfer * ts
+        t.expected = expected  # what the estimator compares the run (less its transfer) with
+        t.transfer_wall = transfer * ts
         self._running[status_ref] = (t, t.token)
         self.counters["tasks_started"] += 1
         ev = {"t": self._now_model(), "event": "start", "task": t.gid, "server": srv.sid,

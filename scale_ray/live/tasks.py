@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 class _Task:
     __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
                  "value_ref", "server", "token", "attempts", "first_parent", "last_server",
-                 "waits", "rank", "started")
+                 "waits", "rank", "started", "expected", "transfer_wall")
 
     def __init__(self, gid: int, idx: int, wf: "_Workflow", call: Call):
         self.gid = gid
@@ -37,6 +37,8 @@ class _Task:
         self.waits = 0  # policy answers that did not start it (bounded by the guard)
         self.rank = 0.0  # within-workflow rank of its order key (envs.order)
         self.started = 0.0  # wall time of its latest start
+        self.expected = 0.0  # wall s its declared compute implies on its latest server
+        self.transfer_wall = 0.0  # wall s of its latest run's emulated input transfer
 
     @property
     def prim(self):

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from envs.config import ResourceMappingConfig
 from envs.loaders import load_dags
 from envs.loaders.livedag import parse_dag
+from envs.runtime import kind_of_name
 from envs.workload import TaskSpec, WorkflowError, WorkflowSpec
 
 __all__ = ["Primitive", "Call", "primitive", "collect", "from_spec", "load_dag_file", "RAY_OPTIONS",
@@ -86,6 +87,9 @@ class Primitive:
         self.memory_gb = max(_check_hint(self.name, "memory_gb", memory_gb, False),
                              mem_bytes / 1e9)
         self.emulate = True if emulate is None else bool(emulate)
+        # the primitive it calls (the run-time estimator learns per kind and tier; envs.runtime)
+        self.kind = kind_of_name(self.name) or self.name
+        self.run_gflop = self.compute_gflop  # an emulated run's true compute (noise: from_spec)
 
     def bind(self, *args: Any, **kwargs: Any) -> "Call":
         """A DAG node calling this primitive; :class:`Call` arguments become dependencies."""
@@ -312,12 +316,21 @@ def expected_emulated_values(spec: WorkflowSpec) -> list[int]:
     return vals
 
 
-def from_spec(spec: WorkflowSpec) -> CollectedWorkflow:
-    """Calls with the emulated body for every task of ``spec`` (same order, same hints)."""
+def from_spec(spec: WorkflowSpec, shown: Sequence[float] | None = None,
+              factors: Sequence[float] | None = None,
+              kinds: Sequence[str] | None = None) -> CollectedWorkflow:
+    """Calls with the emulated body for every task of ``spec`` (same order, same hints).
+    ``shown``: the computes the scheduler is told (hints; default the spec's); ``factors``: run
+    time noise, an emulated run takes ``compute_gflop * factor`` (envs.runtime); ``kinds``."""
     calls: list[Call] = []
     for i, t in enumerate(spec.tasks):
-        prim = Primitive(emulated_body, t.compute_gflop, t.memory_gb, t.output_gb,
-                         t.name or f"t{i}")
+        prim = Primitive(emulated_body, t.compute_gflop if shown is None else shown[i],
+                         t.memory_gb, t.output_gb, t.name or f"t{i}")
+        prim.run_gflop = t.compute_gflop * (1.0 if factors is None else float(factors[i]))
+        if kinds is not None:
+            prim.kind = kinds[i]
+        elif t.kind:
+            prim.kind = t.kind
         calls.append(Call(prim, (i, *(calls[p] for p in t.parents)), {}))
     kids = spec.children()
     sinks = tuple(i for i, k in enumerate(kids) if not k)
