@@ -101,3 +101,21 @@ def test_marked_tasks_from_a_dag_file_are_the_only_ones_copied(tmp_path):
     assert copied and all(kinds[t] == ("llm", True) for t in copied)
     assert {k for k, h in kinds.values() if not h} == {"tool"}
     verify_trace(json.loads(json.dumps(e)) for e in events)
+
+
+def test_bench_runtime_runs_end_to_end(tmp_path, capsys):
+    import argparse
+
+    from scale_ray.bench import runtime as bench
+
+    p = argparse.ArgumentParser()
+    bench.add_arguments(p)
+    args = p.parse_args(["--parts", "noise", "hedge", "--servers", "8", "--episodes", "2",
+                         "--quantiles", "0.9", "--set", "workload.horizon_s=30",
+                         "--json", str(tmp_path / "r.json")])
+    assert bench.run(args) == 0
+    out = capsys.readouterr().out
+    assert "eft|sigma1.0" in out and "hedge q=0.9" in out and "extra work" in out
+    data = json.loads((tmp_path / "r.json").read_text())
+    hedged = [r for r in data["parts"]["hedge"] if "hedge" in r["setting"]]
+    assert hedged and "extra_server_s_frac" in hedged[0] and hedged[0]["paired"]["workflow"]
