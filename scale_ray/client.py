@@ -51,6 +51,22 @@ class WorkflowLost(RuntimeError):
     """The service replica that accepted the workflow is gone; it was not resumed."""
 
 
+class QuotaExceeded(RuntimeError):
+    """The service is at a cap on unfinished workflows or tasks (this tenant's or everyone's);
+    nothing was queued. Submit again after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float | None):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def job_tenant() -> str:
+    """The tenant of this Ray job on the service: ``job:<job id>``."""
+    import ray
+
+    return f"job:{ray.get_runtime_context().get_job_id()}"
+
+
 def _handle(app: str) -> Any:
     """The app's DeploymentHandle, cached per Ray connection (a handle of an earlier
     ``ray.init`` in this process would talk to a cluster that is gone)."""
@@ -108,8 +124,9 @@ class ServiceWorkflow:
     """A workflow submitted to the service: ``result()``, ``wait()``, ``status()``, ``cancel()``,
     ``response_s`` (the service's measure, submission to the last task's completion)."""
 
-    def __init__(self, app: str, accepted: dict, submit_latency_s: float):
+    def __init__(self, app: str, accepted: dict, submit_latency_s: float, tenant: str):
         self.app = app
+        self.tenant = tenant
         self.id: str = accepted["id"]
         self.name: str = accepted["name"]
         self.submit_latency_s = submit_latency_s
@@ -122,7 +139,8 @@ class ServiceWorkflow:
         deadline = time.monotonic() + attempts_s
         while True:
             try:
-                return getattr(_handle(self.app), method).remote(*args).result()
+                return getattr(_handle(self.app), method).remote(
+                    *args, tenant=self.tenant).result()
             except (rex.RayActorError, rex.ActorUnavailableError) as e:
                 if time.monotonic() > deadline:
                     raise WorkflowLost(f"workflow {self.id}: the scheduler service did not answer "
@@ -179,7 +197,7 @@ class ServiceWorkflow:
 
 
 def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
-           app: str = DEFAULT_APP, **kw_inputs: Any) -> ServiceWorkflow:
+           app: str = DEFAULT_APP, tenant: str | None = None, **kw_inputs: Any) -> ServiceWorkflow:
     """Submit a workflow to the scheduler service ``app``; returns once the service accepted it.
 
     ``workflow``: calls of ``@primitive`` functions; a Ray DAG (``@ray.remote`` functions'
@@ -189,25 +207,32 @@ def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
 
     Raises (nothing runs): ``WorkflowTypeError`` for anything else, ``WorkflowError`` for a bad
     DAG, ``Unschedulable`` when no server could run one of its tasks (its memory or Ray
-    options), ``NoServers`` when the service has no server at all."""
+    options), ``NoServers`` when the service has no server at all, :class:`QuotaExceeded` at a
+    cap. ``tenant``: whose workflow it is (default this Ray job's, :func:`job_tenant`); only
+    that tenant sees, waits for and cancels it."""
     t0 = time.perf_counter()
     wf = accept(workflow, inputs, kw_inputs, name)  # validated here first: errors name the call
     payload = _payload(wf)
-    accepted = _handle(app).submit.remote(payload, wf.spec.name).result()
+    tenant = tenant or job_tenant()
+    accepted = _handle(app).submit.remote(payload, wf.spec.name, tenant=tenant).result()
     if "refused" in accepted:  # the service's typed refusal, raised here as itself
-        raise _refusal(accepted["refused"], accepted["message"])
-    return ServiceWorkflow(app, accepted, time.perf_counter() - t0)
+        raise _refusal(accepted)
+    return ServiceWorkflow(app, accepted, time.perf_counter() - t0, tenant)
 
 
-def _refusal(kind: str, message: str) -> Exception:
+def _refusal(acc: dict) -> Exception:
+    kind, message = acc["refused"], acc["message"]
+    if kind == "quota":
+        return QuotaExceeded(message, acc.get("retry_after_s"))
     return {"no_servers": NoServers, "does_not_fit": Unschedulable}.get(kind, WorkflowError)(
         message)
 
 
-def cluster(app: str = DEFAULT_APP) -> dict:
-    """``GET /v1/cluster``: servers (busy, task), queue, policy, counters."""
-    return _handle(app).cluster.remote().result()
+def cluster(app: str = DEFAULT_APP, tenant: str | None = None) -> dict:
+    """``GET /v1/cluster`` as this job's tenant: servers (busy; the task for its own
+    workflows), queue, policy, counters."""
+    return _handle(app).cluster.remote(tenant=tenant or job_tenant()).result()
 
 
 __all__ = ["submit", "cluster", "ServiceWorkflow", "WorkflowLost", "WorkflowFailed", "NoServers",
-           "Unschedulable", "DEFAULT_APP"]
+           "Unschedulable", "QuotaExceeded", "job_tenant", "DEFAULT_APP"]

@@ -160,7 +160,11 @@ def parse_body(body: bytes, model: type[M], content_type: str | None = None) -> 
 
 # ------------------------------------------------------------------------------- handlers
 async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
-    return error(exc.status, exc.loc, exc.msg, exc.kind)
+    out = error(exc.status, exc.loc, exc.msg, exc.kind)
+    out.headers.update(exc.headers)
+    if exc.status == 401:
+        out.headers["WWW-Authenticate"] = "Bearer"
+    return out
 
 
 async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -13,13 +13,17 @@ them. Agents reach it two ways:
   DeploymentHandle; the job's own ``@primitive`` functions travel by value (cloudpickle) and run
   as Ray tasks placed by the service. No allow-list there: a Ray job can run any code anyway.
 
+Tenants (``serve_apps.tenants``): every request is a tenant's (a bearer token from the
+environment, or loopback-only without tokens; a handle call is its Ray job's); a tenant sees and
+cancels only its own workflows; quotas answer 429; submits, cancels and refusals are audited.
+
 The policy is hot-swappable (``user_config.policy``, as the placement app: loaded and tried off
 the event loop, a failed swap keeps the old policy and is reported in ``GET /v1/cluster``
 ``last_swap_error``). Autoscaler hints: ``live.autoscale_hints``.
 
 **A replica restart loses its in-flight workflows, loudly.** Workflow ids carry the replica's
 incarnation; the primitives it was running die with it (their server actors are its children).
-A later ``GET`` of such an id is a **410** saying the workflow was not resumed, and the Python
+A later ``GET`` of such an id (by its tenant) is a **410** saying the workflow was not resumed, and the Python
 client raises :class:`scale_ray.client.WorkflowLost`: resubmit. Workflows are never resumed
 (their inputs and partial results lived in the dead replica's object store).
 
@@ -32,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +60,7 @@ from . import errors
 from .decisions import RequestError, load, try_policy
 from .errors import DEFAULT_MAX_BODY_BYTES, parse_body
 from .placement import _dumps, _json, _resolved, builder_args
+from .tenants import IdSigner, Tenants, audit, load_tokens
 from .workflow_api import AllowList, WorkflowIn, jsonable, record, state, to_workflow
 
 log = logging.getLogger("ray.serve")
@@ -71,6 +77,16 @@ class SchedulerTuning:
                                                          doc="tasks per submitted workflow"))
     max_body_bytes: int = field(default=DEFAULT_MAX_BODY_BYTES, metadata=rng(
         ge=1024, le=1 << 30, doc="request body cap; a larger body is a 413"))
+    max_inflight_workflows: int = field(default=10_000, metadata=rng(
+        ge=1, le=10_000_000, doc="unfinished workflows of all tenants; past it a submit is a 429"))
+    max_inflight_per_tenant: int = field(default=1_000, metadata=rng(
+        ge=1, le=10_000_000, doc="unfinished workflows of one tenant; past it a 429"))
+    max_queued_tasks: int = field(default=200_000, metadata=rng(
+        ge=1, le=100_000_000, doc="tasks of unfinished workflows of all tenants; past it a 429"))
+    max_queued_tasks_per_tenant: int = field(default=50_000, metadata=rng(
+        ge=1, le=100_000_000, doc="tasks of unfinished workflows of one tenant; past it a 429"))
+    retry_after_s: int = field(default=5, metadata=rng(
+        ge=1, le=3600, doc="Retry-After of a 429"))
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,15 @@ api = FastAPI(title="SCALE scheduler service", version="1",
                           "body, 404 for an unknown id, 410 for a workflow lost with a restarted "
                           "replica.")
 errors.install(api)
+
+
+def refusal(e: WorkflowError) -> RequestError:
+    """A submit the scheduler refused, as HTTP: no server at all (``NoServers``) is a 503
+    ``no_servers``; a task no server could ever run (``Unschedulable``, any other
+    ``WorkflowError``) a 422 ``does_not_fit``."""
+    if isinstance(e, NoServers):
+        return RequestError(("body", "tasks"), str(e), "no_servers", status=503)
+    return RequestError(("body", "tasks"), str(e), "does_not_fit")
 
 
 class UnknownWorkflow(KeyError):
@@ -139,6 +164,11 @@ class SchedulerService:
         self._swap_lock = asyncio.Lock()
         self._trace_file = open(self.args.trace, "a", buffering=1) if self.args.trace else None
         self.workflows: dict[str, WorkflowHandle] = {}
+        self.owner: dict[str, str] = {}  # workflow id -> tenant
+        self.tenants = Tenants(load_tokens())
+        self.ids = IdSigner(self.incarnation)
+        self._load_lock = threading.Lock()  # in-flight counts (done callbacks: scheduler thread)
+        self._inflight: dict[str, list[int]] = {}  # tenant -> [workflows, tasks] unfinished
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="scheduler-io")
         self.sched = LiveScheduler(policy, self.env, self.args.live,
                                    trace=self._write_trace if self._trace_file else None).start()
@@ -200,37 +230,89 @@ class SchedulerService:
     async def _off_loop(self, fn: Callable, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    def _accept(self, wf: Any, name: str = "") -> dict:
+    def _tenant(self, request: Request) -> str:
+        """The request's tenant (serve_apps.tenants); a 401 / 403 otherwise."""
+        tenant, status, why = self.tenants.authenticate(request.headers.get("authorization"),
+                                                       request.client.host if request.client
+                                                       else None)
+        if tenant is None:
+            audit("refuse", "?", reason=why, client=request.client.host if request.client else "")
+            raise RequestError(("header", "authorization"), why,
+                               "unauthorized" if status == 401 else "forbidden", status=status)
+        return tenant
+
+    def _check_quota(self, tenant: str, tasks: int) -> None:
+        t = self.tuning
+        with self._load_lock:
+            mine = self._inflight.get(tenant, [0, 0])
+            total_w = sum(v[0] for v in self._inflight.values())
+            total_t = sum(v[1] for v in self._inflight.values())
+        for have, cap, what in ((mine[0] + 1, t.max_inflight_per_tenant,
+                                 "unfinished workflows of this tenant"),
+                                (mine[1] + tasks, t.max_queued_tasks_per_tenant,
+                                 "tasks of this tenant's unfinished workflows"),
+                                (total_w + 1, t.max_inflight_workflows,
+                                 "unfinished workflows of all tenants"),
+                                (total_t + tasks, t.max_queued_tasks,
+                                 "tasks of all unfinished workflows")):
+            if have > cap:
+                audit("refuse", tenant, reason=f"quota: {what}", tasks=tasks)
+                raise RequestError(("body", "tasks"), f"quota: {have} {what} would exceed the cap "
+                                   f"of {cap}; retry after {t.retry_after_s} s", "quota",
+                                   status=429, headers={"Retry-After": str(t.retry_after_s)})
+
+    def _accept(self, wf: Any, tenant: str, name: str = "") -> dict:
+        n = len(wf.calls)
+        self._check_quota(tenant, n)
         try:
             h = self.sched.submit(wf, name=name)
-        except NoServers as e:  # no server at all: nothing could run it now
-            raise RequestError(("body", "tasks"), str(e), "no_servers", status=503) from None
-        except WorkflowError as e:  # a task no server could ever run
-            raise RequestError(("body", "tasks"), str(e), "does_not_fit") from None
-        wid = f"{self.incarnation}-{h.id}"
+        except WorkflowError as e:
+            err = refusal(e)
+            audit("refuse", tenant, reason=err.kind)
+            raise err from None
+        wid = self.ids.new(tenant)
         self.workflows[wid] = h
-        if h.id % 100 == 99:
+        self.owner[wid] = tenant
+        with self._load_lock:
+            load = self._inflight.setdefault(tenant, [0, 0])
+            load[0] += 1
+            load[1] += n
+        h.add_done_callback(lambda _h: self._done(tenant, n))
+        audit("submit", tenant, wid, tasks=n, name=h.name)
+        if len(self.workflows) % 100 == 99:
             self._prune()
-        return {"id": wid, "name": h.name, "tasks": len(h.workflow.calls), "state": state(h)}
+        return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
+
+    def _done(self, tenant: str, tasks: int) -> None:
+        with self._load_lock:
+            load = self._inflight.get(tenant)
+            if load is not None:
+                load[0] -= 1
+                load[1] -= tasks
 
     def _prune(self) -> None:
         done = [k for k, h in self.workflows.items() if h.done()]
         extra = len(done) - self.tuning.retain_finished
         if extra > 0:
             old = [self.workflows.pop(k) for k in done[:extra]]
+            for k in done[:extra]:
+                self.owner.pop(k, None)
             self.sched.forget(old)
 
-    def _lookup(self, wid: str) -> WorkflowHandle:
+    def _lookup(self, wid: str, tenant: str) -> WorkflowHandle:
+        """The tenant's workflow ``wid``; 404 for any other id (another tenant's, malformed,
+        never issued, forgotten), 410 for its own from an earlier replica."""
         h = self.workflows.get(wid)
-        if h is not None:
+        if h is not None and self.owner.get(wid) == tenant:
             return h
-        inc, sep, n = wid.partition("-")
-        if sep and n.isdigit() and inc != self.incarnation:
+        if self.ids.check(wid, tenant) == "gone":
             raise UnknownWorkflow(
-                f"workflow {wid!r} was accepted by scheduler replica {inc}, which is gone (this "
-                f"is replica {self.incarnation}): it was not resumed; submit it again", gone=True)
-        raise UnknownWorkflow(f"no workflow {wid!r} (unknown, or finished and forgotten after "
-                              f"retain_finished={self.tuning.retain_finished})", gone=False)
+                f"workflow {wid!r} was accepted by an earlier scheduler replica, which is gone "
+                f"(this is replica {self.incarnation}): it was not resumed; submit it again",
+                gone=True)
+        raise UnknownWorkflow(f"no workflow {wid!r} of this tenant (unknown, or finished and "
+                              f"forgotten after retain_finished={self.tuning.retain_finished})",
+                              gone=False)
 
     async def _await_done(self, h: WorkflowHandle, timeout_s: float) -> bool:
         if h.done() or timeout_s <= 0:
@@ -251,8 +333,8 @@ class SchedulerService:
         vals = ray.get([h._refs[i] for i in h.workflow.outputs])
         return vals[0] if len(vals) == 1 else vals
 
-    async def _record(self, wid: str, wait_s: float, with_result: bool) -> dict:
-        h = self._lookup(wid)
+    async def _record(self, wid: str, tenant: str, wait_s: float, with_result: bool) -> dict:
+        h = self._lookup(wid, tenant)
         await self._await_done(h, wait_s)
         def make() -> dict:  # per-task lists: off the event loop for large workflows
             rec = record(wid, h, self.t0, self.sched.cfg.time_scale)
@@ -261,24 +343,40 @@ class SchedulerService:
             return rec
         return await self._off_loop(make)
 
-    async def _cluster(self) -> dict:
+    async def _cluster(self, tenant: str) -> dict:
         import ray
 
         snap = await asyncio.wrap_future(self.sched.snapshot())
         counts: dict[str, int] = {}
-        for h in list(self.workflows.values()):
+        others = 0
+        mine = {id(h) for k, h in list(self.workflows.items()) if self.owner.get(k) == tenant}
+        for k, h in list(self.workflows.items()):
+            if id(h) not in mine:
+                others += not h.done()
+                continue
             s = state(h)
             counts[s] = counts.get(s, 0) + 1
+        ids = {id(h): k for k, h in list(self.workflows.items()) if id(h) in mine}
+        handles = self.sched.handles()
+        for srv in snap["servers"]:  # another tenant's task shows as busy, nothing more
+            task = srv["task"]
+            if task is not None:
+                hid = task["workflow"]
+                h = next((x for x in handles if x.id == hid), None)
+                srv["task"] = ({"workflow": ids[id(h)], "task": task["task"], "name": task["name"]}
+                               if h is not None and id(h) in ids else {"tenant": "other"})
         return {**snap, "policy_spec": self.policy_spec, "swaps": self.swaps,
-                "last_swap_error": self.last_swap_error, "incarnation": self.incarnation,
+                "last_swap_error": self.last_swap_error, "tenant": tenant,
                 "scheduler_node": ray.get_runtime_context().get_node_id(),
                 "replica_actor": ray.get_runtime_context().get_actor_name(), "workflows": counts,
+                "other_tenants": {"unfinished_workflows": others},
                 "uptime_s": time.perf_counter() - self.t0}
 
     # ---------------------------------------------------------------- HTTP
     @api.post("/v1/workflows", status_code=201, summary="submit a workflow (a DAG)")
     @_resolved
     async def post_workflow(self, request: Request) -> Response:
+        tenant = self._tenant(request)
         body = await request.body()
         ct = request.headers.get("content-type")
         t = self.tuning
@@ -286,57 +384,64 @@ class SchedulerService:
         def parse() -> Any:
             return to_workflow(parse_body(body, WorkflowIn, ct), self.allow, t.max_tasks)
         wf = await self._off_loop(parse)
-        out = _respond(self._accept(wf))
+        out = _respond(self._accept(wf, tenant))
         out.status_code = 201
         return out
 
     @api.get("/v1/workflows/{wid}", summary="state, per-task node and times, result or error")
     @_resolved
-    async def get_workflow(self, wid: str, wait_s: float = 0.0) -> Response:
+    async def get_workflow(self, request: Request, wid: str, wait_s: float = 0.0) -> Response:
+        tenant = self._tenant(request)
         if not 0 <= wait_s <= 60:
             raise RequestError(("query", "wait_s"), f"must be in [0, 60], got {wait_s}")
-        return _respond(await self._record(wid, wait_s, True))
+        return _respond(await self._record(wid, tenant, wait_s, True))
 
     @api.delete("/v1/workflows/{wid}", summary="cancel a workflow")
     @_resolved
-    async def delete_workflow(self, wid: str) -> Response:
-        return _respond(await self.cancel(wid))
+    async def delete_workflow(self, request: Request, wid: str) -> Response:
+        return _respond(await self._cancel(wid, self._tenant(request)))
 
     @api.get("/v1/cluster", summary="servers, busy, queue, policy")
     @_resolved
-    async def get_cluster(self) -> Response:
-        return _respond(await self._cluster())
+    async def get_cluster(self, request: Request) -> Response:
+        return _respond(await self._cluster(self._tenant(request)))
 
     # ---------------------------------------------------------------- handle API
-    async def submit(self, payload: bytes, name: str = "") -> dict:
+    # (``tenant``: the calling Ray job's, ``job:<id>``, unless the client names one)
+    async def submit(self, payload: bytes, name: str = "", tenant: str = "job:?") -> dict:
         """``scale_ray.client.submit``: a cloudpickled Call / list of Calls / WorkflowSpec."""
         from ray import cloudpickle
 
         wf = await self._off_loop(lambda: as_collected(cloudpickle.loads(payload), name=name))
         try:
-            return self._accept(wf)
-        except RequestError as e:  # the client raises it as NoServers / Unschedulable
-            return {"refused": e.kind, "message": e.msg}
+            return self._accept(wf, tenant)
+        except RequestError as e:  # the client raises it as NoServers / Unschedulable / quota
+            return {"refused": e.kind, "message": e.msg,
+                    "retry_after_s": self.tuning.retry_after_s if e.status == 429 else None}
 
-    async def wait(self, wid: str, timeout_s: float) -> dict:
+    async def wait(self, wid: str, timeout_s: float, tenant: str = "job:?") -> dict:
         """The record once done or after ``timeout_s``; an unknown id is ``state`` ``lost``
         (its replica is gone) or ``unknown``."""
         try:
-            return await self._record(wid, timeout_s, False)
+            return await self._record(wid, tenant, timeout_s, False)
         except UnknownWorkflow as e:
             return {"id": wid, "state": "lost" if e.gone else "unknown", "error": e.msg}
 
-    async def values(self, wid: str) -> Any:
+    async def values(self, wid: str, tenant: str = "job:?") -> Any:
         """The output values (Python objects) of a completed workflow."""
-        return await self._off_loop(self._values, self._lookup(wid))
+        return await self._off_loop(self._values, self._lookup(wid, tenant))
 
-    async def cancel(self, wid: str) -> dict:
-        h = self._lookup(wid)
+    async def cancel(self, wid: str, tenant: str = "job:?") -> dict:
+        return await self._cancel(wid, tenant)
+
+    async def _cancel(self, wid: str, tenant: str) -> dict:
+        h = self._lookup(wid, tenant)
         was_running = await asyncio.wrap_future(self.sched.cancel(h))
+        audit("cancel", tenant, wid, was_running=bool(was_running))
         return {"id": wid, "cancelled": bool(was_running), "state": state(h)}
 
-    async def cluster(self) -> dict:
-        return await self._cluster()
+    async def cluster(self, tenant: str = "job:?") -> dict:
+        return await self._cluster(tenant)
 
 
 def application(args: Mapping[str, Any] | None = None, **deployment_options: Any) -> serve.Application:

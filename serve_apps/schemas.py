@@ -29,12 +29,13 @@ class RequestError(ValueError):
     servers...). ``loc`` is the field path, as in FastAPI's 422 answers."""
 
     def __init__(self, loc: Sequence[str | int], msg: str, kind: str = "value_error",
-                 status: int = 422):
+                 status: int = 422, headers: dict[str, str] | None = None):
         super().__init__(f"{'.'.join(map(str, loc))}: {msg}")
         self.loc = list(loc)
         self.msg = msg
         self.kind = kind
-        self.status = status  # 422, or 503 when the service cannot run anything now
+        self.status = status  # 422; 401/403 who asks, 429 a quota, 503 nothing can run now
+        self.headers = headers or {}
 
 
 class Server(BaseModel):

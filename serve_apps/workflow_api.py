@@ -70,9 +70,22 @@ class WorkflowIn(BaseModel):
     tasks: list[WorkflowTaskIn] = Field(min_length=1)
 
 
+# Modules whose functions turn request data (and parent values) into code or system access:
+# never allowed (a deploy naming one fails, naming the entry).
+GADGET_MODULES = frozenset({
+    "operator", "functools", "builtins", "os", "posix", "nt", "sys", "subprocess", "importlib",
+    "pickle", "cPickle", "_pickle", "marshal", "shelve", "ctypes", "code", "codeop", "runpy",
+    "pty", "shutil", "socket", "multiprocessing", "threading", "asyncio", "inspect", "types",
+    "gc", "pdb", "cloudpickle", "dill", "ray", "eval", "exec", "compileall", "platform",
+    "webbrowser", "tempfile", "pathlib", "io", "signal", "resource", "sysconfig", "site",
+    "ast", "dis", "imp", "zipimport", "pkgutil", "itertools", "copyreg", "weakref"})
+
+
 class AllowList:
     """The primitives HTTP clients may name (``module:function`` or ``module:*``), resolved on
-    first use; a name outside the list is never imported."""
+    first use; a name outside the list is never imported. Entries in :data:`GADGET_MODULES`
+    (or their submodules) are refused at deploy: with them, parent values and arguments chain
+    into arbitrary calls. What an allowed function must be safe against: docs/serving.md."""
 
     def __init__(self, entries: Sequence[str]):
         self.entries = tuple(entries)
@@ -80,6 +93,12 @@ class AllowList:
             mod, sep, fn = e.partition(":")
             if not sep or not mod or not fn:
                 raise ValueError(f"primitives[{i}]: {e!r} is not module:function or module:*")
+            top = mod.split(".")[0]
+            if top in GADGET_MODULES or mod in GADGET_MODULES or fn.startswith("_"):
+                raise ValueError(
+                    f"primitives[{i}]: {e!r} is refused: module {top!r} (or a private name) lets "
+                    f"request data become code or system access; allow functions of your own "
+                    f"module that take and return JSON values")
         self._cache: dict[str, Any] = {}
 
     def allowed(self, path: str) -> bool:
@@ -99,10 +118,53 @@ class AllowList:
                 raise RequestError(loc, f"{path!r} is allowed but cannot be imported on the "
                                         f"service: {type(e).__name__}: {e}", "import_error") from None
             fn_obj = obj.fn if isinstance(obj, Primitive) else obj
-            if not callable(fn_obj):
-                raise RequestError(loc, f"{path!r} is not callable", "not_callable")
-            self._cache[path] = fn_obj
+            if not callable(fn_obj) or isinstance(fn_obj, type):
+                raise RequestError(loc, f"{path!r} is not a function", "not_callable")
+            self._cache[path] = JsonOnly(fn_obj, path)  # one object per path: Ray caches by it
         return self._cache[path]
+
+
+class JsonOnly:
+    """An allowed primitive as HTTP-submitted workflows run it: its result must be a JSON value
+    (null, bool, int, finite float, str, and lists / string-keyed dicts of those), checked when
+    it returns, so no callable or other object can travel to the next task."""
+
+    def __init__(self, fn: Any, path: str):
+        self.fn, self.path = fn, path
+        self.__name__ = getattr(fn, "__name__", path)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        value = self.fn(*args, **kwargs)
+        bad = json_violation(value)
+        if bad is not None:
+            raise TypeError(f"{self.path} returned {bad}: HTTP-submitted primitives may only "
+                            f"return JSON values")
+        return value
+
+
+def json_violation(value: Any, depth: int = 0) -> str | None:
+    """What in ``value`` is not a JSON value (None when it all is)."""
+    if depth > 64:
+        return "a value nested deeper than 64 levels"
+    if value is None or isinstance(value, (bool, int, str)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"a non-finite float {value!r}"
+    if isinstance(value, list):
+        for v in value:
+            bad = json_violation(v, depth + 1)
+            if bad is not None:
+                return bad
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"a dict key of type {type(k).__name__}"
+            bad = json_violation(v, depth + 1)
+            if bad is not None:
+                return bad
+        return None
+    return f"a {type(value).__name__}"
 
 
 def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedWorkflow:

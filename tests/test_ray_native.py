@@ -254,25 +254,13 @@ def test_serve_maps_no_servers_to_503_and_unschedulable_to_422():
     import asyncio
 
     from serve_apps.errors import _request_error
-    from serve_apps.scheduler import SchedulerService
-    from serve_apps.schemas import RequestError
-
-    cls = SchedulerService.func_or_class
-
-    class Fake:
-        incarnation = "x"
-
-        class sched:
-            @staticmethod
-            def submit(wf, name=""):
-                raise wf
+    from serve_apps.scheduler import refusal
 
     for err, status, kind in [(NoServers("none"), 503, "no_servers"),
                               (Unschedulable("gpu"), 422, "does_not_fit")]:
-        with pytest.raises(RequestError) as e:
-            cls._accept(Fake(), err)
-        assert (e.value.status, e.value.kind) == (status, kind)
-        assert asyncio.run(_request_error(None, e.value)).status_code == status
+        e = refusal(err)
+        assert (e.status, e.kind, e.msg) == (status, kind, str(err))
+        assert asyncio.run(_request_error(None, e)).status_code == status
 
 
 # ------------------------------------------------------------------------------- live

@@ -43,18 +43,19 @@ def _parse(body: bytes, allow: AllowList | None = None, max_tasks: int = 100):
 
 # ------------------------------------------------------------------------------- documents
 def test_document_becomes_calls_with_args_and_parents_in_listed_order():
-    allow = AllowList(["operator:add", "builtins:*"])
+    allow = AllowList(["jsontools:add", "jsontools:*"])
     wf = _parse(_doc([
-        {"name": "sum", "compute_gflop": 1, "parents": ["b", "a"], "primitive": "builtins:max"},
-        {"name": "a", "compute_gflop": 2, "memory_gb": 3, "primitive": "operator:add",
+        {"name": "sum", "compute_gflop": 1, "parents": ["b", "a"], "primitive": "jsontools:biggest"},
+        {"name": "a", "compute_gflop": 2, "memory_gb": 3, "primitive": "jsontools:add",
          "args": [1, 2]},
-        {"name": "b", "compute_gflop": 2, "primitive": "builtins:pow", "args": [2],
+        {"name": "b", "compute_gflop": 2, "primitive": "jsontools:power", "args": [2],
          "kwargs": {"exp": 5}},
     ]), allow)
     names = [t.name for t in wf.spec.tasks]
     assert names.index("sum") == 2 and wf.outputs == (2,) and wf.expected is None
     by = {t.name: c for t, c in zip(wf.spec.tasks, wf.calls)}
     assert by["a"].primitive.fn(*by["a"].args) == 3 and by["a"].primitive.memory_gb == 3.0
+    assert by["a"].primitive.fn is allow.resolve("jsontools:add", ())  # one wrapper per path
     assert by["b"].kwargs == {"exp": 5}
     # parent values follow `parents` as listed: b first, then a
     assert by["sum"].args == (by["b"], by["a"])
@@ -279,8 +280,11 @@ def test_http_api(service):
         r = http.post("/v1/workflows", content=b"{", headers={"content-type": "application/json"})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][0] == "body"
         assert http.get("/v1/workflows/nope").status_code == 404
-        gone = http.get("/v1/workflows/0badc0de-3")
-        assert gone.status_code == 410 and "not resumed" in gone.json()["detail"][0]["msg"]
+        # a never-issued or malformed id is a 404 (a 410 only for this tenant's ids of an
+        # earlier replica: test_replica_restart_fails_in_flight_workflows_loudly)
+        assert http.get("/v1/workflows/0badc0de-3").status_code == 404
+        forged = f"{wid.rsplit('-', 1)[0]}-{'0' * 16}"  # a real id with a forged MAC
+        assert http.get(f"/v1/workflows/{forged}").status_code == 404
         assert http.get(f"/v1/workflows/{wid}", params={"wait_s": 99}).status_code == 422
         c = http.get("/v1/cluster").json()
         assert c["policy"] == "eft" and len(c["servers"]) >= 5
@@ -323,7 +327,7 @@ def test_replica_restart_fails_in_flight_workflows_loudly(service):
     with pytest.raises(client.WorkflowLost, match="not resumed"):
         h.result(timeout=120)
     after = client.cluster()
-    assert after["incarnation"] != before["incarnation"]
+    assert after["replica_actor"] != before["replica_actor"]  # a new replica (no incarnation shown)
     short = WorkflowSpec((TaskSpec(1.0, 1.0, 0.0, ()),), "short")
     assert client.submit(short).result(timeout=120) == 1
 
@@ -344,3 +348,53 @@ def test_client_submits_a_ray_dag_and_refuses_what_no_server_can_run(service):
     with pytest.raises(client.Unschedulable, match="GPU"):
         client.submit(inc.options(num_gpus=1).bind(1))  # refused at submit, nothing queued
     assert client.cluster()["ready_tasks"] == 0
+
+
+
+@pytest.mark.parametrize("entry", ["operator:*", "operator:attrgetter", "functools:partial",
+                                   "builtins:eval", "os.path:join", "subprocess:run",
+                                   "importlib:import_module", "pickle:loads", "ctypes:CDLL",
+                                   "jsontools:_private"])
+def test_gadget_modules_are_refused_at_deploy_naming_the_entry(entry):
+    with pytest.raises(ValueError, match=r"primitives\[1\].*refused"):
+        AllowList(["jsontools:add", entry])
+
+
+def test_values_between_http_primitives_must_be_json():
+    from serve_apps.workflow_api import json_violation
+
+    allow = AllowList(["jsontools:*"])
+    assert allow.resolve("jsontools:add", ())(1, 2) == 3
+    with pytest.raises(TypeError, match="jsontools:leak returned a object"):
+        allow.resolve("jsontools:leak", ())()
+    assert json_violation({"a": [1, 2.5, None, True, "x"]}) is None
+    for bad in (len, {1: 2}, float("nan"), (1, 2), b"x", {"a": [object()]}):
+        assert json_violation(bad) is not None
+
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_tenants_see_and_cancel_only_their_own_workflows(service):
+    import httpx
+
+    from scale_ray import client
+    from scale_ray.live.workflow import from_spec
+    from envs.workflow import TaskSpec, WorkflowSpec
+
+    spec = WorkflowSpec((TaskSpec(1.0, 1.0, 0.0, ()), TaskSpec(400.0, 1.0, 0.0, (0,))), "long")
+    mine = client.submit(from_spec(spec), tenant="job:alice")
+    assert len(mine.id.split("-")) == 3  # <incarnation>-<random>-<mac>
+    other = client.ServiceWorkflow(client.DEFAULT_APP, {"id": mine.id, "name": "long"}, 0.0,
+                                   "job:mallory")
+    with pytest.raises(KeyError, match="no workflow"):
+        other.status()  # another tenant's id is unknown to it
+    with pytest.raises(Exception, match="no workflow"):
+        other.cancel()
+    seen = client.cluster(tenant="job:mallory")
+    assert seen["workflows"] == {} and seen["other_tenants"]["unfinished_workflows"] >= 1
+    assert all(s["task"] is None or set(s["task"]) == {"tenant"} for s in seen["servers"])
+    with httpx.Client(base_url=service.url, timeout=60) as http:  # loopback: tenant "local"
+        assert http.get(f"/v1/workflows/{mine.id}").status_code == 404
+        assert http.delete(f"/v1/workflows/{mine.id}").status_code == 404
+    assert mine.cancel() is True  # its own tenant can
