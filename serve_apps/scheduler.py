@@ -41,6 +41,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from dataclasses import replace as dc_replace
 from typing import Any, Callable, Mapping
 
 from fastapi import FastAPI, Request
@@ -170,7 +171,11 @@ class SchedulerService:
         self._load_lock = threading.Lock()  # in-flight counts (done callbacks: scheduler thread)
         self._inflight: dict[str, list[int]] = {}  # tenant -> [workflows, tasks] unfinished
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="scheduler-io")
-        self.sched = LiveScheduler(policy, self.env, self.args.live,
+        # tenants share the servers fairly unless the config says otherwise
+        raw_live = (args.get("live") or {}) if isinstance(args, Mapping) else {}
+        live = self.args.live if "fair_share" in raw_live else dc_replace(self.args.live,
+                                                                          fair_share=True)
+        self.sched = LiveScheduler(policy, self.env, live,
                                    trace=self._write_trace if self._trace_file else None).start()
         self.t0 = self.sched._t0
         errors.LIMITS.max_body_bytes = self.tuning.max_body_bytes
@@ -265,7 +270,7 @@ class SchedulerService:
         n = len(wf.calls)
         self._check_quota(tenant, n)
         try:
-            h = self.sched.submit(wf, name=name)
+            h = self.sched.submit(wf, name=name, group=tenant)
         except WorkflowError as e:
             err = refusal(e)
             audit("refuse", tenant, reason=err.kind)

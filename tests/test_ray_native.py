@@ -328,3 +328,25 @@ def test_live_scheduler_runs_ray_dags_on_a_plain_cluster(plain_cluster):
     with LiveScheduler(get_policy("eft"), config={"servers": "scale"}) as sched:
         with pytest.raises(NoServers, match="scale_slot"):
             sched.submit(inc.bind(1))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_fair_share_lets_a_second_group_past_a_flood(plain_cluster):
+    from envs.workflow import TaskSpec, WorkflowSpec
+    from policies import get_policy
+    from scale_ray.live import LiveScheduler
+
+    one = WorkflowSpec((TaskSpec(1.0, 0.0, 0.0, ()),), "one")
+    for fair in (True, False):
+        with LiveScheduler(get_policy("eft"), config={"fair_share": fair,
+                                                      "time_scale": 0.2}) as sched:
+            flood = [sched.submit(one, group="a") for _ in range(24)]
+            late = sched.submit(one, group="b")
+            assert sched.drain(timeout=120)
+            ends = sorted(h.finished_wall for h in flood)
+            before = sum(1 for t in ends if t < late.finished_wall)
+            if fair:  # b's workflow starts with the next free server, ahead of a's backlog
+                assert before <= 6, before
+            else:  # oldest first: it waits for the whole flood
+                assert before >= 20, before

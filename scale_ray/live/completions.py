@@ -111,7 +111,7 @@ class Completions:
         for tk in wf.tasks:
             if tk.state == DONE:
                 continue
-            tk.key = orders.task_key(self.order, tk.rank, wf.arrival_wall, wf.wid, level)
+            tk.key = self._key(self.order, tk.rank, wf.arrival_wall, wf)
             if tk.state == READY:
                 self.placement.queue.push(tk.key, tk.gid, tk)
 

@@ -62,6 +62,9 @@ class LiveConfig:
     workload_scale: float | None = field(default=None, metadata=rng(
         gt=0, le=1e6, doc="features.workload_scale of the workload (mean task compute / 4 GFLOP; "
                           "docs/workloads.md); none: the policy's own"))
+    fair_share: bool = field(default=False, metadata=rng(
+        doc="order ready tasks by their group's fair-share start tag first (start-time fair "
+            "queuing per submit(group=...): the scheduler service's tenants), then mdp.order"))
     estimator: Literal["off", "online"] = field(default="off", metadata=rng(
         doc="online: learn run times per (primitive kind, node tier) from completions "
             "(envs.estimator): the policy sees the estimates instead of the declared "

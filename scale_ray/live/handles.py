@@ -44,6 +44,7 @@ class WorkflowHandle:
         self._cb_lock = threading.Lock()
         self._callbacks: list[Callable[[WorkflowHandle], None]] = []
         self._record: Any = None  # the scheduler's record of it (scale_ray.live.tasks._Workflow)
+        self.group = ""  # whose it is, for the fair share (LiveScheduler.submit(group=...))
 
     # -- set by the scheduler thread
     def _task_done(self, i: int, ref: Any, node: str, now: float) -> None:

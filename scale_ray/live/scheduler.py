@@ -54,6 +54,7 @@ from policies.lookahead import has_state_protocol
 from .completions import Completions
 from .config import LiveConfig, NoServers, Unschedulable
 from .executors import _RemoteCache
+from .fairshare import FairShare
 from .handles import WorkflowHandle, _drain, summarize
 from .hints import AutoscaleHints
 from .nodes import NodeSet, _Server
@@ -121,6 +122,9 @@ class LiveScheduler(Completions):
             est = self.estimator
             self.placement.shown = lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)
         self.node_tasks: dict[str, int] = {}
+        # a fair share between submit(group=...) groups (LiveConfig.fair_share)
+        self._fair = FairShare() if self.cfg.fair_share else None
+        self._fair_done: queue.SimpleQueue = queue.SimpleQueue()
 
     def _bind_policy(self, policy: Policy) -> None:
         # the ready-task order (envs.order): the config's, else what the policy needs, else the
@@ -187,7 +191,8 @@ class LiveScheduler(Completions):
 
     # ------------------------------------------------------------------ public API
     def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow | Any,
-               *inputs: Any, name: str = "", **kw_inputs: Any) -> WorkflowHandle:
+               *inputs: Any, name: str = "", group: str | None = None,
+               **kw_inputs: Any) -> WorkflowHandle:
         """Validate ``workflow`` and queue it; returns its handle at once.
 
         ``workflow``: calls of primitives, a Ray DAG (``@ray.remote`` functions' ``.bind()``;
@@ -209,6 +214,7 @@ class LiveScheduler(Completions):
         with self._lock:
             wid = len(self._handles)
             h = WorkflowHandle(wid, wf, time.perf_counter())
+            h.group = group or ""
             self._handles.append(h)
         self._inbox.put(h)
         return h
@@ -376,11 +382,14 @@ class LiveScheduler(Completions):
         wf.level = orders.initial_level(
             order, h.submitted_wall, orders.critical_path_s(gflop, kids, max(computes)) * ts,
             sum(gflop) / mean_c * ts, self.env.mdp.edf_factor)
+        if self._fair is not None:  # the group's start tag first (scale_ray.live.fairshare)
+            wf.share = self._fair.admit(h.group, wf.wid, sum(gflop) / mean_c)
+            h.add_done_callback(lambda _h, wid=wf.wid: self._fair_done.put(wid))
         for i, call in enumerate(h.workflow.calls):
             t = _Task(self._next_gid, i, wf, call)
             self._next_gid += 1
             t.rank = ranks[i]
-            t.key = orders.task_key(order, ranks[i], h.submitted_wall, wf.wid, wf.level)
+            t.key = self._key(order, ranks[i], h.submitted_wall, wf)
             t.parents = [wf.tasks[p] for p in spec.tasks[i].parents]
             t.waiting_for = {p.idx for p in t.parents}
             for p in t.parents:
@@ -395,6 +404,16 @@ class LiveScheduler(Completions):
         for t in wf.tasks:
             if not t.waiting_for:
                 self.placement.push(t)
+
+    def _key(self, order: str, rank: float, submitted: float, wf: _Workflow) -> tuple:
+        """A task's ready-queue key: the order's (``envs.order``), behind its workflow's fair
+        share start tag when ``fair_share`` is on."""
+        key = orders.task_key(order, rank, submitted, wf.wid, wf.level)
+        if self._fair is None:
+            return key
+        while not self._fair_done.empty():
+            self._fair.finished(self._fair_done.get_nowait())
+        return (wf.share, *key)
 
     def _snapshot(self) -> dict[str, Any]:
         q = self.placement.queue

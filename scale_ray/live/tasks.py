@@ -54,7 +54,7 @@ class _Task:
 
 
 class _Workflow:
-    __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall", "wid", "level")
+    __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall", "wid", "level", "share")
 
     def __init__(self, handle: WorkflowHandle, arrival_wall: float):
         self.handle = handle
@@ -64,3 +64,4 @@ class _Workflow:
         self.arrival_wall = arrival_wall
         self.wid = 0  # admission number (the order's tie breaker)
         self.level = 0.0  # its order level (envs.order: deadline, work left, attained service)
+        self.share = 0.0  # its fair-share start tag (scale_ray.live.fairshare)
