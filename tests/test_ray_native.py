@@ -147,10 +147,7 @@ def test_anything_else_is_a_type_error_naming_what_is_accepted(thing, what):
     assert "accepted" in str(e.value) and isinstance(e.value, WorkflowError)
 
 
-def test_an_object_ref_argument_is_passed_as_is():
-    ref = ray.ObjectRef.nil()
-    wf = as_collected(inc.bind(ref))
-    assert wf.calls[0].args == (ref,)
+# (an ObjectRef argument: the slow test below passes ray.put(41) and gets 42)
 
 
 # ------------------------------------------------------------------------------- discovery
