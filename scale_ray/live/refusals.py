@@ -1,11 +1,45 @@
-"""Why a workflow is refused at submit: the messages of ``NoServers`` and ``Unschedulable``
-(``scale_ray.live.config``), saying what is missing and how to add it."""
+"""Why a workflow is refused at submit (``LiveScheduler.submit``): :func:`check_fits` raises
+``NoServers`` / ``Unschedulable`` (``scale_ray.live.config``) with messages that say what is
+missing and how to add it."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
-__all__ = ["covers", "no_servers_message", "unmet_message"]
+from .config import LiveConfig, NoServers, Unschedulable
+
+__all__ = ["check_fits", "covers", "no_servers_message", "unmet_message"]
+
+
+def check_fits(wf: Any, alive: Sequence[Any], tiers: Sequence[Any], cfg: LiveConfig,
+               source: str | None) -> None:
+    """Refuse a workflow no server could ever run (nothing queued): no server at all
+    (:class:`NoServers`), or a task whose memory or Ray demands no server covers
+    (:class:`Unschedulable`). With ``autoscale_hints`` a configured tier may still come for
+    memory, and nodes for demands, so only memory above every tier is refused. ``source``: where
+    the servers come from (``scale`` / ``ray``, ``scale_ray.live.discovery``)."""
+    hints = cfg.autoscale_hints
+    name = wf.spec.name
+    if not alive and not hints:
+        raise NoServers(no_servers_message(name, cfg.servers))
+    tier_max = max((t.memory_gb for t in tiers), default=math.inf)
+    live_max = max((s.node.memory_gb for s in alive), default=0.0)
+    limit = tier_max if hints else min(tier_max, live_max)
+    if not hints and source == "ray":
+        limit = live_max  # plain Ray nodes: the configured tiers are not this cluster's
+    for i, call in enumerate(wf.calls):
+        prim = call.primitive
+        if prim.memory_gb > limit:
+            raise Unschedulable(
+                f"workflow {name!r}: task {i} ({prim.name!r}) needs memory_gb="
+                f"{prim.memory_gb:g}, which fits no node (largest live server: {live_max:g} "
+                f"GB, largest configured tier: {tier_max:g} GB); add a node with more memory "
+                f"or lower the task's memory")
+        if prim.demands and not hints and not any(
+                covers(s.node.caps, prim.demands) and s.node.memory_gb >= prim.memory_gb
+                for s in alive):
+            raise Unschedulable(unmet_message(name, i, prim.name, prim.demands, alive))
 
 
 def covers(caps: Sequence[tuple[str, float]], demands: Sequence[tuple[str, float]]) -> bool:

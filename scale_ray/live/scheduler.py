@@ -33,7 +33,6 @@ response times without suffix are wall-clock seconds measured by the driver.
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import threading
 import time
@@ -52,13 +51,13 @@ from policies.guard import guard_summary, make_guard
 from policies.lookahead import has_state_protocol
 
 from .completions import Completions
-from .config import LiveConfig, NoServers, Unschedulable
+from .config import LiveConfig
 from .executors import _RemoteCache
 from .fairshare import FairShare
 from .handles import WorkflowHandle, _drain, summarize
 from .hints import AutoscaleHints
 from .nodes import NodeSet, _Server
-from .refusals import covers, no_servers_message, unmet_message
+from .refusals import check_fits
 from .placement import LivePlacement
 from .planning import LivePlanner
 from .tasks import READY, RUNNING, _Task, _Workflow
@@ -281,32 +280,8 @@ class LiveScheduler(Completions):
 
     # ------------------------------------------------------------------ validation
     def _check_fits(self, wf: CollectedWorkflow) -> None:
-        """Refuse a workflow no server could ever run (nothing queued): no server at all
-        (:class:`NoServers`), or a task whose memory or Ray demands no server covers
-        (:class:`Unschedulable`). With ``autoscale_hints`` a configured tier may still come for
-        memory, and nodes for demands, so only memory above every tier is refused."""
-        alive = self._alive  # the scheduler thread's latest list (replaced, never mutated)
-        hints = self.cfg.autoscale_hints
-        name = wf.spec.name
-        if not alive and not hints:
-            raise NoServers(no_servers_message(name, self.cfg.servers))
-        tier_max = max((t.memory_gb for t in self._tiers), default=math.inf)
-        live_max = max((s.node.memory_gb for s in alive), default=0.0)
-        limit = tier_max if hints else min(tier_max, live_max)
-        if not hints and self._nodes.source == "ray":
-            limit = live_max  # plain Ray nodes: the configured tiers are not this cluster's
-        for i, call in enumerate(wf.calls):
-            prim = call.primitive
-            if prim.memory_gb > limit:
-                raise Unschedulable(
-                    f"workflow {name!r}: task {i} ({prim.name!r}) needs memory_gb="
-                    f"{prim.memory_gb:g}, which fits no node (largest live server: {live_max:g} "
-                    f"GB, largest configured tier: {tier_max:g} GB); add a node with more memory "
-                    f"or lower the task's memory")
-            if prim.demands and not hints and not any(
-                    covers(s.node.caps, prim.demands) and s.node.memory_gb >= prim.memory_gb
-                    for s in alive):
-                raise Unschedulable(unmet_message(name, i, prim.name, prim.demands, alive))
+        """Refuse a workflow no server could ever run (``refusals.check_fits``)."""
+        check_fits(wf, self._alive, self._tiers, self.cfg, self._nodes.source)
 
     # ------------------------------------------------------------------ loop
     def _now_model(self) -> float:
