@@ -172,15 +172,29 @@ class ServiceWorkflow:
         return True
 
     def result(self, timeout: float | None = None) -> Any:
-        """The output's value (a list for several outputs); raises :class:`WorkflowFailed`
-        (cancelled or failed), :class:`WorkflowLost`, or ``TimeoutError``."""
+        """The output's value (a list for several outputs); raises the primitive's own exception
+        when one raised (as its type, chained from :class:`WorkflowFailed`), else
+        :class:`WorkflowFailed` (cancelled), :class:`WorkflowLost`, or ``TimeoutError``."""
         if not self.wait(timeout):
             raise TimeoutError(f"workflow {self.id} ({self.name!r}) not done after {timeout} s")
         rec = self._record
         if rec["state"] != "completed":
-            raise WorkflowFailed(f"workflow {self.id} ({self.name!r}) {rec['state']}: "
-                                 f"{rec['error']}")
+            failed = WorkflowFailed(f"workflow {self.id} ({self.name!r}) {rec['state']}: "
+                                    f"{rec['error']}")
+            cause = self._exception() if rec["state"] == "failed" else None
+            if cause is not None:  # the primitive's own exception, as its own type
+                raise cause from failed
+            raise failed
         return self._call("values", self.id)
+
+    def _exception(self) -> BaseException | None:
+        from ray import cloudpickle
+
+        try:
+            blob = self._call("exception", self.id)
+            return cloudpickle.loads(blob) if blob else None
+        except Exception:  # noqa: BLE001 - not importable here, or the replica is gone: the text
+            return None
 
     @property
     def response_s(self) -> float | None:

@@ -62,7 +62,8 @@ from .decisions import RequestError, load, try_policy
 from .errors import DEFAULT_MAX_BODY_BYTES, parse_body
 from .placement import _dumps, _json, _resolved, builder_args
 from .tenants import IdSigner, Tenants, audit, load_tokens
-from .workflow_api import AllowList, WorkflowIn, jsonable, record, state, to_workflow
+from .workflow_api import (AllowList, WorkflowIn, jsonable, record, root_cause, state,
+                           to_workflow)
 
 log = logging.getLogger("ray.serve")
 
@@ -435,6 +436,19 @@ class SchedulerService:
     async def values(self, wid: str, tenant: str = "job:?") -> Any:
         """The output values (Python objects) of a completed workflow."""
         return await self._off_loop(self._values, self._lookup(wid, tenant))
+
+    async def exception(self, wid: str, tenant: str = "job:?") -> bytes | None:
+        """The failed workflow's root-cause exception, cloudpickled (None when it did not fail
+        or the exception does not pickle): the Python client raises it as its own type."""
+        from ray import cloudpickle
+
+        h = self._lookup(wid, tenant)
+        if h.error is None:
+            return None
+        try:
+            return cloudpickle.dumps(root_cause(h.error))
+        except Exception:  # noqa: BLE001 - an unpicklable exception: the client gets the text
+            return None
 
     async def cancel(self, wid: str, tenant: str = "job:?") -> dict:
         return await self._cancel(wid, tenant)

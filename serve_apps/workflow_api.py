@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 from typing import Annotated, Any, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -223,6 +224,32 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_ADDR = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b")
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.\-]+){2,}/?")
+_HEXID = re.compile(r"\b[0-9a-f]{24,}\b")
+_PID = re.compile(r"\bpid=\d+")
+
+
+def root_cause(err: BaseException) -> BaseException:
+    """The primitive's own exception inside Ray's wrappers (``RayTaskError.cause``)."""
+    seen = 0
+    while seen < 8 and getattr(err, "cause", None) is not None and err.cause is not err:
+        err, seen = err.cause, seen + 1
+    return err
+
+
+def clean_error(err: BaseException) -> str:
+    """``Type: message`` of the root cause, one line, without ANSI codes, paths, addresses,
+    PIDs or Ray ids: what HTTP clients see of a failed workflow."""
+    cause = root_cause(err)
+    text = _ANSI.sub("", str(cause)).strip().splitlines()
+    line = text[-1] if text and type(cause) is not type(err) else (text[0] if text else "")
+    for pat, sub in ((_ADDR, "<addr>"), (_PATH, "<path>"), (_HEXID, "<id>"), (_PID, "pid=<pid>")):
+        line = pat.sub(sub, line)
+    return f"{type(cause).__name__}: {line[:500]}"
+
+
 def record(wid: str, h: WorkflowHandle, t0: float, time_scale: float) -> dict[str, Any]:
     """``GET /v1/workflows/{id}`` without the result: state, per-task node and times (wall s
     since the service started, and since the submission), the error."""
@@ -233,7 +260,7 @@ def record(wid: str, h: WorkflowHandle, t0: float, time_scale: float) -> dict[st
         "submitted_s": h.submitted_wall - t0,
         "finished_s": None if h.finished_wall is None else h.finished_wall - t0,
         "response_s": h.response_s,
-        "error": None if h.error is None else f"{type(h.error).__name__}: {h.error}",
+        "error": None if h.error is None else clean_error(h.error),
         "tasks": [{"name": t.name or f"t{i}", "node": h.task_nodes[i],
                    "finished_s": None if fin[i] is None else fin[i] - t0,
                    "response_s": None if fin[i] is None else fin[i] - h.submitted_wall,

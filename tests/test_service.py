@@ -398,3 +398,36 @@ def test_tenants_see_and_cancel_only_their_own_workflows(service):
         assert http.get(f"/v1/workflows/{mine.id}").status_code == 404
         assert http.delete(f"/v1/workflows/{mine.id}").status_code == 404
     assert mine.cancel() is True  # its own tenant can
+
+
+def test_http_errors_are_plain_and_say_only_what_failed():
+    from serve_apps.workflow_api import clean_error
+
+    class Wrapped(Exception):
+        pass
+
+    outer = Wrapped("\x1b[36mray::f()\x1b[39m (pid=1234, ip=10.0.0.5, actor_id=" + "ab" * 16
+                    + ")\n  File \"/home/u/agent.py\", line 3\nValueError: no key in /etc/app.cfg")
+    outer.cause = ValueError("no key in /etc/app.cfg at 10.1.2.3:6379")
+    assert clean_error(outer) == "ValueError: no key in <path> at <addr>"
+    assert clean_error(KeyError("k")) == "KeyError: 'k'"
+    assert "\x1b" not in clean_error(RuntimeError("\x1b[31mred\x1b[0m pid=77"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_primitives_exception_reaches_the_client_as_its_type(service):
+    from scale_ray import client
+
+    class QuotaOfMyApi(LookupError):
+        pass
+
+    @primitive(compute_gflop=1.0)
+    def boom(x):
+        raise QuotaOfMyApi(f"api quota exhausted for {x}")
+
+    h = client.submit(boom.bind("k1"))
+    with pytest.raises(QuotaOfMyApi, match="api quota exhausted for k1"):
+        h.result(timeout=60)
+    err = h.status()["error"]  # what GET /v1/workflows/{id} answers: plain, one line
+    assert err == "QuotaOfMyApi: api quota exhausted for k1", err
