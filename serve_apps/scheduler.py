@@ -75,6 +75,9 @@ class SchedulerTuning:
         doc="swap to this heuristic name / shipped artifact / artifact dir; none: keep the current"))
     retain_finished: int = field(default=10_000, metadata=rng(
         ge=1, le=10_000_000, doc="finished workflows kept for GET (oldest forgotten first)"))
+    result_ttl_s: float = field(default=3600.0, metadata=rng(
+        gt=0, le=1e7, doc="a completed workflow's result is released this long after it "
+                          "finished (GET then says result_expired); its record stays"))
     max_tasks: int = field(default=10_000, metadata=rng(ge=1, le=1_000_000,
                                                          doc="tasks per submitted workflow"))
     max_body_bytes: int = field(default=DEFAULT_MAX_BODY_BYTES, metadata=rng(
@@ -283,13 +286,18 @@ class SchedulerService:
             load = self._inflight.setdefault(tenant, [0, 0])
             load[0] += 1
             load[1] += n
-        h.add_done_callback(lambda _h: self._done(tenant, n))
+        h.add_done_callback(lambda _h: self._done(tenant, n, _h))
         audit("submit", tenant, wid, tasks=n, name=h.name)
         if len(self.workflows) % 100 == 99:
             self._prune()
         return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
 
-    def _done(self, tenant: str, tasks: int) -> None:
+    def _done(self, tenant: str, tasks: int, h: WorkflowHandle) -> None:
+        # only the outputs' results are kept (GET returns those): the others are released now
+        keep = set(h.workflow.outputs)
+        for i in range(len(h._refs)):
+            if i not in keep:
+                h._refs[i] = None
         with self._load_lock:
             load = self._inflight.get(tenant)
             if load is not None:
@@ -297,6 +305,11 @@ class SchedulerService:
                 load[1] -= tasks
 
     def _prune(self) -> None:
+        now = time.perf_counter()
+        ttl = self.tuning.result_ttl_s
+        for h in self.workflows.values():  # results past their TTL are released
+            if h.done() and h.finished_wall is not None and now - h.finished_wall > ttl:
+                h._refs = [None] * len(h._refs)
         done = [k for k, h in self.workflows.items() if h.done()]
         extra = len(done) - self.tuning.retain_finished
         if extra > 0:
@@ -336,7 +349,11 @@ class SchedulerService:
     def _values(self, h: WorkflowHandle) -> Any:
         import ray
 
-        vals = ray.get([h._refs[i] for i in h.workflow.outputs])
+        refs = [h._refs[i] for i in h.workflow.outputs]
+        if any(r is None for r in refs):
+            raise UnknownWorkflow(f"the result of workflow {h.name!r} expired (result_ttl_s="
+                                  f"{self.tuning.result_ttl_s:g} s after it finished)", gone=True)
+        vals = ray.get(refs)
         return vals[0] if len(vals) == 1 else vals
 
     async def _record(self, wid: str, tenant: str, wait_s: float, with_result: bool) -> dict:
@@ -345,7 +362,10 @@ class SchedulerService:
         def make() -> dict:  # per-task lists: off the event loop for large workflows
             rec = record(wid, h, self.t0, self.sched.cfg.time_scale)
             if with_result and rec["state"] == "completed":
-                rec["result"] = jsonable(self._values(h))
+                if any(h._refs[i] is None for i in h.workflow.outputs):
+                    rec["result"], rec["result_expired"] = None, True
+                else:
+                    rec["result"] = jsonable(self._values(h))
             return rec
         return await self._off_loop(make)
 

@@ -105,3 +105,27 @@ def test_fair_share_puts_a_new_tenant_ahead_of_a_flood():
     assert FairShare().admit("x", 0, 5.0) == 0.0
     one = FairShare()  # one group: tags grow with arrival (plain order)
     assert [one.admit("", i, 1.0) for i in range(3)] == [0.0, 1.0, 2.0]
+
+
+def test_finished_workflows_keep_only_their_outputs_and_expire():
+    import time as _time
+
+    class H:
+        def __init__(self):
+            self._refs = ["r0", "r1", "r2"]
+            self.workflow = type("W", (), {"outputs": (2,)})()
+            self.finished_wall = _time.perf_counter() - 10.0
+
+        def done(self):
+            return True
+
+    svc = _service({}, result_ttl_s=5.0, retain_finished=100)
+    svc.workflows, svc.owner = {}, {}
+    svc.sched = type("S", (), {"forget": lambda self, hs: None})()
+    h = H()
+    svc._inflight = {"t": [1, 3]}
+    svc._done("t", 3, h)
+    assert h._refs == [None, None, "r2"] and svc._inflight["t"] == [0, 0]
+    svc.workflows["x"] = h
+    svc._prune()  # finished 10 s ago, TTL 5 s: its result is released, its record stays
+    assert h._refs == [None, None, None] and "x" in svc.workflows
