@@ -40,7 +40,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from dataclasses import replace as dc_replace
 from typing import Any, Callable, Mapping
 
@@ -48,71 +48,24 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from ray import serve
 
-from envs.config import ConfigError, build, rng
+from envs.config import ConfigError, build
 from envs.config_files import load_env
 from envs.workflow import WorkflowError
-from policies import default_policy
-from scale_ray.live import LiveConfig, LiveScheduler
+from scale_ray.live import LiveScheduler
 from scale_ray.live.handles import WorkflowHandle
 from scale_ray.live.config import NoServers
 from scale_ray.live.raydag import as_collected
 
 from . import errors
 from .decisions import RequestError, load, try_policy
-from .errors import DEFAULT_MAX_BODY_BYTES, parse_body
-from .placement import _dumps, _json, _resolved, builder_args
+from .errors import parse_body
+from .placement import _dumps, _json, _resolved
+from .scheduler_config import SchedulerArgs, SchedulerTuning, parse_args
 from .tenants import IdSigner, Tenants, audit, load_tokens
 from .workflow_api import (AllowList, WorkflowIn, jsonable, record, root_cause, state,
                            to_workflow)
 
 log = logging.getLogger("ray.serve")
-
-
-@dataclass(frozen=True)
-class SchedulerTuning:
-    """Run-time settings (the deployment's ``user_config``; changing them restarts nothing)."""
-    policy: str | None = field(default=None, metadata=rng(
-        doc="swap to this heuristic name / shipped artifact / artifact dir; none: keep the current"))
-    retain_finished: int = field(default=10_000, metadata=rng(
-        ge=1, le=10_000_000, doc="finished workflows kept for GET (oldest forgotten first)"))
-    result_ttl_s: float = field(default=3600.0, metadata=rng(
-        gt=0, le=1e7, doc="a completed workflow's result is released this long after it "
-                          "finished (GET then says result_expired); its record stays"))
-    max_tasks: int = field(default=10_000, metadata=rng(ge=1, le=1_000_000,
-                                                         doc="tasks per submitted workflow"))
-    max_body_bytes: int = field(default=DEFAULT_MAX_BODY_BYTES, metadata=rng(
-        ge=1024, le=1 << 30, doc="request body cap; a larger body is a 413"))
-    max_inflight_workflows: int = field(default=10_000, metadata=rng(
-        ge=1, le=10_000_000, doc="unfinished workflows of all tenants; past it a submit is a 429"))
-    max_inflight_per_tenant: int = field(default=1_000, metadata=rng(
-        ge=1, le=10_000_000, doc="unfinished workflows of one tenant; past it a 429"))
-    max_queued_tasks: int = field(default=200_000, metadata=rng(
-        ge=1, le=100_000_000, doc="tasks of unfinished workflows of all tenants; past it a 429"))
-    max_queued_tasks_per_tenant: int = field(default=50_000, metadata=rng(
-        ge=1, le=100_000_000, doc="tasks of unfinished workflows of one tenant; past it a 429"))
-    retry_after_s: int = field(default=5, metadata=rng(
-        ge=1, le=3600, doc="Retry-After of a 429"))
-
-
-@dataclass(frozen=True)
-class SchedulerArgs:
-    """Application arguments (``args:`` in configs/serve/scheduler.yaml)."""
-    policy: str = field(default_factory=default_policy, metadata=rng(
-        doc="heuristic name, shipped artifact name or artifact directory"))
-    env_config: str | None = field(default=None, metadata=rng(
-        doc="env YAML: tiers (trace header), bandwidth, latency, encoder settings"))
-    live: LiveConfig = field(default_factory=LiveConfig, metadata=rng(
-        doc="the live scheduler's settings (scale_ray.live.LiveConfig)"))
-    primitives: tuple[str, ...] = field(default=(), metadata=rng(
-        doc="module:function (or module:*) HTTP clients may name; empty: emulated tasks only"))
-    trace: str | None = field(default=None, metadata=rng(
-        doc="append the JSONL trace (scale-ray gantt reads it) to this file on the replica's node"))
-    tuning: SchedulerTuning = SchedulerTuning()
-
-
-def parse_args(args: Mapping[str, Any] | None) -> SchedulerArgs:
-    """Validate builder args (``serve_apps.placement.builder_args``)."""
-    return builder_args(SchedulerArgs, args, ("policy", "env_config", "trace"))
 
 
 api = FastAPI(title="SCALE scheduler service", version="1",

@@ -1,0 +1,64 @@
+"""The scheduler service's settings: :class:`SchedulerArgs` (``args:`` in
+configs/serve/scheduler.yaml, fixed for a replica's life) and :class:`SchedulerTuning`
+(``user_config``: policy swaps, retention, quotas; applied without a restart)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from envs.config import rng
+from policies import default_policy
+from scale_ray.live import LiveConfig
+
+from .errors import DEFAULT_MAX_BODY_BYTES
+from .placement import builder_args
+
+__all__ = ["SchedulerTuning", "SchedulerArgs", "parse_args"]
+
+
+@dataclass(frozen=True)
+class SchedulerTuning:
+    """Run-time settings (the deployment's ``user_config``; changing them restarts nothing)."""
+    policy: str | None = field(default=None, metadata=rng(
+        doc="swap to this heuristic name / shipped artifact / artifact dir; none: keep the current"))
+    retain_finished: int = field(default=10_000, metadata=rng(
+        ge=1, le=10_000_000, doc="finished workflows kept for GET (oldest forgotten first)"))
+    result_ttl_s: float = field(default=3600.0, metadata=rng(
+        gt=0, le=1e7, doc="a completed workflow's result is released this long after it "
+                          "finished (GET then says result_expired); its record stays"))
+    max_tasks: int = field(default=10_000, metadata=rng(ge=1, le=1_000_000,
+                                                         doc="tasks per submitted workflow"))
+    max_body_bytes: int = field(default=DEFAULT_MAX_BODY_BYTES, metadata=rng(
+        ge=1024, le=1 << 30, doc="request body cap; a larger body is a 413"))
+    max_inflight_workflows: int = field(default=10_000, metadata=rng(
+        ge=1, le=10_000_000, doc="unfinished workflows of all tenants; past it a submit is a 429"))
+    max_inflight_per_tenant: int = field(default=1_000, metadata=rng(
+        ge=1, le=10_000_000, doc="unfinished workflows of one tenant; past it a 429"))
+    max_queued_tasks: int = field(default=200_000, metadata=rng(
+        ge=1, le=100_000_000, doc="tasks of unfinished workflows of all tenants; past it a 429"))
+    max_queued_tasks_per_tenant: int = field(default=50_000, metadata=rng(
+        ge=1, le=100_000_000, doc="tasks of unfinished workflows of one tenant; past it a 429"))
+    retry_after_s: int = field(default=5, metadata=rng(
+        ge=1, le=3600, doc="Retry-After of a 429"))
+
+
+@dataclass(frozen=True)
+class SchedulerArgs:
+    """Application arguments (``args:`` in configs/serve/scheduler.yaml)."""
+    policy: str = field(default_factory=default_policy, metadata=rng(
+        doc="heuristic name, shipped artifact name or artifact directory"))
+    env_config: str | None = field(default=None, metadata=rng(
+        doc="env YAML: tiers (trace header), bandwidth, latency, encoder settings"))
+    live: LiveConfig = field(default_factory=LiveConfig, metadata=rng(
+        doc="the live scheduler's settings (scale_ray.live.LiveConfig)"))
+    primitives: tuple[str, ...] = field(default=(), metadata=rng(
+        doc="module:function (or module:*) HTTP clients may name; empty: emulated tasks only"))
+    trace: str | None = field(default=None, metadata=rng(
+        doc="append the JSONL trace (scale-ray gantt reads it) to this file on the replica's node"))
+    tuning: SchedulerTuning = SchedulerTuning()
+
+
+def parse_args(args: Mapping[str, Any] | None) -> SchedulerArgs:
+    """Validate builder args (``serve_apps.placement.builder_args``)."""
+    return builder_args(SchedulerArgs, args, ("policy", "env_config", "trace"))
