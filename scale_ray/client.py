@@ -21,8 +21,10 @@ job that submits to it. The job's own primitive functions travel **by value** (c
 service need not import the job's modules); functions of installed packages (site-packages) and
 of this project travel by reference, as usual. Results come back as Python objects.
 
-If the service's replica restarts, the workflows it had accepted are not resumed:
-:meth:`ServiceWorkflow.result` raises :class:`WorkflowLost` saying so (submit again).
+If the service's replica restarts (or is redeployed), it resumes the workflows it had accepted
+from its journal (docs/serving.md, "Durability"): :meth:`ServiceWorkflow.result` keeps waiting,
+and a submit that was cut off is retried with the same idempotency key, so it never makes a
+second workflow. :class:`WorkflowLost` is raised only for a workflow the journal cannot restore.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import sys
 import sysconfig
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -45,10 +48,29 @@ DEFAULT_APP = "scheduler"
 _OURS = ("scale_ray", "envs", "policies", "serve_apps")
 _handles: dict[tuple[str, str, str], Any] = {}
 _lock = threading.Lock()
+RETRY_S = 120.0  # how long a call keeps retrying while the service's replica is replaced
+
+
+def _retrying(app: str, method: str, *args: Any, attempts_s: float = RETRY_S, **kwargs: Any) -> Any:
+    """A handle call, retried while the replica is being replaced (its actor died or is not
+    reachable yet); :class:`WorkflowLost` after ``attempts_s``."""
+    import ray.exceptions as rex
+
+    deadline = time.monotonic() + attempts_s
+    while True:
+        try:
+            return getattr(_handle(app), method).remote(*args, **kwargs).result()
+        except (rex.RayActorError, rex.ActorUnavailableError) as e:
+            if time.monotonic() > deadline:
+                raise WorkflowLost(f"the scheduler service did not answer {method} for "
+                                   f"{attempts_s:g} s ({type(e).__name__})") from e
+            time.sleep(0.5)
 
 
 class WorkflowLost(RuntimeError):
-    """The service replica that accepted the workflow is gone; it was not resumed."""
+    """The service replica that accepted the workflow is gone and its successor could not
+    resume it (no journal, an unreadable journal entry, primitives it no longer has), or the
+    service did not answer for ``RETRY_S``."""
 
 
 class QuotaExceeded(RuntimeError):
@@ -132,20 +154,9 @@ class ServiceWorkflow:
         self.submit_latency_s = submit_latency_s
         self._record: dict | None = None
 
-    def _call(self, method: str, *args: Any, attempts_s: float = 60.0) -> Any:
+    def _call(self, method: str, *args: Any) -> Any:
         """A handle call; retried while the replica is being replaced (actor errors)."""
-        import ray.exceptions as rex
-
-        deadline = time.monotonic() + attempts_s
-        while True:
-            try:
-                return getattr(_handle(self.app), method).remote(
-                    *args, tenant=self.tenant).result()
-            except (rex.RayActorError, rex.ActorUnavailableError) as e:
-                if time.monotonic() > deadline:
-                    raise WorkflowLost(f"workflow {self.id}: the scheduler service did not answer "
-                                       f"for {attempts_s:g} s ({type(e).__name__})") from e
-                time.sleep(0.5)
+        return _retrying(self.app, method, *args, tenant=self.tenant)
 
     def status(self, wait_s: float = 0.0) -> dict:
         """The service's record (state, per-task node and times, error); ``state`` ``lost``
@@ -211,7 +222,8 @@ class ServiceWorkflow:
 
 
 def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
-           app: str = DEFAULT_APP, tenant: str | None = None, **kw_inputs: Any) -> ServiceWorkflow:
+           app: str = DEFAULT_APP, tenant: str | None = None, key: str | None = None,
+           **kw_inputs: Any) -> ServiceWorkflow:
     """Submit a workflow to the scheduler service ``app``; returns once the service accepted it.
 
     ``workflow``: calls of ``@primitive`` functions; a Ray DAG (``@ray.remote`` functions'
@@ -223,12 +235,18 @@ def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
     DAG, ``Unschedulable`` when no server could run one of its tasks (its memory or Ray
     options), ``NoServers`` when the service has no server at all, :class:`QuotaExceeded` at a
     cap. ``tenant``: whose workflow it is (default this Ray job's, :func:`job_tenant`); only
-    that tenant sees, waits for and cancels it."""
+    that tenant sees, waits for and cancels it.
+
+    ``key``: an idempotency key (1 to 200 printable ASCII characters; default: a new random
+    one): a submit with the key of a workflow the service still holds returns that workflow.
+    The call is retried with its key while the service's replica is being replaced, so a
+    submit cut off by a restart never makes two workflows."""
     t0 = time.perf_counter()
     wf = accept(workflow, inputs, kw_inputs, name)  # validated here first: errors name the call
     payload = _payload(wf)
     tenant = tenant or job_tenant()
-    accepted = _handle(app).submit.remote(payload, wf.spec.name, tenant=tenant).result()
+    key = key if key is not None else uuid.uuid4().hex
+    accepted = _retrying(app, "submit", payload, wf.spec.name, tenant=tenant, key=key)
     if "refused" in accepted:  # the service's typed refusal, raised here as itself
         raise _refusal(accepted)
     return ServiceWorkflow(app, accepted, time.perf_counter() - t0, tenant)
@@ -244,8 +262,8 @@ def _refusal(acc: dict) -> Exception:
 
 def cluster(app: str = DEFAULT_APP, tenant: str | None = None) -> dict:
     """``GET /v1/cluster`` as this job's tenant: servers (busy; the task for its own
-    workflows), queue, policy, counters."""
-    return _handle(app).cluster.remote(tenant=tenant or job_tenant()).result()
+    workflows), queue, policy, counters, journal."""
+    return _retrying(app, "cluster", tenant=tenant or job_tenant())
 
 
 __all__ = ["submit", "cluster", "ServiceWorkflow", "WorkflowLost", "WorkflowFailed", "NoServers",

@@ -21,11 +21,15 @@ The policy is hot-swappable (``user_config.policy``, as the placement app: loade
 the event loop, a failed swap keeps the old policy and is reported in ``GET /v1/cluster``
 ``last_swap_error``). Autoscaler hints: ``live.autoscale_hints``.
 
-**A replica restart loses its in-flight workflows, loudly.** Workflow ids carry the replica's
-incarnation; the primitives it was running die with it (their server actors are its children).
-A later ``GET`` of such an id (by its tenant) is a **410** saying the workflow was not resumed, and the Python
-client raises :class:`scale_ray.client.WorkflowLost`: resubmit. Workflows are never resumed
-(their inputs and partial results lived in the dead replica's object store).
+**Durable** (``live.storage``, default ``session``: the Ray session directory of the replica's
+node; :mod:`scale_ray.live.journal`): every accepted workflow (its document, or the pickled calls
+of a handle submit) and every primitive's result are journaled before they count. A new replica
+(restart, health-check replacement, redeploy of args or code) resumes every unfinished workflow
+under its old id: finished primitives are not run again, running ones run again (at-least-once;
+``scale_ray.live.attempt()``). Submits are idempotent (``Idempotency-Key`` header, the client's
+``key``). A **410** / :class:`scale_ray.client.WorkflowLost` remains for what the journal cannot
+restore: ``storage: off``, an unreadable submission entry, a workflow whose primitives the new
+allow-list or code no longer has (``GET /v1/cluster`` ``journal.unrestorable`` says which).
 
 Run it: ``serve run configs/serve/scheduler.yaml``. Exactly one replica (two would double-book
 the servers): :func:`application` refuses ``num_replicas`` other than 1.
@@ -41,7 +45,6 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from dataclasses import replace as dc_replace
 from typing import Any, Callable, Mapping
 
 from fastapi import FastAPI, Request
@@ -53,6 +56,7 @@ from envs.config_files import load_env
 from envs.workflow import WorkflowError
 from scale_ray.live import LiveScheduler
 from scale_ray.live.handles import WorkflowHandle
+from scale_ray.live.journal import Submission
 from scale_ray.live.config import NoServers
 from scale_ray.live.raydag import as_collected
 
@@ -62,6 +66,7 @@ from .errors import parse_body
 from .placement import _dumps, _json, _resolved
 from .scheduler_config import SchedulerArgs, SchedulerTuning, parse_args
 from .tenants import IdSigner, Tenants, audit, load_tokens
+from .durable import JournalView, check_key, rebuild
 from .workflow_api import (AllowList, WorkflowIn, jsonable, record, root_cause, state,
                            to_workflow)
 
@@ -104,13 +109,14 @@ def _respond(content: Any) -> Response:
     return _json(_dumps(content))
 
 
-@serve.deployment(num_replicas=1, max_ongoing_requests=1000, health_check_period_s=10,
+@serve.deployment(num_replicas=1, max_ongoing_requests=1000, health_check_period_s=2,
                   ray_actor_options={"num_cpus": 0})
 @serve.ingress(api)
 class SchedulerService:
     """One LiveScheduler behind HTTP and a handle; see the module docstring."""
 
     def __init__(self, args: Mapping[str, Any] | SchedulerArgs | None = None):
+        self.started_at = time.time()  # (GET /v1/cluster: a restart's resume, step by step)
         self.args = args if isinstance(args, SchedulerArgs) else parse_args(args)
         self.env = load_env(self.args.env_config)
         self.tuning = self.args.tuning
@@ -126,18 +132,25 @@ class SchedulerService:
         self.tenants = Tenants(load_tokens())
         self.ids = IdSigner(self.incarnation)
         self._load_lock = threading.Lock()  # in-flight counts (done callbacks: scheduler thread)
+        self._reg_lock = threading.Lock()  # self.workflows / owner: accepts run in the pool
         self._inflight: dict[str, list[int]] = {}  # tenant -> [workflows, tasks] unfinished
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="scheduler-io")
-        # tenants share the servers fairly unless the config says otherwise
-        raw_live = (args.get("live") or {}) if isinstance(args, Mapping) else {}
-        live = self.args.live if "fair_share" in raw_live else dc_replace(self.args.live,
-                                                                          fair_share=True)
-        self.sched = LiveScheduler(policy, self.env, live,
+        # (fair share and the journal are on unless the config says otherwise: parse_args)
+        self.sched = LiveScheduler(policy, self.env, self.args.live,
                                    trace=self._write_trace if self._trace_file else None).start()
         self.t0 = self.sched._t0
         errors.LIMITS.max_body_bytes = self.tuning.max_body_bytes
-        log.info("scheduler service %s: %d servers, policy %s", self.incarnation,
-                 len(self.sched._alive), policy.name)
+        self.scheduler_at = time.time()
+        self.journal = JournalView(self.sched)
+        self.resumed = self.sched.resume(lambda sub: rebuild(sub, self.allow, self.tuning))
+        for h in self.resumed:
+            self._register(h.jid, h, h.group)
+        self.resumed_at = time.time()
+        log.info("scheduler service %s: %d servers, policy %s, journal %s: %d workflows resumed "
+                 "(%d unfinished), %d unrestorable", self.incarnation, len(self.sched._alive),
+                 policy.name, self.sched.journal.uri if self.sched.journal else "off",
+                 len(self.resumed), sum(not h.done() for h in self.resumed),
+                 len(self.sched.unrestorable))
 
     def _load(self, spec: str) -> Any:
         lp = load(spec, self.env, mask_infeasible=True, guard=self.args.live.guard)
@@ -145,7 +158,8 @@ class SchedulerService:
         return lp.policy
 
     def _write_trace(self, ev: dict) -> None:
-        self._trace_file.write(json.dumps({**ev, "service": self.incarnation}, default=float) + "\n")
+        self._trace_file.write(json.dumps({**ev, "service": self.incarnation, "wall": time.time()},
+                                          default=float) + "\n")
 
     # ---------------------------------------------------------------- lifecycle
     async def reconfigure(self, user_config: Mapping[str, Any]) -> None:
@@ -223,27 +237,48 @@ class SchedulerService:
                                    f"of {cap}; retry after {t.retry_after_s} s", "quota",
                                    status=429, headers={"Retry-After": str(t.retry_after_s)})
 
-    def _accept(self, wf: Any, tenant: str, name: str = "") -> dict:
+    def _accept(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None = None,
+                meta: dict | None = None) -> dict:
+        """Queue (and journal) an accepted workflow; a known ``key`` returns its workflow."""
         n = len(wf.calls)
+        known = self.sched._known(tenant, key)
+        if known is not None and known.jid in self.workflows:
+            return self._duplicate(known, tenant)
         self._check_quota(tenant, n)
+        wid = self.ids.new(tenant)
+        sub = Submission(id=wid, fmt=fmt, payload=payload, name=wf.spec.name, group=tenant,
+                         key=key, meta=meta or {})
         try:
-            h = self.sched.submit(wf, name=name, group=tenant)
+            h = self.sched.submit(wf, group=tenant, key=key, record=sub)
         except WorkflowError as e:
             err = refusal(e)
             audit("refuse", tenant, reason=err.kind)
             raise err from None
-        wid = self.ids.new(tenant)
-        self.workflows[wid] = h
-        self.owner[wid] = tenant
+        if h.jid != wid:  # the same key raced in
+            return self._duplicate(h, tenant)
+        self._register(wid, h, tenant)
+        audit("submit", tenant, wid, tasks=n, name=h.name)
+        if len(self.workflows) % 100 == 99:
+            self._prune()
+        return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
+
+    @staticmethod
+    def _duplicate(h: WorkflowHandle, tenant: str) -> dict:
+        """A submit with the idempotency key of a workflow the service holds: that workflow."""
+        audit("submit", tenant, h.jid, duplicate_key=h.key)
+        return {"id": h.jid, "name": h.name, "tasks": len(h.workflow.calls), "state": state(h),
+                "duplicate": True}
+
+    def _register(self, wid: str, h: WorkflowHandle, tenant: str) -> None:
+        n = len(h.workflow.calls)
+        with self._reg_lock:
+            self.workflows[wid] = h
+            self.owner[wid] = tenant
         with self._load_lock:
             load = self._inflight.setdefault(tenant, [0, 0])
             load[0] += 1
             load[1] += n
         h.add_done_callback(lambda _h: self._done(tenant, n, _h))
-        audit("submit", tenant, wid, tasks=n, name=h.name)
-        if len(self.workflows) % 100 == 99:
-            self._prune()
-        return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
 
     def _done(self, tenant: str, tasks: int, h: WorkflowHandle) -> None:
         # only the outputs' results are kept (GET returns those): the others are released now
@@ -258,11 +293,17 @@ class SchedulerService:
                 load[1] -= tasks
 
     def _prune(self) -> None:
+        with self._reg_lock:
+            self._prune_locked()
+
+    def _prune_locked(self) -> None:
         now = time.perf_counter()
         ttl = self.tuning.result_ttl_s
         for h in self.workflows.values():  # results past their TTL are released
-            if h.done() and h.finished_wall is not None and now - h.finished_wall > ttl:
+            if h.done() and h.finished_wall is not None and now - h.finished_wall > ttl \
+                    and any(r is not None for r in h._refs):
                 h._refs = [None] * len(h._refs)
+                self.sched.compact(h)
         done = [k for k, h in self.workflows.items() if h.done()]
         extra = len(done) - self.tuning.retain_finished
         if extra > 0:
@@ -278,10 +319,12 @@ class SchedulerService:
         if h is not None and self.owner.get(wid) == tenant:
             return h
         if self.ids.check(wid, tenant) == "gone":
+            why = self.sched.unrestorable.get(wid) or (
+                "the journal does not hold it (live.storage is off, or it was forgotten after "
+                f"retain_finished={self.tuning.retain_finished})")
             raise UnknownWorkflow(
-                f"workflow {wid!r} was accepted by an earlier scheduler replica, which is gone "
-                f"(this is replica {self.incarnation}): it was not resumed; submit it again",
-                gone=True)
+                f"workflow {wid!r} was accepted by an earlier scheduler replica (this is replica "
+                f"{self.incarnation}) and was not resumed: {why}; submit it again", gone=True)
         raise UnknownWorkflow(f"no workflow {wid!r} of this tenant (unknown, or finished and "
                               f"forgotten after retain_finished={self.tuning.retain_finished})",
                               gone=False)
@@ -319,6 +362,7 @@ class SchedulerService:
                     rec["result"], rec["result_expired"] = None, True
                 else:
                     rec["result"] = jsonable(self._values(h))
+                    self.sched.compact(h)  # fetched: the journal keeps its record only
             return rec
         return await self._off_loop(make)
 
@@ -349,6 +393,11 @@ class SchedulerService:
                 "scheduler_node": ray.get_runtime_context().get_node_id(),
                 "replica_actor": ray.get_runtime_context().get_actor_name(), "workflows": counts,
                 "other_tenants": {"unfinished_workflows": others},
+                "journal": await self._off_loop(self.journal.view, tenant),
+                "resumed": {"replica_started": self.started_at,
+                            "scheduler_started": self.scheduler_at, "at": self.resumed_at,
+                            "workflows": sum(1 for h in self.resumed
+                                             if self.owner.get(h.jid) == tenant)},
                 "uptime_s": time.perf_counter() - self.t0}
 
     # ---------------------------------------------------------------- HTTP
@@ -360,20 +409,26 @@ class SchedulerService:
         ct = request.headers.get("content-type")
         t = self.tuning
 
-        def parse() -> Any:
-            return to_workflow(parse_body(body, WorkflowIn, ct), self.allow, t.max_tasks)
-        wf = await self._off_loop(parse)
-        out = _respond(self._accept(wf, tenant))
-        out.status_code = 201
+        key = check_key(request.headers.get("idempotency-key"))
+
+        def accept() -> dict:
+            wf = to_workflow(parse_body(body, WorkflowIn, ct), self.allow, t.max_tasks)
+            return self._accept(wf, tenant, "json", body, key, {"content_type": ct})
+        accepted = await self._off_loop(accept)
+        out = _respond(accepted)
+        out.status_code = 200 if accepted.get("duplicate") else 201
         return out
 
     @api.get("/v1/workflows/{wid}", summary="state, per-task node and times, result or error")
     @_resolved
-    async def get_workflow(self, request: Request, wid: str, wait_s: float = 0.0) -> Response:
+    async def get_workflow(self, request: Request, wid: str, wait_s: float = 0.0,
+                           result: bool = True) -> Response:
+        """``result=false``: the state only (polling); the result is not fetched, so the
+        journal keeps it (a fetched result is compacted away after a restart)."""
         tenant = self._tenant(request)
         if not 0 <= wait_s <= 60:
             raise RequestError(("query", "wait_s"), f"must be in [0, 60], got {wait_s}")
-        return _respond(await self._record(wid, tenant, wait_s, True))
+        return _respond(await self._record(wid, tenant, wait_s, result))
 
     @api.delete("/v1/workflows/{wid}", summary="cancel a workflow")
     @_resolved
@@ -387,13 +442,17 @@ class SchedulerService:
 
     # ---------------------------------------------------------------- handle API
     # (``tenant``: the calling Ray job's, ``job:<id>``, unless the client names one)
-    async def submit(self, payload: bytes, name: str = "", tenant: str = "job:?") -> dict:
-        """``scale_ray.client.submit``: a cloudpickled Call / list of Calls / WorkflowSpec."""
+    async def submit(self, payload: bytes, name: str = "", tenant: str = "job:?",
+                     key: str | None = None) -> dict:
+        """``scale_ray.client.submit``: a cloudpickled Call / list of Calls / WorkflowSpec;
+        ``key``: its idempotency key (a retried submit returns the first one's workflow)."""
         from ray import cloudpickle
 
-        wf = await self._off_loop(lambda: as_collected(cloudpickle.loads(payload), name=name))
         try:
-            return self._accept(wf, tenant)
+            key = check_key(key)
+            return await self._off_loop(lambda: self._accept(
+                as_collected(cloudpickle.loads(payload), name=name), tenant, "pickle", payload,
+                key))
         except RequestError as e:  # the client raises it as NoServers / Unschedulable / quota
             return {"refused": e.kind, "message": e.msg,
                     "retry_after_s": self.tuning.retry_after_s if e.status == 429 else None}
@@ -408,7 +467,10 @@ class SchedulerService:
 
     async def values(self, wid: str, tenant: str = "job:?") -> Any:
         """The output values (Python objects) of a completed workflow."""
-        return await self._off_loop(self._values, self._lookup(wid, tenant))
+        h = self._lookup(wid, tenant)
+        out = await self._off_loop(self._values, h)
+        await self._off_loop(self.sched.compact, h)  # fetched: the journal keeps its record only
+        return out
 
     async def exception(self, wid: str, tenant: str = "job:?") -> bytes | None:
         """The failed workflow's root-cause exception, cloudpickled (None when it did not fail

@@ -14,7 +14,7 @@ from scale_ray.live import LiveConfig
 from .errors import DEFAULT_MAX_BODY_BYTES
 from .placement import builder_args
 
-__all__ = ["SchedulerTuning", "SchedulerArgs", "parse_args"]
+__all__ = ["SchedulerTuning", "SchedulerArgs", "parse_args", "SERVICE_LIVE_DEFAULTS"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,16 @@ class SchedulerArgs:
     tuning: SchedulerTuning = SchedulerTuning()
 
 
+# the service's defaults where they differ from the library's LiveConfig: tenants share the
+# servers fairly, and accepted workflows are journaled under the Ray session directory
+SERVICE_LIVE_DEFAULTS = {"fair_share": True, "storage": "session"}
+
+
 def parse_args(args: Mapping[str, Any] | None) -> SchedulerArgs:
-    """Validate builder args (``serve_apps.placement.builder_args``)."""
-    return builder_args(SchedulerArgs, args, ("policy", "env_config", "trace"))
+    """Validate builder args (``serve_apps.placement.builder_args``); ``live`` gets
+    :data:`SERVICE_LIVE_DEFAULTS` for what it does not set."""
+    data = dict(args or {})
+    live = data.get("live")
+    if live is None or isinstance(live, Mapping):
+        data["live"] = {**SERVICE_LIVE_DEFAULTS, **(live or {})}
+    return builder_args(SchedulerArgs, data, ("policy", "env_config", "trace"))

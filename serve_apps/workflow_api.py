@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from envs.loaders.livedag import LIMITS as DAG_LIMITS
 from envs.loaders.livedag import parse_dag_workflow
 from envs.workflow import WorkflowError
-from scale_ray.live.handles import WorkflowHandle
+from scale_ray.live.handles import WorkflowHandle, root_cause
 from scale_ray.live.workflow import (Call, CollectedWorkflow, Primitive, emulated_body,
                                      expected_emulated_values)
 
@@ -229,14 +229,6 @@ _ADDR = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b")
 _PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.\-]+){2,}/?")
 _HEXID = re.compile(r"\b[0-9a-f]{24,}\b")
 _PID = re.compile(r"\bpid=\d+")
-
-
-def root_cause(err: BaseException) -> BaseException:
-    """The primitive's own exception inside Ray's wrappers (``RayTaskError.cause``)."""
-    seen = 0
-    while seen < 8 and getattr(err, "cause", None) is not None and err.cause is not err:
-        err, seen = err.cause, seen + 1
-    return err
 
 
 def clean_error(err: BaseException) -> str:

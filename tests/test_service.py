@@ -136,7 +136,16 @@ def test_configs_name_the_scheduler_app():
     rs = yaml.safe_load((REPO / "configs/kuberay/rayservice.yaml").read_text())
     apps = {a["name"]: a for a in yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"]}
     assert apps["scheduler"]["import_path"] == "serve_apps.scheduler:build_app"
-    parse_args(apps["scheduler"]["args"])
+    assert args.live.storage == "session"  # journaled on one machine with no set-up
+    # on Kubernetes the journal is on a volume every pod mounts (workers write results to it)
+    k_args = parse_args(apps["scheduler"]["args"])
+    assert k_args.live.storage.startswith("/journal/")
+    cluster = rs["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]
+    for pod in pods:
+        spec = pod["template"]["spec"]
+        assert {"name": "journal", "mountPath": "/journal"} in spec["containers"][0]["volumeMounts"]
+        assert spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == "scale-journal"
 
 
 def test_double_booked_counts_overlapping_runs_per_server():
@@ -312,25 +321,150 @@ def test_policy_swap_keeps_scheduling_and_a_bad_one_is_reported(service):
     service.deploy(user_config={"policy": "eft"})  # back, for the other tests
 
 
+@primitive(compute_gflop=1.0, emulate=False)
+def marked(x, tag, marks, sleep_s=0.0):
+    """Leave a marker ``<tag>.<attempt>``, sleep, return x + 1."""
+    import time as _t
+
+    from scale_ray.live import attempt
+
+    Path(marks, f"{tag}.{attempt()}").write_text("")
+    _t.sleep(sleep_s)
+    return x + 1
+
+
+def _wait_for(path: Path, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert time.time() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_replica_restart_fails_in_flight_workflows_loudly(service):
-    import ray
+def test_replica_killed_mid_primitive_resumes_every_workflow(service, tmp_path):
+    """kill -9 of the replica while a primitive runs: the client keeps waiting, the finished
+    primitive is not run again, the running one runs again as attempt 1; an HTTP workflow keeps
+    its id and its unfetched result; a submit retried with its key is the same workflow."""
+    import httpx
+
+    from scale_ray import client
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    chain = marked.bind(marked.bind(marked.bind(1, "a", str(marks)), "b", str(marks), 4.0),
+                        "c", str(marks))
+    h = client.submit(chain, key="chain-1")
+    with httpx.Client(base_url=service.url, timeout=60) as http:
+        doc = {"name": "em", "tasks": [{"name": "a", "compute_gflop": 1},
+                                       {"name": "b", "compute_gflop": 2, "parents": ["a"]}]}
+        r = http.post("/v1/workflows", json=doc, headers={"Idempotency-Key": "em-1"})
+        assert r.status_code == 201
+        wid = r.json()["id"]
+        r = http.post("/v1/workflows", json=doc, headers={"Idempotency-Key": "em-1"})
+        assert r.status_code == 200 and r.json()["id"] == wid and r.json()["duplicate"]
+        assert http.get(f"/v1/workflows/{wid}", params={"wait_s": 30, "result": False}
+                        ).json()["state"] == "completed"  # finished, result not fetched yet
+        _wait_for(marks / "b.0")
+        before = client.cluster()
+        assert before["journal"]["workflows"] >= 2 and before["journal"]["problems"] == 0
+        killed_at = service.kill_replica()
+        assert h.result(timeout=120) == 4  # waits across the restart
+        assert sorted(p.name for p in marks.iterdir()) == ["a.0", "b.0", "b.1", "c.0"]
+        after = client.cluster()
+        assert after["replica_actor"] != before["replica_actor"]
+        assert after["resumed"]["workflows"] >= 1
+        assert after["resumed"]["at"] - killed_at < 15  # resumed within 15 s of the kill
+        rec = http.get(f"/v1/workflows/{wid}").json()  # the same id, its result kept
+        assert rec["state"] == "completed" and rec["result"] == 3  # a: 1, b: 1 + 1 + a
+        r = http.post("/v1/workflows", json=doc, headers={"Idempotency-Key": "em-1"})
+        assert r.status_code == 200 and r.json()["id"] == wid
+        r = http.post("/v1/workflows", json=doc, headers={"Idempotency-Key": "x" * 201})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["header",
+                                                                        "idempotency-key"]
+    again = client.submit(chain, key="chain-1")  # the key names the resumed workflow
+    assert again.id == h.id
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_kill_during_submits_makes_each_workflow_exactly_once(service):
+    """kill -9 of the replica while a driver submits back to back: the cut-off submit is
+    retried with its key; every submit is one workflow, and every one completes."""
+    import threading
 
     from envs.workflow import TaskSpec, WorkflowSpec
     from scale_ray import client
 
-    long = WorkflowSpec((TaskSpec(2000.0, 1.0, 0.0, ()),), "long")
-    h = client.submit(long)
-    before = client.cluster()
-    ray.kill(ray.get_actor(before["replica_actor"], namespace="serve"), no_restart=True)
-    with pytest.raises(client.WorkflowLost, match="not resumed"):
-        h.result(timeout=120)
-    after = client.cluster()
-    assert after["replica_actor"] != before["replica_actor"]  # a new replica (no incarnation shown)
-    short = WorkflowSpec((TaskSpec(1.0, 1.0, 0.0, ()),), "short")
-    assert client.submit(short).result(timeout=120) == 1
+    tenant = f"kill-submit-{time.time_ns()}"
+    spec = WorkflowSpec((TaskSpec(4.0, 1.0, 0.0, ()),), "one")
+    handles, errors = [], []
 
+    def submit_stream() -> None:
+        try:
+            for i in range(30):
+                handles.append(client.submit(spec, tenant=tenant))  # a random key each
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=submit_stream)
+    t.start()
+    while len(handles) < 5:
+        time.sleep(0.01)
+    service.kill_replica()
+    t.join(180)
+    assert not errors, errors
+    assert len(handles) == 30 and len({h.id for h in handles}) == 30
+    assert all(h.result(timeout=120) == 1 for h in handles)
+    assert client.cluster(tenant=tenant)["workflows"] == {"completed": 30}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_redeploy_with_changed_args_under_load_loses_nothing(service, tmp_path):
+    """`serve deploy` with other args replaces the replica while workflows run and arrive:
+    every one completes, each submit made one workflow; a workflow naming a primitive the new
+    allow-list dropped is the one thing not resumed, and its 410 says why."""
+    import threading
+
+    import httpx
+
+    from envs.workflow import TaskSpec, WorkflowSpec
+    from scale_ray import client
+    from scale_ray.live.workflow import from_spec
+
+    tenant = f"redeploy-{time.time_ns()}"
+    spec = WorkflowSpec((TaskSpec(20.0, 1.0, 0.0, ()), TaskSpec(20.0, 1.0, 0.0, (0,))), "pair")
+    want = from_spec(spec).expected[-1]
+    base = dict(service.args)
+    service.args = {**base, "primitives": ["json:loads"]}
+    service.deploy()
+    handles, errors = [], []
+
+    def submit_stream() -> None:  # submits while the replica is replaced
+        try:
+            for i in range(16):
+                handles.append(client.submit(spec, tenant=tenant, key=f"k{i}"))
+                time.sleep(0.25)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    with httpx.Client(base_url=service.url, timeout=60) as http:
+        dropped = http.post("/v1/workflows", json={"tasks": [
+            {"name": "a", "compute_gflop": 2000, "primitive": "json:loads", "args": ["[1]"]}]})
+        assert dropped.status_code == 201, dropped.text
+        t = threading.Thread(target=submit_stream)
+        t.start()
+        time.sleep(1.5)
+        service.args = base  # the allow-list changes back: a new replica
+        service.deploy()
+        t.join(120)
+        assert not errors, errors
+        assert [h.result(timeout=120) for h in handles] == [want] * 16
+        counts = client.cluster(tenant=tenant)["workflows"]
+        assert counts == {"completed": 16}  # no duplicate from a retried submit
+        r = http.get(f"/v1/workflows/{dropped.json()['id']}")
+        assert r.status_code == 410 and "json:loads" in r.json()["detail"][0]["msg"]
 
 
 @pytest.mark.slow

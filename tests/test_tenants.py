@@ -67,6 +67,7 @@ def _service(tokens, **tuning):
     svc._inflight = {}
     import threading
     svc._load_lock = threading.Lock()
+    svc._reg_lock = threading.Lock()
     return svc
 
 
@@ -121,7 +122,9 @@ def test_finished_workflows_keep_only_their_outputs_and_expire():
 
     svc = _service({}, result_ttl_s=5.0, retain_finished=100)
     svc.workflows, svc.owner = {}, {}
-    svc.sched = type("S", (), {"forget": lambda self, hs: None})()
+    compacted = []
+    svc.sched = type("S", (), {"forget": lambda self, hs: None,
+                               "compact": lambda self, h: compacted.append(h)})()
     h = H()
     svc._inflight = {"t": [1, 3]}
     svc._done("t", 3, h)
@@ -129,3 +132,6 @@ def test_finished_workflows_keep_only_their_outputs_and_expire():
     svc.workflows["x"] = h
     svc._prune()  # finished 10 s ago, TTL 5 s: its result is released, its record stays
     assert h._refs == [None, None, None] and "x" in svc.workflows
+    assert compacted == [h]  # the journal drops its results too (once)
+    svc._prune()
+    assert compacted == [h]

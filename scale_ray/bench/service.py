@@ -7,13 +7,18 @@ On one local heterogeneous multi-node cluster (``--nodes`` servers N, tiers 2:5:
 2. ``--clients`` separate driver processes (:mod:`scale_ray.bench.service_client`) submit their
    share of one Poisson stream of ``--clients x --workflows`` emulated workflows (offered load
    ``--load``) with ``scale_ray.client.submit``; at ``--kill-at`` of the arrival span the bench
-   kills a node that is running a primitive (never the service's own node);
+   kills a node that is running a primitive (never the service's own node), and at each
+   ``--kill-replica-at`` fraction it ``kill -9``s the service's replica, which Serve replaces
+   and which resumes from its journal (``--storage``; default: a directory of the run);
 3. the same workload runs under Ray's own placement (``ray-default``) from this process, with
    the same kill: a node of the killed node's tier is added back, and killed at the same model
    time.
 
 ``double_booked`` counts server-time overlaps in the service's trace (a start on a server whose
-previous run has not finished or been lost). Response times are wall seconds from acceptance to
+previous run has not finished or been lost). ``resume_s``: per replica kill, seconds to the
+first placement by its successor; ``tasks_rerun``: tasks started more than once (lost with a
+node or a replica); ``workflows_lost``: what a client saw as ``WorkflowLost``;
+``--journal-overhead`` adds two calm runs (journal on / off) side by side. Response times are wall seconds from acceptance to
 the last task's completion; ``improvement_vs_ray_default = 1 - service / ray-default`` (mean).
 """
 
@@ -23,6 +28,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,6 +66,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=default_policy(), help="the service's policy")
     p.add_argument("--kill-at", type=float, default=0.5,
                    help="kill a busy node at this fraction of the arrival span (< 0: never)")
+    p.add_argument("--kill-replica-at", type=float, nargs="*", default=[], metavar="F",
+                   help="kill -9 the service's replica at these fractions of the arrival span "
+                        "(each after the previous one resumed); it resumes from its journal")
+    p.add_argument("--storage", default="session",
+                   help="the service's live.storage (its journal): session, off, or a URI")
+    p.add_argument("--journal-overhead", action="store_true",
+                   help="also run the stream twice without kills, with the journal and with "
+                        "storage off, and report submit p50 and mean workflow response of both")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--env-config", default=None, help="environment YAML (default: paper.yaml)")
     p.add_argument("--timeout", type=float, default=900.0, help="wall s per run")
@@ -69,17 +83,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------- trace checks
 def double_booked(events: Iterable[dict]) -> int:
     """Server-time overlaps in a live trace: starts on a server that is still running."""
-    running: dict[int, int] = {}  # server -> task
+    running: dict[tuple, int] = {}  # (scheduler incarnation, server) -> task
     overlaps = 0
     for ev in events:
-        kind = ev.get("event")
+        kind, srv = ev.get("event"), (ev.get("service"), ev.get("server"))
         if kind == "start":
-            if ev["server"] in running:
+            if srv in running:
                 overlaps += 1
-            running[ev["server"]] = ev["task"]
-        elif kind in ("finish", "lost") and running.get(ev.get("server")) == ev.get("task"):
-            del running[ev["server"]]
+            running[srv] = ev["task"]
+        elif kind in ("finish", "lost") and running.get(srv) == ev.get("task"):
+            del running[srv]
     return overlaps
+
+
+def resume_times(events: list[dict], kills: list[float]) -> list[float | None]:
+    """Per replica kill (wall time): seconds to the first placement by a later incarnation."""
+    out = []
+    for k in kills:
+        before = [e for e in events if e.get("wall", 0) <= k]
+        old = before[-1].get("service") if before else None
+        first = next((e["wall"] for e in events if e.get("event") == "start"
+                      and e.get("wall", 0) > k and e.get("service") != old), None)
+        out.append(None if first is None else first - k)
+    return out
+
+
+def reruns(events: Iterable[dict]) -> int:
+    """Distinct tasks started more than once (a lost node, a killed replica)."""
+    return len({(e.get("workflow_id"), e.get("index")) for e in events
+                if e.get("event") == "start" and e.get("attempt", 0) > 0})
 
 
 def read_trace(path: str | Path) -> list[dict]:
@@ -95,8 +127,8 @@ class LocalService:
 
     def __init__(self, cluster: LocalHeteroCluster, args: dict[str, Any]):
         self.cluster = cluster
-        self.trace_path = str(Path(cluster.temp_dir) / "service-trace.jsonl")
-        self.args = {"trace": self.trace_path, **args}
+        self.trace_path = str(args.get("trace") or Path(cluster.temp_dir) / "service-trace.jsonl")
+        self.args = {**args, "trace": self.trace_path}
         self.port = 0
 
     def start(self) -> "LocalService":
@@ -124,6 +156,20 @@ class LocalService:
         from ray import serve
 
         serve.shutdown()
+
+    def replica_pid(self) -> int:
+        """The PID of the service's replica process (asked of the replica actor itself)."""
+        import ray
+
+        actor = ray.get_actor(client.cluster()["replica_actor"], namespace="serve")
+        return int(ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=60))
+
+    def kill_replica(self) -> float:
+        """``kill -9`` the replica (Serve starts another, which resumes from the journal);
+        returns the kill's wall time."""
+        pid = self.replica_pid()
+        os.kill(pid, signal.SIGKILL)
+        return time.time()
 
     def kill_busy_node(self) -> str | None:
         """Kill a node running a primitive now (not the service's node); its id, or None."""
@@ -170,15 +216,22 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
     start = time.time() + 5.0  # the clients connect first
     jobs = client_jobs(specs, times, args.clients, start, ts, workdir)
     procs = spawn_clients(svc.cluster.address, jobs, args.timeout)
-    killed = None
-    if args.kill_at >= 0:
-        kill_wall = start + args.kill_at * float(times[-1]) * (ts or 1.0)
-        while killed is None and time.time() < kill_wall + 30 and all(
-                p.poll() is None for p in procs):
-            if time.time() >= kill_wall:
-                killed = svc.kill_busy_node()
-                if killed is not None:
-                    kill_wall = time.time()  # when it happened
+    span = float(times[-1]) * (ts or 1.0)
+    plan = sorted([(start + f * span, "replica") for f in args.kill_replica_at]
+                  + ([(start + args.kill_at * span, "node")] if args.kill_at >= 0 else []))
+    killed, kill_wall, replica_kills = None, None, []
+    for due, what in plan:
+        while time.time() < due and all(p.poll() is None for p in procs):
+            time.sleep(0.05)
+        if what == "replica":
+            client.cluster()  # the previous kill's successor answers first
+            replica_kills.append(svc.kill_replica())
+            log.info("killed the service replica (%d)", len(replica_kills))
+            continue
+        while killed is None and time.time() < due + 30 and all(p.poll() is None for p in procs):
+            killed = svc.kill_busy_node()
+            if killed is not None:
+                kill_wall = time.time()  # when it happened
             time.sleep(0.05)
         log.info("killed node %s", killed)
     for p in procs:
@@ -189,9 +242,14 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
     done = [r["response_s"] for r in recs if r["state"] == "completed"]
     lat = [1000 * r["submit_latency_s"] for r in recs]
     events = read_trace(svc.trace_path)
+    resume = resume_times(events, replica_kills)
     return {
         "clients": args.clients, "workflows_submitted": len(recs),
         "workflows_completed": len(done), "workflows_failed": len(recs) - len(done),
+        "workflows_lost": sum(1 for r in recs if r["state"] == "lost"),
+        "replica_kills": len(replica_kills), "resume_s": resume,
+        "resume_s_max": max((r for r in resume if r is not None), default=None),
+        "tasks_rerun": reruns(events), "journal": args.storage,
         "double_booked": double_booked(events),
         "tasks_lost_and_replaced": sum(1 for e in events if e.get("event") == "lost"),
         "mean_workflow_response_s": float(np.mean(done)) if done else float("nan"),
@@ -203,9 +261,37 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
     }
 
 
+def service_run(cluster: LocalHeteroCluster, policy: str, env_config: str | None, specs: list,
+                times: np.ndarray, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """One run of the stream through a freshly deployed service (``args.storage``: its
+    journal), with ``args``' kills."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    # a journal of its own per run (a later run on this cluster must not resume this one's)
+    storage = str(workdir / "journal") if args.storage == "session" else args.storage
+    svc = LocalService(cluster, {"policy": policy, "env_config": env_config,
+                                 "trace": str(workdir / "service-trace.jsonl"),
+                                 "live": {"time_scale": args.time_scale, "storage": storage}})
+    svc.start()
+    try:
+        out = run_service(svc, specs, times, args, workdir)
+    finally:
+        svc.stop()
+    print(f"service ({policy}, {args.clients} clients, journal {args.storage}): "
+          f"{out['workflows_completed']}/{out['workflows_submitted']} completed, "
+          f"{out['workflows_lost']} lost, mean {out['mean_workflow_response_s']:.3f} s, p95 "
+          f"{out['p95_workflow_response_s']:.3f} s, p99 {out['p99_workflow_response_s']:.3f} s, "
+          f"double-booked {out['double_booked']}, submit p50 "
+          f"{out['submit_latency_ms']['p50']:.1f} ms p99 {out['submit_latency_ms']['p99']:.1f} ms"
+          + (f", replica kills {out['replica_kills']}, resume_s {out['resume_s']}, tasks rerun "
+             f"{out['tasks_rerun']}" if out["replica_kills"] else ""), flush=True)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     if args.clients < 1 or args.workflows < 1 or args.nodes < 1:
         raise ValueError("--clients, --workflows and --nodes must be >= 1")
+    if any(not 0 <= f < 1 for f in args.kill_replica_at):
+        raise ValueError(f"--kill-replica-at: fractions in [0, 1), got {args.kill_replica_at}")
     if args.setting == "realistic":
         if args.env_config is not None:
             raise ValueError("--setting realistic names its env config; drop --env-config")
@@ -224,18 +310,25 @@ def run(args: argparse.Namespace) -> int:
             LocalHeteroCluster(env.cluster, args.servers_per_node) as cluster:
         log.info("cluster up: %d servers on %d raylets", env.cluster.servers, len(cluster.plan()))
         warm_up(env, live)
-        svc = LocalService(cluster, {"policy": args.policy, "env_config": args.env_config,
-                                     "live": {"time_scale": args.time_scale}}).start()
-        try:
-            out = run_service(svc, specs, times, args, Path(tmp))
-        finally:
-            svc.stop()
-        print(f"service ({args.policy}, {args.clients} clients): {out['workflows_completed']}/"
-              f"{out['workflows_submitted']} completed, mean {out['mean_workflow_response_s']:.3f}"
-              f" s, p95 {out['p95_workflow_response_s']:.3f} s, p99 "
-              f"{out['p99_workflow_response_s']:.3f} s, double-booked "
-              f"{out['double_booked']}, submit p50 {out['submit_latency_ms']['p50']:.1f} ms "
-              f"p99 {out['submit_latency_ms']['p99']:.1f} ms", flush=True)
+        if args.journal_overhead:  # the same stream without kills: journal on, then off
+            calm = argparse.Namespace(**{**vars(args), "kill_at": -1.0, "kill_replica_at": []})
+            side = {}
+            for storage in (args.storage if args.storage != "off" else "session", "off"):
+                calm.storage = storage
+                r = service_run(cluster, args.policy, args.env_config, specs, times, calm,
+                                Path(tmp) / f"calm-{storage[:8]}")
+                side["with" if storage != "off" else "without"] = {
+                    "storage": storage, "submit_p50_ms": r["submit_latency_ms"]["p50"],
+                    "mean_workflow_response_s": r["mean_workflow_response_s"],
+                    "p95_workflow_response_s": r["p95_workflow_response_s"],
+                    "workflows_completed": r["workflows_completed"]}
+                warm_up(env, live)
+        out = service_run(cluster, args.policy, args.env_config, specs, times, args, Path(tmp))
+        if args.journal_overhead:
+            out["journal_overhead"] = side
+            print("journal overhead (no kills): " + "; ".join(
+                f"{k} ({v['storage']}): submit p50 {v['submit_p50_ms']:.1f} ms, mean "
+                f"{v['mean_workflow_response_s']:.3f} s" for k, v in side.items()), flush=True)
         # The same scenario: a node of the killed node's tier comes back, and that node is
         # killed at the same model time of the run (a random node would remove other capacity).
         again = (cluster.add_node(cluster.node_tier[out["killed_node"]], args.servers_per_node)
@@ -277,5 +370,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2))
-    ok = out["workflows_failed"] == 0 and out["double_booked"] == 0
+    ok = out["workflows_failed"] == 0 and out["double_booked"] == 0 and out["workflows_lost"] == 0
     return 0 if ok else 1

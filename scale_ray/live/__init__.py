@@ -15,7 +15,9 @@ Modules: ``config`` (LiveConfig, errors), ``workflow`` (primitives, DAGs), ``ray
 ``submit`` accepts; Ray DAGs), ``handles`` (what a submission returns), ``executors`` (how a
 primitive runs on Ray), ``discovery`` (servers from the cluster: scale nodes or what Ray
 reports), ``nodes`` (the node set, server actors), ``refusals`` (why a submit is refused),
-``tasks`` (the scheduler's records), ``scheduler`` (LiveScheduler), ``ray_default`` (Ray's own
+``tasks`` (the scheduler's records), ``journal`` (durable records: ``LiveConfig.storage``,
+``attempt()``), ``durability`` (the scheduler's side of it: resume, idempotent keys),
+``scheduler`` (LiveScheduler), ``ray_default`` (Ray's own
 placement), ``cluster`` (scale node capacities, a local cluster), ``localcluster`` (``scale-ray
 cluster up|down``), ``runner`` (streams of workflows), ``raylocal`` (a fresh machine's Ray
 directories and token). Imports point down:
@@ -27,6 +29,7 @@ from .cluster import LocalHeteroCluster, NodeInfo, live_nodes
 from .config import (EXECUTORS, LiveConfig, NoServers, PlacementError, TaskLostError,
                      Unschedulable)
 from .handles import WorkflowFailed, WorkflowHandle, summarize
+from .journal import attempt
 from .ray_default import RayDefaultRunner
 from .scheduler import LiveScheduler
 from .raydag import as_collected
@@ -37,4 +40,4 @@ __all__ = ["Call", "Primitive", "primitive", "collect", "from_spec", "load_dag_f
            "WorkflowError", "LiveConfig", "EXECUTORS", "LiveScheduler", "RayDefaultRunner",
            "WorkflowHandle", "WorkflowFailed", "summarize", "TaskLostError", "PlacementError",
            "LocalHeteroCluster", "NodeInfo", "live_nodes", "NoServers", "Unschedulable",
-           "WorkflowTypeError", "as_collected"]
+           "WorkflowTypeError", "as_collected", "attempt"]

@@ -153,6 +153,7 @@ class Completions:
             if t.state == READY:
                 t.state = WAITING  # skipped when popped
         wf.handle._complete(time.perf_counter(), err)
+        self._journal_failed(wf.handle)
 
     def _cancel(self, h: WorkflowHandle) -> bool:
         if h.done():

@@ -69,6 +69,11 @@ class LiveConfig:
         doc="online: learn run times per (primitive kind, node tier) from completions "
             "(envs.estimator): the policy sees the estimates instead of the declared "
             "compute_gflop, and busy servers their estimated remaining time"))
+    storage: str | None = field(default=None, metadata=rng(
+        doc="journal accepted workflows and finished tasks' results here, and resume them after "
+            "a restart (scale_ray.live.journal): a pyarrow.fs URI or local path (s3://, gs://, "
+            "an NFS mount); 'session': under the Ray session directory of the scheduler's node; "
+            "none or 'off': no journal"))
     guard: GuardConfig = field(default_factory=GuardConfig, metadata=rng(
         doc="policies.guard around a learned policy: a task waits at most max_waits times "
             "while a server it fits is idle, and only for a server that would finish it sooner; "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from . import journal
 from .cluster import COMPUTE_LABEL
 from .config import PlacementError
 
@@ -42,23 +43,36 @@ def _lost_output(err: BaseException) -> bool:
 def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The Ray task body around a primitive: placement check, emulated run time, the call.
 
-    ``meta = (expected_node_id | None, sleep_s, gflop_scaled)``: with ``gflop_scaled`` > 0 (Ray's
-    own placement) the sleep is computed from the capacity label of the node it landed on.
-    Returns ``(value, node_id)``; the scheduler waits on the small second part only.
+    ``meta = (expected_node_id | None, sleep_s, gflop_scaled[, attempt, journal_target])``: with
+    ``gflop_scaled`` > 0 (Ray's own placement) the sleep is computed from the capacity label of
+    the node it landed on; ``attempt`` is what :func:`scale_ray.live.journal.attempt` reads in
+    the body; with a ``journal_target`` the run writes its start marker first and its result
+    before it returns (:mod:`scale_ray.live.journal`). Returns ``(value, node_id)``; the
+    scheduler waits on the small second part only.
     """
-    def run(meta: tuple[str | None, float, float], *args: Any, **kwargs: Any) -> tuple[Any, str]:
+    def run(meta: tuple, *args: Any, **kwargs: Any) -> tuple[Any, str]:
         import ray
 
-        expected, sleep_s, gflop_scaled = meta
+        expected, sleep_s, gflop_scaled = meta[:3]
+        n, target = meta[3:] if len(meta) > 3 else (0, None)
         ctx = ray.get_runtime_context()
         node = ctx.get_node_id()
         if expected is not None and node != expected:
             raise PlacementError(f"pinned to node {expected} but running on {node}")
+        if target is not None:
+            journal.record_start(target)
         if gflop_scaled > 0:
             sleep_s = gflop_scaled / float(ctx.get_node_labels()[COMPUTE_LABEL])
         if sleep_s > 0:
             time.sleep(sleep_s)
-        return fn(*args, **kwargs), node
+        journal.set_attempt(n)
+        try:
+            value = fn(*args, **kwargs)
+        finally:
+            journal.set_attempt(0)
+        if target is not None:
+            journal.record_result(target, value, node)
+        return value, node
 
     run.__name__ = getattr(fn, "__name__", "primitive")
     run.__qualname__ = run.__name__

@@ -45,6 +45,11 @@ class WorkflowHandle:
         self._callbacks: list[Callable[[WorkflowHandle], None]] = []
         self._record: Any = None  # the scheduler's record of it (scale_ray.live.tasks._Workflow)
         self.group = ""  # whose it is, for the fair share (LiveScheduler.submit(group=...))
+        self.key: str | None = None  # its idempotency key (LiveScheduler.submit(key=...))
+        self.jid: str | None = None  # its journal id (scale_ray.live.journal)
+        self.journal_fmt = "pickle"
+        self._resumed: dict[int, tuple[Any, str, float]] | None = None  # done before a restart
+        self._prior_runs: dict[int, int] = {}  # task -> runs started before a restart
 
     # -- set by the scheduler thread
     def _task_done(self, i: int, ref: Any, node: str, now: float) -> None:
@@ -123,6 +128,14 @@ class WorkflowHandle:
     def task_response_s(self) -> list[float | None]:
         """Per task: wall seconds from the workflow's submission to the task's completion."""
         return [None if f is None else f - self.submitted_wall for f in self.task_finish_wall]
+
+
+def root_cause(err: BaseException) -> BaseException:
+    """The primitive's own exception inside Ray's wrappers (``RayTaskError.cause``)."""
+    seen = 0
+    while seen < 8 and getattr(err, "cause", None) is not None and err.cause is not err:
+        err, seen = err.cause, seen + 1
+    return err
 
 
 def _percentile(xs: Sequence[float], q: float) -> float:

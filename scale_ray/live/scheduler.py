@@ -51,6 +51,8 @@ from policies.guard import guard_summary, make_guard
 from policies.lookahead import has_state_protocol
 
 from .completions import Completions
+from .durability import Durable
+from .journal import Submission
 from .config import LiveConfig
 from .executors import _RemoteCache
 from .fairshare import FairShare
@@ -60,7 +62,7 @@ from .nodes import NodeSet, _Server
 from .refusals import check_fits
 from .placement import LivePlacement
 from .planning import LivePlanner
-from .tasks import READY, RUNNING, _Task, _Workflow
+from .tasks import DONE, READY, RUNNING, _Task, _Workflow
 from .raydag import accept
 from .workflow import Call, CollectedWorkflow
 
@@ -69,7 +71,7 @@ log = logging.getLogger(__name__)
 TraceSink = Callable[[dict[str, Any]], None]
 
 
-class LiveScheduler(Completions):
+class LiveScheduler(Completions, Durable):
     """Places workflow primitives as Ray tasks with ``policy`` (see the module docstring).
 
     Args:
@@ -124,6 +126,7 @@ class LiveScheduler(Completions):
         # a fair share between submit(group=...) groups (LiveConfig.fair_share)
         self._fair = FairShare() if self.cfg.fair_share else None
         self._fair_done: queue.SimpleQueue = queue.SimpleQueue()
+        self._init_durable()  # the journal (LiveConfig.storage) and idempotency keys
 
     def _bind_policy(self, policy: Policy) -> None:
         # the ready-task order (envs.order): the config's, else what the policy needs, else the
@@ -147,6 +150,7 @@ class LiveScheduler(Completions):
         if self._thread is not None:
             return self
         self._t0 = time.perf_counter()
+        self._open_journal()
         self.policy.reset(None)
         self._emit({"t": 0.0, "event": "episode", "bandwidth_gb_s": self.env.cluster.bandwidth_gb_s,
                     "latency_s": self.env.cluster.latency_s,
@@ -179,6 +183,9 @@ class LiveScheduler(Completions):
             self._thread.join(timeout)
             self._thread = None
         self._nodes.stop_actors()
+        if self._io is not None:  # the journal's last end records
+            self._io.shutdown(wait=True)
+            self._io = None
         self._emit({"t": self._now_model(), "event": "end", "truncated": bool(self.pending()),
                     "metrics": self.summary()})
 
@@ -190,14 +197,19 @@ class LiveScheduler(Completions):
 
     # ------------------------------------------------------------------ public API
     def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow | Any,
-               *inputs: Any, name: str = "", group: str | None = None,
-               **kw_inputs: Any) -> WorkflowHandle:
+               *inputs: Any, name: str = "", group: str | None = None, key: str | None = None,
+               record: Submission | None = None, **kw_inputs: Any) -> WorkflowHandle:
         """Validate ``workflow`` and queue it; returns its handle at once.
 
         ``workflow``: calls of primitives, a Ray DAG (``@ray.remote`` functions' ``.bind()``;
         ``inputs``/``kw_inputs`` are its InputNode's values, as ``dag.execute``), a WorkflowSpec
         (emulated bodies) or a collected workflow (:mod:`scale_ray.live.raydag`); for anything
         but a Ray DAG, a single string positional is the name.
+
+        ``key``: an idempotency key: a submit with the ``key`` (and ``group``) of a workflow this
+        scheduler still holds returns that workflow's handle, running nothing new (also after
+        a restart with the same journal, :meth:`resume`). ``record``: what the journal keeps
+        of it (a service's document; default: the pickled workflow).
 
         Raises (nothing runs): :class:`~scale_ray.live.workflow.WorkflowTypeError` for anything
         else; :class:`WorkflowError` for a cycle or an unknown parent (DAG files);
@@ -208,13 +220,23 @@ class LiveScheduler(Completions):
             raise RuntimeError("the scheduler thread died") from self._error
         if self._thread is None:
             raise RuntimeError("LiveScheduler.submit: call start() first (or use `with`)")
+        group = group or ""
+        hit = self._known(group, key)
+        if hit is not None:
+            return hit
         wf = accept(workflow, inputs, kw_inputs, name)
         self._check_fits(wf)
+        sub = self._record_submission(wf, group, key, record)
         with self._lock:
-            wid = len(self._handles)
-            h = WorkflowHandle(wid, wf, time.perf_counter())
-            h.group = group or ""
-            self._handles.append(h)
+            h = WorkflowHandle(len(self._handles), wf, time.perf_counter())
+            h.group = group
+            hit = self._register(h, sub, group, key)
+            if hit is None:
+                self._handles.append(h)
+        if hit is not None:  # the same key raced in: one workflow
+            if sub is not None and self.journal is not None and sub.id != hit.jid:
+                self._safe(self.journal.remove, sub.id)
+            return hit
         self._inbox.put(h)
         return h
 
@@ -252,6 +274,7 @@ class LiveScheduler(Completions):
         gone = {id(h) for h in handles if h.done()}
         with self._lock:
             self._handles = [h for h in self._handles if id(h) not in gone]
+        self._journal_forget([h for h in handles if id(h) in gone])
 
     def handles(self) -> list[WorkflowHandle]:
         with self._lock:
@@ -360,16 +383,24 @@ class LiveScheduler(Completions):
         if self._fair is not None:  # the group's start tag first (scale_ray.live.fairshare)
             wf.share = self._fair.admit(h.group, wf.wid, sum(gflop) / mean_c)
             h.add_done_callback(lambda _h, wid=wf.wid: self._fair_done.put(wid))
+        done = h._resumed or {}  # finished before a restart (Durable.resume)
         for i, call in enumerate(h.workflow.calls):
             t = _Task(self._next_gid, i, wf, call)
             self._next_gid += 1
             t.rank = ranks[i]
             t.key = self._key(order, ranks[i], h.submitted_wall, wf)
             t.parents = [wf.tasks[p] for p in spec.tasks[i].parents]
-            t.waiting_for = {p.idx for p in t.parents}
+            t.waiting_for = {p.idx for p in t.parents if p.state != DONE}
+            t.runs = h._prior_runs.get(i, 0)
             for p in t.parents:
                 p.children.append(t)
+            if i in done:
+                t.value_ref, node, finished = done[i]
+                t.state = DONE
+                wf.done += 1
+                h._task_done(i, t.value_ref, node, finished)
             wf.tasks.append(t)
+        h._resumed = None
         if self.trace is not None:
             self._emit({"t": self._now_model(), "event": "arrival", "workflow": h.id,
                         "name": spec.name, "tasks": [
@@ -377,8 +408,10 @@ class LiveScheduler(Completions):
                              "memory_gb": t.prim.memory_gb, "output_gb": t.prim.output_gb,
                              "parents": [p.gid for p in t.parents]} for t in wf.tasks]})
         for t in wf.tasks:
-            if not t.waiting_for:
+            if t.state != DONE and not t.waiting_for:
                 self.placement.push(t)
+        if wf.done == len(wf.tasks) and not h.done():  # every task finished before a restart
+            h._complete(time.perf_counter())
 
     def _key(self, order: str, rank: float, submitted: float, wf: _Workflow) -> tuple:
         """A task's ready-queue key: the order's (``envs.order``), behind its workflow's fair
@@ -505,8 +538,10 @@ class LiveScheduler(Completions):
             transfer = max((p.prim.output_gb / c.bandwidth_gb_s + c.latency_s
                             for p in t.parents if p.last_server is not srv), default=0.0)
             sleep_s += transfer * ts
-        value_ref, status_ref = self._nodes.run(srv, t.prim, (node.node_id, sleep_s, 0.0),
-                                                args, kwargs)
+        attempt = t.runs
+        meta = (node.node_id, sleep_s, 0.0, attempt, self._run_target(t))
+        t.runs += 1
+        value_ref, status_ref = self._nodes.run(srv, t.prim, meta, args, kwargs)
         t.value_ref = value_ref
         t.state = RUNNING
         t.server = srv
@@ -523,4 +558,6 @@ class LiveScheduler(Completions):
               "node": node.node_id}
         if transfer:
             ev["transfer_s"] = transfer
+        if attempt:  # a run again (lost, or its scheduler restarted): which task, which run
+            ev.update(attempt=attempt, workflow_id=t.wf.handle.jid or t.wf.handle.id, index=t.idx)
         self._emit(ev)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 class _Task:
     __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
                  "value_ref", "server", "token", "attempts", "first_parent", "last_server",
-                 "waits", "rank", "started", "expected", "transfer_wall")
+                 "waits", "rank", "started", "expected", "transfer_wall", "runs")
 
     def __init__(self, gid: int, idx: int, wf: "_Workflow", call: Call):
         self.gid = gid
@@ -39,6 +39,7 @@ class _Task:
         self.started = 0.0  # wall time of its latest start
         self.expected = 0.0  # wall s its declared compute implies on its latest server
         self.transfer_wall = 0.0  # wall s of its latest run's emulated input transfer
+        self.runs = 0  # runs started, before a restart too (journal): the next run's attempt()
 
     @property
     def prim(self):

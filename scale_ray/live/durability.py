@@ -1,0 +1,227 @@
+"""The live scheduler's journal side (``LiveConfig.storage``; :mod:`scale_ray.live.journal`):
+record what ``submit`` accepted, let every run record its result before it reports done, end and
+compact finished workflows, and :meth:`Durable.resume` what an earlier scheduler with the same
+storage left unfinished. Idempotent submits (``submit(key=...)``) work with or without a journal.
+
+:class:`Durable` is a part of :class:`scale_ray.live.scheduler.LiveScheduler` (a mixin over its
+``cfg``, ``_lock``, ``_handles``, ``_inbox`` and ``_task_done`` paths).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from .config import WorkflowCancelled
+from .handles import WorkflowHandle, root_cause
+from .journal import Journal, Submission, resolve_storage
+from .raydag import as_collected
+from .workflow import CollectedWorkflow
+
+log = logging.getLogger(__name__)
+
+Loader = Callable[[Submission], CollectedWorkflow]
+
+
+def pickle_loader(sub: Submission) -> CollectedWorkflow:
+    """The workflow of a ``pickle`` submission (``LiveScheduler.submit``, ``scale_ray.client``)."""
+    from ray import cloudpickle
+
+    if sub.fmt != "pickle":
+        raise ValueError(f"a {sub.fmt!r} submission needs the loader of its service")
+    return as_collected(cloudpickle.loads(sub.payload), name=sub.name)
+
+
+class Durable:
+    """Journal and idempotency keys of a LiveScheduler (scheduler-thread safe where noted)."""
+
+    journal: Journal | None
+
+    def _init_durable(self) -> None:
+        self.journal = None
+        self._keys: dict[tuple[str, str], WorkflowHandle] = {}
+        self.unrestorable: dict[str, str] = {}  # workflow id -> why the journal cannot restore it
+        self.journal_problems: list[str] = []
+        self._epoch = time.time() - time.perf_counter()  # epoch s = perf_counter s + this
+        self._io: ThreadPoolExecutor | None = None
+
+    def _open_journal(self) -> None:
+        uri = resolve_storage(self.cfg.storage)
+        if uri is not None and self.journal is None:
+            self.journal = Journal(uri)
+            self._io = ThreadPoolExecutor(1, thread_name_prefix="scale-journal")
+            log.info("live scheduler: journal at %s", uri)
+
+    # ------------------------------------------------------------------ submit
+    def _known(self, group: str, key: str | None) -> WorkflowHandle | None:
+        if key is None:
+            return None
+        with self._lock:
+            return self._keys.get((group, key))
+
+    def _record_submission(self, wf: CollectedWorkflow, group: str, key: str | None,
+                           record: Submission | None) -> Submission | None:
+        """The journal entry of an accepted workflow, written before its handle exists (the
+        service's ``record``, else its pickled calls); None without a journal or record."""
+        if self.journal is None:
+            return record
+        if record is None:
+            from ray import cloudpickle
+
+            record = Submission(id=uuid.uuid4().hex, fmt="pickle", payload=cloudpickle.dumps(wf),
+                                name=wf.spec.name, group=group, key=key)
+        self.journal.submit(record)
+        return record
+
+    def _register(self, h: WorkflowHandle, sub: Submission | None, group: str,
+                  key: str | None) -> WorkflowHandle | None:
+        """Under ``self._lock``: the handle of an earlier submit with this key (then ``h`` is
+        dropped), else None after recording ``h``'s key."""
+        if key is not None:
+            hit = self._keys.get((group, key))
+            if hit is not None:
+                return hit
+            self._keys[(group, key)] = h
+        h.key = key
+        if sub is not None:
+            h.jid, h.journal_fmt = sub.id, sub.fmt
+        return None
+
+    def _run_target(self, t: Any) -> tuple | None:
+        """What a run of task ``t`` writes to the journal (None: nothing)."""
+        h = t.wf.handle
+        if self.journal is None or h.jid is None:
+            return None
+        return self.journal.target(h.jid, t.idx, h.journal_fmt, t.runs)
+
+    # ------------------------------------------------------------------ finish, compact, forget
+    def _end_info(self, h: WorkflowHandle) -> tuple[dict[str, Any], bytes]:
+        """The end record of a finished workflow, and (a ``pickle`` one that failed) its
+        primitive's exception, pickled."""
+        err = None if h.error is None else root_cause(h.error)
+        state = ("completed" if err is None else
+                 "cancelled" if isinstance(err, WorkflowCancelled) else "failed")
+        ep, blob = self._epoch, b""
+        if state == "failed" and h.journal_fmt == "pickle":
+            from ray import cloudpickle
+
+            try:
+                blob = cloudpickle.dumps(err)
+            except Exception:  # noqa: BLE001 - not picklable: its type name and text stay
+                blob = b""
+        return {"state": state, "error": None if err is None else str(err)[:2000],
+                "error_type": None if err is None else type(err).__name__,
+                "finished": (h.finished_wall or time.perf_counter()) + ep,
+                "task_finish": [None if f is None else f + ep for f in h.task_finish_wall],
+                "task_nodes": list(h.task_nodes)}, blob
+
+    def _journal_failed(self, h: WorkflowHandle) -> None:
+        """A workflow that failed or was cancelled: never run again after a restart."""
+        if self.journal is not None and h.jid is not None:
+            info, blob = self._end_info(h)
+            if self._io is not None:
+                self._io.submit(self._safe, self.journal.end, h.jid, info, blob)
+            else:
+                self._safe(self.journal.end, h.jid, info, blob)
+
+    def compact(self, h: WorkflowHandle) -> None:
+        """A finished workflow's results were fetched or expired: its journal keeps its record
+        (state, times) and drops the results (a later restart shows it ``result_expired``)."""
+        if self.journal is not None and h.jid is not None and h.done():
+            self._safe(self.journal.end, h.jid, *self._end_info(h))
+
+    def _journal_forget(self, handles: list[WorkflowHandle]) -> None:
+        with self._lock:
+            for h in handles:
+                if h.key is not None and self._keys.get((h.group, h.key)) is h:
+                    del self._keys[(h.group, h.key)]
+        if self.journal is not None:
+            for h in handles:
+                if h.jid is not None:
+                    self._safe(self.journal.remove, h.jid)
+
+    def _safe(self, fn: Callable, *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - storage trouble must not stop scheduling
+            log.exception("journal %s: %s failed", self.journal.uri if self.journal else "?",
+                          getattr(fn, "__name__", fn))
+
+    def journal_size(self) -> dict[str, Any] | None:
+        return None if self.journal is None else self.journal.size()
+
+    # ------------------------------------------------------------------ resume
+    def resume(self, loader: Loader | None = None) -> list[WorkflowHandle]:
+        """Continue every workflow the journal holds (call after ``start()``, before new
+        submits). Finished tasks are not run again: their journaled results feed their
+        children; a task that was running runs again (its body sees ``attempt() > 0``).
+        Finished workflows come back done (their results, if compacted, are gone). Returns
+        the handles (``h.jid`` the journal id, ``h.key``, ``h.group`` as submitted); what could
+        not be restored is in :attr:`unrestorable`, every skipped entry in
+        :attr:`journal_problems`. ``loader`` rebuilds ``json`` submissions (a service's
+        documents); ``pickle`` ones are unpickled."""
+        import ray
+
+        if self._thread is None:
+            raise RuntimeError("LiveScheduler.resume: call start() first")
+        if self.journal is None:
+            return []
+        loaded = self.journal.load()
+        self.unrestorable.update(loaded.unrestorable)
+        self.journal_problems.extend(loaded.problems)
+        out = []
+        now, ep = time.perf_counter(), self._epoch
+        for e in loaded.entries:
+            sub = e.submission
+            try:
+                wf = (loader or pickle_loader)(sub)
+            except Exception as exc:  # noqa: BLE001 - whatever it was, say so and go on
+                why = f"it can no longer be rebuilt ({type(exc).__name__}: {exc})"
+                self.unrestorable[sub.id] = why
+                self.journal_problems.append(f"workflow {sub.id}: {why}")
+                log.warning("journal: workflow %s: %s", sub.id, why)
+                continue
+            with self._lock:
+                h = WorkflowHandle(len(self._handles), wf, min(now, sub.submitted - ep))
+                h.group = sub.group
+                self._register(h, sub, sub.group, sub.key)
+                self._handles.append(h)
+            if e.end is not None:  # finished before: its record, no results
+                fin = e.end.get("task_finish") or []
+                nodes = e.end.get("task_nodes") or []
+                for i in range(min(len(fin), len(h.task_finish_wall))):
+                    h.task_finish_wall[i] = None if fin[i] is None else fin[i] - ep
+                    h.task_nodes[i] = nodes[i] if i < len(nodes) else None
+                h._complete(float(e.end.get("finished", sub.submitted)) - ep,
+                            _restored_error(e.end, e.end_payload, sub.fmt))
+            else:
+                h._resumed = {i: (ray.put(v), node, t - ep) for i, (v, node, t) in
+                              e.results.items() if 0 <= i < len(wf.calls)}
+                h._prior_runs = dict(e.runs)
+                self._inbox.put(h)
+            out.append(h)
+        log.info("live scheduler: resumed %d workflows from %s (%d unrestorable, %d problems)",
+                 len(out), self.journal.uri, len(loaded.unrestorable), len(loaded.problems))
+        return out
+
+
+def _restored_error(end: dict[str, Any], blob: bytes, fmt: str) -> BaseException | None:
+    """The error of a workflow that finished before a restart: the primitive's own exception
+    (a ``pickle`` workflow's, unpickled), else one of its type's name carrying its text."""
+    state, msg = end.get("state"), end.get("error") or ""
+    if state == "completed":
+        return None
+    if state == "cancelled":
+        return WorkflowCancelled(msg)
+    if blob and fmt == "pickle":
+        from ray import cloudpickle
+
+        try:
+            return cloudpickle.loads(blob)
+        except Exception:  # noqa: BLE001 - its class is gone: the name and text below
+            pass
+    name = str(end.get("error_type") or "RuntimeError")
+    return type(name if name.isidentifier() else "RuntimeError", (RuntimeError,), {})(msg)

@@ -1,0 +1,65 @@
+"""The scheduler service's side of the journal (``live.storage``; :mod:`scale_ray.live.journal`):
+rebuilding a journaled submission, idempotency keys, and the journal as ``GET /v1/cluster``
+shows it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from scale_ray.live.durability import pickle_loader
+from scale_ray.live.journal import Submission
+from scale_ray.live.workflow import CollectedWorkflow
+
+from .errors import parse_body
+from .schemas import RequestError
+from .workflow_api import AllowList, WorkflowIn, to_workflow
+
+MAX_KEY_CHARS = 200
+
+__all__ = ["rebuild", "check_key", "JournalView", "MAX_KEY_CHARS"]
+
+
+def rebuild(sub: Submission, allow: AllowList, tuning: Any) -> CollectedWorkflow:
+    """The calls of a journaled submission, as this replica would accept them now: an HTTP
+    document is validated again against the current allow-list and ``max_tasks`` (a redeploy
+    that removed one of its primitives makes it unrestorable, with the reason)."""
+    if sub.fmt == "json":
+        try:
+            return to_workflow(parse_body(sub.payload, WorkflowIn, sub.meta.get("content_type")),
+                               allow, tuning.max_tasks)
+        except RequestError as e:
+            raise ValueError(f"{'.'.join(map(str, e.loc))}: {e.msg}") from None
+    return pickle_loader(sub)
+
+
+def check_key(raw: str | None) -> str | None:
+    """An idempotency key (the ``Idempotency-Key`` header, the client's ``key``): 1 to 200
+    printable ASCII characters; anything else is a 422 naming the header."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not 0 < len(raw) <= MAX_KEY_CHARS or not raw.isascii() \
+            or not raw.isprintable():
+        raise RequestError(("header", "idempotency-key"), f"must be 1 to {MAX_KEY_CHARS} "
+                           f"printable ASCII characters", "bad_key")
+    return raw
+
+
+class JournalView:
+    """The journal's size (a walk of the storage, at most every ``every_s``) and what a resume
+    could not restore."""
+
+    def __init__(self, sched: Any, every_s: float = 5.0):
+        self.sched, self.every_s = sched, every_s
+        self._size: dict[str, Any] | None = None
+        self._at = -1e9
+
+    def view(self, tenant: str) -> dict[str, Any]:
+        s = self.sched
+        if s.journal is None:
+            return {"storage": None}
+        now = time.monotonic()
+        if self._size is None or now - self._at > self.every_s:
+            self._size, self._at = s.journal_size(), now
+        return {**self._size, "problems": len(s.journal_problems),
+                "unrestorable": len(s.unrestorable)}

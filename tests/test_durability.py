@@ -1,0 +1,109 @@
+"""A LiveScheduler with a journal (``LiveConfig.storage``) on a real local cluster: a driver that
+stops mid-run and starts again with the same storage resumes its workflows (finished primitives
+are not run again, the one that was running runs again and reads ``attempt() == 1``),
+idempotent submits, failed workflows that stay failed, and a damaged journal that is reported,
+never fatal. The service's kill -9 / redeploy tests are in tests/test_service.py."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from processes import no_ray_connection
+
+from policies import get_policy
+from scale_ray.config import load_env
+from scale_ray.live import LiveConfig, LiveScheduler, WorkflowFailed, attempt, primitive
+from scale_ray.live.cluster import LocalHeteroCluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@primitive(compute_gflop=1.0, emulate=False)
+def step(x, tag, marks, gate=None):
+    """Leave a marker ``<tag>.<attempt>``; wait for ``gate`` to exist; return x + 1."""
+    Path(marks, f"{tag}.{attempt()}").write_text("")
+    while gate is not None and not os.path.exists(gate):
+        time.sleep(0.05)
+    return x + 1
+
+
+@primitive(compute_gflop=1.0, emulate=False)
+def boom(x, marks):
+    Path(marks, f"boom.{attempt()}").write_text("")
+    raise ValueError("no such city")
+
+
+@pytest.fixture(scope="module")
+def env():
+    no_ray_connection()
+    env = load_env(None, ["cluster.servers=3"])
+    with LocalHeteroCluster(env.cluster):
+        yield env
+
+
+def _marks(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir())
+
+
+def _wait_for(path: Path, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert time.time() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+
+
+def test_a_restarted_driver_resumes_without_running_finished_tasks_again(env, tmp_path):
+    marks, gate = tmp_path / "marks", tmp_path / "gate"
+    marks.mkdir()
+    cfg = LiveConfig(time_scale=0.0, storage=str(tmp_path / "journal"))
+    s1 = LiveScheduler(get_policy("eft", env), env, cfg).start()
+    h = s1.submit(step.bind(step.bind(step.bind(1, "a", str(marks)), "b", str(marks), str(gate)),
+                            "c", str(marks)), key="req-1")
+    assert s1.submit(step.bind(0, "other", str(marks)), key="req-1") is h  # same key: same one
+    bad = s1.submit(boom.bind(1, str(marks)), key="req-2")
+    with pytest.raises(WorkflowFailed):
+        bad.result(timeout=60)
+    _wait_for(marks / "b.0")  # a finished, b is running: the driver stops now
+    s1.shutdown()
+    assert s1.journal_size()["workflows"] == 2
+
+    s2 = LiveScheduler(get_policy("eft", env), env, cfg).start()
+    resumed = {x.key: x for x in s2.resume()}
+    assert set(resumed) == {"req-1", "req-2"} and not s2.unrestorable and not s2.journal_problems
+    again = s2.submit(step.bind(0, "other", str(marks)), key="req-1")
+    assert again is resumed["req-1"]  # the key still names the resumed workflow
+    # failed before the restart: failed still, with the primitive's own exception, not re-run
+    assert resumed["req-2"].done() and isinstance(resumed["req-2"].error, ValueError)
+    assert "no such city" in str(resumed["req-2"].error)
+    gate.write_text("")
+    assert again.result(timeout=60) == 4
+    # a ran once (its journaled result fed b), b ran again as attempt 1, c once; boom once
+    assert _marks(marks) == ["a.0", "b.0", "b.1", "boom.0", "c.0"]
+    assert again.task_attempts == [0, 0, 0]  # no loss counted against max_retries
+    s2.compact(again)  # fetched: only its record stays
+    size = s2.journal_size()
+    s2.forget([again, resumed["req-2"]])
+    assert s2.journal_size()["workflows"] == 0 < size["workflows"]
+    s2.shutdown()
+
+
+def test_a_damaged_journal_is_reported_and_skipped(env, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    cfg = LiveConfig(time_scale=0.0, storage=str(tmp_path / "journal"))
+    with LiveScheduler(get_policy("eft", env), env, cfg) as s1:
+        h = s1.submit(step.bind(step.bind(1, "x", str(marks)), "y", str(marks)))
+        other = s1.submit(step.bind(1, "z", str(marks)))
+        assert h.result(timeout=60) == 3 and other.result(timeout=60) == 2
+    root = tmp_path / "journal" / "wf"
+    t0 = root / h.jid / "t0"
+    t0.write_bytes(t0.read_bytes()[:-4])  # truncated: x runs again, y's result stays
+    (root / other.jid / "submit").write_bytes(b"\x00" * 10)  # unreadable: not resumable
+    with LiveScheduler(get_policy("eft", env), env, cfg) as s2:
+        (back,) = s2.resume()
+        assert back.result(timeout=60) == 3
+        assert other.jid in s2.unrestorable and len(s2.journal_problems) == 2
+    assert _marks(marks) == ["x.0", "x.1", "y.0", "z.0"]

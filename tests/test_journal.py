@@ -1,0 +1,132 @@
+"""The journal (scale_ray.live.journal) and the service's side of it (serve_apps.durable),
+without Ray: entries survive a crash at any point (whole or absent, a leftover temporary file
+removed), a truncated or corrupt entry is reported and skipped, compaction keeps the record, and
+the service's defaults journal every workflow. The resume itself runs on real clusters:
+tests/test_durability.py (library) and tests/test_service.py (the service, kill -9)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scale_ray.live import journal as jr
+from scale_ray.live.journal import CorruptEntry, Journal, Submission, decode, encode
+from serve_apps.durable import MAX_KEY_CHARS, check_key, rebuild
+from serve_apps.scheduler_config import SchedulerTuning, parse_args
+from serve_apps.schemas import RequestError
+from serve_apps.workflow_api import AllowList
+
+
+def _doc(tasks: list[dict]) -> bytes:
+    return json.dumps({"name": "w", "tasks": tasks}).encode()
+
+
+def test_entries_round_trip_and_every_damage_is_named():
+    blob = encode({"a": 1}, b"payload")
+    assert decode(blob) == ({"a": 1}, b"payload")
+    for bad, what in [(blob[:5], "truncated"), (blob[:-1], "truncated"),
+                      (b"XXXX" + blob[4:], "magic"),
+                      (blob[:-1] + bytes([blob[-1] ^ 1]), "checksum")]:
+        with pytest.raises(CorruptEntry, match=what):
+            decode(bad)
+
+
+def test_journal_load_reports_and_skips_what_it_cannot_read(tmp_path):
+    j = Journal(str(tmp_path / "j"))
+    j.submit(Submission(id="w1", fmt="json", payload=b"{}", name="one", group="t", key="k"))
+    j.submit(Submission(id="w2", fmt="json", payload=b"{}", group="t"))
+    jr.record_start(j.target("w1", 0, "json", 0))
+    jr.record_result(j.target("w1", 0, "json", 0), {"v": [1, 2]}, "node-a")
+    jr.record_start(j.target("w1", 1, "json", 0))
+    jr.record_start(j.target("w1", 1, "json", 1))
+    jr.record_result(j.target("w1", 1, "json", 1), 7, "node-b")
+    root = tmp_path / "j" / "wf"
+    # a crash mid-write: a temporary file never moved into place, and (a storage without
+    # atomic moves) a truncated entry under its real name
+    (root / "w1" / "t2.tmp-deadbeef").write_bytes(b"half")
+    (root / "w1" / "t1").write_bytes((root / "w1" / "t1").read_bytes()[:-3])
+    (root / "w2" / "submit").write_bytes(b"garbage")
+    (root / "w3").mkdir()
+    (root / "w3" / "t0").write_bytes(encode({"node": "n", "t": 0.0, "attempt": 0, "fmt": "json"},
+                                            b"1"))
+    loaded = j.load()
+    (e,) = loaded.entries
+    assert e.submission.id == "w1" and e.submission.key == "k" and e.submission.group == "t"
+    assert e.results == {0: ({"v": [1, 2]}, "node-a", pytest.approx(e.results[0][2]))}
+    assert e.runs == {0: 1, 1: 2}  # task 1 started twice; its result is corrupt: it runs again
+    assert set(loaded.unrestorable) == {"w2", "w3"}
+    assert "unreadable" in loaded.unrestorable["w2"] and "never" in loaded.unrestorable["w3"]
+    assert any("task 1" in p and "runs again" in p for p in loaded.problems)
+    assert not (root / "w1" / "t2.tmp-deadbeef").exists()  # leftovers are removed
+
+
+def test_a_json_workflow_never_unpickles_a_value(tmp_path):
+    j = Journal(str(tmp_path / "j"))
+    j.submit(Submission(id="w", fmt="json", payload=b"{}"))
+    jr.record_result(j.target("w", 0, "pickle", 0), 5, "n")  # a pickle where JSON belongs
+    loaded = j.load()
+    assert loaded.entries[0].results == {}
+    assert any("'pickle' value in a 'json' workflow" in p for p in loaded.problems)
+    with pytest.raises(ValueError, match="NaN|JSON|Out of range"):
+        jr.record_result(j.target("w", 1, "json", 0), float("nan"), "n")
+
+
+def test_compaction_keeps_the_record_and_forget_removes_it(tmp_path):
+    j = Journal(str(tmp_path / "j"))
+    j.submit(Submission(id="w", fmt="json", payload=b"{" * 100))
+    for i in range(3):
+        jr.record_start(j.target("w", i, "json", 0))
+        jr.record_result(j.target("w", i, "json", 0), "x" * 1000, "n")
+    before = j.size()
+    assert before["workflows"] == 1 and before["entries"] == 7
+    j.end("w", {"state": "completed", "error": None, "finished": 1.0, "task_finish": [1, 1, 1],
+                "task_nodes": ["n"] * 3})
+    after = j.size()
+    assert after["entries"] == 2 and after["bytes"] < before["bytes"] - 2500
+    (e,) = j.load().entries
+    assert e.end["state"] == "completed" and e.results == {}
+    j.remove("w")
+    assert j.size()["workflows"] == 0 and j.load().entries == []
+
+
+def test_storage_settings_resolve():
+    assert jr.resolve_storage(None) is None and jr.resolve_storage("off") is None
+    assert jr.resolve_storage("session", "/tmp/ray/session_x/") == "/tmp/ray/session_x/scale_journal"
+    assert jr.resolve_storage("s3://b/p") == "s3://b/p"
+    with pytest.raises(ValueError, match="fmt"):
+        Journal.submit(object.__new__(Journal), Submission(id="w", fmt="yaml", payload=b""))
+
+
+def test_attempt_is_zero_outside_a_primitive():
+    assert jr.attempt() == 0
+    jr.set_attempt(2)
+    assert jr.attempt() == 2
+    jr.set_attempt(0)
+
+
+def test_the_service_journals_and_shares_fairly_unless_told_otherwise():
+    a = parse_args({})
+    assert a.live.storage == "session" and a.live.fair_share is True
+    b = parse_args({"live": {"storage": "off", "fair_share": False, "time_scale": 0.5}})
+    assert b.live.storage == "off" and b.live.fair_share is False and b.live.time_scale == 0.5
+    # the library's own default stays off (a driver opts in)
+    from scale_ray.live import LiveConfig
+    assert LiveConfig().storage is None
+
+
+def test_idempotency_keys_are_checked():
+    assert check_key(None) is None and check_key("req-42") == "req-42"
+    for bad in ("", "x" * (MAX_KEY_CHARS + 1), "caf\u00e9", "a\nb", 5):
+        with pytest.raises(RequestError) as e:
+            check_key(bad)
+        assert list(e.value.loc) == ["header", "idempotency-key"]
+
+
+def test_rebuild_validates_a_document_again_with_todays_allow_list():
+    doc = _doc([{"name": "a", "compute_gflop": 1, "primitive": "json:loads", "args": ["[1]"]}])
+    sub = Submission(id="w", fmt="json", payload=doc, meta={"content_type": "application/json"})
+    wf = rebuild(sub, AllowList(["json:loads"]), SchedulerTuning())
+    assert wf.calls[0].primitive.fn("[1]") == [1]
+    with pytest.raises(ValueError, match="json:loads"):
+        rebuild(sub, AllowList([]), SchedulerTuning())  # a redeploy removed it
