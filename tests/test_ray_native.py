@@ -251,7 +251,7 @@ def test_serve_maps_no_servers_to_503_and_unschedulable_to_422():
     import asyncio
 
     from serve_apps.errors import _request_error
-    from serve_apps.scheduler import refusal
+    from serve_apps.registry import refusal
 
     for err, status, kind in [(NoServers("none"), 503, "no_servers"),
                               (Unschedulable("gpu"), 422, "does_not_fit")]:

@@ -108,6 +108,19 @@ def resume_times(events: list[dict], kills: list[float]) -> list[float | None]:
     return out
 
 
+def successor_steps(old_actor: str, killed_at: float, timeout_s: float = 120.0) -> dict:
+    """Seconds from a replica kill until its successor's process started, its scheduler was
+    up and it had resumed the journal (``GET /v1/cluster`` ``resumed``)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        info = client.cluster()
+        if info["replica_actor"] != old_actor:
+            r = info["resumed"]
+            return {k: r[k] - killed_at for k in ("replica_started", "scheduler_started", "at")}
+        time.sleep(0.2)
+    return {}
+
+
 def reruns(events: Iterable[dict]) -> int:
     """Distinct tasks started more than once (a lost node, a killed replica)."""
     return len({(e.get("workflow_id"), e.get("index")) for e in events
@@ -219,14 +232,15 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
     span = float(times[-1]) * (ts or 1.0)
     plan = sorted([(start + f * span, "replica") for f in args.kill_replica_at]
                   + ([(start + args.kill_at * span, "node")] if args.kill_at >= 0 else []))
-    killed, kill_wall, replica_kills = None, None, []
+    killed, kill_wall, replica_kills, steps = None, None, [], []
     for due, what in plan:
         while time.time() < due and all(p.poll() is None for p in procs):
             time.sleep(0.05)
         if what == "replica":
-            client.cluster()  # the previous kill's successor answers first
+            old = client.cluster()["replica_actor"]  # the previous kill's successor answers
             replica_kills.append(svc.kill_replica())
-            log.info("killed the service replica (%d)", len(replica_kills))
+            steps.append(successor_steps(old, replica_kills[-1]))
+            log.info("killed the service replica (%d): %s", len(replica_kills), steps[-1])
             continue
         while killed is None and time.time() < due + 30 and all(p.poll() is None for p in procs):
             killed = svc.kill_busy_node()
@@ -249,6 +263,7 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
         "workflows_lost": sum(1 for r in recs if r["state"] == "lost"),
         "replica_kills": len(replica_kills), "resume_s": resume,
         "resume_s_max": max((r for r in resume if r is not None), default=None),
+        "resume_steps_s": steps,
         "tasks_rerun": reruns(events), "journal": args.storage,
         "double_booked": double_booked(events),
         "tasks_lost_and_replaced": sum(1 for e in events if e.get("event") == "lost"),

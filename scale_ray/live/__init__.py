@@ -17,7 +17,7 @@ primitive runs on Ray), ``discovery`` (servers from the cluster: scale nodes or 
 reports), ``nodes`` (the node set, server actors), ``refusals`` (why a submit is refused),
 ``tasks`` (the scheduler's records), ``journal`` (durable records: ``LiveConfig.storage``,
 ``attempt()``), ``durability`` (the scheduler's side of it: resume, idempotent keys),
-``scheduler`` (LiveScheduler), ``ray_default`` (Ray's own
+``admission`` (workflows and node changes entering the scheduler), ``scheduler`` (LiveScheduler), ``ray_default`` (Ray's own
 placement), ``cluster`` (scale node capacities, a local cluster), ``localcluster`` (``scale-ray
 cluster up|down``), ``runner`` (streams of workflows), ``raylocal`` (a fresh machine's Ray
 directories and token). Imports point down:

@@ -45,11 +45,12 @@ import numpy as np
 from envs import order as orders
 from envs.config import EnvConfig, build
 from envs.estimator import RuntimeEstimator
-from envs.workload import WorkflowError, WorkflowSpec
+from envs.workload import WorkflowSpec
 from policies.base import Policy
 from policies.guard import guard_summary, make_guard
 from policies.lookahead import has_state_protocol
 
+from .admission import Admission, NodeEvents
 from .completions import Completions
 from .durability import Durable
 from .journal import Submission
@@ -62,7 +63,7 @@ from .nodes import NodeSet, _Server
 from .refusals import check_fits
 from .placement import LivePlacement
 from .planning import LivePlanner
-from .tasks import DONE, READY, RUNNING, _Task, _Workflow
+from .tasks import READY, RUNNING, _Task
 from .raydag import accept
 from .workflow import Call, CollectedWorkflow
 
@@ -71,7 +72,7 @@ log = logging.getLogger(__name__)
 TraceSink = Callable[[dict[str, Any]], None]
 
 
-class LiveScheduler(Completions, Durable):
+class LiveScheduler(Admission, NodeEvents, Completions, Durable):
     """Places workflow primitives as Ray tasks with ``policy`` (see the module docstring).
 
     Args:
@@ -366,63 +367,6 @@ class LiveScheduler(Completions, Durable):
             except queue.Empty:
                 return
 
-    def _admit(self, h: WorkflowHandle) -> None:
-        spec = h.workflow.spec
-        wf = h._record = _Workflow(h, h.submitted_wall)
-        order, c = self.order, self.env.cluster
-        computes = [s.node.compute for s in self._alive] or [t.compute for t in self._tiers]
-        mean_c = self._mean_compute = orders.mean_compute(computes)
-        gflop, kids = [ts.compute_gflop for ts in spec.tasks], spec.children()
-        ranks = orders.ranks(order, gflop, [ts.output_gb for ts in spec.tasks], kids, mean_c,
-                             c.bandwidth_gb_s, c.latency_s)
-        wf.wid = self._next_gid
-        ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0  # levels in wall seconds
-        wf.level = orders.initial_level(
-            order, h.submitted_wall, orders.critical_path_s(gflop, kids, max(computes)) * ts,
-            sum(gflop) / mean_c * ts, self.env.mdp.edf_factor)
-        if self._fair is not None:  # the group's start tag first (scale_ray.live.fairshare)
-            wf.share = self._fair.admit(h.group, wf.wid, sum(gflop) / mean_c)
-            h.add_done_callback(lambda _h, wid=wf.wid: self._fair_done.put(wid))
-        done = h._resumed or {}  # finished before a restart (Durable.resume)
-        for i, call in enumerate(h.workflow.calls):
-            t = _Task(self._next_gid, i, wf, call)
-            self._next_gid += 1
-            t.rank = ranks[i]
-            t.key = self._key(order, ranks[i], h.submitted_wall, wf)
-            t.parents = [wf.tasks[p] for p in spec.tasks[i].parents]
-            t.waiting_for = {p.idx for p in t.parents if p.state != DONE}
-            t.runs = h._prior_runs.get(i, 0)
-            for p in t.parents:
-                p.children.append(t)
-            if i in done:
-                t.value_ref, node, finished = done[i]
-                t.state = DONE
-                wf.done += 1
-                h._task_done(i, t.value_ref, node, finished)
-            wf.tasks.append(t)
-        h._resumed = None
-        if self.trace is not None:
-            self._emit({"t": self._now_model(), "event": "arrival", "workflow": h.id,
-                        "name": spec.name, "tasks": [
-                            {"task": t.gid, "compute_gflop": t.prim.compute_gflop,
-                             "memory_gb": t.prim.memory_gb, "output_gb": t.prim.output_gb,
-                             "parents": [p.gid for p in t.parents]} for t in wf.tasks]})
-        for t in wf.tasks:
-            if t.state != DONE and not t.waiting_for:
-                self.placement.push(t)
-        if wf.done == len(wf.tasks) and not h.done():  # every task finished before a restart
-            h._complete(time.perf_counter())
-
-    def _key(self, order: str, rank: float, submitted: float, wf: _Workflow) -> tuple:
-        """A task's ready-queue key: the order's (``envs.order``), behind its workflow's fair
-        share start tag when ``fair_share`` is on."""
-        key = orders.task_key(order, rank, submitted, wf.wid, wf.level)
-        if self._fair is None:
-            return key
-        while not self._fair_done.empty():
-            self._fair.finished(self._fair_done.get_nowait())
-        return (wf.share, *key)
-
     def _snapshot(self) -> dict[str, Any]:
         q = self.placement.queue
         servers = []
@@ -440,34 +384,6 @@ class LiveScheduler(Completions, Durable):
                 "set_aside_tasks": sum(1 for e in q.blocked if e[2].state == READY),
                 "running_tasks": len(self._running), "workflows_pending": self.pending(),
                 "counters": dict(self.counters)}
-
-    # ------------------------------------------------------------------ nodes
-    def _refresh(self, force: bool = False) -> None:
-        change = self._nodes.refresh(force)
-        if change is None:  # not due
-            return
-        added, gone = change
-        for srv in added:
-            n = srv.node
-            self._emit({"t": self._now_model(), "event": "server_add", "server": srv.sid,
-                        "tier": n.tier, "compute": n.compute, "memory_gb": n.memory_gb,
-                        "node": n.node_id, "slot": srv.slot})
-        for srv in gone:
-            if srv.task is not None:
-                self._lose(srv.task, f"node {srv.node.node_id[:12]} is gone")
-            self._emit({"t": self._now_model(), "event": "server_fail", "server": srv.sid,
-                        "node": srv.node.node_id})
-        if added or gone:  # (a task that fit nowhere may fit a new node: queued again)
-            self._set_alive(self._nodes.alive())
-
-    def _check_probes(self, ray: Any) -> None:
-        """Servers whose starting actor answered are offered again. A failed start forces a
-        node refresh (which drops a node that is gone) and is retried, still masked, after
-        ``nodes.ACTOR_RETRY_S`` (a dying node fails every start until the GCS drops it)."""
-        failed = self._nodes.check_probes(ray)
-        if failed:
-            self._refresh(force=True)
-            self._nodes.back_off(failed)
 
     # ------------------------------------------------------------------ placement
     def _set_alive(self, alive: list[_Server]) -> None:

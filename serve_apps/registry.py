@@ -1,0 +1,164 @@
+"""The scheduler service's workflows: accepting one (quotas, idempotency keys, the journal
+record), registering it for its tenant, releasing finished ones, and looking an id up (404 for
+anything not this tenant's, 410 for what an earlier replica accepted and the journal could not
+restore).
+
+:class:`Workflows` is a part of :class:`serve_apps.scheduler.SchedulerService` (a mixin over its
+``sched``, ``tuning``, ``ids``, ``workflows``, ``owner``, ``_inflight`` and locks).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from envs.workflow import WorkflowError
+from scale_ray.live.config import NoServers
+from scale_ray.live.handles import WorkflowHandle
+from scale_ray.live.journal import Submission
+
+from . import errors
+from .schemas import RequestError
+from .tenants import audit
+from .workflow_api import state
+
+__all__ = ["Workflows", "UnknownWorkflow", "refusal", "unknown_handler"]
+
+
+def refusal(e: WorkflowError) -> RequestError:
+    """A submit the scheduler refused, as HTTP: no server at all (``NoServers``) is a 503
+    ``no_servers``; a task no server could ever run (``Unschedulable``, any other
+    ``WorkflowError``) a 422 ``does_not_fit``."""
+    if isinstance(e, NoServers):
+        return RequestError(("body", "tasks"), str(e), "no_servers", status=503)
+    return RequestError(("body", "tasks"), str(e), "does_not_fit")
+
+
+class UnknownWorkflow(KeyError):
+    def __init__(self, msg: str, gone: bool):
+        super().__init__(msg)
+        self.msg, self.gone = msg, gone
+
+
+async def unknown_handler(_: Request, exc: UnknownWorkflow) -> JSONResponse:
+    return errors.error(410 if exc.gone else 404, ["path", "id"], exc.msg,
+                        "workflow_lost" if exc.gone else "not_found")
+
+
+class Workflows:
+    """Accept, register, release and look up workflows (see the module docstring)."""
+
+    def _check_quota(self, tenant: str, tasks: int) -> None:
+        t = self.tuning
+        with self._load_lock:
+            mine = self._inflight.get(tenant, [0, 0])
+            total_w = sum(v[0] for v in self._inflight.values())
+            total_t = sum(v[1] for v in self._inflight.values())
+        for have, cap, what in ((mine[0] + 1, t.max_inflight_per_tenant,
+                                 "unfinished workflows of this tenant"),
+                                (mine[1] + tasks, t.max_queued_tasks_per_tenant,
+                                 "tasks of this tenant's unfinished workflows"),
+                                (total_w + 1, t.max_inflight_workflows,
+                                 "unfinished workflows of all tenants"),
+                                (total_t + tasks, t.max_queued_tasks,
+                                 "tasks of all unfinished workflows")):
+            if have > cap:
+                audit("refuse", tenant, reason=f"quota: {what}", tasks=tasks)
+                raise RequestError(("body", "tasks"), f"quota: {have} {what} would exceed the cap "
+                                   f"of {cap}; retry after {t.retry_after_s} s", "quota",
+                                   status=429, headers={"Retry-After": str(t.retry_after_s)})
+
+    def _accept(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None = None,
+                meta: dict | None = None) -> dict:
+        """Queue (and journal) an accepted workflow; a known ``key`` returns its workflow."""
+        n = len(wf.calls)
+        known = self.sched._known(tenant, key)
+        if known is not None and known.jid in self.workflows:
+            return self._duplicate(known, tenant)
+        self._check_quota(tenant, n)
+        wid = self.ids.new(tenant)
+        sub = Submission(id=wid, fmt=fmt, payload=payload, name=wf.spec.name, group=tenant,
+                         key=key, meta=meta or {})
+        try:
+            h = self.sched.submit(wf, group=tenant, key=key, record=sub)
+        except WorkflowError as e:
+            err = refusal(e)
+            audit("refuse", tenant, reason=err.kind)
+            raise err from None
+        if h.jid != wid:  # the same key raced in
+            return self._duplicate(h, tenant)
+        self._register(wid, h, tenant)
+        audit("submit", tenant, wid, tasks=n, name=h.name)
+        if len(self.workflows) % 100 == 99:
+            self._prune()
+        return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
+
+    @staticmethod
+    def _duplicate(h: WorkflowHandle, tenant: str) -> dict:
+        """A submit with the idempotency key of a workflow the service holds: that workflow."""
+        audit("submit", tenant, h.jid, duplicate_key=h.key)
+        return {"id": h.jid, "name": h.name, "tasks": len(h.workflow.calls), "state": state(h),
+                "duplicate": True}
+
+    def _register(self, wid: str, h: WorkflowHandle, tenant: str) -> None:
+        n = len(h.workflow.calls)
+        with self._reg_lock:
+            self.workflows[wid] = h
+            self.owner[wid] = tenant
+        with self._load_lock:
+            load = self._inflight.setdefault(tenant, [0, 0])
+            load[0] += 1
+            load[1] += n
+        h.add_done_callback(lambda _h: self._done(tenant, n, _h))
+
+    def _done(self, tenant: str, tasks: int, h: WorkflowHandle) -> None:
+        # only the outputs' results are kept (GET returns those): the others are released now
+        keep = set(h.workflow.outputs)
+        for i in range(len(h._refs)):
+            if i not in keep:
+                h._refs[i] = None
+        with self._load_lock:
+            load = self._inflight.get(tenant)
+            if load is not None:
+                load[0] -= 1
+                load[1] -= tasks
+
+    def _prune(self) -> None:
+        with self._reg_lock:
+            self._prune_locked()
+
+    def _prune_locked(self) -> None:
+        now = time.perf_counter()
+        ttl = self.tuning.result_ttl_s
+        for h in self.workflows.values():  # results past their TTL are released
+            if h.done() and h.finished_wall is not None and now - h.finished_wall > ttl \
+                    and any(r is not None for r in h._refs):
+                h._refs = [None] * len(h._refs)
+                self.sched.compact(h)
+        done = [k for k, h in self.workflows.items() if h.done()]
+        extra = len(done) - self.tuning.retain_finished
+        if extra > 0:
+            old = [self.workflows.pop(k) for k in done[:extra]]
+            for k in done[:extra]:
+                self.owner.pop(k, None)
+            self.sched.forget(old)
+
+    def _lookup(self, wid: str, tenant: str) -> WorkflowHandle:
+        """The tenant's workflow ``wid``; 404 for any other id (another tenant's, malformed,
+        never issued, forgotten), 410 for its own from an earlier replica."""
+        h = self.workflows.get(wid)
+        if h is not None and self.owner.get(wid) == tenant:
+            return h
+        if self.ids.check(wid, tenant) == "gone":
+            why = self.sched.unrestorable.get(wid) or (
+                "the journal does not hold it (live.storage is off, or it was forgotten after "
+                f"retain_finished={self.tuning.retain_finished})")
+            raise UnknownWorkflow(
+                f"workflow {wid!r} was accepted by an earlier scheduler replica (this is replica "
+                f"{self.incarnation}) and was not resumed: {why}; submit it again", gone=True)
+        raise UnknownWorkflow(f"no workflow {wid!r} of this tenant (unknown, or finished and "
+                              f"forgotten after retain_finished={self.tuning.retain_finished})",
+                              gone=False)
