@@ -54,12 +54,18 @@ class JournalView:
         self._size: dict[str, Any] | None = None
         self._at = -1e9
 
-    def view(self, tenant: str) -> dict[str, Any]:
-        s = self.sched
-        if s.journal is None:
-            return {"storage": None}
+    def cached_size(self) -> dict[str, Any] | None:
+        """The journal's size, walked at most every ``every_s`` (None without a journal)."""
+        if self.sched.journal is None:
+            return None
         now = time.monotonic()
         if self._size is None or now - self._at > self.every_s:
-            self._size, self._at = s.journal_size(), now
-        return {**self._size, "problems": len(s.journal_problems),
-                "unrestorable": len(s.unrestorable)}
+            self._size, self._at = self.sched.journal_size(), now
+        return self._size
+
+    def view(self, tenant: str) -> dict[str, Any]:
+        s = self.sched
+        size = self.cached_size()
+        if size is None:
+            return {"storage": None}
+        return {**size, "problems": len(s.journal_problems), "unrestorable": len(s.unrestorable)}

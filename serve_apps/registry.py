@@ -67,6 +67,7 @@ class Workflows:
                                  "tasks of all unfinished workflows")):
             if have > cap:
                 audit("refuse", tenant, reason=f"quota: {what}", tasks=tasks)
+                self.metrics.refused(tenant, "quota")
                 raise RequestError(("body", "tasks"), f"quota: {have} {what} would exceed the cap "
                                    f"of {cap}; retry after {t.retry_after_s} s", "quota",
                                    status=429, headers={"Retry-After": str(t.retry_after_s)})
@@ -87,6 +88,7 @@ class Workflows:
         except WorkflowError as e:
             err = refusal(e)
             audit("refuse", tenant, reason=err.kind)
+            self.metrics.refused(tenant, err.kind)
             raise err from None
         if h.jid != wid:  # the same key raced in
             return self._duplicate(h, tenant)
@@ -113,6 +115,7 @@ class Workflows:
             load[0] += 1
             load[1] += n
         h.add_done_callback(lambda _h: self._done(tenant, n, _h))
+        h.add_done_callback(lambda _h: self.metrics.finished(tenant, self.sched.policy.name, _h))
 
     def _done(self, tenant: str, tasks: int, h: WorkflowHandle) -> None:
         # only the outputs' results are kept (GET returns those): the others are released now

@@ -64,6 +64,7 @@ from .placement import _dumps, _json, _resolved
 from .scheduler_config import SchedulerArgs, SchedulerTuning, parse_args
 from .tenants import IdSigner, Tenants, audit, load_tokens
 from .durable import JournalView, check_key, rebuild
+from .metrics import ServiceMetrics
 from .registry import UnknownWorkflow, Workflows, unknown_handler
 from .workflow_api import (AllowList, WorkflowIn, jsonable, record, root_cause, state,
                            to_workflow)
@@ -102,6 +103,7 @@ class SchedulerService(Workflows):
         self.incarnation = uuid.uuid4().hex[:8]
         self.policy_spec = self.args.policy
         policy = self._load(self.policy_spec)  # no fallback: a bad one fails the deploy
+        self.policy_at = time.time()
         self.swaps, self.last_swap_error = 0, None
         self._swap_lock = asyncio.Lock()
         self._trace_file = open(self.args.trace, "a", buffering=1) if self.args.trace else None
@@ -120,6 +122,7 @@ class SchedulerService(Workflows):
         errors.LIMITS.max_body_bytes = self.tuning.max_body_bytes
         self.scheduler_at = time.time()
         self.journal = JournalView(self.sched)
+        self.metrics = ServiceMetrics(self).start()  # ray.util.metrics (serve_apps.metrics)
         self.resumed = self.sched.resume(lambda sub: rebuild(sub, self.allow, self.tuning))
         for h in self.resumed:
             self._register(h.jid, h, h.group)
@@ -174,6 +177,8 @@ class SchedulerService(Workflows):
             raise RuntimeError(f"the scheduler thread died: {self.sched._error!r}")
 
     def __del__(self) -> None:
+        if getattr(self, "metrics", None) is not None:
+            self.metrics.stop()
         sched = getattr(self, "sched", None)
         if sched is not None:
             sched.shutdown(timeout=5)
@@ -191,6 +196,7 @@ class SchedulerService(Workflows):
                                                        else None)
         if tenant is None:
             audit("refuse", "?", reason=why, client=request.client.host if request.client else "")
+            self.metrics.refused("?", "unauthorized" if status == 401 else "forbidden")
             raise RequestError(("header", "authorization"), why,
                                "unauthorized" if status == 401 else "forbidden", status=status)
         return tenant
@@ -260,7 +266,7 @@ class SchedulerService(Workflows):
                 "replica_actor": ray.get_runtime_context().get_actor_name(), "workflows": counts,
                 "other_tenants": {"unfinished_workflows": others},
                 "journal": await self._off_loop(self.journal.view, tenant),
-                "resumed": {"replica_started": self.started_at,
+                "resumed": {"replica_started": self.started_at, "policy_loaded": self.policy_at,
                             "scheduler_started": self.scheduler_at, "at": self.resumed_at,
                             "workflows": sum(1 for h in self.resumed
                                              if self.owner.get(h.jid) == tenant)},

@@ -148,6 +148,24 @@ def test_configs_name_the_scheduler_app():
         assert spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == "scale-journal"
 
 
+def test_grafana_dashboard_reads_the_metrics_the_service_exports():
+    import re
+
+    from serve_apps.metrics import METRICS, parse_prometheus
+
+    dash = json.loads((REPO / "configs/grafana/scale_scheduler.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    used = {re.sub(r"_(total|bucket|sum|count)$", "", n)
+            for e in exprs for n in re.findall(r"ray_scale_scheduler_(\w+)", e)}
+    assert used and used <= set(METRICS), used - set(METRICS)
+    assert set(METRICS) - used <= {"decisions_per_s", "unfinished_workflows"}
+    page = ('# HELP x\nray_scale_scheduler_rejected_total{Component="core",reason="quota",'
+            'SessionName="s",tenant="a"} 3.0\nray_other 1\nray_scale_scheduler_servers{} 4\n')
+    assert parse_prometheus(page) == {
+        'ray_scale_scheduler_rejected_total{reason="quota",tenant="a"}': 3.0,
+        "ray_scale_scheduler_servers": 4.0}
+
+
 def test_double_booked_counts_overlapping_runs_per_server():
     ok = [{"event": "start", "task": 1, "server": 0}, {"event": "finish", "task": 1, "server": 0},
           {"event": "start", "task": 2, "server": 0}, {"event": "lost", "task": 2, "server": 0},
@@ -465,6 +483,36 @@ def test_redeploy_with_changed_args_under_load_loses_nothing(service, tmp_path):
         assert counts == {"completed": 16}  # no duplicate from a retried submit
         r = http.get(f"/v1/workflows/{dropped.json()['id']}")
         assert r.status_code == 410 and "json:loads" in r.json()["detail"][0]["msg"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_metrics_reach_rays_prometheus_endpoint(service):
+    """The service's ray.util.metrics, read back from the nodes' metrics export ports: the
+    decisions counter equals the service's own count; a refusal and a response are there."""
+    import httpx
+
+    from envs.workflow import TaskSpec, WorkflowSpec
+    from scale_ray import client
+    from scale_ray.bench.service import scrape_metrics
+
+    tenant = f"metrics-{time.time_ns()}"
+    spec = WorkflowSpec((TaskSpec(1.0, 1.0, 0.0, ()),), "one")
+    assert client.submit(spec, tenant=tenant).result(timeout=60) == 1
+    with httpx.Client(base_url=service.url, timeout=60) as http:
+        r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
+                                                        "memory_gb": 99999}]})
+        assert r.status_code == 422
+    decisions = client.cluster()["counters"]["decisions"]
+    m = scrape_metrics(until=decisions, timeout_s=60)
+    assert m.get("ray_scale_scheduler_decisions_total") == decisions, sorted(m)
+    assert m['ray_scale_scheduler_rejected_total{reason="does_not_fit",tenant="local"}'] >= 1
+    key = f'ray_scale_scheduler_workflow_response_s_count{{policy="eft",tenant="{tenant}"}}'
+    assert m[key] == 1
+    assert m["ray_scale_scheduler_decision_latency_ms_count"] >= 1
+    assert m["ray_scale_scheduler_servers"] >= 5
+    assert {"ray_scale_scheduler_ready_tasks", "ray_scale_scheduler_running_tasks",
+            "ray_scale_scheduler_journal_bytes"} <= set(m)
 
 
 @pytest.mark.slow

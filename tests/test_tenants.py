@@ -68,6 +68,8 @@ def _service(tokens, **tuning):
     import threading
     svc._load_lock = threading.Lock()
     svc._reg_lock = threading.Lock()
+    svc.metrics = type("M", (), {"refused": lambda self, t, r: None,
+                                 "finished": lambda self, t, p, h: None})()
     return svc
 
 

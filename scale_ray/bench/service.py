@@ -18,7 +18,8 @@ On one local heterogeneous multi-node cluster (``--nodes`` servers N, tiers 2:5:
 previous run has not finished or been lost). ``resume_s``: per replica kill, seconds to the
 first placement by its successor; ``tasks_rerun``: tasks started more than once (lost with a
 node or a replica); ``workflows_lost``: what a client saw as ``WorkflowLost``;
-``--journal-overhead`` adds two calm runs (journal on / off) side by side. Response times are wall seconds from acceptance to
+``--journal-overhead`` adds two calm runs (journal on / off) side by side; ``metrics_scraped``:
+the service's metrics as Ray's Prometheus endpoints served them at the end of the run. Response times are wall seconds from acceptance to
 the last task's completion; ``improvement_vs_ray_default = 1 - service / ray-default`` (mean).
 """
 
@@ -48,6 +49,7 @@ from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, st
                                    workload_specs)
 from scale_ray.live.workflow import dag_record
 from scale_ray.ports import free_port
+from serve_apps.metrics import parse_prometheus
 
 from .twin import (SETTINGS, add_setting_arguments, compare, format_rows, live_model, predict,
                    resolve_setting, setting_env)
@@ -116,9 +118,39 @@ def successor_steps(old_actor: str, killed_at: float, timeout_s: float = 120.0) 
         info = client.cluster()
         if info["replica_actor"] != old_actor:
             r = info["resumed"]
-            return {k: r[k] - killed_at for k in ("replica_started", "scheduler_started", "at")}
+            return {k: r[k] - killed_at for k in ("replica_started", "policy_loaded",
+                                                    "scheduler_started", "at")}
         time.sleep(0.2)
     return {}
+
+
+def scrape_metrics(until: int | None = None, timeout_s: float = 45.0) -> dict[str, float]:
+    """The service's metrics as Ray's Prometheus endpoints serve them (every alive node's
+    metrics export port, ``/metrics``), polled until the ``decisions`` counter reads ``until``
+    (the service's own count) or stops changing; ``{}`` if none appears in ``timeout_s``."""
+    import httpx
+    import ray
+
+    key = "ray_scale_scheduler_decisions_total"
+    deadline, last = time.time() + timeout_s, None
+    while time.time() < deadline:
+        got: dict[str, float] = {}
+        for n in ray.nodes():
+            port = n.get("MetricsExportPort")
+            if not n.get("Alive") or not port:
+                continue
+            try:
+                text = httpx.get(f"http://{n['NodeManagerAddress']}:{port}/metrics",
+                                 timeout=5).text
+            except httpx.HTTPError:
+                continue
+            for k, v in parse_prometheus(text).items():
+                got[k] = got.get(k, 0.0) + v
+        if key in got and (got[key] == until or (until is None and got == last)):
+            return got
+        last = got
+        time.sleep(2.0)
+    return last or {}
 
 
 def reruns(events: Iterable[dict]) -> int:
@@ -255,6 +287,8 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
     recs = [r for _, o in jobs for r in json.loads(o.read_text())]
     done = [r["response_s"] for r in recs if r["state"] == "completed"]
     lat = [1000 * r["submit_latency_s"] for r in recs]
+    final = client.cluster()
+    scraped = scrape_metrics(until=None if replica_kills else final["counters"]["decisions"])
     events = read_trace(svc.trace_path)
     resume = resume_times(events, replica_kills)
     return {
@@ -273,6 +307,8 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
         "submit_latency_ms": {"p50": _pct(lat, 50), "p99": _pct(lat, 99)},
         "killed_node": killed, "killed_tier": svc.cluster.node_tier.get(killed) if killed else None,
         "kill_model_s": (kill_wall - start) / (ts or 1.0) if killed else None,
+        # what Ray's Prometheus endpoint served at the end (histogram buckets left out)
+        "metrics_scraped": {k: v for k, v in scraped.items() if "_bucket" not in k},
     }
 
 

@@ -128,6 +128,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Durable):
         self._fair = FairShare() if self.cfg.fair_share else None
         self._fair_done: queue.SimpleQueue = queue.SimpleQueue()
         self._init_durable()  # the journal (LiveConfig.storage) and idempotency keys
+        self._latencies: list[float] = []  # ms of the policy's answers since the last take
 
     def _bind_policy(self, policy: Policy) -> None:
         # the ready-task order (envs.order): the config's, else what the policy needs, else the
@@ -277,6 +278,22 @@ class LiveScheduler(Admission, NodeEvents, Completions, Durable):
             self._handles = [h for h in self._handles if id(h) not in gone]
         self._journal_forget([h for h in handles if id(h) in gone])
 
+    def take_decision_latencies(self) -> list[float]:
+        """The policy's answer times (ms, guard included) since the last call (any thread)."""
+        out, self._latencies = self._latencies, []
+        return out
+
+    def guard_overrides(self) -> int:
+        return guard_summary(self._guard)["guard_overrides"]
+
+    def load(self) -> dict[str, int]:
+        """Ready and running tasks and servers now, read without stopping the scheduler thread
+        (any thread; a concurrent round may make it one off)."""
+        q = self.placement.queue
+        ready = sum(1 for e in list(q.heap) + list(q.blocked) if e[2].state == READY)
+        return {"ready_tasks": ready, "running_tasks": len(self._running),
+                "servers": len(self._alive)}
+
     def handles(self) -> list[WorkflowHandle]:
         with self._lock:
             return list(self._handles)
@@ -415,9 +432,12 @@ class LiveScheduler(Admission, NodeEvents, Completions, Durable):
             if t.demands and not (0 <= a < len(obs["action_mask"]) and obs["action_mask"][a]):
                 return self._planner.fallback.act(obs)  # it plans on memory only: EFT decides
             return a
+        t0 = time.perf_counter()
         a = int(self.policy.act(obs))
         if self._guard is not None:
             a = self._guarded(t, obs, a)
+        if len(self._latencies) < 100_000:  # bounded if nobody takes them
+            self._latencies.append(1e3 * (time.perf_counter() - t0))
         return a
 
     def _guarded(self, t: _Task, obs: dict[str, np.ndarray], a: int) -> int:

@@ -1,0 +1,173 @@
+"""The scheduler service's metrics, through ``ray.util.metrics``: they appear on Ray's Prometheus
+endpoint (every node's metrics export port, ``/metrics``) and in Ray's dashboard / Grafana
+(configs/grafana/scale_scheduler.json), named ``ray_scale_scheduler_<name>``.
+
+One thread updates them every ``interval_s`` from the scheduler's counters and the service's
+records, so request paths only append to buffers (nothing of Ray's metrics runs on the event
+loop). What is exported (docs/serving.md, "Metrics"):
+
+* gauges: ``queued_tasks`` and ``unfinished_workflows`` per tenant, ``ready_tasks``,
+  ``running_tasks``, ``servers``, ``decisions_per_s`` (over the last interval),
+  ``journal_bytes``;
+* counters: ``decisions``, ``waits``, ``guard_overrides``, ``lost_runs``, ``rejected`` (per
+  tenant and reason: ``quota`` is a 429, ``does_not_fit``, ``no_servers``, ``unauthorized``,
+  ``forbidden``);
+* histograms: ``decision_latency_ms`` (the policy's answer to one placement question),
+  ``workflow_response_s`` per tenant and policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+from scale_ray.live.handles import WorkflowHandle
+
+log = logging.getLogger("ray.serve")
+
+PREFIX = "scale_scheduler_"
+RESPONSE_S_BOUNDARIES = [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0]
+LATENCY_MS_BOUNDARIES = [0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0]
+COUNTERS = {"decisions": "decisions", "waits": "waits", "lost": "lost_runs"}
+T = ("tenant",)
+# name -> (kind, description, tag keys); exported as ray_scale_scheduler_<name> (counters _total)
+METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "queued_tasks": ("gauge", "unfinished tasks of unfinished workflows", T),
+    "unfinished_workflows": ("gauge", "accepted, not finished", T),
+    "ready_tasks": ("gauge", "tasks ready to run, not placed", ()),
+    "running_tasks": ("gauge", "primitives running now", ()),
+    "servers": ("gauge", "servers the policy sees", ()),
+    "decisions_per_s": ("gauge", "placements over the last interval", ()),
+    "journal_bytes": ("gauge", "size of the journal (live.storage)", ()),
+    "decisions": ("counter", "placement decisions", ()),
+    "waits": ("counter", "policy picks of a busy server (the task waited)", ()),
+    "guard_overrides": ("counter", "picks the guard replaced", ()),
+    "lost_runs": ("counter", "runs lost with their node or actor", ()),
+    "rejected": ("counter", "submits and requests refused", ("tenant", "reason")),
+    "decision_latency_ms": ("histogram", "the policy's answer to one placement question (ms)",
+                            ()),
+    "workflow_response_s": ("histogram", "submission to the last task's completion (wall s)",
+                            ("tenant", "policy")),
+}
+
+__all__ = ["ServiceMetrics", "PREFIX", "METRICS", "parse_prometheus"]
+
+
+class ServiceMetrics:
+    """The service's ``ray.util.metrics`` and the thread that updates them."""
+
+    def __init__(self, service: Any, interval_s: float = 1.0):
+        from ray.util import metrics as m
+
+        self.service, self.interval_s = service, interval_s
+        made = {}
+        for name, (kind, doc, tags) in METRICS.items():
+            if kind == "histogram":
+                bounds = LATENCY_MS_BOUNDARIES if name.endswith("_ms") else RESPONSE_S_BOUNDARIES
+                made[name] = m.Histogram(PREFIX + name, doc, boundaries=bounds, tag_keys=tags)
+            else:
+                made[name] = (m.Gauge if kind == "gauge" else m.Counter)(PREFIX + name, doc,
+                                                                         tag_keys=tags)
+        self.gauges = {k: v for k, v in made.items() if METRICS[k][0] == "gauge"}
+        self.counters = {k: v for k, v in made.items() if METRICS[k][0] == "counter"}
+        self.latency, self.response = made["decision_latency_ms"], made["workflow_response_s"]
+        self._lock = threading.Lock()
+        self._refused: dict[tuple[str, str], int] = defaultdict(int)
+        self._responses: list[tuple[str, str, float]] = []
+        self._last: dict[str, float] = {}
+        self._last_t = time.monotonic()
+        self._tenants: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scheduler-metrics", daemon=True)
+
+    # -------------------------------------------------------- from request paths (any thread)
+    def refused(self, tenant: str, reason: str) -> None:
+        with self._lock:
+            self._refused[(tenant, reason)] += 1
+
+    def finished(self, tenant: str, policy: str, h: WorkflowHandle) -> None:
+        if h.response_s is not None:
+            with self._lock:
+                self._responses.append((tenant, policy, h.response_s))
+
+    # -------------------------------------------------------- the updater
+    def start(self) -> "ServiceMetrics":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.update()
+            except Exception:  # noqa: BLE001 - metrics must never take the service down
+                log.exception("scheduler metrics: update failed")
+
+    def update(self) -> None:
+        """Set every metric from the scheduler's counters and the service's records."""
+        svc = self.service
+        sched = svc.sched
+        counts = dict(sched.counters)
+        counts["guard_overrides"] = sched.guard_overrides()
+        for key, name in (*COUNTERS.items(), ("guard_overrides", "guard_overrides")):
+            delta = counts.get(key, 0) - self._last.get(key, 0)
+            if delta > 0:
+                self.counters[name].inc(delta)
+            self._last[key] = counts.get(key, 0)
+        now = time.monotonic()
+        made = counts.get("decisions", 0) - self._last.get("rate_base", 0)
+        self.gauges["decisions_per_s"].set(made / max(now - self._last_t, 1e-9))
+        self._last["rate_base"], self._last_t = counts.get("decisions", 0), now
+        for ms in sched.take_decision_latencies():
+            self.latency.observe(ms)
+        with self._lock:
+            refused, self._refused = self._refused, defaultdict(int)
+            responses, self._responses = self._responses, []
+        for (tenant, reason), n in refused.items():
+            self.counters["rejected"].inc(n, tags={"tenant": tenant, "reason": reason})
+        for tenant, policy, s in responses:
+            self.response.observe(s, tags={"tenant": tenant, "policy": policy})
+        queued: dict[str, int] = defaultdict(int)
+        unfinished: dict[str, int] = defaultdict(int)
+        for wid, h in list(svc.workflows.items()):
+            if not h.done():
+                tenant = svc.owner.get(wid, "?")
+                unfinished[tenant] += 1
+                queued[tenant] += sum(1 for f in h.task_finish_wall if f is None)
+        for tenant in self._tenants | set(unfinished):  # a tenant that drained reads 0
+            self.gauges["queued_tasks"].set(queued.get(tenant, 0), tags={"tenant": tenant})
+            self.gauges["unfinished_workflows"].set(unfinished.get(tenant, 0),
+                                                    tags={"tenant": tenant})
+        self._tenants = set(unfinished)
+        load = sched.load()
+        self.gauges["ready_tasks"].set(load["ready_tasks"])
+        self.gauges["running_tasks"].set(load["running_tasks"])
+        self.gauges["servers"].set(load["servers"])
+        size = svc.journal.cached_size()
+        if size is not None:
+            self.gauges["journal_bytes"].set(size.get("bytes", 0))
+
+
+def parse_prometheus(text: str, prefix: str = "ray_" + PREFIX) -> dict[str, float]:
+    """``name{labels}`` -> value of the samples in a Prometheus text page whose name starts
+    with ``prefix`` (Ray's own labels such as ``SessionName`` dropped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith(prefix):
+            continue
+        key, _, value = line.rpartition(" ")
+        name, _, labels = key.partition("{")
+        kept = [kv for kv in labels.rstrip("}").split(",") if kv and kv.split("=", 1)[0] in (
+            "tenant", "reason", "policy", "le")]
+        try:
+            v = float(value)
+        except ValueError:
+            continue
+        k = f"{name}{{{','.join(kept)}}}" if kept else name
+        out[k] = out.get(k, 0.0) + v  # the same series from several nodes' agents: summed
+    return out
