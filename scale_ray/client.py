@@ -55,16 +55,25 @@ def _retrying(app: str, method: str, *args: Any, attempts_s: float = RETRY_S, **
     """A handle call, retried while the replica is being replaced (its actor died or is not
     reachable yet); :class:`WorkflowLost` after ``attempts_s``."""
     import ray.exceptions as rex
+    from ray.serve.exceptions import DeploymentUnavailableError
 
     deadline = time.monotonic() + attempts_s
     while True:
         try:
             return getattr(_handle(app), method).remote(*args, **kwargs).result()
-        except (rex.RayActorError, rex.ActorUnavailableError) as e:
+        except (rex.RayActorError, rex.ActorUnavailableError, DeploymentUnavailableError) as e:
             if time.monotonic() > deadline:
                 raise WorkflowLost(f"the scheduler service did not answer {method} for "
                                    f"{attempts_s:g} s ({type(e).__name__})") from e
+            if isinstance(e, DeploymentUnavailableError):  # redeployed (or Serve restarted):
+                _forget_handle(app)                         # ask for a fresh handle
             time.sleep(0.5)
+
+
+def _forget_handle(app: str) -> None:
+    with _lock:
+        for key in [k for k in _handles if k[0] == app]:
+            del _handles[key]
 
 
 class WorkflowLost(RuntimeError):

@@ -29,7 +29,6 @@ import argparse
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,9 +47,9 @@ from scale_ray.live.config import LiveConfig
 from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, stream, warm_up,
                                    workload_specs)
 from scale_ray.live.workflow import dag_record
-from scale_ray.ports import free_port
-from serve_apps.metrics import parse_prometheus
 
+from . import flood
+from .localservice import LocalService, scrape_metrics, successor_steps
 from .twin import (SETTINGS, add_setting_arguments, compare, format_rows, live_model, predict,
                    resolve_setting, setting_env)
 
@@ -73,6 +72,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(each after the previous one resumed); it resumes from its journal")
     p.add_argument("--storage", default="session",
                    help="the service's live.storage (its journal): session, off, or a URI")
+    p.add_argument("--tenants", type=int, default=None,
+                   help="2: the flood bench instead (scale_ray.bench.flood): tenant 'flood' "
+                        "queues --flood tasks over HTTP, tenant 'victim' submits one-task "
+                        "workflows; waits, cross-tenant refusals, 429s, RSS, decisions/s")
+    p.add_argument("--flood", type=int, default=20_000, help="with --tenants: tasks flooded")
+    p.add_argument("--victim-workflows", type=int, default=20,
+                   help="with --tenants: the victim's one-task workflows (one every 0.5 s)")
+    p.add_argument("--window-s", type=float, default=10.0,
+                   help="with --tenants: decisions/s are counted over this window")
     p.add_argument("--journal-overhead", action="store_true",
                    help="also run the stream twice without kills, with the journal and with "
                         "storage off, and report submit p50 and mean workflow response of both")
@@ -110,49 +118,6 @@ def resume_times(events: list[dict], kills: list[float]) -> list[float | None]:
     return out
 
 
-def successor_steps(old_actor: str, killed_at: float, timeout_s: float = 120.0) -> dict:
-    """Seconds from a replica kill until its successor's process started, its scheduler was
-    up and it had resumed the journal (``GET /v1/cluster`` ``resumed``)."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        info = client.cluster()
-        if info["replica_actor"] != old_actor:
-            r = info["resumed"]
-            return {k: r[k] - killed_at for k in ("replica_started", "policy_loaded",
-                                                    "scheduler_started", "at")}
-        time.sleep(0.2)
-    return {}
-
-
-def scrape_metrics(until: int | None = None, timeout_s: float = 45.0) -> dict[str, float]:
-    """The service's metrics as Ray's Prometheus endpoints serve them (every alive node's
-    metrics export port, ``/metrics``), polled until the ``decisions`` counter reads ``until``
-    (the service's own count) or stops changing; ``{}`` if none appears in ``timeout_s``."""
-    import httpx
-    import ray
-
-    key = "ray_scale_scheduler_decisions_total"
-    deadline, last = time.time() + timeout_s, None
-    while time.time() < deadline:
-        got: dict[str, float] = {}
-        for n in ray.nodes():
-            port = n.get("MetricsExportPort")
-            if not n.get("Alive") or not port:
-                continue
-            try:
-                text = httpx.get(f"http://{n['NodeManagerAddress']}:{port}/metrics",
-                                 timeout=5).text
-            except httpx.HTTPError:
-                continue
-            for k, v in parse_prometheus(text).items():
-                got[k] = got.get(k, 0.0) + v
-        if key in got and (got[key] == until or (until is None and got == last)):
-            return got
-        last = got
-        time.sleep(2.0)
-    return last or {}
-
-
 def reruns(events: Iterable[dict]) -> int:
     """Distinct tasks started more than once (a lost node, a killed replica)."""
     return len({(e.get("workflow_id"), e.get("index")) for e in events
@@ -161,70 +126,6 @@ def reruns(events: Iterable[dict]) -> int:
 
 def read_trace(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
-# ------------------------------------------------------------------------------- the service
-class LocalService:
-    """A local multi-node cluster with the scheduler service deployed on it (bench and tests).
-
-    ``args``: :class:`serve_apps.scheduler.SchedulerArgs` as a mapping (a ``trace`` file is
-    added). ``url`` is the HTTP base; this process is a connected driver."""
-
-    def __init__(self, cluster: LocalHeteroCluster, args: dict[str, Any]):
-        self.cluster = cluster
-        self.trace_path = str(args.get("trace") or Path(cluster.temp_dir) / "service-trace.jsonl")
-        self.args = {**args, "trace": self.trace_path}
-        self.port = 0
-
-    def start(self) -> "LocalService":
-        from ray import serve
-
-        self.port = free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": self.port},
-                    proxy_location="HeadOnly")
-        self.deploy()
-        return self
-
-    def deploy(self, **deployment_options: Any) -> None:
-        from ray import serve
-
-        from serve_apps.scheduler import application
-
-        serve.run(application(self.args, logging_config={"enable_access_log": False},
-                              **deployment_options), name="scheduler", route_prefix="/")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        from ray import serve
-
-        serve.shutdown()
-
-    def replica_pid(self) -> int:
-        """The PID of the service's replica process (asked of the replica actor itself)."""
-        import ray
-
-        actor = ray.get_actor(client.cluster()["replica_actor"], namespace="serve")
-        return int(ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=60))
-
-    def kill_replica(self) -> float:
-        """``kill -9`` the replica (Serve starts another, which resumes from the journal);
-        returns the kill's wall time."""
-        pid = self.replica_pid()
-        os.kill(pid, signal.SIGKILL)
-        return time.time()
-
-    def kill_busy_node(self) -> str | None:
-        """Kill a node running a primitive now (not the service's node); its id, or None."""
-        snap = client.cluster()
-        own = {n.node_id for n in self.cluster.nodes}
-        busy = [s["node"] for s in snap["servers"]
-                if s["busy"] and s["node"] != snap["scheduler_node"] and s["node"] in own]
-        if not busy:
-            return None
-        return self.cluster.kill_node(busy[0])
 
 
 def client_jobs(specs: list, times: np.ndarray, clients: int, start_epoch: float,
@@ -339,6 +240,8 @@ def service_run(cluster: LocalHeteroCluster, policy: str, env_config: str | None
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.tenants is not None:
+        return flood.run(args)
     if args.clients < 1 or args.workflows < 1 or args.nodes < 1:
         raise ValueError("--clients, --workflows and --nodes must be >= 1")
     if any(not 0 <= f < 1 for f in args.kill_replica_at):
