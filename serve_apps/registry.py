@@ -114,8 +114,10 @@ class Workflows:
             load = self._inflight.setdefault(tenant, [0, 0])
             load[0] += 1
             load[1] += n
+        if not h.done():  # (a resumed workflow that finished before the restart: counted then)
+            h.add_done_callback(lambda _h: self.metrics.finished(tenant, self.sched.policy.name,
+                                                                 _h))
         h.add_done_callback(lambda _h: self._done(tenant, n, _h))
-        h.add_done_callback(lambda _h: self.metrics.finished(tenant, self.sched.policy.name, _h))
 
     def _done(self, tenant: str, tasks: int, h: WorkflowHandle) -> None:
         # only the outputs' results are kept (GET returns those): the others are released now

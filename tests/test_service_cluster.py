@@ -72,3 +72,44 @@ def test_bench_service_writes_the_documented_keys(tmp_path):
     assert r["clients"] == 2 and r["workflows_submitted"] == r["workflows_completed"] == 12
     assert r["double_booked"] == 0 and r["ray_default_workflows_completed"] == 12
     assert set(r["submit_latency_ms"]) == {"p50", "p99"} and r["submit_latency_ms"]["p50"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bench_service_kills_the_replica_twice_and_loses_nothing(tmp_path):
+    """`scale-ray bench service --kill-replica-at`: the replica is killed -9 twice mid-run (and
+    a busy node once); every workflow completes, none is lost or double-booked."""
+    out = tmp_path / "kills.json"
+    run = subprocess.run([sys.executable, "-m", "scale_ray.cli", "bench", "service", "--nodes", "4",
+                          "--servers-per-node", "2", "--workflows", "15", "--time-scale", "0.1",
+                          "--policy", "eft", "--kill-replica-at", "0.2", "0.6", "--json",
+                          str(out)], capture_output=True, text=True, timeout=560, cwd=str(REPO))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["replica_kills"] == 2 and len(r["resume_s"]) == 2
+    assert r["workflows_submitted"] == r["workflows_completed"] == 30
+    assert r["workflows_lost"] == 0 and r["double_booked"] == 0
+    assert all(s is not None and 0 < s < 60 for s in r["resume_s"])
+    assert {"replica_started", "policy_loaded", "scheduler_started", "at"} == set(
+        r["resume_steps_s"][0])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bench_service_flood_keeps_tenants_apart(tmp_path):
+    """`scale-ray bench service --tenants 2 --flood N` on a small cluster: the victim's
+    workflows wait about one flood task at most, every cross-tenant read and cancel is refused,
+    the flood's extra workflow is a 429, and nothing answers 5xx."""
+    out = tmp_path / "flood.json"
+    run = subprocess.run([sys.executable, "-m", "scale_ray.cli", "bench", "service", "--tenants",
+                          "2", "--flood", "1000", "--nodes", "4", "--servers-per-node", "2",
+                          "--victim-workflows", "4", "--window-s", "3", "--policy", "eft",
+                          "--json", str(out)], capture_output=True, text=True, timeout=560,
+                         cwd=str(REPO))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["cross_tenant_reads_refused"] == r["cross_tenant_cancels_refused"] == 10
+    assert r["rejected_429"] == 1 and r["http_5xx"] == 0
+    assert r["victim_wait_s"]["max"] <= 2.0 + r["server_free_s"]
+    assert r["decisions_per_s_under_backlog"] > 0 and r["replica_rss_mb"]["before"] > 0
+    assert r["metrics_scraped"]['ray_scale_scheduler_rejected_total{reason="quota",tenant="flood"}'] == 1
