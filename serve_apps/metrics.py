@@ -153,12 +153,17 @@ class ServiceMetrics:
             self.gauges["journal_bytes"].set(size.get("bytes", 0))
 
 
-def parse_prometheus(text: str, prefix: str = "ray_" + PREFIX) -> dict[str, float]:
+def parse_prometheus(text: str, prefix: str = "ray_" + PREFIX, worker: str | None = None
+                     ) -> dict[str, float]:
     """``name{labels}`` -> value of the samples in a Prometheus text page whose name starts
-    with ``prefix`` (Ray's own labels such as ``SessionName`` dropped)."""
+    with ``prefix`` (Ray's own labels such as ``SessionName`` dropped; the same series of
+    several processes summed). ``worker``: only that process's samples (Ray's ``WorkerId``
+    label: a replica that replaced another has series of its own)."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line.startswith(prefix):
+            continue
+        if worker is not None and f'WorkerId="{worker}"' not in line:
             continue
         key, _, value = line.rpartition(" ")
         name, _, labels = key.partition("{")

@@ -110,6 +110,7 @@ def test_bench_service_flood_keeps_tenants_apart(tmp_path):
     r = json.loads(out.read_text())
     assert r["cross_tenant_reads_refused"] == r["cross_tenant_cancels_refused"] == 10
     assert r["rejected_429"] == 1 and r["http_5xx"] == 0
+    assert r["unauthenticated_refused"] == r["unauthenticated_attempts"] == 2
     assert r["victim_wait_s"]["max"] <= 2.0 + r["server_free_s"]
     assert r["decisions_per_s_under_backlog"] > 0 and r["replica_rss_mb"]["before"] > 0
     assert r["metrics_scraped"]['ray_scale_scheduler_rejected_total{reason="quota",tenant="flood"}'] == 1

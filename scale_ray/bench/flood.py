@@ -13,12 +13,14 @@ quota equal to ``--flood``:
    the decisions per second over a window under that backlog are measured;
 3. **victim**: tenant ``victim`` submits ``--victim-workflows`` one-task workflows, one every
    0.5 s; each one's *wait* is its response minus its emulated run time on the server it ran
-   on. It also tries to read and cancel ten of the flood's workflows (each must be a 404);
+   on. It also tries to read and cancel ten of the flood's workflows (each must be a 404), and
+   a stranger (a wrong token, none) tries to read one (each must be a 401);
 4. the flood is cancelled; the replica's RSS (``/proc/<pid>/status``, this machine) is read
    before, at peak, and after.
 
 JSON keys: ``victim_wait_s`` (p50, max), ``cross_tenant_reads_refused``,
 ``cross_tenant_cancels_refused`` (of ``cross_tenant_attempts`` each), ``rejected_429``,
+``unauthenticated_refused`` (401s of a wrong and a missing token),
 ``replica_rss_mb`` (before, peak, after), ``decisions_per_s_under_backlog``,
 ``decisions_per_s_reference``, ``server_free_s`` (the longest emulated flood task: a victim may
 wait that long for a server), ``http_5xx``, ``metrics_scraped``.
@@ -67,7 +69,7 @@ class _Http:
         import httpx
 
         self.c = httpx.Client(base_url=url, timeout=120,
-                              headers={"Authorization": f"Bearer {token}"})
+                              headers={"Authorization": f"Bearer {token}"} if token else {})
         self.errors_5xx = 0
 
     def __call__(self, method: str, path: str, **kw: Any) -> Any:
@@ -121,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(out, indent=2))
     ok = (out["cross_tenant_reads_refused"] == out["cross_tenant_attempts"]
           == out["cross_tenant_cancels_refused"] and out["http_5xx"] == 0
-          and out["rejected_429"] >= 1)
+          and out["rejected_429"] >= 1
+          and out["unauthenticated_refused"] == out["unauthenticated_attempts"])
     return 0 if ok else 1
 
 
@@ -187,6 +190,9 @@ def _flood(svc: LocalService, cluster: LocalHeteroCluster, args: argparse.Namesp
     probe = flood_ids[:10]
     reads = sum(victim("GET", f"/v1/workflows/{i}").status_code == 404 for i in probe)
     cancels = sum(victim("DELETE", f"/v1/workflows/{i}").status_code == 404 for i in probe)
+    strangers = [_Http(svc.url, "not-a-token-of-anyone"), _Http(svc.url, "")]
+    unauthenticated = sum(h("GET", f"/v1/workflows/{probe[0]}").status_code == 401
+                          for h in strangers)
 
     # 4. cancel the flood; RSS once it is gone
     for i in flood_ids:
@@ -204,9 +210,12 @@ def _flood(svc: LocalService, cluster: LocalHeteroCluster, args: argparse.Namesp
         "accepted_past_flood": accepted_past,
         "cross_tenant_attempts": len(probe), "cross_tenant_reads_refused": reads,
         "cross_tenant_cancels_refused": cancels, "rejected_429": rejected_429,
+        "unauthenticated_refused": unauthenticated, "unauthenticated_attempts": len(strangers),
         "replica_rss_mb": {k: round(v, 1) for k, v in rss.items()},
         "decisions_per_s_under_backlog": under, "decisions_per_s_reference": ref,
         "http_5xx": flood.errors_5xx + victim.errors_5xx,
-        "metrics_scraped": {k: v for k, v in scrape_metrics(until=None, timeout_s=30).items()
-                            if "_bucket" not in k},
+        "metrics_scraped": {k: v for k, v in scrape_metrics(
+            until=_decisions(), timeout_s=45,
+            worker=client.cluster(tenant="x")["replica_worker_id"]).items()
+            if "_bucket" not in k},
     }

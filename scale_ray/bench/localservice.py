@@ -97,10 +97,13 @@ def successor_steps(old_actor: str, killed_at: float, timeout_s: float = 120.0) 
     return {}
 
 
-def scrape_metrics(until: int | None = None, timeout_s: float = 45.0) -> dict[str, float]:
+def scrape_metrics(until: int | None = None, timeout_s: float = 45.0,
+                   worker: str | None = None) -> dict[str, float]:
     """The service's metrics as Ray's Prometheus endpoints serve them (every alive node's
     metrics export port, ``/metrics``), polled until the ``decisions`` counter reads ``until``
-    (the service's own count) or stops changing; ``{}`` if none appears in ``timeout_s``."""
+    (the service's own count) or stops changing; ``{}`` if none appears in ``timeout_s``.
+    ``worker``: only the series of that replica process (``GET /v1/cluster``
+    ``replica_worker_id``; earlier replicas' series stay on the endpoints)."""
     import httpx
     import ray
 
@@ -117,7 +120,7 @@ def scrape_metrics(until: int | None = None, timeout_s: float = 45.0) -> dict[st
                                  timeout=5).text
             except httpx.HTTPError:
                 continue
-            for k, v in parse_prometheus(text).items():
+            for k, v in parse_prometheus(text, worker=worker).items():
                 got[k] = got.get(k, 0.0) + v
         if key in got and (got[key] == until or (until is None and got == last)):
             return got

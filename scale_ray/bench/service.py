@@ -189,7 +189,8 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
     done = [r["response_s"] for r in recs if r["state"] == "completed"]
     lat = [1000 * r["submit_latency_s"] for r in recs]
     final = client.cluster()
-    scraped = scrape_metrics(until=None if replica_kills else final["counters"]["decisions"])
+    scraped = scrape_metrics(until=final["counters"]["decisions"],
+                             worker=final["replica_worker_id"])  # the last replica's series
     events = read_trace(svc.trace_path)
     resume = resume_times(events, replica_kills)
     return {
