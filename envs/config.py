@@ -154,7 +154,7 @@ DAG_FORMATS: tuple[str, ...] = typing.get_args(DagFormat)
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    """Workflow arrivals and the random DAG generator (DESIGN.md §3)."""
+    """Workflow arrivals and the random DAG generator (docs/simulator.md)."""
     source: str = field(default="random", metadata=rng(
         doc="'random' for the paper's generator, or a real-DAG family name (envs.loaders)"))
     order: Literal["sample", "replay"] = "sample"

@@ -25,7 +25,7 @@ class ServerSelectEnv(gym.Env):
     ## Description
     Workflows (DAGs of primitives) arrive as a Poisson process at a heterogeneous cluster. A fixed
     first level picks the ready primitive with the longest hop-count path to its sink; the agent
-    picks the server (paper §4.1; DESIGN.md §3 has every default).
+    picks the server (paper §4.1; docs/simulator.md has every default).
 
     ## Action Space
     ``Discrete(n_max)``: a server slot. Slots beyond the live servers are padding (mask 0). An

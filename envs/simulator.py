@@ -1,6 +1,6 @@
 """Discrete-event simulator of workflow DAGs on a heterogeneous, elastic cluster (numpy + stdlib).
 
-Decision semantics (paper §4.1, DESIGN.md §3):
+Decision semantics (paper §4.1, docs/simulator.md):
 
 * A first level picks the current task from the ready set: longest hop-count path to a sink
   (or HEFT upward rank), ties by workflow arrival time, then task id.

@@ -1,4 +1,4 @@
-"""Classic placement heuristics (DESIGN.md §4) on the encoder's observation.
+"""Classic placement heuristics (docs/training.md) on the encoder's observation.
 
 Each reads raw quantities back from the fixed feature normalisation (``envs.encoding.decode``).
 "Fits" means the server's memory holds the task; "idle" means no remaining busy time. When no

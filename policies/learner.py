@@ -1,4 +1,4 @@
-"""PPO learner with Structured Representation Regularization (paper §4.3, DESIGN.md §4).
+"""PPO learner with Structured Representation Regularization (paper §4.3, docs/training.md).
 
 Adds ``ramp(it) · (λ1 · L_dec(z) + λ2 · L_KL(z))`` to RLlib's PPO loss, where ``z`` is the attention
 feature the module returns from ``_forward_train`` (``Columns.EMBEDDINGS``) on the loss-masked rows

@@ -1,6 +1,6 @@
 """Pure-torch networks of the learned schedulers (no RLlib here; ``policies.rl_modules`` wraps them).
 
-* :class:`CrossAttentionPointerNet` — SCALE's policy (paper §4.2, DESIGN.md §4): the task embedding
+* :class:`CrossAttentionPointerNet` — SCALE's policy (paper §4.2, docs/training.md): the task embedding
   queries the server embeddings through ``layers`` blocks of multi-head cross-attention (padded
   or masked servers never attend), each followed by a GELU feed-forward sublayer, both with a
   residual and layer norm. The resulting attention feature ``z`` feeds the actor (pointer scores
@@ -42,7 +42,7 @@ class NetOutput(NamedTuple):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Hyperparameters of both networks (DESIGN.md §4 defaults)."""
+    """Hyperparameters of both networks (docs/training.md defaults)."""
     d_model: int = field(default=16, metadata=rng(ge=1, le=4096, doc="embedding/feature width d"))
     heads: int = field(default=4, metadata=rng(ge=1, le=64, doc="attention heads (divide d_model)"))
     layers: int = field(default=2, metadata=rng(ge=1, le=32, doc="cross-attention blocks L"))

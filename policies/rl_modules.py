@@ -5,7 +5,7 @@
   SRR learner regularises it; the value function reuses it).
 * :class:`PointerDQNModule` — dueling DQN: ``Q = V(z) + A_i − mean_valid(A)`` with the pointer
   scores as advantages; masked actions are ``-inf`` (RLlib's DQN draws ε-random actions only where
-  ``nan_to_num(Q, neginf=0) != 0`` and ``nan_to_num``s the gathered Q; RAY_GUIDE §5).
+  ``nan_to_num(Q, neginf=0) != 0`` and ``nan_to_num``s the gathered Q).
 * :class:`PointerSACModule` — discrete SAC: a pointer actor and two pointer Q-networks; masked
   actions get probability 0 and log-probability 0 (``log_softmax``, never ``softmax().log()``,
   which gives 0·(−inf) = NaN).

@@ -1,4 +1,4 @@
-"""Structured Representation Regularization (SRR, paper §4.3, DESIGN.md §4) — pure torch.
+"""Structured Representation Regularization (SRR, paper §4.3, docs/training.md) — pure torch.
 
 On a mini-batch of attention features ``z`` (B × d): centre ``Z̄ = z − μ``, covariance
 ``C = Z̄ᵀZ̄ / (B−1)``;

@@ -1,5 +1,5 @@
 """Training driver: iterations, logs, checkpoints and the policy artifact of a train config
-(DESIGN.md §4). The typed config is :mod:`scale_ray.train_config`; the RLlib algorithm config
+(docs/training.md). The typed config is :mod:`scale_ray.train_config`; the RLlib algorithm config
 built from it, :mod:`scale_ray.rllib_config`.
 
 Layout of a run directory ``OUT``::

@@ -1,4 +1,4 @@
-"""Ray Serve placement application (DESIGN.md §5): a policy behind HTTP and a deployment handle.
+"""Ray Serve placement application (docs/serving.md): a policy behind HTTP and a deployment handle.
 
 Routes (FastAPI ingress; OpenAPI docs at ``/docs``, schema at ``/openapi.json``):
 

@@ -80,7 +80,7 @@ def no_ray_connection() -> None:
 
 
 def fake_autoscaler_head(name: str, max_workers: int = 3):
-    """A context manager: ``ray start --head`` with Ray's fake autoscaler (RAY_GUIDE §7; node
+    """A context manager: ``ray start --head`` with Ray's fake autoscaler (Ray's `fake_multinode` provider; node
     type ``medium``: one scale server of compute 2, 32 GB, 1 CPU; up to ``max_workers`` of them,
     released after 6 s idle), its own temp dir and ports, no token auth. Connects this process
     (``ray.init``) and yields the GCS port; afterwards disconnects and stops only the processes

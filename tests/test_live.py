@@ -649,7 +649,7 @@ def test_output_lost_with_its_node_is_recomputed(executor):
 
 
 # --------------------------------------------------------------------------------------------
-# Fake autoscaler (RAY_GUIDE §7)
+# Ray's fake autoscaler (the `fake_multinode` provider)
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Live scheduling: agent-workflow primitives as Ray tasks placed by a Policy (DESIGN.md §6).
+"""Live scheduling: agent-workflow primitives as Ray tasks placed by a Policy (docs/live.md).
 
 Quick use::
 

@@ -9,7 +9,7 @@ fake-autoscaler node type, :class:`LocalHeteroCluster`) can be scheduled by the 
 
 :class:`LocalHeteroCluster` starts a real multi-node Ray cluster on this machine
 (``ray.cluster_utils.Cluster``: one GCS, one raylet per node, its own temp dir and ports) with
-the tiers of ``envs.config.ClusterConfig`` (DESIGN.md §3). ``servers_per_node`` packs up to that
+the tiers of ``envs.config.ClusterConfig`` (docs/simulator.md). ``servers_per_node`` packs up to that
 many servers of one tier into one raylet (a raylet costs ~0.4 GB and ~3 s of start-up on these
 machines; see docs/live.md for the measurements). It works where Ray never ran, with and without
 ``RAY_AUTH_MODE=token`` (:func:`scale_ray.live.raylocal.prepare_local_ray`; it never writes ``~/.ray``).
@@ -124,7 +124,7 @@ class LocalHeteroCluster:
     """A real local multi-node Ray cluster with heterogeneous emulated server nodes.
 
     Args:
-        cluster: tiers and the server count N (tier counts by ratio, DESIGN.md §3).
+        cluster: tiers and the server count N (tier counts by ratio, docs/simulator.md).
         servers_per_node: pack up to this many servers of one tier into one raylet (1: one raylet
             per server, the faithful setting).
         temp_dir: Ray's temp dir for this cluster (default: a fresh short directory under /tmp,
