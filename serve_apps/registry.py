@@ -76,7 +76,7 @@ class Workflows:
                 meta: dict | None = None) -> dict:
         """Queue (and journal) an accepted workflow; a known ``key`` returns its workflow."""
         n = len(wf.calls)
-        known = self.sched._known(tenant, key)
+        known = self.sched.known(tenant, key)
         if known is not None and known.jid in self.workflows:
             return self._duplicate(known, tenant)
         self._check_quota(tenant, n)

@@ -56,7 +56,8 @@ class Durable:
             log.info("live scheduler: journal at %s", uri)
 
     # ------------------------------------------------------------------ submit
-    def _known(self, group: str, key: str | None) -> WorkflowHandle | None:
+    def known(self, group: str, key: str | None) -> WorkflowHandle | None:
+        """The workflow this scheduler holds under idempotency ``key`` of ``group``, or None."""
         if key is None:
             return None
         with self._lock:

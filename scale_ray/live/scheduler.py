@@ -223,7 +223,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Durable):
         if self._thread is None:
             raise RuntimeError("LiveScheduler.submit: call start() first (or use `with`)")
         group = group or ""
-        hit = self._known(group, key)
+        hit = self.known(group, key)
         if hit is not None:
             return hit
         wf = accept(workflow, inputs, kw_inputs, name)
