@@ -23,7 +23,7 @@ from .estimator import RuntimeEstimator
 from .runtime import KindHints, RuntimeConfig, compute_bucket, factors, kind_of_name
 from .workflow import WorkflowSpec
 
-__all__ = ["RunModel", "OVERDUE_S", "compute_range"]
+__all__ = ["RunModel", "OVERDUE_S", "compute_range", "quantile_s"]
 
 OVERDUE_S = 1e-3  # the least remaining time a busy server shows: it never looks idle
 PRIOR_SIGMA = 0.5  # the log-spread deciders assume without the estimator
@@ -40,6 +40,17 @@ def compute_range(dist) -> tuple[float, float]:
     else:
         hi = 5 * dist.mean
     return lo, max(hi, 2 * lo)
+
+
+def quantile_s(est: RuntimeEstimator | None, kind: str, tier: str, expected_s: float,
+               q: float) -> float:
+    """The ``q``-quantile of a run the hint puts at ``expected_s`` (what hedging waits for, in the
+    simulator and live): the estimator's, else a LogNormal of mean ``expected_s`` and log-spread
+    :data:`PRIOR_SIGMA`."""
+    if est is None:
+        s = PRIOR_SIGMA
+        return expected_s * float(np.exp(-s * s / 2 + NormalDist().inv_cdf(q) * s))
+    return est.quantile(kind, tier, expected_s, q)
 
 
 class RunModel:
@@ -126,12 +137,7 @@ class RunModel:
 
     def quantile_s(self, task, compute: float, tier: str, q: float) -> float:
         """The ``q``-quantile of ``task``'s exec on that server, as estimated (hedging)."""
-        expected = task.hint / compute
-        est = self.estimator
-        if est is None:  # no estimator: the configured noise around the hint
-            s = PRIOR_SIGMA
-            return expected * float(np.exp(-s * s / 2 + NormalDist().inv_cdf(q) * s))
-        return est.quantile(task.kind, tier, expected, q)
+        return quantile_s(self.estimator, task.kind, tier, task.hint / compute, q)
 
     def residual_s(self, task, compute: float, tier: str, elapsed_s: float) -> float:
         """Expected exec time left of ``task`` (on that server) after ``elapsed_s`` without

@@ -92,7 +92,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # ------------------------------------------------------------------------------- trace checks
 def double_booked(events: Iterable[dict]) -> int:
-    """Server-time overlaps in a live trace: starts on a server that is still running."""
+    """Server-time overlaps in a live trace: starts on a server that is still running (a run
+    ends with ``finish``, ``lost`` or ``cancel``: a hedged task's loser, once it returned)."""
     running: dict[tuple, int] = {}  # (scheduler incarnation, server) -> task
     overlaps = 0
     for ev in events:
@@ -101,7 +102,7 @@ def double_booked(events: Iterable[dict]) -> int:
             if srv in running:
                 overlaps += 1
             running[srv] = ev["task"]
-        elif kind in ("finish", "lost") and running.get(srv) == ev.get("task"):
+        elif kind in ("finish", "lost", "cancel") and running.get(srv) == ev.get("task"):
             del running[srv]
     return overlaps
 
@@ -119,9 +120,10 @@ def resume_times(events: list[dict], kills: list[float]) -> list[float | None]:
 
 
 def reruns(events: Iterable[dict]) -> int:
-    """Distinct tasks started more than once (a lost node, a killed replica)."""
+    """Distinct tasks started more than once (a lost node, a killed replica; a hedged copy is
+    not a re-run)."""
     return len({(e.get("workflow_id"), e.get("index")) for e in events
-                if e.get("event") == "start" and e.get("attempt", 0) > 0})
+                if e.get("event") == "start" and e.get("attempt", 0) > 0 and not e.get("hedge")})
 
 
 def read_trace(path: str | Path) -> list[dict]:

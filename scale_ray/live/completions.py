@@ -24,18 +24,25 @@ class Completions:
     """Completions, losses, failures and cancels (scheduler thread only)."""
 
     def _collect(self, ray: Any, timeout: float) -> None:
-        if not self._running:
+        if not self._running and not self._losers:
             return
         # One wait per round: other runs that finished meanwhile come back on the next rounds
         # at once (a second zero-timeout wait over every running ref cost ~0.3 ms per task on a
         # busy machine). The status refs are tiny and live in this process's memory store, so
         # there is nothing to fetch.
-        done, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout, fetch_local=False)
+        refs = list(self._running)
+        if self._losers:  # cancelled runs of hedged tasks: their servers are busy until they return
+            refs += list(self._losers)
+        done, _ = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)
         errors = _system_errors()
         for ref in done:
+            if ref in self._losers:
+                self._loser_returned(ray, ref)
+                continue
             t, token = self._running.pop(ref)
             if token != t.token or t.state != RUNNING:
                 continue  # stale: the run was already declared lost
+            self._ended(t, ref)  # a hedged task's copy returned: it is the task's run now
             try:
                 node = ray.get(ref)
             except errors as e:
@@ -47,21 +54,30 @@ class Completions:
                     # offered again once a new actor answers: the node may be dying while
                     # the GCS still lists it
                     self._nodes.start_actor(srv, probe=True)
-                if t.state == RUNNING:  # the refresh did not already declare it lost
-                    self._lose(t, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                               lost_output=_lost_output(e))
+                if t.state == RUNNING and t.server is srv:  # the refresh did not already
+                    if t.copy is not None:  # its other run goes on (hedging)
+                        self._drop_run(t)
+                    else:
+                        self._lose(t, f"{type(e).__name__}: "
+                                      f"{str(e).splitlines()[0] if str(e) else ''}",
+                                   lost_output=_lost_output(e))
                 continue
             except Exception as e:  # the primitive raised (or a placement check failed)
+                self._settle(ray, t)
                 self._free(t)
                 self._fail(t.wf, e)
                 continue
+            self._settle(ray, t)  # a hedged task: the other run is cancelled
             self._finish(t, node)
 
     def _free(self, t: _Task) -> _Server | None:
         srv = t.server
-        if srv is not None and srv.task is t:
-            srv.task = None
-            srv.idle_since = time.perf_counter()
+        if srv is not None:
+            now = time.perf_counter()
+            self.counters["run_s"] += now - t.started
+            if srv.task is t:
+                srv.task = None
+                srv.idle_since = now
         t.server = None
         return srv
 

@@ -69,6 +69,12 @@ class LiveConfig:
         doc="online: learn run times per (primitive kind, node tier) from completions "
             "(envs.estimator): the policy sees the estimates instead of the declared "
             "compute_gflop, and busy servers their estimated remaining time"))
+    hedge: Literal["off", "marked", "all"] = field(default="marked", metadata=rng(
+        doc="backup copies of straggling runs (scale_ray.live.hedging): marked: primitives "
+            "that say hedge=True (a DAG document's hedge field); all: every task; off: none"))
+    hedge_quantile: float = field(default=0.9, metadata=rng(
+        gt=0, lt=1, doc="a hedgeable run that passed this quantile of its estimated run time "
+                        "is a straggler: a copy starts on an idle fitting server"))
     storage: str | None = field(default=None, metadata=rng(
         doc="journal accepted workflows and finished tasks' results here, and resume them after "
             "a restart (scale_ray.live.journal): a pyarrow.fs URI or local path (s3://, gs://, "

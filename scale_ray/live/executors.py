@@ -40,6 +40,31 @@ def _lost_output(err: BaseException) -> bool:
     return isinstance(err, getattr(rex, "ObjectLostError", ()))
 
 
+class RunCancelled(Exception):
+    """A run the scheduler cancelled (the other run of a hedged task finished first) stopped
+    before its body."""
+
+
+CANCEL_POLL_S = 0.02  # how often an emulated run checks whether it was cancelled
+
+
+def _sleep(seconds: float, ctx: Any) -> bool:
+    """Sleep ``seconds`` (the emulated run time), checking every :data:`CANCEL_POLL_S` whether
+    ``ray.cancel`` was called on this run (a hedged task's loser); True if it was. A plain Ray
+    task gets a KeyboardInterrupt from ``ray.cancel`` instead; an actor call only a flag."""
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(left, CANCEL_POLL_S))
+        try:
+            if ctx.is_canceled():
+                return True
+        except RuntimeError:  # not a worker (a local call): nothing can cancel it
+            pass
+
+
 def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The Ray task body around a primitive: placement check, emulated run time, the call.
 
@@ -63,8 +88,8 @@ def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
             journal.record_start(target)
         if gflop_scaled > 0:
             sleep_s = gflop_scaled / float(ctx.get_node_labels()[COMPUTE_LABEL])
-        if sleep_s > 0:
-            time.sleep(sleep_s)
+        if sleep_s > 0 and _sleep(sleep_s, ctx):
+            raise RunCancelled("cancelled (a hedged copy finished first)")
         journal.set_attempt(n)
         try:
             value = fn(*args, **kwargs)

@@ -51,7 +51,7 @@ def emulated_runtime(env: EnvConfig, specs: Sequence[WorkflowSpec], hints: str, 
     out = []
     for spec in specs:
         n = len(spec.tasks)
-        f = factors(rng, rt, n)
+        f = factors(rng, rt, 2 * n)  # [n:]: hedged copies' own draws
         kinds = [t.kind or kind_of_name(t.name) or compute_bucket(t.compute_gflop, *lo_hi, rt.kinds)
                  for t in spec.tasks]
         shown = None if hints == "exact" else [rt.default_gflop] * n

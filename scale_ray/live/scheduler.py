@@ -58,6 +58,7 @@ from .config import LiveConfig
 from .executors import _RemoteCache
 from .fairshare import FairShare
 from .handles import WorkflowHandle, _drain, summarize
+from .hedging import Runs
 from .hints import AutoscaleHints
 from .nodes import NodeSet, _Server
 from .refusals import check_fits
@@ -72,7 +73,7 @@ log = logging.getLogger(__name__)
 TraceSink = Callable[[dict[str, Any]], None]
 
 
-class LiveScheduler(Admission, NodeEvents, Completions, Durable):
+class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
     """Places workflow primitives as Ray tasks with ``policy`` (see the module docstring).
 
     Args:
@@ -128,6 +129,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Durable):
         self._fair = FairShare() if self.cfg.fair_share else None
         self._fair_done: queue.SimpleQueue = queue.SimpleQueue()
         self._init_durable()  # the journal (LiveConfig.storage) and idempotency keys
+        self._init_runs()  # hedged copies of stragglers (LiveConfig.hedge)
         self._latencies: list[float] = []  # ms of the policy's answers since the last take
 
     def _bind_policy(self, policy: Policy) -> None:
@@ -344,6 +346,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Durable):
                                        and not queue.blocked)
                 self._refresh()
                 self._dispatch()
+                if self._stragglers or self._due:
+                    self._launch_copies(time.perf_counter())
                 self._hints.update(self.placement, self._alive)
                 nodes = self._nodes
                 if nodes.actors:
@@ -352,7 +356,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Durable):
                     if nodes.cold:
                         nodes.retry_cold()
                     nodes.reap(self._alive)
-                if self._running:
+                if self._running or self._losers:
                     self._collect(ray, timeout=self.cfg.wait_s)
                 elif queue.heap or queue.blocked:
                     time.sleep(self.cfg.wait_s)
@@ -422,7 +426,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Durable):
 
     def _ask(self, t: _Task, obs: dict[str, np.ndarray]) -> int:
         if self._planner is not None:  # the lookahead planner: on a snapshot, never guarded
-            running = (x for x, tok in self._running.values() if x.state == RUNNING and x.token == tok)
+            running = {id(x): x for x, tok in self._running.values()  # a hedged task: once
+                       if x.state == RUNNING and x.token == tok}.values()
             try:
                 a = self._planner.ask(t, self.placement, running, time.perf_counter())
             except Exception:  # noqa: BLE001 - a planner bug must not stop the scheduler thread
@@ -451,49 +456,3 @@ class LiveScheduler(Admission, NodeEvents, Completions, Durable):
                     "proposed": alive[a].sid if 0 <= a < len(alive) else None,
                     "chosen": alive[final].sid, "reason": why})
         return final
-
-    def _submit(self, t: _Task, srv: _Server, now: float) -> None:
-        call = t.call
-        parent_ref = {id(p.call): p.value_ref for p in t.parents}
-        args = [parent_ref[id(a)] if isinstance(a, Call) else a for a in call.args]
-        kwargs = {k: parent_ref[id(v)] if isinstance(v, Call) else v for k, v in call.kwargs.items()}
-        node = srv.node
-        ts = self.cfg.time_scale
-        # the estimated run (wall s): the declared compute, or the estimator's; an emulated
-        # primitive sleeps its true compute (run_gflop: with noise, not the declared) first
-        prim = t.prim
-        expected = prim.compute_gflop / node.compute * ts if ts > 0 else 0.0
-        estimate = expected if self.estimator is None else self.estimator.duration(
-            prim.kind, node.tier, expected)
-        sleep_s = prim.run_gflop / node.compute * ts if ts > 0 and prim.emulate else 0.0
-        transfer = 0.0
-        if ts > 0 and t.prim.emulate and self.env.mdp.transfer_delays_start and t.parents:
-            # emulated inputs, as the simulator's transfer_delays_start: the largest
-            # (output / bandwidth + latency) over parents whose result is on another server
-            c = self.env.cluster
-            transfer = max((p.prim.output_gb / c.bandwidth_gb_s + c.latency_s
-                            for p in t.parents if p.last_server is not srv), default=0.0)
-            sleep_s += transfer * ts
-        attempt = t.runs
-        meta = (node.node_id, sleep_s, 0.0, attempt, self._run_target(t))
-        t.runs += 1
-        value_ref, status_ref = self._nodes.run(srv, t.prim, meta, args, kwargs)
-        t.value_ref = value_ref
-        t.state = RUNNING
-        t.server = srv
-        t.token += 1
-        t.started = now
-        srv.task = t
-        # what the policy sees: the estimate plus the emulated transfer, never the true run
-        srv.busy_until = now + estimate + transfer * ts
-        t.expected = expected  # what the estimator compares the run (less its transfer) with
-        t.transfer_wall = transfer * ts
-        self._running[status_ref] = (t, t.token)
-        self.counters["tasks_started"] += 1
-        ev = {"t": self._now_model(), "event": "start", "task": t.gid, "server": srv.sid,
-              "node": node.node_id}
-        if transfer:
-            ev["transfer_s"] = transfer
-        if attempt:  # a run again (lost, or its scheduler restarted): which task, which run
-            ev.update(attempt=attempt, workflow_id=t.wf.handle.jid or t.wf.handle.id, index=t.idx)
-        self._emit(ev)

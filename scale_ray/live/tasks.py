@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 class _Task:
     __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
                  "value_ref", "server", "token", "attempts", "first_parent", "last_server",
-                 "waits", "rank", "started", "expected", "transfer_wall", "runs")
+                 "waits", "rank", "started", "expected", "transfer_wall", "runs", "status",
+                 "copy", "is_copy")
 
     def __init__(self, gid: int, idx: int, wf: "_Workflow", call: Call):
         self.gid = gid
@@ -40,6 +41,9 @@ class _Task:
         self.expected = 0.0  # wall s its declared compute implies on its latest server
         self.transfer_wall = 0.0  # wall s of its latest run's emulated input transfer
         self.runs = 0  # runs started, before a restart too (journal): the next run's attempt()
+        self.status: Any = None  # the status ref of its latest run
+        self.copy: Any = None  # the other run of a hedged task (scale_ray.live.hedging._Run)
+        self.is_copy = False  # its run is a hedged copy (the original is ``copy``)
 
     @property
     def prim(self):

@@ -69,11 +69,18 @@ class Primitive:
             re-runs lost tasks); anything else is a :class:`WorkflowError`.
         emulate: sleep the emulated run time before the body (the emulated heterogeneous
             cluster; default True). False for real work (a ``@ray.remote`` function's default).
+        kind: what the run-time estimator learns under (default: the name without an instance
+            number, ``search_3`` -> ``search``).
+        hedge: a straggling run may get a backup copy on an idle server, the first result wins
+            (``LiveConfig.hedge``; :mod:`scale_ray.live.hedging`). Only for a body that is safe
+            to run twice; a real body may poll ``ray.get_runtime_context().is_canceled()`` to
+            stop once the other run won.
     """
 
     def __init__(self, fn: Callable[..., Any], compute_gflop: float = 1.0, memory_gb: float = 0.0,
                  output_gb: float = 0.0, name: str | None = None,
-                 ray_options: Mapping[str, Any] | None = None, emulate: bool | None = None):
+                 ray_options: Mapping[str, Any] | None = None, emulate: bool | None = None,
+                 kind: str | None = None, hedge: bool = False):
         remote = _remote_function_options(fn)
         if remote is not None:  # a @ray.remote function: its body, its options below ours
             fn, defaults = remote
@@ -88,8 +95,15 @@ class Primitive:
                              mem_bytes / 1e9)
         self.emulate = True if emulate is None else bool(emulate)
         # the primitive it calls (the run-time estimator learns per kind and tier; envs.runtime)
-        self.kind = kind_of_name(self.name) or self.name
+        if kind is not None and (not isinstance(kind, str) or not kind or len(kind) > 200):
+            raise WorkflowError(f"primitive {self.name!r}: kind must be a non-empty string of at "
+                                f"most 200 characters, got {kind!r}")
+        self.kind = kind or kind_of_name(self.name) or self.name
+        if not isinstance(hedge, bool):
+            raise WorkflowError(f"primitive {self.name!r}: hedge must be true or false, got {hedge!r}")
+        self.hedge = hedge
         self.run_gflop = self.compute_gflop  # an emulated run's true compute (noise: from_spec)
+        self.copy_gflop = self.compute_gflop  # that of a hedged copy (its own noise draw)
 
     def bind(self, *args: Any, **kwargs: Any) -> "Call":
         """A DAG node calling this primitive; :class:`Call` arguments become dependencies."""
@@ -105,6 +119,7 @@ class Primitive:
         ray_opts = {**self.ray_options, **{k: v for k, v in hints.items() if k in RAY_OPTIONS}}
         kw = {"compute_gflop": self.compute_gflop, "memory_gb": self.memory_gb,
               "output_gb": self.output_gb, "name": self.name, "emulate": self.emulate,
+              "kind": self.kind, "hedge": self.hedge,
               **{k: v for k, v in hints.items() if k not in RAY_OPTIONS}}
         return Primitive(self.fn, ray_options=ray_opts, **kw)
 
@@ -211,11 +226,13 @@ def _contains_call(value: Any, depth: int = 0) -> bool:
 
 def primitive(fn: Callable[..., Any] | None = None, *, compute_gflop: float = 1.0,
               memory_gb: float = 0.0, output_gb: float = 0.0, name: str | None = None,
-              emulate: bool | None = None, **ray_options: Any) -> Any:
+              emulate: bool | None = None, kind: str | None = None, hedge: bool = False,
+              **ray_options: Any) -> Any:
     """Decorator: mark a function (or a ``@ray.remote`` function) as a primitive with resource
     hints and Ray options (see :class:`Primitive`)."""
     def wrap(f: Callable[..., Any]) -> Primitive:
-        return Primitive(f, compute_gflop, memory_gb, output_gb, name, ray_options, emulate)
+        return Primitive(f, compute_gflop, memory_gb, output_gb, name, ray_options, emulate,
+                         kind, hedge)
     return wrap(fn) if fn is not None else wrap
 
 
@@ -321,16 +338,20 @@ def from_spec(spec: WorkflowSpec, shown: Sequence[float] | None = None,
               kinds: Sequence[str] | None = None) -> CollectedWorkflow:
     """Calls with the emulated body for every task of ``spec`` (same order, same hints).
     ``shown``: the computes the scheduler is told (hints; default the spec's); ``factors``: run
-    time noise, an emulated run takes ``compute_gflop * factor`` (envs.runtime); ``kinds``."""
+    time noise, an emulated run takes ``compute_gflop * factors[i]`` and a hedged copy of it
+    ``compute_gflop * factors[n + i]`` (``envs.runtime.factors`` draws 2n); ``kinds``."""
     calls: list[Call] = []
     for i, t in enumerate(spec.tasks):
         prim = Primitive(emulated_body, t.compute_gflop if shown is None else shown[i],
-                         t.memory_gb, t.output_gb, t.name or f"t{i}")
-        prim.run_gflop = t.compute_gflop * (1.0 if factors is None else float(factors[i]))
-        if kinds is not None:
-            prim.kind = kinds[i]
-        elif t.kind:
-            prim.kind = t.kind
+                         t.memory_gb, t.output_gb, t.name or f"t{i}",
+                         kind=kinds[i] if kinds is not None else (t.kind or None), hedge=t.hedge)
+        if factors is not None:  # factors[n + i]: a hedged copy's own draw (envs.runtime.factors)
+            n = len(spec.tasks)
+            prim.run_gflop = t.compute_gflop * float(factors[i])
+            prim.copy_gflop = t.compute_gflop * float(factors[n + i] if len(factors) > n + i
+                                                      else factors[i])
+        else:
+            prim.run_gflop = prim.copy_gflop = t.compute_gflop
         calls.append(Call(prim, (i, *(calls[p] for p in t.parents)), {}))
     kids = spec.children()
     sinks = tuple(i for i, k in enumerate(kids) if not k)

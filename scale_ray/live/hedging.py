@@ -1,0 +1,264 @@
+"""Runs of primitives, and backup copies of stragglers (The Tail at Scale; MapReduce's backup
+tasks) in the live scheduler: the twin of :mod:`envs.hedging`.
+
+``LiveConfig.hedge`` (``marked``, default: primitives that say ``hedge=True``, a DAG
+document's ``hedge`` field; ``all``: every task; ``off``) and ``hedge_quantile`` q. At its start a
+hedgeable run is armed at the q-quantile of its estimated run time
+(:func:`envs.run_model.quantile_s`: the estimator's, else a LogNormal around the declared
+compute). Once past it, the run is a *straggler*: after a placement round (every ready task that
+could start has started) a copy starts on the fastest accepting idle server that fits it (not
+the one running it). The first run to finish completes the task; the other is cancelled
+(``ray.cancel``: an emulated run stops within ``CANCEL_POLL_S``; a real body stops only if it
+polls ``ray.get_runtime_context().is_canceled()``, else it runs to its end and its result is
+dropped) and its server stays busy until that run returns. A run that is lost (node gone, actor
+died) while the other goes on is dropped: the other carries the task. At most one copy per run;
+a primitive that is not hedgeable never runs twice at once.
+
+Counted (``summary()``): ``hedge_copies``, ``hedge_wins`` (the copy finished first),
+``hedge_copy_s`` (wall s the copies ran, cancelled ones until they returned),
+``hedge_waste_s`` (wall s of the cancelled runs, whichever they were) and ``run_s`` (wall s of
+every run, copies included). Traced: the copy's ``start`` has ``"hedge": true``; the cancelled
+run ends with ``cancel`` when its server is free again (``"reason": "server_fail"`` for a
+dropped lost run).
+
+:class:`Runs` is a part of :class:`scale_ray.live.scheduler.LiveScheduler` (a mixin over its
+scheduler-thread state).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from typing import Any
+
+from envs.run_model import quantile_s
+
+from .nodes import _Server
+from .tasks import RUNNING, _Task
+from .workflow import Call
+
+__all__ = ["Runs"]
+
+
+class _Run:
+    """One run of a task: where, its refs, and what the estimator compares it with."""
+    __slots__ = ("server", "value_ref", "status", "started", "expected", "transfer_wall", "busy")
+
+    def __init__(self, server: _Server, value_ref: Any, status: Any, started: float,
+                 expected: float, transfer_wall: float, busy: float):
+        self.server, self.value_ref, self.status = server, value_ref, status
+        self.started, self.expected, self.transfer_wall = started, expected, transfer_wall
+        self.busy = busy  # wall s the server looks busy from the start (estimate + transfer)
+
+
+class Runs:
+    """Starting runs, hedging them, settling the two runs of a hedged task (scheduler thread)."""
+
+    def _init_runs(self) -> None:
+        self._stragglers: list[tuple[float, int, int, _Task]] = []  # heap: (due wall s, gid, token, t)
+        self._due: list[tuple[int, _Task]] = []  # past due, waiting for an idle fitting server
+        self._losers: dict[Any, tuple[_Task, _Run]] = {}  # cancelled runs, until they return
+        self.counters.update(hedge_copies=0, hedge_wins=0, hedge_copy_s=0.0, hedge_waste_s=0.0,
+                             run_s=0.0)
+
+    # ------------------------------------------------------------------ starting runs
+    def _launch(self, t: _Task, srv: _Server, now: float, copy: bool) -> tuple[_Run, dict]:
+        """Start a run of ``t`` on ``srv`` (its parents' results passed as object refs); returns
+        the run and its trace event."""
+        call = t.call
+        parent_ref = {id(p.call): p.value_ref for p in t.parents}
+        args = [parent_ref[id(a)] if isinstance(a, Call) else a for a in call.args]
+        kwargs = {k: parent_ref[id(v)] if isinstance(v, Call) else v for k, v in call.kwargs.items()}
+        node = srv.node
+        ts = self.cfg.time_scale
+        # the estimated run (wall s): the declared compute, or the estimator's; an emulated
+        # primitive sleeps its true compute (run_gflop: with noise, not the declared) first
+        prim = t.prim
+        expected = prim.compute_gflop / node.compute * ts if ts > 0 else 0.0
+        estimate = expected if self.estimator is None else self.estimator.duration(
+            prim.kind, node.tier, expected)
+        true_gflop = prim.copy_gflop if copy else prim.run_gflop
+        sleep_s = true_gflop / node.compute * ts if ts > 0 and prim.emulate else 0.0
+        transfer = 0.0
+        if ts > 0 and prim.emulate and self.env.mdp.transfer_delays_start and t.parents:
+            # emulated inputs, as the simulator's transfer_delays_start: the largest
+            # (output / bandwidth + latency) over parents whose result is on another server
+            c = self.env.cluster
+            transfer = max((p.prim.output_gb / c.bandwidth_gb_s + c.latency_s
+                            for p in t.parents if p.last_server is not srv), default=0.0)
+            sleep_s += transfer * ts
+        attempt = t.runs
+        meta = (node.node_id, sleep_s, 0.0, attempt, self._run_target(t))
+        t.runs += 1
+        value_ref, status_ref = self._nodes.run(srv, prim, meta, args, kwargs)
+        # what the policy sees: the estimate plus the emulated transfer, never the true run
+        run = _Run(srv, value_ref, status_ref, now, expected, transfer * ts,
+                   estimate + transfer * ts)
+        srv.task = t
+        srv.busy_until = now + run.busy
+        self.counters["tasks_started"] += 1
+        ev = {"t": self._now_model(), "event": "start", "task": t.gid, "server": srv.sid,
+              "node": node.node_id}
+        if transfer:
+            ev["transfer_s"] = transfer
+        if copy:
+            ev["hedge"] = True
+        if attempt:  # a run again (lost, a copy, or its scheduler restarted): which task, which run
+            ev.update(attempt=attempt, workflow_id=t.wf.handle.jid or t.wf.handle.id, index=t.idx)
+        return run, ev
+
+    def _submit(self, t: _Task, srv: _Server, now: float) -> None:
+        """Run ``t`` on ``srv`` (the policy's pick)."""
+        run, ev = self._launch(t, srv, now, copy=False)
+        t.value_ref, t.status, t.server, t.started = run.value_ref, run.status, srv, now
+        t.expected = run.expected  # what the estimator compares the run (less its transfer) with
+        t.transfer_wall = run.transfer_wall
+        t.state = RUNNING
+        t.token += 1
+        t.is_copy = False
+        self._running[run.status] = (t, t.token)
+        self._emit(ev)
+        self._arm(t, run)
+
+    # ------------------------------------------------------------------ hedging
+    def _hedgeable(self, t: _Task) -> bool:
+        mode = self.cfg.hedge
+        return mode == "all" or (mode == "marked" and t.prim.hedge)
+
+    def _arm(self, t: _Task, run: _Run) -> None:
+        """At a hedgeable run's start: when it becomes a straggler."""
+        if not self._hedgeable(t) or run.expected <= 0:
+            return
+        q = quantile_s(self.estimator, t.prim.kind, run.server.node.tier, run.expected,
+                       self.cfg.hedge_quantile)
+        heapq.heappush(self._stragglers, (run.started + run.transfer_wall + q, t.gid, t.token, t))
+
+    def _launch_copies(self, now: float) -> None:
+        """After a placement round: copies of stragglers on idle fitting servers."""
+        heap = self._stragglers
+        while heap and heap[0][0] <= now:
+            _, _, token, t = heapq.heappop(heap)
+            self._due.append((token, t))
+        if not self._due:
+            return
+        keep = []
+        for token, t in self._due:
+            if t.token != token or t.state != RUNNING or t.copy is not None or t.wf.failed:
+                continue  # finished, lost, cancelled or already copied
+            srv = self._copy_server(t)
+            if srv is None:
+                keep.append((token, t))  # no idle server fits it now: later
+                continue
+            run, ev = self._launch(t, srv, now, copy=True)
+            t.copy = run
+            self._running[run.status] = (t, t.token)
+            self.counters["hedge_copies"] += 1
+            self._emit(ev)
+        self._due = keep
+
+    def _copy_server(self, t: _Task) -> _Server | None:
+        """The fastest accepting idle server that fits ``t`` (memory and Ray demands)."""
+        best = None
+        for s in self._alive:
+            if (s.task is None and s.offered and s.node.memory_gb >= t.memory_gb
+                    and all(s.node.caps.get(k, 0.0) >= v - 1e-9 for k, v in t.demands)
+                    and (best is None or s.node.compute > best.node.compute)):
+                best = s
+        return best
+
+    # ------------------------------------------------------------------ the two runs
+    def _swap(self, t: _Task) -> None:
+        """Make ``t.copy`` the task's run (the run it replaces becomes ``t.copy``)."""
+        c = t.copy
+        old = _Run(t.server, t.value_ref, t.status, t.started, t.expected, t.transfer_wall, 0.0)
+        t.server, t.value_ref, t.status, t.started = c.server, c.value_ref, c.status, c.started
+        t.expected, t.transfer_wall = c.expected, c.transfer_wall
+        t.copy = old
+        t.is_copy = not t.is_copy
+
+    def _ended(self, t: _Task, ref: Any) -> None:
+        """``ref`` (a run of ``t``) returned: make it the task's run."""
+        if t.copy is not None and ref == t.copy.status:
+            self._swap(t)
+
+    def _settle(self, ray: Any, t: _Task) -> None:
+        """``t``'s run finished (or raised) first: cancel the other, whose server stays busy
+        until it returns."""
+        other = t.copy
+        if other is None:
+            return
+        t.copy = None
+        self.counters["hedge_wins"] += t.is_copy
+        if t.is_copy:  # the finished copy's time; a cancelled copy's when it returns
+            self.counters["hedge_copy_s"] += time.perf_counter() - t.started
+        self._running.pop(other.status, None)
+        self._losers[other.status] = (t, other)
+        try:
+            ray.cancel(other.status)
+        except Exception:  # noqa: BLE001 - already finished: its return frees the server
+            pass
+
+    def _loser_returned(self, ray: Any, ref: Any) -> None:
+        """A cancelled run returned: its server is free. Its outcome is read (and dropped), so
+        that Ray does not report a cancelled run's error as unhandled."""
+        t, run = self._losers.pop(ref)
+        try:
+            ray.get(ref, timeout=0)
+        except Exception:  # noqa: BLE001 - RunCancelled, TaskCancelledError, a lost node...
+            try:
+                ray.get(run.value_ref, timeout=0)
+            except Exception:  # noqa: BLE001 - the same error: read, so not reported
+                pass
+        self._end_loser(t, run, None)
+
+    def _end_loser(self, t: _Task, run: _Run, reason: str | None) -> None:
+        now = time.perf_counter()
+        srv = run.server
+        wasted = now - run.started
+        self.counters["hedge_waste_s"] += wasted
+        self.counters["run_s"] += wasted
+        if not t.is_copy:  # the cancelled run was the copy
+            self.counters["hedge_copy_s"] += wasted
+        if srv.task is t:
+            srv.task = None
+            srv.idle_since = now
+        ev = {"t": self._now_model(), "event": "cancel", "task": t.gid, "server": srv.sid,
+              "node": srv.node.node_id}
+        if reason:
+            ev["reason"] = reason
+        self._emit(ev)
+
+    def _drop_run(self, t: _Task) -> None:
+        """``t``'s run was lost while its other run goes on: that one carries the task."""
+        srv = t.server
+        now = time.perf_counter()
+        self.counters["run_s"] += now - t.started
+        if t.is_copy:
+            self.counters["hedge_copy_s"] += now - t.started
+        if srv is not None and srv.task is t:
+            srv.task = None
+            srv.idle_since = now
+        self._swap(t)
+        t.copy = None
+        self._emit({"t": self._now_model(), "event": "cancel", "task": t.gid,
+                    "server": srv.sid if srv else -1, "reason": "server_fail"})
+
+    def _server_gone(self, srv: _Server, why: str) -> None:
+        """``srv`` left the cluster: its run is lost (or dropped, when the task's other run goes
+        on; or forgotten, a cancelled run)."""
+        for ref, (lt, run) in list(self._losers.items()):
+            if run.server is srv:
+                del self._losers[ref]
+                self._end_loser(lt, run, "server_fail")
+        t = srv.task
+        if t is None or t.state != RUNNING:
+            return
+        if t.copy is not None:
+            if t.copy.server is srv:
+                self._running.pop(t.copy.status, None)
+                self._swap(t)
+            else:
+                self._running.pop(t.status, None)
+            self._drop_run(t)
+            return
+        self._lose(t, why)
