@@ -60,6 +60,11 @@ def _coerce(path: str, tp: Any, value: Any, meta: Mapping[str, Any]) -> Any:
         raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {value!r} matches none of "
                           f"{[getattr(a, '__name__', str(a)) for a in non_none]}")
     if origin is Literal:
+        if isinstance(value, bool) and value not in args:  # YAML 1.1 reads off/on/no/yes as bools
+            spelled = [a for a in args if isinstance(a, str)
+                       and a.lower() in (("on", "yes", "true") if value else ("off", "no", "false"))]
+            if spelled:
+                return spelled[0]
         if value not in args:
             raise ConfigError(f"{path}: {value!r} is not allowed; choose one of {list(args)}")
         return value

@@ -20,14 +20,16 @@ MAX_KEY_CHARS = 200
 __all__ = ["rebuild", "check_key", "JournalView", "MAX_KEY_CHARS"]
 
 
-def rebuild(sub: Submission, allow: AllowList, tuning: Any) -> CollectedWorkflow:
+def rebuild(sub: Submission, allow: AllowList, tuning: Any, shown_gflop: float | None = None,
+            noise_sigma: float = 0.0) -> CollectedWorkflow:
     """The calls of a journaled submission, as this replica would accept them now: an HTTP
     document is validated again against the current allow-list and ``max_tasks`` (a redeploy
-    that removed one of its primitives makes it unrestorable, with the reason)."""
+    that removed one of its primitives makes it unrestorable, with the reason);
+    ``shown_gflop``, ``noise_sigma``: :func:`~serve_apps.workflow_api.to_workflow`'s."""
     if sub.fmt == "json":
         try:
             return to_workflow(parse_body(sub.payload, WorkflowIn, sub.meta.get("content_type")),
-                               allow, tuning.max_tasks)
+                               allow, tuning.max_tasks, shown_gflop, noise_sigma)
         except RequestError as e:
             raise ValueError(f"{'.'.join(map(str, e.loc))}: {e.msg}") from None
     return pickle_loader(sub)

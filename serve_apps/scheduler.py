@@ -100,6 +100,9 @@ class SchedulerService(Workflows):
         self.env = load_env(self.args.env_config)
         self.tuning = self.args.tuning
         self.allow = AllowList(self.args.primitives)
+        emu = self.args.emulation  # documents: what the scheduler is shown, emulated noise
+        self._doc = (self.env.runtime.default_gflop if emu.hints == "none" else None,
+                     emu.noise_sigma)
         self.incarnation = uuid.uuid4().hex[:8]
         self.policy_spec = self.args.policy
         policy = self._load(self.policy_spec)  # no fallback: a bad one fails the deploy
@@ -123,7 +126,8 @@ class SchedulerService(Workflows):
         self.scheduler_at = time.time()
         self.journal = JournalView(self.sched)
         self.metrics = ServiceMetrics(self).start()  # ray.util.metrics (serve_apps.metrics)
-        self.resumed = self.sched.resume(lambda sub: rebuild(sub, self.allow, self.tuning))
+        self.resumed = self.sched.resume(lambda sub: rebuild(sub, self.allow, self.tuning,
+                                                             *self._doc))
         for h in self.resumed:
             self._register(h.jid, h, h.group)
         self.resumed_at = time.time()
@@ -286,7 +290,7 @@ class SchedulerService(Workflows):
         key = check_key(request.headers.get("idempotency-key"))
 
         def accept() -> dict:
-            wf = to_workflow(parse_body(body, WorkflowIn, ct), self.allow, t.max_tasks)
+            wf = to_workflow(parse_body(body, WorkflowIn, ct), self.allow, t.max_tasks, *self._doc)
             return self._accept(wf, tenant, "json", body, key, {"content_type": ct})
         accepted = await self._off_loop(accept)
         out = _respond(accepted)

@@ -5,7 +5,7 @@ configs/serve/scheduler.yaml, fixed for a replica's life) and :class:`SchedulerT
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from envs.config import rng
 from policies import default_policy
@@ -14,7 +14,21 @@ from scale_ray.live import LiveConfig
 from .errors import DEFAULT_MAX_BODY_BYTES
 from .placement import builder_args
 
-__all__ = ["SchedulerTuning", "SchedulerArgs", "parse_args", "SERVICE_LIVE_DEFAULTS"]
+__all__ = ["SchedulerTuning", "SchedulerArgs", "Emulation", "parse_args", "SERVICE_LIVE_DEFAULTS"]
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """What the scheduler is shown of declared run times, and how emulated tasks (no
+    ``primitive``) run (``emulation:`` of the app args)."""
+    hints: Literal["declared", "none"] = field(default="declared", metadata=rng(
+        doc="none: the scheduler is shown the env's runtime.default_gflop for every task and "
+            "learns run times with live.estimator: online; a declared compute_gflop then only "
+            "sets how long an emulated run takes (clients cannot buy priority with it)"))
+    noise_sigma: float = field(default=0.0, metadata=rng(
+        ge=0, le=3, doc="an emulated run takes its declared compute x LogNormal(mean 1, sigma), "
+                        "a hedged copy its own draw; seeded by the workflow and task names, so "
+                        "a resumed workflow draws the same"))
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,8 @@ class SchedulerArgs:
         doc="module:function (or module:*) HTTP clients may name; empty: emulated tasks only"))
     trace: str | None = field(default=None, metadata=rng(
         doc="append the JSONL trace (scale-ray gantt reads it) to this file on the replica's node"))
+    emulation: Emulation = field(default_factory=Emulation, metadata=rng(
+        doc="declared run times hidden from the scheduler, noise of emulated runs"))
     tuning: SchedulerTuning = SchedulerTuning()
 
 

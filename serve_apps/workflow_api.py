@@ -26,9 +26,11 @@ from __future__ import annotations
 import importlib
 import math
 import re
+import zlib
 from typing import Annotated, Any, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
 from envs.loaders.livedag import LIMITS as DAG_LIMITS
 from envs.loaders.livedag import parse_dag_workflow
@@ -57,6 +59,14 @@ class WorkflowTaskIn(BaseModel):
     memory_gb: Annotated[float, Field(ge=0, le=_GB_MAX, allow_inf_nan=False)] = 0.0
     output_gb: Annotated[float, Field(ge=0, le=_GB_MAX, allow_inf_nan=False)] = 0.0
     parents: list[Name] = Field(default_factory=list, max_length=10_000)
+    kind: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        None, description="the primitive it calls, what the run-time estimator learns under "
+                          "(live.estimator: online); default: the name without an instance "
+                          "number (search_3 -> search)")
+    hedge: StrictBool = Field(False, description="a straggling run may get a backup copy on an "
+                                                 "idle server, the first result wins "
+                                                 "(live.hedge: marked); only for a body that is "
+                                                 "safe to run twice")
     primitive: ImportPath | None = Field(
         None, description="module:function from the service's allow-list; none: emulated body")
     args: list[Any] = Field(default_factory=list, max_length=1000)
@@ -168,8 +178,22 @@ def json_violation(value: Any, depth: int = 0) -> str | None:
     return f"a {type(value).__name__}"
 
 
-def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedWorkflow:
-    """The validated request as calls; a bad DAG is a :class:`RequestError` naming the field."""
+def _run_factors(sigma: float, workflow: str, task: str, index: int) -> tuple[float, float]:
+    """(run, hedged copy) noise factors of an emulated task, LogNormal(mean 1, ``sigma``),
+    drawn from its names: the same whenever the document is read again (a resume)."""
+    if sigma <= 0:
+        return 1.0, 1.0
+    seed = [zlib.crc32(workflow.encode()), zlib.crc32(task.encode()), index]
+    f = np.random.default_rng(seed).lognormal(-sigma * sigma / 2.0, sigma, 2)
+    return float(f[0]), float(f[1])
+
+
+def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int,
+                shown_gflop: float | None = None, noise_sigma: float = 0.0) -> CollectedWorkflow:
+    """The validated request as calls; a bad DAG is a :class:`RequestError` naming the field.
+    ``shown_gflop``: what the scheduler is told of every task's compute instead of the
+    declared one (``Emulation.hints: none``), which then only sets the emulated run time;
+    ``noise_sigma``: emulated runs take that x a noise factor (:class:`Emulation`)."""
     if len(req.tasks) > max_tasks:
         raise RequestError(("body", "tasks"), f"{len(req.tasks)} tasks; this service accepts at "
                                               f"most max_tasks={max_tasks} per workflow", "too_long")
@@ -178,7 +202,8 @@ def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedW
               for i, t in enumerate(req.tasks) if t.primitive is not None}
     try:
         spec = parse_dag_workflow({"name": req.name, "tasks": [
-            t.model_dump(include={"name", "compute_gflop", "memory_gb", "output_gb", "parents"})
+            t.model_dump(include={"name", "compute_gflop", "memory_gb", "output_gb", "parents",
+                                  "hedge"}) | ({"kind": t.kind} if t.kind else {})
             for t in req.tasks]}, 0, "request")
     except WorkflowError as e:
         raise RequestError(("body", "tasks"), str(e), "invalid_dag") from None
@@ -190,13 +215,20 @@ def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedW
         # parent values in the order the request lists the parents
         parent_calls = [calls[index[p]] for p in dict.fromkeys(rec.parents)]
         fn = bodies.get(i)
+        shown = ts.compute_gflop if shown_gflop is None else shown_gflop
         if fn is None:
-            prim = Primitive(emulated_body, ts.compute_gflop, ts.memory_gb, ts.output_gb, ts.name)
+            prim = Primitive(emulated_body, shown, ts.memory_gb, ts.output_gb, ts.name,
+                             kind=ts.kind or None, hedge=ts.hedge)
             calls.append(Call(prim, (k, *parent_calls), {}))
+            f_run, f_copy = _run_factors(noise_sigma, req.name, ts.name, k)
         else:
             emulated = False
-            prim = Primitive(fn, ts.compute_gflop, ts.memory_gb, ts.output_gb, ts.name)
+            prim = Primitive(fn, shown, ts.memory_gb, ts.output_gb, ts.name,
+                             kind=ts.kind or None, hedge=ts.hedge)
             calls.append(Call(prim, (*rec.args, *parent_calls), rec.kwargs))
+            f_run = f_copy = 1.0
+        # the emulated run: the declared compute (whatever the scheduler is shown)
+        prim.run_gflop, prim.copy_gflop = ts.compute_gflop * f_run, ts.compute_gflop * f_copy
     sinks = tuple(i for i, kids in enumerate(spec.children()) if not kids)
     return CollectedWorkflow(spec, tuple(calls), sinks,
                              tuple(expected_emulated_values(spec)) if emulated else None)

@@ -84,3 +84,12 @@ def test_cli_reports_config_errors_clearly(tmp_path):
                         "--workers", "1", "--episodes", "1"], capture_output=True, text=True)
     assert p.returncode == 2
     assert "env.workload.arrival_rate_16: 0.0 is out of range; allowed: > 0" in p.stderr
+
+
+def test_yaml_off_and_on_are_the_choices_they_spell():
+    """YAML 1.1 reads `off` / `on` as booleans: a choice named so still means that choice."""
+    from scale_ray.live import LiveConfig
+
+    assert build(LiveConfig, parse_overrides(["hedge=off", "estimator=off"]), "live").hedge == "off"
+    with pytest.raises(ConfigError, match="hedge: True is not allowed"):
+        build(LiveConfig, {"hedge": True}, "live")  # no choice spells `on`

@@ -119,6 +119,17 @@ def test_a_straggler_is_copied_the_copy_wins_and_the_loser_is_cancelled(cluster,
 
 
 @pytest.mark.slow
+def test_traces_record_the_estimate_at_start_and_the_run_at_finish(cluster):
+    c, env = cluster
+    h, events, counters, _ = _run(env, LiveConfig(time_scale=TS, estimator="online",
+                                                  hedge="off"), straggler("est", False, 8.0))
+    start = next(e for e in events if e["event"] == "start")
+    finish = next(e for e in events if e["event"] == "finish")
+    assert start["estimate_s"] > 0  # 1 GFLOP declared on the large server: about 0.25 model s
+    assert 8.0 / 4.0 <= finish["run_s"] < 8.0 / 4.0 + 2.0  # it slept 8 GFLOP there (2 model s)
+
+
+@pytest.mark.slow
 def test_an_unmarked_primitive_never_runs_twice_and_all_copies_it(cluster):
     c, env = cluster
     h, events, counters, _ = _run(env, LiveConfig(time_scale=TS, hedge="marked"),
@@ -175,3 +186,22 @@ def test_a_node_lost_under_one_run_drops_that_run_only(gone):
     sched._losers["ref-c"] = (t, _Run(c, "val-c", "ref-c", 0.0, 0.1, 0.0, 0.1))
     sched._server_gone(c, "node gone")
     assert not sched._losers and c.task is None and t.state == RUNNING
+
+
+@pytest.mark.slow
+def test_bench_live_quality_runs_noisy_hint_free_and_hedged(cluster):
+    """bench live --noise 1 --hints none --estimator online --hedge all (tiny): the live runs
+    execute the noisy runs, learn, hedge; the twin simulates the same settings."""
+    import argparse
+
+    from scale_ray.bench.live import quality, runtime_env
+
+    c, env = cluster
+    args = argparse.Namespace(workflows=6, time_scale=0.05, executor="actor", load=0.6, seed=0,
+                              noise=1.0, hints="none", estimator="online", hedge="all")
+    assert runtime_env(env, args).runtime.hedge == "all"
+    q = quality(env, ["eft", "ray-default"], args, c)
+    assert q["eft"]["workflows_completed"] == 6 and q["ray-default"]["workflows_completed"] == 6
+    assert q["eft"]["estimator"]  # it learned from the completions
+    assert q["twin"]["eft"]["completed_workflows"] == 6
+    assert "hedge_copies" in q["eft"] and "hedge_copies" in q["twin"]["eft"]

@@ -75,6 +75,35 @@ def test_document_without_primitives_gets_the_emulated_body():
     assert wf.expected == (1, 3, 7)
 
 
+def test_document_names_kind_and_hedge():
+    wf = _parse(_doc([{"name": "search_1", "compute_gflop": 1, "hedge": True},
+                      {"name": "b", "compute_gflop": 1, "parents": ["search_1"], "kind": "llm"}]))
+    by = {t.name: c.primitive for t, c in zip(wf.spec.tasks, wf.calls)}
+    assert (by["search_1"].kind, by["search_1"].hedge) == ("search", True)
+    assert (by["b"].kind, by["b"].hedge) == ("llm", False)
+    assert [t.hedge for t in wf.spec.tasks] == [True, False]
+
+
+def test_hidden_hints_and_emulated_noise_are_drawn_the_same_on_every_read():
+    """Emulation(hints=none, noise_sigma): the scheduler is shown 4 GFLOP; the emulated run
+    takes the declared compute x a factor drawn from the names (a resume reads the same); a
+    hedged copy has its own factor."""
+    doc = _doc([{"name": "a", "compute_gflop": 2}, {"name": "b", "compute_gflop": 8,
+                                                    "parents": ["a"]}], name="wf-7")
+    plain = to_workflow(parse_body(doc, WorkflowIn), AllowList([]), 100)
+    assert [(c.primitive.compute_gflop, c.primitive.run_gflop, c.primitive.copy_gflop)
+            for c in plain.calls] == [(2.0, 2.0, 2.0), (8.0, 8.0, 8.0)]
+    one = to_workflow(parse_body(doc, WorkflowIn), AllowList([]), 100, 4.0, 1.0)
+    two = to_workflow(parse_body(doc, WorkflowIn), AllowList([]), 100, 4.0, 1.0)
+    runs = [(c.primitive.run_gflop, c.primitive.copy_gflop) for c in one.calls]
+    assert runs == [(c.primitive.run_gflop, c.primitive.copy_gflop) for c in two.calls]
+    assert [c.primitive.compute_gflop for c in one.calls] == [4.0, 4.0]
+    assert all(r != c and r != d for (r, c), d in zip(runs, (2.0, 8.0)))
+    other = to_workflow(parse_body(_doc([{"name": "a", "compute_gflop": 2}], name="wf-8"),
+                                   WorkflowIn), AllowList([]), 100, 4.0, 1.0)
+    assert other.calls[0].primitive.run_gflop != runs[0][0]  # another workflow, another draw
+
+
 @pytest.mark.parametrize("tasks, loc, what", [
     ([{"name": "a", "compute_gflop": 1, "primitive": "os:system"}],
      ["body", "tasks", 0, "primitive"], "allow-list"),
@@ -100,6 +129,9 @@ def test_bad_documents_are_errors_naming_the_field(tasks, loc, what):
     ({"name": "a", "compute_gflop": 1, "primtive": "x:y"}, ("body", "tasks", 0, "primtive")),
     ({"name": "a", "compute_gflop": 1, "primitive": "no colon"}, ("body", "tasks", 0, "primitive")),
     ({"compute_gflop": 1}, ("body", "tasks", 0, "name")),
+    ({"name": "a", "compute_gflop": 1, "hedge": "yes"}, ("body", "tasks", 0, "hedge")),
+    ({"name": "a", "compute_gflop": 1, "kind": ""}, ("body", "tasks", 0, "kind")),
+    ({"name": "a", "compute_gflop": 1, "kind": "k" * 201}, ("body", "tasks", 0, "kind")),
 ])
 def test_schema_errors_name_the_field(task, loc):
     with pytest.raises(RequestValidationError) as e:

@@ -44,12 +44,13 @@ from policies import default_policy, get_policy
 from scale_ray.live import LiveScheduler
 from scale_ray.live.cluster import LocalHeteroCluster, live_nodes
 from scale_ray.live.config import EXECUTORS, LiveConfig
-from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, stream,
-                                   warm_up, workload_specs)
+from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target, rate_for_load,
+                                   stream, warm_up, workload_specs)
 from scale_ray.live.workflow import emulated_body
 
-from .twin import (NO_TWIN, REFERENCE, add_setting_arguments, compare, format_rows, format_why,
-                   headline, live_model, predict, resolve_setting, setting_env, why)
+from .twin import (NO_TWIN, REFERENCE, add_runtime_arguments, add_setting_arguments, compare,
+                   format_rows, format_why, headline, live_model, predict, resolve_setting,
+                   runtime_env, setting_env, why)
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-quality", action="store_true")
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--json", default=None, help="write the results to this JSON file")
+    add_runtime_arguments(p, "quality runs")
     p.add_argument("--trace-dir", default=None,
                    help="write each quality run's live trace (live_POLICY.jsonl) and its twin's "
                         "(twin_POLICY.jsonl) here, for scale-ray explain")
@@ -243,8 +245,13 @@ def overhead(env, repeats: int, n_workflows: int, chain: int,
 
 
 def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict[str, Any]:
-    live = LiveConfig(time_scale=args.time_scale, executor=args.executor)
+    live = LiveConfig(time_scale=args.time_scale, executor=args.executor,
+                      estimator=getattr(args, "estimator", "off"),
+                      hedge=getattr(args, "hedge", "off"))
     specs = workload_specs(env, args.workflows, args.seed)
+    noise, hints = getattr(args, "noise", 0.0), getattr(args, "hints", "exact")
+    runs = (emulated_runtime(env, specs, hints, noise, args.seed)
+            if noise > 0 or hints != "exact" else specs)  # what the live runs execute
     if args.load is not None:
         rate = rate_for_load(env, args.load, specs)
     else:  # the env's own arrival rate (lambda16 x N / 16), as in the simulator
@@ -258,8 +265,8 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
         return str(Path(tdir) / f"{kind}_{name.replace('/', '_')}.jsonl") if tdir else None
 
     out: dict[str, Any] = {"rate_per_model_s": rate, "workflows": len(specs),
-                           "twin": {p: predict(env, p, specs, times, args.seed,
-                                               trace_path("twin", p))
+                           "twin": {p: predict(runtime_env(env, args), p, specs, times,
+                                               args.seed, trace_path("twin", p))
                                     for p in policies if p not in NO_TWIN}}
     for name in policies:
         warm_up(env, live)
@@ -267,7 +274,7 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
         writer = JsonlTraceWriter(path) if path else None
         target = make_target(name, env, live, args.seed, trace=writer)
         try:
-            stats = stream(target, specs, times, live.time_scale, timeout_s=900)
+            stats = stream(target, runs, times, live.time_scale, timeout_s=900)
         finally:
             target.shutdown()
             if writer is not None:
@@ -282,6 +289,7 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
 
 def run(args: argparse.Namespace) -> int:
     env = setting_env(args.setting, args.servers)
+    runtime_env(env, args)  # a bad --noise fails before a cluster starts
     resolve_setting(args)
     if args.policy not in ("eft", "ray-default"):
         get_policy(args.policy, env, args.seed)  # fail before starting a cluster

@@ -44,14 +44,14 @@ from scale_ray import client
 from scale_ray.config import load_env
 from scale_ray.live.cluster import LocalHeteroCluster
 from scale_ray.live.config import LiveConfig
-from scale_ray.live.runner import (arrival_times, make_target, rate_for_load, stream, warm_up,
-                                   workload_specs)
+from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target, rate_for_load,
+                                   stream, warm_up, workload_specs)
 from scale_ray.live.workflow import dag_record
 
 from . import flood
 from .localservice import LocalService, scrape_metrics, successor_steps
-from .twin import (SETTINGS, add_setting_arguments, compare, format_rows, live_model, predict,
-                   resolve_setting, setting_env)
+from .twin import (SETTINGS, add_runtime_arguments, add_setting_arguments, compare, format_rows,
+                   live_model, predict, resolve_setting, runtime_env, setting_env)
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--journal-overhead", action="store_true",
                    help="also run the stream twice without kills, with the journal and with "
                         "storage off, and report submit p50 and mean workflow response of both")
+    add_runtime_arguments(p, "the service (emulation and live settings) and ray-default")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--env-config", default=None, help="environment YAML (default: paper.yaml)")
     p.add_argument("--timeout", type=float, default=900.0, help="wall s per run")
@@ -213,6 +214,10 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
         "kill_model_s": (kill_wall - start) / (ts or 1.0) if killed else None,
         # what Ray's Prometheus endpoint served at the end (histogram buckets left out)
         "metrics_scraped": {k: v for k, v in scraped.items() if "_bucket" not in k},
+        # hedged copies (live.hedge) and the run-time estimator (live.estimator) at the end
+        "hedge": {k: v for k, v in final["counters"].items() if k.startswith("hedge_")
+                  or k == "run_s"},
+        "estimator": final.get("estimator"),
     }
 
 
@@ -223,9 +228,15 @@ def service_run(cluster: LocalHeteroCluster, policy: str, env_config: str | None
     workdir.mkdir(parents=True, exist_ok=True)
     # a journal of its own per run (a later run on this cluster must not resume this one's)
     storage = str(workdir / "journal") if args.storage == "session" else args.storage
-    svc = LocalService(cluster, {"policy": policy, "env_config": env_config,
-                                 "trace": str(workdir / "service-trace.jsonl"),
-                                 "live": {"time_scale": args.time_scale, "storage": storage}})
+    svc = LocalService(cluster, {
+        "policy": policy, "env_config": env_config, "trace": str(workdir / "service-trace.jsonl"),
+        "live": {"time_scale": args.time_scale, "storage": storage,
+                 "estimator": getattr(args, "estimator", "off"),
+                 "hedge": getattr(args, "hedge", "off")},
+        # hint-free and noisy: the documents declare the nominal compute, which the service
+        # hides from the scheduler and runs with noise (serve_apps.scheduler_config.Emulation)
+        "emulation": {"hints": "none" if getattr(args, "hints", "exact") == "none"
+                      else "declared", "noise_sigma": getattr(args, "noise", 0.0)}})
     svc.start()
     try:
         out = run_service(svc, specs, times, args, workdir)
@@ -257,8 +268,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         env = load_env(args.env_config, [], servers=args.nodes)
     resolve_setting(args)
+    runtime_env(env, args)  # a bad --noise fails before a cluster starts
     live = LiveConfig(time_scale=args.time_scale)
     specs = workload_specs(env, args.clients * args.workflows, args.seed)
+    # ray-default runs the same noise (its own draws; it never sees hints)
+    base_specs = (emulated_runtime(env, specs, "exact", args.noise, args.seed)
+                  if args.noise > 0 else specs)
     rate = (rate_for_load(env, args.load, specs) if args.load is not None
             else env.workload.arrival_rate_16 * env.cluster.servers / 16.0)
     times = arrival_times(rate, len(specs), args.seed)
@@ -297,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             if timer is not None:
                 timer.start()
-            base = stream(target, specs, times, args.time_scale, cluster, (), args.seed,
+            base = stream(target, base_specs, times, args.time_scale, cluster, (), args.seed,
                           timeout_s=args.timeout)
         finally:
             if timer is not None:
@@ -306,14 +321,17 @@ def run(args: argparse.Namespace) -> int:
     out.update(policy=args.policy, servers=env.cluster.servers, time_scale=args.time_scale,
                load=args.load, ray_default_mean_workflow_response_s=base["mean_workflow_response_s"],
                ray_default_p95_workflow_response_s=base["p95_workflow_response_s"],
+               ray_default_p99_workflow_response_s=base["p99_workflow_response_s"],
+               hints=args.hints, noise=args.noise, estimator=args.estimator, hedge_mode=args.hedge,
                ray_default_workflows_completed=base["workflows_completed"],
                wall_s=time.perf_counter() - t0)
     out["improvement_vs_ray_default"] = 1.0 - out["mean_workflow_response_s"] / base[
         "mean_workflow_response_s"]
     out["setting"] = args.setting
     if not out["killed_node"]:  # the twin models no kill: only a run without one has a twin
-        twin = predict(setting_env(args.setting, args.nodes) if args.setting == "realistic"
-                       else env, args.policy, specs, times, args.seed)
+        twin = predict(runtime_env(setting_env(args.setting, args.nodes)
+                                   if args.setting == "realistic" else env, args),
+                       args.policy, specs, times, args.seed)
         out["twin"] = compare(
             {args.policy: live_model(out, args.time_scale),
              "ray-default": live_model(base, args.time_scale)}, {args.policy: twin},

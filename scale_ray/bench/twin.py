@@ -51,6 +51,33 @@ def add_setting_arguments(p: Any, what: str) -> None:
                         "realistic)")
 
 
+def add_runtime_arguments(p: Any, where: str) -> None:
+    """``--hints``, ``--noise``, ``--estimator`` and ``--hedge`` of the live benches."""
+    p.add_argument("--hints", choices=["exact", "none"], default="exact",
+                   help=f"{where}: what the scheduler is told of each task's compute (none: "
+                        f"runtime.default_gflop for all; with --estimator online it learns)")
+    p.add_argument("--noise", type=float, default=0.0, metavar="SIGMA",
+                   help=f"{where}: emulated runs take compute x LogNormal(mean 1, SIGMA); a "
+                        f"hedged copy draws its own factor (envs.runtime)")
+    p.add_argument("--estimator", choices=["off", "online"], default="off",
+                   help=f"{where}: live.estimator (and the twins' runtime.estimator)")
+    p.add_argument("--hedge", choices=["off", "marked", "all"], default="off",
+                   help=f"{where}: live.hedge (and the twins' runtime.hedge)")
+
+
+def runtime_env(env: EnvConfig, args: Any) -> EnvConfig:
+    """The env of the twins: the live runs' noise, hints, estimator and hedging
+    (:func:`add_runtime_arguments`; absent: none)."""
+    hints, noise = getattr(args, "hints", "exact"), getattr(args, "noise", 0.0)
+    est, hedge = getattr(args, "estimator", "off"), getattr(args, "hedge", "off")
+    if not 0 <= noise <= 3:
+        raise ValueError(f"--noise: {noise} must be in [0, 3]")
+    if (hints, noise, est, hedge) == ("exact", 0.0, "off", "off"):
+        return env
+    return replace(env, runtime={"hints": hints, "noise_sigma": noise, "estimator": est,
+                                 "hedge": hedge})
+
+
 def resolve_setting(args: Any) -> None:
     """Fill ``args.time_scale`` and ``args.load`` with the setting's defaults."""
     if args.time_scale is None:

@@ -44,7 +44,7 @@ class Completions:
                 continue  # stale: the run was already declared lost
             self._ended(t, ref)  # a hedged task's copy returned: it is the task's run now
             try:
-                node = ray.get(ref)
+                node, run_s = ray.get(ref)
             except errors as e:
                 srv = t.server
                 if self._nodes.actors and srv is not None and not _lost_output(e):
@@ -68,7 +68,7 @@ class Completions:
                 self._fail(t.wf, e)
                 continue
             self._settle(ray, t)  # a hedged task: the other run is cancelled
-            self._finish(t, node)
+            self._finish(t, node, run_s)
 
     def _free(self, t: _Task) -> _Server | None:
         srv = t.server
@@ -81,12 +81,13 @@ class Completions:
         t.server = None
         return srv
 
-    def _finish(self, t: _Task, node: str) -> None:
+    def _finish(self, t: _Task, node: str, run_s: float) -> None:
         srv = self._free(t)
         now = time.perf_counter()
-        if self.estimator is not None and srv is not None:  # learn what the run took
-            self.estimator.observe(t.prim.kind, srv.node.tier,
-                                   now - t.started - t.transfer_wall, t.expected)
+        if self.estimator is not None and srv is not None:  # learn what the run took (in its
+            # worker, so Ray's dispatch and this thread's polling are not counted)
+            self.estimator.observe(t.prim.kind, srv.node.tier, run_s - t.transfer_wall,
+                                   t.expected)
         t.state = DONE
         t.last_server = srv
         wf = t.wf
@@ -95,6 +96,8 @@ class Completions:
         first_time = wf.handle.task_finish_wall[t.idx] is None
         ev = {"t": self._now_model(), "event": "finish", "task": t.gid,
               "server": srv.sid if srv else -1, "node": node}
+        if self.estimator is not None and self.cfg.time_scale > 0:  # the run, in its worker
+            ev["run_s"] = run_s / self.cfg.time_scale  # (model s, as the start's estimate_s)
         if not first_time:
             ev["rerun"] = True  # its earlier output was lost with its node
         self._emit(ev)

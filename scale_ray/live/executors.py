@@ -72,12 +72,15 @@ def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     ``gflop_scaled`` > 0 (Ray's own placement) the sleep is computed from the capacity label of
     the node it landed on; ``attempt`` is what :func:`scale_ray.live.journal.attempt` reads in
     the body; with a ``journal_target`` the run writes its start marker first and its result
-    before it returns (:mod:`scale_ray.live.journal`). Returns ``(value, node_id)``; the
-    scheduler waits on the small second part only.
+    before it returns (:mod:`scale_ray.live.journal`). Returns ``(value, (node_id, run_s))``,
+    ``run_s`` the seconds the run took in the worker (emulated sleep and body: what the run-time
+    estimator learns, without dispatch and polling delays); the scheduler waits on the small
+    second part only.
     """
-    def run(meta: tuple, *args: Any, **kwargs: Any) -> tuple[Any, str]:
+    def run(meta: tuple, *args: Any, **kwargs: Any) -> tuple[Any, tuple[str, float]]:
         import ray
 
+        t0 = time.perf_counter()
         expected, sleep_s, gflop_scaled = meta[:3]
         n, target = meta[3:] if len(meta) > 3 else (0, None)
         ctx = ray.get_runtime_context()
@@ -95,9 +98,10 @@ def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
             value = fn(*args, **kwargs)
         finally:
             journal.set_attempt(0)
+        run_s = time.perf_counter() - t0
         if target is not None:
             journal.record_result(target, value, node)
-        return value, node
+        return value, (node, run_s)
 
     run.__name__ = getattr(fn, "__name__", "primitive")
     run.__qualname__ = run.__name__
@@ -118,7 +122,7 @@ def _server_actor_class() -> Any:
             self._bodies[key] = body
 
         @ray.method(num_returns=2)
-        def run(self, key: int, meta: tuple, *args: Any, **kwargs: Any) -> tuple[Any, str]:
+        def run(self, key: int, meta: tuple, *args: Any, **kwargs: Any) -> tuple[Any, tuple]:
             return self._bodies[key](meta, *args, **kwargs)
 
     return ray.remote(ScaleServer)

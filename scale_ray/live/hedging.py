@@ -101,6 +101,8 @@ class Runs:
               "node": node.node_id}
         if transfer:
             ev["transfer_s"] = transfer
+        if self.estimator is not None and ts > 0:  # model s (the actual: the finish's run_s)
+            ev["estimate_s"] = estimate / ts
         if copy:
             ev["hedge"] = True
         if attempt:  # a run again (lost, a copy, or its scheduler restarted): which task, which run
@@ -189,8 +191,13 @@ class Runs:
             return
         t.copy = None
         self.counters["hedge_wins"] += t.is_copy
+        now = time.perf_counter()
         if t.is_copy:  # the finished copy's time; a cancelled copy's when it returns
-            self.counters["hedge_copy_s"] += time.perf_counter() - t.started
+            self.counters["hedge_copy_s"] += now - t.started
+            if self.estimator is not None:  # the straggler ran at least this long: without it
+                # the estimator would learn from the runs that won only, and estimate too low
+                self.estimator.observe(t.prim.kind, other.server.node.tier,
+                                       now - other.started - other.transfer_wall, other.expected)
         self._running.pop(other.status, None)
         self._losers[other.status] = (t, other)
         try:

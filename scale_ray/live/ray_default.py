@@ -29,7 +29,8 @@ class RayDefaultRunner:
     ``task_num_cpus`` as the scheduler's tasks, and, through a label selector on ``scale.tier``,
     only tiers whose memory fits the task. A workflow's tasks are
     all submitted on arrival with parents' results as object refs (Ray orders them); the emulated
-    run time is ``compute_gflop / compute * time_scale`` with the compute of the node Ray chose.
+    run time is its true compute (``run_gflop``: with noise, not the declared) / compute *
+    ``time_scale`` with the compute of the node Ray chose.
     Ray retries a lost task up to ``max_retries`` times. Same handles and statistics as
     :class:`LiveScheduler`.
     """
@@ -108,7 +109,7 @@ class RayDefaultRunner:
                 prim = call.primitive
                 opts = dict(prim.ray_options)  # a Ray DAG node's options: Ray honours them
                 opts["resources"] = {**opts.get("resources", {}), SLOT_RESOURCE: 1.0}
-                gflop = prim.compute_gflop * ts if prim.emulate else 0.0
+                gflop = prim.run_gflop * ts if prim.emulate else 0.0  # its true compute
                 v, s = self._remote(prim.fn).options(
                     label_selector=selectors[i], name=prim.name, **opts).remote(
                         (None, 0.0, gflop), *args, **kwargs)
@@ -138,7 +139,7 @@ class RayDefaultRunner:
                     if h.done():
                         continue
                     try:
-                        node = ray.get(ref)
+                        node = ray.get(ref)[0]  # (node, run_s)
                     except Exception as e:
                         h._complete(now, e)
                         continue
