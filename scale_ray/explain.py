@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from scale_ray.gantt import UNKNOWN_TIER, Run, _int, _num
+from scale_ray.gantt import OUTCOME, UNKNOWN_TIER, Run, _int, _num, end_run, start_run
 
 PARTS = ("critical_path_fastest_s", "slower_server_s", "transfer_s", "queue_ready_s", "lost_run_s",
          "wait_parent_s")
@@ -141,7 +141,7 @@ def load_episodes(path: str | Path) -> list[Episode]:
     task_wf: dict[int, int] = {}
     last_done: dict[int, PathRun] = {}  # task -> its latest finished run
     requeue: dict[int, tuple[float, str, int, PathRun | None]] = {}  # own lost / output_lost
-    running: dict[int, PathRun] = {}
+    running: dict[tuple[int, int], PathRun] = {}  # (task, server): a hedged task runs twice
     for i, ev in read_events(path):
         kind, t = ev["event"], float(ev["t"])
         if kind == "episode":
@@ -176,8 +176,7 @@ def load_episodes(path: str | Path) -> list[Episode]:
             tid, sid = _int(ev, "task"), _int(ev, "server")
             if tid is None or sid is None:
                 raise ValueError(f"{path}:{i}: start event without integer 'task' and 'server'")
-            if tid in running:
-                raise ValueError(f"{path}:{i}: task {tid} started while already running")
+            start_run(running, ev, tid, sid, f"{path}:{i}")
             ep.server_tier.setdefault(sid, UNKNOWN_TIER)
             run = PathRun(tid, sid, t, transfer_s=_num(ev, "transfer_s") or 0.0,
                           workflow=task_wf.get(tid), seq=i)
@@ -190,16 +189,14 @@ def load_episodes(path: str | Path) -> list[Episode]:
                     gates.append((rt, _PRIO[rk], rline, rk, rrun))
                 best = max(gates, key=lambda g: g[:3])
                 run.ready, run.gate, run.pred = best[0], best[3], best[4]
-            running[tid] = run
+            running[(tid, sid)] = run
             ep.runs.append(run)
-        elif kind in ("finish", "lost"):
-            run = running.pop(ev.get("task"), None)  # type: ignore[arg-type]
-            if run is None:
-                raise ValueError(f"{path}:{i}: {kind} of task {ev.get('task')} that is not running")
-            run.end, run.outcome = t, ("done" if kind == "finish" else "lost")
+        elif kind in OUTCOME and "task" in ev:  # (a live trace's workflow cancel has none)
+            run = end_run(running, ev, f"{path}:{i}")
+            run.end, run.outcome = t, OUTCOME[kind]
             if kind == "finish":
                 run.seq, last_done[run.task] = i, run  # seq: the line that made it a gate
-            else:
+            elif kind == "lost":
                 requeue[run.task] = (t, "lost", i, run)
         elif kind == "output_lost" and _int(ev, "task") is not None:
             requeue[ev["task"]] = (t, "output_lost", i, last_done.get(ev["task"]))

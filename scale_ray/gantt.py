@@ -30,7 +30,7 @@ class Run:
     server: int
     start: float
     end: float | None = None  # None: still running at the end of the trace
-    outcome: str = "open"  # "done" | "lost" | "open"
+    outcome: str = "open"  # "done" | "lost" | "cancelled" (a hedged task's other run) | "open"
     ready: float | None = None  # derived (see the module doc); None without arrival events
     transfer_s: float = 0.0
     workflow: int | None = None
@@ -78,6 +78,30 @@ def _int(ev: dict, key: str) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def start_run(running: dict[tuple[int, int], Any], ev: dict, tid: int, sid: int,
+               where: str) -> None:
+    """Check a ``start`` of task ``tid`` on server ``sid`` against the runs going on (keyed by
+    (task, server)): only a hedged copy (``"hedge": true``) may start while its task runs."""
+    if (tid, sid) in running or (not ev.get("hedge") and any(k[0] == tid for k in running)):
+        raise ValueError(f"{where}: task {tid} started while already running")
+
+
+def end_run(running: dict[tuple[int, int], Any], ev: dict, where: str) -> Any:
+    """The run a ``finish``, ``lost`` or ``cancel`` event ends (its task on its server)."""
+    tid, sid = _int(ev, "task"), _int(ev, "server")
+    run = running.pop((tid, sid), None) if tid is not None else None
+    if run is None and tid is not None:  # no server named (live: -1 when it is gone): the
+        keys = [k for k in running if k[0] == tid]  # task's only run
+        run = running.pop(keys[0]) if len(keys) == 1 else None
+    if run is None:
+        raise ValueError(f"{where}: {ev.get('event')} of task {ev.get('task')} that is not "
+                         f"running")
+    return run
+
+
+OUTCOME = {"finish": "done", "lost": "lost", "cancel": "cancelled"}
+
+
 def load_schedule(path: str | Path) -> Schedule:
     """Runs of every task on every server of the trace at ``path``.
 
@@ -95,7 +119,7 @@ def load_schedule(path: str | Path) -> Schedule:
     arrival_t: dict[int, float] = {}
     finishes: dict[int, list[float]] = {}  # task -> finish times (re-runs after lost output)
     requeued: dict[int, float] = {}  # task -> latest lost / output_lost time
-    running: dict[int, Run] = {}
+    running: dict[tuple[int, int], Run] = {}  # (task, server): a hedged task runs twice
     tier_seen: list[str] = []
     try:
         fh = path.open(encoding="utf-8")
@@ -155,8 +179,7 @@ def load_schedule(path: str | Path) -> Schedule:
             tid, sid = _int(ev, "task"), _int(ev, "server")
             if tid is None or sid is None:
                 raise _bad(path, i, "start event without integer 'task' and 'server'")
-            if tid in running:
-                raise _bad(path, i, f"task {tid} started while already running")
+            start_run(running, ev, tid, sid, f"{path}:{i}")
             if sid not in sch.servers:  # tolerate a trace cut before its server_add
                 sch.servers[sid] = Server(sid, UNKNOWN_TIER, t)
                 if UNKNOWN_TIER not in tier_seen:
@@ -168,17 +191,14 @@ def load_schedule(path: str | Path) -> Schedule:
                                for p in parents.get(tid, [])])
             run = Run(tid, sid, t, ready=ready, transfer_s=_num(ev, "transfer_s") or 0.0,
                       workflow=tasks_wf.get(tid))
-            running[tid] = run
+            running[(tid, sid)] = run
             sch.runs.append(run)
-        elif kind in ("finish", "lost"):
-            tid = _int(ev, "task")
-            run = running.pop(tid, None) if tid is not None else None
-            if run is None:
-                raise _bad(path, i, f"{kind} of task {ev.get('task')} that is not running")
-            run.end, run.outcome = t, ("done" if kind == "finish" else "lost")
+        elif kind in OUTCOME and "task" in ev:  # (a live trace's workflow cancel has none)
+            run = end_run(running, ev, f"{path}:{i}")
+            run.end, run.outcome = t, OUTCOME[kind]
             if kind == "finish":
                 finishes.setdefault(run.task, []).append(t)
-            else:
+            elif kind == "lost":
                 requeued[run.task] = t
         elif kind == "output_lost":
             tid = _int(ev, "task")
@@ -292,6 +312,9 @@ def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
                            linewidth=1.4, hatch="////", zorder=3)
             if lo <= e <= hi:
                 ax.plot([e], [y], marker="x", color="red", markersize=7, zorder=6)
+        elif r.outcome == "cancelled":  # a hedged task's run that did not finish first
+            ax.broken_barh([(seg[0], width)], (y - 0.35, 0.7), facecolors=wcol, alpha=0.45,
+                           edgecolors="0.3", linewidth=0.6, hatch="....", zorder=3)
         else:
             ax.broken_barh([(seg[0], width)], (y - 0.35, 0.7), facecolors=wcol, edgecolors="0.15",
                            linestyle="-" if r.outcome == "done" else ":", linewidth=0.4,
@@ -335,12 +358,16 @@ def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
     wfs = {r.workflow for r in runs if r.workflow is not None}
     lost = sum(r.outcome == "lost" for r in runs)
     opened = sum(r.outcome == "open" for r in runs)
+    cancelled = sum(r.outcome == "cancelled" for r in runs)
     handles = [Patch(facecolor=wf_colors[0], edgecolor="0.15", linewidth=0.4,
                      label=f"task run (colour = workflow, {len(wfs)} shown)"),
                Patch(facecolor="white", edgecolor="red", hatch="////",
                      label=f"lost run: its server failed first; ends at the loss ({lost})")]
     if any(r.transfer_s > 0 for r in runs):
         handles.append(Patch(facecolor="0.85", label="input transfer (pale start of a run)"))
+    if cancelled:
+        handles.append(Patch(facecolor=wf_colors[0], alpha=0.45, edgecolor="0.3", hatch="....",
+                             label=f"cancelled: the task's other run finished first ({cancelled})"))
     if opened:
         handles.append(Patch(facecolor="0.8", edgecolor="0.15", linestyle=":",
                              label=f"still running at the end ({opened})"))
@@ -378,5 +405,6 @@ def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
         plt.close(fig)
     return {"out": str(out), "rows": len(chosen), "servers_total": len(sch.servers),
             "bars": len(runs), "tasks": len({r.task for r in runs}), "lost": lost, "open": opened,
+            "cancelled": cancelled,
             "workflows": len(wfs), "waits": waits, "guards": len(guards), "wait_info": sch.has_arrivals, "from": lo,
             "to": hi, "selection": selection}

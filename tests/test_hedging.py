@@ -120,3 +120,29 @@ def test_bench_runtime_runs_end_to_end(tmp_path, capsys):
     data = json.loads((tmp_path / "r.json").read_text())
     hedged = [r for r in data["parts"]["hedge"] if "hedge" in r["setting"]]
     assert hedged and "extra_server_s_frac" in hedged[0] and hedged[0]["paired"]["workflow"]
+
+
+def test_gantt_and_explain_read_a_hedged_trace(tmp_path):
+    """Both runs of a hedged task are drawn (the loser as cancelled) and explained: the finishing
+    run is on the critical path, and every workflow is explained."""
+    from scale_ray.explain import explain
+    from scale_ray.gantt import draw_gantt, load_schedule
+
+    sim, events = _episode(["runtime.noise_sigma=1.0", "runtime.hedge=all"], horizon=30.0)
+    path = tmp_path / "hedged.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    sch = load_schedule(path)
+    m = sim.metrics()
+    assert sum(r.outcome == "cancelled" for r in sch.runs) == m["hedge_copies"]
+    assert sum(r.outcome == "done" for r in sch.runs) == sum(e["event"] == "finish" for e in events)
+    out = draw_gantt(sch, tmp_path / "g.png")
+    assert out["cancelled"] == m["hedge_copies"] and (tmp_path / "g.png").stat().st_size > 0
+    ex = explain(path)
+    assert ex["totals"]["workflows"] == m["completed_workflows"]
+    assert ex["totals"]["max_sum_error_s"] < 1e-6  # the parts still add up to each response
+    # a second start of a running task that is not a hedged copy is still an error
+    running = next(e for e in events if e["event"] == "start")
+    path.write_text("".join(json.dumps(e) + "\n" for e in events[:events.index(running) + 1]
+                            + [dict(running, server=running["server"] + 1)]))
+    with pytest.raises(ValueError, match="started while already running"):
+        load_schedule(path)
