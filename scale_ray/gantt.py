@@ -102,25 +102,13 @@ def end_run(running: dict[tuple[int, int], Any], ev: dict, where: str) -> Any:
 OUTCOME = {"finish": "done", "lost": "lost", "cancel": "cancelled"}
 
 
-def load_schedule(path: str | Path) -> Schedule:
-    """Runs of every task on every server of the trace at ``path``.
-
-    Raises ValueError (message starting with the path) for a missing or unreadable file, a line
-    that is not a JSON event, a finish/lost of a task that is not running, or no ``start`` event.
-    """
-    path = Path(path)
+def _events(path: Path) -> list[tuple[int, dict]]:
+    """(line number, event) of the JSONL trace at ``path``; a ValueError naming the path (and
+    line) for a missing or unreadable file or a line that is not a trace event."""
     if not path.exists():
         raise _bad(path, None, "no such file")
     if not path.is_file():
         raise _bad(path, None, "not a file")
-    sch = Schedule(path)
-    tasks_wf: dict[int, int] = {}
-    parents: dict[int, list[int]] = {}
-    arrival_t: dict[int, float] = {}
-    finishes: dict[int, list[float]] = {}  # task -> finish times (re-runs after lost output)
-    requeued: dict[int, float] = {}  # task -> latest lost / output_lost time
-    running: dict[tuple[int, int], Run] = {}  # (task, server): a hedged task runs twice
-    tier_seen: list[str] = []
     try:
         fh = path.open(encoding="utf-8")
     except OSError as e:
@@ -130,6 +118,7 @@ def load_schedule(path: str | Path) -> Schedule:
             lines = list(fh)
         except UnicodeDecodeError:
             raise _bad(path, None, "not a text (UTF-8) file, so not a JSONL trace") from None
+    out = []
     for i, line in enumerate(lines, 1):
         line = line.strip()
         if not line:
@@ -140,10 +129,31 @@ def load_schedule(path: str | Path) -> Schedule:
             raise _bad(path, i, f"not JSONL (line is not valid JSON: {e.msg})") from None
         if not isinstance(ev, dict) or not isinstance(ev.get("event"), str):
             raise _bad(path, i, "not a trace event (a JSON object with an 'event' name)")
-        kind = ev["event"]
-        t = _num(ev, "t")
-        if t is None:
-            raise _bad(path, i, f"{kind} event without a numeric time 't'")
+        if _num(ev, "t") is None:
+            raise _bad(path, i, f"{ev['event']} event without a numeric time 't'")
+        out.append((i, ev))
+    return out
+
+
+class _Reader:
+    """Builds a :class:`Schedule` event by event (:func:`load_schedule`)."""
+
+    def __init__(self, path: Path):
+        self.path, self.sch = path, Schedule(path)
+        self.tasks_wf: dict[int, int] = {}
+        self.parents: dict[int, list[int]] = {}
+        self.arrival_t: dict[int, float] = {}
+        self.finishes: dict[int, list[float]] = {}  # task -> finish times (re-runs: lost output)
+        self.requeued: dict[int, float] = {}  # task -> latest lost / output_lost time
+        self.running: dict[tuple[int, int], Run] = {}  # (task, server): a hedged task runs twice
+        self.tier_seen: list[str] = []
+
+    def tier(self, tier: str) -> None:
+        if tier not in self.tier_seen:
+            self.tier_seen.append(tier)
+
+    def event(self, i: int, ev: dict) -> None:
+        sch, kind, t = self.sch, ev["event"], float(ev["t"])
         sch.t_end = max(sch.t_end, t)
         if kind == "episode":
             names = [x.get("name") for x in ev.get("tiers") or [] if isinstance(x, dict)]
@@ -153,11 +163,10 @@ def load_schedule(path: str | Path) -> Schedule:
         elif kind == "server_add":
             sid = _int(ev, "server")
             if sid is None:
-                raise _bad(path, i, "server_add without an integer 'server'")
+                raise _bad(self.path, i, "server_add without an integer 'server'")
             tier = str(ev.get("tier") or UNKNOWN_TIER)
             sch.servers[sid] = Server(sid, tier, t)
-            if tier not in tier_seen:
-                tier_seen.append(tier)
+            self.tier(tier)
         elif kind in ("server_remove", "server_fail", "server_drain"):
             s = sch.servers.get(_int(ev, "server"))  # type: ignore[arg-type]
             if s is not None:
@@ -166,44 +175,20 @@ def load_schedule(path: str | Path) -> Schedule:
                 else:
                     s.gone, s.failed = t, kind == "server_fail"
         elif kind == "arrival":
-            sch.has_arrivals = True
-            wid = ev.get("workflow")
-            for tk in ev.get("tasks") or []:
-                tid = _int(tk, "task") if isinstance(tk, dict) else None
-                if tid is None:
-                    raise _bad(path, i, "arrival with a task lacking an integer 'task' id")
-                tasks_wf[tid] = wid if isinstance(wid, int) else -1
-                parents[tid] = [p for p in tk.get("parents") or [] if isinstance(p, int)]
-                arrival_t[tid] = t
+            self.arrival(i, ev, t)
         elif kind == "start":
-            tid, sid = _int(ev, "task"), _int(ev, "server")
-            if tid is None or sid is None:
-                raise _bad(path, i, "start event without integer 'task' and 'server'")
-            start_run(running, ev, tid, sid, f"{path}:{i}")
-            if sid not in sch.servers:  # tolerate a trace cut before its server_add
-                sch.servers[sid] = Server(sid, UNKNOWN_TIER, t)
-                if UNKNOWN_TIER not in tier_seen:
-                    tier_seen.append(UNKNOWN_TIER)
-            ready = None
-            if sch.has_arrivals and tid in arrival_t:
-                ready = max([arrival_t[tid], requeued.get(tid, -math.inf)]
-                            + [max((f for f in finishes.get(p, []) if f <= t), default=-math.inf)
-                               for p in parents.get(tid, [])])
-            run = Run(tid, sid, t, ready=ready, transfer_s=_num(ev, "transfer_s") or 0.0,
-                      workflow=tasks_wf.get(tid))
-            running[(tid, sid)] = run
-            sch.runs.append(run)
+            self.start(i, ev, t)
         elif kind in OUTCOME and "task" in ev:  # (a live trace's workflow cancel has none)
-            run = end_run(running, ev, f"{path}:{i}")
+            run = end_run(self.running, ev, f"{self.path}:{i}")
             run.end, run.outcome = t, OUTCOME[kind]
             if kind == "finish":
-                finishes.setdefault(run.task, []).append(t)
+                self.finishes.setdefault(run.task, []).append(t)
             elif kind == "lost":
-                requeued[run.task] = t
+                self.requeued[run.task] = t
         elif kind == "output_lost":
             tid = _int(ev, "task")
             if tid is not None:
-                requeued[tid] = t
+                self.requeued[tid] = t
         elif kind == "guard":  # policies.guard replaced a learned policy's pick
             sch.guards.append((t, _int(ev, "chosen")))
         elif kind == "end":
@@ -211,10 +196,53 @@ def load_schedule(path: str | Path) -> Schedule:
             if isinstance(ev.get("metrics"), dict):
                 sch.end_metrics = ev["metrics"]
         # other event kinds (future additions) are ignored
+
+    def arrival(self, i: int, ev: dict, t: float) -> None:
+        self.sch.has_arrivals = True
+        wid = ev.get("workflow")
+        for tk in ev.get("tasks") or []:
+            tid = _int(tk, "task") if isinstance(tk, dict) else None
+            if tid is None:
+                raise _bad(self.path, i, "arrival with a task lacking an integer 'task' id")
+            self.tasks_wf[tid] = wid if isinstance(wid, int) else -1
+            self.parents[tid] = [p for p in tk.get("parents") or [] if isinstance(p, int)]
+            self.arrival_t[tid] = t
+
+    def start(self, i: int, ev: dict, t: float) -> None:
+        sch = self.sch
+        tid, sid = _int(ev, "task"), _int(ev, "server")
+        if tid is None or sid is None:
+            raise _bad(self.path, i, "start event without integer 'task' and 'server'")
+        start_run(self.running, ev, tid, sid, f"{self.path}:{i}")
+        if sid not in sch.servers:  # tolerate a trace cut before its server_add
+            sch.servers[sid] = Server(sid, UNKNOWN_TIER, t)
+            self.tier(UNKNOWN_TIER)
+        ready = None
+        if sch.has_arrivals and tid in self.arrival_t:
+            ready = max([self.arrival_t[tid], self.requeued.get(tid, -math.inf)]
+                        + [max((f for f in self.finishes.get(p, []) if f <= t), default=-math.inf)
+                           for p in self.parents.get(tid, [])])
+        run = Run(tid, sid, t, ready=ready, transfer_s=_num(ev, "transfer_s") or 0.0,
+                  workflow=self.tasks_wf.get(tid))
+        self.running[(tid, sid)] = run
+        sch.runs.append(run)
+
+
+def load_schedule(path: str | Path) -> Schedule:
+    """Runs of every task on every server of the trace at ``path``.
+
+    Raises ValueError (message starting with the path) for a missing or unreadable file, a line
+    that is not a JSON event, a finish/lost of a task that is not running, or no ``start`` event.
+    """
+    path = Path(path)
+    reader = _Reader(path)
+    for i, ev in _events(path):
+        reader.event(i, ev)
+    sch = reader.sch
     if not sch.runs:
         raise _bad(path, None, "no 'start' events, nothing to draw (is this an episode trace?)")
-    sch.tiers = ([x for x in sch.tiers if x in tier_seen]
-                 + [x for x in tier_seen if x not in sch.tiers])
+    sch.tiers = ([x for x in sch.tiers if x in reader.tier_seen]
+                 + [x for x in reader.tier_seen if x not in sch.tiers])
     return sch
 
 
@@ -236,26 +264,10 @@ def _clip(a: float, b: float, lo: float, hi: float) -> tuple[float, float] | Non
     return (a, b) if b > a else None
 
 
-def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
-               t_to: float | None = None, max_servers: int | None = None,
-               title: str | None = None) -> dict[str, Any]:
-    """Draw ``sch`` to the PNG ``out``; return a summary dict.
-
-    Summary keys: ``rows`` (server rows drawn), ``servers_total``, ``bars`` (runs drawn, lost and
-    unfinished ones included), ``tasks`` (distinct tasks drawn), ``lost`` (lost runs drawn),
-    ``open`` (runs still running at the end), ``workflows`` (distinct workflows drawn), ``waits``
-    (wait lines drawn), ``wait_info`` (whether the trace has it), ``guards`` (guard overrides
-    marked), ``from``/``to`` (the window),
-    ``selection`` (how rows were picked), ``out``.
-    """
-    lo = 0.0 if t_from is None else float(t_from)
-    hi = sch.t_end if t_to is None else float(t_to)
-    if not hi > lo:
-        raise ValueError(f"empty time window: --from {lo:g} --to {hi:g} (the trace ends at "
-                         f"{sch.t_end:g} s)")
-    if max_servers is not None and max_servers < 1:
-        raise ValueError(f"--servers: {max_servers} must be >= 1")
-
+def _rows(sch: Schedule, lo: float, hi: float, max_servers: int | None
+          ) -> tuple[list[Server], list[Run], str]:
+    """The servers drawn (by tier, then id; the ``max_servers`` busiest in the window when
+    there are more), the runs on them in the window, and how the rows were picked."""
     def end_of(r: Run) -> float:
         return sch.t_end if r.end is None else r.end
 
@@ -273,23 +285,33 @@ def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
         selection = f"the {max_servers} busiest of {len(alive)} servers (busy time in the window)"
     tier_rank = {name: k for k, name in enumerate(sch.tiers)}
     chosen = sorted(chosen, key=lambda s: (tier_rank.get(s.tier, len(tier_rank)), s.sid))
-    row_of = {s.sid: k for k, s in enumerate(chosen)}
-    runs = [r for r in vis if r.server in row_of]
+    rows = {s.sid for s in chosen}
+    return chosen, [r for r in vis if r.server in rows], selection
 
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+def _tier_axis(ax: Any, chosen: list[Server], tcol: dict[str, Any], n: int) -> None:
+    """Row labels coloured by tier, a separator between tiers and each tier's name on the right."""
+    ax.set_yticks(range(len(chosen)))
+    ax.set_yticklabels([f"s{s.sid}" for s in chosen], fontsize=7 if n > 24 else 8)
+    for lab, s in zip(ax.get_yticklabels(), chosen):
+        lab.set_color(tcol.get(s.tier, "black"))
+        lab.set_fontweight("bold")
+    start = 0
+    for k in range(1, len(chosen) + 1):
+        if k == len(chosen) or chosen[k].tier != chosen[start].tier:
+            tier = chosen[start].tier
+            if k < len(chosen):
+                ax.axhline(k - 0.5, color="0.4", linewidth=0.8)
+            ax.text(1.005, 1 - ((start + k) / 2) / n, tier, transform=ax.transAxes,
+                    color=tcol.get(tier, "black"), fontsize=9, fontweight="bold", va="center",
+                    ha="left", rotation=90 if k - start >= 3 else 0)
+            start = k
 
-    wf_colors = plt.get_cmap("tab20").colors
-    tier_colors = plt.get_cmap("Dark2").colors
-    tcol = {name: tier_colors[k % len(tier_colors)] for k, name in enumerate(sch.tiers)}
-    n = max(1, len(chosen))
-    fig_h = min(60.0, 2.4 + 0.32 * n)
-    fig, ax = plt.subplots(figsize=(13, fig_h))
-    for s in chosen:  # lifetime of the server in the window: faint background
+
+def _draw_servers(ax: Any, chosen: list[Server], row_of: dict[int, int], lo: float,
+                  hi: float) -> None:
+    """Each server's lifetime in the window (faint background), its failure or removal."""
+    for s in chosen:
         y = row_of[s.sid]
         span = _clip(s.added, hi if s.gone is None else s.gone, lo, hi)
         if span:
@@ -300,10 +322,16 @@ def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
                     else "0.3", markersize=9, zorder=5)
         if s.drained is not None and lo <= s.drained <= hi:
             ax.plot([s.drained], [y], marker="|", color="0.3", markersize=9, zorder=5)
+
+
+def _draw_runs(ax: Any, runs: list[Run], row_of: dict[int, int], t_end: float, lo: float,
+               hi: float, wf_colors: Any) -> int:
+    """A bar per run (coloured by workflow; lost, cancelled and open ones marked; the input
+    transfer pale) and a line for its wait while ready; returns the waits drawn."""
     waits = 0
     for r in runs:
         y = row_of[r.server]
-        e = end_of(r)
+        e = t_end if r.end is None else r.end
         seg = _clip(r.start, e, lo, hi) or (r.start, r.start)
         wcol = wf_colors[(r.workflow or 0) % len(wf_colors)] if r.workflow is not None else "0.6"
         width = max(seg[1] - seg[0], 0.0)
@@ -331,6 +359,85 @@ def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
                         solid_capstyle="butt")
                 ax.plot([w[0]], [y + 0.42], marker="|", color="black", markersize=4, zorder=4)
                 waits += 1
+    return waits
+
+
+def _legend(sch: Schedule, runs: list[Run], chosen: list[Server], n_guards: int,
+            wf_colors: Any) -> tuple[list[Any], dict[str, int]]:
+    """The legend's entries (only for what the chart shows) and the counts they name."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    count = {k: sum(r.outcome == k for r in runs) for k in ("lost", "open", "cancelled")}
+    count["workflows"] = len({r.workflow for r in runs if r.workflow is not None})
+    handles = [Patch(facecolor=wf_colors[0], edgecolor="0.15", linewidth=0.4,
+                     label=f"task run (colour = workflow, {count['workflows']} shown)"),
+               Patch(facecolor="white", edgecolor="red", hatch="////",
+                     label=f"lost run: its server failed first; ends at the loss ({count['lost']})")]
+    if any(r.transfer_s > 0 for r in runs):
+        handles.append(Patch(facecolor="0.85", label="input transfer (pale start of a run)"))
+    if count["cancelled"]:
+        handles.append(Patch(facecolor=wf_colors[0], alpha=0.45, edgecolor="0.3", hatch="....",
+                             label=f"cancelled: the task's other run finished first "
+                                   f"({count['cancelled']})"))
+    if count["open"]:
+        handles.append(Patch(facecolor="0.8", edgecolor="0.15", linestyle=":",
+                             label=f"still running at the end ({count['open']})"))
+    if sch.has_arrivals:
+        handles.append(Line2D([], [], color="black", linewidth=1.0,
+                              label="wait: ready (derived) to start, under the bar"))
+    else:
+        handles.append(Line2D([], [], color="none", label="no wait information in this trace "
+                                                          "(no arrival events)"))
+    if n_guards:
+        handles.append(Line2D([], [], linestyle="none", marker="v", color="darkorange",
+                              markeredgecolor="black", markeredgewidth=0.4,
+                              label=f"guard replaced the policy's pick, on the server it chose "
+                                    f"({n_guards})"))
+    note = _decision_note(sch.end_metrics)
+    if note:
+        handles.append(Line2D([], [], color="none", label=note))
+    if any(s.gone is not None and s.failed for s in chosen):
+        handles.append(Line2D([], [], color="red", marker="X", linestyle="none",
+                              label="server failed"))
+    return handles, count
+
+
+def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
+               t_to: float | None = None, max_servers: int | None = None,
+               title: str | None = None) -> dict[str, Any]:
+    """Draw ``sch`` to the PNG ``out``; return a summary dict.
+
+    Summary keys: ``rows`` (server rows drawn), ``servers_total``, ``bars`` (runs drawn, lost and
+    unfinished ones included), ``tasks`` (distinct tasks drawn), ``lost`` (lost runs drawn),
+    ``open`` (runs still running at the end), ``cancelled`` (hedged tasks' runs that lost),
+    ``workflows`` (distinct workflows drawn), ``waits`` (wait lines drawn), ``wait_info``
+    (whether the trace has it), ``guards`` (guard overrides marked), ``from``/``to`` (the
+    window), ``selection`` (how rows were picked), ``out``.
+    """
+    lo = 0.0 if t_from is None else float(t_from)
+    hi = sch.t_end if t_to is None else float(t_to)
+    if not hi > lo:
+        raise ValueError(f"empty time window: --from {lo:g} --to {hi:g} (the trace ends at "
+                         f"{sch.t_end:g} s)")
+    if max_servers is not None and max_servers < 1:
+        raise ValueError(f"--servers: {max_servers} must be >= 1")
+    chosen, runs, selection = _rows(sch, lo, hi, max_servers)
+    row_of = {s.sid: k for k, s in enumerate(chosen)}
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    wf_colors = plt.get_cmap("tab20").colors
+    tier_colors = plt.get_cmap("Dark2").colors
+    tcol = {name: tier_colors[k % len(tier_colors)] for k, name in enumerate(sch.tiers)}
+    n = max(1, len(chosen))
+    fig_h = min(60.0, 2.4 + 0.32 * n)
+    fig, ax = plt.subplots(figsize=(13, fig_h))
+    _draw_servers(ax, chosen, row_of, lo, hi)
+    waits = _draw_runs(ax, runs, row_of, sch.t_end, lo, hi, wf_colors)
     guards = [(t, row_of[c]) for t, c in sch.guards if c in row_of and lo <= t <= hi]
     if guards:
         ax.plot([g[0] for g in guards], [g[1] - 0.42 for g in guards], linestyle="none",
@@ -338,56 +445,10 @@ def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
                 markersize=6, zorder=7)
     ax.set_xlim(lo, hi)
     ax.set_ylim(n - 0.5, -0.5)
-    ax.set_yticks(range(len(chosen)))
-    ax.set_yticklabels([f"s{s.sid}" for s in chosen], fontsize=7 if n > 24 else 8)
-    for lab, s in zip(ax.get_yticklabels(), chosen):
-        lab.set_color(tcol.get(s.tier, "black"))
-        lab.set_fontweight("bold")
-    start = 0
-    for k in range(1, len(chosen) + 1):  # tier groups: separator lines and a name on the right
-        if k == len(chosen) or chosen[k].tier != chosen[start].tier:
-            tier = chosen[start].tier
-            if k < len(chosen):
-                ax.axhline(k - 0.5, color="0.4", linewidth=0.8)
-            ax.text(1.005, 1 - ((start + k) / 2) / n, tier, transform=ax.transAxes,
-                    color=tcol.get(tier, "black"), fontsize=9, fontweight="bold", va="center",
-                    ha="left", rotation=90 if k - start >= 3 else 0)
-            start = k
+    _tier_axis(ax, chosen, tcol, n)
     ax.set_xlabel("model time (s)" if sch.live else "simulated time (s)")
     ax.set_ylabel("server (label colour = tier)")
-    wfs = {r.workflow for r in runs if r.workflow is not None}
-    lost = sum(r.outcome == "lost" for r in runs)
-    opened = sum(r.outcome == "open" for r in runs)
-    cancelled = sum(r.outcome == "cancelled" for r in runs)
-    handles = [Patch(facecolor=wf_colors[0], edgecolor="0.15", linewidth=0.4,
-                     label=f"task run (colour = workflow, {len(wfs)} shown)"),
-               Patch(facecolor="white", edgecolor="red", hatch="////",
-                     label=f"lost run: its server failed first; ends at the loss ({lost})")]
-    if any(r.transfer_s > 0 for r in runs):
-        handles.append(Patch(facecolor="0.85", label="input transfer (pale start of a run)"))
-    if cancelled:
-        handles.append(Patch(facecolor=wf_colors[0], alpha=0.45, edgecolor="0.3", hatch="....",
-                             label=f"cancelled: the task's other run finished first ({cancelled})"))
-    if opened:
-        handles.append(Patch(facecolor="0.8", edgecolor="0.15", linestyle=":",
-                             label=f"still running at the end ({opened})"))
-    if sch.has_arrivals:
-        handles.append(Line2D([], [], color="black", linewidth=1.0,
-                              label="wait: ready (derived) to start, under the bar"))
-    else:
-        handles.append(Line2D([], [], color="none", label="no wait information in this trace "
-                                                          "(no arrival events)"))
-    if guards:
-        handles.append(Line2D([], [], linestyle="none", marker="v", color="darkorange",
-                              markeredgecolor="black", markeredgewidth=0.4,
-                              label=f"guard replaced the policy's pick, on the server it chose "
-                                    f"({len(guards)})"))
-    note = _decision_note(sch.end_metrics)
-    if note:
-        handles.append(Line2D([], [], color="none", label=note))
-    if any(s.gone is not None and s.failed for s in chosen):
-        handles.append(Line2D([], [], color="red", marker="X", linestyle="none",
-                              label="server failed"))
+    handles, count = _legend(sch, runs, chosen, len(guards), wf_colors)
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
     if title is None:
         who = f"{sch.policy} (live)" if sch.live and sch.policy else ("live" if sch.live else "")
@@ -404,7 +465,7 @@ def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
     finally:
         plt.close(fig)
     return {"out": str(out), "rows": len(chosen), "servers_total": len(sch.servers),
-            "bars": len(runs), "tasks": len({r.task for r in runs}), "lost": lost, "open": opened,
-            "cancelled": cancelled,
-            "workflows": len(wfs), "waits": waits, "guards": len(guards), "wait_info": sch.has_arrivals, "from": lo,
-            "to": hi, "selection": selection}
+            "bars": len(runs), "tasks": n_tasks, "lost": count["lost"], "open": count["open"],
+            "cancelled": count["cancelled"], "workflows": count["workflows"], "waits": waits,
+            "guards": len(guards), "wait_info": sch.has_arrivals, "from": lo, "to": hi,
+            "selection": selection}
