@@ -16,7 +16,8 @@ Why not RLlib's offline API: the teacher acts on the simulator's state, which is
 observation, and DAgger relabels the states the *current* student visits, so the data cannot be
 written once and read back as RLlib episodes. The network is RLlib's (the RLModule wraps the
 same ``policies.networks`` class), so PPO fine-tuning can start from these weights
-(``scale-ray train ... --init``-style; not done here: docs/results.md).
+(``scale-ray train ... --init``-style; measured in results/student/README.md: it turns the
+student back into EFT).
 
 ``scale-ray distill --out DIR`` writes a policy artifact (``algorithm: bc``) to ``DIR/policy``
 and ``DIR/progress.jsonl`` (per round: samples, loss, agreement with the teacher).

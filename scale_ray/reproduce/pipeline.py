@@ -55,8 +55,23 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
     t_start = time.perf_counter()
     chosen = [m for m in METHODS if (methods is None or m.name in methods)
               and (budget.off_policy or m.name not in ("DQN", "SAC"))]
+    runs = train_all(chosen, budget, budget_name, out, echo, jobs, skip_busy)
+    if skip_busy or train_only:  # a helper: what another process trains is not ours to report
+        return {"runs": runs}
+    results = evaluate_all(chosen, budget, runs, echo)
+    # 3. Plots and report ----------------------------------------------------------------------
+    results["wall_s"] = time.perf_counter() - t_start
+    write_plots(out, runs, results)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    (out / "results.md").write_text(render_markdown(results))
+    echo(f"wrote {out / 'results.md'} ({results['wall_s']:.0f} s)")
+    return results
 
-    # 1. Training -------------------------------------------------------------------------
+
+def train_all(chosen: list, budget: Any, budget_name: str, out: Path,
+              echo: Callable[[str], None], jobs: int, skip_busy: bool) -> list[dict]:
+    """1. Training: every (method, seed) run, ``jobs - 1`` helper processes beside this one (see
+    :func:`run`); the runs' rows (a helper's own only, with ``skip_busy``)."""
     todo = [(m, seed) for m in chosen for seed in (budget.seeds if m.main else budget.other_seeds)]
     helpers = start_helpers(budget_name, out, [m.name for m in chosen], jobs - 1, echo)
     done: dict[tuple[str, int], dict] = {}
@@ -71,27 +86,28 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
             h.wait()
         raise
     failed = wait_helpers(helpers, echo)
-    if skip_busy:  # a helper: what another process trains is not ours to report
-        return {"runs": list(done.values())}
+    if skip_busy:
+        return list(done.values())
     # runs a helper trained (or left unfinished, if it failed: resumed here from its checkpoint)
     runs = [done.get((m.name, seed)) or train_one(m, seed, budget, out, echo) for m, seed in todo]
     if failed:
         echo(f"{failed} helper process(es) failed; their unfinished runs were trained here")
-    policies = {(r["method"], r["seed"]): r["policy"] for r in runs}
-    if train_only:
-        return {"runs": runs}
+    return runs
 
-    # 2. Evaluation ---------------------------------------------------------------------
-    overrides = dict(budget.env_overrides)
-    if budget.horizon_s is not None:
-        overrides.setdefault("workload", {})["horizon_s"] = budget.horizon_s
-    env = load_env(None, overrides)
-    results: dict[str, Any] = {"budget": to_dict_budget(budget), "commit": git_commit(),
-                               "eval_seed": EVAL_SEED, "runs": runs, "env": to_dict(env)}
 
-    def ev(label: str, specs: list[str], sizes: Sequence[int], env_cfg=env) -> list[dict]:
+class _Tables:
+    """Evaluates (policy, size) rows into ``results`` under a label (:meth:`rows`)."""
+
+    def __init__(self, budget: Any, env: Any, results: dict[str, Any], label_of: dict[str, str],
+                 echo: Callable[[str], None]):
+        self.budget, self.env, self.results = budget, env, results
+        self.label_of, self.echo = label_of, echo
+
+    def rows(self, label: str, specs: list[str], sizes: Sequence[int], env_cfg: Any = None
+             ) -> list[dict]:
         """Rows of every (policy, size), labelled; also stores the paired differences to EFT on
         the same episodes under ``results[label + "_paired"]``."""
+        budget, results, label_of = self.budget, self.results, self.label_of
         t0 = time.perf_counter()
         rows: list[dict] = []
         episodes_all: list[dict] = []
@@ -99,10 +115,11 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
         for n in sizes:
             by_episodes.setdefault(budget.episodes_at(n), []).append(n)
         for episodes, group in by_episodes.items():
-            echo(f"evaluating {label}: {len(specs)} policies x sizes {group} x {episodes} episodes")
+            self.echo(f"evaluating {label}: {len(specs)} policies x sizes {group} x {episodes} "
+                      f"episodes")
             # the paper's methods as trained, without policies.guard (its fallback is EFT)
-            r, e = evaluate(env_cfg, specs, group, episodes, EVAL_SEED, budget.workers,
-                            guard=GuardConfig(enabled=False))
+            r, e = evaluate(env_cfg or self.env, specs, group, episodes, EVAL_SEED,
+                            budget.workers, guard=GuardConfig(enabled=False))
             rows += r
             episodes_all += e
         results.setdefault("eval_wall_s", {})[label] = time.perf_counter() - t0
@@ -113,8 +130,20 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
         return [{**r, "label": label_of.get(r["policy"], r["policy"])}
                 for r in sorted(rows, key=lambda r: (r["policy"], order[r["servers"]]))]
 
+
+def evaluate_all(chosen: list, budget: Any, runs: list[dict], echo: Callable[[str], None]
+                 ) -> dict[str, Any]:
+    """2. Evaluation: Tables 3-5, the masked tables and the robustness tables."""
+    policies = {(r["method"], r["seed"]): r["policy"] for r in runs}
+    overrides = dict(budget.env_overrides)
+    if budget.horizon_s is not None:
+        overrides.setdefault("workload", {})["horizon_s"] = budget.horizon_s
+    env = load_env(None, overrides)
+    results: dict[str, Any] = {"budget": to_dict_budget(budget), "commit": git_commit(),
+                               "eval_seed": EVAL_SEED, "runs": runs, "env": to_dict(env)}
     label_of = {p: f"{m}/s{s}" for (m, s), p in policies.items()}
     label_of.update({h: h for h in HEURISTICS})
+    ev = _Tables(budget, env, results, label_of, echo).rows
 
     # Table 3: every method at N=16 (first seed of each), with all heuristics.
     t3_specs = [policies[(m.name, (budget.seeds if m.main else budget.other_seeds)[0])] for m in chosen]
@@ -144,13 +173,6 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
         for suffix, mdp in (("", {}), ("_masked", {"mdp": {"mask_infeasible": True}})):
             cfg = load_env(None, {**overrides, **change, **mdp})
             results[name + suffix] = ev(name + suffix, robust_specs, budget.robustness_sizes, cfg)
-
-    # 3. Plots and report ----------------------------------------------------------------------
-    results["wall_s"] = time.perf_counter() - t_start
-    write_plots(out, runs, results)
-    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    (out / "results.md").write_text(render_markdown(results))
-    echo(f"wrote {out / 'results.md'} ({results['wall_s']:.0f} s)")
     return results
 
 
