@@ -13,7 +13,7 @@ from scale_ray.live.workflow import CollectedWorkflow
 
 from .errors import parse_body
 from .schemas import RequestError
-from .workflow_api import AllowList, WorkflowIn, to_workflow
+from .workflow_api import AllowList, WorkflowIn, emulate, to_workflow
 
 MAX_KEY_CHARS = 200
 
@@ -24,15 +24,17 @@ def rebuild(sub: Submission, allow: AllowList, tuning: Any, shown_gflop: float |
             noise_sigma: float = 0.0) -> CollectedWorkflow:
     """The calls of a journaled submission, as this replica would accept them now: an HTTP
     document is validated again against the current allow-list and ``max_tasks`` (a redeploy
-    that removed one of its primitives makes it unrestorable, with the reason);
-    ``shown_gflop``, ``noise_sigma``: :func:`~serve_apps.workflow_api.to_workflow`'s."""
+    that removed one of its primitives makes it unrestorable, with the reason); then the
+    service's emulation (:func:`~serve_apps.workflow_api.emulate`, the same draws)."""
     if sub.fmt == "json":
         try:
-            return to_workflow(parse_body(sub.payload, WorkflowIn, sub.meta.get("content_type")),
-                               allow, tuning.max_tasks, shown_gflop, noise_sigma)
+            wf = to_workflow(parse_body(sub.payload, WorkflowIn, sub.meta.get("content_type")),
+                             allow, tuning.max_tasks)
         except RequestError as e:
             raise ValueError(f"{'.'.join(map(str, e.loc))}: {e.msg}") from None
-    return pickle_loader(sub)
+    else:
+        wf = pickle_loader(sub)
+    return emulate(wf, sub.payload, shown_gflop, noise_sigma)
 
 
 def check_key(raw: str | None) -> str | None:

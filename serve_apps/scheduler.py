@@ -66,8 +66,8 @@ from .tenants import IdSigner, Tenants, audit, load_tokens
 from .durable import JournalView, check_key, rebuild
 from .metrics import ServiceMetrics
 from .registry import UnknownWorkflow, Workflows, unknown_handler
-from .workflow_api import (AllowList, WorkflowIn, jsonable, record, root_cause, state,
-                           to_workflow)
+from .workflow_api import (AllowList, WorkflowIn, emulate, jsonable, record, root_cause,
+                           state, to_workflow)
 
 log = logging.getLogger("ray.serve")
 
@@ -100,7 +100,7 @@ class SchedulerService(Workflows):
         self.env = load_env(self.args.env_config)
         self.tuning = self.args.tuning
         self.allow = AllowList(self.args.primitives)
-        emu = self.args.emulation  # documents: what the scheduler is shown, emulated noise
+        emu = self.args.emulation  # workflows: what the scheduler is shown, emulated noise
         self._doc = (self.env.runtime.default_gflop if emu.hints == "none" else None,
                      emu.noise_sigma)
         self.incarnation = uuid.uuid4().hex[:8]
@@ -290,7 +290,8 @@ class SchedulerService(Workflows):
         key = check_key(request.headers.get("idempotency-key"))
 
         def accept() -> dict:
-            wf = to_workflow(parse_body(body, WorkflowIn, ct), self.allow, t.max_tasks, *self._doc)
+            wf = emulate(to_workflow(parse_body(body, WorkflowIn, ct), self.allow, t.max_tasks),
+                         body, *self._doc)
             return self._accept(wf, tenant, "json", body, key, {"content_type": ct})
         accepted = await self._off_loop(accept)
         out = _respond(accepted)
@@ -329,8 +330,8 @@ class SchedulerService(Workflows):
         try:
             key = check_key(key)
             return await self._off_loop(lambda: self._accept(
-                as_collected(cloudpickle.loads(payload), name=name), tenant, "pickle", payload,
-                key))
+                emulate(as_collected(cloudpickle.loads(payload), name=name), payload, *self._doc),
+                tenant, "pickle", payload, key))
         except RequestError as e:  # the client raises it as NoServers / Unschedulable / quota
             return {"refused": e.kind, "message": e.msg,
                     "retry_after_s": self.tuning.retry_after_s if e.status == 429 else None}

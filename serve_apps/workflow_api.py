@@ -27,6 +27,7 @@ import importlib
 import math
 import re
 import zlib
+from collections import Counter
 from typing import Annotated, Any, Sequence
 
 import numpy as np
@@ -178,22 +179,37 @@ def json_violation(value: Any, depth: int = 0) -> str | None:
     return f"a {type(value).__name__}"
 
 
-def _run_factors(sigma: float, workflow: str, task: str, index: int) -> tuple[float, float]:
-    """(run, hedged copy) noise factors of an emulated task, LogNormal(mean 1, ``sigma``),
-    drawn from its names: the same whenever the document is read again (a resume)."""
-    if sigma <= 0:
-        return 1.0, 1.0
-    seed = [zlib.crc32(workflow.encode()), zlib.crc32(task.encode()), index]
-    f = np.random.default_rng(seed).lognormal(-sigma * sigma / 2.0, sigma, 2)
-    return float(f[0]), float(f[1])
+def emulate(wf: CollectedWorkflow, payload: bytes, shown_gflop: float | None,
+            noise_sigma: float) -> CollectedWorkflow:
+    """The service's :class:`~serve_apps.scheduler_config.Emulation` on an accepted workflow (its
+    primitives, in place): ``shown_gflop`` (hints: none) replaces every declared compute in what
+    the scheduler sees, which then only sets the emulated run; ``noise_sigma`` multiplies each
+    emulated run (and a hedged copy, its own draw) by LogNormal(mean 1, sigma), drawn from the
+    submitted bytes, so a resume (the journal keeps them) draws the same. A primitive shared by
+    several calls gets no noise (its runs would share one draw)."""
+    if shown_gflop is None and noise_sigma <= 0:
+        return wf
+    n = len(wf.calls)
+    f = np.ones(2 * n)
+    if noise_sigma > 0:
+        rng = np.random.default_rng([zlib.crc32(payload), n])
+        f = rng.lognormal(-noise_sigma * noise_sigma / 2.0, noise_sigma, 2 * n)
+    uses = Counter(id(c.primitive) for c in wf.calls)
+    done: set[int] = set()
+    for i, c in enumerate(wf.calls):
+        p = c.primitive
+        if id(p) in done:
+            continue
+        done.add(id(p))
+        if p.emulate and uses[id(p)] == 1:
+            p.run_gflop, p.copy_gflop = p.run_gflop * float(f[i]), p.copy_gflop * float(f[n + i])
+        if shown_gflop is not None:
+            p.compute_gflop = shown_gflop
+    return wf
 
 
-def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int,
-                shown_gflop: float | None = None, noise_sigma: float = 0.0) -> CollectedWorkflow:
-    """The validated request as calls; a bad DAG is a :class:`RequestError` naming the field.
-    ``shown_gflop``: what the scheduler is told of every task's compute instead of the
-    declared one (``Emulation.hints: none``), which then only sets the emulated run time;
-    ``noise_sigma``: emulated runs take that x a noise factor (:class:`Emulation`)."""
+def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedWorkflow:
+    """The validated request as calls; a bad DAG is a :class:`RequestError` naming the field."""
     if len(req.tasks) > max_tasks:
         raise RequestError(("body", "tasks"), f"{len(req.tasks)} tasks; this service accepts at "
                                               f"most max_tasks={max_tasks} per workflow", "too_long")
@@ -215,20 +231,15 @@ def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int,
         # parent values in the order the request lists the parents
         parent_calls = [calls[index[p]] for p in dict.fromkeys(rec.parents)]
         fn = bodies.get(i)
-        shown = ts.compute_gflop if shown_gflop is None else shown_gflop
         if fn is None:
-            prim = Primitive(emulated_body, shown, ts.memory_gb, ts.output_gb, ts.name,
+            prim = Primitive(emulated_body, ts.compute_gflop, ts.memory_gb, ts.output_gb, ts.name,
                              kind=ts.kind or None, hedge=ts.hedge)
             calls.append(Call(prim, (k, *parent_calls), {}))
-            f_run, f_copy = _run_factors(noise_sigma, req.name, ts.name, k)
         else:
             emulated = False
-            prim = Primitive(fn, shown, ts.memory_gb, ts.output_gb, ts.name,
+            prim = Primitive(fn, ts.compute_gflop, ts.memory_gb, ts.output_gb, ts.name,
                              kind=ts.kind or None, hedge=ts.hedge)
             calls.append(Call(prim, (*rec.args, *parent_calls), rec.kwargs))
-            f_run = f_copy = 1.0
-        # the emulated run: the declared compute (whatever the scheduler is shown)
-        prim.run_gflop, prim.copy_gflop = ts.compute_gflop * f_run, ts.compute_gflop * f_copy
     sinks = tuple(i for i, kids in enumerate(spec.children()) if not kids)
     return CollectedWorkflow(spec, tuple(calls), sinks,
                              tuple(expected_emulated_values(spec)) if emulated else None)

@@ -86,22 +86,32 @@ def test_document_names_kind_and_hedge():
 
 def test_hidden_hints_and_emulated_noise_are_drawn_the_same_on_every_read():
     """Emulation(hints=none, noise_sigma): the scheduler is shown 4 GFLOP; the emulated run
-    takes the declared compute x a factor drawn from the names (a resume reads the same); a
-    hedged copy has its own factor."""
+    takes the declared compute x a factor drawn from the submitted bytes (a resume reads the
+    same); a hedged copy has its own factor; a primitive shared by two calls gets no noise."""
+    from scale_ray.live import primitive
+    from scale_ray.live.raydag import as_collected
+    from serve_apps.workflow_api import emulate
+
     doc = _doc([{"name": "a", "compute_gflop": 2}, {"name": "b", "compute_gflop": 8,
                                                     "parents": ["a"]}], name="wf-7")
-    plain = to_workflow(parse_body(doc, WorkflowIn), AllowList([]), 100)
+    plain = emulate(_parse(doc), doc, None, 0.0)
     assert [(c.primitive.compute_gflop, c.primitive.run_gflop, c.primitive.copy_gflop)
             for c in plain.calls] == [(2.0, 2.0, 2.0), (8.0, 8.0, 8.0)]
-    one = to_workflow(parse_body(doc, WorkflowIn), AllowList([]), 100, 4.0, 1.0)
-    two = to_workflow(parse_body(doc, WorkflowIn), AllowList([]), 100, 4.0, 1.0)
+    one, two = emulate(_parse(doc), doc, 4.0, 1.0), emulate(_parse(doc), doc, 4.0, 1.0)
     runs = [(c.primitive.run_gflop, c.primitive.copy_gflop) for c in one.calls]
     assert runs == [(c.primitive.run_gflop, c.primitive.copy_gflop) for c in two.calls]
     assert [c.primitive.compute_gflop for c in one.calls] == [4.0, 4.0]
     assert all(r != c and r != d for (r, c), d in zip(runs, (2.0, 8.0)))
-    other = to_workflow(parse_body(_doc([{"name": "a", "compute_gflop": 2}], name="wf-8"),
-                                   WorkflowIn), AllowList([]), 100, 4.0, 1.0)
-    assert other.calls[0].primitive.run_gflop != runs[0][0]  # another workflow, another draw
+    other = _doc([{"name": "a", "compute_gflop": 2}], name="wf-8")
+    assert emulate(_parse(other), other, 4.0, 1.0).calls[0].primitive.run_gflop != runs[0][0]
+
+    @primitive(compute_gflop=3.0)
+    def f(x):
+        return x
+    shared = as_collected([f.bind(f.bind(1))])
+    emulate(shared, b"payload", 4.0, 1.0)
+    p = shared.calls[0].primitive
+    assert (p.compute_gflop, p.run_gflop, p.copy_gflop) == (4.0, 3.0, 3.0)
 
 
 @pytest.mark.parametrize("tasks, loc, what", [

@@ -45,7 +45,7 @@ from scale_ray.config import load_env
 from scale_ray.live.cluster import LocalHeteroCluster
 from scale_ray.live.config import LiveConfig
 from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target, rate_for_load,
-                                   stream, warm_up, workload_specs)
+                                   stream, warm_up, with_kinds, workload_specs)
 from scale_ray.live.workflow import dag_record
 
 from . import flood
@@ -270,7 +270,9 @@ def run(args: argparse.Namespace) -> int:
     resolve_setting(args)
     runtime_env(env, args)  # a bad --noise fails before a cluster starts
     live = LiveConfig(time_scale=args.time_scale)
-    specs = workload_specs(env, args.clients * args.workflows, args.seed)
+    # the documents name each task's kind (as the simulator's run-time model does): the
+    # service's estimator learns per kind, and a task named t3 says nothing of its primitive
+    specs = with_kinds(env, workload_specs(env, args.clients * args.workflows, args.seed))
     # ray-default runs the same noise (its own draws; it never sees hints)
     base_specs = (emulated_runtime(env, specs, "exact", args.noise, args.seed)
                   if args.noise > 0 else specs)
@@ -322,7 +324,8 @@ def run(args: argparse.Namespace) -> int:
                load=args.load, ray_default_mean_workflow_response_s=base["mean_workflow_response_s"],
                ray_default_p95_workflow_response_s=base["p95_workflow_response_s"],
                ray_default_p99_workflow_response_s=base["p99_workflow_response_s"],
-               hints=args.hints, noise=args.noise, estimator=args.estimator, hedge_mode=args.hedge,
+               hints=args.hints, noise=args.noise, estimator_mode=args.estimator,
+               hedge_mode=args.hedge,
                ray_default_workflows_completed=base["workflows_completed"],
                wall_s=time.perf_counter() - t0)
     out["improvement_vs_ray_default"] = 1.0 - out["mean_workflow_response_s"] / base[

@@ -47,16 +47,29 @@ def emulated_runtime(env: EnvConfig, specs: Sequence[WorkflowSpec], hints: str, 
     its estimator). Kinds: the task's name, else its compute bucket (as the simulator's)."""
     rt = replace(env.runtime, noise_sigma=noise, hints=hints)
     rng = np.random.default_rng([seed, 3])
-    lo_hi = compute_range(env.workload.compute_gflop)
     out = []
     for spec in specs:
         n = len(spec.tasks)
         f = factors(rng, rt, 2 * n)  # [n:]: hedged copies' own draws
-        kinds = [t.kind or kind_of_name(t.name) or compute_bucket(t.compute_gflop, *lo_hi, rt.kinds)
-                 for t in spec.tasks]
         shown = None if hints == "exact" else [rt.default_gflop] * n
-        out.append(from_spec(spec, shown, f, kinds))
+        out.append(from_spec(spec, shown, f, task_kinds(env, spec)))
     return out
+
+
+def task_kinds(env: EnvConfig, spec: WorkflowSpec) -> list[str]:
+    """Each task's kind, as the simulator's run-time model names it (envs.run_model): its
+    ``kind``, else its name without the instance number, else its compute bucket."""
+    lo_hi = compute_range(env.workload.compute_gflop)
+    return [t.kind or kind_of_name(t.name) or compute_bucket(t.compute_gflop, *lo_hi,
+                                                             env.runtime.kinds)
+            for t in spec.tasks]
+
+
+def with_kinds(env: EnvConfig, specs: Sequence[WorkflowSpec]) -> list[WorkflowSpec]:
+    """``specs`` with every task's kind written out (:func:`task_kinds`), e.g. for DAG documents
+    whose tasks are named ``t0``, ``t1``... (a name says nothing of the primitive)."""
+    return [WorkflowSpec(tuple(t._replace(kind=k) for t, k in zip(s.tasks, task_kinds(env, s))),
+                         s.name) for s in specs]
 
 
 def estimator_accuracy(sched: LiveScheduler) -> dict[str, dict[str, float]]:

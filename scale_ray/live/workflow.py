@@ -376,6 +376,7 @@ def dag_record(spec: WorkflowSpec) -> dict[str, Any]:
     return {"name": spec.name, "tasks": [
         {"name": names[i], "compute_gflop": t.compute_gflop, "memory_gb": t.memory_gb,
          "output_gb": t.output_gb, "parents": [names[p] for p in t.parents]}
+        | ({"kind": t.kind} if t.kind else {}) | ({"hedge": True} if t.hedge else {})
         for i, t in enumerate(spec.tasks)]}
 
 
