@@ -54,7 +54,8 @@ from policies.guard import GuardConfig
 
 from . import errors
 from .decisions import (LoadedPolicy, PreparedPlace, decide_batch, load, place_answer,
-                        prepare_place, schedule, try_policy)
+                        prepare_place)
+from .schedule import schedule, try_policy
 from .errors import DEFAULT_MAX_BODY_BYTES, parse_body
 from .schemas import (ErrorResponse, PlaceRequest, PlaceResponse, PolicyInfo, ScheduleRequest,
                       ScheduleResponse)

@@ -21,7 +21,8 @@ from envs.snapshot import ServerState, TaskState, WorkflowState
 from .schemas import RequestError, ScheduleRequest
 
 if TYPE_CHECKING:
-    from .decisions import LoadedPolicy, RequestServers, _Ready
+    from .decisions import LoadedPolicy, RequestServers
+    from .schedule import _Ready
 
 
 def planner_env(lp: "LoadedPolicy") -> EnvConfig:
@@ -94,7 +95,7 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
 
 
 def probe_request() -> ScheduleRequest:
-    """The small request a planner decides before it serves (``decisions.try_policy``)."""
+    """The small request a planner decides before it serves (``schedule.try_policy``)."""
     return ScheduleRequest.model_validate({
         "workflows": [{"id": "w", "tasks": [
             {"id": "a", "compute_gflop": 4.0, "memory_gb": 4.0},

@@ -58,7 +58,8 @@ from scale_ray.live.handles import WorkflowHandle
 from scale_ray.live.raydag import as_collected
 
 from . import errors
-from .decisions import RequestError, load, try_policy
+from .decisions import RequestError, load
+from .schedule import try_policy
 from .errors import parse_body
 from .placement import _dumps, _json, _resolved
 from .scheduler_config import SchedulerArgs, SchedulerTuning, parse_args

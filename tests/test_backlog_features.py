@@ -102,6 +102,7 @@ def test_serve_schedule_observations_equal_the_simulators(tmp_path, monkeypatch)
     network; and /v1/place puts the request's ready_tasks and workflow_age_s in the same
     columns, or answers 422 naming the missing field."""
     import serve_apps.decisions as dec
+    import serve_apps.schedule as sched_mod
     from serve_apps.schemas import PlaceRequest, ScheduleRequest
     from tests.test_serve import fresh_states, simulator_decisions, simulator_request
 
@@ -111,12 +112,13 @@ def test_serve_schedule_observations_equal_the_simulators(tmp_path, monkeypatch)
     assert lp.encoder.features.backlog
     seen: list[np.ndarray] = []
     observe = dec.observe
-    monkeypatch.setattr(dec, "observe", lambda *a: seen.append(observe(*a)) or seen[-1])
+    for mod in (dec, sched_mod):  # /v1/place and /v1/schedule build observations with it
+        monkeypatch.setattr(mod, "observe", lambda *a: seen.append(observe(*a)) or seen[-1])
     checked = multi = 0
     for sim in fresh_states(env, lp.policy, seed=5, want=15, min_ready=2):
         body = {**simulator_request(sim), "now_s": sim.t}
         seen.clear()
-        ans = dec.schedule(ScheduleRequest.model_validate(body), lp, 10_000, 10_000)
+        ans = sched_mod.schedule(ScheduleRequest.model_validate(body), lp, 10_000, 10_000)
         want: list[np.ndarray] = []
         policy_act = lp.policy.act
 
@@ -138,13 +140,13 @@ def test_serve_schedule_observations_equal_the_simulators(tmp_path, monkeypatch)
         checked += 1
     assert checked == 15 and multi > 0
     with pytest.raises(dec.RequestError, match="features.backlog") as e:
-        dec.schedule(ScheduleRequest.model_validate({k: v for k, v in body.items() if k != "now_s"}),
+        sched_mod.schedule(ScheduleRequest.model_validate({k: v for k, v in body.items() if k != "now_s"}),
                      lp, 10_000, 10_000)
     assert e.value.loc == ["body", "now_s"]
     late = {**body, "now_s": 0.0}
     late["workflows"][-1]["arrival_s"] = 5.0
     with pytest.raises(dec.RequestError, match="after now_s") as e:
-        dec.schedule(ScheduleRequest.model_validate(late), lp, 10_000, 10_000)
+        sched_mod.schedule(ScheduleRequest.model_validate(late), lp, 10_000, 10_000)
     assert e.value.loc[-1] == "arrival_s"
 
     place = {"task": {"compute_gflop": 2.0, "memory_gb": 1.0},

@@ -127,7 +127,8 @@ def test_switch_off_reproduces_the_raw_policy_and_traces_record_overrides(tmp_pa
 
 
 def test_placement_service_guards_place_and_schedule():
-    from serve_apps.decisions import load, place, schedule
+    from serve_apps.decisions import load, place
+    from serve_apps.schedule import schedule
     from serve_apps.schemas import PlaceRequest, ScheduleRequest
 
     env = load_env(None)

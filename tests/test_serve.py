@@ -23,7 +23,8 @@ from scale_ray.ports import free_port
 from policies.base import Policy
 from policies.guard import GuardConfig
 from serve_apps.decisions import (RequestError, RequestServers, TaskRow, load, observe, place,
-                                  prepare_place, schedule)
+                                  prepare_place)
+from serve_apps.schedule import schedule
 from serve_apps.placement import Tuning, parse_args
 from serve_apps.schemas import PlaceRequest, ScheduleRequest
 

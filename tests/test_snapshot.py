@@ -126,7 +126,8 @@ def _request(running_server="fast"):
 
 
 def test_schedule_with_the_planner_waits_where_eft_would_not():
-    from serve_apps.decisions import load, schedule, try_policy
+    from serve_apps.decisions import load
+    from serve_apps.schedule import schedule, try_policy
 
     env = load_env(REALISTIC)
     lp = load("lookahead", env)
@@ -141,7 +142,8 @@ def test_schedule_with_the_planner_waits_where_eft_would_not():
 
 
 def test_schedule_with_the_planner_needs_running_servers_and_refuses_place():
-    from serve_apps.decisions import RequestError, load, place, schedule
+    from serve_apps.decisions import RequestError, load, place
+    from serve_apps.schedule import schedule
     from serve_apps.schemas import PlaceRequest
 
     lp = load("lookahead", load_env(REALISTIC))
