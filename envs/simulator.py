@@ -33,9 +33,10 @@ from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  #
                        Rules, ServerTable, task_vector)  # (the task states are re-exported)
 from .encoding import encode_task, task_dim
 from . import order as orders
-from .episode import _Task, _Workflow, build_workflow, episode_metrics, rekey
+from .episode import _Task, _Workflow, episode_metrics, rekey
 from .run_model import OVERDUE_S, RunModel, compute_range
 from . import hedging
+from .sim_arrivals import Arrivals
 from .sim_cluster import ADD, ARRIVAL, FAIL, FINISH, JOIN, LEAVE, REMOVE, ClusterDynamics
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
@@ -52,7 +53,7 @@ class StepResult(NamedTuple):
     truncated: bool
 
 
-class Simulator(ClusterDynamics):
+class Simulator(Arrivals, ClusterDynamics):
     """One episode at a time of the workflow/cluster model. See the module docstring.
 
     Args:
@@ -197,16 +198,6 @@ class Simulator(ClusterDynamics):
         """Waits made without asking (``mdp.ask_only_startable``)."""
         return self.core.forced_waits
 
-    def _schedule_next_arrival(self, t: float) -> None:
-        if self._scripted is not None:
-            nxt = self._scripted[-1][0] if self._scripted else None
-        else:
-            nxt = self._arrivals.next_time(t)
-        if nxt is None:
-            self.arrivals_done = True
-        else:
-            self._push(nxt, ARRIVAL, None, None)
-
     # ---------------------------------------------------------------- events
     def _push(self, t: float, kind: int, a: Any, b: Any) -> None:
         self._seq += 1
@@ -284,45 +275,6 @@ class Simulator(ClusterDynamics):
                 heapq.heappush(heap, (child.key, child.id, child))
         if self._present_l[slot] and not self._accept_l[slot]:  # draining: leave now
             self._drop_server(slot, "server_remove")
-
-    def _on_arrival(self, _a: Any, _b: Any) -> None:
-        if self._scripted is not None:
-            spec = self._scripted.pop()[1]
-        else:
-            spec = self._source.next_workflow(self.rng_workload)
-        self._spawn_workflow(spec)
-        self._schedule_next_arrival(self.t)
-
-    # ---------------------------------------------------------------- workflows
-    def _spawn_workflow(self, spec: WorkflowSpec) -> None:
-        t = self.t
-        rt = self._rt
-        kinds = shown = None
-        if rt is not None:  # deciders see hints or estimates (envs.run_model)
-            kinds = rt.kinds(spec)
-            shown = rt.shown(spec, kinds)
-        wf, new = build_workflow(spec, len(self.workflows), len(self.tasks), t,
-                                 self._speed_by_memory, self._order,
-                                 self._mean_compute, self._bw, self._lat, self._edf_factor, shown)
-        if rt is not None:
-            rt.arrive(new, spec, kinds, shown)
-        self.workflows.append(wf)
-        self.tasks.extend(new)
-        self.outstanding += len(new)
-        self.open_workflows += 1
-        if self.trace is not None:
-            self._emit({"t": t, "event": "arrival", "workflow": wf.id, "tasks": [
-                {"task": tk.id, "compute_gflop": tk.nominal, "memory_gb": tk.memory_gb,
-                 "output_gb": tk.output, "parents": [p.id for p in tk.parents]}
-                | ({"kind": tk.kind, "shown_gflop": tk.compute} if rt is not None else {})
-                for tk in new]})
-        for task in new:
-            if task.pending == 0:
-                self._make_ready(task)
-
-    def _make_ready(self, task: _Task) -> None:
-        task.state = READY
-        self._queue.push(task.key, task.id, task)
 
     # ---------------------------------------------------------------- decisions
     def _select(self) -> None:
