@@ -11,7 +11,7 @@ from pathlib import Path
 
 from envs.config import EnvConfig
 
-from .base import Policy, SampledPolicy
+from .base import Planner, Policy, SampledPolicy, is_planner
 from .heuristics import HEURISTICS, make_heuristic
 
 ARTIFACTS_DIR = Path(__file__).resolve().parent / "artifacts"
@@ -37,8 +37,16 @@ def load_policy(path: str | Path) -> Policy:
 
 
 SAMPLE_PREFIX = "sample:"
-#: planners on the simulator state: ``lookahead`` or ``lookahead:key=value,...`` (policies.lookahead)
-PLANNERS = ("lookahead",)
+
+
+def _lookahead(spec: str, env: EnvConfig | None, seed: int | None) -> Policy:
+    from .lookahead import make_lookahead  # loaded on first use
+    return make_lookahead(spec, env, seed)
+
+
+#: planners (:class:`policies.base.Planner`) by name, as HEURISTICS are: ``NAME`` or
+#: ``NAME:key=value,...`` -> factory(spec, env, seed)
+PLANNERS = {"lookahead": _lookahead}
 
 
 def get_policy(spec: str, env: EnvConfig | None = None, seed: int | None = None) -> Policy:
@@ -60,9 +68,9 @@ def get_policy(spec: str, env: EnvConfig | None = None, seed: int | None = None)
         return SampledPolicy(inner, seed)
     if spec in HEURISTICS:
         return make_heuristic(spec, env, seed)
-    if spec.split(":", 1)[0] in PLANNERS:  # planners act on the simulator state (act_state)
-        from .lookahead import make_lookahead
-        return make_lookahead(spec, env, seed)
+    planner = PLANNERS.get(spec.split(":", 1)[0])
+    if planner is not None:  # planners act on the state itself (policies.base.Planner)
+        return planner(spec, env, seed)
     if spec in shipped_policies():
         return load_policy(ARTIFACTS_DIR / spec)
     path = Path(spec)
@@ -74,5 +82,6 @@ def get_policy(spec: str, env: EnvConfig | None = None, seed: int | None = None)
                      f"and not an artifact directory")
 
 
-__all__ = ["Policy", "SampledPolicy", "SAMPLE_PREFIX", "HEURISTICS", "PLANNERS", "make_heuristic", "get_policy",
+__all__ = ["Policy", "Planner", "is_planner", "SampledPolicy", "SAMPLE_PREFIX", "HEURISTICS",
+           "PLANNERS", "make_heuristic", "get_policy",
            "load_policy", "shipped_policies", "default_policy"]

@@ -9,7 +9,7 @@ scheduler alike.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Mapping
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -54,6 +54,37 @@ class Policy(ABC):
         """Metadata for ``GET /v1/policy`` and reports."""
         return {"name": self.name, "algorithm": "heuristic", "version": "builtin",
                 "order": self.order}
+
+
+@runtime_checkable
+class Planner(Protocol):
+    """A policy that plans on the state itself, not on an observation (``policies.lookahead``).
+    Every consumer checks :func:`is_planner` and calls it through these methods only:
+
+    * the simulator (``scale-ray eval``, ``distill``): :meth:`act_state` on the live episode;
+    * Serve's ``/v1/schedule`` and the live scheduler: :meth:`decide` on a snapshot of the
+      present (``envs.snapshot``), with a :meth:`fresh` copy per thread or round;
+    * ``env``: the rules and constants it plans with. Never guarded (``planner = True``).
+    """
+
+    name: str
+    planner: bool
+    env: Any
+
+    def act_state(self, sim: Any) -> int:
+        """The slot for ``sim.current``."""
+
+    def decide(self, servers: Sequence[Any], workflows: Sequence[Any], focus: tuple[int, int],
+               waiting: Mapping[tuple[int, int], int] | None = None, env: Any = None) -> int:
+        """The server position for task ``focus`` of a snapshot of the present."""
+
+    def fresh(self) -> "Planner":
+        """A planner with the same settings and its own state."""
+
+
+def is_planner(policy: Any) -> bool:
+    """Whether ``policy`` is a :class:`Planner` (it acts on the state, not an observation)."""
+    return isinstance(policy, Planner)
 
 
 def masked(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:

@@ -32,7 +32,7 @@ import numpy as np
 
 from envs.config import FeatureConfig, build, rng
 
-from .base import Obs, Policy
+from .base import Obs, Policy, is_planner
 from .heuristics import EarliestFinish, _Heuristic
 
 #: override reasons, in the order the rules are checked (counter keys: ``guard_<reason>``)
@@ -117,8 +117,8 @@ def guard_summary(guard: Guard | None) -> dict[str, int]:
 
 def is_learned(policy: Policy) -> bool:
     """Whether ``policy`` is a trained one (guarded by default), not a built-in heuristic or a
-    planner (``policies.lookahead``: ``planner = True``)."""
-    return not isinstance(policy, _Heuristic) and not getattr(policy, "planner", False)
+    planner (:class:`policies.base.Planner`)."""
+    return not isinstance(policy, _Heuristic) and not is_planner(policy)
 
 
 def make_guard(policy: Policy, config: GuardConfig | None, features: FeatureConfig | None,

@@ -33,7 +33,7 @@ Where no simulator runs (the placement service's ``/v1/schedule``, the live sche
 measure the deployed planner.
 
 Not an observation policy: the evaluation harness calls :meth:`Lookahead.act_state` with the
-simulator (:func:`has_state_protocol`); :meth:`scores` on an observation raises. Never guarded
+simulator (a :class:`policies.base.Planner`); :meth:`scores` on an observation raises. Never guarded
 (``policies.guard.is_learned`` is False for it), never batched.
 """
 
@@ -99,11 +99,6 @@ def parse_spec(spec: str) -> LookaheadConfig:
             raise ValueError(f"--policy {spec!r}: expected key=value, got {item!r}")
         data[key.strip()] = yaml.safe_load(raw)
     return load_lookahead_config(data)
-
-
-def has_state_protocol(policy: Any) -> bool:
-    """Whether ``policy`` acts on the simulator state (``act_state(sim) -> slot``)."""
-    return callable(getattr(policy, "act_state", None))
 
 
 # ------------------------------------------------------------------------------------ planner

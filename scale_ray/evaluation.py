@@ -23,7 +23,7 @@ from envs.objective import CENSORED, DEFAULT_METRIC, metric_key
 from envs.config import EnvConfig, replace
 from envs.simulator import Simulator
 from envs.trace import JsonlTraceWriter
-from policies import SAMPLE_PREFIX, get_policy
+from policies import SAMPLE_PREFIX, get_policy, is_planner
 from policies.guard import Guard, GuardConfig, guard_summary, make_guard
 
 from .live.raylocal import prepare_local_ray
@@ -124,7 +124,7 @@ def run_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int =
         g = _guard_for(policy, sim.cfg, guard)
         ret = 0.0
         t0 = time.perf_counter()
-        act_state = getattr(policy, "act_state", None)  # planners act on the state itself
+        act_state = policy.act_state if is_planner(policy) else None  # on the state itself
         while sim.current is not None:
             if act_state is not None:
                 ret += sim.step(act_state(sim)).reward
@@ -152,7 +152,7 @@ def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[i
     as alone, see :class:`policies.artifact.TorchPolicy`), so neither ``--workers`` nor how the
     episodes are sliced into jobs changes a decision.
     """
-    if getattr(get_policy(split_order(policy_spec, env)[0], env), "act_state", None) is not None:
+    if is_planner(get_policy(split_order(policy_spec, env)[0], env)):
         # a planner: no batching, one by one
         return [run_episode(env, policy_spec, k, base_seed, None, guard) for k in episodes]
     policy, env = _policy(policy_spec, env, base_seed)

@@ -24,7 +24,7 @@ from envs.decision import ServerTable, task_vector
 from envs import order as orders
 from policies import HEURISTICS, Policy, get_policy
 from policies.guard import Guard, GuardConfig, make_guard
-from policies.lookahead import has_state_protocol
+from policies.base import is_planner
 
 from .schemas import PlaceRequest, RequestError, Server
 
@@ -267,7 +267,7 @@ class PreparedPlace:
 
 def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> PreparedPlace:
     """Validate beyond the schema and build the observation."""
-    if has_state_protocol(lp.policy):
+    if is_planner(lp.policy):
         raise RequestError(("body", "task"), f"policy {lp.info['name']!r} plans on whole "
                            f"workflows and running tasks, not one task: use /v1/schedule")
     servers = RequestServers(req.servers, lp.encoder, max_servers)

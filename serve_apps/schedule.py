@@ -13,7 +13,7 @@ from typing import Any
 from envs import order as orders
 from envs.decision import READY, DecisionCore, Rules
 from envs.workflow import kahn_order
-from policies.lookahead import has_state_protocol
+from policies.base import is_planner
 
 from .decisions import (_BACKLOG_MISSING, EncoderSettings, LoadedPolicy, RequestServers, TaskRow,
                         _fmt_mem, decide, guarded, observe, prepare_place)
@@ -153,7 +153,7 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
     """
     servers, ready = prepare_schedule(req, lp, max_servers, max_tasks)
     enc = lp.encoder
-    planned = has_state_protocol(lp.policy)
+    planned = is_planner(lp.policy)
     if planned:  # the lookahead planner simulates the request (serve_apps.planning)
         plan, record = planner_ask(req, lp, servers)
     core = DecisionCore(servers, Rules(enc.head_of_line_blocking, enc.ask_only_startable,
@@ -203,7 +203,7 @@ def try_policy(lp: LoadedPolicy) -> None:
     """One decision on a two-server request: a policy that loads but cannot decide (wrong
     shapes, a broken module) fails here, before it serves. Not counted by the guard.
     A planner plans one small /v1/schedule request instead."""
-    if has_state_protocol(lp.policy):
+    if is_planner(lp.policy):
         out = schedule(probe_request(), lp, 2, 2)
         if len(out["assignments"]) + len(out["unassigned"]) != 1:
             raise ValueError(f"policy {lp.spec!r} answered {out} for one ready task")

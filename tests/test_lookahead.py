@@ -11,10 +11,10 @@ from envs.config import ConfigError, EnvConfig, build
 from envs.fork import fork
 from envs.simulator import Simulator
 from envs.trace import read_trace, verify_trace
-from policies import get_policy
+from policies import get_policy, is_planner
 from policies.guard import is_learned, make_guard
 from policies.heuristics import EarliestFinish
-from policies.lookahead import (Lookahead, LookaheadConfig, _Decoded, eft_act, has_state_protocol,
+from policies.lookahead import (Lookahead, LookaheadConfig, _Decoded, eft_act,
                                 load_lookahead_config, parse_spec)
 from scale_ray.config import load_env
 from scale_ray.evaluation import episode_seed, run_episode, run_episodes_lockstep
@@ -194,7 +194,7 @@ def test_planner_is_deterministic_and_one_candidate_is_eft():
 def test_registration_guard_and_lockstep():
     cfg = env(horizon=20.0)
     pol = get_policy("lookahead:horizon_s=5,objective=workflow", cfg)
-    assert isinstance(pol, Lookahead) and has_state_protocol(pol)
+    assert isinstance(pol, Lookahead) and is_planner(pol) and not is_planner(get_policy("eft", cfg))
     assert pol.config == LookaheadConfig(horizon_s=5.0, objective="workflow")
     assert not is_learned(pol) and make_guard(pol, None, cfg.features, True) is None
     with pytest.raises(RuntimeError, match="act_state"):

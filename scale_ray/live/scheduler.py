@@ -48,7 +48,7 @@ from envs.estimator import RuntimeEstimator
 from envs.workload import WorkflowSpec
 from policies.base import Policy
 from policies.guard import guard_summary, make_guard
-from policies.lookahead import has_state_protocol
+from policies.base import is_planner
 
 from .admission import Admission, NodeEvents
 from .completions import Completions
@@ -146,7 +146,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
                                  self.env.mdp.transfer_delays_start)
         self._planner = (LivePlanner(policy, self.env, self.features,
                                      self.cfg.head_of_line_blocking, self.cfg.time_scale)
-                         if has_state_protocol(policy) else None)
+                         if is_planner(policy) else None)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "LiveScheduler":
