@@ -44,6 +44,19 @@ def _check_range(path: str, value: float, meta: Mapping[str, Any]) -> None:
         raise ConfigError(f"{path}: {value!r} is out of range; allowed: {_range_text(meta)}")
 
 
+def _literal(path: str, choices: tuple, value: Any) -> Any:
+    """``value`` if it is one of ``choices``; YAML 1.1 reads off/on/no/yes as booleans, so a
+    boolean is the string choice it spells, if there is one."""
+    if isinstance(value, bool) and value not in choices:
+        spelled = [a for a in choices if isinstance(a, str)
+                   and a.lower() in (("on", "yes", "true") if value else ("off", "no", "false"))]
+        if spelled:
+            return spelled[0]
+    if value not in choices:
+        raise ConfigError(f"{path}: {value!r} is not allowed; choose one of {list(choices)}")
+    return value
+
+
 def _coerce(path: str, tp: Any, value: Any, meta: Mapping[str, Any]) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
@@ -60,14 +73,7 @@ def _coerce(path: str, tp: Any, value: Any, meta: Mapping[str, Any]) -> Any:
         raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {value!r} matches none of "
                           f"{[getattr(a, '__name__', str(a)) for a in non_none]}")
     if origin is Literal:
-        if isinstance(value, bool) and value not in args:  # YAML 1.1 reads off/on/no/yes as bools
-            spelled = [a for a in args if isinstance(a, str)
-                       and a.lower() in (("on", "yes", "true") if value else ("off", "no", "false"))]
-            if spelled:
-                return spelled[0]
-        if value not in args:
-            raise ConfigError(f"{path}: {value!r} is not allowed; choose one of {list(args)}")
-        return value
+        return _literal(path, args, value)
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{path}: expected a list, got {type(value).__name__}")

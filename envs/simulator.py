@@ -116,36 +116,7 @@ class Simulator(Arrivals, ClusterDynamics):
         # clock, the events and what only it needs per slot.
         self.core = DecisionCore(ServerTable(n, cfg.features), self._rules)
         self._bind_core()
-        self.srv_id = np.full(n, -1, dtype=np.int64)
-        self.srv_tier = [""] * n
-        self.idle_w = np.zeros(n)
-        self.busy_w = np.zeros(n)
-        self.present = np.zeros(n, dtype=bool)    # alive (possibly draining); accepting: core
-        self._sid_l = [-1] * n
-        self._idle_w_l = [0.0] * n
-        self._busy_w_l = [0.0] * n
-        self._present_l = [False] * n
-        self.running: list[_Task | None] = [None] * n
-        self.run_start = [0.0] * n                # when the slot's current run began
-        self._slot_of: dict[int, int] = {}
-        self._next_server_id = 0
-        self._present_count = 0
-        self._pending_penalty = 0.0
-        self._events: list[tuple] = []
-        self._seq = 0
-        self.tasks: list[_Task] = []
-        self.workflows: list[_Workflow] = []
-        self.current: _Task | None = None
-        self.outstanding = 0
-        self.open_workflows = 0
-        self.arrivals_done = False
-        self.decisions = 0
-        self.invalid = 0
-        self.lost = 0
-        self.busy_seconds = 0.0
-        self.alive_seconds = 0.0
-        self.terminated = False
-        self.truncated = False
+        self._reset_records(n)
         self._source = make_source(cfg.workload)
         self._rt = RunModel(cfg.runtime, np.random.Generator(np.random.PCG64(run_ss)),
                             compute_range(cfg.workload.compute_gflop)) \
@@ -179,6 +150,39 @@ class Simulator(Arrivals, ClusterDynamics):
                 raise ValueError("arrivals: times must be finite and >= 0")
         self._schedule_next_arrival(0.0)
         self._select()
+
+    def _reset_records(self, n: int) -> None:
+        """A new episode's per-slot records, tasks, workflows and counters."""
+        self.srv_id = np.full(n, -1, dtype=np.int64)
+        self.srv_tier = [""] * n
+        self.idle_w = np.zeros(n)
+        self.busy_w = np.zeros(n)
+        self.present = np.zeros(n, dtype=bool)    # alive (possibly draining); accepting: core
+        self._sid_l = [-1] * n
+        self._idle_w_l = [0.0] * n
+        self._busy_w_l = [0.0] * n
+        self._present_l = [False] * n
+        self.running: list[_Task | None] = [None] * n
+        self.run_start = [0.0] * n                # when the slot's current run began
+        self._slot_of: dict[int, int] = {}
+        self._next_server_id = 0
+        self._present_count = 0
+        self._pending_penalty = 0.0
+        self._events: list[tuple] = []
+        self._seq = 0
+        self.tasks: list[_Task] = []
+        self.workflows: list[_Workflow] = []
+        self.current: _Task | None = None
+        self.outstanding = 0
+        self.open_workflows = 0
+        self.arrivals_done = False
+        self.decisions = 0
+        self.invalid = 0
+        self.lost = 0
+        self.busy_seconds = 0.0
+        self.alive_seconds = 0.0
+        self.terminated = False
+        self.truncated = False
 
     def _bind_core(self) -> None:
         """Names for the core's server table (the same objects: hot paths and planners read

@@ -362,6 +362,22 @@ def _draw_runs(ax: Any, runs: list[Run], row_of: dict[int, int], t_end: float, l
     return waits
 
 
+def _draw_guards(ax: Any, sch: Schedule, row_of: dict[int, int], lo: float, hi: float
+                 ) -> list[tuple[float, int]]:
+    """A marker where the guard replaced the policy's pick (on the server it chose)."""
+    guards = [(t, row_of[c]) for t, c in sch.guards if c in row_of and lo <= t <= hi]
+    if guards:
+        ax.plot([g[0] for g in guards], [g[1] - 0.42 for g in guards], linestyle="none",
+                marker="v", color="darkorange", markeredgecolor="black", markeredgewidth=0.4,
+                markersize=6, zorder=7)
+    return guards
+
+
+def _title(sch: Schedule) -> str:
+    who = f"{sch.policy} (live)" if sch.live and sch.policy else ("live" if sch.live else "")
+    return " ".join(x for x in (sch.path.name, who) if x)
+
+
 def _legend(sch: Schedule, runs: list[Run], chosen: list[Server], n_guards: int,
             wf_colors: Any) -> tuple[list[Any], dict[str, int]]:
     """The legend's entries (only for what the chart shows) and the counts they name."""
@@ -438,11 +454,7 @@ def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
     fig, ax = plt.subplots(figsize=(13, fig_h))
     _draw_servers(ax, chosen, row_of, lo, hi)
     waits = _draw_runs(ax, runs, row_of, sch.t_end, lo, hi, wf_colors)
-    guards = [(t, row_of[c]) for t, c in sch.guards if c in row_of and lo <= t <= hi]
-    if guards:
-        ax.plot([g[0] for g in guards], [g[1] - 0.42 for g in guards], linestyle="none",
-                marker="v", color="darkorange", markeredgecolor="black", markeredgewidth=0.4,
-                markersize=6, zorder=7)
+    guards = _draw_guards(ax, sch, row_of, lo, hi)
     ax.set_xlim(lo, hi)
     ax.set_ylim(n - 0.5, -0.5)
     _tier_axis(ax, chosen, tcol, n)
@@ -450,9 +462,7 @@ def draw_gantt(sch: Schedule, out: str | Path, t_from: float | None = None,
     ax.set_ylabel("server (label colour = tier)")
     handles, count = _legend(sch, runs, chosen, len(guards), wf_colors)
     fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    if title is None:
-        who = f"{sch.policy} (live)" if sch.live and sch.policy else ("live" if sch.live else "")
-        title = " ".join(x for x in (sch.path.name, who) if x)
+    title = _title(sch) if title is None else title
     n_tasks = len({r.task for r in runs})
     ax.set_title(f"{title}\n{selection}; {n_tasks} tasks, {lo:.1f}–{hi:.1f} s", fontsize=10)
     fig.tight_layout(rect=(0, 0.6 / fig_h, 1, 1))  # room for the legend below
