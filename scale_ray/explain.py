@@ -133,27 +133,27 @@ def read_events(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-def load_episodes(path: str | Path) -> list[Episode]:
-    """Episodes of the trace at ``path`` with every run and its gate (see the module doc)."""
-    eps: list[Episode] = []
-    ep = Episode(0)
-    parents: dict[int, list[int]] = {}
-    task_wf: dict[int, int] = {}
-    last_done: dict[int, PathRun] = {}  # task -> its latest finished run
-    requeue: dict[int, tuple[float, str, int, PathRun | None]] = {}  # own lost / output_lost
-    running: dict[tuple[int, int], PathRun] = {}  # (task, server): a hedged task runs twice
-    for i, ev in read_events(path):
-        kind, t = ev["event"], float(ev["t"])
-        if kind == "episode":
-            if ep.runs or ep.workflows or ep.server_tier:
-                eps.append(ep)
-                ep = Episode(len(eps))
-                parents, task_wf, last_done, requeue, running = {}, {}, {}, {}, {}
-            ep.tiers = [str(x["name"]) for x in ev.get("tiers") or []
-                        if isinstance(x, dict) and x.get("name") is not None]
-            ep.live = "time_scale" in ev
-            ep.tier_specs = [x for x in (_spec(x, "compute") for x in ev.get("tiers") or []
-                                         if isinstance(x, dict)) if x is not None]
+class _EpisodeReader:
+    """One episode of a trace, event by event (:func:`load_episodes`): its runs and their gates."""
+
+    def __init__(self, index: int, path: str | Path):
+        self.ep, self.path = Episode(index), path
+        self.parents: dict[int, list[int]] = {}
+        self.task_wf: dict[int, int] = {}
+        self.last_done: dict[int, PathRun] = {}  # task -> its latest finished run
+        self.requeue: dict[int, tuple[float, str, int, PathRun | None]] = {}  # lost/output_lost
+        self.running: dict[tuple[int, int], PathRun] = {}  # (task, server): hedged: two runs
+
+    def header(self, ev: dict) -> None:
+        ep = self.ep
+        ep.tiers = [str(x["name"]) for x in ev.get("tiers") or []
+                    if isinstance(x, dict) and x.get("name") is not None]
+        ep.live = "time_scale" in ev
+        ep.tier_specs = [x for x in (_spec(x, "compute") for x in ev.get("tiers") or []
+                                     if isinstance(x, dict)) if x is not None]
+
+    def event(self, i: int, ev: dict, kind: str, t: float) -> None:
+        ep = self.ep
         ep.t_end = max(ep.t_end, t)
         if kind == "server_add" and _int(ev, "server") is not None:
             ep.server_tier[ev["server"]] = str(ev.get("tier") or UNKNOWN_TIER)
@@ -163,46 +163,70 @@ def load_episodes(path: str | Path) -> list[Episode]:
         elif kind in ("server_remove", "server_fail") and ev.get("server") in ep.server_span:
             ep.server_span[ev["server"]][1] = t
         elif kind == "arrival" and _int(ev, "workflow") is not None:
-            tids = [tk["task"] for tk in ev.get("tasks") or []
-                    if isinstance(tk, dict) and _int(tk, "task") is not None]
-            ep.workflows[ev["workflow"]] = {"arrival": t, "tasks": tids, "name": ev.get("name")}
-            for tk in ev.get("tasks") or []:
-                if isinstance(tk, dict) and _int(tk, "task") is not None:
-                    parents[tk["task"]] = [p for p in tk.get("parents") or [] if isinstance(p, int)]
-                    task_wf[tk["task"]] = ev["workflow"]
-                    if (need := _spec(tk, "compute_gflop")) is not None:
-                        ep.need[tk["task"]] = need
+            self.arrival(ev, t)
         elif kind == "start":
-            tid, sid = _int(ev, "task"), _int(ev, "server")
-            if tid is None or sid is None:
-                raise ValueError(f"{path}:{i}: start event without integer 'task' and 'server'")
-            start_run(running, ev, tid, sid, f"{path}:{i}")
-            ep.server_tier.setdefault(sid, UNKNOWN_TIER)
-            run = PathRun(tid, sid, t, transfer_s=_num(ev, "transfer_s") or 0.0,
-                          workflow=task_wf.get(tid), seq=i)
-            if run.workflow is not None:  # gates: (time, priority, line, kind, run)
-                gates = [(ep.workflows[run.workflow]["arrival"], 0, 0, "arrival", None)]
-                gates += [(p.end, 3, p.seq, "parent", p) for p in
-                          (last_done.get(q) for q in parents.get(tid, [])) if p is not None]
-                if tid in requeue:
-                    rt, rk, rline, rrun = requeue[tid]
-                    gates.append((rt, _PRIO[rk], rline, rk, rrun))
-                best = max(gates, key=lambda g: g[:3])
-                run.ready, run.gate, run.pred = best[0], best[3], best[4]
-            running[(tid, sid)] = run
-            ep.runs.append(run)
+            self.start(i, ev, t)
         elif kind in OUTCOME and "task" in ev:  # (a live trace's workflow cancel has none)
-            run = end_run(running, ev, f"{path}:{i}")
+            run = end_run(self.running, ev, f"{self.path}:{i}")
             run.end, run.outcome = t, OUTCOME[kind]
             if kind == "finish":
-                run.seq, last_done[run.task] = i, run  # seq: the line that made it a gate
+                run.seq, self.last_done[run.task] = i, run  # seq: the line that made it a gate
             elif kind == "lost":
-                requeue[run.task] = (t, "lost", i, run)
+                self.requeue[run.task] = (t, "lost", i, run)
         elif kind == "output_lost" and _int(ev, "task") is not None:
-            requeue[ev["task"]] = (t, "output_lost", i, last_done.get(ev["task"]))
+            self.requeue[ev["task"]] = (t, "output_lost", i, self.last_done.get(ev["task"]))
         elif kind == "end":
             ep.truncated = bool(ev.get("truncated"))
-    eps.append(ep)
+
+    def arrival(self, ev: dict, t: float) -> None:
+        ep = self.ep
+        tids = [tk["task"] for tk in ev.get("tasks") or []
+                if isinstance(tk, dict) and _int(tk, "task") is not None]
+        ep.workflows[ev["workflow"]] = {"arrival": t, "tasks": tids, "name": ev.get("name")}
+        for tk in ev.get("tasks") or []:
+            if isinstance(tk, dict) and _int(tk, "task") is not None:
+                self.parents[tk["task"]] = [p for p in tk.get("parents") or []
+                                            if isinstance(p, int)]
+                self.task_wf[tk["task"]] = ev["workflow"]
+                if (need := _spec(tk, "compute_gflop")) is not None:
+                    ep.need[tk["task"]] = need
+
+    def start(self, i: int, ev: dict, t: float) -> None:
+        ep = self.ep
+        tid, sid = _int(ev, "task"), _int(ev, "server")
+        if tid is None or sid is None:
+            raise ValueError(f"{self.path}:{i}: start event without integer 'task' and 'server'")
+        start_run(self.running, ev, tid, sid, f"{self.path}:{i}")
+        ep.server_tier.setdefault(sid, UNKNOWN_TIER)
+        run = PathRun(tid, sid, t, transfer_s=_num(ev, "transfer_s") or 0.0,
+                      workflow=self.task_wf.get(tid), seq=i)
+        if run.workflow is not None:  # gates: (time, priority, line, kind, run)
+            gates = [(ep.workflows[run.workflow]["arrival"], 0, 0, "arrival", None)]
+            gates += [(p.end, 3, p.seq, "parent", p) for p in
+                      (self.last_done.get(q) for q in self.parents.get(tid, [])) if p is not None]
+            if tid in self.requeue:
+                rt, rk, rline, rrun = self.requeue[tid]
+                gates.append((rt, _PRIO[rk], rline, rk, rrun))
+            best = max(gates, key=lambda g: g[:3])
+            run.ready, run.gate, run.pred = best[0], best[3], best[4]
+        self.running[(tid, sid)] = run
+        ep.runs.append(run)
+
+
+def load_episodes(path: str | Path) -> list[Episode]:
+    """Episodes of the trace at ``path`` with every run and its gate (see the module doc)."""
+    eps: list[Episode] = []
+    reader = _EpisodeReader(0, path)
+    for i, ev in read_events(path):
+        kind, t = ev["event"], float(ev["t"])
+        if kind == "episode":
+            ep = reader.ep
+            if ep.runs or ep.workflows or ep.server_tier:
+                eps.append(ep)
+                reader = _EpisodeReader(len(eps), path)
+            reader.header(ev)
+        reader.event(i, ev, kind, t)
+    eps.append(reader.ep)
     return eps
 
 
