@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 import typing
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -55,6 +54,7 @@ from policies.guard import GuardConfig
 from . import errors
 from .decisions import (LoadedPolicy, PreparedPlace, decide_batch, load, place_answer,
                         prepare_place)
+from .policy_holder import PolicyHolder
 from .schedule import schedule, try_policy
 from .errors import DEFAULT_MAX_BODY_BYTES, parse_body
 from .schemas import (ErrorResponse, PlaceRequest, PlaceResponse, PolicyInfo, ScheduleRequest,
@@ -226,10 +226,10 @@ class PlacementService:
         self.args = args if isinstance(args, PlacementArgs) else parse_args(args)
         self.env = load_env(self.args.env_config)
         self.tuning = self.args.tuning
-        self.lp: LoadedPolicy = self._load(self.args.policy)  # no fallback: a bad one fails here
-        self.swaps = 0
-        self.last_swap_error: dict | None = None
-        self._swap_lock = asyncio.Lock()
+        # no fallback: a bad policy argument fails the deploy (serve_apps.policy_holder)
+        self.holder = PolicyHolder(self._load, self.args.policy, "placement",
+                                   lambda lp: f"{lp.info['name']} (version {lp.info['version']})",
+                                   log)
         self._schedule_pool = ThreadPoolExecutor(self.args.decision_threads,
                                                  thread_name_prefix="placement-schedule")
         self._place_pool = ThreadPoolExecutor(1, thread_name_prefix="placement-place")
@@ -244,6 +244,11 @@ class PlacementService:
         try_policy(lp)
         return lp
 
+    @property
+    def lp(self) -> LoadedPolicy:
+        """The current policy (one reference: a request uses the one it started with)."""
+        return self.holder.current
+
     def _apply(self, t: Tuning) -> None:
         self._place_batch.set_max_batch_size(t.max_batch_size)
         self._place_batch.set_batch_wait_timeout_s(t.batch_wait_timeout_s)
@@ -254,33 +259,15 @@ class PlacementService:
         the event loop, fully, before the reference is swapped; requests keep being served
         meanwhile. A change that fails is not applied and never raises (Serve would stop the
         replica): the old policy keeps serving and ``last_swap_error`` says why."""
-        async with self._swap_lock:  # one reconfigure at a time
+        async with self.holder.lock:  # one reconfigure at a time
             raw = dict(user_config or {})
             try:
                 t = build(Tuning, raw, "user_config")
             except ConfigError as e:
-                return self._swap_failed(str(e), raw.get("policy"))
-            if t.policy is not None and t.policy != self.lp.spec:
-                try:
-                    new = await asyncio.to_thread(self._load, t.policy)
-                except Exception as e:  # noqa: BLE001 - whatever failed, keep serving
-                    self._swap_failed(f"{type(e).__name__}: {e}", t.policy)
-                    self.tuning = t
-                    self._apply(t)  # the other settings are valid: apply them
-                    return
-                self.lp = new  # one reference: a request uses the policy it started with
-                self.swaps += 1
-                log.info("placement: now serving %s (version %s)", new.info["name"],
-                         new.info["version"])
+                return self.holder.failed(str(e), raw.get("policy"))
+            await self.holder.swap(t.policy)  # a failed swap keeps the current policy
             self.tuning = t
-            self._apply(t)
-            self.last_swap_error = None
-
-    def _swap_failed(self, message: str, spec: Any) -> None:
-        self.last_swap_error = {"message": message, "time": time.time(),
-                                "spec": None if spec is None else str(spec)}
-        log.warning("placement: user_config change not applied (policy %r): %s; still serving "
-                    "%s (version %s)", spec, message, self.lp.info["name"], self.lp.info["version"])
+            self._apply(t)  # the other settings are valid either way
 
     def check_health(self) -> None:
         if self.lp is None:
@@ -322,7 +309,7 @@ class PlacementService:
     async def policy(self) -> dict:
         lp = self.lp
         return {**lp.info, "guard": lp.guard_info(), "loaded_at": lp.loaded_at,
-                "swaps": self.swaps, "last_swap_error": self.last_swap_error}
+                **self.holder.report()}
 
     # ---------------------------------------------------------------- handle API
     async def decide(self, request: Mapping[str, Any]) -> dict:

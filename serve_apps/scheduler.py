@@ -59,6 +59,7 @@ from scale_ray.live.raydag import as_collected
 
 from . import errors
 from .decisions import RequestError, load
+from .policy_holder import PolicyHolder
 from .schedule import try_policy
 from .errors import parse_body
 from .placement import _dumps, _json, _resolved
@@ -105,11 +106,10 @@ class SchedulerService(Workflows):
         self._doc = (self.env.runtime.default_gflop if emu.hints == "none" else None,
                      emu.noise_sigma)
         self.incarnation = uuid.uuid4().hex[:8]
-        self.policy_spec = self.args.policy
-        policy = self._load(self.policy_spec)  # no fallback: a bad one fails the deploy
-        self.policy_at = time.time()
-        self.swaps, self.last_swap_error = 0, None
-        self._swap_lock = asyncio.Lock()
+        # no fallback: a bad policy argument fails the deploy (serve_apps.policy_holder)
+        self.holder = PolicyHolder(self._load, self.args.policy, "scheduler", lambda p: p.name,
+                                   log)
+        policy = self.holder.current
         self._trace_file = open(self.args.trace, "a", buffering=1) if self.args.trace else None
         self.workflows: dict[str, WorkflowHandle] = {}
         self.owner: dict[str, str] = {}  # workflow id -> tenant
@@ -151,31 +151,17 @@ class SchedulerService(Workflows):
     async def reconfigure(self, user_config: Mapping[str, Any]) -> None:
         """A new ``user_config`` (:class:`SchedulerTuning`); a failed policy swap keeps the
         current policy, never raises, and is reported as ``last_swap_error``."""
-        async with self._swap_lock:
+        async with self.holder.lock:
             raw = dict(user_config or {})
             try:
                 t = build(SchedulerTuning, raw, "user_config")
             except ConfigError as e:
-                return self._swap_failed(str(e), raw.get("policy"))
+                return self.holder.failed(str(e), raw.get("policy"))
             self.tuning = t
             errors.LIMITS.max_body_bytes = t.max_body_bytes
-            if t.policy is None or t.policy == self.policy_spec:
-                self.last_swap_error = None
-                return
-            try:
-                new = await asyncio.to_thread(self._load, t.policy)
-            except Exception as e:  # noqa: BLE001 - whatever failed, keep scheduling
-                return self._swap_failed(f"{type(e).__name__}: {e}", t.policy)
-            await asyncio.wrap_future(self.sched.set_policy(new))
-            self.policy_spec, self.last_swap_error = t.policy, None
-            self.swaps += 1
-            log.info("scheduler: now deciding with %s", new.name)
-
-    def _swap_failed(self, message: str, spec: Any) -> None:
-        self.last_swap_error = {"message": message, "time": time.time(),
-                                "spec": None if spec is None else str(spec)}
-        log.warning("scheduler: user_config change not applied (policy %r): %s; still deciding "
-                    "with %s", spec, message, self.sched.policy.name)
+            # the new policy decides from the scheduler thread's next round on
+            await self.holder.swap(t.policy, lambda new: asyncio.wrap_future(
+                self.sched.set_policy(new)))
 
     def check_health(self) -> None:
         if self.sched._error is not None:  # Serve replaces the replica
@@ -265,15 +251,14 @@ class SchedulerService(Workflows):
                 h = next((x for x in handles if x.id == hid), None)
                 srv["task"] = ({"workflow": ids[id(h)], "task": task["task"], "name": task["name"]}
                                if h is not None and id(h) in ids else {"tenant": "other"})
-        return {**snap, "policy_spec": self.policy_spec, "swaps": self.swaps,
-                "last_swap_error": self.last_swap_error, "tenant": tenant,
+        return {**snap, "policy_spec": self.holder.spec, **self.holder.report(), "tenant": tenant,
                 "scheduler_node": ray.get_runtime_context().get_node_id(),
                 "replica_actor": ray.get_runtime_context().get_actor_name(),
                 "replica_worker_id": ray.get_runtime_context().get_worker_id(),
                 "workflows": counts,
                 "other_tenants": {"unfinished_workflows": others},
                 "journal": await self._off_loop(self.journal.view, tenant),
-                "resumed": {"replica_started": self.started_at, "policy_loaded": self.policy_at,
+                "resumed": {"replica_started": self.started_at, "policy_loaded": self.holder.loaded_at,
                             "scheduler_started": self.scheduler_at, "at": self.resumed_at,
                             "workflows": sum(1 for h in self.resumed
                                              if self.owner.get(h.jid) == tenant)},
