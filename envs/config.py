@@ -20,6 +20,7 @@ from typing import Any, Literal, Mapping
 
 from .config_base import (ConfigError, _check_range, _coerce, _range_text, build,  # noqa: F401
                           merge, replace, rng, to_dict)
+from . import dag_formats
 from .runtime import RuntimeConfig
 
 # --------------------------------------------------------------------------------------------
@@ -146,9 +147,9 @@ class ResourceMappingConfig:
         return self.default
 
 
-# Formats of workload.dag_format (envs.loaders.dags detects them from a file's content).
-DagFormat = Literal["auto", "wfformat", "worfbench", "flowbench", "dagbench", "nestful",
-                    "taskplan", "live"]
+# Formats of workload.dag_format: the registry's (envs.dag_formats), detected from a file's
+# content by envs.loaders.dags, or "auto".
+DagFormat = Literal[("auto", *dag_formats.NAMES)]  # type: ignore[valid-type]
 DAG_FORMATS: tuple[str, ...] = typing.get_args(DagFormat)
 
 

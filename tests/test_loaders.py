@@ -645,3 +645,25 @@ def test_dags_source_and_offered_load(tmp_path):
     # W = (10 + 30) / 2 = 20 GFLOP; paper cluster at N=16: 4 x 1 + 10 x 2 + 2 x 4 = 32 GFLOP/s
     assert loaders.dags.capacity_gflop_s(env, 16) == 32.0
     assert loaders.arrival_rate_for_load(env, 0.5, src.workflows) == pytest.approx(0.8)
+
+
+def test_the_format_registry_drives_the_config_the_loaders_and_the_cli():
+    """One list of DAG formats (envs.dag_formats): the config's choices, a loader for each, and
+    --dag-format's choices come from it."""
+    import argparse
+
+    from envs.config import DAG_FORMATS
+    from envs.dag_formats import NAMES, format_of
+    from envs.loaders.dags import LOADERS
+    from scale_ray.commands import run_workflows
+
+    assert DAG_FORMATS == ("auto", *NAMES) and set(LOADERS) | {"live"} == set(NAMES)
+    p = argparse.ArgumentParser()
+    run_workflows.add_arguments(p)
+    assert next(a for a in p._actions if a.dest == "dag_format").choices == DAG_FORMATS
+    # a list votes by record, a tie going to the first in the registry
+    assert format_of("json", [{"output": []}, {"task_nodes": []}]) == "nestful"
+    assert format_of("json", [{"conversations": []}, {"output": []}, {"output": []}]) == "nestful"
+    assert format_of("json", {"task_graph": {}, "tasks": []}) == "dagbench"
+    assert format_of("json", {"a": ["b"], "b": []}) == "flowbench"
+    assert format_of("json", {"x": 1}) is None

@@ -1,20 +1,8 @@
 """Any DAG file a user brings: format detection from content, and the ``dags`` workload source.
 
 :func:`detect_format` parses a file (JSON, JSON lines, else YAML) and names its format from the
-parsed structure, never from the file name:
-
-=============  =================================================================================
-format         recognised by
-=============  =================================================================================
-``wfformat``   an object with ``schemaVersion`` and ``workflow`` (WfFormat / WfInstances)
-``dagbench``   an object with ``task_graph`` (DAGBench)
-``live``       an object with ``workflows`` or a ``tasks`` list (the live scheduler's DAG files)
-``taskplan``   JSON-lines records, a JSON list or one object with ``task_nodes`` (TaskBench,
-               GNN4TaskPlan, RestBench-TMDB plans)
-``worfbench``  a JSON list whose records have ``conversations`` (WorFBench gold graphs)
-``nestful``    a JSON list whose records have an ``output`` list of calls (NESTFUL)
-``flowbench``  an object whose every value is a list of node names (FlowBench adjacency)
-=============  =================================================================================
+parsed structure, never from the file name: the registry of formats and how each is recognised
+is :mod:`envs.dag_formats` (:data:`LOADERS` here holds each one's loader).
 
 For a list, the format most of its records match wins (a few damaged records do not hide the
 format). :func:`load_dags` reads files and directories (recursively: ``*.json``, ``*.jsonl``,
@@ -32,9 +20,10 @@ import functools
 import json
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from ..config import DAG_FORMATS, EnvConfig, ResourceMappingConfig, WorkloadConfig
+from ..config import EnvConfig, ResourceMappingConfig, WorkloadConfig
+from ..dag_formats import NAMES, format_of
 from ..workflow import ListSource, WorkflowError, WorkflowSpec
 from .common import DATA_DIR, Loaded, OnInvalid, loads_json, read_text, rel
 from .dagbench import load_dagbench_doc
@@ -47,7 +36,7 @@ from .worfbench import load_worfbench_doc
 
 log = logging.getLogger("envs.loaders")
 
-FORMATS: tuple[str, ...] = tuple(f for f in DAG_FORMATS if f != "auto")
+FORMATS: tuple[str, ...] = NAMES  # the registry's (envs.dag_formats)
 SUFFIXES = (".json", ".jsonl", ".yaml", ".yml")
 TASKBENCH_TOOL_FILES = ("data_huggingface", "data_multimedia", "data_dailylifeapis")
 
@@ -92,42 +81,6 @@ def read_doc(path: Path) -> tuple[str, Any]:
                         f"tried: {', '.join(FORMATS)}")
 
 
-def _list_format(records: list) -> str | None:
-    votes = {"worfbench": 0, "nestful": 0, "taskplan": 0}
-    for r in records:
-        if not isinstance(r, dict):
-            continue
-        if "conversations" in r:
-            votes["worfbench"] += 1
-        elif "task_nodes" in r:
-            votes["taskplan"] += 1
-        elif isinstance(r.get("output"), list):
-            votes["nestful"] += 1
-    best = max(votes, key=votes.__getitem__)
-    return best if votes[best] else None
-
-
-def format_of(kind: str, doc: Any) -> str | None:
-    """The format of a parsed file (see the module table), or None when none matches."""
-    if kind == "jsonl":
-        return _list_format([r for _, r in doc])
-    if isinstance(doc, list):
-        return _list_format(doc)
-    if not isinstance(doc, dict) or not doc:
-        return None
-    if "schemaVersion" in doc and "workflow" in doc:
-        return "wfformat"
-    if "task_graph" in doc:
-        return "dagbench"
-    if "workflows" in doc or isinstance(doc.get("tasks"), list):
-        return "live"
-    if "task_nodes" in doc:
-        return "taskplan"
-    if all(isinstance(v, list) and all(isinstance(c, str) for c in v) for v in doc.values()):
-        return "flowbench"
-    return None
-
-
 def detect_format(path: str | Path) -> str:
     """The format of the DAG file ``path``, from its parsed content (one of :data:`FORMATS`).
     Raises WorkflowError naming the file and the formats tried when none matches."""
@@ -154,30 +107,56 @@ def _taskbench_tools() -> dict[str, dict[str, tuple[list[str], list[str]]]]:
     return {"any": merged}
 
 
+def _load_taskplan(path: Path, kind: str, doc: Any, res: ResourceMappingConfig,
+                   on_invalid: OnInvalid) -> Loaded:
+    lines = doc if kind == "jsonl" else (list(enumerate(doc, 1)) if isinstance(doc, list)
+                                         else [(1, doc)])
+    return load_plan_lines(path, lines, res, on_invalid, "taskplan", _taskbench_tools(),
+                           domain="any", predicted=False)
+
+
+def _records(load: Callable[..., Loaded], fmt: str) -> Callable[..., Loaded]:
+    """A loader of a JSON list of records (WorFBench, NESTFUL)."""
+    def run(path: Path, kind: str, doc: Any, res: ResourceMappingConfig,
+            on_invalid: OnInvalid) -> Loaded:
+        if not isinstance(doc, list):
+            raise WorkflowError(f"{rel(path)}: format {fmt!r} expects a JSON list of records, "
+                                f"got {type(doc).__name__}")
+        return load(path, doc, res, on_invalid, fmt)
+    return run
+
+
+def _document(load: Callable[..., Loaded], fmt: str) -> Callable[..., Loaded]:
+    """A loader of one JSON document (WfFormat, FlowBench, DAGBench)."""
+    def run(path: Path, kind: str, doc: Any, res: ResourceMappingConfig,
+            on_invalid: OnInvalid) -> Loaded:
+        return load(path, doc, res, on_invalid, fmt)
+    return run
+
+
+#: each format of the registry (envs.dag_formats) -> its loader (path, kind, doc, res, on_invalid)
+LOADERS: dict[str, Callable[..., Loaded]] = {
+    "wfformat": _document(load_wfformat_doc, "wfformat"),
+    "worfbench": _records(load_worfbench_doc, "worfbench"),
+    "flowbench": _document(load_adjacency_doc, "flowbench"),
+    "dagbench": _document(load_dagbench_doc, "dagbench"),
+    "nestful": _records(load_nestful_doc, "nestful"),
+    "taskplan": _load_taskplan,
+}
+assert set(LOADERS) | {"live"} == set(FORMATS), "every registered format has a loader"
+
+
 def load_doc(path: Path, kind: str, doc: Any, fmt: str, res: ResourceMappingConfig | None,
              on_invalid: OnInvalid) -> Loaded:
     """The workflows of one parsed file read as format ``fmt``."""
-    if fmt == "live":
+    if fmt == "live":  # carries its demands
         return load_live_doc(path, doc, on_invalid)
     if res is None:
         raise WorkflowError(f"workload.resources: required to map the demands of {fmt} file "
                             f"{rel(path)}; inherit configs/env/workloads/base.yaml")
-    if fmt == "taskplan":
-        lines = doc if kind == "jsonl" else (list(enumerate(doc, 1)) if isinstance(doc, list)
-                                             else [(1, doc)])
-        return load_plan_lines(path, lines, res, on_invalid, fmt, _taskbench_tools(),
-                               domain="any", predicted=False)
-    if kind == "jsonl":
+    if kind == "jsonl" and fmt != "taskplan":
         raise WorkflowError(f"{rel(path)}: JSON lines, but format {fmt!r} is one JSON document")
-    if fmt in ("worfbench", "nestful"):
-        if not isinstance(doc, list):
-            raise WorkflowError(f"{rel(path)}: format {fmt!r} expects a JSON list of records, "
-                                f"got {type(doc).__name__}")
-        return (load_worfbench_doc if fmt == "worfbench" else load_nestful_doc)(
-            path, doc, res, on_invalid, fmt)
-    loader = {"wfformat": load_wfformat_doc, "flowbench": load_adjacency_doc,
-              "dagbench": load_dagbench_doc}[fmt]
-    return loader(path, doc, res, on_invalid, fmt)
+    return LOADERS[fmt](path, kind, doc, res, on_invalid)
 
 
 def dag_files(paths: Sequence[str | Path]) -> list[Path]:

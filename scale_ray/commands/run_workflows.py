@@ -14,7 +14,7 @@ import logging
 import math
 from pathlib import Path
 
-from envs.config import build
+from envs.config import DAG_FORMATS, build
 from envs.trace import JsonlTraceWriter
 from policies import default_policy, get_policy
 from scale_ray.config import load_env
@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "NESTFUL, TaskBench plans; detected from the content); demands of the "
                         "non-live formats from workload.resources (default: "
                         "configs/env/workloads/base.yaml)")
-    p.add_argument("--dag-format", default="auto",
+    p.add_argument("--dag-format", default="auto", choices=DAG_FORMATS,
                    help="force the --dag file's format instead of detecting it")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--env-config", default=None, help="environment YAML (default: paper.yaml)")
