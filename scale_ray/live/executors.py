@@ -68,21 +68,24 @@ def _sleep(seconds: float, ctx: Any) -> bool:
 def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The Ray task body around a primitive: placement check, emulated run time, the call.
 
-    ``meta = (expected_node_id | None, sleep_s, gflop_scaled[, attempt, journal_target])``: with
-    ``gflop_scaled`` > 0 (Ray's own placement) the sleep is computed from the capacity label of
-    the node it landed on; ``attempt`` is what :func:`scale_ray.live.journal.attempt` reads in
-    the body; with a ``journal_target`` the run writes its start marker first and its result
-    before it returns (:mod:`scale_ray.live.journal`). Returns ``(value, (node_id, run_s))``,
-    ``run_s`` the seconds the run took in the worker (emulated sleep and body: what the run-time
-    estimator learns, without dispatch and polling delays); the scheduler waits on the small
-    second part only.
+    ``meta = (expected_node_id | None, sleep_s, gflop_scaled[, attempt, journal_target,
+    cancellable])``: with ``gflop_scaled`` > 0 (Ray's own placement) the sleep is computed from
+    the capacity label of the node it landed on; ``attempt`` is what
+    :func:`scale_ray.live.journal.attempt` reads in the body; with a ``journal_target`` the run
+    writes its start marker first and its result before it returns
+    (:mod:`scale_ray.live.journal`); a ``cancellable`` run (a hedged task's) checks during its
+    emulated sleep whether it was cancelled (others sleep in one piece). Returns ``(value,
+    (node_id, run_s))``, ``run_s`` the seconds the run took in the worker (emulated sleep and
+    body: what the run-time estimator learns, without dispatch and polling delays); the
+    scheduler waits on the small second part only.
     """
     def run(meta: tuple, *args: Any, **kwargs: Any) -> tuple[Any, tuple[str, float]]:
         import ray
 
         t0 = time.perf_counter()
         expected, sleep_s, gflop_scaled = meta[:3]
-        n, target = meta[3:] if len(meta) > 3 else (0, None)
+        n, target = meta[3:5] if len(meta) > 3 else (0, None)
+        cancellable = len(meta) > 5 and meta[5]  # a hedged task's run: it may lose its race
         ctx = ray.get_runtime_context()
         node = ctx.get_node_id()
         if expected is not None and node != expected:
@@ -91,8 +94,11 @@ def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
             journal.record_start(target)
         if gflop_scaled > 0:
             sleep_s = gflop_scaled / float(ctx.get_node_labels()[COMPUTE_LABEL])
-        if sleep_s > 0 and _sleep(sleep_s, ctx):
-            raise RunCancelled("cancelled (a hedged copy finished first)")
+        if sleep_s > 0:
+            if not cancellable:
+                time.sleep(sleep_s)
+            elif _sleep(sleep_s, ctx):
+                raise RunCancelled("cancelled (a hedged copy finished first)")
         journal.set_attempt(n)
         try:
             value = fn(*args, **kwargs)

@@ -88,7 +88,7 @@ class Runs:
                             for p in t.parents if p.last_server is not srv), default=0.0)
             sleep_s += transfer * ts
         attempt = t.runs
-        meta = (node.node_id, sleep_s, 0.0, attempt, self._run_target(t))
+        meta = (node.node_id, sleep_s, 0.0, attempt, self._run_target(t), self._hedgeable(t))
         t.runs += 1
         value_ref, status_ref = self._nodes.run(srv, prim, meta, args, kwargs)
         # what the policy sees: the estimate plus the emulated transfer, never the true run
