@@ -18,8 +18,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
-from .config_base import (ConfigError, _check_range, _coerce, _range_text, build,  # noqa: F401
-                          merge, replace, rng, to_dict)
+from .config_base import (ConfigError, build, merge, replace, rng, to_dict)  # noqa: F401
 from . import dag_formats
 from .runtime import RuntimeConfig
 

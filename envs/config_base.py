@@ -25,7 +25,7 @@ def rng(ge: float | None = None, le: float | None = None, gt: float | None = Non
     return {"ge": ge, "le": le, "gt": gt, "lt": lt, "doc": doc}
 
 
-def _range_text(meta: Mapping[str, Any]) -> str:
+def range_text(meta: Mapping[str, Any]) -> str:
     lo = f"> {meta['gt']}" if meta.get("gt") is not None else (
         f">= {meta['ge']}" if meta.get("ge") is not None else "")
     hi = f"< {meta['lt']}" if meta.get("lt") is not None else (
@@ -33,7 +33,7 @@ def _range_text(meta: Mapping[str, Any]) -> str:
     return " and ".join(p for p in (lo, hi) if p) or "any finite value"
 
 
-def _check_range(path: str, value: float, meta: Mapping[str, Any]) -> None:
+def check_range(path: str, value: float, meta: Mapping[str, Any]) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{path}: must be finite, got {value!r}")
     bad = ((meta.get("ge") is not None and value < meta["ge"])
@@ -41,7 +41,7 @@ def _check_range(path: str, value: float, meta: Mapping[str, Any]) -> None:
            or (meta.get("gt") is not None and value <= meta["gt"])
            or (meta.get("lt") is not None and value >= meta["lt"]))
     if bad:
-        raise ConfigError(f"{path}: {value!r} is out of range; allowed: {_range_text(meta)}")
+        raise ConfigError(f"{path}: {value!r} is out of range; allowed: {range_text(meta)}")
 
 
 def _literal(path: str, choices: tuple, value: Any) -> Any:
@@ -57,7 +57,7 @@ def _literal(path: str, choices: tuple, value: Any) -> Any:
     return value
 
 
-def _coerce(path: str, tp: Any, value: Any, meta: Mapping[str, Any]) -> Any:
+def coerce(path: str, tp: Any, value: Any, meta: Mapping[str, Any]) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
@@ -67,7 +67,7 @@ def _coerce(path: str, tp: Any, value: Any, meta: Mapping[str, Any]) -> Any:
         errors = []
         for a in non_none:
             try:
-                return _coerce(path, a, value, meta)
+                return coerce(path, a, value, meta)
             except ConfigError as e:
                 errors.append(str(e))
         raise ConfigError(errors[0] if len(errors) == 1 else f"{path}: {value!r} matches none of "
@@ -79,10 +79,10 @@ def _coerce(path: str, tp: Any, value: Any, meta: Mapping[str, Any]) -> Any:
             raise ConfigError(f"{path}: expected a list, got {type(value).__name__}")
         item_tp = args[0] if args else Any
         if origin is tuple and len(args) == 2 and args[1] is Ellipsis or origin is list:
-            return tuple(_coerce(f"{path}[{i}]", item_tp, v, meta) for i, v in enumerate(value))
+            return tuple(coerce(f"{path}[{i}]", item_tp, v, meta) for i, v in enumerate(value))
         if len(value) != len(args):
             raise ConfigError(f"{path}: expected {len(args)} items, got {len(value)}")
-        return tuple(_coerce(f"{path}[{i}]", a, v, meta) for i, (a, v) in enumerate(zip(args, value)))
+        return tuple(coerce(f"{path}[{i}]", a, v, meta) for i, (a, v) in enumerate(zip(args, value)))
     if origin is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{path}: expected a mapping, got {type(value).__name__}")
@@ -98,13 +98,13 @@ def _coerce(path: str, tp: Any, value: Any, meta: Mapping[str, Any]) -> Any:
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{path}: expected an integer, got {value!r}")
-        _check_range(path, value, meta)
+        check_range(path, value, meta)
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{path}: expected a number, got {value!r}")
         value = float(value)
-        _check_range(path, value, meta)
+        check_range(path, value, meta)
         return value
     if tp is str:
         if not isinstance(value, str):
@@ -131,7 +131,7 @@ def build(cls: type, data: Mapping[str, Any] | None, path: str = "") -> Any:
     for name, f in fields.items():
         key = f"{path}.{name}" if path else name
         if name in data:
-            kwargs[name] = _coerce(key, hints[name], data[name], f.metadata)
+            kwargs[name] = coerce(key, hints[name], data[name], f.metadata)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{key}: required key is missing")
     try:

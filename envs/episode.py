@@ -17,20 +17,20 @@ if TYPE_CHECKING:  # annotations only: the simulator imports this module
     from .simulator import Simulator
 
 
-class _Task:
+class TaskRecord:
     __slots__ = ("id", "wf", "compute", "memory_gb", "output", "parents", "children", "key",
                  "pending", "state", "slot", "sid", "start", "finish", "token", "first_parent",
                  "waits", "rank", "nominal", "kind", "hint", "factor", "factor2", "expected",
                  "copy_slot", "hedgeable")
 
-    def __init__(self, tid: int, wf: "_Workflow", compute: float, memory_gb: float, output: float):
+    def __init__(self, tid: int, wf: "WorkflowRecord", compute: float, memory_gb: float, output: float):
         self.id = tid
         self.wf = wf
         self.compute = compute
         self.memory_gb = memory_gb
         self.output = output
-        self.parents: list[_Task] = []
-        self.children: list[_Task] = []
+        self.parents: list[TaskRecord] = []
+        self.children: list[TaskRecord] = []
         self.key: tuple = ()
         self.pending = 0            # unfinished parents
         self.state = WAITING
@@ -39,7 +39,7 @@ class _Task:
         self.start = math.nan
         self.finish = math.nan
         self.token = 0              # bumps on every start; stale finish events are ignored
-        self.first_parent: _Task | None = None  # first parent to finish (paper's transfer source)
+        self.first_parent: TaskRecord | None = None  # first parent to finish (paper's transfer source)
         self.waits = 0              # policy picks that did not start it (invalid actions)
         self.rank = 0.0             # within-workflow rank of its order key (envs.order.ranks)
         # run times (envs.runtime; unused with the defaults). ``compute`` is what deciders see:
@@ -55,7 +55,7 @@ class _Task:
         self.hedgeable = False
 
 
-class _Workflow:
+class WorkflowRecord:
     __slots__ = ("id", "arrival", "n", "done", "lower_bound", "finish", "level", "tasks")
 
     def __init__(self, wid: int, arrival: float, n: int, lower_bound: float):
@@ -66,14 +66,14 @@ class _Workflow:
         self.lower_bound = lower_bound
         self.finish = math.nan
         self.level = 0.0            # its order level (envs.order: deadline, work left, service)
-        self.tasks: list[_Task] = []
+        self.tasks: list[TaskRecord] = []
 
 
 def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
                    speed_by_memory: Sequence[tuple[float, float]], order: str,
                    mean_compute: float, bandwidth_gb_s: float, latency_s: float,
                    edf_factor: float = 2.0, shown: Sequence[float] | None = None
-                   ) -> tuple[_Workflow, list[_Task]]:
+                   ) -> tuple[WorkflowRecord, list[TaskRecord]]:
     """Workflow ``wid`` arriving at ``t`` with task ids from ``base``: linked tasks, each keyed
     for the ready queue by ``order`` (:mod:`envs.order`), and the critical-path lower bound
     (each task on the fastest tier, ``speed_by_memory`` ordered by speed, whose memory fits
@@ -81,9 +81,9 @@ def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
     the tasks' ``compute`` and the order keys use them, the lower bound the spec's."""
     specs = spec.tasks
     n = len(specs)
-    wf = _Workflow(wid, t, n, 0.0)
+    wf = WorkflowRecord(wid, t, n, 0.0)
     comp = [ts.compute_gflop for ts in specs] if shown is None else list(shown)
-    new = [_Task(base + i, wf, comp[i], ts.memory_gb, ts.output_gb)
+    new = [TaskRecord(base + i, wf, comp[i], ts.memory_gb, ts.output_gb)
            for i, ts in enumerate(specs)]
     wf.tasks = new
     # One forward pass: links, and the critical-path lower bound.
@@ -121,7 +121,7 @@ def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
     return wf, new
 
 
-def rekey(wf: _Workflow, order: str, task: _Task, run_s: float, mean_compute: float,
+def rekey(wf: WorkflowRecord, order: str, task: TaskRecord, run_s: float, mean_compute: float,
           push: Any) -> None:
     """A dynamic order (``srpt``, ``las``): ``task`` of ``wf`` finished after ``run_s``
     seconds; the workflow's level moves, every unfinished task gets its new key and the ready

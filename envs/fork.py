@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from .decision import DecisionCore
-from .episode import _Task, _Workflow
+from .episode import TaskRecord, WorkflowRecord
 from .hedging import HEDGE
 from .simulator import ARRIVAL, DONE, FINISH, Simulator
 
@@ -124,12 +124,12 @@ def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> S
     # Workflows and tasks: copy the unfinished ones; task ids are indices into sim.tasks.
     tasks = list(sim.tasks)
     workflows = list(sim.workflows)
-    wf_map: dict[int, _Workflow] = {}
-    copies: list[tuple[_Task, _Task]] = []
+    wf_map: dict[int, WorkflowRecord] = {}
+    copies: list[tuple[TaskRecord, TaskRecord]] = []
     lo = unfinished_range(sim)
     new._fork_lo = lo
-    tnew = _Task.__new__
-    wnew = _Workflow.__new__
+    tnew = TaskRecord.__new__
+    wnew = WorkflowRecord.__new__
     for i in range(lo, len(tasks)):
         t = tasks[i]
         if t.state == DONE:
@@ -137,13 +137,13 @@ def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> S
         w = t.wf
         wc = wf_map.get(w.id)
         if wc is None:
-            wc = wnew(_Workflow)
+            wc = wnew(WorkflowRecord)
             wc.id, wc.arrival, wc.n, wc.done = w.id, w.arrival, w.n, w.done
             wc.lower_bound, wc.finish, wc.level = w.lower_bound, w.finish, w.level
             wc.tasks = w.tasks  # the originals; relinked to the copies below
             wf_map[w.id] = wc
             workflows[w.id] = wc
-        c = tnew(_Task)
+        c = tnew(TaskRecord)
         c.id, c.wf, c.compute, c.memory_gb, c.output = t.id, wc, t.compute, t.memory_gb, t.output
         c.key, c.pending, c.state, c.slot, c.sid = t.key, t.pending, t.state, t.slot, t.sid
         c.start, c.finish, c.token, c.first_parent, c.waits = (t.start, t.finish, t.token,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .decision import RUNNING
 
 if TYPE_CHECKING:
-    from .episode import _Task
+    from .episode import TaskRecord
     from .simulator import Simulator
 
 __all__ = ["arm", "on_straggler", "launch", "settle", "lose_one", "metrics", "HEDGE"]
@@ -33,7 +33,7 @@ HEDGE = 7  # event kind (after envs.sim_cluster's): a hedgeable run passed its q
 _FINISH = 0  # envs.sim_cluster.FINISH (that module imports this one)
 
 
-def arm(sim: "Simulator", task: "_Task", slot: int, exec_start: float) -> None:
+def arm(sim: "Simulator", task: "TaskRecord", slot: int, exec_start: float) -> None:
     """At a hedgeable task's start: its straggler event at the estimated quantile."""
     rt = sim._rt
     q = rt.quantile_s(task, sim._compute_l[slot], sim.srv_tier[slot], rt.cfg.hedge_quantile)
@@ -41,7 +41,7 @@ def arm(sim: "Simulator", task: "_Task", slot: int, exec_start: float) -> None:
     heapq.heappush(sim._events, (exec_start + q, HEDGE, sim._seq, slot, (task.token, task)))
 
 
-def on_straggler(sim: "Simulator", slot: int, token_task: tuple[int, "_Task"]) -> None:
+def on_straggler(sim: "Simulator", slot: int, token_task: tuple[int, "TaskRecord"]) -> None:
     token, task = token_task
     if task.token == token and task.state == RUNNING and task.copy_slot < 0:
         sim._stragglers.append((token, task))
@@ -66,7 +66,7 @@ def launch(sim: "Simulator") -> None:
     sim._stragglers = keep
 
 
-def _start_copy(sim: "Simulator", task: "_Task", slot: int) -> None:
+def _start_copy(sim: "Simulator", task: "TaskRecord", slot: int) -> None:
     t = sim.t
     sid = sim._sid_l[slot]
     estimate, run_s = sim._rt.run_times(task, sim._compute_l[slot], sim.srv_tier[slot], copy=True)
@@ -91,7 +91,7 @@ def _start_copy(sim: "Simulator", task: "_Task", slot: int) -> None:
         sim._emit(ev)
 
 
-def settle(sim: "Simulator", task: "_Task", slot: int) -> None:
+def settle(sim: "Simulator", task: "TaskRecord", slot: int) -> None:
     """``task`` finished on ``slot`` while a copy ran: cancel the other run, free its server;
     the finishing run's server holds the result."""
     other = task.copy_slot if slot != task.copy_slot else task.slot
@@ -117,7 +117,7 @@ def settle(sim: "Simulator", task: "_Task", slot: int) -> None:
         sim._drop_server(other, "server_remove")
 
 
-def lose_one(sim: "Simulator", task: "_Task", slot: int) -> None:
+def lose_one(sim: "Simulator", task: "TaskRecord", slot: int) -> None:
     """A server failed under one of ``task``'s two runs: that run is lost, the other goes on."""
     if slot == task.slot:
         task.slot, task.sid = task.copy_slot, sim._sid_l[task.copy_slot]

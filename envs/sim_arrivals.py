@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .decision import READY
-from .episode import _Task, build_workflow
+from .episode import TaskRecord, build_workflow
 from .sim_cluster import ARRIVAL
 from .workload import WorkflowSpec
 
@@ -58,6 +58,6 @@ class Arrivals:
             if task.pending == 0:
                 self._make_ready(task)
 
-    def _make_ready(self, task: _Task) -> None:
+    def _make_ready(self, task: TaskRecord) -> None:
         task.state = READY
         self._queue.push(task.key, task.id, task)

@@ -33,7 +33,7 @@ from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  #
                        Rules, ServerTable, task_vector)  # (the task states are re-exported)
 from .encoding import encode_task, task_dim
 from . import order as orders
-from .episode import _Task, _Workflow, episode_metrics, rekey
+from .episode import TaskRecord, WorkflowRecord, episode_metrics, rekey
 from .run_model import OVERDUE_S, RunModel, compute_range
 from . import hedging
 from .sim_arrivals import Arrivals
@@ -162,7 +162,7 @@ class Simulator(Arrivals, ClusterDynamics):
         self._idle_w_l = [0.0] * n
         self._busy_w_l = [0.0] * n
         self._present_l = [False] * n
-        self.running: list[_Task | None] = [None] * n
+        self.running: list[TaskRecord | None] = [None] * n
         self.run_start = [0.0] * n                # when the slot's current run began
         self._slot_of: dict[int, int] = {}
         self._next_server_id = 0
@@ -170,9 +170,9 @@ class Simulator(Arrivals, ClusterDynamics):
         self._pending_penalty = 0.0
         self._events: list[tuple] = []
         self._seq = 0
-        self.tasks: list[_Task] = []
-        self.workflows: list[_Workflow] = []
-        self.current: _Task | None = None
+        self.tasks: list[TaskRecord] = []
+        self.workflows: list[WorkflowRecord] = []
+        self.current: TaskRecord | None = None
         self.outstanding = 0
         self.open_workflows = 0
         self.arrivals_done = False
@@ -239,7 +239,7 @@ class Simulator(Arrivals, ClusterDynamics):
                     self.open_workflows if self._per_workflow else self.outstanding)
             self.t = t
 
-    def _on_finish(self, slot: int, token_task: tuple[int, _Task]) -> None:
+    def _on_finish(self, slot: int, token_task: tuple[int, TaskRecord]) -> None:
         token, task = token_task
         if task.token != token or task.state != RUNNING or self.running[slot] is not task:
             return  # stale: the task (or this run of a hedged one) was lost, or its other run won
@@ -322,7 +322,7 @@ class Simulator(Arrivals, ClusterDynamics):
                 self._emit_end()
                 return
 
-    def _runtime_view(self, task: _Task) -> None:
+    def _runtime_view(self, task: TaskRecord) -> None:
         """What deciders see at this decision (``runtime`` active): the task's current estimate,
         and every busy server still busy: an overdue run (past its estimated end) shows its
         expected residual time (``RunModel.residual_s``), at least ``OVERDUE_S``."""
@@ -382,7 +382,7 @@ class Simulator(Arrivals, ClusterDynamics):
         else:
             self._advance_to(self.t + self.cfg.mdp.wait_dt_s)
 
-    def _start(self, task: _Task, slot: int) -> float:
+    def _start(self, task: TaskRecord, slot: int) -> float:
         t = self.t
         if self._rt is None:
             exec_s = run_s = task.compute / self._compute_l[slot]

@@ -29,7 +29,7 @@ from .config import DynamicsConfig, EnvConfig
 from .runtime import RuntimeConfig
 from .fork import fork
 from .decision import DONE, READY, RUNNING
-from .episode import _Task, _Workflow, build_workflow
+from .episode import TaskRecord, WorkflowRecord, build_workflow
 from .sim_cluster import FINISH
 from .simulator import Simulator
 from . import order as orders
@@ -213,7 +213,7 @@ def _topological(specs: list[TaskSpec], w: int) -> tuple[WorkflowSpec, list[int]
                               for old in order)), new_of
 
 
-def _run(sim: Simulator, task: _Task, slot: int, remaining: float | None) -> None:
+def _run(sim: Simulator, task: TaskRecord, slot: int, remaining: float | None) -> None:
     """``task`` runs on ``slot`` until ``remaining`` seconds from now."""
     until = max(remaining or 0.0, 1e-9)
     task.state, task.slot, task.sid, task.start = RUNNING, slot, sim._sid_l[slot], 0.0
@@ -225,8 +225,8 @@ def _run(sim: Simulator, task: _Task, slot: int, remaining: float | None) -> Non
 
 
 def _stand_in(sim: Simulator, slot: int, remaining: float) -> None:
-    wf = _Workflow(len(sim.workflows), 0.0, 1, 0.0)
-    task = _Task(len(sim.tasks), wf, 0.0, 0.0, 0.0)
+    wf = WorkflowRecord(len(sim.workflows), 0.0, 1, 0.0)
+    task = TaskRecord(len(sim.tasks), wf, 0.0, 0.0, 0.0)
     task.key = (0, 0.0)
     sim.workflows.append(wf)
     sim.open_workflows += 1
@@ -246,7 +246,7 @@ def describe(sim: Simulator) -> tuple[list[ServerState], list[WorkflowState], li
                            sim._idle_w_l[s], sim._busy_w_l[s], sim._accept_l[s])
                if sim._present_l[s] else ServerState(1.0, 0.0, accepting=False)
                for s in range(sim.n_slots)]
-    by_wf: dict[int, list[_Task]] = {}
+    by_wf: dict[int, list[TaskRecord]] = {}
     for tk in sim.tasks:
         if tk.state != DONE:
             by_wf.setdefault(tk.wf.id, []).append(tk)

@@ -33,7 +33,7 @@ import numpy as np
 from envs.config import FeatureConfig, build, rng
 
 from .base import Obs, Policy, is_planner
-from .heuristics import EarliestFinish, _Heuristic
+from .heuristics import EarliestFinish, Heuristic
 
 #: override reasons, in the order the rules are checked (counter keys: ``guard_<reason>``)
 REASONS = ("infeasible", "wait_budget", "slower_wait")
@@ -118,7 +118,7 @@ def guard_summary(guard: Guard | None) -> dict[str, int]:
 def is_learned(policy: Policy) -> bool:
     """Whether ``policy`` is a trained one (guarded by default), not a built-in heuristic or a
     planner (:class:`policies.base.Planner`)."""
-    return not isinstance(policy, _Heuristic) and not is_planner(policy)
+    return not isinstance(policy, Heuristic) and not is_planner(policy)
 
 
 def make_guard(policy: Policy, config: GuardConfig | None, features: FeatureConfig | None,

@@ -20,7 +20,7 @@ _IDLE_BONUS = 1e9
 _MEM_TOL = 1e-5  # float32 round trip of the normalised memory feature
 
 
-class _Heuristic(Policy):
+class Heuristic(Policy):
     def __init__(self, features: FeatureConfig | None = None, transfer_delays_start: bool = False,
                  seed: int | None = None):
         self.features = features or FeatureConfig()
@@ -50,7 +50,7 @@ class _Heuristic(Policy):
         return np.where(fits, -srv.remaining_s, -np.inf)
 
 
-class RandomFeasible(_Heuristic):
+class RandomFeasible(Heuristic):
     """Uniformly random among idle servers that fit; a random fitting server when none is idle."""
     name = "random"
 
@@ -64,7 +64,7 @@ class RandomFeasible(_Heuristic):
         return int(pool[self.rng.integers(0, pool.size)])
 
 
-class RoundRobin(_Heuristic):
+class RoundRobin(Heuristic):
     """The next idle fitting server after the last one chosen, in slot order."""
     name = "round-robin"
 
@@ -86,7 +86,7 @@ class RoundRobin(_Heuristic):
         return a
 
 
-class LeastLoaded(_Heuristic):
+class LeastLoaded(Heuristic):
     """The fitting server with the least remaining busy time; ties at random. With one task per
     server this is a random idle server while any is idle."""
     name = "least-loaded"
@@ -101,7 +101,7 @@ class LeastLoaded(_Heuristic):
         return int(best[self.rng.integers(0, best.size)])
 
 
-class FastestIdle(_Heuristic):
+class FastestIdle(Heuristic):
     """The idle fitting server with the highest compute; ties to the smallest memory."""
     name = "fastest-idle"
 
@@ -112,7 +112,7 @@ class FastestIdle(_Heuristic):
         return np.where(idle, srv.compute - 1e-6 * srv.memory_gb, -np.inf)
 
 
-class EarliestFinish(_Heuristic):
+class EarliestFinish(Heuristic):
     """EFT: the idle fitting server where the task finishes first (transfer counted when
     transfers delay starts; otherwise ties go to the parent's server, then smallest memory).
     Never waits while a fitting server is idle."""
@@ -127,7 +127,7 @@ class EarliestFinish(_Heuristic):
         return np.where(idle, -(finish + tie), -np.inf)
 
 
-class EarliestFinishWait(_Heuristic):
+class EarliestFinishWait(Heuristic):
     """EFT-wait: any fitting server, busy ones counted from when they free up; picking a busy
     server is a wait (it shows what waiting costs under the paper's semantics)."""
     name = "eft-wait"
@@ -144,7 +144,7 @@ class Heft(EarliestFinish):
     order = "upward_rank"
 
 
-HEURISTICS: dict[str, type[_Heuristic]] = {
+HEURISTICS: dict[str, type[Heuristic]] = {
     cls.name: cls for cls in (RandomFeasible, RoundRobin, LeastLoaded, FastestIdle, EarliestFinish,
                               EarliestFinishWait, Heft)
 }

@@ -30,7 +30,7 @@ from envs.encoding import SERVER_DIM, TASK_DIM
 # Logit of a masked server. Finite (cf. RLlib's FLOAT_MIN) so softmax/log_softmax of an
 # all-masked row stays finite; exp(MASKED_SCORE - max) underflows to exactly 0 next to a valid one.
 MASKED_SCORE = -3.0e38
-_ATTN_MASKED = -1.0e9  # attention logit of a padded/masked key (finite: all-masked rows -> uniform)
+ATTN_MASKED = -1.0e9  # attention logit of a padded/masked key (finite: all-masked rows -> uniform)
 
 
 class NetOutput(NamedTuple):
@@ -106,7 +106,7 @@ class CrossAttentionBlock(nn.Module):
         self.norm2 = nn.LayerNorm(d)
 
     def forward(self, query: torch.Tensor, servers: torch.Tensor, key_bias: torch.Tensor) -> torch.Tensor:
-        """query (B, d), servers (B, N, d), key_bias (B, 1, N) with 0 or _ATTN_MASKED -> (B, d)."""
+        """query (B, d), servers (B, N, d), key_bias (B, 1, N) with 0 or ATTN_MASKED -> (B, d)."""
         b, n, d = servers.shape
         h, dh = self.heads, self.d_head
         q = self.q(query).view(b, h, 1, dh)
@@ -148,7 +148,7 @@ class CrossAttentionPointerNet(nn.Module):
         # output is finite and irrelevant (its scores are all masked).
         any_valid = valid.any(-1, keepdim=True)
         attend = valid | ~any_valid
-        key_bias = torch.zeros_like(action_mask, dtype=e.dtype).masked_fill(~attend, _ATTN_MASKED)
+        key_bias = torch.zeros_like(action_mask, dtype=e.dtype).masked_fill(~attend, ATTN_MASKED)
         key_bias = key_bias[:, None, :]
         z = self.task_mlp(task)
         for block in self.blocks:

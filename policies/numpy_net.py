@@ -30,7 +30,7 @@ import numpy as np
 from scipy.special import erf
 from torch import nn
 
-from .networks import _ATTN_MASKED, MASKED_SCORE, CrossAttentionBlock, CrossAttentionPointerNet
+from .networks import ATTN_MASKED, MASKED_SCORE, CrossAttentionBlock, CrossAttentionPointerNet
 
 _F32 = np.float32
 
@@ -152,7 +152,7 @@ class NumpyPointerNet:
         # A row with no valid server attends to every key (its scores are all masked anyway).
         attend = valid | ~valid.any(-1, keepdims=True)
         key_bias = (None if attend.all() else
-                    np.where(attend, _F32(0.0), _F32(_ATTN_MASKED))[:, None, None, :])
+                    np.where(attend, _F32(0.0), _F32(ATTN_MASKED))[:, None, None, :])
         z = self._embed(task, *self.task_mlp)
         for i, block in enumerate(self.blocks):
             z = block(z, proj[:, :, i * w:(i + 1) * w], key_bias)

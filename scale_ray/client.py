@@ -161,7 +161,7 @@ class ServiceWorkflow:
         self.id: str = accepted["id"]
         self.name: str = accepted["name"]
         self.submit_latency_s = submit_latency_s
-        self._record: dict | None = None
+        self.final_record: dict | None = None
 
     def _call(self, method: str, *args: Any) -> Any:
         """A handle call; retried while the replica is being replaced (actor errors)."""
@@ -174,17 +174,17 @@ class ServiceWorkflow:
         if rec["state"] in ("lost", "unknown"):
             raise WorkflowLost(rec["error"]) if rec["state"] == "lost" else KeyError(rec["error"])
         if rec["state"] in ("completed", "failed", "cancelled"):
-            self._record = rec
+            self.final_record = rec
         return rec
 
     def done(self) -> bool:
-        return self._record is not None or self.status()["state"] in ("completed", "failed",
+        return self.final_record is not None or self.status()["state"] in ("completed", "failed",
                                                                      "cancelled")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the workflow completed, failed or was cancelled; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._record is None:
+        while self.final_record is None:
             left = 30.0 if deadline is None else min(30.0, deadline - time.monotonic())
             if left <= 0:
                 return False
@@ -197,7 +197,7 @@ class ServiceWorkflow:
         :class:`WorkflowFailed` (cancelled), :class:`WorkflowLost`, or ``TimeoutError``."""
         if not self.wait(timeout):
             raise TimeoutError(f"workflow {self.id} ({self.name!r}) not done after {timeout} s")
-        rec = self._record
+        rec = self.final_record
         if rec["state"] != "completed":
             failed = WorkflowFailed(f"workflow {self.id} ({self.name!r}) {rec['state']}: "
                                     f"{rec['error']}")
@@ -220,7 +220,7 @@ class ServiceWorkflow:
     def response_s(self) -> float | None:
         """Wall seconds from the service's acceptance to the last task's completion (None until
         completed)."""
-        return None if self._record is None else self._record["response_s"]
+        return None if self.final_record is None else self.final_record["response_s"]
 
     def cancel(self) -> bool:
         """Cancel it; True if it was still running (see ``DELETE /v1/workflows/{id}``)."""

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from scale_ray.gantt import OUTCOME, UNKNOWN_TIER, Run, _int, _num, end_run, start_run
+from scale_ray.gantt import OUTCOME, UNKNOWN_TIER, Run, as_int, as_num, end_run, start_run
 
 PARTS = ("critical_path_fastest_s", "slower_server_s", "transfer_s", "queue_ready_s", "lost_run_s",
          "wait_parent_s")
@@ -95,8 +95,8 @@ class Episode:
 
 def _spec(d: dict[str, Any], compute: str) -> tuple[float, float] | None:
     """``(d[compute], d["memory_gb"])`` where the first is a number > 0 (memory: 0 if missing)."""
-    c = _num(d, compute)
-    return (c, _num(d, "memory_gb") or 0.0) if c is not None and c > 0 else None
+    c = as_num(d, compute)
+    return (c, as_num(d, "memory_gb") or 0.0) if c is not None and c > 0 else None
 
 
 def read_events(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
@@ -125,7 +125,7 @@ def read_events(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         if not isinstance(ev, dict) or not isinstance(ev.get("event"), str):
             raise ValueError(f"{path}:{i}: not a trace: line {i} is not a trace event "
                              f"(a JSON object with an 'event' name)")
-        if _num(ev, "t") is None:
+        if as_num(ev, "t") is None:
             raise ValueError(f"{path}:{i}: {ev['event']} event without a numeric time 't'")
         out.append((i, ev))
     if not out:
@@ -155,14 +155,14 @@ class _EpisodeReader:
     def event(self, i: int, ev: dict, kind: str, t: float) -> None:
         ep = self.ep
         ep.t_end = max(ep.t_end, t)
-        if kind == "server_add" and _int(ev, "server") is not None:
+        if kind == "server_add" and as_int(ev, "server") is not None:
             ep.server_tier[ev["server"]] = str(ev.get("tier") or UNKNOWN_TIER)
             ep.server_span[ev["server"]] = [t, math.inf]
             if (spec := _spec(ev, "compute")) is not None:
                 ep.server_specs[ev["server"]] = spec
         elif kind in ("server_remove", "server_fail") and ev.get("server") in ep.server_span:
             ep.server_span[ev["server"]][1] = t
-        elif kind == "arrival" and _int(ev, "workflow") is not None:
+        elif kind == "arrival" and as_int(ev, "workflow") is not None:
             self.arrival(ev, t)
         elif kind == "start":
             self.start(i, ev, t)
@@ -173,7 +173,7 @@ class _EpisodeReader:
                 run.seq, self.last_done[run.task] = i, run  # seq: the line that made it a gate
             elif kind == "lost":
                 self.requeue[run.task] = (t, "lost", i, run)
-        elif kind == "output_lost" and _int(ev, "task") is not None:
+        elif kind == "output_lost" and as_int(ev, "task") is not None:
             self.requeue[ev["task"]] = (t, "output_lost", i, self.last_done.get(ev["task"]))
         elif kind == "end":
             ep.truncated = bool(ev.get("truncated"))
@@ -181,10 +181,10 @@ class _EpisodeReader:
     def arrival(self, ev: dict, t: float) -> None:
         ep = self.ep
         tids = [tk["task"] for tk in ev.get("tasks") or []
-                if isinstance(tk, dict) and _int(tk, "task") is not None]
+                if isinstance(tk, dict) and as_int(tk, "task") is not None]
         ep.workflows[ev["workflow"]] = {"arrival": t, "tasks": tids, "name": ev.get("name")}
         for tk in ev.get("tasks") or []:
-            if isinstance(tk, dict) and _int(tk, "task") is not None:
+            if isinstance(tk, dict) and as_int(tk, "task") is not None:
                 self.parents[tk["task"]] = [p for p in tk.get("parents") or []
                                             if isinstance(p, int)]
                 self.task_wf[tk["task"]] = ev["workflow"]
@@ -193,12 +193,12 @@ class _EpisodeReader:
 
     def start(self, i: int, ev: dict, t: float) -> None:
         ep = self.ep
-        tid, sid = _int(ev, "task"), _int(ev, "server")
+        tid, sid = as_int(ev, "task"), as_int(ev, "server")
         if tid is None or sid is None:
             raise ValueError(f"{self.path}:{i}: start event without integer 'task' and 'server'")
         start_run(self.running, ev, tid, sid, f"{self.path}:{i}")
         ep.server_tier.setdefault(sid, UNKNOWN_TIER)
-        run = PathRun(tid, sid, t, transfer_s=_num(ev, "transfer_s") or 0.0,
+        run = PathRun(tid, sid, t, transfer_s=as_num(ev, "transfer_s") or 0.0,
                       workflow=self.task_wf.get(tid), seq=i)
         if run.workflow is not None:  # gates: (time, priority, line, kind, run)
             gates = [(ep.workflows[run.workflow]["arrival"], 0, 0, "arrival", None)]

@@ -66,14 +66,14 @@ def _bad(path: Path, line: int | None, msg: str) -> ValueError:
     return ValueError(f"{where}: {msg}")
 
 
-def _num(ev: dict, key: str) -> float | None:
+def as_num(ev: dict, key: str) -> float | None:
     v = ev.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         return None
     return float(v)
 
 
-def _int(ev: dict, key: str) -> int | None:
+def as_int(ev: dict, key: str) -> int | None:
     v = ev.get(key)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -88,7 +88,7 @@ def start_run(running: dict[tuple[int, int], Any], ev: dict, tid: int, sid: int,
 
 def end_run(running: dict[tuple[int, int], Any], ev: dict, where: str) -> Any:
     """The run a ``finish``, ``lost`` or ``cancel`` event ends (its task on its server)."""
-    tid, sid = _int(ev, "task"), _int(ev, "server")
+    tid, sid = as_int(ev, "task"), as_int(ev, "server")
     run = running.pop((tid, sid), None) if tid is not None else None
     if run is None and tid is not None:  # no server named (live: -1 when it is gone): the
         keys = [k for k in running if k[0] == tid]  # task's only run
@@ -129,7 +129,7 @@ def _events(path: Path) -> list[tuple[int, dict]]:
             raise _bad(path, i, f"not JSONL (line is not valid JSON: {e.msg})") from None
         if not isinstance(ev, dict) or not isinstance(ev.get("event"), str):
             raise _bad(path, i, "not a trace event (a JSON object with an 'event' name)")
-        if _num(ev, "t") is None:
+        if as_num(ev, "t") is None:
             raise _bad(path, i, f"{ev['event']} event without a numeric time 't'")
         out.append((i, ev))
     return out
@@ -161,14 +161,14 @@ class _Reader:
             sch.policy = ev.get("policy") if isinstance(ev.get("policy"), str) else None
             sch.live = "time_scale" in ev
         elif kind == "server_add":
-            sid = _int(ev, "server")
+            sid = as_int(ev, "server")
             if sid is None:
                 raise _bad(self.path, i, "server_add without an integer 'server'")
             tier = str(ev.get("tier") or UNKNOWN_TIER)
             sch.servers[sid] = Server(sid, tier, t)
             self.tier(tier)
         elif kind in ("server_remove", "server_fail", "server_drain"):
-            s = sch.servers.get(_int(ev, "server"))  # type: ignore[arg-type]
+            s = sch.servers.get(as_int(ev, "server"))  # type: ignore[arg-type]
             if s is not None:
                 if kind == "server_drain":
                     s.drained = t
@@ -186,11 +186,11 @@ class _Reader:
             elif kind == "lost":
                 self.requeued[run.task] = t
         elif kind == "output_lost":
-            tid = _int(ev, "task")
+            tid = as_int(ev, "task")
             if tid is not None:
                 self.requeued[tid] = t
         elif kind == "guard":  # policies.guard replaced a learned policy's pick
-            sch.guards.append((t, _int(ev, "chosen")))
+            sch.guards.append((t, as_int(ev, "chosen")))
         elif kind == "end":
             sch.has_end = True
             if isinstance(ev.get("metrics"), dict):
@@ -201,7 +201,7 @@ class _Reader:
         self.sch.has_arrivals = True
         wid = ev.get("workflow")
         for tk in ev.get("tasks") or []:
-            tid = _int(tk, "task") if isinstance(tk, dict) else None
+            tid = as_int(tk, "task") if isinstance(tk, dict) else None
             if tid is None:
                 raise _bad(self.path, i, "arrival with a task lacking an integer 'task' id")
             self.tasks_wf[tid] = wid if isinstance(wid, int) else -1
@@ -210,7 +210,7 @@ class _Reader:
 
     def start(self, i: int, ev: dict, t: float) -> None:
         sch = self.sch
-        tid, sid = _int(ev, "task"), _int(ev, "server")
+        tid, sid = as_int(ev, "task"), as_int(ev, "server")
         if tid is None or sid is None:
             raise _bad(self.path, i, "start event without integer 'task' and 'server'")
         start_run(self.running, ev, tid, sid, f"{self.path}:{i}")
@@ -222,7 +222,7 @@ class _Reader:
             ready = max([self.arrival_t[tid], self.requeued.get(tid, -math.inf)]
                         + [max((f for f in self.finishes.get(p, []) if f <= t), default=-math.inf)
                            for p in self.parents.get(tid, [])])
-        run = Run(tid, sid, t, ready=ready, transfer_s=_num(ev, "transfer_s") or 0.0,
+        run = Run(tid, sid, t, ready=ready, transfer_s=as_num(ev, "transfer_s") or 0.0,
                   workflow=self.tasks_wf.get(tid))
         self.running[(tid, sid)] = run
         sch.runs.append(run)
@@ -248,12 +248,12 @@ def load_schedule(path: str | Path) -> Schedule:
 
 def _decision_note(m: dict[str, Any]) -> str:
     """Whole-episode wait/invalid counts from the ``end`` metrics (the trace does not say when)."""
-    dec = _num(m, "decisions")
+    dec = as_num(m, "decisions")
     if dec is None:
         return ""
-    if _num(m, "waits") is not None:  # live scheduler: the policy chose to wait
+    if as_num(m, "waits") is not None:  # live scheduler: the policy chose to wait
         return f"episode: {m['waits']:g} policy waits in {dec:g} decisions (times not traced)"
-    if _num(m, "invalid_rate") is not None:  # simulator: an invalid pick is a wait
+    if as_num(m, "invalid_rate") is not None:  # simulator: an invalid pick is a wait
         return (f"episode: {round(m['invalid_rate'] * dec)} waits (invalid picks) in {dec:g} "
                 f"decisions (times not traced)")
     return ""

@@ -275,7 +275,7 @@ def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> Prep
     if servers.max_accepting_memory() < t.memory_gb:
         raise RequestError(("body", "task", "memory_gb"),
                            f"{t.memory_gb} GB fits no accepting server (largest: "
-                           f"{_fmt_mem(servers.max_accepting_memory())})", "no_fit")
+                           f"{fmt_mem(servers.max_accepting_memory())})", "no_fit")
     if t.parent_server is None:
         slot = -1
     else:
@@ -284,7 +284,7 @@ def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> Prep
     if lp.encoder.features.backlog:
         for name in ("ready_tasks", "workflow_age_s"):
             if getattr(t, name) is None:
-                raise RequestError(("body", "task", name), _BACKLOG_MISSING, "missing")
+                raise RequestError(("body", "task", name), BACKLOG_MISSING, "missing")
         ready_tasks, age = t.ready_tasks, t.workflow_age_s
     row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, t.successors, t.completion_ratio,
                   slot, t.parent_output_gb, ready_tasks, age)
@@ -307,9 +307,9 @@ def place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> dict:
     return place_answer(lp, prep, choice, scores)
 
 
-_BACKLOG_MISSING = ("field required: this policy was trained with features.backlog=true (it "
+BACKLOG_MISSING = ("field required: this policy was trained with features.backlog=true (it "
                     "reads ready tasks per server and workflow age)")
 
 
-def _fmt_mem(m: float) -> str:
+def fmt_mem(m: float) -> str:
     return f"{m} GB" if math.isfinite(m) else "no server is accepting"

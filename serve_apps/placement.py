@@ -142,7 +142,7 @@ _ERRORS = {422: {"model": ErrorResponse, "description": "invalid input; detail n
 _BODIES = (PlaceRequest, ScheduleRequest)
 
 
-def _resolved(fn: Callable) -> Callable:
+def resolved_annotations(fn: Callable) -> Callable:
     """Resolve the string annotations (``from __future__ import annotations``) now. Serve ships
     the deployment class to the replica by value, with only the globals its code names; FastAPI
     there would not find ``Request``, which appears in annotations only, and would take
@@ -174,11 +174,11 @@ def _openapi() -> dict:
 api.openapi = _openapi  # type: ignore[method-assign]
 
 
-def _dumps(content: dict) -> bytes:
+def dumps_compact(content: dict) -> bytes:
     return json.dumps(content, separators=(",", ":")).encode()
 
 
-def _json(body: bytes) -> Response:
+def json_response(body: bytes) -> Response:
     return Response(body, media_type="application/json")
 
 
@@ -191,7 +191,7 @@ def _schedule_job(body: bytes | Mapping, lp: LoadedPolicy, t: Tuning,
 
 
 def _schedule_json(body: bytes, lp: LoadedPolicy, t: Tuning, content_type: str | None) -> bytes:
-    return _dumps(_schedule_job(body, lp, t, content_type))
+    return dumps_compact(_schedule_job(body, lp, t, content_type))
 
 
 def _prepare_job(body: bytes | Mapping, lp: LoadedPolicy, max_servers: int,
@@ -289,19 +289,19 @@ class PlacementService:
 
     @api.post("/v1/place", response_model=PlaceResponse, responses=_ERRORS,
               openapi_extra=_body(PlaceRequest), summary="choose a server for one task")
-    @_resolved
+    @resolved_annotations
     async def place(self, request: Request) -> Response:
         body = await request.body()  # capped by errors.BodyCap; parsed in the worker thread
-        return _json(_dumps(await self._place(body, request.headers.get("content-type"))))
+        return json_response(dumps_compact(await self._place(body, request.headers.get("content-type"))))
 
     # ---------------------------------------------------------------- /v1/schedule
     @api.post("/v1/schedule", response_model=ScheduleResponse, responses=_ERRORS,
               openapi_extra=_body(ScheduleRequest),
               summary="assign every ready task that can start now")
-    @_resolved
+    @resolved_annotations
     async def schedule(self, request: Request) -> Response:
         body = await request.body()
-        return _json(await self._off_loop(self._schedule_pool, _schedule_json, body, self.lp,
+        return json_response(await self._off_loop(self._schedule_pool, _schedule_json, body, self.lp,
                                           self.tuning, request.headers.get("content-type")))
 
     # ---------------------------------------------------------------- /v1/policy

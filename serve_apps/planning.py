@@ -22,7 +22,7 @@ from .schemas import RequestError, ScheduleRequest
 
 if TYPE_CHECKING:
     from .decisions import LoadedPolicy, RequestServers
-    from .schedule import _Ready
+    from .schedule import ReadyRow
 
 
 def planner_env(lp: "LoadedPolicy") -> EnvConfig:
@@ -39,7 +39,7 @@ def planner_env(lp: "LoadedPolicy") -> EnvConfig:
 
 
 def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServers"
-                ) -> tuple[Callable[["_Ready"], int], Callable[["_Ready", int], None]]:
+                ) -> tuple[Callable[["ReadyRow"], int], Callable[["ReadyRow", int], None]]:
     """(ask, started) for :meth:`envs.decision.DecisionCore.run_round`: ``ask(ready) -> server
     position`` plans on the snapshot; ``started(ready, position)`` records a start (call it
     from the round's start callback). Raises RequestError for a running task without its
@@ -77,7 +77,7 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
                             servers.power_l[i], servers.busy_power_l[i], servers.accept_l[i])
                 for i in range(len(servers))]
 
-    def ask(r: "_Ready") -> int:
+    def ask(r: "ReadyRow") -> int:
         key = (r.wi, r.j)
         choice = planner.decide(snapshot(), workflows, key, waiting, env=env)
         r.asked = True
@@ -85,7 +85,7 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
             waiting[key] = choice
         return choice
 
-    def record(r: "_Ready", choice: int) -> None:
+    def record(r: "ReadyRow", choice: int) -> None:
         wi, j = r.wi, r.j
         wf = workflows[wi]
         tasks = wf.tasks[:j] + (replace(wf.tasks[j], server=choice),) + wf.tasks[j + 1:]

@@ -122,9 +122,9 @@ class Workflows:
     def _done(self, tenant: str, tasks: int, h: WorkflowHandle) -> None:
         # only the outputs' results are kept (GET returns those): the others are released now
         keep = set(h.workflow.outputs)
-        for i in range(len(h._refs)):
+        for i in range(len(h.result_refs)):
             if i not in keep:
-                h._refs[i] = None
+                h.result_refs[i] = None
         with self._load_lock:
             load = self._inflight.get(tenant)
             if load is not None:
@@ -140,8 +140,8 @@ class Workflows:
         ttl = self.tuning.result_ttl_s
         for h in self.workflows.values():  # results past their TTL are released
             if h.done() and h.finished_wall is not None and now - h.finished_wall > ttl \
-                    and any(r is not None for r in h._refs):
-                h._refs = [None] * len(h._refs)
+                    and any(r is not None for r in h.result_refs):
+                h.result_refs = [None] * len(h.result_refs)
                 self.sched.compact(h)
         done = [k for k, h in self.workflows.items() if h.done()]
         extra = len(done) - self.tuning.retain_finished

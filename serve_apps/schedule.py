@@ -15,14 +15,14 @@ from envs.decision import READY, DecisionCore, Rules
 from envs.workflow import kahn_order
 from policies.base import is_planner
 
-from .decisions import (_BACKLOG_MISSING, EncoderSettings, LoadedPolicy, RequestServers, TaskRow,
-                        _fmt_mem, decide, guarded, observe, prepare_place)
+from .decisions import (BACKLOG_MISSING, EncoderSettings, LoadedPolicy, RequestServers, TaskRow,
+                        fmt_mem, decide, guarded, observe, prepare_place)
 from .planning import planner_ask, probe_request
 from .schemas import PlaceRequest, RequestError, ScheduleRequest
 
 # ------------------------------------------------------------------------------- /v1/schedule
 @dataclass(slots=True)
-class _Ready:
+class ReadyRow:
     """A ready task of the request, as the decision core's queue holds it."""
     key: tuple
     wf: Any
@@ -84,7 +84,7 @@ def _workflow_ranks(wi: int, wf, ordering: str, mean_compute: float, enc: Encode
 
 
 def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks: int
-                     ) -> tuple[RequestServers, list[_Ready]]:
+                     ) -> tuple[RequestServers, list[ReadyRow]]:
     """Validate the request and list its ready tasks in the encoder's order (``envs.order``:
     the simulator's key, then workflow and task position)."""
     servers = RequestServers(req.servers, lp.encoder, max_servers)
@@ -101,8 +101,8 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
     fastest = float(servers.compute[acc].max()) if acc.any() else float(servers.compute.max())
     backlog = enc.features.backlog
     if backlog and req.now_s is None:
-        raise RequestError(("body", "now_s"), _BACKLOG_MISSING, "missing")
-    ready: list[_Ready] = []
+        raise RequestError(("body", "now_s"), BACKLOG_MISSING, "missing")
+    ready: list[ReadyRow] = []
     for wi, wf in enumerate(req.workflows):
         if wf.id in wf_ids:
             raise RequestError(("body", "workflows", wi, "id"), f"duplicate workflow id {wf.id!r}")
@@ -126,7 +126,7 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
             if t.memory_gb > max_mem:
                 raise RequestError(("body", "workflows", wi, "tasks", j, "memory_gb"),
                                    f"{t.memory_gb} GB fits no accepting server (largest: "
-                                   f"{_fmt_mem(max_mem)})", "no_fit")
+                                   f"{fmt_mem(max_mem)})", "no_fit")
             inputs = [(servers.position.get(i.server, -2), i.output_gb) for i in t.inputs]
             if inputs:
                 slot, out = inputs[0]
@@ -135,7 +135,7 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
             row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, successors[j], ratio, slot,
                           out, workflow_age_s=age)
             key = orders.task_key(enc.order, rank[j], wf.arrival_s, wi, level) + (wi, j)
-            ready.append(_Ready(key, wf, t, row, inputs, t.waits, wi, j))
+            ready.append(ReadyRow(key, wf, t, row, inputs, t.waits, wi, j))
     ready.sort(key=lambda r: r.key)
     return servers, ready
 
@@ -164,7 +164,7 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
     assignments: list[dict] = []
     unassigned: list[dict] = []
 
-    def ask(r: _Ready) -> int:
+    def ask(r: ReadyRow) -> int:
         if planned:
             return plan(r)
         # features.backlog: the tasks still ready are this one and those behind it (as in the
@@ -176,7 +176,7 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
         r.asked = True
         return choice
 
-    def start(r: _Ready, choice: int) -> None:
+    def start(r: ReadyRow, choice: int) -> None:
         exec_s = r.row.compute_gflop / servers.compute_l[choice]
         delay = 0.0
         if enc.transfer_delays_start:
@@ -188,7 +188,7 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
         assignments.append({"workflow": r.wf.id, "task": r.task.id,
                             "server": servers.ids[choice], "index": choice, "guard": r.note})
 
-    def waited(r: _Ready, reason: str) -> None:
+    def waited(r: ReadyRow, reason: str) -> None:
         entry = {"workflow": r.wf.id, "task": r.task.id, "reason": reason}
         if r.asked:  # the policy's own wait
             entry["guard"] = r.note

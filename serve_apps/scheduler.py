@@ -62,7 +62,7 @@ from .decisions import RequestError, load
 from .policy_holder import PolicyHolder
 from .schedule import try_policy
 from .errors import parse_body
-from .placement import _dumps, _json, _resolved
+from .placement import dumps_compact, json_response, resolved_annotations
 from .scheduler_config import SchedulerArgs, SchedulerTuning, parse_args
 from .tenants import IdSigner, Tenants, audit, load_tokens
 from .durable import JournalView, check_key, rebuild
@@ -87,7 +87,7 @@ api.add_exception_handler(UnknownWorkflow, unknown_handler)
 
 
 def _respond(content: Any) -> Response:
-    return _json(_dumps(content))
+    return json_response(dumps_compact(content))
 
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=1000, health_check_period_s=2,
@@ -122,7 +122,7 @@ class SchedulerService(Workflows):
         # (fair share and the journal are on unless the config says otherwise: parse_args)
         self.sched = LiveScheduler(policy, self.env, self.args.live,
                                    trace=self._write_trace if self._trace_file else None).start()
-        self.t0 = self.sched._t0
+        self.t0 = self.sched.clock_origin
         errors.LIMITS.max_body_bytes = self.tuning.max_body_bytes
         self.scheduler_at = time.time()
         self.journal = JournalView(self.sched)
@@ -133,7 +133,7 @@ class SchedulerService(Workflows):
             self._register(h.jid, h, h.group)
         self.resumed_at = time.time()
         log.info("scheduler service %s: %d servers, policy %s, journal %s: %d workflows resumed "
-                 "(%d unfinished), %d unrestorable", self.incarnation, len(self.sched._alive),
+                 "(%d unfinished), %d unrestorable", self.incarnation, len(self.sched.alive_servers),
                  policy.name, self.sched.journal.uri if self.sched.journal else "off",
                  len(self.resumed), sum(not h.done() for h in self.resumed),
                  len(self.sched.unrestorable))
@@ -164,8 +164,8 @@ class SchedulerService(Workflows):
                 self.sched.set_policy(new)))
 
     def check_health(self) -> None:
-        if self.sched._error is not None:  # Serve replaces the replica
-            raise RuntimeError(f"the scheduler thread died: {self.sched._error!r}")
+        if self.sched.thread_error is not None:  # Serve replaces the replica
+            raise RuntimeError(f"the scheduler thread died: {self.sched.thread_error!r}")
 
     def __del__(self) -> None:
         if getattr(self, "metrics", None) is not None:
@@ -208,7 +208,7 @@ class SchedulerService(Workflows):
     def _values(self, h: WorkflowHandle) -> Any:
         import ray
 
-        refs = [h._refs[i] for i in h.workflow.outputs]
+        refs = [h.result_refs[i] for i in h.workflow.outputs]
         if any(r is None for r in refs):
             raise UnknownWorkflow(f"the result of workflow {h.name!r} expired (result_ttl_s="
                                   f"{self.tuning.result_ttl_s:g} s after it finished)", gone=True)
@@ -221,7 +221,7 @@ class SchedulerService(Workflows):
         def make() -> dict:  # per-task lists: off the event loop for large workflows
             rec = record(wid, h, self.t0, self.sched.cfg.time_scale)
             if with_result and rec["state"] == "completed":
-                if any(h._refs[i] is None for i in h.workflow.outputs):
+                if any(h.result_refs[i] is None for i in h.workflow.outputs):
                     rec["result"], rec["result_expired"] = None, True
                 else:
                     rec["result"] = jsonable(self._values(h))
@@ -266,7 +266,7 @@ class SchedulerService(Workflows):
 
     # ---------------------------------------------------------------- HTTP
     @api.post("/v1/workflows", status_code=201, summary="submit a workflow (a DAG)")
-    @_resolved
+    @resolved_annotations
     async def post_workflow(self, request: Request) -> Response:
         tenant = self._tenant(request)
         body = await request.body()
@@ -285,7 +285,7 @@ class SchedulerService(Workflows):
         return out
 
     @api.get("/v1/workflows/{wid}", summary="state, per-task node and times, result or error")
-    @_resolved
+    @resolved_annotations
     async def get_workflow(self, request: Request, wid: str, wait_s: float = 0.0,
                            result: bool = True) -> Response:
         """``result=false``: the state only (polling); the result is not fetched, so the
@@ -296,12 +296,12 @@ class SchedulerService(Workflows):
         return _respond(await self._record(wid, tenant, wait_s, result))
 
     @api.delete("/v1/workflows/{wid}", summary="cancel a workflow")
-    @_resolved
+    @resolved_annotations
     async def delete_workflow(self, request: Request, wid: str) -> Response:
         return _respond(await self._cancel(wid, self._tenant(request)))
 
     @api.get("/v1/cluster", summary="servers, busy, queue, policy")
-    @_resolved
+    @resolved_annotations
     async def get_cluster(self, request: Request) -> Response:
         return _respond(await self._cluster(self._tenant(request)))
 

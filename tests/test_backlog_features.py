@@ -179,7 +179,7 @@ def test_live_scheduler_observation_with_backlog_equals_the_encoder(tmp_path):
     from scale_ray.live import LiveConfig, LiveScheduler
     from scale_ray.live.cluster import NodeInfo
     from scale_ray.live.handles import WorkflowHandle
-    from scale_ray.live.nodes import _Server
+    from scale_ray.live.nodes import LiveServer
     from scale_ray.live.workflow import from_spec
     from envs.workload import TaskSpec, WorkflowSpec
 
@@ -187,7 +187,7 @@ def test_live_scheduler_observation_with_backlog_equals_the_encoder(tmp_path):
     policy = get_policy(str(_backlog_artifact(tmp_path, env)), EnvConfig())  # features: artifact's
     sched = LiveScheduler(policy, EnvConfig(), LiveConfig(time_scale=0.5))
     assert sched.features.backlog
-    servers = [_Server(i, NodeInfo(f"node{i}", 1, 1.0 + i, 80.0, "t", 30.0, 100.0), 0)
+    servers = [LiveServer(i, NodeInfo(f"node{i}", 1, 1.0 + i, 80.0, "t", 30.0, 100.0), 0)
                for i in range(5)]
     servers[3].offered = False  # its actor is starting: masked, and not counted
     pl = sched.placement

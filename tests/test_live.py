@@ -39,14 +39,14 @@ def test_observation_fast_path_equals_the_encoder():
     from policies import get_policy
     from scale_ray.live.cluster import NodeInfo
     from scale_ray.live.handles import WorkflowHandle
-    from scale_ray.live.nodes import _Server
+    from scale_ray.live.nodes import LiveServer
 
     env = load_env(None, servers=16)
     sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.5))
     tiers = [(1.0, 8.0, "small", 30.0, 100.0), (2.0, 32.0, "medium", 50.0, 200.0),
              (4.0, 80.0, "large", 80.0, 400.0)]
-    servers = [_Server(i, NodeInfo(f"node{i}", 1, *tiers[i % 3]), 0) for i in range(7)]
-    gone = _Server(99, NodeInfo("gone", 1, *tiers[2]), 0)
+    servers = [LiveServer(i, NodeInfo(f"node{i}", 1, *tiers[i % 3]), 0) for i in range(7)]
+    gone = LiveServer(99, NodeInfo("gone", 1, *tiers[2]), 0)
     pl = sched.placement
     pl.set_alive(servers)
     spec = WorkflowSpec((TaskSpec(2.0, 4.0, 0.3), TaskSpec(3.0, 40.0, 0.7, (0,)),
@@ -87,12 +87,12 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
     from policies import get_policy
     from scale_ray.live.cluster import NodeInfo
     from scale_ray.live.handles import WorkflowHandle
-    from scale_ray.live.nodes import _Server
+    from scale_ray.live.nodes import LiveServer
 
     env = load_env("configs/env/realistic.yaml", servers=2)
     sched = LiveScheduler(get_policy("lookahead", env), env, LiveConfig(time_scale=1.0))
-    slow = _Server(0, NodeInfo("slow", 1, 1.0, 64.0, "small", 30.0, 100.0), 0)
-    fast = _Server(1, NodeInfo("fast", 1, 8.0, 64.0, "large", 80.0, 400.0), 0)
+    slow = LiveServer(0, NodeInfo("slow", 1, 1.0, 64.0, "small", 30.0, 100.0), 0)
+    fast = LiveServer(1, NodeInfo("fast", 1, 8.0, 64.0, "large", 80.0, 400.0), 0)
     pl = sched.placement
     pl.set_alive([slow, fast])
     spec = WorkflowSpec((TaskSpec(1.0, 1.0, 0.5), TaskSpec(8.0, 1.0, 0.5, (0,)),
@@ -288,7 +288,7 @@ class TestSharedCluster:
         assert starts == finishes
         assert len(policy.picks) >= 3 + 4 + 4
         if executor == "actor":  # one actor per server, started when the server was seen
-            assert sched.counters["actors_started"] == len(sched._alive)
+            assert sched.counters["actors_started"] == len(sched.alive_servers)
 
 
     def test_bench_pinned_floor_runs_the_dags_correctly(self, cluster):
@@ -461,7 +461,7 @@ class TestSharedCluster:
             deadline = time.time() + 60
             # seen, and (executor=actor) its actor answered: offered from then on (on a loaded
             # machine a new worker can take longer than the first four workflows)
-            while not any(s.node.node_id == new and s.offered for s in list(sched._alive)) \
+            while not any(s.node.node_id == new and s.offered for s in list(sched.alive_servers)) \
                     and time.time() < deadline:
                 time.sleep(0.05)
             hs += [sched.submit(s) for s in specs[4:]]
@@ -479,7 +479,7 @@ class TestSharedCluster:
                 # the busy node whose run has the most time left (>= 0.5 s wall: a run about
                 # to end can finish before the kill lands on a loaded machine)
                 now = time.perf_counter()
-                busy = sorted((s.busy_until - now, s.node.node_id) for s in list(sched._alive)
+                busy = sorted((s.busy_until - now, s.node.node_id) for s in list(sched.alive_servers)
                               if s.task is not None and s.offered
                               and s.node.node_id != c.nodes[0].node_id)
                 if busy and busy[-1][0] >= 0.5:
@@ -519,7 +519,7 @@ class TestSharedCluster:
                             "three")
         cfg = LiveConfig(time_scale=0.0, executor="actor", actor_idle_s=0.5)
         with LiveScheduler(get_policy("eft", env), env, cfg) as sched:
-            n = len(sched._alive)
+            n = len(sched.alive_servers)
             assert sched.counters["actors_started"] == n
             assert sched.submit(spec).result(timeout=60) == from_spec(spec).expected[2]
             deadline = time.time() + 30
@@ -551,7 +551,7 @@ class TestSharedCluster:
                 assert f"{n_nodes} of {2 * n_nodes} server actors not ready" in caplog.text
                 hs = [sched.submit(spec) for _ in range(4)]
                 assert sched.drain(timeout=60)
-                ready = {s.sid for s in sched._alive if s.offered}
+                ready = {s.sid for s in sched.alive_servers if s.offered}
         assert len(ready) == n_nodes
         assert all([h.get(i) for i in range(3)] == list(from_spec(spec).expected) for h in hs)
         used = {ev["server"] for ev in events if ev["event"] == "start"}
@@ -565,7 +565,7 @@ class TestSharedCluster:
 
         c, env = cluster
         with LiveScheduler(SlowestIdle(), env, LiveConfig(time_scale=0.0, executor="actor")) as sched:
-            victim = min(sched._alive, key=lambda s: s.node.compute)  # SlowestIdle's first pick
+            victim = min(sched.alive_servers, key=lambda s: s.node.compute)  # SlowestIdle's first pick
             real = sched._remote.actor
             failing = [2]
 
@@ -585,7 +585,7 @@ class TestSharedCluster:
                 time.sleep(0.05)
             assert victim.offered and failing[0] == 0
             assert sched.counters["lost"] >= 1
-            assert sched.counters["actors_started"] >= len(sched._alive) + 3
+            assert sched.counters["actors_started"] >= len(sched.alive_servers) + 3
             h2 = sched.submit(const.bind(7))  # the slowest server works again
             assert h2.result(timeout=60) == 7 and h2.task_nodes[0] == victim.node.node_id
 
@@ -754,6 +754,6 @@ def test_done_callbacks_run_once_and_one_that_raises_stops_nothing():
     h.add_done_callback(boom)
     h.add_done_callback(lambda x: seen.append(("before", x.id)))
     assert seen == []
-    h._complete(1.0)  # the raising callback is logged, the next one still runs
+    h.record_completion(1.0)  # the raising callback is logged, the next one still runs
     h.add_done_callback(lambda x: seen.append(("after", x.id)))
     assert seen == [("before", 0), ("after", 0)] and h.done()

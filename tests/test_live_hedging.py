@@ -16,7 +16,7 @@ from scale_ray.bench.service import double_booked, reruns
 from scale_ray.config import load_env
 from scale_ray.live import LiveConfig, LiveScheduler, Primitive
 from scale_ray.live.cluster import LocalHeteroCluster, NodeInfo
-from scale_ray.live.nodes import _Server
+from scale_ray.live.nodes import LiveServer
 from scale_ray.live.workflow import WorkflowError, emulated_body
 
 THREE_TIERS = ["cluster.servers=3",
@@ -54,7 +54,7 @@ def test_a_copy_goes_to_the_fastest_idle_server_that_fits():
     sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=TS, hedge="all"))
     tiers = [(1.0, 8.0, "small", 30.0, 100.0), (2.0, 32.0, "medium", 50.0, 200.0),
              (4.0, 80.0, "large", 80.0, 400.0)]
-    servers = [_Server(i, NodeInfo(f"node{i}", 1, *tiers[i]), 0) for i in range(3)]
+    servers = [LiveServer(i, NodeInfo(f"node{i}", 1, *tiers[i]), 0) for i in range(3)]
     for s in servers:
         s.offered = True
     sched._set_alive(servers)
@@ -90,7 +90,7 @@ def _run(env, cfg: LiveConfig, prim: Primitive):
         while sched._losers and time.monotonic() < deadline:
             time.sleep(0.05)
         counters = dict(sched.counters)
-        busy = [s.sid for s in sched._alive if s.task is not None]
+        busy = [s.sid for s in sched.alive_servers if s.task is not None]
     return h, events, counters, busy
 
 
@@ -162,7 +162,7 @@ def test_a_node_lost_under_one_run_drops_that_run_only(gone):
                           trace=events.append)
     tiers = [(1.0, 8.0, "small", 30.0, 100.0), (2.0, 32.0, "medium", 50.0, 200.0),
              (4.0, 80.0, "large", 80.0, 400.0)]
-    servers = [_Server(i, NodeInfo(f"node{i}", 1, *tiers[i]), 0) for i in range(3)]
+    servers = [LiveServer(i, NodeInfo(f"node{i}", 1, *tiers[i]), 0) for i in range(3)]
     sched._set_alive(servers)
     sched._admit(WorkflowHandle(0, from_spec(WorkflowSpec((TaskSpec(1.0, 1.0, 0.0),))), 0.0))
     t = sched.placement.queue.heap[0][2]

@@ -215,7 +215,7 @@ def test_the_live_scheduler_keys_its_queue_with_the_same_module(order, first):
     old.submitted_wall, young.submitted_wall = 100.0, 105.0
     for h in (old, young):  # old: shallow, 2 GFLOP; young: a 3-chain, 12 GFLOP, rank 2
         sched._admit(h)
-        for t in h._record.tasks:
+        for t in h.live_record.tasks:
             if not t.waiting_for:
                 sched.placement.push(t)
     head = sched.placement.queue.heap[0][2]

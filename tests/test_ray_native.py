@@ -292,7 +292,7 @@ def test_live_scheduler_runs_ray_dags_on_a_plain_cluster(plain_cluster):
     from scale_ray.live import LiveScheduler
 
     with LiveScheduler(get_policy("eft")) as sched:
-        tiers = sorted(s.node.tier for s in sched._alive)
+        tiers = sorted(s.node.tier for s in sched.alive_servers)
         assert tiers == ["cpu1-gpu1", "cpu2", "cpu2"]
         assert sched.submit(inc.bind(inc.bind(1))).result(timeout=60) == 3
         with InputNode() as inp:
@@ -314,13 +314,13 @@ def test_live_scheduler_runs_ray_dags_on_a_plain_cluster(plain_cluster):
         # a node that joins is picked up from what Ray reports, one that leaves is dropped
         extra = plain_cluster["cluster"].add_node(num_cpus=1)
         deadline = time.time() + 60
-        while len(sched._alive) < 4 and time.time() < deadline:
+        while len(sched.alive_servers) < 4 and time.time() < deadline:
             time.sleep(0.2)
-        assert len(sched._alive) == 4
+        assert len(sched.alive_servers) == 4
         plain_cluster["cluster"].remove_node(extra)
-        while len(sched._alive) > 3 and time.time() < deadline + 60:
+        while len(sched.alive_servers) > 3 and time.time() < deadline + 60:
             time.sleep(0.2)
-        assert len(sched._alive) == 3
+        assert len(sched.alive_servers) == 3
         assert sched.submit(inc.bind(inc.bind(1))).result(timeout=60) == 3
     with LiveScheduler(get_policy("eft"), config={"servers": "scale"}) as sched:
         with pytest.raises(NoServers, match="scale_slot"):

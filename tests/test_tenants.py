@@ -115,7 +115,7 @@ def test_finished_workflows_keep_only_their_outputs_and_expire():
 
     class H:
         def __init__(self):
-            self._refs = ["r0", "r1", "r2"]
+            self.result_refs = ["r0", "r1", "r2"]
             self.workflow = type("W", (), {"outputs": (2,)})()
             self.finished_wall = _time.perf_counter() - 10.0
 
@@ -130,10 +130,10 @@ def test_finished_workflows_keep_only_their_outputs_and_expire():
     h = H()
     svc._inflight = {"t": [1, 3]}
     svc._done("t", 3, h)
-    assert h._refs == [None, None, "r2"] and svc._inflight["t"] == [0, 0]
+    assert h.result_refs == [None, None, "r2"] and svc._inflight["t"] == [0, 0]
     svc.workflows["x"] = h
     svc._prune()  # finished 10 s ago, TTL 5 s: its result is released, its record stays
-    assert h._refs == [None, None, None] and "x" in svc.workflows
+    assert h.result_refs == [None, None, None] and "x" in svc.workflows
     assert compacted == [h]  # the journal drops its results too (once)
     svc._prune()
     assert compacted == [h]

@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         rec = {"id": h.id, "submit_latency_s": h.submit_latency_s}
         try:
             ok = h.wait(max(1.0, deadline - time.monotonic()))
-            rec.update(state=h._record["state"] if ok else "timeout", response_s=h.response_s,
-                       error=h._record["error"] if ok else None)
+            rec.update(state=h.final_record["state"] if ok else "timeout", response_s=h.response_s,
+                       error=h.final_record["error"] if ok else None)
         except client.WorkflowLost as e:
             rec.update(state="lost", response_s=None, error=str(e))
         out.append(rec)

@@ -16,7 +16,7 @@ from typing import Any
 from envs import order as orders
 
 from .handles import WorkflowHandle
-from .tasks import DONE, _Task, _Workflow
+from .tasks import DONE, LiveTask, LiveWorkflow
 
 
 class Admission:
@@ -24,9 +24,9 @@ class Admission:
 
     def _admit(self, h: WorkflowHandle) -> None:
         spec = h.workflow.spec
-        wf = h._record = _Workflow(h, h.submitted_wall)
+        wf = h.live_record = LiveWorkflow(h, h.submitted_wall)
         order, c = self.order, self.env.cluster
-        computes = [s.node.compute for s in self._alive] or [t.compute for t in self._tiers]
+        computes = [s.node.compute for s in self.alive_servers] or [t.compute for t in self._tiers]
         mean_c = self._mean_compute = orders.mean_compute(computes)
         gflop, kids = [ts.compute_gflop for ts in spec.tasks], spec.children()
         ranks = orders.ranks(order, gflop, [ts.output_gb for ts in spec.tasks], kids, mean_c,
@@ -39,24 +39,24 @@ class Admission:
         if self._fair is not None:  # the group's start tag first (scale_ray.live.fairshare)
             wf.share = self._fair.admit(h.group, wf.wid, sum(gflop) / mean_c)
             h.add_done_callback(lambda _h, wid=wf.wid: self._fair_done.put(wid))
-        done = h._resumed or {}  # finished before a restart (Durable.resume)
+        done = h.resumed_tasks or {}  # finished before a restart (Durable.resume)
         for i, call in enumerate(h.workflow.calls):
-            t = _Task(self._next_gid, i, wf, call)
+            t = LiveTask(self._next_gid, i, wf, call)
             self._next_gid += 1
             t.rank = ranks[i]
             t.key = self._key(order, ranks[i], h.submitted_wall, wf)
             t.parents = [wf.tasks[p] for p in spec.tasks[i].parents]
             t.waiting_for = {p.idx for p in t.parents if p.state != DONE}
-            t.runs = h._prior_runs.get(i, 0)
+            t.runs = h.prior_runs.get(i, 0)
             for p in t.parents:
                 p.children.append(t)
             if i in done:
                 t.value_ref, node, finished = done[i]
                 t.state = DONE
                 wf.done += 1
-                h._task_done(i, t.value_ref, node, finished)
+                h.record_task_done(i, t.value_ref, node, finished)
             wf.tasks.append(t)
-        h._resumed = None
+        h.resumed_tasks = None
         if self.trace is not None:
             self._emit({"t": self._now_model(), "event": "arrival", "workflow": h.id,
                         "name": spec.name, "tasks": [
@@ -67,9 +67,9 @@ class Admission:
             if t.state != DONE and not t.waiting_for:
                 self.placement.push(t)
         if wf.done == len(wf.tasks) and not h.done():  # every task finished before a restart
-            h._complete(time.perf_counter())
+            h.record_completion(time.perf_counter())
 
-    def _key(self, order: str, rank: float, submitted: float, wf: _Workflow) -> tuple:
+    def _key(self, order: str, rank: float, submitted: float, wf: LiveWorkflow) -> tuple:
         """A task's ready-queue key: the order's (``envs.order``), behind its workflow's fair
         share start tag when ``fair_share`` is on."""
         key = orders.task_key(order, rank, submitted, wf.wid, wf.level)

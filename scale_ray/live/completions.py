@@ -14,10 +14,10 @@ from typing import Any
 from envs import order as orders
 
 from .config import TaskLostError, WorkflowCancelled
-from .executors import _lost_output, _system_errors
+from .executors import is_lost_output, system_errors
 from .handles import WorkflowHandle
-from .nodes import _Server
-from .tasks import DONE, READY, RUNNING, WAITING, _Task, _Workflow
+from .nodes import LiveServer
+from .tasks import DONE, READY, RUNNING, WAITING, LiveTask, LiveWorkflow
 
 
 class Completions:
@@ -34,7 +34,7 @@ class Completions:
         if self._losers:  # cancelled runs of hedged tasks: their servers are busy until they return
             refs += list(self._losers)
         done, _ = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)
-        errors = _system_errors()
+        errors = system_errors()
         for ref in done:
             if ref in self._losers:
                 self._loser_returned(ray, ref)
@@ -47,7 +47,7 @@ class Completions:
                 node, run_s = ray.get(ref)
             except errors as e:
                 srv = t.server
-                if self._nodes.actors and srv is not None and not _lost_output(e):
+                if self._nodes.actors and srv is not None and not is_lost_output(e):
                     self._nodes.drop_actor(srv)  # dead or suspect
                 self._refresh(force=True)
                 if self._nodes.actors and srv is not None and srv.alive and srv.actor is None:
@@ -60,7 +60,7 @@ class Completions:
                     else:
                         self._lose(t, f"{type(e).__name__}: "
                                       f"{str(e).splitlines()[0] if str(e) else ''}",
-                                   lost_output=_lost_output(e))
+                                   lost_output=is_lost_output(e))
                 continue
             except Exception as e:  # the primitive raised (or a placement check failed)
                 self._settle(ray, t)
@@ -70,7 +70,7 @@ class Completions:
             self._settle(ray, t)  # a hedged task: the other run is cancelled
             self._finish(t, node, run_s)
 
-    def _free(self, t: _Task) -> _Server | None:
+    def _free(self, t: LiveTask) -> LiveServer | None:
         srv = t.server
         if srv is not None:
             now = time.perf_counter()
@@ -81,7 +81,7 @@ class Completions:
         t.server = None
         return srv
 
-    def _finish(self, t: _Task, node: str, run_s: float) -> None:
+    def _finish(self, t: LiveTask, node: str, run_s: float) -> None:
         srv = self._free(t)
         now = time.perf_counter()
         if self.estimator is not None and srv is not None:  # learn what the run took (in its
@@ -104,11 +104,11 @@ class Completions:
         if wf.failed:
             return
         if first_time:
-            wf.handle._task_done(t.idx, t.value_ref, node, now)
+            wf.handle.record_task_done(t.idx, t.value_ref, node, now)
             if self.order in orders.DYNAMIC and wf.done < len(wf.tasks):
                 self._rekey(wf, t, now)
         else:  # a re-run of a task whose output was lost: only its ref changes
-            wf.handle._refs[t.idx] = t.value_ref
+            wf.handle.result_refs[t.idx] = t.value_ref
             wf.handle.task_nodes[t.idx] = node
             wf.done -= 1  # it was counted already
         for c in t.children:
@@ -118,9 +118,9 @@ class Completions:
             if c.state == WAITING and not c.waiting_for:
                 self.placement.push(c)
         if wf.done == len(wf.tasks):
-            wf.handle._complete(now)
+            wf.handle.record_completion(now)
 
-    def _rekey(self, wf: _Workflow, t: _Task, now: float) -> None:
+    def _rekey(self, wf: LiveWorkflow, t: LiveTask, now: float) -> None:
         """A dynamic order (``srpt``, ``las``): ``t`` finished, so its workflow's level moves;
         its unfinished tasks get new keys and the ready ones are pushed again (the queue drops
         the older entries)."""
@@ -134,7 +134,7 @@ class Completions:
             if tk.state == READY:
                 self.placement.queue.push(tk.key, tk.gid, tk)
 
-    def _lose(self, t: _Task, why: str, lost_output: bool = False) -> None:
+    def _lose(self, t: LiveTask, why: str, lost_output: bool = False) -> None:
         srv = self._free(t)
         self.counters["lost"] += 1
         t.attempts += 1
@@ -148,7 +148,7 @@ class Completions:
                 f"{t.attempts} times (max_retries={self.cfg.max_retries}); last: {why}"))
             return
         if lost_output:  # a parent's result died with its node: run those parents again
-            alive = {s.node.node_id for s in self._alive}
+            alive = {s.node.node_id for s in self.alive_servers}
             for p in t.parents:
                 if p.state in (READY, RUNNING):  # already running again for another child
                     t.waiting_for.add(p.idx)
@@ -164,19 +164,19 @@ class Completions:
                 return
         self.placement.push(t)
 
-    def _fail(self, wf: _Workflow, err: BaseException) -> None:
+    def _fail(self, wf: LiveWorkflow, err: BaseException) -> None:
         if wf.failed:
             return
         wf.failed = True
         for t in wf.tasks:
             if t.state == READY:
                 t.state = WAITING  # skipped when popped
-        wf.handle._complete(time.perf_counter(), err)
+        wf.handle.record_completion(time.perf_counter(), err)
         self._journal_failed(wf.handle)
 
     def _cancel(self, h: WorkflowHandle) -> bool:
         if h.done():
             return False
         self._emit({"t": self._now_model(), "event": "cancel", "workflow": h.id})
-        self._fail(h._record, WorkflowCancelled(f"workflow {h.id} ({h.name!r}) was cancelled"))
+        self._fail(h.live_record, WorkflowCancelled(f"workflow {h.id} ({h.name!r}) was cancelled"))
         return True

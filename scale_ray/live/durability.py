@@ -4,7 +4,7 @@ compact finished workflows, and :meth:`Durable.resume` what an earlier scheduler
 storage left unfinished. Idempotent submits (``submit(key=...)``) work with or without a journal.
 
 :class:`Durable` is a part of :class:`scale_ray.live.scheduler.LiveScheduler` (a mixin over its
-``cfg``, ``_lock``, ``_handles``, ``_inbox`` and ``_task_done`` paths).
+``cfg``, ``_lock``, ``_handles``, ``_inbox`` and ``record_task_done`` paths).
 """
 
 from __future__ import annotations
@@ -196,12 +196,12 @@ class Durable:
                 for i in range(min(len(fin), len(h.task_finish_wall))):
                     h.task_finish_wall[i] = None if fin[i] is None else fin[i] - ep
                     h.task_nodes[i] = nodes[i] if i < len(nodes) else None
-                h._complete(float(e.end.get("finished", sub.submitted)) - ep,
+                h.record_completion(float(e.end.get("finished", sub.submitted)) - ep,
                             _restored_error(e.end, e.end_payload, sub.fmt))
             else:
-                h._resumed = {i: (ray.put(v), node, t - ep) for i, (v, node, t) in
+                h.resumed_tasks = {i: (ray.put(v), node, t - ep) for i, (v, node, t) in
                               e.results.items() if 0 <= i < len(wf.calls)}
-                h._prior_runs = dict(e.runs)
+                h.prior_runs = dict(e.runs)
                 self._inbox.put(h)
             out.append(h)
         log.info("live scheduler: resumed %d workflows from %s (%d unrestorable, %d problems)",

@@ -22,7 +22,7 @@ from .config import PlacementError
 
 
 # Ray errors that mean "the run was lost, not the primitive's fault": retried by the scheduler.
-def _system_errors() -> tuple[type, ...]:
+def system_errors() -> tuple[type, ...]:
     import ray.exceptions as rex
 
     names = ("NodeDiedError", "WorkerCrashedError", "TaskUnschedulableError", "ObjectLostError",
@@ -34,7 +34,7 @@ def _system_errors() -> tuple[type, ...]:
     return tuple(getattr(rex, n) for n in names if hasattr(rex, n))
 
 
-def _lost_output(err: BaseException) -> bool:
+def is_lost_output(err: BaseException) -> bool:
     import ray.exceptions as rex
 
     return isinstance(err, getattr(rex, "ObjectLostError", ()))
@@ -65,7 +65,7 @@ def _sleep(seconds: float, ctx: Any) -> bool:
             pass
 
 
-def _wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
+def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The Ray task body around a primitive: placement check, emulated run time, the call.
 
     ``meta = (expected_node_id | None, sleep_s, gflop_scaled[, attempt, journal_target,
@@ -134,7 +134,7 @@ def _server_actor_class() -> Any:
     return ray.remote(ScaleServer)
 
 
-class _RemoteCache:
+class RemoteCache:
     """One ``ray.remote`` function per primitive body (Ray exports each once), and its pinned
     variants: ``.options()`` validates every option on each call (it cost about as much as the
     submission itself here), so the scheduler builds one per (body, node, name) and reuses it."""
@@ -163,7 +163,7 @@ class _RemoteCache:
         key = id(fn)
         b = self._bodies.get(key)
         if b is None:
-            b = self._bodies[key] = _wrap_body(fn)
+            b = self._bodies[key] = wrap_body(fn)
             self._keep.append(fn)
         return key, b
 
@@ -202,7 +202,7 @@ class _RemoteCache:
         if rf is None:
             import ray
 
-            rf = ray.remote(num_returns=2, max_retries=0, num_cpus=self.num_cpus)(_wrap_body(fn))
+            rf = ray.remote(num_returns=2, max_retries=0, num_cpus=self.num_cpus)(wrap_body(fn))
             self._fns[key] = rf
             self._keep.append(fn)  # keep id() stable
         return rf

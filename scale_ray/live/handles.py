@@ -38,28 +38,28 @@ class WorkflowHandle:
         self.task_finish_wall: list[float | None] = [None] * len(wf.calls)
         self.task_nodes: list[str | None] = [None] * len(wf.calls)
         self.task_attempts: list[int] = [0] * len(wf.calls)
-        self._refs: list[Any] = [None] * len(wf.calls)
+        self.result_refs: list[Any] = [None] * len(wf.calls)
         self._index = {id(c): i for i, c in enumerate(wf.calls)}
         self._done = threading.Event()
         self._cb_lock = threading.Lock()
         self._callbacks: list[Callable[[WorkflowHandle], None]] = []
-        self._record: Any = None  # the scheduler's record of it (scale_ray.live.tasks._Workflow)
+        self.live_record: Any = None  # the scheduler's record of it (scale_ray.live.tasks.LiveWorkflow)
         self.group = ""  # whose it is, for the fair share (LiveScheduler.submit(group=...))
         self.key: str | None = None  # its idempotency key (LiveScheduler.submit(key=...))
         self.jid: str | None = None  # its journal id (scale_ray.live.journal)
         self.journal_fmt = "pickle"
-        self._resumed: dict[int, tuple[Any, str, float]] | None = None  # done before a restart
-        self._prior_runs: dict[int, int] = {}  # task -> runs started before a restart
+        self.resumed_tasks: dict[int, tuple[Any, str, float]] | None = None  # done before a restart
+        self.prior_runs: dict[int, int] = {}  # task -> runs started before a restart
 
     # -- set by the scheduler thread
-    def _task_done(self, i: int, ref: Any, node: str, now: float) -> None:
+    def record_task_done(self, i: int, ref: Any, node: str, now: float) -> None:
         if self.task_finish_wall[i] is not None:
             raise AssertionError(f"workflow {self.id} task {i} completed twice")  # invariant
-        self._refs[i] = ref
+        self.result_refs[i] = ref
         self.task_nodes[i] = node
         self.task_finish_wall[i] = now
 
-    def _complete(self, now: float, error: BaseException | None = None) -> None:
+    def record_completion(self, now: float, error: BaseException | None = None) -> None:
         self.finished_wall = now
         self.error = error
         with self._cb_lock:
@@ -101,7 +101,7 @@ class WorkflowHandle:
         i = call if isinstance(call, int) else self._index.get(id(call))
         if i is None:
             raise KeyError(f"{call!r} is not part of workflow {self.id}")
-        return self._refs[i]
+        return self.result_refs[i]
 
     def get(self, call: Call | int, timeout: float | None = None) -> Any:
         """Value of one call's result."""
@@ -115,7 +115,7 @@ class WorkflowHandle:
         import ray
 
         self._check(timeout)
-        vals = ray.get([self._refs[i] for i in self.workflow.outputs])
+        vals = ray.get([self.result_refs[i] for i in self.workflow.outputs])
         return vals[0] if len(vals) == 1 else vals
 
     @property
@@ -166,14 +166,14 @@ def summarize(handles: Sequence[WorkflowHandle], time_scale: float) -> dict[str,
     return out
 
 
-def _drain(runner: Any, what: str, timeout: float | None,
+def drain_handles(runner: Any, what: str, timeout: float | None,
            progress: Callable[[int, int], None] | None) -> bool:
     """Poll ``runner.handles()`` until all are done (True) or ``timeout`` passes (False); raise
-    if the runner's thread died (``runner._error``)."""
+    if the runner's thread died (``runner.thread_error``)."""
     deadline = None if timeout is None else time.perf_counter() + timeout
     while True:
-        if runner._error is not None:
-            raise RuntimeError(f"{what} died") from runner._error
+        if runner.thread_error is not None:
+            raise RuntimeError(f"{what} died") from runner.thread_error
         hs = runner.handles()
         left = sum(1 for h in hs if not h.done())
         if progress:

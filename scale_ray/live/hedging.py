@@ -33,8 +33,8 @@ from typing import Any
 
 from envs.run_model import quantile_s
 
-from .nodes import _Server
-from .tasks import RUNNING, _Task
+from .nodes import LiveServer
+from .tasks import RUNNING, LiveTask
 from .workflow import Call
 
 __all__ = ["Runs"]
@@ -44,7 +44,7 @@ class _Run:
     """One run of a task: where, its refs, and what the estimator compares it with."""
     __slots__ = ("server", "value_ref", "status", "started", "expected", "transfer_wall", "busy")
 
-    def __init__(self, server: _Server, value_ref: Any, status: Any, started: float,
+    def __init__(self, server: LiveServer, value_ref: Any, status: Any, started: float,
                  expected: float, transfer_wall: float, busy: float):
         self.server, self.value_ref, self.status = server, value_ref, status
         self.started, self.expected, self.transfer_wall = started, expected, transfer_wall
@@ -55,14 +55,14 @@ class Runs:
     """Starting runs, hedging them, settling the two runs of a hedged task (scheduler thread)."""
 
     def _init_runs(self) -> None:
-        self._stragglers: list[tuple[float, int, int, _Task]] = []  # heap: (due wall s, gid, token, t)
-        self._due: list[tuple[int, _Task]] = []  # past due, waiting for an idle fitting server
-        self._losers: dict[Any, tuple[_Task, _Run]] = {}  # cancelled runs, until they return
+        self._stragglers: list[tuple[float, int, int, LiveTask]] = []  # heap: (due wall s, gid, token, t)
+        self._due: list[tuple[int, LiveTask]] = []  # past due, waiting for an idle fitting server
+        self._losers: dict[Any, tuple[LiveTask, _Run]] = {}  # cancelled runs, until they return
         self.counters.update(hedge_copies=0, hedge_wins=0, hedge_copy_s=0.0, hedge_waste_s=0.0,
                              run_s=0.0)
 
     # ------------------------------------------------------------------ starting runs
-    def _launch(self, t: _Task, srv: _Server, now: float, copy: bool) -> tuple[_Run, dict]:
+    def _launch(self, t: LiveTask, srv: LiveServer, now: float, copy: bool) -> tuple[_Run, dict]:
         """Start a run of ``t`` on ``srv`` (its parents' results passed as object refs); returns
         the run and its trace event."""
         call = t.call
@@ -109,7 +109,7 @@ class Runs:
             ev.update(attempt=attempt, workflow_id=t.wf.handle.jid or t.wf.handle.id, index=t.idx)
         return run, ev
 
-    def _submit(self, t: _Task, srv: _Server, now: float) -> None:
+    def _submit(self, t: LiveTask, srv: LiveServer, now: float) -> None:
         """Run ``t`` on ``srv`` (the policy's pick)."""
         run, ev = self._launch(t, srv, now, copy=False)
         t.value_ref, t.status, t.server, t.started = run.value_ref, run.status, srv, now
@@ -123,11 +123,11 @@ class Runs:
         self._arm(t, run)
 
     # ------------------------------------------------------------------ hedging
-    def _hedgeable(self, t: _Task) -> bool:
+    def _hedgeable(self, t: LiveTask) -> bool:
         mode = self.cfg.hedge
         return mode == "all" or (mode == "marked" and t.prim.hedge)
 
-    def _arm(self, t: _Task, run: _Run) -> None:
+    def _arm(self, t: LiveTask, run: _Run) -> None:
         """At a hedgeable run's start: when it becomes a straggler."""
         if not self._hedgeable(t) or run.expected <= 0:
             return
@@ -158,10 +158,10 @@ class Runs:
             self._emit(ev)
         self._due = keep
 
-    def _copy_server(self, t: _Task) -> _Server | None:
+    def _copy_server(self, t: LiveTask) -> LiveServer | None:
         """The fastest accepting idle server that fits ``t`` (memory and Ray demands)."""
         best = None
-        for s in self._alive:
+        for s in self.alive_servers:
             if (s.task is None and s.offered and s.node.memory_gb >= t.memory_gb
                     and all(s.node.caps.get(k, 0.0) >= v - 1e-9 for k, v in t.demands)
                     and (best is None or s.node.compute > best.node.compute)):
@@ -169,7 +169,7 @@ class Runs:
         return best
 
     # ------------------------------------------------------------------ the two runs
-    def _swap(self, t: _Task) -> None:
+    def _swap(self, t: LiveTask) -> None:
         """Make ``t.copy`` the task's run (the run it replaces becomes ``t.copy``)."""
         c = t.copy
         old = _Run(t.server, t.value_ref, t.status, t.started, t.expected, t.transfer_wall, 0.0)
@@ -178,12 +178,12 @@ class Runs:
         t.copy = old
         t.is_copy = not t.is_copy
 
-    def _ended(self, t: _Task, ref: Any) -> None:
+    def _ended(self, t: LiveTask, ref: Any) -> None:
         """``ref`` (a run of ``t``) returned: make it the task's run."""
         if t.copy is not None and ref == t.copy.status:
             self._swap(t)
 
-    def _settle(self, ray: Any, t: _Task) -> None:
+    def _settle(self, ray: Any, t: LiveTask) -> None:
         """``t``'s run finished (or raised) first: cancel the other, whose server stays busy
         until it returns."""
         other = t.copy
@@ -218,7 +218,7 @@ class Runs:
                 pass
         self._end_loser(t, run, None)
 
-    def _end_loser(self, t: _Task, run: _Run, reason: str | None) -> None:
+    def _end_loser(self, t: LiveTask, run: _Run, reason: str | None) -> None:
         now = time.perf_counter()
         srv = run.server
         wasted = now - run.started
@@ -235,7 +235,7 @@ class Runs:
             ev["reason"] = reason
         self._emit(ev)
 
-    def _drop_run(self, t: _Task) -> None:
+    def _drop_run(self, t: LiveTask) -> None:
         """``t``'s run was lost while its other run goes on: that one carries the task."""
         srv = t.server
         now = time.perf_counter()
@@ -250,7 +250,7 @@ class Runs:
         self._emit({"t": self._now_model(), "event": "cancel", "task": t.gid,
                     "server": srv.sid if srv else -1, "reason": "server_fail"})
 
-    def _server_gone(self, srv: _Server, why: str) -> None:
+    def _server_gone(self, srv: LiveServer, why: str) -> None:
         """``srv`` left the cluster: its run is lost (or dropped, when the task's other run goes
         on; or forgotten, a cancelled run)."""
         for ref, (lt, run) in list(self._losers.items()):

@@ -18,9 +18,9 @@ from .config import LiveConfig
 from .tasks import READY
 
 if TYPE_CHECKING:
-    from .nodes import _Server
+    from .nodes import LiveServer
     from .placement import LivePlacement
-    from .tasks import _Task
+    from .tasks import LiveTask
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class AutoscaleHints:
         self._backlog_since: float | None = None
         self._hinted = False
 
-    def update(self, placement: LivePlacement, alive: list[_Server]) -> None:
+    def update(self, placement: LivePlacement, alive: list[LiveServer]) -> None:
         if not self.cfg.autoscale_hints:
             return
         now = time.perf_counter()
@@ -57,7 +57,7 @@ class AutoscaleHints:
             if self._hinted and not waiting:
                 self._request([], alive, max_mem)
 
-    def _request(self, backlog: list[_Task], alive: list[_Server], max_mem: float) -> None:
+    def _request(self, backlog: list[LiveTask], alive: list[LiveServer], max_mem: float) -> None:
         from ray.autoscaler.sdk import request_resources
 
         busy = sum(1 for s in alive if s.task is not None)

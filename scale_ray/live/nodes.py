@@ -26,18 +26,18 @@ from envs.config import TierConfig
 from .cluster import NodeInfo
 from .config import LiveConfig
 from .discovery import cluster_servers
-from .executors import _RemoteCache
+from .executors import RemoteCache
 from .workflow import Primitive
 
 if TYPE_CHECKING:
-    from .tasks import _Task
+    from .tasks import LiveTask
 
 log = logging.getLogger(__name__)
 
 ACTOR_RETRY_S = 1.0  # pause before starting a server's actor again after a failed start
 
 
-class _Server:
+class LiveServer:
     """One server: slot ``slot`` of a node, running one primitive at a time."""
     __slots__ = ("sid", "node", "slot", "task", "busy_until", "alive", "actor", "bodies",
                  "idle_since", "probe", "offered", "retry_at")
@@ -46,7 +46,7 @@ class _Server:
         self.sid = sid
         self.node = node
         self.slot = slot
-        self.task: _Task | None = None
+        self.task: LiveTask | None = None
         self.busy_until = 0.0
         self.alive = True
         self.actor: Any = None          # executor=actor: this server's actor (None: not started)
@@ -65,27 +65,27 @@ class NodeSet:
     offered again once it answers.
     """
 
-    def __init__(self, cfg: LiveConfig, tiers: Sequence[TierConfig], remote: _RemoteCache,
-                 counters: dict[str, Any], on_offered: Callable[[_Server, bool], None]):
+    def __init__(self, cfg: LiveConfig, tiers: Sequence[TierConfig], remote: RemoteCache,
+                 counters: dict[str, Any], on_offered: Callable[[LiveServer, bool], None]):
         self.cfg = cfg
         self.tiers = tiers
         self.remote = remote
         self.counters = counters
         self.actors = cfg.executor == "actor"
         self._on_offered = on_offered
-        self.servers: dict[tuple[str, int], _Server] = {}
-        self.probes: dict[Any, _Server] = {}
-        self.cold: list[_Server] = []  # failed actor starts, retried after a pause
+        self.servers: dict[tuple[str, int], LiveServer] = {}
+        self.probes: dict[Any, LiveServer] = {}
+        self.cold: list[LiveServer] = []  # failed actor starts, retried after a pause
         self._next_sid = 0
         self._last_refresh = -math.inf
         self._last_reap = 0.0
         self.source: str | None = None  # where the servers come from (discovery: scale or ray)
 
-    def alive(self) -> list[_Server]:
+    def alive(self) -> list[LiveServer]:
         """The servers still alive, in the order they appeared."""
         return [s for s in self.servers.values() if s.alive]
 
-    def refresh(self, force: bool = False) -> tuple[list[_Server], list[_Server]] | None:
+    def refresh(self, force: bool = False) -> tuple[list[LiveServer], list[LiveServer]] | None:
         """Read the node set (at most every ``node_refresh_s`` unless ``force``; None when not
         due): the servers added (their actors starting, masked) and the servers gone (marked
         dead, their actors and pinned functions dropped; a task still on one is the caller's)."""
@@ -101,13 +101,13 @@ class NodeSet:
                      len(nodes), sum(self.cfg.slots_per_node or n.slots for n in nodes))
             self.source = source
         alive_ids = {n.node_id for n in nodes}
-        added: list[_Server] = []
-        gone: list[_Server] = []
+        added: list[LiveServer] = []
+        gone: list[LiveServer] = []
         for n in nodes:
             slots = self.cfg.slots_per_node or n.slots
             for s in range(slots):
                 if (n.node_id, s) not in self.servers:
-                    srv = _Server(self._next_sid, n, s)
+                    srv = LiveServer(self._next_sid, n, s)
                     self._next_sid += 1
                     self.servers[(n.node_id, s)] = srv
                     if self.actors:  # start its actor now; offered once it is ready
@@ -121,12 +121,12 @@ class NodeSet:
                 gone.append(srv)
         return added, gone
 
-    def run(self, srv: _Server, prim: Primitive, meta: tuple, args: Sequence[Any],
+    def run(self, srv: LiveServer, prim: Primitive, meta: tuple, args: Sequence[Any],
             kwargs: dict[str, Any]) -> tuple[Any, Any]:
         """Run ``prim`` on ``srv``: a call of its actor (started now if it was reaped; the body
         registered once per actor), or a Ray task pinned to its node (always for a primitive
-        with Ray options: :meth:`~scale_ray.live.executors._RemoteCache.ray_task_options`). ``meta`` as
-        :func:`~scale_ray.live.executors._wrap_body`. Returns (value ref, status ref)."""
+        with Ray options: :meth:`~scale_ray.live.executors.RemoteCache.ray_task_options`). ``meta`` as
+        :func:`~scale_ray.live.executors.wrap_body`. Returns (value ref, status ref)."""
         if prim.ray_options:  # GPUs, resources, runtime env: its own Ray task asks Ray for them
             opts = self.remote.ray_task_options(prim.ray_options, self.actors)
             rf = self.remote.pinned(prim.fn, srv.node.node_id, prim.name, opts)
@@ -142,7 +142,7 @@ class NodeSet:
         return rf.remote(meta, *args, **kwargs)
 
     # ------------------------------------------------------------------ server actors
-    def start_actor(self, srv: _Server, probe: bool = False) -> Any:
+    def start_actor(self, srv: LiveServer, probe: bool = False) -> Any:
         """Start ``srv``'s actor. With ``probe`` the server is not offered to the policy until the
         actor answers (a new node, or a restart after a failure: the node may be dying while
         the GCS still lists it); without, runs queue behind the actor's start."""
@@ -167,7 +167,7 @@ class NodeSet:
             if srv.alive and srv.actor is None:
                 self.start_actor(srv, probe=True)
 
-    def check_probes(self, ray: Any) -> list[_Server]:
+    def check_probes(self, ray: Any) -> list[LiveServer]:
         """Servers whose starting actor answered are offered again; returns those whose actor
         failed to start (the caller refreshes the node set, then :meth:`back_off`)."""
         done, _ = ray.wait(list(self.probes), num_returns=len(self.probes), timeout=0,
@@ -189,7 +189,7 @@ class NodeSet:
                 failed.append(srv)
         return failed
 
-    def back_off(self, failed: Sequence[_Server]) -> None:
+    def back_off(self, failed: Sequence[LiveServer]) -> None:
         """Retry, after ``ACTOR_RETRY_S``, the failed actor starts of servers still alive."""
         retry_at = time.perf_counter() + ACTOR_RETRY_S
         for srv in failed:
@@ -197,7 +197,7 @@ class NodeSet:
                 srv.retry_at = retry_at
                 self.cold.append(srv)
 
-    def drop_actor(self, srv: _Server) -> None:
+    def drop_actor(self, srv: LiveServer) -> None:
         """Kill ``srv``'s actor (its masking, if starting, is left to the caller)."""
         if srv.probe is not None:
             self.probes.pop(srv.probe, None)
@@ -232,7 +232,7 @@ class NodeSet:
         if probes:  # each fails once its actor is dead
             ray.wait(probes, num_returns=len(probes), timeout=timeout_s, fetch_local=False)
 
-    def reap(self, alive: Sequence[_Server]) -> None:
+    def reap(self, alive: Sequence[LiveServer]) -> None:
         """Kill actors of servers idle for ``actor_idle_s``: an actor holds its CPU, and a node
         whose resources are in use is never idle to the autoscaler. Checked about once a second."""
         now = time.perf_counter()

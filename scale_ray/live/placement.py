@@ -23,8 +23,8 @@ from envs.encoding import ServerView, TaskView
 from .tasks import READY, WAITING
 
 if TYPE_CHECKING:
-    from .nodes import _Server
-    from .tasks import _Task
+    from .nodes import LiveServer
+    from .tasks import LiveTask
 
 
 class LivePlacement:
@@ -38,7 +38,7 @@ class LivePlacement:
         self.core = DecisionCore(ServerTable(0, features),
                                  Rules(head_of_line_blocking, ask_only_startable=True,
                                        mask_infeasible=True))
-        self.alive: list[_Server] = []
+        self.alive: list[LiveServer] = []
         self._pos: dict[int, int] = {}
         self.max_memory = 0.0  # largest memory of an alive server (offered or not)
         # the compute (GFLOP) the policy is shown for a task; default its declared compute
@@ -53,7 +53,7 @@ class LivePlacement:
         return self.core.servers
 
     # ------------------------------------------------------------------ servers
-    def set_alive(self, alive: list[_Server]) -> None:
+    def set_alive(self, alive: list[LiveServer]) -> None:
         """The servers the policy sees, in this order (a node-set change)."""
         self.alive = alive
         self._pos = {id(s): i for i, s in enumerate(alive)}
@@ -67,7 +67,7 @@ class LivePlacement:
         """Encode with ``features`` (a new policy); :meth:`set_alive` rebuilds the table."""
         self.features = features
 
-    def set_offered(self, srv: _Server, offered: bool) -> None:
+    def set_offered(self, srv: LiveServer, offered: bool) -> None:
         """``srv``'s actor answered (True) or is starting again (False)."""
         srv.offered = offered
         i = self._pos.get(id(srv))
@@ -76,7 +76,7 @@ class LivePlacement:
             if offered:
                 self.queue.requeue_blocked()
 
-    def position(self, srv: _Server | None) -> int | None:
+    def position(self, srv: LiveServer | None) -> int | None:
         return None if srv is None else self._pos.get(id(srv))
 
     def sync(self, now: float) -> None:
@@ -98,7 +98,7 @@ class LivePlacement:
             np.fromiter((s.offered for s in alive), bool, n), remaining)
 
     # ------------------------------------------------------------------ tasks
-    def push(self, t: _Task) -> None:
+    def push(self, t: LiveTask) -> None:
         """``t`` is ready (a task of a failed workflow is not queued)."""
         if t.wf.failed:
             t.state = WAITING
@@ -106,7 +106,7 @@ class LivePlacement:
         t.state = READY
         self.queue.push(t.key, t.gid, t)
 
-    def views(self, t: _Task, now: float) -> tuple[TaskView, list[ServerView]]:
+    def views(self, t: LiveTask, now: float) -> tuple[TaskView, list[ServerView]]:
         """The task and the alive servers as the encoder's plain descriptions at wall time
         ``now`` (``envs.encoding.encode(*views)`` equals :meth:`observe`; a test checks it)."""
         views = []
@@ -127,7 +127,7 @@ class LivePlacement:
                         has_parent=fp is not None, ready_tasks=self.queue.ready_count(t.gid),
                         workflow_age_s=(now - wf.arrival_wall) / self._ts), views
 
-    def observe(self, t: _Task, now: float) -> dict[str, np.ndarray]:
+    def observe(self, t: LiveTask, now: float) -> dict[str, np.ndarray]:
         """The observation of placing ``t`` at wall time ``now`` (the table synced to ``now``)."""
         self.sync(now)
         fp = t.first_parent
@@ -148,10 +148,10 @@ class LivePlacement:
         table = self.table
         self.sync(now())
 
-        def ask_core(t: _Task) -> int:
+        def ask_core(t: LiveTask) -> int:
             return ask(t, self.observe(t, now()))
 
-        def start_core(t: _Task, i: int) -> None:
+        def start_core(t: LiveTask, i: int) -> None:
             srv = self.alive[i]
             start(t, srv)
             table.start(i, 1.0)  # busy; its remaining time is read again at the next sync

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from policies.lookahead import Lookahead
 
     from .placement import LivePlacement
-    from .tasks import _Task, _Workflow
+    from .tasks import LiveTask, LiveWorkflow
 
 
 class LivePlanner:
@@ -46,7 +46,7 @@ class LivePlanner:
     def new_round(self) -> None:
         self.waiting.clear()
 
-    def ask(self, t: "_Task", placement: "LivePlacement", running: Iterable["_Task"],
+    def ask(self, t: "LiveTask", placement: "LivePlacement", running: Iterable["LiveTask"],
             now: float) -> int:
         """The server position for ready task ``t`` at wall time ``now``."""
         servers = [ServerState(s.node.compute, s.node.memory_gb,
@@ -84,10 +84,10 @@ def _pos(placement: "LivePlacement", server) -> int:
     return -1 if p is None else p
 
 
-def _active(placement: "LivePlacement", running: Iterable["_Task"]) -> list["_Workflow"]:
+def _active(placement: "LivePlacement", running: Iterable["LiveTask"]) -> list["LiveWorkflow"]:
     """Workflows with a ready (queued, deferred or set aside) or running task, by arrival."""
     q = placement.queue
-    seen: dict[int, "_Workflow"] = {}
+    seen: dict[int, "LiveWorkflow"] = {}
     for entries in (q.heap, q.deferred, q.blocked):
         for e in entries:
             t = e[2]

@@ -13,8 +13,8 @@ from envs.workload import WorkflowError, WorkflowSpec
 
 from .cluster import SLOT_RESOURCE, TIER_LABEL
 from .config import LiveConfig
-from .executors import _wrap_body
-from .handles import WorkflowHandle, _drain, summarize
+from .executors import wrap_body
+from .handles import WorkflowHandle, drain_handles, summarize
 from .raydag import accept
 from .workflow import Call, CollectedWorkflow
 
@@ -50,7 +50,7 @@ class RayDefaultRunner:
         self._done_count: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self.thread_error: BaseException | None = None
         self.node_tasks: dict[str, int] = {}
 
     def _remote(self, fn: Callable[..., Any]) -> Any:
@@ -59,7 +59,7 @@ class RayDefaultRunner:
             import ray
 
             rf = ray.remote(num_returns=2, num_cpus=self.cfg.task_num_cpus,
-                            max_retries=self.cfg.max_retries)(_wrap_body(fn))
+                            max_retries=self.cfg.max_retries)(wrap_body(fn))
             self._fns[id(fn)] = rf
             self._keep.append(fn)
         return rf
@@ -141,21 +141,21 @@ class RayDefaultRunner:
                     try:
                         node = ray.get(ref)[0]  # (node, run_s)
                     except Exception as e:
-                        h._complete(now, e)
+                        h.record_completion(now, e)
                         continue
-                    h._task_done(i, v, node, now)
+                    h.record_task_done(i, v, node, now)
                     self.node_tasks[node] = self.node_tasks.get(node, 0) + 1
                     self._done_count[h.id] += 1
                     if self._done_count[h.id] == len(h.workflow.calls):
-                        h._complete(now)
+                        h.record_completion(now)
         except BaseException as e:
             log.exception("ray-default runner thread failed")
-            self._error = e
+            self.thread_error = e
 
     def drain(self, timeout: float | None = None, progress: Callable[[int, int], None] | None = None
               ) -> bool:
         """Wait until every submitted workflow finished; False on timeout."""
-        return _drain(self, "the ray-default runner thread", timeout, progress)
+        return drain_handles(self, "the ray-default runner thread", timeout, progress)
 
     def summary(self) -> dict[str, Any]:
         out = summarize(self.handles(), self.cfg.time_scale)

@@ -55,16 +55,16 @@ from .completions import Completions
 from .durability import Durable
 from .journal import Submission
 from .config import LiveConfig
-from .executors import _RemoteCache
+from .executors import RemoteCache
 from .fairshare import FairShare
-from .handles import WorkflowHandle, _drain, summarize
+from .handles import WorkflowHandle, drain_handles, summarize
 from .hedging import Runs
 from .hints import AutoscaleHints
-from .nodes import NodeSet, _Server
+from .nodes import NodeSet, LiveServer
 from .refusals import check_fits
 from .placement import LivePlacement
 from .planning import LivePlanner
-from .tasks import READY, RUNNING, _Task
+from .tasks import READY, RUNNING, LiveTask
 from .raydag import accept
 from .workflow import Call, CollectedWorkflow
 
@@ -95,13 +95,13 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         self._bind_policy(policy)
         self.trace = trace
         self._tiers = tuple(self.env.cluster.tiers)
-        self._remote = _RemoteCache(self.cfg.task_num_cpus)
+        self._remote = RemoteCache(self.cfg.task_num_cpus)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._handles: list[WorkflowHandle] = []
-        self._error: BaseException | None = None
+        self.thread_error: BaseException | None = None
         self.counters = {"decisions": 0, "waits": 0, "lost": 0, "rerun_parents": 0,
                          "node_refreshes": 0, "autoscale_requests": 0, "tasks_started": 0,
                          "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0,
@@ -113,11 +113,11 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         self._nodes = NodeSet(self.cfg, self._tiers, self._remote, self.counters,
                               self.placement.set_offered)
         self._set_alive([])
-        self._running: dict[Any, tuple[_Task, int]] = {}
+        self._running: dict[Any, tuple[LiveTask, int]] = {}
         self._next_gid = 0
         self._next_sid = 0
         self._mean_compute = 1.0  # envs.order.mean_compute of the servers at the last admission
-        self._t0 = time.perf_counter()
+        self.clock_origin = time.perf_counter()  # model time 0 (the service reads it too)
         self._hints = AutoscaleHints(self.cfg, self.counters)
         # run times learned per (kind, tier) from completions (LiveConfig.estimator)
         self.estimator = RuntimeEstimator() if self.cfg.estimator == "online" else None
@@ -153,7 +153,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         """Read the node set, emit the trace header, start the scheduler thread."""
         if self._thread is not None:
             return self
-        self._t0 = time.perf_counter()
+        self.clock_origin = time.perf_counter()  # model time 0 (the service reads it too)
         self._open_journal()
         self.policy.reset(None)
         self._emit({"t": 0.0, "event": "episode", "bandwidth_gb_s": self.env.cluster.bandwidth_gb_s,
@@ -220,8 +220,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         :class:`~scale_ray.live.config.Unschedulable` when no server could ever run one of its
         tasks (:class:`~scale_ray.live.config.NoServers`: the scheduler has no server at all).
         """
-        if self._error is not None:
-            raise RuntimeError("the scheduler thread died") from self._error
+        if self.thread_error is not None:
+            raise RuntimeError("the scheduler thread died") from self.thread_error
         if self._thread is None:
             raise RuntimeError("LiveScheduler.submit: call start() first (or use `with`)")
         group = group or ""
@@ -247,8 +247,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
     def call_soon(self, fn: Callable[[], Any]) -> Future:
         """Run ``fn()`` on the scheduler thread between two rounds (after every submission made
         before this call); its return value or exception arrives in the Future."""
-        if self._error is not None:
-            raise RuntimeError("the scheduler thread died") from self._error
+        if self.thread_error is not None:
+            raise RuntimeError("the scheduler thread died") from self.thread_error
         fut: Future = Future()
         self._inbox.put((fn, fut))
         return fut
@@ -265,7 +265,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
             policy.reset(None)
             self._bind_policy(policy)
             self.placement.set_features(self.features)
-            self._set_alive(self._alive)
+            self._set_alive(self.alive_servers)
         return self.call_soon(swap)
 
     def snapshot(self) -> Future:
@@ -294,7 +294,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         q = self.placement.queue
         ready = sum(1 for e in list(q.heap) + list(q.blocked) if e[2].state == READY)
         return {"ready_tasks": ready, "running_tasks": len(self._running),
-                "servers": len(self._alive)}
+                "servers": len(self.alive_servers)}
 
     def handles(self) -> list[WorkflowHandle]:
         with self._lock:
@@ -307,7 +307,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
     def drain(self, timeout: float | None = None, progress: Callable[[int, int], None] | None = None
               ) -> bool:
         """Wait until every submitted workflow finished; False on timeout."""
-        return _drain(self, "the scheduler thread", timeout, progress)
+        return drain_handles(self, "the scheduler thread", timeout, progress)
 
     def summary(self) -> dict[str, Any]:
         """Response-time statistics plus the scheduler's counters."""
@@ -315,7 +315,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         out.update(self.counters)
         out.update(guard_summary(self._guard))
         out["policy"] = self.policy.name
-        out["servers_alive"] = len(self._alive)
+        out["servers_alive"] = len(self.alive_servers)
         out["tasks_per_node"] = dict(self.node_tasks)
         if self.estimator is not None:
             out["estimator"] = self.estimator.summary()
@@ -324,11 +324,11 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
     # ------------------------------------------------------------------ validation
     def _check_fits(self, wf: CollectedWorkflow) -> None:
         """Refuse a workflow no server could ever run (``refusals.check_fits``)."""
-        check_fits(wf, self._alive, self._tiers, self.cfg, self._nodes.source)
+        check_fits(wf, self.alive_servers, self._tiers, self.cfg, self._nodes.source)
 
     # ------------------------------------------------------------------ loop
     def _now_model(self) -> float:
-        dt = time.perf_counter() - self._t0
+        dt = time.perf_counter() - self.clock_origin
         return dt / self.cfg.time_scale if self.cfg.time_scale > 0 else dt
 
     def _emit(self, ev: dict[str, Any]) -> None:
@@ -348,14 +348,14 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
                 self._dispatch()
                 if self._stragglers or self._due:
                     self._launch_copies(time.perf_counter())
-                self._hints.update(self.placement, self._alive)
+                self._hints.update(self.placement, self.alive_servers)
                 nodes = self._nodes
                 if nodes.actors:
                     if nodes.probes:
                         self._check_probes(ray)
                     if nodes.cold:
                         nodes.retry_cold()
-                    nodes.reap(self._alive)
+                    nodes.reap(self.alive_servers)
                 if self._running or self._losers:
                     self._collect(ray, timeout=self.cfg.wait_s)
                 elif queue.heap or queue.blocked:
@@ -364,10 +364,10 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
                 self.counters["thread_cpu_s"] = time.thread_time() - cpu0
         except BaseException as e:  # surface to submit()/drain() instead of dying silently
             log.exception("live scheduler thread failed")
-            self._error = e
+            self.thread_error = e
             for h in self.handles():
                 if not h.done():
-                    h._complete(time.perf_counter(), e)
+                    h.record_completion(time.perf_counter(), e)
 
     def _take_submissions(self, block: bool) -> None:
         try:
@@ -391,7 +391,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
     def _snapshot(self) -> dict[str, Any]:
         q = self.placement.queue
         servers = []
-        for s in self._alive:
+        for s in self.alive_servers:
             t = s.task
             servers.append({
                 "server": s.sid, "node": s.node.node_id, "slot": s.slot, "tier": s.node.tier,
@@ -407,9 +407,9 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
                 "counters": dict(self.counters)}
 
     # ------------------------------------------------------------------ placement
-    def _set_alive(self, alive: list[_Server]) -> None:
+    def _set_alive(self, alive: list[LiveServer]) -> None:
         """The servers the policy sees (in this order)."""
-        self._alive = alive
+        self.alive_servers = alive
         self.placement.set_alive(alive)
 
     def _dispatch(self) -> None:
@@ -424,7 +424,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         core = self.placement.core
         self.counters["decisions"], self.counters["waits"] = core.decisions, core.waits
 
-    def _ask(self, t: _Task, obs: dict[str, np.ndarray]) -> int:
+    def _ask(self, t: LiveTask, obs: dict[str, np.ndarray]) -> int:
         if self._planner is not None:  # the lookahead planner: on a snapshot, never guarded
             running = {id(x): x for x, tok in self._running.values()  # a hedged task: once
                        if x.state == RUNNING and x.token == tok}.values()
@@ -445,13 +445,13 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
             self._latencies.append(1e3 * (time.perf_counter() - t0))
         return a
 
-    def _guarded(self, t: _Task, obs: dict[str, np.ndarray], a: int) -> int:
+    def _guarded(self, t: LiveTask, obs: dict[str, np.ndarray], a: int) -> int:
         """The guard's answer for the policy's pick ``a`` (policies.guard); a replacement is
         traced as a ``guard`` event."""
         final, why = self._guard.check(obs, a, t.waits)
         if why is None:
             return a
-        alive = self._alive
+        alive = self.alive_servers
         self._emit({"t": self._now_model(), "event": "guard", "task": t.gid,
                     "proposed": alive[a].sid if 0 <= a < len(alive) else None,
                     "chosen": alive[final].sid, "reason": why})

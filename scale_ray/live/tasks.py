@@ -10,16 +10,16 @@ from .handles import WorkflowHandle
 from .workflow import Call
 
 if TYPE_CHECKING:
-    from .nodes import _Server
+    from .nodes import LiveServer
 
 
-class _Task:
+class LiveTask:
     __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
                  "value_ref", "server", "token", "attempts", "first_parent", "last_server",
                  "waits", "rank", "started", "expected", "transfer_wall", "runs", "status",
                  "copy", "is_copy")
 
-    def __init__(self, gid: int, idx: int, wf: "_Workflow", call: Call):
+    def __init__(self, gid: int, idx: int, wf: "LiveWorkflow", call: Call):
         self.gid = gid
         self.idx = idx
         self.wf = wf
@@ -27,14 +27,14 @@ class _Task:
         self.key: tuple = ()
         self.state = WAITING
         self.waiting_for: set[int] = set()
-        self.children: list[_Task] = []
-        self.parents: list[_Task] = []
+        self.children: list[LiveTask] = []
+        self.parents: list[LiveTask] = []
         self.value_ref: Any = None
-        self.server: _Server | None = None
+        self.server: LiveServer | None = None
         self.token = 0
         self.attempts = 0
-        self.first_parent: _Task | None = None
-        self.last_server: _Server | None = None  # where its result was produced
+        self.first_parent: LiveTask | None = None
+        self.last_server: LiveServer | None = None  # where its result was produced
         self.waits = 0  # policy answers that did not start it (bounded by the guard)
         self.rank = 0.0  # within-workflow rank of its order key (envs.order)
         self.started = 0.0  # wall time of its latest start
@@ -58,12 +58,12 @@ class _Task:
         return self.call.primitive.demands
 
 
-class _Workflow:
+class LiveWorkflow:
     __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall", "wid", "level", "share")
 
     def __init__(self, handle: WorkflowHandle, arrival_wall: float):
         self.handle = handle
-        self.tasks: list[_Task] = []
+        self.tasks: list[LiveTask] = []
         self.done = 0
         self.failed = False
         self.arrival_wall = arrival_wall
