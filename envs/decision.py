@@ -70,6 +70,11 @@ class ReadyQueue:
         self.blocked: list[tuple] = []
         self._deferred_heap = False  # the deferred list is a heap (defer_all)
 
+    @property
+    def deferred_is_heap(self) -> bool:
+        """Whether the deferred list is kept as a heap (after ``defer_all``)."""
+        return self._deferred_heap
+
     def __len__(self) -> int:
         return len(self.heap)
 

@@ -10,7 +10,6 @@ import numpy as np
 
 from . import order as orders
 from .decision import DONE, READY, WAITING
-from .hedging import metrics as hedge_metrics
 from .workload import WorkflowSpec
 
 if TYPE_CHECKING:  # annotations only: the simulator imports this module
@@ -175,5 +174,5 @@ def episode_metrics(sim: "Simulator") -> dict[str, Any]:
         "invalid_rate": sim.invalid / sim.decisions if sim.decisions else 0.0,
         "lost_tasks": sim.lost,
         "truncated": sim.truncated,
-    } | (hedge_metrics(sim) if sim.cfg.runtime.hedge != "off" else {}) | (
+    } | (sim.hedge_metrics() if sim.cfg.runtime.hedge != "off" else {}) | (
         {"busy_server_s": float(busy)} if sim.cfg.runtime.active else {})

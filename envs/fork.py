@@ -1,8 +1,9 @@
-"""A cheap, independent copy of a running :class:`envs.simulator.Simulator` (``fork(sim)``).
+"""A cheap, independent copy of a running :class:`envs.simulator.Simulator` (``sim.fork()``;
+:class:`Forking` is a mixin of the simulator).
 
 Planners (``policies.lookahead``) try an action on a copy of the simulator and roll the copy
 forward; the original must not notice. ``copy.deepcopy`` would copy every task of the episode
-(and the trace sink); :func:`fork` copies only what can still change:
+(and the trace sink); :meth:`Forking.fork` copies only what can still change:
 
 * unfinished tasks (``state != DONE``) and unfinished workflows, with their links remapped to the
   copies (a finished task is never written again, so both simulators share it; its ``children``
@@ -18,7 +19,7 @@ original's future (tests/test_lookahead.py), and stepping the fork leaves the or
 With run-time noise (``runtime``, envs/run_model.py) the fork cannot see the truth: its running
 tasks end at their estimated ends and its new runs take their estimates.
 
-Attributes unknown to this module that hold a mutable value make :func:`fork` raise
+Attributes unknown to this module that hold a mutable value make :meth:`Forking.fork` raise
 ``TypeError`` naming the attribute, so a new piece of simulator state cannot be shared silently.
 """
 
@@ -26,14 +27,17 @@ from __future__ import annotations
 
 import copy
 import heapq
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .decision import DecisionCore
+from .decision import DONE, DecisionCore
 from .episode import TaskRecord, WorkflowRecord
 from .hedging import HEDGE
-from .simulator import ARRIVAL, DONE, FINISH, Simulator
+from .sim_cluster import ARRIVAL, FINISH
+
+if TYPE_CHECKING:
+    from .simulator import Simulator
 
 # Immutable or configuration attributes: shared as they are.
 _SHARED = frozenset({"cfg", "n_slots", "_bw", "_lat", "_speed_by_memory", "_mean_compute",
@@ -71,135 +75,141 @@ def _copy_source(src, rng_workload: np.random.Generator):
     return out
 
 
-def _copy_arrivals(arr, rng_arrivals: np.random.Generator):
-    out = copy.copy(arr)
-    out._gaps = list(arr._gaps)
-    out.rng = rng_arrivals
-    return out
+class Forking:
+    """``fork``, ``drop_arrivals``, ``unfinished_range``: a mixin of the simulator."""
 
+    _fork_lo = 0  # first task index that may be unfinished (unfinished_range)
 
-def unfinished_range(sim: Simulator) -> int:
-    """Index of the first task that is not done (a watermark kept on ``sim``; tasks before it are
-    all done). Cheap: the watermark only moves forward."""
-    lo = getattr(sim, "_fork_lo", 0)
-    tasks = sim.tasks
-    n = len(tasks)
-    while lo < n and tasks[lo].state == DONE:
-        lo += 1
-    sim._fork_lo = lo
-    return lo
+    def unfinished_range(self) -> int:
+        """Index of the first task that is not done (a watermark: tasks before it are all done).
+        Cheap: the watermark only moves forward."""
+        lo = self._fork_lo
+        tasks = self.tasks
+        n = len(tasks)
+        while lo < n and tasks[lo].state == DONE:
+            lo += 1
+        self._fork_lo = lo
+        return lo
 
+    def fork(self, rngs: Sequence[np.random.Generator] | None = None) -> "Simulator":
+        """An independent simulator in this one's state (see the module docstring).
 
-def fork(sim: Simulator, rngs: Sequence[np.random.Generator] | None = None) -> Simulator:
-    """An independent simulator in ``sim``'s state (see the module docstring).
+        ``rngs``: three generators (arrivals, workload, dynamics) the fork may take over, in place
+        of new ones (their states are overwritten with this one's); a planner reuses them across
+        forks.
+        """
+        d = self.__dict__
+        new = object.__new__(type(self))
+        nd = new.__dict__
+        for k, v in d.items():
+            if k in _SHARED or k in _SPECIAL:
+                nd[k] = v
+            elif k in _VALUE_LISTS:
+                nd[k] = v.copy()
+            elif k in _ARRAYS:
+                nd[k] = v.copy()
+            elif isinstance(v, _PLAIN) or (isinstance(v, tuple)
+                                           and all(isinstance(x, _PLAIN) for x in v)):
+                nd[k] = v
+            else:
+                raise TypeError(f"envs.fork: Simulator.{k} ({type(v).__name__}) is mutable state "
+                                f"this module does not know how to copy; add it to envs/fork.py")
+        nd["trace"] = None
+        r = rngs or (None, None, None)
+        new.rng_arrivals = _copy_rng(self.rng_arrivals, r[0])
+        new.rng_workload = _copy_rng(self.rng_workload, r[1])
+        new.rng_dynamics = _copy_rng(self.rng_dynamics, r[2])
+        new._slot_of = dict(self._slot_of)
+        new._source = _copy_source(self._source, new.rng_workload)
+        new._arrivals = self._arrivals.copy(new.rng_arrivals)
+        new._scripted = None if self._scripted is None else list(self._scripted)
 
-    ``rngs``: three generators (arrivals, workload, dynamics) the fork may take over, in place
-    of new ones (their states are overwritten with ``sim``'s); a planner reuses them across forks.
-    """
-    d = sim.__dict__
-    new = object.__new__(type(sim))
-    nd = new.__dict__
-    for k, v in d.items():
-        if k in _SHARED or k in _SPECIAL:
-            nd[k] = v
-        elif k in _VALUE_LISTS:
-            nd[k] = v.copy()
-        elif k in _ARRAYS:
-            nd[k] = v.copy()
-        elif isinstance(v, _PLAIN) or (isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v)):
-            nd[k] = v
-        else:
-            raise TypeError(f"envs.fork: Simulator.{k} ({type(v).__name__}) is mutable state this "
-                            f"module does not know how to copy; add it to envs/fork.py")
-    nd["trace"] = None
-    r = rngs or (None, None, None)
-    new.rng_arrivals = _copy_rng(sim.rng_arrivals, r[0])
-    new.rng_workload = _copy_rng(sim.rng_workload, r[1])
-    new.rng_dynamics = _copy_rng(sim.rng_dynamics, r[2])
-    new._slot_of = dict(sim._slot_of)
-    new._source = _copy_source(sim._source, new.rng_workload)
-    new._arrivals = _copy_arrivals(sim._arrivals, new.rng_arrivals)
-    new._scripted = None if sim._scripted is None else list(sim._scripted)
+        # Workflows and tasks: copy the unfinished ones; task ids are indices into self.tasks.
+        tasks = list(self.tasks)
+        workflows = list(self.workflows)
+        wf_map: dict[int, WorkflowRecord] = {}
+        copies: list[tuple[TaskRecord, TaskRecord]] = []
+        lo = self.unfinished_range()
+        new._fork_lo = lo
+        tnew = TaskRecord.__new__
+        wnew = WorkflowRecord.__new__
+        for i in range(lo, len(tasks)):
+            t = tasks[i]
+            if t.state == DONE:
+                continue
+            w = t.wf
+            wc = wf_map.get(w.id)
+            if wc is None:
+                wc = wnew(WorkflowRecord)
+                wc.id, wc.arrival, wc.n, wc.done = w.id, w.arrival, w.n, w.done
+                wc.lower_bound, wc.finish, wc.level = w.lower_bound, w.finish, w.level
+                wc.tasks = w.tasks  # the originals; relinked to the copies below
+                wf_map[w.id] = wc
+                workflows[w.id] = wc
+            c = tnew(TaskRecord)
+            c.id, c.wf, c.compute, c.memory_gb = t.id, wc, t.compute, t.memory_gb
+            c.output = t.output
+            c.key, c.pending, c.state, c.slot, c.sid = t.key, t.pending, t.state, t.slot, t.sid
+            c.start, c.finish, c.token, c.first_parent, c.waits = (t.start, t.finish, t.token,
+                                                                   t.first_parent, t.waits)
+            c.rank = t.rank
+            c.nominal, c.kind, c.hint, c.factor, c.factor2 = (t.nominal, t.kind, t.hint, t.factor,
+                                                              t.factor2)
+            c.expected, c.copy_slot, c.hedgeable = t.expected, t.copy_slot, t.hedgeable
+            tasks[i] = c
+            copies.append((t, c))
+        for t, c in copies:  # links: unfinished parents/children are the copies (same ids)
+            c.parents = [tasks[p.id] for p in t.parents]
+            c.children = [tasks[ch.id] for ch in t.children]
+        for wc in wf_map.values():  # finished tasks are shared (never mutated again)
+            wc.tasks = [tasks[tk.id] for tk in wc.tasks]
+        new.tasks = tasks
+        new.workflows = workflows
 
-    # Workflows and tasks: copy the unfinished ones; task ids are indices into sim.tasks.
-    tasks = list(sim.tasks)
-    workflows = list(sim.workflows)
-    wf_map: dict[int, WorkflowRecord] = {}
-    copies: list[tuple[TaskRecord, TaskRecord]] = []
-    lo = unfinished_range(sim)
-    new._fork_lo = lo
-    tnew = TaskRecord.__new__
-    wnew = WorkflowRecord.__new__
-    for i in range(lo, len(tasks)):
-        t = tasks[i]
-        if t.state == DONE:
-            continue
-        w = t.wf
-        wc = wf_map.get(w.id)
-        if wc is None:
-            wc = wnew(WorkflowRecord)
-            wc.id, wc.arrival, wc.n, wc.done = w.id, w.arrival, w.n, w.done
-            wc.lower_bound, wc.finish, wc.level = w.lower_bound, w.finish, w.level
-            wc.tasks = w.tasks  # the originals; relinked to the copies below
-            wf_map[w.id] = wc
-            workflows[w.id] = wc
-        c = tnew(TaskRecord)
-        c.id, c.wf, c.compute, c.memory_gb, c.output = t.id, wc, t.compute, t.memory_gb, t.output
-        c.key, c.pending, c.state, c.slot, c.sid = t.key, t.pending, t.state, t.slot, t.sid
-        c.start, c.finish, c.token, c.first_parent, c.waits = (t.start, t.finish, t.token,
-                                                               t.first_parent, t.waits)
-        c.rank = t.rank
-        c.nominal, c.kind, c.hint, c.factor, c.factor2 = (t.nominal, t.kind, t.hint, t.factor,
-                                                          t.factor2)
-        c.expected, c.copy_slot, c.hedgeable = t.expected, t.copy_slot, t.hedgeable
-        tasks[i] = c
-        copies.append((t, c))
-    for t, c in copies:  # links: unfinished parents/children are the copies (same ids)
-        c.parents = [tasks[p.id] for p in t.parents]
-        c.children = [tasks[ch.id] for ch in t.children]
-    for wc in wf_map.values():  # finished tasks are shared (never mutated again)
-        wc.tasks = [tasks[tk.id] for tk in wc.tasks]
-    new.tasks = tasks
-    new.workflows = workflows
+        def m(task):
+            return tasks[task.id] if task is not None else None
 
-    def m(task):
-        return tasks[task.id] if task is not None else None
+        new.running = [m(t) for t in self.running]
+        new.current = m(self.current)
+        core = object.__new__(DecisionCore)
+        core.__dict__.update(self.core.__dict__)  # rules and counters (plain values)
+        core.servers = self.core.servers.copy()
+        core.queue = self.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
+        new.bind_core(core)
+        rt = self._rt
+        new._rt = None if rt is None else rt.copy()  # its runs take their estimates
+        events = []
+        bu = self.busy_until
+        new.hedge_stats = list(self.hedge_stats)
+        new._stragglers = [(tok, tasks[tk.id]) for tok, tk in self._stragglers if tk.state != DONE]
+        for ev in self._events:
+            if ev[1] == HEDGE:
+                ev = (ev[0], HEDGE, ev[2], ev[3], (ev[4][0], tasks[ev[4][1].id]))
+            elif ev[1] == FINISH:
+                tok, task = ev[4]
+                # with run-time noise a running task ends, in the fork, when it is estimated to
+                # (the true finish stays hidden: envs.run_model)
+                ev = (ev[0] if rt is None else max(float(bu[ev[3]]), self.t), FINISH, ev[2], ev[3],
+                      (tok, tasks[task.id]))
+            events.append(ev)
+        if rt is not None:
+            heapq.heapify(events)
+        new._events = events
+        return new
 
-    new.running = [m(t) for t in sim.running]
-    new.current = m(sim.current)
-    core = object.__new__(DecisionCore)
-    core.__dict__.update(sim.core.__dict__)  # rules and counters (plain values)
-    core.servers = sim.core.servers.copy()
-    core.queue = sim.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
-    new.core = core
-    new._bind_core()
-    rt = sim._rt
-    new._rt = None if rt is None else rt.copy()  # its runs take their estimates
-    events = []
-    bu = sim.busy_until
-    new.hedge_stats = list(sim.hedge_stats)
-    new._stragglers = [(tok, tasks[tk.id]) for tok, tk in sim._stragglers if tk.state != DONE]
-    for ev in sim._events:
-        if ev[1] == HEDGE:
-            ev = (ev[0], HEDGE, ev[2], ev[3], (ev[4][0], tasks[ev[4][1].id]))
-        elif ev[1] == FINISH:
-            tok, task = ev[4]
-            # with run-time noise a running task ends, in the fork, when it is estimated to
-            # (the true finish stays hidden: envs.run_model)
-            ev = (ev[0] if rt is None else max(float(bu[ev[3]]), sim.t), FINISH, ev[2], ev[3],
-                  (tok, tasks[task.id]))
-        events.append(ev)
-    if rt is not None:
-        heapq.heapify(events)
-    new._events = events
-    return new
+    def drop_arrivals(self) -> None:
+        """No more workflows arrive (a planner's rollout that ignores future work)."""
+        ev = [e for e in self._events if e[1] != ARRIVAL]
+        if len(ev) != len(self._events):
+            heapq.heapify(ev)
+            self._events = ev
+        self._scripted = []
+        self.arrivals_done = True
 
-
-def drop_arrivals(sim: Simulator) -> None:
-    """No more workflows arrive in ``sim`` (a planner's rollout that ignores future work)."""
-    ev = [e for e in sim._events if e[1] != ARRIVAL]
-    if len(ev) != len(sim._events):
-        heapq.heapify(ev)
-        sim._events = ev
-    sim._scripted = []
-    sim.arrivals_done = True
+    def forget_drawn_future(self) -> None:
+        """Drop the arrival gaps and workflows drawn ahead, so the next arrivals follow the
+        generators' states (a planner that samples the future sets those states first)."""
+        self._arrivals.forget_drawn()
+        forget = getattr(self._source, "forget_drawn", None)
+        if forget is not None:
+            forget()

@@ -12,7 +12,6 @@ import numpy as np
 
 from .config import ServerEventConfig, TierConfig
 from .decision import READY
-from .hedging import lose_one
 
 # Event kinds, in the order they are processed at equal times (envs.hedging.HEDGE = 7 last).
 FINISH, FAIL, REMOVE, ADD, ARRIVAL, JOIN, LEAVE = range(7)
@@ -92,7 +91,7 @@ class ClusterDynamics:
         sid = int(self.srv_id[slot])
         tier = self.srv_tier[slot]
         if task is not None and task.copy_slot >= 0:  # hedged: only this run is lost
-            lose_one(self, task, slot)
+            self._hedge_lose_one(task, slot)
         elif task is not None:
             self.busy_seconds += self.t - self.run_start[slot]
             task.state = READY

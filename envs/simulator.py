@@ -35,7 +35,10 @@ from .encoding import encode_task, task_dim
 from . import order as orders
 from .episode import TaskRecord, WorkflowRecord, episode_metrics, rekey
 from .run_model import OVERDUE_S, RunModel, compute_range
-from . import hedging
+from .fork import Forking
+from .hedging import HEDGE, Hedging
+from .sim_snapshot import SnapshotLoading
+from .sim_view import StateView
 from .sim_arrivals import Arrivals
 from .sim_cluster import ADD, ARRIVAL, FAIL, FINISH, JOIN, LEAVE, REMOVE, ClusterDynamics
 from .workload import ArrivalProcess, WorkflowSpec, make_source
@@ -53,7 +56,7 @@ class StepResult(NamedTuple):
     truncated: bool
 
 
-class Simulator(Arrivals, ClusterDynamics):
+class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, StateView):
     """One episode at a time of the workflow/cluster model. See the module docstring.
 
     Args:
@@ -114,8 +117,7 @@ class Simulator(Arrivals, ClusterDynamics):
         # The decision core (envs.decision) holds the ready queue and the server table the rules
         # and the encoder read (accepting, busy, capacity, features); the simulator keeps the
         # clock, the events and what only it needs per slot.
-        self.core = DecisionCore(ServerTable(n, cfg.features), self._rules)
-        self._bind_core()
+        self.bind_core(DecisionCore(ServerTable(n, cfg.features), self._rules))
         self._reset_records(n)
         self._source = make_source(cfg.workload)
         self._rt = RunModel(cfg.runtime, np.random.Generator(np.random.PCG64(run_ss)),
@@ -184,10 +186,11 @@ class Simulator(Arrivals, ClusterDynamics):
         self.terminated = False
         self.truncated = False
 
-    def _bind_core(self) -> None:
-        """Names for the core's server table (the same objects: hot paths and planners read
-        them without an attribute hop)."""
-        srv = self.servers = self.core.servers
+    def bind_core(self, core: DecisionCore) -> None:
+        """Decide with ``core`` (a fork's copy); the simulator's names for its server table are
+        the same objects (hot paths and planners read them without an attribute hop)."""
+        self.core = core
+        srv = self.servers = core.servers
         self._queue = self.core.queue
         self.compute, self.memory, self.busy_until = srv.compute, srv.memory, srv.busy_until
         self.accepting = srv.accepting
@@ -268,7 +271,7 @@ class Simulator(Arrivals, ClusterDynamics):
         if self.trace is not None:
             self._emit({"t": t, "event": "finish", "task": task.id, "server": self._sid_l[slot]})
         if task.copy_slot >= 0:  # a hedged task: cancel its other run (envs.hedging)
-            hedging.settle(self, task, slot)
+            self._hedge_settle(task, slot)
         heap = self._queue.heap
         for child in task.children:
             if child.first_parent is None:
@@ -304,7 +307,7 @@ class Simulator(Arrivals, ClusterDynamics):
                 continue
             self.current = None
             if self._stragglers:  # nothing to place now: back up stragglers (envs.hedging)
-                hedging.launch(self)
+                self._hedge_launch()
             if self.outstanding == 0 and self.arrivals_done:
                 self.terminated = True
                 self._emit_end()
@@ -410,7 +413,7 @@ class Simulator(Arrivals, ClusterDynamics):
         self._seq += 1  # _push, inlined (hot path)
         heapq.heappush(self._events, (t + delay + run_s, FINISH, self._seq, slot, (task.token, task)))
         if task.hedgeable:  # runtime.hedge: watch for a straggler (envs.hedging)
-            hedging.arm(self, task, slot, t + delay)
+            self._hedge_arm(task, slot, t + delay)
         if self.trace is not None:
             ev = {"t": t, "event": "start", "task": task.id, "server": sid}
             if delay:
@@ -467,4 +470,4 @@ class Simulator(Arrivals, ClusterDynamics):
 Simulator._HANDLERS = {FINISH: Simulator._on_finish, FAIL: Simulator._on_fail,
                        REMOVE: Simulator._on_remove, ADD: Simulator._on_add,
                        ARRIVAL: Simulator._on_arrival, JOIN: Simulator._on_join,
-                       LEAVE: Simulator._on_leave, hedging.HEDGE: hedging.on_straggler}
+                       LEAVE: Simulator._on_leave, HEDGE: Simulator._on_straggler}

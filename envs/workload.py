@@ -10,6 +10,8 @@ from the registry of ``envs.loaders`` (:data:`envs.loaders.SOURCES`). The workfl
 
 from __future__ import annotations
 
+import copy
+
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -44,6 +46,10 @@ class RandomDagSource:
     cfg: WorkloadConfig
     batch: int = 32
     _buffer: list[WorkflowSpec] = field(default_factory=list, init=False, repr=False)
+
+    def forget_drawn(self) -> None:
+        """Drop the workflows drawn ahead: the next ones come from the generator's state."""
+        self._buffer = []
 
     def next_workflow(self, rng: np.random.Generator) -> WorkflowSpec:
         if not self._buffer:
@@ -129,6 +135,17 @@ class ArrivalProcess:
         self.rng = rng
         self._batch = batch
         self._gaps: list[float] = []  # unit-rate exponential gaps, drawn in batches
+
+    def copy(self, rng: np.random.Generator) -> "ArrivalProcess":
+        """An independent copy drawing from ``rng`` (its gaps drawn ahead copied)."""
+        out = copy.copy(self)
+        out._gaps = list(self._gaps)
+        out.rng = rng
+        return out
+
+    def forget_drawn(self) -> None:
+        """Drop the gaps drawn ahead: the next ones come from the generator's state."""
+        self._gaps = []
 
     def _unit_gap(self) -> float:
         if not self._gaps:

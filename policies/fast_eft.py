@@ -31,13 +31,14 @@ class _Decoded:
         self.mdec: list[float] = []
 
     def get(self, sim: Simulator) -> "_Decoded":
-        if self.key is None or self.key[0] != sim._compute_l or self.key[1] != sim._memory_l:
+        comp, mem = sim.servers.compute_l, sim.servers.memory_l
+        if self.key is None or self.key[0] != comp or self.key[1] != mem:
             f = sim.cfg.features
-            c = np.minimum(np.array(sim._compute_l) / f.server_compute, f.clip).astype(np.float32)
-            m = np.minimum(np.array(sim._memory_l) / f.server_memory_gb, f.clip).astype(np.float32)
+            c = np.minimum(np.array(comp) / f.server_compute, f.clip).astype(np.float32)
+            m = np.minimum(np.array(mem) / f.server_memory_gb, f.clip).astype(np.float32)
             self.cdec = (c.astype(np.float64) * f.server_compute).tolist()
             self.mdec = (m.astype(np.float64) * f.server_memory_gb).tolist()
-            self.key = (list(sim._compute_l), list(sim._memory_l))
+            self.key = (list(comp), list(mem))
         return self
 
 
@@ -49,10 +50,10 @@ def _task_view(sim: Simulator, task) -> tuple[float, float, float, int]:
     fp = task.first_parent
     tr, pslot = 0.0, -1
     if fp is not None:
-        x = (fp.output / sim._bw + sim._lat) / f.transfer_s
+        x = (fp.output / sim.bandwidth_gb_s + sim.latency_s) / f.transfer_s
         if x:
             tr = float(_f32(x if x < f.clip else f.clip)) * f.transfer_s
-        p = sim._slot_of.get(fp.sid)
+        p = sim.slot_of(fp.sid)
         pslot = -1 if p is None else p
     return c, m, tr, pslot
 
@@ -82,16 +83,16 @@ def eft_ranking(sim: Simulator, dec: _Decoded, exclude: set | frozenset = frozen
     task = sim.current
     tc, tm, tr, pslot = _task_view(sim, task)
     cdec, mdec = dec.cdec, dec.mdec
-    acc, busy = sim._accept_l, sim._busy_l
-    mem_l = sim._memory_l
-    tmem = task.memory_gb if sim._mask_infeasible else -1.0
+    acc, busy = sim.servers.accept_l, sim.servers.busy_l
+    mem_l = sim.servers.memory_l
+    tmem = task.memory_gb if sim.core.rules.mask_infeasible else -1.0
     tol = 1 + _MEM_TOL
-    tds = sim._transfer_delays
+    tds = sim.transfer_delays
     idle: list[tuple[float, int]] = []
     busy_fit: list[int] = []
     bu = None
     any_fit = False
-    ev = sim._events
+    ev = sim.events
     if not need_busy and (not ev or ev[0][0] - sim.t > 1e-7):
         # Fast path: every busy slot finishes more than 1e-7 s from now (its finish event is in
         # the heap), so EFT sees it busy; look at the idle slots first, the busy ones only when

@@ -37,7 +37,6 @@ from operator import attrgetter
 import numpy as np
 
 from envs.decision import DONE, READY, RUNNING
-from envs.fork import unfinished_range
 from envs.objective import completion_cost
 from envs.sim_cluster import ARRIVAL, FINISH
 from envs.simulator import Simulator
@@ -70,7 +69,7 @@ class ServerClasses:
         self.key: tuple | None = None
 
     def get(self, sim: Simulator, dec: _Decoded) -> "ServerClasses":
-        c, m, a = sim._compute_l, sim._memory_l, sim._accept_l
+        c, m, a = sim.servers.compute_l, sim.servers.memory_l, sim.servers.accept_l
         k = self.key
         if k is None or k[0] != c or k[1] != m or k[2] != a:
             groups: dict[tuple, list[int]] = {}
@@ -92,12 +91,12 @@ class ServerClasses:
 
 def supported(sim: Simulator, future: str) -> bool:
     """Whether :class:`Rollouts` reproduces this simulator's rollouts (module docstring)."""
-    if (future != "none" or sim._dynamic or getattr(sim, "_rt", None) is not None
-            or getattr(sim, "_stragglers", None) or getattr(sim.servers, "caps", None) is not None):
+    if (future != "none" or sim.dynamic_order or sim.run_model is not None
+            or sim.stragglers or getattr(sim.servers, "caps", None) is not None):
         return False  # _rt: a run-time model (runs take other than their estimate, hedging);
         # caps: demands beyond memory (the live scheduler's table)
-    busy, acc = sim._busy_l, sim._accept_l
-    for ev in sim._events:
+    busy, acc = sim.servers.busy_l, sim.servers.accept_l
+    for ev in sim.events:
         kind = ev[1]
         if kind == FINISH:
             tok, task = ev[4]
@@ -116,7 +115,7 @@ class Rollouts:
                  reserved: dict, objective: str) -> None:
         self.sim, self.dec, self.cl, self.objective = sim, dec, classes, objective
         f = sim.cfg.features
-        lo = unfinished_range(sim)
+        lo = sim.unfinished_range()
         tasks = [tk for tk in sim.tasks[lo:] if tk.state != DONE]
         self.ok = len(tasks) == sim.outstanding
         loc = {tk.id: i for i, tk in enumerate(tasks)}
@@ -127,7 +126,7 @@ class Rollouts:
         self.wf = [w.id for w in wfs]
         self.children = [[loc.get(c.id, -1) for c in tk.children] for tk in tasks]
         self.ok = self.ok and all(c >= 0 for cs in self.children for c in cs)
-        bw, lat = sim._bw, sim._lat
+        bw, lat = sim.bandwidth_gb_s, sim.latency_s
         # parents: (local index or -1 when finished before now, its server id, transfer s)
         self.parents = [[(loc.get(p.id, -1), p.sid, p.output / bw + lat) for p in tk.parents]
                         for tk in tasks]
@@ -140,12 +139,12 @@ class Rollouts:
         self.hasfp0 = has
         with_fp = [fp for fp in fps if fp is not None]
         tr_fp = iter(_decode_transfer([fp.output for fp in with_fp], bw, lat, f))
-        slot_of = sim._slot_of
+        slot_of = sim.slot_by_server_id
         ps_fp = iter([slot_of.get(fp.sid, -1) for fp in with_fp])
         self.tr0 = [next(tr_fp) if h else 0.0 for h in has]
         self.ps0 = [next(ps_fp) if h else -1 for h in has]
         ev = []
-        for e in sim._events:
+        for e in sim.events:
             if e[1] == FINISH:
                 ev.append((e[0], e[2], e[3], loc[e[4][1].id]))
         heapify(ev)
@@ -159,7 +158,7 @@ class Rollouts:
         self.heap0 = entries(q.heap)
         heapify(self.heap0)
         self.deferred0 = entries(q.deferred)
-        self.deferred_heap0 = q._deferred_heap
+        self.deferred_heap0 = q.deferred_is_heap
         if self.deferred_heap0:
             heapify(self.deferred0)
         cur = loc[sim.current.id]
@@ -167,12 +166,12 @@ class Rollouts:
         self.ok = self.ok and bool(self.heap0) and self.heap0[0][2] == cur
         cl = classes
         idle = [0] * len(cl.mask)
-        for s, b in enumerate(sim._busy_l):
+        for s, b in enumerate(sim.servers.busy_l):
             k = cl.cls[s]
             if k >= 0 and not b:
                 idle[k] |= 1 << s
         self.idle0 = idle
-        self.busy0 = list(sim._busy_l)
+        self.busy0 = list(sim.servers.busy_l)
         self.bu0 = sim.busy_until.tolist()
         # reservations: local task -> (slot, still usable for it, its server is the same)
         self.res0 = {}
@@ -183,8 +182,9 @@ class Rollouts:
 
     def _reservation(self, i: int, slot: int, sid: int) -> tuple[int, bool, bool]:
         sim = self.sim
-        same = sim._sid_l[slot] == sid
-        return slot, same and sim._accept_l[slot] and sim._memory_l[slot] >= self.mem[i], same
+        srv = sim.servers
+        same = sim.server_ids[slot] == sid
+        return slot, same and srv.accept_l[slot] and srv.memory_l[slot] >= self.mem[i], same
 
     def cost(self, first: int, t_end: float) -> float:
         """The cost (``envs.objective.completion_cost``) of placing the current task on slot
@@ -193,15 +193,16 @@ class Rollouts:
         sim, cl = self.sim, self.cl
         n = sim.n_slots
         cdec_s, mdec_s = self.dec.cdec, self.dec.mdec
-        acc, mem_l, comp_l, sid_l = sim._accept_l, sim._memory_l, sim._compute_l, sim._sid_l
+        srv, rules = sim.servers, sim.core.rules
+        acc, mem_l, comp_l, sid_l = srv.accept_l, srv.memory_l, srv.compute_l, sim.server_ids
         f = sim.cfg.features
         tu, clip32 = f.time_unit, float(_f32(f.clip))
         inv_tu = _f32(1.0 / tu)
         mdp = sim.cfg.mdp
-        hol, only_startable = sim._hol, sim.core._only_startable
-        mask_inf, tds = sim._mask_infeasible, sim._transfer_delays
+        hol, only_startable = rules.head_of_line_blocking, rules.ask_only_startable
+        mask_inf, tds = rules.mask_infeasible, sim.transfer_delays
         wait_dt, next_event = mdp.wait_dt_s, mdp.advance_to_next_event
-        t_cap, max_dec = sim._t_cap, sim._max_decisions
+        t_cap, max_dec = sim.time_cap, sim.max_decisions
         max_accept = sim.servers.max_accept_mem
         ccd, cmd, cmr, cls = cl.cdec, cl.mdec, cl.mraw, cl.cls
         K = len(ccd)
@@ -217,7 +218,7 @@ class Rollouts:
         events = self.events0.copy()
         heap, deferred = self.heap0.copy(), self.deferred0.copy()
         dheap = self.deferred_heap0
-        t, seq, decisions, outstanding = sim.t, sim._seq, sim.decisions, sim.outstanding
+        t, seq, decisions, outstanding = sim.t, sim.event_seq, sim.decisions, sim.outstanding
         res = dict(self.res0)
         cur = self.cur
         if busy[first]:
@@ -454,7 +455,7 @@ class Rollouts:
             cur = step(cur, s)
 
         now = max(t, t_end)
-        mc = sim._mean_compute
+        mc = sim.mean_compute
         comps = [fin[i] if x == DONE else bu[tslot[i]] if x == RUNNING else now + compute[i] / mc
                  for i, x in enumerate(st)]
         return completion_cost(self.objective, zip(self.wf, comps))

@@ -9,7 +9,7 @@ the env's ``objective``, envs/objective.py: ``workflow`` in configs/env/realisti
 The copy: where the server set cannot change during the rollout, the exact fast rollouts of
 ``policies.fast_rollout`` (the same costs, bit for bit, at a fraction of the time: issue 26);
 otherwise (server dynamics, ``srpt``/``las``, ``future`` other than ``none``) an
-:func:`envs.fork.fork` of the simulator stepped with the fast EFT (``policies.fast_eft``).
+:meth:`Simulator.fork` (envs/fork.py) of the simulator stepped with the fast EFT (``policies.fast_eft``).
 
 Candidates: the ``candidates`` best idle fitting servers by EFT's finish time (servers that look
 the same to EFT, same speed, memory and transfer, count once; the first candidate is EFT's own
@@ -47,7 +47,6 @@ import numpy as np
 
 from envs.config import EnvConfig, build, rng
 from envs.objective import completion_cost
-from envs.fork import drop_arrivals, fork, unfinished_range
 from envs.simulator import DONE, READY, RUNNING, Simulator
 from envs.snapshot import ServerState, WorkflowState
 from envs.snapshot import build as build_snapshot
@@ -161,7 +160,8 @@ class Lookahead(Policy):
         snap = build_snapshot(env or self.env, servers, workflows, focus)
         sim = snap.sim
         saved, saved_t = self._reserved, self._round_t
-        self._reserved = {snap.ids[w][j]: (s, sim._sid_l[s]) for (w, j), s in (waiting or {}).items()}
+        sids = sim.server_ids
+        self._reserved = {snap.ids[w][j]: (s, sids[s]) for (w, j), s in (waiting or {}).items()}
         self._round_t = sim.t  # this instant's waits hold
         try:
             return self.act_state(sim)
@@ -189,8 +189,8 @@ class Lookahead(Policy):
             slot = self._plan(sim, cands)
             self.stats["planned"] += 1
             self.stats["changed"] += slot != cands[0]
-        if sim._busy_l[slot]:  # a wait: reserve the server
-            self._reserved[sim.current.id] = (slot, sim._sid_l[slot])
+        if sim.servers.busy_l[slot]:  # a wait: reserve the server
+            self._reserved[sim.current.id] = (slot, sim.server_ids[slot])
             self.stats["waits_chosen"] += 1
         self.stats["plan_s"] += time.perf_counter() - t0
         return slot
@@ -208,7 +208,7 @@ class Lookahead(Policy):
             self._inner = Lookahead(self.env, replace(self.config, snapshot=False), self._seed)
         inner = self._inner
         slot = inner.decide(servers, workflows, where[sim.current.id], waiting, env=sim.cfg)
-        if sim._busy_l[slot]:
+        if sim.servers.busy_l[slot]:
             self._round_waits[sim.current.id] = slot
         for k in ("decisions", "planned", "rollouts", "waits_chosen", "changed"):
             self.stats[k] = inner.stats[k]
@@ -230,12 +230,12 @@ class Lookahead(Policy):
                 if len(out) == cfg.candidates:
                     break
         if cfg.wait and busy_fit:
-            tds = sim._transfer_delays
+            tds = sim.transfer_delays
             best_idle = tc / dec.cdec[out[0]] + ((0.0 if out[0] == pslot else tr) if tds else 0.0)
             t, bu = sim.t, sim.busy_until
             best, best_s = best_idle, -1
             for s in busy_fit:
-                if not sim._accept_l[s] or sim._memory_l[s] < sim.current.memory_gb:
+                if not sim.servers.accept_l[s] or sim.servers.memory_l[s] < sim.current.memory_gb:
                     continue
                 fin = (bu[s] - t) + tc / dec.cdec[s] + ((0.0 if s == pslot else tr) if tds else 0.0)
                 if fin < best:
@@ -268,7 +268,7 @@ class Lookahead(Policy):
     def _forked_costs(self, sim: Simulator, cands: list[int], t_end: float, objective: str):
         """Each candidate's cost from a rollout on a fork of the simulator (any setting)."""
         cfg = self.config
-        lo = unfinished_range(sim)
+        lo = sim.unfinished_range()
         present = [tk.id for tk in sim.tasks[lo:] if tk.state != DONE]
         wf_ids = sorted({sim.tasks[i].wf.id for i in present})
         future = None
@@ -278,18 +278,16 @@ class Lookahead(Policy):
                 g.bit_generator.advance(1 << 40)  # the next decision's streams
         task_id = sim.current.id
         for i, slot in enumerate(cands):
-            f = fork(sim, self._pool[i])
+            f = sim.fork(self._pool[i])
             if cfg.future == "none":
-                drop_arrivals(f)
+                f.drop_arrivals()
             elif future is not None:
                 f.rng_arrivals.bit_generator.state = future[0]
                 f.rng_workload.bit_generator.state = future[1]
-                f._arrivals._gaps = []
-                if isinstance(getattr(f._source, "_buffer", None), list):
-                    f._source._buffer = []
+                f.forget_drawn_future()
             res = dict(self._reserved)
-            if f._busy_l[slot]:
-                res[task_id] = (slot, f._sid_l[slot])
+            if f.servers.busy_l[slot]:
+                res[task_id] = (slot, f.server_ids[slot])
             f.step(slot)
             _rollout(f, res, self._dec, t_end, [f.workflows[w] for w in wf_ids])
             yield _cost(f, present, t_end, objective)
@@ -303,8 +301,9 @@ def _reserved_slot(sim: Simulator, reserved: dict) -> int | None:
     if r is None:
         return None
     slot, sid = r
-    if sim._sid_l[slot] == sid and sim._accept_l[slot] and sim._memory_l[slot] >= task.memory_gb:
-        if not sim._busy_l[slot]:
+    srv = sim.servers
+    if sim.server_ids[slot] == sid and srv.accept_l[slot] and srv.memory_l[slot] >= task.memory_gb:
+        if not srv.busy_l[slot]:
             del reserved[task.id]
         return slot
     del reserved[task.id]
@@ -318,7 +317,7 @@ def _exclusions(sim: Simulator, reserved: dict) -> set:
     out = set()
     cur = sim.current.id
     for tid, (slot, sid) in list(reserved.items()):
-        if sim.tasks[tid].state != READY or sim._sid_l[slot] != sid:
+        if sim.tasks[tid].state != READY or sim.server_ids[slot] != sid:
             del reserved[tid]
         elif tid != cur:
             out.add(slot)
@@ -344,7 +343,7 @@ def _cost(f: Simulator, present: list[int], t_end: float, objective: str) -> flo
     finish time when done, the scheduled end when running, else the rollout's end plus the run
     time at the mean speed."""
     now = max(f.t, t_end)
-    mc = f._mean_compute
+    mc = f.mean_compute
     tasks = f.tasks
     busy_until = f.busy_until
 

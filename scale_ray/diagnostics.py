@@ -35,7 +35,7 @@ def stuck_tail(env: EnvConfig, policy_spec: str, episode: int, base_seed: int,
             task = sim.current
             asked[(task.id, a)] += 1
             fits_idle = int(np.count_nonzero(sim.accepting & (sim.memory >= task.memory_gb)
-                                             & ~np.asarray(sim._busy_l)))
+                                             & ~np.asarray(sim.servers.busy_l)))
             last[(task.id, a)] = {
                 "task": task.id, "task_memory_gb": task.memory_gb, "slot": a,
                 "server_id": int(sim.srv_id[a]), "server_tier": sim.srv_tier[a],

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from envs.fork import fork
 from envs.trace import verify_trace
 from envs.simulator import Simulator
 from policies import get_policy
@@ -68,7 +67,7 @@ def test_a_fork_hedges_on_its_own():
         if sim.hedge_stats[0] > 3:
             break
     before = list(sim.hedge_stats)
-    f = fork(sim)
+    f = sim.fork()
     for _ in range(200):
         if f.current is None:
             break

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from envs.config import ConfigError, EnvConfig, build
-from envs.fork import fork
 from envs.simulator import Simulator
 from envs.trace import read_trace, verify_trace
 from policies import get_policy, is_planner
@@ -57,7 +56,7 @@ def run_to_end(sim: Simulator, seed: int, eft: EarliestFinish, fork_every: int =
     k = 0
     while sim.current is not None:
         if fork_every and k % fork_every == 0:
-            f = fork(sim)
+            f = sim.fork()
             frng = np.random.default_rng(k)
             for _ in range(int(frng.integers(1, 200))):  # step the fork any number of times
                 if f.current is None:
@@ -83,7 +82,7 @@ def test_fork_leaves_the_original_and_its_future_alone(cfg):
         b.step(actions(b, np.random.default_rng(1), eft))
     assert b.current is not None
     before = state(b)
-    f = fork(b)
+    f = b.fork()
     while f.current is not None:
         f.step(eft.act(f.observe()))
     assert state(b) == before
@@ -101,7 +100,7 @@ def test_fork_then_run_to_end_equals_the_original(cfg):
     for _ in range(120):
         sim.step(actions(sim, rng, eft))
     assert sim.current is not None
-    f = fork(sim, [np.random.Generator(np.random.PCG64(9)) for _ in range(3)])
+    f = sim.fork([np.random.Generator(np.random.PCG64(9)) for _ in range(3)])
     assert f.trace is None
     seq = np.random.SeedSequence(5)
     mf = run_to_end(f, seq.entropy, eft)
@@ -114,7 +113,7 @@ def test_fork_refuses_unknown_mutable_state():
     sim = Simulator(env())
     sim.some_new_list = []
     with pytest.raises(TypeError, match="some_new_list"):
-        fork(sim)
+        sim.fork()
 
 
 @pytest.mark.parametrize("source,extra", [

@@ -10,7 +10,6 @@ import pytest
 
 from envs.config import ConfigError, build
 from envs.estimator import RuntimeEstimator
-from envs.fork import fork
 from envs.runtime import RuntimeConfig, compute_bucket, factors, kind_of_name
 from envs.sim_cluster import FINISH
 from envs.simulator import RUNNING, Simulator
@@ -137,7 +136,7 @@ def test_fork_and_snapshot_cannot_see_a_true_finish():
                 break
     assert found is not None, "no run whose estimate is off by 0.5 s"
     slot, t_true, t_est = found
-    f = fork(sim)
+    f = sim.fork()
     task = f.running[slot]
     f_ends = [e[0] for e in f._events if e[1] == FINISH and e[4][1] is task]
     assert f_ends == [pytest.approx(max(t_est, sim.t))] and f_ends[0] != pytest.approx(t_true)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs.fork import drop_arrivals, fork
 from envs.simulator import Simulator
 from envs.snapshot import ServerState, TaskState, WorkflowState, build, describe
 from policies.lookahead import Lookahead, _Decoded, eft_act
@@ -41,8 +40,8 @@ def test_a_snapshot_runs_like_the_simulator_it_describes(seed, steps):
     snap = build(env, servers, workflows, mean_compute=sim._mean_compute)
     assert snap.sim.current is not None and snap.sim.t == 0.0
     assert snap.sim.tasks[snap.ids[0][0]].compute == sim.tasks[ids[0][0]].compute
-    original = fork(sim)
-    drop_arrivals(original)
+    original = sim.fork()
+    original.drop_arrivals()
     run_eft(original)
     run_eft(snap.sim)
     t0 = sim.t

@@ -1,0 +1,164 @@
+"""How a :class:`envs.simulator.Simulator` takes a snapshot of the present
+(:meth:`SnapshotLoading.load_snapshot`, a mixin of the simulator; the snapshot's types and
+``build`` / ``describe`` are in ``envs.snapshot``)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Sequence
+
+from . import order as orders
+from .decision import DONE, READY, RUNNING
+from .episode import TaskRecord, WorkflowRecord, build_workflow
+from .sim_cluster import FINISH
+from .workflow import TaskSpec, WorkflowSpec, kahn_order
+
+if TYPE_CHECKING:
+    from .snapshot import ServerState, WorkflowState
+
+__all__ = ["SnapshotLoading", "topological"]
+
+
+class SnapshotLoading:
+    """``load_snapshot``: a mixin of the simulator."""
+
+    def load_snapshot(self, servers: Sequence["ServerState"], workflows: Sequence["WorkflowState"],
+                      focus: tuple[int, int] | None = None,
+                      mean_compute: float | None = None) -> list[list[int]]:
+        """Take the snapshot's present (``envs.snapshot``): this simulator (an empty one of
+        ``len(servers)`` slots, no arrivals, no dynamics) gets its servers and unfinished work and
+        stops at its first decision: ``focus``'s task when given, else the first-level head. Returns
+        per workflow the simulator's task id of each listed task. Raises ValueError naming the bad
+        field of the snapshot."""
+        n = len(servers)
+        self.terminated = False  # (the template found nothing to do)
+        acc = [s.compute for s in servers if s.accepting] or [s.compute for s in servers]
+        self._mean_compute = mean_compute or orders.mean_compute(acc)
+        srv = self.servers
+        for i, s in enumerate(servers):
+            self.idle_w[i], self.busy_w[i] = s.idle_w, s.busy_w
+            self._idle_w_l[i], self._busy_w_l[i] = s.idle_w, s.busy_w
+            srv.set_server(i, s.compute, s.memory_gb, s.idle_w, s.busy_w, s.accepting)
+        self._speed_by_memory = sorted(((s.compute, s.memory_gb) for s in servers),
+                                       key=lambda x: -x[0])
+        busy_by_task = [False] * n
+        ids: list[list[int]] = []
+        for w, wf in enumerate(workflows):
+            ids.append(self._snapshot_workflow(w, wf, servers, busy_by_task))
+        for i, s in enumerate(servers):  # busy servers running work the snapshot does not list
+            if s.remaining_s > 0 and not busy_by_task[i]:
+                self._stand_in(i, s.remaining_s)
+        if focus is not None:
+            w, j = focus
+            task = self.tasks[ids[w][j]]
+            if task.state != READY:
+                raise ValueError(f"workflows[{w}].tasks[{j}]: not ready (running, or parents "
+                                 f"unfinished)")
+            task.key = (-math.inf, -math.inf)
+            self._queue.push(task.key, task.id, task)  # on top; its older entry: stale, dropped
+        self._select()
+        if focus is not None and (self.current is None
+                                  or self.current.id != ids[focus[0]][focus[1]]):
+            raise ValueError(f"workflows[{focus[0]}].tasks[{focus[1]}]: no accepting server can "
+                             f"take it now, so it cannot be decided")
+        return ids
+
+    def _snapshot_workflow(self, w: int, wf: "WorkflowState", servers: Sequence["ServerState"],
+                           busy: list[bool]) -> list[int]:
+        n = len(servers)
+        listed = wf.tasks
+        if not listed:
+            raise ValueError(f"workflows[{w}].tasks: at least one task")
+        size = len(listed) if wf.size is None else wf.size
+        if size < len(listed):
+            raise ValueError(f"workflows[{w}].size: {size} is smaller than the {len(listed)} "
+                             f"listed tasks")
+        inputs = [(j, k, inp) for j, t in enumerate(listed) for k, inp in enumerate(t.inputs)]
+        m = len(inputs)  # finished stand-ins first, then the listed tasks
+        specs = [TaskSpec(1e-9, 0.0, out) for _, _, (_, out) in inputs]
+        for j, t in enumerate(listed):
+            for p in t.parents:
+                if not 0 <= p < len(listed) or p == j:
+                    raise ValueError(f"workflows[{w}].tasks[{j}].parents: {p} is not another "
+                                     f"listed task")
+            own = [k for k, (jj, _, _) in enumerate(inputs) if jj == j]
+            specs.append(TaskSpec(t.compute_gflop, t.memory_gb, t.output_gb,
+                                  tuple(own) + tuple(m + p for p in t.parents)))
+        spec, pos = topological(specs, w)  # pos: listed index -> spec index
+        wfo, new = build_workflow(spec, len(self.workflows), len(self.tasks), -wf.age_s,
+                                  self._speed_by_memory, self._order, self._mean_compute,
+                                  self._bw, self._lat, self._edf_factor)
+        wfo.n = size + m
+        wfo.done = size - len(listed) + m
+        self.workflows.append(wfo)
+        self.open_workflows += 1
+        self.tasks.extend(new)
+        for k, (_, _, (slot, _)) in enumerate(inputs):  # finished parents: on their server
+            st = new[pos[k]]
+            st.state, st.finish, st.start = DONE, -wf.age_s, -wf.age_s
+            st.sid = self._sid_l[slot] if 0 <= slot < n else -1
+        for j, t in enumerate(listed):
+            task = new[pos[m + j]]
+            for k, (jj, _, _) in enumerate(inputs):
+                if jj == j and task.first_parent is None:
+                    task.first_parent = new[pos[k]]
+            task.pending = sum(1 for p in task.parents if p.state != DONE)
+            if t.server is not None:
+                if task.pending:
+                    raise ValueError(f"workflows[{w}].tasks[{j}].server: a running task cannot "
+                                     f"have unfinished parents")
+                if not 0 <= t.server < n:
+                    raise ValueError(f"workflows[{w}].tasks[{j}].server: {t.server} is out of "
+                                     f"range 0..{n - 1}")
+                if busy[t.server]:
+                    raise ValueError(f"workflows[{w}].tasks[{j}].server: server {t.server} "
+                                     f"already runs another listed task")
+                busy[t.server] = True
+                self._run_until(task, t.server, servers[t.server].remaining_s)
+            elif task.pending == 0:
+                task.state = READY
+                self._queue.push(task.key, task.id, task)
+            self.outstanding += 1
+        return [new[pos[m + j]].id for j in range(len(listed))]
+
+    def _run_until(self, task: TaskRecord, slot: int, remaining: float | None) -> None:
+        """``task`` runs on ``slot`` until ``remaining`` seconds from now."""
+        until = max(remaining or 0.0, 1e-9)
+        task.state, task.slot, task.sid, task.start = RUNNING, slot, self._sid_l[slot], 0.0
+        task.token += 1
+        self.servers.start(slot, until)
+        self.running[slot] = task
+        self.run_start[slot] = 0.0
+        self._push(until, FINISH, slot, (task.token, task))
+
+    def _stand_in(self, slot: int, remaining: float) -> None:
+        wf = WorkflowRecord(len(self.workflows), 0.0, 1, 0.0)
+        task = TaskRecord(len(self.tasks), wf, 0.0, 0.0, 0.0)
+        task.key = (0, 0.0)
+        self.workflows.append(wf)
+        self.open_workflows += 1
+        self.tasks.append(task)
+        self.outstanding += 1
+        self._run_until(task, slot, remaining)
+
+
+def topological(specs: list[TaskSpec], w: int) -> tuple[WorkflowSpec, list[int]]:
+    """A :class:`WorkflowSpec` of ``specs`` (parents given as indices into ``specs``, in any
+    order) in a parents-first order, and old index -> new index; a cycle raises ValueError."""
+    n = len(specs)
+    if all(p < i for i, t in enumerate(specs) for p in t.parents):
+        # already parents-first: keep the caller's order (it breaks first-level ties)
+        return WorkflowSpec(tuple(specs)), list(range(n))
+    kids: list[list[int]] = [[] for _ in range(n)]
+    for i, t in enumerate(specs):
+        for p in t.parents:
+            kids[p].append(i)
+    order = kahn_order(kids)
+    if len(order) != n:
+        raise ValueError(f"workflows[{w}].tasks: the parents form a cycle")
+    new_of = [0] * n
+    for new, old in enumerate(order):
+        new_of[old] = new
+    return WorkflowSpec(tuple(
+        specs[old]._replace(parents=tuple(sorted(new_of[p] for p in specs[old].parents)))
+        for old in order)), new_of
