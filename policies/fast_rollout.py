@@ -41,9 +41,9 @@ from envs.objective import completion_cost
 from envs.sim_cluster import ARRIVAL, FINISH
 from envs.simulator import Simulator
 
-from .fast_eft import _MEM_TOL, _Decoded, _f32
+from .heuristics import F32, MEM_TOL, DecodedServers
 
-_TOL = 1 + _MEM_TOL
+_TOL = 1 + MEM_TOL
 _FIELDS = attrgetter("id", "key", "compute", "memory_gb", "output", "state", "pending", "slot",
                      "sid", "first_parent", "wf")
 
@@ -54,7 +54,7 @@ def _decode(x: np.ndarray, clip: float, unit: float) -> list[float]:
 
 
 def _decode_transfer(outputs, bw: float, lat: float, f) -> list[float]:
-    """The decoded transfer time of a first parent with each output (fast_eft._task_view)."""
+    """The decoded transfer time of a first parent with each output (heuristics.task_view)."""
     x = (np.array(outputs, dtype=float) / bw + lat) / f.transfer_s
     out = np.minimum(x, f.clip).astype(np.float32).astype(np.float64) * f.transfer_s
     out[x == 0] = 0.0
@@ -68,7 +68,7 @@ class ServerClasses:
     def __init__(self) -> None:
         self.key: tuple | None = None
 
-    def get(self, sim: Simulator, dec: _Decoded) -> "ServerClasses":
+    def get(self, sim: Simulator, dec: DecodedServers) -> "ServerClasses":
         c, m, a = sim.servers.compute_l, sim.servers.memory_l, sim.servers.accept_l
         k = self.key
         if k is None or k[0] != c or k[1] != m or k[2] != a:
@@ -111,7 +111,7 @@ class Rollouts:
     """The present of ``sim`` (at a decision) as flat lists; :meth:`cost` rolls one candidate
     out. ``reserved``: the planner's reservations, task id -> (slot, server id)."""
 
-    def __init__(self, sim: Simulator, dec: _Decoded, classes: ServerClasses,
+    def __init__(self, sim: Simulator, dec: DecodedServers, classes: ServerClasses,
                  reserved: dict, objective: str) -> None:
         self.sim, self.dec, self.cl, self.objective = sim, dec, classes, objective
         f = sim.cfg.features
@@ -130,7 +130,7 @@ class Rollouts:
         # parents: (local index or -1 when finished before now, its server id, transfer s)
         self.parents = [[(loc.get(p.id, -1), p.sid, p.output / bw + lat) for p in tk.parents]
                         for tk in tasks]
-        # EFT's view of each task (fast_eft._task_view), decoded as from the float32 features
+        # EFT's view of each task (heuristics.task_view), decoded as from the float32 features
         cu, mu = f.compute_unit, f.memory_gb
         self.tc = _decode(np.array(compute, dtype=float) / cu, f.clip, cu)
         self.tm = _decode(np.array(mem, dtype=float) / mu, f.clip, mu)
@@ -196,8 +196,8 @@ class Rollouts:
         srv, rules = sim.servers, sim.core.rules
         acc, mem_l, comp_l, sid_l = srv.accept_l, srv.memory_l, srv.compute_l, sim.server_ids
         f = sim.cfg.features
-        tu, clip32 = f.time_unit, float(_f32(f.clip))
-        inv_tu = _f32(1.0 / tu)
+        tu, clip32 = f.time_unit, float(F32(f.clip))
+        inv_tu = F32(1.0 / tu)
         mdp = sim.cfg.mdp
         hol, only_startable = rules.head_of_line_blocking, rules.ask_only_startable
         mask_inf, tds = rules.mask_infeasible, sim.transfer_delays
@@ -347,12 +347,12 @@ class Rollouts:
                 return -1
             return nxt
 
-        def remaining(s: int) -> float:  # fast_eft._remaining
-            r = _f32(_f32(bu[s] - t) * inv_tu)
+        def remaining(s: int) -> float:  # heuristics.remaining_s
+            r = F32(F32(bu[s] - t) * inv_tu)
             r = min(max(float(r), 0.0), clip32)
             return r * tu
 
-        def eft(i: int, excl) -> int:  # fast_eft.eft_act on the rollout's lists; -1: again
+        def eft(i: int, excl) -> int:  # heuristics.eft_act on the rollout's lists; -1: again
             # without exclusions (every fitting server is reserved for another task)
             tc, tm, tr, ps = tc_l[i], tm_l[i], tr_l[i], ps_l[i]
             tmem = mem[i] if mask_inf else -1.0

@@ -80,14 +80,14 @@ class Guard:
     def reason(self, obs: Obs, action: int, waits: int = 0) -> str | None:
         """Why ``action`` must be overridden (one of :data:`REASONS`), or None to keep it."""
         eft = self._eft
-        task, srv, fits, idle = eft._decode(obs)
+        task, srv, fits, idle = eft.read_obs(obs)
         if not 0 <= action < fits.shape[0] or not fits[action]:
             return "infeasible"
         if idle[action] or not idle.any():
             return None
         if waits >= self.config.max_waits:
             return "wait_budget"
-        run = eft._run_s(task, srv)
+        run = eft.run_time(task, srv)
         if not srv.remaining_s[action] + run[action] < run[idle].min():
             return "slower_wait"
         return None

@@ -1,23 +1,43 @@
-"""Classic placement heuristics (docs/training.md) on the encoder's observation.
+"""Classic placement heuristics (docs/training.md) on the encoder's observation, and EFT's fast
+path on the simulator's state.
 
 Each reads raw quantities back from the fixed feature normalisation (``envs.encoding.decode``).
 "Fits" means the server's memory holds the task; "idle" means no remaining busy time. When no
 idle server fits, every pick is a wait; all heuristics then wait for the fitting server that frees
 up first (the least harmful wait), except random, which waits on a random fitting server.
+
+EFT has one rule and two inputs: :class:`EarliestFinish` scores an observation; ``eft_act`` /
+``eft_ranking`` apply the same rule (the same key, :func:`eft_key`, and the same float32
+rounding of the features, read back by :class:`DecodedServers` and :func:`task_view`) to the
+simulator's state through its read-only view (``envs.sim_view``), without building an
+observation: the lookahead planner's candidates and rollouts (``policies.lookahead``,
+``policies.fast_rollout``). tests/test_lookahead.py checks they pick the same slot, slot for slot.
 """
 
 from __future__ import annotations
+
+from itertools import compress
+from operator import not_
 
 import numpy as np
 
 from envs.config import EnvConfig, FeatureConfig
 from envs.encoding import decode
+from envs.simulator import Simulator
 
 from .base import Obs, Policy
 
 # Idle servers always outrank busy ones: a busy pick is a wait.
 _IDLE_BONUS = 1e9
-_MEM_TOL = 1e-5  # float32 round trip of the normalised memory feature
+MEM_TOL = 1e-5  # float32 round trip of the normalised memory feature
+F32 = np.float32
+
+
+def eft_key(run_s, transfer_s, memory_gb):
+    """EFT's key of an idle fitting server, lower is better: the run (plus the transfer when
+    transfers delay starts), ties to no transfer (the parent's server), then smaller memory.
+    Scalars or arrays alike."""
+    return run_s + (1e-6 * transfer_s + 1e-9 * memory_gb)
 
 
 class Heuristic(Policy):
@@ -31,15 +51,15 @@ class Heuristic(Policy):
     def reset(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(self._seed if seed is None else seed)
 
-    def _decode(self, obs: Obs):
+    def read_obs(self, obs: Obs):
         task, srv = decode(obs, self.features)
-        fits = srv.valid & (srv.memory_gb * (1 + _MEM_TOL) >= task[1])
+        fits = srv.valid & (srv.memory_gb * (1 + MEM_TOL) >= task[1])
         if not fits.any():  # nothing fits (only possible without the feasibility mask): any valid
             fits = srv.valid.copy()
         idle = fits & (srv.remaining_s <= 1e-9)
         return task, srv, fits, idle
 
-    def _run_s(self, task: np.ndarray, srv) -> np.ndarray:
+    def run_time(self, task: np.ndarray, srv) -> np.ndarray:
         with np.errstate(divide="ignore"):
             run = task[0] / np.where(srv.compute > 0, srv.compute, np.nan)
         if self.transfer_delays_start:
@@ -55,7 +75,7 @@ class RandomFeasible(Heuristic):
     name = "random"
 
     def scores(self, obs: Obs) -> np.ndarray:
-        _, _, fits, idle = self._decode(obs)
+        _, _, fits, idle = self.read_obs(obs)
         pool = idle if idle.any() else fits
         return np.where(pool, 1.0, -np.inf)
 
@@ -73,7 +93,7 @@ class RoundRobin(Heuristic):
         self._last = -1
 
     def scores(self, obs: Obs) -> np.ndarray:
-        _, srv, fits, idle = self._decode(obs)
+        _, srv, fits, idle = self.read_obs(obs)
         if not idle.any():
             return self._soonest_free(srv, fits)
         n = idle.shape[0]
@@ -92,7 +112,7 @@ class LeastLoaded(Heuristic):
     name = "least-loaded"
 
     def scores(self, obs: Obs) -> np.ndarray:
-        _, srv, fits, _ = self._decode(obs)
+        _, srv, fits, _ = self.read_obs(obs)
         return np.where(fits, -srv.remaining_s, -np.inf)
 
     def act(self, obs: Obs) -> int:
@@ -106,7 +126,7 @@ class FastestIdle(Heuristic):
     name = "fastest-idle"
 
     def scores(self, obs: Obs) -> np.ndarray:
-        _, srv, fits, idle = self._decode(obs)
+        _, srv, fits, idle = self.read_obs(obs)
         if not idle.any():
             return self._soonest_free(srv, fits)
         return np.where(idle, srv.compute - 1e-6 * srv.memory_gb, -np.inf)
@@ -119,12 +139,152 @@ class EarliestFinish(Heuristic):
     name = "eft"
 
     def scores(self, obs: Obs) -> np.ndarray:
-        task, srv, fits, idle = self._decode(obs)
+        task, srv, fits, idle = self.read_obs(obs)
         if not idle.any():
             return self._soonest_free(srv, fits)
-        finish = self._run_s(task, srv)
-        tie = 1e-6 * srv.transfer_s + 1e-9 * srv.memory_gb
-        return np.where(idle, -(finish + tie), -np.inf)
+        finish = self.run_time(task, srv)
+        return np.where(idle, -eft_key(finish, srv.transfer_s, srv.memory_gb), -np.inf)
+
+
+# ------------------------------------------------ EFT on the simulator's state (fast path)
+class DecodedServers:
+    """Per-slot compute and memory as EarliestFinish reads them back from the observation
+    (float32 features times their constants), recomputed when the server set changes."""
+
+    def __init__(self) -> None:
+        self.key: tuple[list, list] | None = None
+        self.cdec: list[float] = []
+        self.mdec: list[float] = []
+
+    def get(self, sim: Simulator) -> "DecodedServers":
+        comp, mem = sim.servers.compute_l, sim.servers.memory_l
+        if self.key is None or self.key[0] != comp or self.key[1] != mem:
+            f = sim.cfg.features
+            c = np.minimum(np.array(comp) / f.server_compute, f.clip).astype(np.float32)
+            m = np.minimum(np.array(mem) / f.server_memory_gb, f.clip).astype(np.float32)
+            self.cdec = (c.astype(np.float64) * f.server_compute).tolist()
+            self.mdec = (m.astype(np.float64) * f.server_memory_gb).tolist()
+            self.key = (list(comp), list(mem))
+        return self
+
+
+def task_view(sim: Simulator, task) -> tuple[float, float, float, int]:
+    """(compute, memory, transfer, parent slot) of ``task`` as EarliestFinish decodes them."""
+    f = sim.cfg.features
+    c = float(F32(min(task.compute / f.compute_unit, f.clip))) * f.compute_unit
+    m = float(F32(min(task.memory_gb / f.memory_gb, f.clip))) * f.memory_gb
+    fp = task.first_parent
+    tr, pslot = 0.0, -1
+    if fp is not None:
+        x = (fp.output / sim.bandwidth_gb_s + sim.latency_s) / f.transfer_s
+        if x:
+            tr = float(F32(x if x < f.clip else f.clip)) * f.transfer_s
+        p = sim.slot_of(fp.sid)
+        pslot = -1 if p is None else p
+    return c, m, tr, pslot
+
+
+def remaining_s(sim: Simulator, slot: int) -> float:
+    """Remaining busy time of ``slot`` as the observation encodes and EFT decodes it."""
+    f = sim.cfg.features
+    tu = f.time_unit
+    r = F32(F32(sim.busy_until[slot] - sim.t) * F32(1.0 / tu))
+    r = min(max(float(r), 0.0), float(F32(f.clip)))
+    return r * tu
+
+
+def _eft_busy(sim: Simulator, slot: int, bu: list) -> bool:
+    """Whether EFT sees busy ``slot`` as busy (its decoded remaining time above 1e-9 s)."""
+    d = bu[slot] - sim.t
+    if d > 1e-7:  # float32 rounding moves it by a relative 1e-7 at most: certainly busy
+        return True
+    return remaining_s(sim, slot) > 1e-9
+
+
+def eft_ranking(sim: Simulator, dec: DecodedServers, exclude: set | frozenset = frozenset(),
+                need_busy: bool = False) -> tuple[list[tuple[float, int]], list[int]]:
+    """EarliestFinish's view of the current task: (sorted [(score, slot)] of idle fitting
+    servers, best first, ties to the lowest slot; fitting busy slots, filled only when no idle
+    slot fits unless ``need_busy``). Slots in ``exclude`` are left out."""
+    task = sim.current
+    tc, tm, tr, pslot = task_view(sim, task)
+    cdec, mdec = dec.cdec, dec.mdec
+    acc, busy = sim.servers.accept_l, sim.servers.busy_l
+    mem_l = sim.servers.memory_l
+    tmem = task.memory_gb if sim.core.rules.mask_infeasible else -1.0
+    tol = 1 + MEM_TOL
+    tds = sim.transfer_delays
+    idle: list[tuple[float, int]] = []
+    busy_fit: list[int] = []
+    bu = None
+    any_fit = False
+    ev = sim.events
+    if not need_busy and (not ev or ev[0][0] - sim.t > 1e-7):
+        # Fast path: every busy slot finishes more than 1e-7 s from now (its finish event is in
+        # the heap), so EFT sees it busy; look at the idle slots first, the busy ones only when
+        # no idle slot fits.
+        for s in compress(range(sim.n_slots), map(not_, busy)):
+            if not acc[s] or mem_l[s] < tmem:
+                continue
+            m = mdec[s]
+            if m * tol < tm or (exclude and s in exclude):
+                continue
+            t_s = 0.0 if s == pslot else tr
+            run = tc / cdec[s]
+            if tds:
+                run = run + t_s
+            idle.append((eft_key(run, t_s, m), s))
+        if idle:
+            idle.sort()
+            return idle, busy_fit  # busy_fit left empty: not needed when an idle slot fits
+    for s in range(sim.n_slots):
+        if not acc[s] or mem_l[s] < tmem:
+            continue
+        m = mdec[s]
+        if m * tol < tm or (exclude and s in exclude):
+            continue
+        any_fit = True
+        if busy[s]:
+            if bu is None:
+                bu = sim.busy_until.tolist()
+            if _eft_busy(sim, s, bu):
+                busy_fit.append(s)
+                continue
+        t_s = 0.0 if s == pslot else tr
+        run = tc / cdec[s]
+        if tds:
+            run = run + t_s
+        idle.append((eft_key(run, t_s, m), s))
+    if not any_fit and not exclude:  # nothing fits (no feasibility mask): EFT falls back to valid
+        bu = sim.busy_until.tolist()
+        for s in range(sim.n_slots):
+            if acc[s] and not mem_l[s] < tmem:
+                if busy[s] and _eft_busy(sim, s, bu):
+                    busy_fit.append(s)
+                else:
+                    t_s = 0.0 if s == pslot else tr
+                    run = tc / cdec[s] + (t_s if tds else 0.0)
+                    idle.append((eft_key(run, t_s, mdec[s]), s))
+    idle.sort()
+    return idle, busy_fit
+
+
+def eft_act(sim: Simulator, dec: DecodedServers, exclude: set | frozenset = frozenset()) -> int:
+    """The slot :class:`policies.heuristics.EarliestFinish` picks for the current task, computed
+    on the simulator's lists (no observation); with ``exclude``, among the other slots."""
+    idle, busy_fit = eft_ranking(sim, dec, exclude)
+    if idle:
+        return idle[0][1]
+    if not busy_fit:
+        if exclude:  # every fitting server is reserved for another task: EFT over all of them
+            return eft_act(sim, dec)
+        return 0  # nothing fits: EFT's argmax over -inf is slot 0
+    best, best_s = None, 0
+    for s in busy_fit:  # soonest free, lowest slot on ties
+        r = remaining_s(sim, s)
+        if best is None or r < best:
+            best, best_s = r, s
+    return best_s
 
 
 class EarliestFinishWait(Heuristic):
@@ -133,8 +293,8 @@ class EarliestFinishWait(Heuristic):
     name = "eft-wait"
 
     def scores(self, obs: Obs) -> np.ndarray:
-        task, srv, fits, _ = self._decode(obs)
-        finish = srv.remaining_s + self._run_s(task, srv)
+        task, srv, fits, _ = self.read_obs(obs)
+        finish = srv.remaining_s + self.run_time(task, srv)
         return np.where(fits, -(finish + 1e-9 * srv.memory_gb), -np.inf)
 
 

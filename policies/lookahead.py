@@ -9,7 +9,7 @@ the env's ``objective``, envs/objective.py: ``workflow`` in configs/env/realisti
 The copy: where the server set cannot change during the rollout, the exact fast rollouts of
 ``policies.fast_rollout`` (the same costs, bit for bit, at a fraction of the time: issue 26);
 otherwise (server dynamics, ``srpt``/``las``, ``future`` other than ``none``) an
-:meth:`Simulator.fork` (envs/fork.py) of the simulator stepped with the fast EFT (``policies.fast_eft``).
+:meth:`Simulator.fork` (envs/fork.py) of the simulator stepped with the fast EFT (``policies.heuristics.eft_act``).
 
 Candidates: the ``candidates`` best idle fitting servers by EFT's finish time (servers that look
 the same to EFT, same speed, memory and transfer, count once; the first candidate is EFT's own
@@ -53,7 +53,7 @@ from envs.snapshot import build as build_snapshot
 from envs.snapshot import describe as describe_snapshot
 
 from .base import Obs, Policy
-from .fast_eft import _Decoded, _task_view, eft_act, eft_ranking  # noqa: F401 (re-exported)
+from .heuristics import DecodedServers, eft_act, eft_ranking, task_view
 from .fast_rollout import Rollouts, ServerClasses, supported
 
 
@@ -115,7 +115,7 @@ class Lookahead(Policy):
         self.env = env or EnvConfig()
         self.config = config or LookaheadConfig()
         self._seed = seed
-        self._dec = _Decoded()
+        self._dec = DecodedServers()
         self._classes = ServerClasses()
         self.fast = True  # exact fast rollouts where supported (policies.fast_rollout)
         self._pool = [[np.random.Generator(np.random.PCG64(i)) for _ in range(3)]
@@ -215,13 +215,13 @@ class Lookahead(Policy):
         self.stats["plan_s"] += time.perf_counter() - t0
         return slot
 
-    def _candidates(self, sim: Simulator, dec: _Decoded, excl: set) -> list[int]:
+    def _candidates(self, sim: Simulator, dec: DecodedServers, excl: set) -> list[int]:
         idle, busy_fit = eft_ranking(sim, dec, excl, need_busy=self.config.wait)
         if not idle:
             return [eft_act(sim, dec, excl)]
         cfg = self.config
         out, seen = [], set()
-        tc, _, tr, pslot = _task_view(sim, sim.current)
+        tc, _, tr, pslot = task_view(sim, sim.current)
         for _, s in idle:
             sig = (dec.cdec[s], dec.mdec[s], s == pslot)
             if sig not in seen:
@@ -324,7 +324,7 @@ def _exclusions(sim: Simulator, reserved: dict) -> set:
     return out
 
 
-def _rollout(f: Simulator, res: dict, dec: _Decoded, t_end: float, wfs: list) -> None:
+def _rollout(f: Simulator, res: dict, dec: DecodedServers, t_end: float, wfs: list) -> None:
     """Step fork ``f`` with EFT (honouring reservations ``res``) until ``t_end``, the end of the
     episode, or the completion of every workflow in ``wfs``."""
     n = 0

@@ -8,14 +8,15 @@ import pytest
 
 from envs.simulator import Simulator
 from envs.snapshot import ServerState, TaskState, WorkflowState, build, describe
-from policies.lookahead import Lookahead, _Decoded, eft_act
+from policies.heuristics import DecodedServers, eft_act
+from policies.lookahead import Lookahead
 from scale_ray.config import load_env
 
 REALISTIC = "configs/env/realistic.yaml"
 
 
 def run_eft(sim: Simulator) -> None:
-    dec = _Decoded()
+    dec = DecodedServers()
     while sim.current is not None:
         sim.step(eft_act(sim, dec.get(sim)))
 
@@ -29,7 +30,7 @@ def test_a_snapshot_runs_like_the_simulator_it_describes(seed, steps):
                                "mdp": {"advance_to_next_event": True}}, servers=16)
     sim = Simulator(env)
     sim.reset(seed)
-    dec = _Decoded()
+    dec = DecodedServers()
     while True:  # EFT into the episode, to a state with running tasks and finished inputs
         sim.step(eft_act(sim, dec.get(sim)))
         steps -= 1

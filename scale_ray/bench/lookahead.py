@@ -5,7 +5,7 @@ For each cluster size the simulator (configs/env/realistic.yaml by default) runs
 decisions of the same episode; each ``act_state`` call is timed (the simulator's own step is not).
 Printed per size: mean, median and p95 ms per decision, the mean over decisions that ran rollouts
 ("planned"; the others answer a reservation or had a single candidate), and rollouts per planned
-decision; and the same for the fast EFT alone (one call of ``policies.fast_eft.eft_act``).
+decision; and the same for the fast EFT alone (one call of ``policies.heuristics.eft_act``).
 
 ``--forked``: also time each decision of the same planner with its rollouts on forks of the
 simulator (``Lookahead.fast = False``: how every rollout ran before issue 26; the rollouts of
@@ -29,7 +29,7 @@ import numpy as np
 from envs.simulator import Simulator
 from policies import get_policy
 from envs.snapshot import describe
-from policies.fast_eft import _Decoded, eft_act
+from policies.heuristics import DecodedServers, eft_act
 from scale_ray.config import load_env
 from scale_ray.evaluation import episode_seed
 
@@ -57,7 +57,7 @@ def measure_one(env, spec: str, decisions: int, warmup_s: float, seed: int,
     """Timings of ``decisions`` planner decisions after ``warmup_s`` s of EFT on ``env``."""
     sim = Simulator(env)
     sim.reset(episode_seed(seed, 0))
-    dec = _Decoded()
+    dec = DecodedServers()
     eft_s = []
     while sim.current is not None and sim.t < warmup_s:
         t0 = time.perf_counter()
