@@ -68,7 +68,7 @@ class RuntimeEstimator:
         if cell is None:
             cell = self._cell[(kind, tier)] = _Stat()
         if cell.n >= self.robust_after:
-            m, s = self._params(kind, tier)
+            m, s = self.log_params(kind, tier)
             x = min(max(x, m - self.clip_z * s), m + self.clip_z * s)
         cell.add(x)
         k = self._kind.get(kind)
@@ -89,7 +89,7 @@ class RuntimeEstimator:
                + n0 * n / (n0 + n) * (st.mean - prior_m) ** 2) / (n0 + n - 1)
         return m, math.sqrt(max(var, 1e-12))
 
-    def _params(self, kind: str, tier: str | None) -> tuple[float, float]:
+    def log_params(self, kind: str, tier: str | None) -> tuple[float, float]:
         """(mean, sd) of the log ratio for ``kind`` on ``tier`` (``None``: the kind, pooled)."""
         km, ks = self._shrink(self._kind.get(kind), 0.0, self.prior_sigma)
         if tier is None:
@@ -98,29 +98,29 @@ class RuntimeEstimator:
 
     def duration(self, kind: str, tier: str, expected_s: float) -> float:
         """Expected run time of ``kind`` on ``tier`` where the hint implies ``expected_s``."""
-        m, s = self._params(kind, tier)
+        m, s = self.log_params(kind, tier)
         return expected_s * math.exp(m + 0.5 * s * s)
 
     def quantile(self, kind: str, tier: str, expected_s: float, q: float) -> float:
         """The ``q``-quantile of that run time."""
-        m, s = self._params(kind, tier)
+        m, s = self.log_params(kind, tier)
         return expected_s * math.exp(m + _Z.inv_cdf(q) * s)
 
     def gflop(self, kind: str, hint_gflop: float) -> float:
         """The estimated compute (GFLOP) of a task of ``kind`` shown with ``hint_gflop``: what
         its expected run times imply (pooled over tiers)."""
-        m, s = self._params(kind, None)
+        m, s = self.log_params(kind, None)
         return hint_gflop * math.exp(m + 0.5 * s * s)
 
     def median(self, kind: str, tier: str | None, expected_s: float) -> float:
-        m, _ = self._params(kind, tier)
+        m, _ = self.log_params(kind, tier)
         return expected_s * math.exp(m)
 
     def summary(self) -> dict[str, Any]:
         """Per kind: observations, median factor (actual / hinted), spread (log sd)."""
         out = {}
         for kind in sorted(self._kind):
-            m, s = self._params(kind, None)
+            m, s = self.log_params(kind, None)
             out[kind] = {"n": self._kind[kind].n, "median_factor": round(math.exp(m), 4),
                          "log_sd": round(s, 4)}
         return {"observations": self.observations, "kinds": out}

@@ -149,7 +149,7 @@ class RunModel:
             s = PRIOR_SIGMA
             mu = math.log(expected) - s * s / 2
         else:
-            m, s = est._params(task.kind, tier)
+            m, s = est.log_params(task.kind, tier)
             mu = math.log(expected) + m
         a = max(elapsed_s, 1e-12)
         la = math.log(a)

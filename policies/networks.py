@@ -137,7 +137,7 @@ class CrossAttentionPointerNet(nn.Module):
         self.w_q = nn.Linear(d, d, bias=False)
         self.w_k = nn.Linear(d, d, bias=False)
         self.critic = _critic(cfg, d)
-        self._scale = 1.0 / math.sqrt(d)
+        self.attn_scale = 1.0 / math.sqrt(d)
 
     def encode(self, task: torch.Tensor, servers: torch.Tensor, action_mask: torch.Tensor
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -157,7 +157,7 @@ class CrossAttentionPointerNet(nn.Module):
 
     def pointer_scores(self, z: torch.Tensor, e: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Masked pointer logits (Wq z)·(Wk e_i)/sqrt(d), (B, N)."""
-        s = (self.w_k(e) @ self.w_q(z).unsqueeze(-1)).squeeze(-1) * self._scale
+        s = (self.w_k(e) @ self.w_q(z).unsqueeze(-1)).squeeze(-1) * self.attn_scale
         return s.masked_fill(~valid, MASKED_SCORE)
 
     def value(self, z: torch.Tensor) -> torch.Tensor:

@@ -131,7 +131,7 @@ class NumpyPointerNet:
         self.w_servers = np.ascontiguousarray(np.concatenate([b.wkv for b in self.blocks] + [wk], 1))
         self.b_servers = np.concatenate([b.bkv for b in self.blocks] + [np.zeros(wk.shape[1], _F32)])
         self._kv_width = self.blocks[0].wkv.shape[1]
-        self.scale = _F32(net._scale)
+        self.scale = _F32(net.attn_scale)
 
     @staticmethod
     def _embed(x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray) -> np.ndarray:

@@ -74,7 +74,7 @@ class PointerPPOModule(TorchRLModule, ValueFunctionAPI):
     @override(TorchRLModule)
     def setup(self):
         self.net = _net_from_config(self)
-        mode_dependent = (nn.Dropout, nn.modules.batchnorm._BatchNorm)
+        mode_dependent = (nn.Dropout, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
         assert not any(isinstance(m, mode_dependent) for m in self.net.modules()), \
             "PointerPPOModule.train() assumes no mode-dependent layers"
 
@@ -129,7 +129,7 @@ class PointerDQNModule(DefaultDQNTorchRLModule):
         valid = _valid_or_all(mask)
         if net.kind == "crossattn":
             z, e, _ = net.encode(task, servers, mask)
-            adv = (net.w_k(e) @ net.w_q(z).unsqueeze(-1)).squeeze(-1) * net._scale
+            adv = (net.w_k(e) @ net.w_q(z).unsqueeze(-1)).squeeze(-1) * net.attn_scale
         else:
             z = net.encode(task, servers)
             adv = net.actor(z)

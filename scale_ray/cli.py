@@ -38,7 +38,7 @@ BENCH: dict[str, tuple[str, str]] = {
 def _lazy(parser: argparse.ArgumentParser, module: str) -> None:
     mod = importlib.import_module(module)
     mod.add_arguments(parser)
-    parser.set_defaults(_run=mod.run)
+    parser.set_defaults(run_command=mod.run)
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return int(args._run(args) or 0)
+        return int(args.run_command(args) or 0)
     except ConfigError as e:
         print(f"scale-ray: config error: {e}", file=sys.stderr)
         return 2

@@ -184,6 +184,12 @@ class LocalHeteroCluster:
     def address(self) -> str:
         return self._cluster.address
 
+    @property
+    def ray_cluster(self) -> Any:
+        """The ``ray.cluster_utils.Cluster`` behind it (None before ``start``, after
+        ``shutdown``)."""
+        return self._cluster
+
     def add_node(self, tier: str, slots: int = 1, wait: bool = True) -> str:
         """Start one more server node of ``tier`` with ``slots`` servers; returns its node id."""
         t = self.config.tier(tier)

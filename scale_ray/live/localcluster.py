@@ -61,7 +61,7 @@ def parse_tiers(spec: str, cluster: ClusterConfig) -> ClusterConfig:
 
 def _pids(cluster: LocalHeteroCluster) -> list[int]:
     """PIDs of every Ray process the cluster started (head and server nodes)."""
-    c = cluster._cluster
+    c = cluster.ray_cluster
     nodes = [c.head_node, *c.worker_nodes] if c is not None else []
     out = []
     for node in nodes:

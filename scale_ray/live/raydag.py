@@ -30,7 +30,8 @@ from typing import Any, Sequence
 
 from envs.workload import WorkflowSpec
 
-from .workflow import Call, CollectedWorkflow, Primitive, WorkflowTypeError, collect, from_spec
+from .workflow import (Call, CollectedWorkflow, Primitive, WorkflowTypeError, collect, from_spec,
+                       function_node_body)
 
 __all__ = ["accept", "as_collected", "from_ray_dag", "is_ray_dag", "ACCEPTED"]
 
@@ -84,7 +85,7 @@ class _Converter:
                                 "input values: read them as inp[0], inp[1] or inp.key")
 
     def attribute(self, node: Any) -> Any:
-        key, how = node._key, node._accessor_method
+        key, how = node.key, node.get_other_args_to_resolve()["accessor_method"]
         self.used_input = True
         if len(self.args) == 1 and not self.kwargs:  # one value: index or read it, as Ray does
             v = self.args[0]
@@ -123,15 +124,15 @@ class _Converter:
         c = self.memo.get(id(node))
         if c is not None:
             return c
-        fn, opts = node._body, dict(node._bound_options or {})
+        fn, opts = function_node_body(node), node.get_options()
         name = getattr(fn, "__name__", "task")
         key = (id(fn), repr(sorted(opts.items())))
         prim = self.prims.get(key)
         if prim is None:
             prim = self.prims[key] = Primitive(fn, name=name, ray_options=opts, emulate=False)
         where = f"an argument of {name}"
-        args = [self.value(a, where) for a in node._bound_args]
-        kwargs = {k: self.value(v, where) for k, v in node._bound_kwargs.items()}
+        args = [self.value(a, where) for a in node.get_args()]
+        kwargs = {k: self.value(v, where) for k, v in node.get_kwargs().items()}
         c = self.memo[id(node)] = prim.bind(*args, **kwargs)
         return c
 
@@ -151,8 +152,9 @@ def from_ray_dag(dag: Any, *args: Any, name: str = "", **kwargs: Any) -> Collect
     conv = _Converter(args, kwargs)
     kind = _ray_dag_class(dag)
     if kind == "MultiOutputNode":
-        outs = list(dag._bound_args[0] if len(dag._bound_args) == 1 and isinstance(
-            dag._bound_args[0], (list, tuple)) else dag._bound_args)
+        bound = dag.get_args()
+        outs = list(bound[0] if len(bound) == 1 and isinstance(bound[0], (list, tuple))
+                    else bound)
     elif isinstance(dag, (list, tuple)):
         outs = list(dag)
     else:

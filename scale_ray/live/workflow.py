@@ -146,12 +146,16 @@ def _remote_function_options(fn: Any) -> tuple[Callable[..., Any], dict] | None:
     t = type(fn)
     if not t.__module__.startswith("ray."):
         return None
-    if t.__name__ == "RemoteFunction":
-        return fn._function, dict(fn._default_options or {})
-    if t.__name__ == "FuncWrapper":  # f.options(...): its options are read off a bound node
-        node = fn.bind()
-        return node._body, dict(node._bound_options or {})
+    if t.__name__ in ("RemoteFunction", "FuncWrapper"):  # FuncWrapper: f.options(...)
+        node = fn.bind()  # its body and options are read off a bound node
+        return function_node_body(node), node.get_options()
     return None
+
+
+def function_node_body(node: Any) -> Callable[..., Any]:
+    """The Python function a Ray DAG ``FunctionNode`` runs (Ray offers no public accessor:
+    the one read of its private ``_body``)."""
+    return node._body
 
 
 def _number(name: str, key: str, value: Any) -> float:
