@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Sequence
+from typing import Any, Protocol, Sequence
 
 from .config import DynamicsConfig, EnvConfig
 from .decision import DONE, RUNNING
@@ -103,6 +103,80 @@ def build(env: EnvConfig, servers: Sequence[ServerState], workflows: Sequence[Wo
     return Snapshot(sim, sim.load_snapshot(servers, workflows, focus, mean_compute))
 
 
+class TaskGraph(Protocol):
+    """How :func:`workflow_state` reads one record of tasks (the simulator's, the live
+    scheduler's): a task's sizes, its parents, whether it is done and when it finished, where
+    a finished task's output is held and where a running task runs (server positions)."""
+
+    def sizes(self, t: Any) -> tuple[float, float, float]:
+        """(compute_gflop, memory_gb, output_gb)."""
+
+    def parents(self, t: Any) -> Sequence[Any]: ...
+
+    def first_parent(self, t: Any) -> Any: ...
+
+    def done(self, t: Any) -> bool: ...
+
+    def finish(self, t: Any) -> float: ...
+
+    def held_at(self, t: Any) -> int:
+        """Position of the server holding finished ``t``'s output (-1: none present)."""
+
+    def running_on(self, t: Any) -> int | None:
+        """Position of the server running ``t`` (None: not running)."""
+
+
+def workflow_state(listed: Sequence[Any], graph: TaskGraph, age_s: float,
+                   size: int) -> WorkflowState:
+    """The snapshot of one workflow from its unfinished tasks ``listed`` (the one builder the
+    simulator, the live scheduler and so the planners share): each task's unfinished parents
+    as positions in ``listed``, its finished parents as inputs (server position, output GB) in
+    finishing order with the transfer source (its first parent) first, and its server when
+    running."""
+    pos = {id(x): j for j, x in enumerate(listed)}
+    tasks = []
+    for x in listed:
+        parents = graph.parents(x)
+        done = sorted((p for p in parents if graph.done(p)), key=graph.finish)
+        fp = graph.first_parent(x)
+        if fp is not None and fp in done:  # the transfer source first
+            done.remove(fp)
+            done.insert(0, fp)
+        tasks.append(TaskState(*graph.sizes(x),
+                               tuple(pos[id(p)] for p in parents if not graph.done(p)),
+                               tuple((graph.held_at(p), graph.sizes(p)[2]) for p in done),
+                               graph.running_on(x)))
+    return WorkflowState(tuple(tasks), age_s, size)
+
+
+class _SimulatorTasks:
+    """The simulator's tasks as a :class:`TaskGraph` (read through its public view)."""
+
+    def __init__(self, sim: Simulator):
+        self.slot_of = sim.slot_by_server_id
+
+    def sizes(self, t: TaskRecord) -> tuple[float, float, float]:
+        return t.compute, t.memory_gb, t.output
+
+    def parents(self, t: TaskRecord) -> Sequence[TaskRecord]:
+        return t.parents
+
+    def first_parent(self, t: TaskRecord) -> TaskRecord | None:
+        return t.first_parent
+
+    def done(self, t: TaskRecord) -> bool:
+        return t.state == DONE
+
+    def finish(self, t: TaskRecord) -> float:
+        return t.finish
+
+    def held_at(self, t: TaskRecord) -> int:
+        return self.slot_of.get(t.sid, -1)
+
+    def running_on(self, t: TaskRecord) -> int | None:
+        return t.slot if t.state == RUNNING else None
+
+
 def describe(sim: Simulator) -> tuple[list[ServerState], list[WorkflowState], list[list[int]]]:
     """The present of a running simulator as a snapshot: (servers by slot, the unfinished
     workflows, and per listed task its id in ``sim``). An empty slot is a server that does not
@@ -118,21 +192,10 @@ def describe(sim: Simulator) -> tuple[list[ServerState], list[WorkflowState], li
     for tk in sim.tasks:
         if tk.state != DONE:
             by_wf.setdefault(tk.wf.id, []).append(tk)
+    graph = _SimulatorTasks(sim)
     workflows, ids = [], []
     for wid in sorted(by_wf):
-        listed = by_wf[wid]
-        pos = {tk.id: j for j, tk in enumerate(listed)}
-        tasks = []
-        for tk in listed:
-            done = sorted((p for p in tk.parents if p.state == DONE), key=lambda p: p.finish)
-            if tk.first_parent is not None and tk.first_parent in done:  # the transfer source
-                done.remove(tk.first_parent)
-                done.insert(0, tk.first_parent)
-            inputs = tuple((sim.slot_by_server_id.get(p.sid, -1), p.output) for p in done)
-            tasks.append(TaskState(tk.compute, tk.memory_gb, tk.output,
-                                   tuple(pos[p.id] for p in tk.parents if p.state != DONE),
-                                   inputs, tk.slot if tk.state == RUNNING else None))
         wf = sim.workflows[wid]
-        workflows.append(WorkflowState(tuple(tasks), t - wf.arrival, wf.n))
-        ids.append([tk.id for tk in listed])
+        workflows.append(workflow_state(by_wf[wid], graph, t - wf.arrival, wf.n))
+        ids.append([tk.id for tk in by_wf[wid]])
     return servers, workflows, ids

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable
 
 from envs.config import EnvConfig, FeatureConfig
-from envs.snapshot import ServerState, TaskState, WorkflowState
+from envs.snapshot import ServerState, workflow_state
 from policies.heuristics import EarliestFinish
 
 from .tasks import DONE, READY, RUNNING
@@ -53,25 +53,14 @@ class LivePlanner:
                                0.0 if s.task is None else max((s.busy_until - now) / self._ts, 1e-3),
                                s.node.idle_w, s.node.busy_w, s.offered)
                    for s in placement.alive]
-        wfs = _active(placement, running)
+        graph = _LiveTasks(placement)
         states, where = [], {}
-        for w, wf in enumerate(wfs):
+        for w, wf in enumerate(_active(placement, running)):
             listed = [x for x in wf.tasks if x.state != DONE]
-            pos = {x.idx: j for j, x in enumerate(listed)}
-            tasks = []
             for j, x in enumerate(listed):
                 where[x.gid] = (w, j)
-                done = [p for p in x.parents if p.state == DONE]
-                if x.first_parent in done:  # the transfer source first
-                    done.remove(x.first_parent)
-                    done.insert(0, x.first_parent)
-                inputs = tuple((_pos(placement, p.last_server), p.prim.output_gb) for p in done)
-                server = placement.position(x.server) if x.state == RUNNING else None
-                tasks.append(TaskState(x.prim.compute_gflop, x.prim.memory_gb, x.prim.output_gb,
-                                       tuple(pos[p.idx] for p in x.parents if p.state != DONE),
-                                       inputs, server))
-            states.append(WorkflowState(tuple(tasks), max((now - wf.arrival_wall) / self._ts, 0.0),
-                                        len(wf.tasks)))
+            age = max((now - wf.arrival_wall) / self._ts, 0.0)
+            states.append(workflow_state(listed, graph, age, len(wf.tasks)))
         waiting = {where[g]: s for g, s in self.waiting.items() if g in where}
         choice = self.planner.decide(servers, states, where[t.gid], waiting, env=self.env)
         if placement.alive[choice].task is not None:
@@ -79,9 +68,34 @@ class LivePlanner:
         return choice
 
 
-def _pos(placement: "LivePlacement", server) -> int:
-    p = placement.position(server)
-    return -1 if p is None else p
+class _LiveTasks:
+    """The scheduler's task records as an ``envs.snapshot.TaskGraph``."""
+
+    def __init__(self, placement: "LivePlacement"):
+        self.placement = placement
+
+    def sizes(self, t: "LiveTask") -> tuple[float, float, float]:
+        p = t.prim
+        return p.compute_gflop, p.memory_gb, p.output_gb
+
+    def parents(self, t: "LiveTask") -> list["LiveTask"]:
+        return t.parents
+
+    def first_parent(self, t: "LiveTask") -> "LiveTask | None":
+        return t.first_parent
+
+    def done(self, t: "LiveTask") -> bool:
+        return t.state == DONE
+
+    def finish(self, t: "LiveTask") -> float:
+        return t.wf.handle.task_finish_wall[t.idx] or 0.0
+
+    def held_at(self, t: "LiveTask") -> int:
+        p = self.placement.position(t.last_server)
+        return -1 if p is None else p
+
+    def running_on(self, t: "LiveTask") -> int | None:
+        return self.placement.position(t.server) if t.state == RUNNING else None
 
 
 def _active(placement: "LivePlacement", running: Iterable["LiveTask"]) -> list["LiveWorkflow"]:
