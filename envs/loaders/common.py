@@ -215,3 +215,16 @@ def collect(file: Path, records: Iterable[tuple[str, Callable[[], WorkflowSpec]]
         log.warning("%s: skipped %d of %d records as invalid (first: %s)", rel(file),
                     len(out.skipped), out.records, "; ".join(out.skipped[:3]))
     return out
+
+
+def load_files(paths: Iterable[Path], load_doc: Callable[..., Loaded], res: ResourceMappingConfig,
+               on_invalid: OnInvalid, family: str,
+               read: Callable[[Path], Any] | None = None) -> Loaded:
+    """The file loop every format shares: ``load_doc(path, doc, res, on_invalid, family)`` of
+    each non-empty file, ``doc`` being ``read(path)`` (None: the format reads the file itself)."""
+    out = Loaded()
+    for path in paths:
+        if not empty(path):
+            out.extend(load_doc(path, None if read is None else read(path), res, on_invalid, family))
+    return out
+

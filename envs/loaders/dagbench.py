@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..config import ResourceMappingConfig
 from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import (BYTES_PER_GB, MAX_BYTES, MAX_RUNTIME_S, Loaded, OnInvalid, collect, empty,
+from .common import (BYTES_PER_GB, MAX_BYTES, MAX_RUNTIME_S, Loaded, OnInvalid, collect, load_files,
                      measured_task, need, number, read_json, rel)
 
 KIND = "tensor_op"
@@ -47,11 +47,7 @@ def parse_dagbench(doc: object, res: ResourceMappingConfig, where: str, name: st
 
 def load_dagbench(paths: list[Path], res: ResourceMappingConfig, on_invalid: OnInvalid = "raise",
                   family: str = "dagbench") -> Loaded:
-    out = Loaded()
-    for path in paths:
-        if not empty(path):
-            out.extend(load_dagbench_doc(path, None, res, on_invalid, family))
-    return out
+    return load_files(paths, load_dagbench_doc, res, on_invalid, family)
 
 
 def load_dagbench_doc(path: Path, doc: object, res: ResourceMappingConfig, on_invalid: OnInvalid,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..config import ResourceMappingConfig
 from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import Loaded, OnInvalid, collect, empty, profile_task, read_json, rel
+from .common import Loaded, OnInvalid, collect, load_files, profile_task, read_json, rel
 
 
 def parse_adjacency(doc: object, res: ResourceMappingConfig, where: str, name: str) -> WorkflowSpec:
@@ -33,11 +33,7 @@ def parse_adjacency(doc: object, res: ResourceMappingConfig, where: str, name: s
 
 def load_flowbench(paths: list[Path], res: ResourceMappingConfig, on_invalid: OnInvalid = "raise",
                    family: str = "flowbench") -> Loaded:
-    out = Loaded()
-    for path in paths:
-        if not empty(path):
-            out.extend(load_adjacency_doc(path, None, res, on_invalid, family))
-    return out
+    return load_files(paths, load_adjacency_doc, res, on_invalid, family)
 
 
 def load_adjacency_doc(path: Path, doc: object, res: ResourceMappingConfig, on_invalid: OnInvalid,

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from ..config import ResourceMappingConfig
 from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import Loaded, OnInvalid, collect, empty, need, profile_task, read_json_list, rel
+from .common import Loaded, OnInvalid, collect, load_files, need, profile_task, read_json_list, rel
 
 KIND = "api"
 RESULT_CALL = "var_result"
@@ -68,11 +68,7 @@ def parse_nestful_record(rec: object, res: ResourceMappingConfig, where: str, na
 
 def load_nestful(paths: list[Path], res: ResourceMappingConfig, on_invalid: OnInvalid = "raise",
                  family: str = "nestful") -> Loaded:
-    out = Loaded()
-    for path in paths:
-        if not empty(path):
-            out.extend(load_nestful_doc(path, read_json_list(path), res, on_invalid, family))
-    return out
+    return load_files(paths, load_nestful_doc, res, on_invalid, family, read=read_json_list)
 
 
 def load_nestful_doc(path: Path, doc: list, res: ResourceMappingConfig, on_invalid: OnInvalid,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..config import ResourceMappingConfig
 from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import (BYTES_PER_GB, MAX_BYTES, MAX_RUNTIME_S, Loaded, OnInvalid, collect, empty,
+from .common import (BYTES_PER_GB, MAX_BYTES, MAX_RUNTIME_S, Loaded, OnInvalid, collect, load_files,
                      measured_task, need, number, read_json, rel)
 
 KIND = "pegasus_job"
@@ -99,11 +99,7 @@ def parse_wfformat(doc: object, res: ResourceMappingConfig, where: str, name: st
 def load_wfformat(paths: list[Path], res: ResourceMappingConfig, on_invalid: OnInvalid = "raise",
                   family: str = "wfinstances") -> Loaded:
     """Each file is one workflow (named ``<family>/<file stem>``)."""
-    out = Loaded()
-    for path in paths:
-        if not empty(path):
-            out.extend(load_wfformat_doc(path, None, res, on_invalid, family))
-    return out
+    return load_files(paths, load_wfformat_doc, res, on_invalid, family)
 
 
 def load_wfformat_doc(path: Path, doc: object, res: ResourceMappingConfig, on_invalid: OnInvalid,

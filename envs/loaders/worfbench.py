@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..config import ResourceMappingConfig
 from ..workflow import TaskSpec, WorkflowError, WorkflowSpec, topological_spec
-from .common import Loaded, OnInvalid, collect, empty, need, profile_task, read_json_list, rel
+from .common import Loaded, OnInvalid, collect, load_files, need, profile_task, read_json_list, rel
 
 KIND = "agent_step"
 MARKERS = ("START", "END")
@@ -59,11 +59,7 @@ def parse_worfbench_record(rec: object, res: ResourceMappingConfig, where: str, 
 
 def load_worfbench(paths: list[Path], res: ResourceMappingConfig, on_invalid: OnInvalid = "raise",
                    family: str = "worfbench") -> Loaded:
-    out = Loaded()
-    for path in paths:
-        if not empty(path):
-            out.extend(load_worfbench_doc(path, read_json_list(path), res, on_invalid, family))
-    return out
+    return load_files(paths, load_worfbench_doc, res, on_invalid, family, read=read_json_list)
 
 
 def load_worfbench_doc(path: Path, doc: list, res: ResourceMappingConfig, on_invalid: OnInvalid,
