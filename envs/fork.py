@@ -123,8 +123,24 @@ class Forking:
         new._source = _copy_source(self._source, new.rng_workload)
         new._arrivals = self._arrivals.copy(new.rng_arrivals)
         new._scripted = None if self._scripted is None else list(self._scripted)
+        tasks = self._copy_work(new)
 
-        # Workflows and tasks: copy the unfinished ones; task ids are indices into self.tasks.
+        def m(task):
+            return tasks[task.id] if task is not None else None
+
+        new.running = [m(t) for t in self.running]
+        new.current = m(self.current)
+        core = object.__new__(DecisionCore)
+        core.__dict__.update(self.core.__dict__)  # rules and counters (plain values)
+        core.servers = self.core.servers.copy()
+        core.queue = self.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
+        new.bind_core(core)
+        self._copy_runs(new, tasks)
+        return new
+
+    def _copy_work(self, new: "Simulator") -> list[TaskRecord]:
+        """``new``'s workflows and tasks: copies of the unfinished ones (relinked to each
+        other), the finished ones shared. Returns ``new.tasks`` (indexed by task id)."""
         tasks = list(self.tasks)
         workflows = list(self.workflows)
         wf_map: dict[int, WorkflowRecord] = {}
@@ -165,17 +181,10 @@ class Forking:
             wc.tasks = [tasks[tk.id] for tk in wc.tasks]
         new.tasks = tasks
         new.workflows = workflows
+        return tasks
 
-        def m(task):
-            return tasks[task.id] if task is not None else None
-
-        new.running = [m(t) for t in self.running]
-        new.current = m(self.current)
-        core = object.__new__(DecisionCore)
-        core.__dict__.update(self.core.__dict__)  # rules and counters (plain values)
-        core.servers = self.core.servers.copy()
-        core.queue = self.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
-        new.bind_core(core)
+    def _copy_runs(self, new: "Simulator", tasks: list[TaskRecord]) -> None:
+        """``new``'s run-time model, hedging state and event heap, pointing at ``tasks``."""
         rt = self._rt
         new._rt = None if rt is None else rt.copy()  # its runs take their estimates
         events = []
@@ -195,7 +204,6 @@ class Forking:
         if rt is not None:
             heapq.heapify(events)
         new._events = events
-        return new
 
     def drop_arrivals(self) -> None:
         """No more workflows arrive (a planner's rollout that ignores future work)."""

@@ -66,67 +66,8 @@ def build_algo_config(cfg: TrainConfig, env: EnvConfig, total_iterations: int | 
         raise ConfigError(f"model.task_features: {cfg.model.task_features} does not match the "
                           f"env's task features ({width}); leave it out, it is set from the env")
     model_cfg["task_features"] = width
-    k = max(1, cfg.learners.num_learners)
-
-    def per_learner(total: int, key: str) -> int:
-        """Each learner's share of a batch of ``total`` (the config keeps the whole batch)."""
-        if total % k or total // k < 2:
-            raise ConfigError(f"{key}: {total} is not divisible into learners.num_learners = {k} "
-                              f"equal shares of at least 2; allowed: a multiple of {k}")
-        return total // k
-
-    if cfg.algorithm == "ppo":
-        from ray.rllib.algorithms.ppo import PPOConfig
-
-        from policies.learner import SrrPPOLearner
-
-        p = cfg.ppo
-        lr = (cosine_lr(p.lr, p.lr_final, iterations * p.steps_per_iteration, p.lr_points)
-              if p.lr_schedule == "cosine" else p.lr)
-        ac = (PPOConfig()
-              .training(lr=lr, gamma=p.gamma, lambda_=p.lambda_, clip_param=p.clip_param,
-                        entropy_coeff=p.entropy_coeff, vf_loss_coeff=p.vf_loss_coeff,
-                        vf_clip_param=p.vf_clip_param, grad_clip=p.grad_clip,
-                        grad_clip_by="global_norm", use_kl_loss=False,
-                        train_batch_size_per_learner=per_learner(p.steps_per_iteration,
-                                                                 "ppo.steps_per_iteration"),
-                        minibatch_size=p.minibatch_size, num_epochs=p.num_epochs)
-              .learners(learner_class=SrrPPOLearner, learner_config_dict={"srr": to_dict(cfg.srr)}))
-    elif cfg.algorithm == "dqn":
-        from ray.rllib.algorithms.dqn import DQNConfig
-
-        q = cfg.dqn
-        model_cfg.update(dueling=True, double_q=True, num_atoms=1,
-                         epsilon=[[0, q.epsilon_start], [q.epsilon_steps, q.epsilon_end]])
-        ac = (DQNConfig()
-              .training(lr=q.lr, gamma=q.gamma,
-                        train_batch_size_per_learner=per_learner(q.train_batch_size, "dqn.train_batch_size"),
-                        replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
-                                              "capacity": q.replay_capacity,
-                                              "alpha": 0.6, "beta": 0.4},
-                        num_steps_sampled_before_learning_starts=q.num_steps_sampled_before_learning_starts,
-                        target_network_update_freq=q.target_network_update_freq,
-                        double_q=True, dueling=True, n_step=1, grad_clip=q.grad_clip,
-                        grad_clip_by="global_norm", training_intensity=q.training_intensity,
-                        epsilon=[[0, q.epsilon_start], [q.epsilon_steps, q.epsilon_end]])
-              .reporting(min_sample_timesteps_per_iteration=q.steps_per_iteration))
-    else:
-        from ray.rllib.algorithms.sac import SACConfig
-
-        s = cfg.sac
-        model_cfg.update(twin_q=True)
-        ac = (SACConfig()
-              .training(actor_lr=s.actor_lr, critic_lr=s.critic_lr, alpha_lr=s.alpha_lr,
-                        gamma=s.gamma, tau=s.tau, initial_alpha=s.initial_alpha,
-                        target_entropy=s.target_entropy, twin_q=True,
-                        train_batch_size_per_learner=per_learner(s.train_batch_size, "sac.train_batch_size"),
-                        replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
-                                              "capacity": s.replay_capacity,
-                                              "alpha": 0.6, "beta": 0.4},
-                        num_steps_sampled_before_learning_starts=s.num_steps_sampled_before_learning_starts,
-                        grad_clip=s.grad_clip, grad_clip_by="global_norm", n_step=1,
-                        training_intensity=s.training_intensity)
-              .reporting(min_sample_timesteps_per_iteration=s.steps_per_iteration))
+    ac = _ALGORITHMS[cfg.algorithm](cfg, iterations, model_cfg,
+                                    _per_learner(max(1, cfg.learners.num_learners)))
     ac = (ac.environment(env_name, env_config=env_config)
           .env_runners(num_env_runners=ro.num_env_runners,
                        num_envs_per_env_runner=ro.num_envs_per_env_runner,
@@ -144,3 +85,81 @@ def build_algo_config(cfg: TrainConfig, env: EnvConfig, total_iterations: int | 
                      num_cpus_per_learner=("auto" if lr_.num_cpus_per_learner is None
                                            else lr_.num_cpus_per_learner))
     return ac
+
+
+def _per_learner(k: int):
+    def per_learner(total: int, key: str) -> int:
+        """Each learner's share of a batch of ``total`` (the config keeps the whole batch)."""
+        if total % k or total // k < 2:
+            raise ConfigError(f"{key}: {total} is not divisible into learners.num_learners = {k} "
+                              f"equal shares of at least 2; allowed: a multiple of {k}")
+        return total // k
+    return per_learner
+
+
+def _ppo(cfg: TrainConfig, iterations: int, model_cfg: dict, per_learner):
+    """PPO with the SRR learner (``cfg.ppo``, ``cfg.srr``)."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from policies.learner import SrrPPOLearner
+
+    p = cfg.ppo
+    lr = (cosine_lr(p.lr, p.lr_final, iterations * p.steps_per_iteration, p.lr_points)
+          if p.lr_schedule == "cosine" else p.lr)
+    return (PPOConfig()
+            .training(lr=lr, gamma=p.gamma, lambda_=p.lambda_, clip_param=p.clip_param,
+                      entropy_coeff=p.entropy_coeff, vf_loss_coeff=p.vf_loss_coeff,
+                      vf_clip_param=p.vf_clip_param, grad_clip=p.grad_clip,
+                      grad_clip_by="global_norm", use_kl_loss=False,
+                      train_batch_size_per_learner=per_learner(p.steps_per_iteration,
+                                                               "ppo.steps_per_iteration"),
+                      minibatch_size=p.minibatch_size, num_epochs=p.num_epochs)
+            .learners(learner_class=SrrPPOLearner, learner_config_dict={"srr": to_dict(cfg.srr)}))
+
+
+def _dqn(cfg: TrainConfig, iterations: int, model_cfg: dict, per_learner):
+    """Double dueling DQN with prioritized replay (``cfg.dqn``)."""
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    q = cfg.dqn
+    model_cfg.update(dueling=True, double_q=True, num_atoms=1,
+                     epsilon=[[0, q.epsilon_start], [q.epsilon_steps, q.epsilon_end]])
+    return (DQNConfig()
+            .training(lr=q.lr, gamma=q.gamma,
+                      train_batch_size_per_learner=per_learner(q.train_batch_size,
+                                                               "dqn.train_batch_size"),
+                      replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
+                                            "capacity": q.replay_capacity,
+                                            "alpha": 0.6, "beta": 0.4},
+                      num_steps_sampled_before_learning_starts=(
+                          q.num_steps_sampled_before_learning_starts),
+                      target_network_update_freq=q.target_network_update_freq,
+                      double_q=True, dueling=True, n_step=1, grad_clip=q.grad_clip,
+                      grad_clip_by="global_norm", training_intensity=q.training_intensity,
+                      epsilon=[[0, q.epsilon_start], [q.epsilon_steps, q.epsilon_end]])
+            .reporting(min_sample_timesteps_per_iteration=q.steps_per_iteration))
+
+
+def _sac(cfg: TrainConfig, iterations: int, model_cfg: dict, per_learner):
+    """Discrete SAC with twin Q networks (``cfg.sac``)."""
+    from ray.rllib.algorithms.sac import SACConfig
+
+    s = cfg.sac
+    model_cfg.update(twin_q=True)
+    return (SACConfig()
+            .training(actor_lr=s.actor_lr, critic_lr=s.critic_lr, alpha_lr=s.alpha_lr,
+                      gamma=s.gamma, tau=s.tau, initial_alpha=s.initial_alpha,
+                      target_entropy=s.target_entropy, twin_q=True,
+                      train_batch_size_per_learner=per_learner(s.train_batch_size,
+                                                               "sac.train_batch_size"),
+                      replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
+                                            "capacity": s.replay_capacity,
+                                            "alpha": 0.6, "beta": 0.4},
+                      num_steps_sampled_before_learning_starts=(
+                          s.num_steps_sampled_before_learning_starts),
+                      grad_clip=s.grad_clip, grad_clip_by="global_norm", n_step=1,
+                      training_intensity=s.training_intensity)
+            .reporting(min_sample_timesteps_per_iteration=s.steps_per_iteration))
+
+
+_ALGORITHMS = {"ppo": _ppo, "dqn": _dqn, "sac": _sac}
