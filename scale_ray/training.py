@@ -162,6 +162,57 @@ def record_placement(algo, out: Path) -> dict[str, Any]:
     return doc
 
 
+def _run_config(cfg: TrainConfig, env: EnvConfig, out: Path, iterations: int | None,
+                resume: bool) -> tuple[TrainConfig, EnvConfig, int]:
+    """(train config, env, LR-schedule iterations) of the run: a resumed run's saved ones, else
+    the given ones, saved to ``out/config.json``."""
+    cfg_file = out / "config.json"
+    if resume and cfg_file.exists():
+        saved = json.loads(cfg_file.read_text())
+        cfg = build(TrainConfig, saved["train"], "train")
+        return (cfg, load_env(saved["env"]),
+                int(saved.get("schedule_iterations", cfg.run.iterations)))
+    schedule_iterations = iterations or cfg.run.iterations
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_file.write_text(json.dumps({"train": to_dict(cfg), "env": to_dict(env),
+                                    "schedule_iterations": schedule_iterations}, indent=2))
+    return cfg, env, schedule_iterations
+
+
+def _build_algo(cfg: TrainConfig, env: EnvConfig, schedule_iterations: int, out: Path,
+                ckpt: Path | None, echo: Callable[[str], None]):
+    """The RLlib algorithm, restored from ``ckpt`` or with the initial weights, its placement
+    recorded (``out/placement.json``) and reported when actors are remote."""
+    algo_cfg = build_algo_config(cfg, env, schedule_iterations)
+    t_build = time.perf_counter()
+    algo = algo_cfg.build_algo()
+    remove_partials(out)
+    if ckpt is not None:
+        algo.restore_from_path(str(ckpt.resolve()))
+        echo(f"resumed from {ckpt} at iteration {algo.iteration}")
+    elif cfg.run.init is not None:
+        echo(f"initial weights: {init_weights(algo, cfg.run.init)}")
+    log.info("algorithm built in %.1f s", time.perf_counter() - t_build)
+    placement = record_placement(algo, out)
+    if placement["env_runners"] or placement["learners_remote"]:
+        echo(f"placement: {len(placement['env_runners'])} env runner(s) on "
+             f"{len(set(placement['env_runners']))} node(s), {len(placement['learners'])} "
+             f"learner actor(s) on {len(set(placement['learners']))} node(s) "
+             f"({out / 'placement.json'})")
+    return algo
+
+
+def _time_offset(ckpt: Path | None, writer: MetricsWriter) -> float:
+    """Where ``time_s`` continues after a resume: the checkpoint's elapsed time (older
+    checkpoints: the metrics row of its iteration); 0 for a new run."""
+    if ckpt is None:
+        return 0.0
+    offset = float(read_progress(ckpt).get("time_s", math.nan))
+    if math.isnan(offset):
+        offset = writer.last("time_s")
+    return 0.0 if math.isnan(offset) else offset
+
+
 def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | None = None,
           resume: bool = False, echo: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run (or resume) training; returns a summary dict. ``iterations`` overrides
@@ -172,47 +223,16 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
     ckpt = latest_checkpoint(out, report=echo) if resume else None
     if resume and ckpt is None:
         raise ValueError(f"--resume: no complete checkpoint under {out / CKPT_DIR}")
-    cfg_file = out / "config.json"
-    if resume and cfg_file.exists():
-        saved = json.loads(cfg_file.read_text())
-        cfg = build(TrainConfig, saved["train"], "train")
-        env = load_env(saved["env"])
-        schedule_iterations = int(saved.get("schedule_iterations", cfg.run.iterations))
-    else:
-        schedule_iterations = iterations or cfg.run.iterations
-        out.mkdir(parents=True, exist_ok=True)
-        cfg_file.write_text(json.dumps({"train": to_dict(cfg), "env": to_dict(env),
-                                        "schedule_iterations": schedule_iterations}, indent=2))
+    cfg, env, schedule_iterations = _run_config(cfg, env, out, iterations, resume)
     stop_at = iterations or schedule_iterations
     apply_learner_threads(cfg)
     started_ray = _ensure_ray(cfg.run.num_cpus)
     writer = None
     algo = None
     try:
-        algo_cfg = build_algo_config(cfg, env, schedule_iterations)
-        t_build = time.perf_counter()
-        algo = algo_cfg.build_algo()
-        remove_partials(out)
-        if ckpt is not None:
-            algo.restore_from_path(str(ckpt.resolve()))
-            echo(f"resumed from {ckpt} at iteration {algo.iteration}")
-        elif cfg.run.init is not None:
-            echo(f"initial weights: {init_weights(algo, cfg.run.init)}")
-        log.info("algorithm built in %.1f s", time.perf_counter() - t_build)
-        placement = record_placement(algo, out)
-        if placement["env_runners"] or placement["learners_remote"]:
-            echo(f"placement: {len(placement['env_runners'])} env runner(s) on "
-                 f"{len(set(placement['env_runners']))} node(s), {len(placement['learners'])} "
-                 f"learner actor(s) on {len(set(placement['learners']))} node(s) "
-                 f"({out / 'placement.json'})")
+        algo = _build_algo(cfg, env, schedule_iterations, out, ckpt, echo)
         writer = MetricsWriter(out, resumed_at=int(algo.iteration) if ckpt is not None else None)
-        # time_s continues after a resume: the checkpoint's elapsed time (older checkpoints: the
-        # metrics row of its iteration)
-        progress = read_progress(ckpt) if ckpt is not None else {}
-        time_offset = float(progress.get("time_s", math.nan)) if ckpt is not None else 0.0
-        if math.isnan(time_offset):
-            time_offset = writer.last("time_s")
-            time_offset = 0.0 if math.isnan(time_offset) else time_offset
+        time_offset = _time_offset(ckpt, writer)
         t0 = time.perf_counter()
         row: dict[str, float] = {}
         last_saved = None

@@ -253,9 +253,61 @@ def service_run(cluster: LocalHeteroCluster, policy: str, env_config: str | None
     return out
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.tenants is not None:
-        return flood.run(args)
+def _journal_overhead(cluster, env, live, specs, times, args: argparse.Namespace,
+                      tmp: Path) -> dict:
+    """The same stream without kills, journal on then off: submit p50 and responses of each."""
+    calm = argparse.Namespace(**{**vars(args), "kill_at": -1.0, "kill_replica_at": []})
+    side = {}
+    for storage in (args.storage if args.storage != "off" else "session", "off"):
+        calm.storage = storage
+        r = service_run(cluster, args.policy, args.env_config, specs, times, calm,
+                        tmp / f"calm-{storage[:8]}")
+        side["with" if storage != "off" else "without"] = {
+            "storage": storage, "submit_p50_ms": r["submit_latency_ms"]["p50"],
+            "mean_workflow_response_s": r["mean_workflow_response_s"],
+            "p95_workflow_response_s": r["p95_workflow_response_s"],
+            "workflows_completed": r["workflows_completed"]}
+        warm_up(env, live)
+    return side
+
+
+def _ray_default(cluster, env, live, base_specs, times, out: dict,
+                 args: argparse.Namespace) -> dict:
+    """Ray's own placement on the same stream and the same scenario: a node of the killed
+    node's tier comes back, and that node is killed at the same model time of the run (a random
+    node would remove other capacity)."""
+    again = (cluster.add_node(cluster.node_tier[out["killed_node"]], args.servers_per_node)
+             if out["killed_node"] else None)
+    warm_up(env, live)
+    target = make_target("ray-default", env, live, args.seed)
+    timer = (threading.Timer(out["kill_model_s"] * (args.time_scale or 1.0),
+                             cluster.kill_node, (again,)) if again else None)
+    try:
+        if timer is not None:
+            timer.start()
+        return stream(target, base_specs, times, args.time_scale, cluster, (), args.seed,
+                      timeout_s=args.timeout)
+    finally:
+        if timer is not None:
+            timer.cancel()
+        target.shutdown()
+
+
+def _add_twin(out: dict, base: dict, env, specs, times, args: argparse.Namespace) -> None:
+    """The simulator twin's prediction of the same arrivals next to the live numbers."""
+    twin = predict(runtime_env(setting_env(args.setting, args.nodes)
+                               if args.setting == "realistic" else env, args),
+                   args.policy, specs, times, args.seed)
+    out["twin"] = compare(
+        {args.policy: live_model(out, args.time_scale),
+         "ray-default": live_model(base, args.time_scale)}, {args.policy: twin},
+        reference=args.policy)
+    out["twin_error"] = out["twin"][0]["twin_error"]
+    print(format_rows(out["twin"], args.policy))
+
+
+def _checked_env(args: argparse.Namespace):
+    """The run's env config (``--setting`` or ``--env-config``), the arguments checked."""
     if args.clients < 1 or args.workflows < 1 or args.nodes < 1:
         raise ValueError("--clients, --workflows and --nodes must be >= 1")
     if any(not 0 <= f < 1 for f in args.kill_replica_at):
@@ -268,6 +320,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         env = load_env(args.env_config, [], servers=args.nodes)
     resolve_setting(args)
+    return env
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.tenants is not None:
+        return flood.run(args)
+    env = _checked_env(args)
     runtime_env(env, args)  # a bad --noise fails before a cluster starts
     live = LiveConfig(time_scale=args.time_scale)
     # the documents name each task's kind (as the simulator's run-time model does): the
@@ -284,42 +343,15 @@ def run(args: argparse.Namespace) -> int:
             LocalHeteroCluster(env.cluster, args.servers_per_node) as cluster:
         log.info("cluster up: %d servers on %d raylets", env.cluster.servers, len(cluster.plan()))
         warm_up(env, live)
-        if args.journal_overhead:  # the same stream without kills: journal on, then off
-            calm = argparse.Namespace(**{**vars(args), "kill_at": -1.0, "kill_replica_at": []})
-            side = {}
-            for storage in (args.storage if args.storage != "off" else "session", "off"):
-                calm.storage = storage
-                r = service_run(cluster, args.policy, args.env_config, specs, times, calm,
-                                Path(tmp) / f"calm-{storage[:8]}")
-                side["with" if storage != "off" else "without"] = {
-                    "storage": storage, "submit_p50_ms": r["submit_latency_ms"]["p50"],
-                    "mean_workflow_response_s": r["mean_workflow_response_s"],
-                    "p95_workflow_response_s": r["p95_workflow_response_s"],
-                    "workflows_completed": r["workflows_completed"]}
-                warm_up(env, live)
+        side = _journal_overhead(cluster, env, live, specs, times, args, Path(tmp)) \
+            if args.journal_overhead else None
         out = service_run(cluster, args.policy, args.env_config, specs, times, args, Path(tmp))
         if args.journal_overhead:
             out["journal_overhead"] = side
             print("journal overhead (no kills): " + "; ".join(
                 f"{k} ({v['storage']}): submit p50 {v['submit_p50_ms']:.1f} ms, mean "
                 f"{v['mean_workflow_response_s']:.3f} s" for k, v in side.items()), flush=True)
-        # The same scenario: a node of the killed node's tier comes back, and that node is
-        # killed at the same model time of the run (a random node would remove other capacity).
-        again = (cluster.add_node(cluster.node_tier[out["killed_node"]], args.servers_per_node)
-                 if out["killed_node"] else None)
-        warm_up(env, live)
-        target = make_target("ray-default", env, live, args.seed)
-        timer = (threading.Timer(out["kill_model_s"] * (args.time_scale or 1.0),
-                                 cluster.kill_node, (again,)) if again else None)
-        try:
-            if timer is not None:
-                timer.start()
-            base = stream(target, base_specs, times, args.time_scale, cluster, (), args.seed,
-                          timeout_s=args.timeout)
-        finally:
-            if timer is not None:
-                timer.cancel()
-            target.shutdown()
+        base = _ray_default(cluster, env, live, base_specs, times, out, args)
     out.update(policy=args.policy, servers=env.cluster.servers, time_scale=args.time_scale,
                load=args.load, ray_default_mean_workflow_response_s=base["mean_workflow_response_s"],
                ray_default_p95_workflow_response_s=base["p95_workflow_response_s"],
@@ -332,15 +364,7 @@ def run(args: argparse.Namespace) -> int:
         "mean_workflow_response_s"]
     out["setting"] = args.setting
     if not out["killed_node"]:  # the twin models no kill: only a run without one has a twin
-        twin = predict(runtime_env(setting_env(args.setting, args.nodes)
-                                   if args.setting == "realistic" else env, args),
-                       args.policy, specs, times, args.seed)
-        out["twin"] = compare(
-            {args.policy: live_model(out, args.time_scale),
-             "ray-default": live_model(base, args.time_scale)}, {args.policy: twin},
-            reference=args.policy)
-        out["twin_error"] = out["twin"][0]["twin_error"]
-        print(format_rows(out["twin"], args.policy))
+        _add_twin(out, base, env, specs, times, args)
     print(f"ray-default: {base['workflows_completed']}/{base['workflows_submitted']} completed, "
           f"mean {base['mean_workflow_response_s']:.3f} s, p95 "
           f"{base['p95_workflow_response_s']:.3f} s\nservice vs ray-default: "

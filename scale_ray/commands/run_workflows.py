@@ -90,7 +90,7 @@ def _live_config(args: argparse.Namespace):
     return build(LiveConfig, data, "live")
 
 
-def run(args: argparse.Namespace) -> int:
+def _check_numbers(args: argparse.Namespace) -> None:
     if args.nodes < 1:
         raise ValueError(f"--nodes: {args.nodes} must be >= 1")
     if args.workflows < 1:
@@ -99,6 +99,51 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--rate: {args.rate} must be a finite number > 0")
     if not 0 < args.load <= 10:
         raise ValueError(f"--load: {args.load} must be in (0, 10]")
+    if not 0 <= args.noise <= 3:
+        raise ValueError(f"--noise: {args.noise} must be in [0, 3]")
+
+
+def _run_policy(spec: str, env, live, specs, times, rate: float, cluster, events,
+                args: argparse.Namespace) -> dict:
+    """Stream the workflows under one policy (``spec``); its statistics."""
+    log.info("warm-up (a short task per server, all at once): %.1f s", warm_up(env, live))
+    writer = JsonlTraceWriter(args.trace) if args.trace else None
+    target = make_target(spec, env, live, args.seed, trace=writer)
+    log.info("streaming %d workflows at %.3f/model s (time scale %g) under %s",
+             len(specs), rate, live.time_scale, spec)
+    try:
+        stats = stream(target, specs, times, live.time_scale, cluster, events, args.seed,
+                       stderr_progress(spec), timeout_s=args.timeout)
+        if getattr(target, "estimator", None) is not None:
+            stats["estimator_accuracy"] = estimator_accuracy(target)
+            print(format_accuracy(stats["estimator_accuracy"]), flush=True)
+    finally:
+        target.shutdown()
+        if writer is not None:
+            writer.close()
+    stats.update(policy=spec, servers=env.cluster.servers, rate_per_model_s=rate,
+                 time_scale=live.time_scale, raylets=len(cluster.plan()) if cluster else None)
+    print(format_stats(stats), flush=True)
+    return stats
+
+
+def _summary(results: dict[str, dict], first: str) -> dict:
+    """The ``--json`` document: the first policy's statistics, every policy's, and the change
+    against ray-default when it ran."""
+    out = dict(results[first])
+    if len(results) > 1:
+        out["by_policy"] = results
+        print(format_comparison(results))
+        if "ray-default" in results:
+            base = results["ray-default"]["mean_workflow_response_s"]
+            out["improvement_vs_ray_default"] = {
+                p: 1.0 - r["mean_workflow_response_s"] / base for p, r in results.items()
+                if p != "ray-default"}
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_numbers(args)
     env = load_env(args.env_config, args.set, servers=args.nodes)
     live = _live_config(args)
     events = parse_events(args.kill_node_at, args.add_node_at)
@@ -106,8 +151,6 @@ def run(args: argparse.Namespace) -> int:
     specs = workload_specs(env, args.workflows, args.seed, dag)
     rate = args.rate or rate_for_load(env, args.load, specs)
     times = arrival_times(rate, len(specs), args.seed)
-    if not 0 <= args.noise <= 3:
-        raise ValueError(f"--noise: {args.noise} must be in [0, 3]")
     if args.noise > 0 or args.hints != "exact":
         specs = emulated_runtime(env, specs, args.hints, args.noise, args.seed)
     for spec in args.policy:  # fail on a bad --policy before starting a cluster
@@ -134,26 +177,7 @@ def run(args: argparse.Namespace) -> int:
                      len(cluster.plan()))
             cluster.start(progress=True)
         for spec in args.policy:
-            log.info("warm-up (a short task per server, all at once): %.1f s", warm_up(env, live))
-            writer = JsonlTraceWriter(args.trace) if args.trace else None
-            target = make_target(spec, env, live, args.seed, trace=writer)
-            log.info("streaming %d workflows at %.3f/model s (time scale %g) under %s",
-                     len(specs), rate, live.time_scale, spec)
-            try:
-                stats = stream(target, specs, times, live.time_scale, cluster, events, args.seed,
-                               stderr_progress(spec), timeout_s=args.timeout)
-                if getattr(target, "estimator", None) is not None:
-                    stats["estimator_accuracy"] = estimator_accuracy(target)
-                    print(format_accuracy(stats["estimator_accuracy"]), flush=True)
-            finally:
-                target.shutdown()
-                if writer is not None:
-                    writer.close()
-            stats.update(policy=spec, servers=env.cluster.servers, rate_per_model_s=rate,
-                         time_scale=live.time_scale,
-                         raylets=len(cluster.plan()) if cluster else None)
-            results[spec] = stats
-            print(format_stats(stats), flush=True)
+            results[spec] = _run_policy(spec, env, live, specs, times, rate, cluster, events, args)
     finally:
         if cluster is not None:
             cluster.shutdown()
@@ -161,15 +185,7 @@ def run(args: argparse.Namespace) -> int:
             import ray
             if ray.is_initialized():
                 ray.shutdown()
-    out = dict(results[args.policy[0]])
-    if len(results) > 1:
-        out["by_policy"] = results
-        print(format_comparison(results))
-        if "ray-default" in results:
-            base = results["ray-default"]["mean_workflow_response_s"]
-            out["improvement_vs_ray_default"] = {
-                p: 1.0 - r["mean_workflow_response_s"] / base for p, r in results.items()
-                if p != "ray-default"}
+    out = _summary(results, args.policy[0])
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2, default=str))
