@@ -143,6 +143,11 @@ class Rollouts:
         ps_fp = iter([slot_of.get(fp.sid, -1) for fp in with_fp])
         self.tr0 = [next(tr_fp) if h else 0.0 for h in has]
         self.ps0 = [next(ps_fp) if h else -1 for h in has]
+        self._read_queues(sim, loc)
+        self._read_servers(sim, classes, reserved, loc)
+
+    def _read_queues(self, sim: Simulator, loc: dict[int, int]) -> None:
+        """The finish events and the ready queue (heap, deferred list) by local task index."""
         ev = []
         for e in sim.events:
             if e[1] == FINISH:
@@ -164,7 +169,11 @@ class Rollouts:
         cur = loc[sim.current.id]
         self.cur = cur
         self.ok = self.ok and bool(self.heap0) and self.heap0[0][2] == cur
-        cl = classes
+
+    def _read_servers(self, sim: Simulator, cl: ServerClasses, reserved: dict,
+                      loc: dict[int, int]) -> None:
+        """Idle slots per class (bit sets), busy flags and ends, and the reservations (local
+        task -> (slot, still usable for it, its server is the same))."""
         idle = [0] * len(cl.mask)
         for s, b in enumerate(sim.servers.busy_l):
             k = cl.cls[s]
@@ -173,7 +182,6 @@ class Rollouts:
         self.idle0 = idle
         self.busy0 = list(sim.servers.busy_l)
         self.bu0 = sim.busy_until.tolist()
-        # reservations: local task -> (slot, still usable for it, its server is the same)
         self.res0 = {}
         for t_id, (slot, sid) in reserved.items():
             i = loc.get(t_id)

@@ -256,17 +256,28 @@ def eft_ranking(sim: Simulator, dec: DecodedServers, exclude: set | frozenset = 
             run = run + t_s
         idle.append((eft_key(run, t_s, m), s))
     if not any_fit and not exclude:  # nothing fits (no feasibility mask): EFT falls back to valid
-        bu = sim.busy_until.tolist()
-        for s in range(sim.n_slots):
-            if acc[s] and not mem_l[s] < tmem:
-                if busy[s] and _eft_busy(sim, s, bu):
-                    busy_fit.append(s)
-                else:
-                    t_s = 0.0 if s == pslot else tr
-                    run = tc / cdec[s] + (t_s if tds else 0.0)
-                    idle.append((eft_key(run, t_s, mdec[s]), s))
+        _any_valid(sim, dec, (tc, tmem, tr, pslot), idle, busy_fit)
     idle.sort()
     return idle, busy_fit
+
+
+def _any_valid(sim: Simulator, dec: DecodedServers, view: tuple[float, float, float, int],
+               idle: list[tuple[float, int]], busy_fit: list[int]) -> None:
+    """EFT's fallback when no server's memory fits: every accepting server (that holds the
+    task's memory under the feasibility mask) competes, scored the same way."""
+    tc, tmem, tr, pslot = view
+    srv = sim.servers
+    acc, busy, mem_l = srv.accept_l, srv.busy_l, srv.memory_l
+    tds = sim.transfer_delays
+    bu = sim.busy_until.tolist()
+    for s in range(sim.n_slots):
+        if acc[s] and not mem_l[s] < tmem:
+            if busy[s] and _eft_busy(sim, s, bu):
+                busy_fit.append(s)
+            else:
+                t_s = 0.0 if s == pslot else tr
+                run = tc / dec.cdec[s] + (t_s if tds else 0.0)
+                idle.append((eft_key(run, t_s, dec.mdec[s]), s))
 
 
 def eft_act(sim: Simulator, dec: DecodedServers, exclude: set | frozenset = frozenset()) -> int:

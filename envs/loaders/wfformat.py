@@ -29,6 +29,27 @@ KIND = "pegasus_job"
 SCHEMA_VERSIONS = ("1.5",)
 
 
+def _edges(by_id: dict[str, dict], where: str) -> list[tuple[str, str]]:
+    """(parent, child) of every edge; parents and children must list each other."""
+    edges: list[tuple[str, str]] = []
+    for tid, t in by_id.items():
+        tw = f"{where}: task {tid!r}"
+        for p in need(t, "parents", tw, list):
+            if p not in by_id:
+                raise WorkflowError(f"{tw}: parent {p!r} is not a task of this workflow")
+            if tid not in by_id[p].get("children", []):
+                raise WorkflowError(f"{tw}: lists parent {p!r}, but {p!r} does not list it as "
+                                    f"a child")
+            edges.append((p, tid))
+        for c in t.get("children", []):
+            if c not in by_id:
+                raise WorkflowError(f"{tw}: child {c!r} is not a task of this workflow")
+            if tid not in by_id[c].get("parents", []):
+                raise WorkflowError(f"{tw}: lists child {c!r}, but {c!r} does not list it as "
+                                    f"a parent")
+    return edges
+
+
 def parse_wfformat(doc: object, res: ResourceMappingConfig, where: str, name: str) -> WorkflowSpec:
     """One WfFormat document -> WorkflowSpec."""
     version = str(need(doc, "schemaVersion", where))
@@ -53,20 +74,7 @@ def parse_wfformat(doc: object, res: ResourceMappingConfig, where: str, name: st
         if tid in by_id:
             raise WorkflowError(f"{where}: task {tid!r} appears twice in workflow.specification.tasks")
         by_id[tid] = t
-    edges: list[tuple[str, str]] = []
-    for tid, t in by_id.items():
-        tw = f"{where}: task {tid!r}"
-        for p in need(t, "parents", tw, list):
-            if p not in by_id:
-                raise WorkflowError(f"{tw}: parent {p!r} is not a task of this workflow")
-            if tid not in by_id[p].get("children", []):
-                raise WorkflowError(f"{tw}: lists parent {p!r}, but {p!r} does not list it as a child")
-            edges.append((p, tid))
-        for c in t.get("children", []):
-            if c not in by_id:
-                raise WorkflowError(f"{tw}: child {c!r} is not a task of this workflow")
-            if tid not in by_id[c].get("parents", []):
-                raise WorkflowError(f"{tw}: lists child {c!r}, but {c!r} does not list it as a parent")
+    edges = _edges(by_id, where)
 
     def files(t: dict, key: str, tw: str) -> set[str]:
         names = set(need(t, key, tw, list))

@@ -141,66 +141,15 @@ def _flood(svc: LocalService, cluster: LocalHeteroCluster, args: argparse.Namesp
     threading.Thread(target=sample, daemon=True).start()
     servers = env.cluster.servers
 
-    # 1. reference: a small backlog, topped up to two tasks per server for the window
-    d0, t0, ids = _decisions(), time.perf_counter(), []
-    while time.perf_counter() - t0 < args.window_s:
-        if client.cluster(tenant="x")["ready_tasks"] < servers:
-            ids.append(flood("POST", "/v1/workflows",
-                             json=_doc("ref", servers, FLOOD_TASK_GFLOP)).json()["id"])
-        time.sleep(0.05)
-    ref = (_decisions() - d0) / (time.perf_counter() - t0)
-    for i in ids:
-        flood("GET", f"/v1/workflows/{i}", params={"wait_s": 60, "result": False})
-
-    # 2. the flood, then one workflow past the quota
-    flood_ids = []
-    for k in range(args.flood // WORKFLOW_TASKS):
-        r = flood("POST", "/v1/workflows", json=_doc(f"flood{k}", WORKFLOW_TASKS,
-                                                    FLOOD_TASK_GFLOP))
-        if r.status_code == 201:
-            flood_ids.append(r.json()["id"])
-    # past the quota: the flood keeps submitting until the cap answers 429 (its first
-    # workflows finish meanwhile, so a few more may fit first)
-    rejected_429 = accepted_past = 0
-    for k in range(50):
-        over = flood("POST", "/v1/workflows", json=_doc(f"over{k}", WORKFLOW_TASKS,
-                                                       FLOOD_TASK_GFLOP))
-        if over.status_code == 429:
-            rejected_429 += 1
-            break
-        if over.status_code == 201:
-            accepted_past += 1
-            flood_ids.append(over.json()["id"])
+    ref = _reference_rate(flood, servers, args.window_s)
+    flood_ids, rejected_429, accepted_past = _fill(flood, args.flood)
     queued = client.cluster(tenant="x")["ready_tasks"]
     d0, t0 = _decisions(), time.perf_counter()
     time.sleep(args.window_s)
     under = (_decisions() - d0) / (time.perf_counter() - t0)
-
-    # 3. the victim's small workflows, and its reads / cancels of the flood's ids
-    waits, vids = [], []
-    for k in range(args.victim_workflows):
-        r = victim("POST", "/v1/workflows", json=_doc(f"v{k}", 1, 1.0))
-        vids.append(r.json()["id"])
-        time.sleep(0.5)
-    compute = {s["node"]: s["compute"] for s in client.cluster(tenant="x")["servers"]}
-    for v in vids:
-        rec = victim("GET", f"/v1/workflows/{v}", params={"wait_s": 60}).json()
-        t = rec["tasks"][0]
-        waits.append(rec["response_s"] - 1.0 / compute[t["node"]] * ts)
-    probe = flood_ids[:10]
-    reads = sum(victim("GET", f"/v1/workflows/{i}").status_code == 404 for i in probe)
-    cancels = sum(victim("DELETE", f"/v1/workflows/{i}").status_code == 404 for i in probe)
-    strangers = [_Http(svc.url, "not-a-token-of-anyone"), _Http(svc.url, "")]
-    unauthenticated = sum(h("GET", f"/v1/workflows/{probe[0]}").status_code == 401
-                          for h in strangers)
-
-    # 4. cancel the flood; RSS once it is gone
-    for i in flood_ids:
-        flood("DELETE", f"/v1/workflows/{i}")
-    deadline = time.time() + 60
-    while client.cluster(tenant="x")["workflows_pending"] and time.time() < deadline:
-        time.sleep(0.5)
-    time.sleep(3.0)
+    waits, probe, reads, cancels, strangers, unauthenticated = _victim(
+        svc, victim, flood_ids, args.victim_workflows, ts)
+    _cancel_all(flood, flood_ids)
     stop.set()
     rss["after"] = _rss_mb(pid)
     rss["peak"] = max(rss["peak"], rss["after"])
@@ -219,3 +168,72 @@ def _flood(svc: LocalService, cluster: LocalHeteroCluster, args: argparse.Namesp
             worker=client.cluster(tenant="x")["replica_worker_id"]).items()
             if "_bucket" not in k},
     }
+
+
+def _reference_rate(flood: "_Http", servers: int, window_s: float) -> float:
+    """1. Decisions per second with a small backlog, topped up to two tasks per server."""
+    d0, t0, ids = _decisions(), time.perf_counter(), []
+    while time.perf_counter() - t0 < window_s:
+        if client.cluster(tenant="x")["ready_tasks"] < servers:
+            ids.append(flood("POST", "/v1/workflows",
+                             json=_doc("ref", servers, FLOOD_TASK_GFLOP)).json()["id"])
+        time.sleep(0.05)
+    ref = (_decisions() - d0) / (time.perf_counter() - t0)
+    for i in ids:
+        flood("GET", f"/v1/workflows/{i}", params={"wait_s": 60, "result": False})
+    return ref
+
+
+def _fill(flood: "_Http", n_tasks: int) -> tuple[list[str], int, int]:
+    """2. The flood, then workflows past the quota until the cap answers 429 (the flood's
+    first workflows finish meanwhile, so a few more may fit first): (ids, 429s, accepted
+    past the flood)."""
+    flood_ids = []
+    for k in range(n_tasks // WORKFLOW_TASKS):
+        r = flood("POST", "/v1/workflows", json=_doc(f"flood{k}", WORKFLOW_TASKS,
+                                                    FLOOD_TASK_GFLOP))
+        if r.status_code == 201:
+            flood_ids.append(r.json()["id"])
+    rejected_429 = accepted_past = 0
+    for k in range(50):
+        over = flood("POST", "/v1/workflows", json=_doc(f"over{k}", WORKFLOW_TASKS,
+                                                       FLOOD_TASK_GFLOP))
+        if over.status_code == 429:
+            rejected_429 += 1
+            break
+        if over.status_code == 201:
+            accepted_past += 1
+            flood_ids.append(over.json()["id"])
+    return flood_ids, rejected_429, accepted_past
+
+
+def _victim(svc: LocalService, victim: "_Http", flood_ids: list[str], n: int, ts: float):
+    """3. The victim's small workflows (their waits), and its reads / cancels of the flood's
+    ids and a stranger's, which must be refused."""
+    waits, vids = [], []
+    for k in range(n):
+        r = victim("POST", "/v1/workflows", json=_doc(f"v{k}", 1, 1.0))
+        vids.append(r.json()["id"])
+        time.sleep(0.5)
+    compute = {s["node"]: s["compute"] for s in client.cluster(tenant="x")["servers"]}
+    for v in vids:
+        rec = victim("GET", f"/v1/workflows/{v}", params={"wait_s": 60}).json()
+        t = rec["tasks"][0]
+        waits.append(rec["response_s"] - 1.0 / compute[t["node"]] * ts)
+    probe = flood_ids[:10]
+    reads = sum(victim("GET", f"/v1/workflows/{i}").status_code == 404 for i in probe)
+    cancels = sum(victim("DELETE", f"/v1/workflows/{i}").status_code == 404 for i in probe)
+    strangers = [_Http(svc.url, "not-a-token-of-anyone"), _Http(svc.url, "")]
+    unauthenticated = sum(h("GET", f"/v1/workflows/{probe[0]}").status_code == 401
+                          for h in strangers)
+    return waits, probe, reads, cancels, strangers, unauthenticated
+
+
+def _cancel_all(flood: "_Http", flood_ids: list[str]) -> None:
+    """4. Cancel the flood and wait until it is gone."""
+    for i in flood_ids:
+        flood("DELETE", f"/v1/workflows/{i}")
+    deadline = time.time() + 60
+    while client.cluster(tenant="x")["workflows_pending"] and time.time() < deadline:
+        time.sleep(0.5)
+    time.sleep(3.0)

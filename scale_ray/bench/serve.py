@@ -242,12 +242,6 @@ def run(args: argparse.Namespace) -> int:
     if args.requests < 100:
         raise ValueError(f"--requests: {args.requests} must be >= 100")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster
-    import httpx
-    import ray
-    from ray import serve
-
-    from serve_apps.placement import application
-
     logging.getLogger("httpx").setLevel(logging.WARNING)
     env = load_env(args.env_config)
     lp = load(args.policy, env)  # fails fast on a bad --policy, before Ray starts
@@ -258,38 +252,9 @@ def run(args: argparse.Namespace) -> int:
     n_lat = int(args.requests * 0.6) // len(SIZES)
     n_conc = int(args.requests * 0.3)
     n_sched = args.requests - n_lat * len(SIZES) - n_conc
-
-    port = args.port or free_port()
-    temp = tempfile.mkdtemp(prefix="scale-bench-serve-", dir="/tmp")
-    print(f"starting Ray + Serve on 127.0.0.1:{port} (policy {lp.info['name']} "
-          f"{lp.info['version']})", file=sys.stderr)
-    ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, _temp_dir=temp,
-             logging_level=logging.WARNING, log_to_driver=False)
     tally = _Tally()
-    try:
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        app = application({"policy": args.policy, "env_config": args.env_config,
-                           "head_of_line_blocking": False,
-                           "tuning": {"max_servers": 4096, "max_tasks": 4096}},
-                          logging_config={"enable_access_log": False, "log_level": "WARNING"})
-        serve.run(app, name="placement", route_prefix="/")
-        base = f"http://127.0.0.1:{port}"
-        latency: dict[str, dict[str, float]] = {}
-        with httpx.Client(base_url=base, timeout=60) as client:
-            for n in SIZES:
-                print(f"  /v1/place latency, N={n}: {n_lat} requests", file=sys.stderr)
-                ms = _latency(client, raw[n], n_lat, tally)
-                latency[str(n)] = {"p50": _pct(ms, 50), "p99": _pct(ms, 99), "mean": float(np.mean(ms))}
-            print(f"  /v1/place, {CONCURRENCY} in flight: {n_conc} requests", file=sys.stderr)
-            dps, _ = asyncio.run(_concurrent(base, "/v1/place", raw[48], n_conc, tally, CONCURRENCY))
-            print(f"  /v1/schedule, {SCHEDULE_TASKS} tasks each: {n_sched} requests", file=sys.stderr)
-            sched_dps, per_req = _schedule(client, sched_raw, n_sched // 2, tally)
-            rps4, dec4 = asyncio.run(_concurrent(base, "/v1/schedule", sched_raw, n_sched - n_sched // 2,
-                                                 tally, SCHEDULE_CONCURRENCY))
-            sched_dps_c4 = rps4 * dec4 / (n_sched - n_sched // 2)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    latency, dps, sched_dps, per_req, sched_dps_c4 = _through_serve(
+        args, lp, raw, sched_raw, (n_lat, n_conc, n_sched), tally)
     print("  in process", file=sys.stderr)
     try:  # the same torch threading as a replica (PlacementArgs.torch_threads)
         from policies.artifact import set_inference_threads
@@ -337,3 +302,47 @@ def format_result(r: dict) -> str:
 
 
 __all__ = ["add_arguments", "run", "place_body", "schedule_body", "format_result"]
+
+
+def _through_serve(args: argparse.Namespace, lp, raw: dict, sched_raw: list,
+                   counts: tuple[int, int, int], tally: "_Tally"):
+    """Ray + Serve on a private local cluster: /v1/place latency per N, /v1/place with
+    CONCURRENCY in flight, /v1/schedule alone and with SCHEDULE_CONCURRENCY in flight."""
+    import httpx
+    import ray
+    from ray import serve
+
+    from serve_apps.placement import application
+
+    n_lat, n_conc, n_sched = counts
+    port = args.port or free_port()
+    temp = tempfile.mkdtemp(prefix="scale-bench-serve-", dir="/tmp")
+    print(f"starting Ray + Serve on 127.0.0.1:{port} (policy {lp.info['name']} "
+          f"{lp.info['version']})", file=sys.stderr)
+    ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False, _temp_dir=temp,
+             logging_level=logging.WARNING, log_to_driver=False)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        app = application({"policy": args.policy, "env_config": args.env_config,
+                           "head_of_line_blocking": False,
+                           "tuning": {"max_servers": 4096, "max_tasks": 4096}},
+                          logging_config={"enable_access_log": False, "log_level": "WARNING"})
+        serve.run(app, name="placement", route_prefix="/")
+        base = f"http://127.0.0.1:{port}"
+        latency: dict[str, dict[str, float]] = {}
+        with httpx.Client(base_url=base, timeout=60) as client:
+            for n in SIZES:
+                print(f"  /v1/place latency, N={n}: {n_lat} requests", file=sys.stderr)
+                ms = _latency(client, raw[n], n_lat, tally)
+                latency[str(n)] = {"p50": _pct(ms, 50), "p99": _pct(ms, 99), "mean": float(np.mean(ms))}
+            print(f"  /v1/place, {CONCURRENCY} in flight: {n_conc} requests", file=sys.stderr)
+            dps, _ = asyncio.run(_concurrent(base, "/v1/place", raw[48], n_conc, tally, CONCURRENCY))
+            print(f"  /v1/schedule, {SCHEDULE_TASKS} tasks each: {n_sched} requests", file=sys.stderr)
+            sched_dps, per_req = _schedule(client, sched_raw, n_sched // 2, tally)
+            rps4, dec4 = asyncio.run(_concurrent(base, "/v1/schedule", sched_raw, n_sched - n_sched // 2,
+                                                 tally, SCHEDULE_CONCURRENCY))
+            sched_dps_c4 = rps4 * dec4 / (n_sched - n_sched // 2)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return latency, dps, sched_dps, per_req, sched_dps_c4

@@ -283,33 +283,39 @@ class Journal:
                 unrestorable[wid] = why
                 problems.append(f"workflow {wid}: {why}; skipped")
                 continue
-            entry = Entry(sub)
-            if "end" in files:
-                try:
-                    entry.end, entry.end_payload = self._read(files["end"])
-                except (CorruptEntry, ValueError, OSError) as e:
-                    problems.append(f"workflow {wid}: end entry unreadable ({e}); resumed as "
-                                    f"unfinished")
-            for base, path in files.items():
-                if base.startswith("s") and base != "submit":
-                    idx = _int(base[1:].split(".", 1)[0])
-                    if idx is not None:
-                        entry.runs[idx] = entry.runs.get(idx, 0) + 1
-                elif base.startswith("t") and entry.end is None:
-                    idx = _int(base[1:])
-                    if idx is None:
-                        continue
-                    try:
-                        head, payload = self._read(path)
-                        entry.results[idx] = (_value(head, payload, sub.fmt), head["node"],
-                                              float(head["t"]))
-                    except Exception as e:  # noqa: BLE001 - any bad entry: reported, task reruns
-                        problems.append(f"workflow {wid}: task {idx}'s result unreadable "
-                                        f"({type(e).__name__}: {e}); it runs again")
-            entries.append(entry)
+            entries.append(self._entry(wid, sub, files, problems))
         for p in problems:
             log.warning("journal %s: %s", self.uri, p)
         return Loaded(entries, unrestorable, problems)
+
+    def _entry(self, wid: str, sub: Submission, files: dict[str, str],
+               problems: list[str]) -> Entry:
+        """A workflow's entry from its readable submission ``sub`` and its other files: the end,
+        the runs started per task, the results of finished tasks (unreadable ones reported)."""
+        entry = Entry(sub)
+        if "end" in files:
+            try:
+                entry.end, entry.end_payload = self._read(files["end"])
+            except (CorruptEntry, ValueError, OSError) as e:
+                problems.append(f"workflow {wid}: end entry unreadable ({e}); resumed as "
+                                f"unfinished")
+        for base, path in files.items():
+            if base.startswith("s") and base != "submit":
+                idx = _int(base[1:].split(".", 1)[0])
+                if idx is not None:
+                    entry.runs[idx] = entry.runs.get(idx, 0) + 1
+            elif base.startswith("t") and entry.end is None:
+                idx = _int(base[1:])
+                if idx is None:
+                    continue
+                try:
+                    head, payload = self._read(path)
+                    entry.results[idx] = (_value(head, payload, sub.fmt), head["node"],
+                                          float(head["t"]))
+                except Exception as e:  # noqa: BLE001 - any bad entry: reported, task reruns
+                    problems.append(f"workflow {wid}: task {idx}'s result unreadable "
+                                    f"({type(e).__name__}: {e}); it runs again")
+        return entry
 
 
 def _int(s: str) -> int | None:
