@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import secrets
 import threading
 import time
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--tenants: the flood bench runs exactly 2 tenants (flood, victim)")
     if args.flood < WORKFLOW_TASKS:
         raise ValueError(f"--flood: at least {WORKFLOW_TASKS} tasks, got {args.flood}")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request
     env = load_env(args.env_config, [], servers=args.nodes)
     ts = args.time_scale if args.time_scale is not None else 0.1
     tokens = {"flood": secrets.token_hex(16), "victim": secrets.token_hex(16)}
