@@ -230,10 +230,7 @@ def eft_ranking(sim: Simulator, dec: DecodedServers, exclude: set | frozenset = 
             if m * tol < tm or (exclude and s in exclude):
                 continue
             t_s = 0.0 if s == pslot else tr
-            run = tc / cdec[s]
-            if tds:
-                run = run + t_s
-            idle.append((eft_key(run, t_s, m), s))
+            idle.append((eft_key(tc / cdec[s] + (t_s if tds else 0.0), t_s, m), s))
         if idle:
             idle.sort()
             return idle, busy_fit  # busy_fit left empty: not needed when an idle slot fits
@@ -251,10 +248,7 @@ def eft_ranking(sim: Simulator, dec: DecodedServers, exclude: set | frozenset = 
                 busy_fit.append(s)
                 continue
         t_s = 0.0 if s == pslot else tr
-        run = tc / cdec[s]
-        if tds:
-            run = run + t_s
-        idle.append((eft_key(run, t_s, m), s))
+        idle.append((eft_key(tc / cdec[s] + (t_s if tds else 0.0), t_s, m), s))
     if not any_fit and not exclude:  # nothing fits (no feasibility mask): EFT falls back to valid
         _any_valid(sim, dec, (tc, tmem, tr, pslot), idle, busy_fit)
     idle.sort()
@@ -276,8 +270,8 @@ def _any_valid(sim: Simulator, dec: DecodedServers, view: tuple[float, float, fl
                 busy_fit.append(s)
             else:
                 t_s = 0.0 if s == pslot else tr
-                run = tc / dec.cdec[s] + (t_s if tds else 0.0)
-                idle.append((eft_key(run, t_s, dec.mdec[s]), s))
+                idle.append((eft_key(tc / dec.cdec[s] + (t_s if tds else 0.0), t_s,
+                                     dec.mdec[s]), s))
 
 
 def eft_act(sim: Simulator, dec: DecodedServers, exclude: set | frozenset = frozenset()) -> int:

@@ -128,9 +128,7 @@ def _dqn(cfg: TrainConfig, iterations: int, model_cfg: dict, per_learner):
             .training(lr=q.lr, gamma=q.gamma,
                       train_batch_size_per_learner=per_learner(q.train_batch_size,
                                                                "dqn.train_batch_size"),
-                      replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
-                                            "capacity": q.replay_capacity,
-                                            "alpha": 0.6, "beta": 0.4},
+                      replay_buffer_config=_prioritized_replay(q.replay_capacity),
                       num_steps_sampled_before_learning_starts=(
                           q.num_steps_sampled_before_learning_starts),
                       target_network_update_freq=q.target_network_update_freq,
@@ -152,14 +150,17 @@ def _sac(cfg: TrainConfig, iterations: int, model_cfg: dict, per_learner):
                       target_entropy=s.target_entropy, twin_q=True,
                       train_batch_size_per_learner=per_learner(s.train_batch_size,
                                                                "sac.train_batch_size"),
-                      replay_buffer_config={"type": "PrioritizedEpisodeReplayBuffer",
-                                            "capacity": s.replay_capacity,
-                                            "alpha": 0.6, "beta": 0.4},
+                      replay_buffer_config=_prioritized_replay(s.replay_capacity),
                       num_steps_sampled_before_learning_starts=(
                           s.num_steps_sampled_before_learning_starts),
                       grad_clip=s.grad_clip, grad_clip_by="global_norm", n_step=1,
                       training_intensity=s.training_intensity)
             .reporting(min_sample_timesteps_per_iteration=s.steps_per_iteration))
+
+
+def _prioritized_replay(capacity: int) -> dict:
+    return {"type": "PrioritizedEpisodeReplayBuffer", "capacity": capacity,
+            "alpha": 0.6, "beta": 0.4}
 
 
 _ALGORITHMS = {"ppo": _ppo, "dqn": _dqn, "sac": _sac}
