@@ -13,10 +13,10 @@ Nothing is remembered between requests (a task's reservation lasts one round).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from envs.config import EnvConfig
-from envs.snapshot import ServerState, TaskState, WorkflowState
+from envs.snapshot import ServerState, workflow_state
 
 from .schemas import RequestError, ScheduleRequest
 
@@ -38,6 +38,66 @@ def planner_env(lp: "LoadedPolicy") -> EnvConfig:
     return replace(env, mdp=mdp, cluster=cluster, features=enc.features)
 
 
+class _Done:
+    """A finished parent the request lists in a task's ``inputs``."""
+    __slots__ = ("position", "output_gb", "order")
+
+    def __init__(self, position: int, output_gb: float, order: int):
+        self.position, self.output_gb, self.order = position, output_gb, order
+
+
+class _RequestTasks:
+    """One workflow of a ``/v1/schedule`` request as an ``envs.snapshot.TaskGraph``: its tasks
+    (all unfinished) and, as finished parents, their ``inputs`` in the order given (the first is
+    the transfer source). Raises RequestError for a running task without a known server."""
+
+    def __init__(self, wf: Any, wi: int, pos: Mapping[str, int]):
+        by_id = {t.id: t for t in wf.tasks}
+        self.parents_of: dict[int, list] = {}
+        self.first: dict[int, _Done | None] = {}
+        self.server: dict[int, int | None] = {}
+        for j, t in enumerate(wf.tasks):
+            done = [_Done(pos.get(i.server, -1), i.output_gb, k) for k, i in enumerate(t.inputs)]
+            self.parents_of[id(t)] = [by_id[p] for p in t.parents] + done
+            self.first[id(t)] = done[0] if done else None
+            self.server[id(t)] = _running_on(t, wi, j, pos) if t.running else None
+
+    def sizes(self, t: Any) -> tuple[float, float, float]:
+        if isinstance(t, _Done):
+            return 0.0, 0.0, t.output_gb
+        return t.compute_gflop, t.memory_gb, t.output_gb
+
+    def parents(self, t: Any) -> list:
+        return self.parents_of[id(t)]
+
+    def first_parent(self, t: Any) -> "_Done | None":
+        return self.first[id(t)]
+
+    def done(self, t: Any) -> bool:
+        return isinstance(t, _Done)
+
+    def finish(self, t: _Done) -> float:
+        return t.order
+
+    def held_at(self, t: _Done) -> int:
+        return t.position
+
+    def running_on(self, t: Any) -> int | None:
+        return self.server[id(t)]
+
+
+def _running_on(t: Any, wi: int, j: int, pos: Mapping[str, int]) -> int:
+    if t.server is None:
+        raise RequestError(("body", "workflows", wi, "tasks", j, "server"),
+                           "field required for a running task by the lookahead "
+                           "policy (it simulates when the task finishes)", "missing")
+    server = pos.get(t.server)
+    if server is None:
+        raise RequestError(("body", "workflows", wi, "tasks", j, "server"),
+                           f"{t.server!r} is not a server of the request")
+    return server
+
+
 def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServers"
                 ) -> tuple[Callable[["ReadyRow"], int], Callable[["ReadyRow", int], None]]:
     """(ask, started) for :meth:`envs.decision.DecisionCore.run_round`: ``ask(ready) -> server
@@ -48,27 +108,10 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
     planner = lp.policy.fresh()  # one per request: requests run in parallel worker threads
     pos = servers.position
     now = req.now_s
-    workflows: list[WorkflowState] = []  # the request as it came; starts in the round replace it
-    for wi, wf in enumerate(req.workflows):
-        index = {t.id: j for j, t in enumerate(wf.tasks)}
-        tasks = []
-        for j, t in enumerate(wf.tasks):
-            server = None
-            if t.running:
-                if t.server is None:
-                    raise RequestError(("body", "workflows", wi, "tasks", j, "server"),
-                                       "field required for a running task by the lookahead "
-                                       "policy (it simulates when the task finishes)", "missing")
-                server = pos.get(t.server)
-                if server is None:
-                    raise RequestError(("body", "workflows", wi, "tasks", j, "server"),
-                                       f"{t.server!r} is not a server of the request")
-            tasks.append(TaskState(t.compute_gflop, t.memory_gb, t.output_gb,
-                                   tuple(index[p] for p in t.parents),
-                                   tuple((pos.get(i.server, -1), i.output_gb) for i in t.inputs),
-                                   server))
-        age = 0.0 if now is None else max(now - wf.arrival_s, 0.0)
-        workflows.append(WorkflowState(tuple(tasks), age, wf.size))
+    # the request as it came (envs.snapshot.workflow_state); starts in the round replace it
+    workflows = [workflow_state(wf.tasks, _RequestTasks(wf, wi, pos),
+                                0.0 if now is None else max(now - wf.arrival_s, 0.0), wf.size)
+                 for wi, wf in enumerate(req.workflows)]
     waiting: dict[tuple[int, int], int] = {}
 
     def snapshot() -> list[ServerState]:

@@ -210,3 +210,30 @@ def test_instant_reservations_last_one_instant():
             older += sum(1 for t in pol._reserved if made[t] < sim.t)
             sim.step(a)
         assert (older == 0) == instant, (spec, older)
+
+
+def test_a_schedule_request_reads_through_the_one_snapshot_builder():
+    """/v1/schedule's workflows become snapshots through envs.snapshot.workflow_state: parents as
+    positions, inputs in the order given (unknown server: -1), a running task's server."""
+    from envs.snapshot import workflow_state
+    from serve_apps.planning import _RequestTasks
+    from serve_apps.schemas import RequestError, ScheduleRequest
+
+    req = ScheduleRequest.model_validate({"workflows": [{"id": "w", "tasks": [
+        {"id": "a", "compute_gflop": 8.0, "memory_gb": 1.0, "output_gb": 0.5,
+         "inputs": [{"server": "fast", "output_gb": 0.5}, {"server": "gone", "output_gb": 2.0},
+                    {"server": "slow", "output_gb": 1.0}]},
+        {"id": "b", "compute_gflop": 4.0, "memory_gb": 2.0, "parents": ["a", "r"]},
+        {"id": "r", "compute_gflop": 2.0, "memory_gb": 3.0, "running": True, "server": "fast"}]}],
+        "servers": [{"id": "slow", "compute": 1.0, "memory_gb": 64.0},
+                    {"id": "fast", "compute": 8.0, "memory_gb": 64.0, "remaining_s": 0.5}]})
+    wf = req.workflows[0]
+    pos = {"slow": 0, "fast": 1}
+    got = workflow_state(wf.tasks, _RequestTasks(wf, 0, pos), 1.5, 7)
+    assert got == WorkflowState((
+        TaskState(8.0, 1.0, 0.5, (), ((1, 0.5), (-1, 2.0), (0, 1.0)), None),
+        TaskState(4.0, 2.0, 0.0, (0, 2), (), None),
+        TaskState(2.0, 3.0, 0.0, (), (), 1)), 1.5, 7)
+    wf.tasks[2].server = "nowhere"
+    with pytest.raises(RequestError, match="not a server of the request"):
+        _RequestTasks(wf, 0, pos)
