@@ -256,12 +256,12 @@ class ServerTable:
         """Slot ``slot`` runs a task until ``until`` (busy power)."""
         self.busy_l[slot] = True
         self.busy_until[slot] = until
-        self.features._feat[slot, 3] = self.busy_pf_l[slot]
+        self.features.matrix[slot, 3] = self.busy_pf_l[slot]
 
     def finish(self, slot: int) -> None:
         """Slot ``slot`` is idle again (idle power)."""
         self.busy_l[slot] = False
-        self.features._feat[slot, 3] = self.idle_pf_l[slot]
+        self.features.matrix[slot, 3] = self.idle_pf_l[slot]
 
     # ------------------------------------------------------------------ the rules
     def can_start(self, slot: int, memory_gb: float) -> bool:
@@ -311,15 +311,7 @@ class ServerTable:
             setattr(out, k, getattr(self, k).copy())
         for k in ("compute_l", "memory_l", "accept_l", "busy_l", "idle_pf_l", "busy_pf_l"):
             setattr(out, k, list(getattr(self, k)))
-        f = self.features
-        nf = object.__new__(ServerFeatures)
-        nf.__dict__.update(f.__dict__)
-        nf._feat = f._feat.copy()
-        nf._present = f._present.copy()
-        nf._rem = np.empty_like(f._rem)  # scratch rows: fresh, so two tables never share them
-        nf._rem64 = np.empty_like(f._rem64)
-        nf._transfer = np.empty_like(f._transfer)
-        out.features = nf
+        out.features = self.features.copy()
         return out
 
 

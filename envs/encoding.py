@@ -114,9 +114,10 @@ class ServerFeatures:
     def __init__(self, n: int, f: FeatureConfig):
         self.f = f
         self.n = n
-        # Column 4 holds 1.0 for present servers between renders (scaled to the transfer delay in
-        # the rendered copy), so padding rows stay zero without an extra mask.
-        self._feat = np.zeros((n, SERVER_DIM), dtype=np.float32)
+        # The rows between renders (public: the server table writes the power column when a
+        # server starts or finishes). Column 4 holds 1.0 for present servers (scaled to the
+        # transfer delay in the rendered copy), so padding rows stay zero without an extra mask.
+        self.matrix = np.zeros((n, SERVER_DIM), dtype=np.float32)
         # Contiguous scratch rows for the time-dependent columns: a ufunc writing straight into a
         # strided column of the (n, 5) matrix costs about 1 us at N = 48, a contiguous one about
         # 0.4 us, and one strided assignment 0.2 us. Same dtype and operation order as writing
@@ -129,9 +130,21 @@ class ServerFeatures:
         self._transfer_unit = f.transfer_s
         self._clip = float(f.clip)
 
+    def copy(self) -> "ServerFeatures":
+        """An independent copy (a fork's server table); its scratch rows are fresh, so two
+        copies never share them."""
+        out = object.__new__(ServerFeatures)
+        out.__dict__.update(self.__dict__)
+        out.matrix = self.matrix.copy()
+        out._present = self._present.copy()
+        out._rem = np.empty_like(self._rem)
+        out._rem64 = np.empty_like(self._rem64)
+        out._transfer = np.empty_like(self._transfer)
+        return out
+
     def set_server(self, slot: int, compute: float, memory_gb: float, power_w: float) -> None:
         f = self.f
-        row = self._feat[slot]
+        row = self.matrix[slot]
         row[0] = min(compute / f.server_compute, f.clip)
         row[1] = min(memory_gb / f.server_memory_gb, f.clip)
         row[3] = min(power_w / f.power_w, f.clip)
@@ -142,7 +155,7 @@ class ServerFeatures:
         """Fill rows ``0..len(compute)-1`` at once (same arithmetic as :meth:`set_server`)."""
         f = self.f
         k = len(compute)
-        feat = self._feat
+        feat = self.matrix
         feat[:k, 0] = np.minimum(np.asarray(compute, dtype=np.float64) / f.server_compute, f.clip)
         feat[:k, 1] = np.minimum(np.asarray(memory_gb, dtype=np.float64) / f.server_memory_gb, f.clip)
         feat[:k, 3] = np.minimum(np.asarray(power_w, dtype=np.float64) / f.power_w, f.clip)
@@ -154,16 +167,16 @@ class ServerFeatures:
         return min(power_w / self.f.power_w, self.f.clip)
 
     def set_power(self, slot: int, power_w: float) -> None:
-        self._feat[slot, 3] = self.power_feature(power_w)
+        self.matrix[slot, 3] = self.power_feature(power_w)
 
     def clear(self, slot: int) -> None:
-        self._feat[slot] = 0.0
+        self.matrix[slot] = 0.0
         self._present[slot] = 0.0
 
     def render(self, busy_until: np.ndarray, t: float, transfer_s: float,
                parent_slot: int | None) -> np.ndarray:
         """Features at time ``t``; ``transfer_s`` applies to every server but ``parent_slot``."""
-        out = self._feat.copy()
+        out = self.matrix.copy()
         rem = self._rem  # remaining busy time: (busy_until - t) / remaining_s, clipped
         np.subtract(busy_until, t, out=self._rem64)  # then cast: cheaper than a casting ufunc
         rem[:] = self._rem64

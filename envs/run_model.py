@@ -70,8 +70,7 @@ class RunModel:
         out = object.__new__(RunModel)  # the estimator is shared: a fork never learns
         out.__dict__.update(self.__dict__)
         out.truth = False
-        kh = out.kind_hints = KindHints()  # a fork's arrivals must not move the original's
-        kh._sum, kh._n = dict(self.kind_hints._sum), dict(self.kind_hints._n)
+        out.kind_hints = self.kind_hints.copy()  # a fork's arrivals must not move the original's
         return out
 
     # ------------------------------------------------------------------ arrivals

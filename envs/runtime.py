@@ -118,6 +118,12 @@ class KindHints:
         self._sum: dict[str, float] = {}
         self._n: dict[str, int] = {}
 
+    def copy(self) -> "KindHints":
+        """An independent copy (a fork's arrivals must not move the original's hints)."""
+        out = KindHints()
+        out._sum, out._n = dict(self._sum), dict(self._n)
+        return out
+
     def see(self, kind: str, compute: float) -> None:
         self._sum[kind] = self._sum.get(kind, 0.0) + math.log(compute)
         self._n[kind] = self._n.get(kind, 0) + 1

@@ -197,7 +197,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         self._compute_l, self._memory_l = srv.compute_l, srv.memory_l
         self._accept_l, self._busy_l = srv.accept_l, srv.busy_l
         # hot path (starts and finishes): the power column written in place
-        self._feat = srv.features._feat
+        self._feat = srv.features.matrix
         self._idle_pf_l, self._busy_pf_l = srv.idle_pf_l, srv.busy_pf_l
 
     @property

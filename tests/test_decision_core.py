@@ -154,7 +154,7 @@ def test_server_table_observation_equals_the_encoder_of_plain_descriptions():
             i = idle_slots[0]
             st.start(i, 7.0)
             assert st.busy_l[i] and not st.can_start(i, 0.0)
-            assert st.features._feat[i, 3] == np.float32(min(busy[i] / f.power_w, f.clip))
+            assert st.features.matrix[i, 3] == np.float32(min(busy[i] / f.power_w, f.clip))
 
 
 def test_server_table_copy_is_independent():
@@ -163,4 +163,4 @@ def test_server_table_copy_is_independent():
     cp.start(0, 4.0)
     cp.set_accepting(1, False)
     assert st.busy_l == [False, False] and st.accept_l == [True, True]
-    assert st.busy_until[0] == 0.0 and st.features._feat[0, 3] != cp.features._feat[0, 3]
+    assert st.busy_until[0] == 0.0 and st.features.matrix[0, 3] != cp.features.matrix[0, 3]

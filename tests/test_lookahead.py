@@ -41,7 +41,7 @@ def state(sim: Simulator) -> dict:
             "blocked": [i for _, i, _ in sim.core.queue.blocked],
             "rng": [g.bit_generator.state["state"] for g in
                     (sim.rng_arrivals, sim.rng_workload, sim.rng_dynamics)],
-            "metrics": sim.metrics(), "feat": sim.servers.features._feat.tolist(), "slot_of": dict(sim._slot_of)}
+            "metrics": sim.metrics(), "feat": sim.servers.features.matrix.tolist(), "slot_of": dict(sim._slot_of)}
 
 
 def actions(sim: Simulator, rng: np.random.Generator, eft: EarliestFinish):

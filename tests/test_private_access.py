@@ -2,8 +2,9 @@
 tests/test_import_layers.py checks imports.
 
 Counted, outside tests: ``obj._name`` where ``obj`` is not ``self``/``cls`` or a class of the
-same module and ``_name`` is not defined in that module (a def, a class, an assignment, a
-``__slots__`` entry), and every ``from m import _name``. A class split over mixin modules (the
+same module and ``_name`` is not defined in that module (a def, a class, a name, an assignment
+to ``self._name``, a ``__slots__`` entry or a string naming it), and every
+``from m import _name``. A class split over mixin modules (the
 simulator's ``envs/sim_*.py``, ``envs/fork.py``, ``envs/hedging.py``; the live scheduler's
 ``scale_ray/live/*.py``) shares its state through ``self``: not counted. The named tuple API
 (``_replace``, ``_asdict``, ``_fields``, ``_make``) is public despite its underscore.
@@ -38,8 +39,9 @@ def private_accesses(path: Path) -> list[str]:
             own.add(node.name)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             own.add(node.name)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
-            own.add(node.attr)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            own.add(node.attr)  # writing another object's private name does not make it ours
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             own.add(node.id)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _private(node.value):
@@ -79,5 +81,6 @@ def test_the_counter_sees_an_access(tmp_path):
     src = tmp_path / "m.py"
     src.write_text("from a import _hidden, shown\n"
                    "class C:\n    _own = 1\n    def f(self, other):\n"
+                   "        other._z = 1\n"
                    "        return self._x, other._y, other._own, C._own, t._replace(a=1)\n")
-    assert sorted(private_accesses(src)) == ["1: import _hidden", "5: ._y"]
+    assert sorted(private_accesses(src)) == ["1: import _hidden", "5: ._z", "6: ._y"]
