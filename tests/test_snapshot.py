@@ -155,6 +155,12 @@ def test_schedule_with_the_planner_needs_running_servers_and_refuses_place():
     with pytest.raises(RequestError) as e:
         schedule(_request("nowhere"), lp, 100, 100)
     assert "not a server of the request" in e.value.msg
+    for field, value, loc in (("parents", ["ghost"], ["parents", 0]), ("id", "a", ["id"])):
+        bad = _request()  # an unknown parent, a duplicate id: refused before the planner reads it
+        setattr(bad.workflows[0].tasks[1], field, value)
+        with pytest.raises(RequestError) as e:
+            schedule(bad, lp, 100, 100)
+        assert e.value.loc == ["body", "workflows", 0, "tasks", 1, *loc]
     req = PlaceRequest.model_validate({"task": {"compute_gflop": 1.0, "memory_gb": 1.0},
                                        "servers": [{"id": 1, "compute": 1.0, "memory_gb": 2.0}]})
     with pytest.raises(RequestError, match="use /v1/schedule"):
