@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import TYPE_CHECKING, Sequence
 
@@ -24,12 +25,14 @@ class SnapshotLoading:
 
     def load_snapshot(self, servers: Sequence["ServerState"], workflows: Sequence["WorkflowState"],
                       focus: tuple[int, int] | None = None,
-                      mean_compute: float | None = None) -> list[list[int]]:
+                      mean_compute: float | None = None,
+                      deferred: Sequence[tuple[int, int]] = ()) -> list[list[int]]:
         """Take the snapshot's present (``envs.snapshot``): this simulator (an empty one of
         ``len(servers)`` slots, no arrivals, no dynamics) gets its servers and unfinished work and
         stops at its first decision: ``focus``'s task when given, else the first-level head. Returns
-        per workflow the simulator's task id of each listed task. Raises ValueError naming the bad
-        field of the snapshot."""
+        per workflow the simulator's task id of each listed task. ``deferred``: ready tasks that
+        wait this instant (set aside until the clock moves, as a wait without head-of-line
+        blocking leaves them). Raises ValueError naming the bad field of the snapshot."""
         n = len(servers)
         self.terminated = False  # (the template found nothing to do)
         acc = [s.compute for s in servers if s.accepting] or [s.compute for s in servers]
@@ -48,6 +51,8 @@ class SnapshotLoading:
         for i, s in enumerate(servers):  # busy servers running work the snapshot does not list
             if s.remaining_s > 0 and not busy_by_task[i]:
                 self._stand_in(i, s.remaining_s)
+        if deferred:
+            self._defer_listed([ids[w][j] for w, j in deferred], deferred)
         if focus is not None:
             w, j = focus
             task = self.tasks[ids[w][j]]
@@ -62,6 +67,18 @@ class SnapshotLoading:
             raise ValueError(f"workflows[{focus[0]}].tasks[{focus[1]}]: no accepting server can "
                              f"take it now, so it cannot be decided")
         return ids
+
+    def _defer_listed(self, tids: list[int], where: Sequence[tuple[int, int]]) -> None:
+        """Move ready tasks ``tids`` from the ready heap to the deferred list (``load_snapshot``'s
+        ``deferred``)."""
+        for tid, (w, j) in zip(tids, where):
+            if self.tasks[tid].state != READY:
+                raise ValueError(f"workflows[{w}].tasks[{j}]: deferred but not ready")
+        out = set(tids)
+        q = self._queue
+        q.deferred.extend(e for e in q.heap if e[1] in out)
+        q.heap[:] = [e for e in q.heap if e[1] not in out]
+        heapq.heapify(q.heap)
 
     def _snapshot_workflow(self, w: int, wf: "WorkflowState", servers: Sequence["ServerState"],
                            busy: list[bool]) -> list[int]:

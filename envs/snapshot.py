@@ -88,19 +88,22 @@ def _template(env: EnvConfig, n: int) -> Simulator:
 
 
 def build(env: EnvConfig, servers: Sequence[ServerState], workflows: Sequence[WorkflowState],
-          focus: tuple[int, int] | None = None, mean_compute: float | None = None) -> Snapshot:
+          focus: tuple[int, int] | None = None, mean_compute: float | None = None,
+          deferred: Sequence[tuple[int, int]] = ()) -> Snapshot:
     """The simulator of the snapshot (module docstring), at its first decision: ``focus``'s
     (workflow, task) positions when given (the task must be ready), else the first-level head.
 
     ``env`` gives the rules (transfers, masking, first level, wait step), the bandwidth and the
     feature constants; its cluster and dynamics are replaced by ``servers`` and stillness.
     ``mean_compute``: the mean speed HEFT's upward rank uses (default: of the accepting
-    servers). Raises ValueError naming the bad field of the snapshot."""
+    servers). ``deferred``: (workflow, task) positions of ready tasks that wait until the clock
+    moves (a planner's defers earlier in this round). Raises ValueError naming the bad field of
+    the snapshot."""
     n = len(servers)
     if n == 0:
         raise ValueError("servers: at least one server is needed")
     sim = _template(env, n).fork()
-    return Snapshot(sim, sim.load_snapshot(servers, workflows, focus, mean_compute))
+    return Snapshot(sim, sim.load_snapshot(servers, workflows, focus, mean_compute, deferred))
 
 
 class TaskGraph(Protocol):

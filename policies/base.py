@@ -70,13 +70,16 @@ class Planner(Protocol):
     name: str
     planner: bool
     env: Any
+    last_deferred: bool  # the last answer deferred its task (a wait that reserves nothing)
 
     def act_state(self, sim: Any) -> int:
         """The slot for ``sim.current``."""
 
     def decide(self, servers: Sequence[Any], workflows: Sequence[Any], focus: tuple[int, int],
-               waiting: Mapping[tuple[int, int], int] | None = None, env: Any = None) -> int:
-        """The server position for task ``focus`` of a snapshot of the present."""
+               waiting: Mapping[tuple[int, int], int] | None = None, env: Any = None,
+               deferred: Sequence[tuple[int, int]] = ()) -> int:
+        """The server position for task ``focus`` of a snapshot of the present; ``waiting``:
+        this round's waits for busy servers (reserved), ``deferred``: this round's defers."""
 
     def fresh(self) -> "Planner":
         """A planner with the same settings and its own state."""

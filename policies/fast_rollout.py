@@ -194,10 +194,10 @@ class Rollouts:
         same = sim.server_ids[slot] == sid
         return slot, same and srv.accept_l[slot] and srv.memory_l[slot] >= self.mem[i], same
 
-    def cost(self, first: int, t_end: float) -> float:
+    def cost(self, first: int, t_end: float, reserve: bool = True) -> float:
         """The cost (``envs.objective.completion_cost``) of placing the current task on slot
-        ``first`` (a busy one: it waits, reserved) and rolling EFT out until ``t_end``: the
-        planner's forked rollout, exactly."""
+        ``first`` (a busy one: it waits, reserved unless ``reserve`` is False) and rolling EFT
+        out until ``t_end``: the planner's forked rollout, exactly."""
         sim, cl = self.sim, self.cl
         n = sim.n_slots
         cdec_s, mdec_s = self.dec.cdec, self.dec.mdec
@@ -229,7 +229,7 @@ class Rollouts:
         t, seq, decisions, outstanding = sim.t, sim.event_seq, sim.decisions, sim.outstanding
         res = dict(self.res0)
         cur = self.cur
-        if busy[first]:
+        if busy[first] and reserve:
             res[cur] = self._reservation(cur, first, sid_l[first])
 
         def advance_to(target: float) -> None:

@@ -56,6 +56,8 @@ from .base import Obs, Policy
 from .heuristics import DecodedServers, eft_act, eft_ranking, task_view
 from .fast_rollout import Rollouts, ServerClasses, supported
 
+DEFER = -1  # first_k: the candidate "the current task waits this instant, nothing reserved"
+
 
 @dataclass(frozen=True)
 class LookaheadConfig:
@@ -74,6 +76,11 @@ class LookaheadConfig:
     reservations: Literal["instant", "until_start"] = field(default="instant", metadata=rng(
         doc="how long a chosen wait reserves its busy server: this instant only (the task is "
             "planned afresh once the clock moves), or until the task starts there"))
+    first_k: int = field(default=1, metadata=rng(
+        ge=1, le=16, doc="which of the first K ready tasks starts first: K > 1 adds the "
+            "candidate 'defer' (the task waits this instant, nothing reserved, and the next "
+            "ready task is planned), at most K - 1 times per instant; needs no head-of-line "
+            "blocking"))
     snapshot: bool = field(default=False, metadata=rng(
         doc="plan every decision on a snapshot of the present (envs.snapshot), remembering "
             "only this instant's waits: how /v1/schedule and the live scheduler run it"))
@@ -119,7 +126,7 @@ class Lookahead(Policy):
         self._classes = ServerClasses()
         self.fast = True  # exact fast rollouts where supported (policies.fast_rollout)
         self._pool = [[np.random.Generator(np.random.PCG64(i)) for _ in range(3)]
-                      for i in range(self.config.candidates + 1)]
+                      for i in range(self.config.candidates + 2)]  # + wait, + defer
         self.reset(seed)
 
     def reset(self, seed: int | None = None) -> None:
@@ -132,8 +139,11 @@ class Lookahead(Policy):
         self._inner = None  # snapshot: true: the planner run on each snapshot
         self._round_t = None  # the instant whose waits hold (reservations instant, snapshot)
         self._round_waits: dict[int, int] = {}  # snapshot: this instant's waits, task id -> slot
+        self._deferred_t, self._deferred_n = None, 0  # first_k: defers chosen at this instant
+        self._round_defers: list[int] = []  # snapshot: this instant's defers, task ids
+        self.last_deferred = False  # the last answer was a defer (first_k), not a wait
         self.stats = {"decisions": 0, "planned": 0, "rollouts": 0, "waits_chosen": 0,
-                      "changed": 0, "plan_s": 0.0}
+                      "deferred": 0, "changed": 0, "plan_s": 0.0}
 
     def scores(self, obs: Obs) -> np.ndarray:
         raise RuntimeError("lookahead plans on the simulator state: call act_state(sim) "
@@ -150,26 +160,32 @@ class Lookahead(Policy):
 
     def decide(self, servers: Sequence[ServerState], workflows: Sequence[WorkflowState],
                focus: tuple[int, int], waiting: Mapping[tuple[int, int], int] | None = None,
-               env: EnvConfig | None = None) -> int:
+               env: EnvConfig | None = None,
+               deferred: Sequence[tuple[int, int]] = ()) -> int:
         """The server position for task ``focus`` = (workflow, task) of a snapshot of the
         present (``envs.snapshot``: the placement service's request, the live scheduler's
         record). ``waiting``: tasks of the snapshot that chose to wait for a busy server
         earlier in this round -> that server (they stay reserved for them in the rollouts).
-        ``env``: rules and constants of the snapshot (default: the planner's). Not
-        thread-safe: one planner per thread (:meth:`fresh`)."""
-        snap = build_snapshot(env or self.env, servers, workflows, focus)
+        ``env``: rules and constants of the snapshot (default: the planner's). ``deferred``:
+        tasks this planner deferred earlier in the round (``first_k``; they wait until the clock
+        moves). After the call :attr:`last_deferred` tells whether the answer is such a defer
+        (a busy server's position that reserves nothing) rather than a wait for that server.
+        Not thread-safe: one planner per thread (:meth:`fresh`)."""
+        snap = build_snapshot(env or self.env, servers, workflows, focus, deferred=deferred)
         sim = snap.sim
-        saved, saved_t = self._reserved, self._round_t
+        saved = self._reserved, self._round_t, self._deferred_t, self._deferred_n
         sids = sim.server_ids
         self._reserved = {snap.ids[w][j]: (s, sids[s]) for (w, j), s in (waiting or {}).items()}
         self._round_t = sim.t  # this instant's waits hold
+        self._deferred_t, self._deferred_n = sim.t, len(deferred)
         try:
             return self.act_state(sim)
         finally:
-            self._reserved, self._round_t = saved, saved_t
+            self._reserved, self._round_t, self._deferred_t, self._deferred_n = saved
 
     # -------------------------------------------------------------- acting
     def act_state(self, sim: Simulator) -> int:
+        self.last_deferred = False
         if self.config.snapshot:
             return self._act_snapshot(sim)
         self.stats["decisions"] += 1
@@ -183,13 +199,21 @@ class Lookahead(Policy):
         dec = self._dec.get(sim)
         excl = _exclusions(sim, self._reserved)
         cands = self._candidates(sim, dec, excl)
+        defer_slot = self._defer_slot(sim, cands)
+        if defer_slot is not None:
+            cands.append(DEFER)
         if len(cands) == 1:
             slot = cands[0]
         else:
-            slot = self._plan(sim, cands)
+            slot = self._plan(sim, cands, defer_slot)
             self.stats["planned"] += 1
             self.stats["changed"] += slot != cands[0]
-        if sim.servers.busy_l[slot]:  # a wait: reserve the server
+        if slot == DEFER:  # the task waits this instant, unreserved; the next one is planned
+            self._deferred_n += 1
+            self.stats["deferred"] += 1
+            self.last_deferred = True
+            slot = defer_slot
+        elif sim.servers.busy_l[slot]:  # a wait: reserve the server
             self._reserved[sim.current.id] = (slot, sim.server_ids[slot])
             self.stats["waits_chosen"] += 1
         self.stats["plan_s"] += time.perf_counter() - t0
@@ -199,21 +223,43 @@ class Lookahead(Policy):
         """``snapshot: true``: the decision as Serve and the live scheduler make it. Waits chosen
         at this instant (one placement round) stay reserved; earlier ones are forgotten."""
         if self._round_t != sim.t:
-            self._round_t, self._round_waits = sim.t, {}
+            self._round_t, self._round_waits, self._round_defers = sim.t, {}, []
         t0 = time.perf_counter()
         servers, workflows, ids = describe_snapshot(sim)
         where = {tid: (w, j) for w, tids in enumerate(ids) for j, tid in enumerate(tids)}
         waiting = {where[tid]: s for tid, s in self._round_waits.items() if tid in where}
+        deferred = [where[tid] for tid in self._round_defers if tid in where]
         if self._inner is None:
             self._inner = Lookahead(self.env, replace(self.config, snapshot=False), self._seed)
         inner = self._inner
-        slot = inner.decide(servers, workflows, where[sim.current.id], waiting, env=sim.cfg)
-        if sim.servers.busy_l[slot]:
+        slot = inner.decide(servers, workflows, where[sim.current.id], waiting, env=sim.cfg,
+                            deferred=deferred)
+        self.last_deferred = inner.last_deferred
+        if inner.last_deferred:
+            self._round_defers.append(sim.current.id)
+        elif sim.servers.busy_l[slot]:
             self._round_waits[sim.current.id] = slot
-        for k in ("decisions", "planned", "rollouts", "waits_chosen", "changed"):
+        for k in ("decisions", "planned", "rollouts", "waits_chosen", "deferred", "changed"):
             self.stats[k] = inner.stats[k]
         self.stats["plan_s"] += time.perf_counter() - t0
         return slot
+
+    def _defer_slot(self, sim: Simulator, cands: list[int]) -> int | None:
+        """``first_k``: a slot whose pick makes the current task wait (a busy one) when deferring
+        it is still allowed at this instant; None otherwise (K = 1, head-of-line blocking, the
+        K - 1 defers of this instant spent, or no busy server to name)."""
+        k = self.config.first_k
+        if k <= 1 or sim.core.rules.head_of_line_blocking:
+            return None
+        if self._deferred_t != sim.t:
+            self._deferred_t, self._deferred_n = sim.t, 0
+        if self._deferred_n >= k - 1 or sim.servers.busy_l[cands[0]]:
+            return None  # EFT's own choice is already a wait: nothing to defer for
+        busy = sim.servers.busy_l
+        for s in range(len(busy)):
+            if busy[s]:
+                return s
+        return None
 
     def _candidates(self, sim: Simulator, dec: DecodedServers, excl: set) -> list[int]:
         idle, busy_fit = eft_ranking(sim, dec, excl, need_busy=self.config.wait)
@@ -244,7 +290,9 @@ class Lookahead(Policy):
                 out.append(best_s)
         return out
 
-    def _plan(self, sim: Simulator, cands: list[int]) -> int:
+    def _plan(self, sim: Simulator, cands: list[int], defer_slot: int | None = None) -> int:
+        """The candidate of the lowest rollout cost; :data:`DEFER` is rolled out as a wait on
+        ``defer_slot`` that reserves nothing."""
         cfg = self.config
         t_end = sim.t + cfg.horizon_s
         objective = cfg.objective or sim.cfg.objective
@@ -252,9 +300,10 @@ class Lookahead(Policy):
             fast = Rollouts(sim, self._dec.get(sim), self._classes.get(sim, self._dec),
                             self._reserved, objective)
             if fast.ok:  # the forked rollouts' costs, exactly (policies.fast_rollout)
-                costs = (fast.cost(slot, t_end) for slot in cands)
+                costs = (fast.cost(defer_slot, t_end, reserve=False) if slot == DEFER
+                         else fast.cost(slot, t_end) for slot in cands)
                 return self._best(cands, costs)
-        return self._best(cands, self._forked_costs(sim, cands, t_end, objective))
+        return self._best(cands, self._forked_costs(sim, cands, t_end, objective, defer_slot))
 
     def _best(self, cands: list[int], costs) -> int:
         """The candidate of the lowest cost (the earlier one on a tie within 1e-9)."""
@@ -265,7 +314,8 @@ class Lookahead(Policy):
                 best_cost, best_slot = cost, slot
         return best_slot
 
-    def _forked_costs(self, sim: Simulator, cands: list[int], t_end: float, objective: str):
+    def _forked_costs(self, sim: Simulator, cands: list[int], t_end: float, objective: str,
+                      defer_slot: int | None = None):
         """Each candidate's cost from a rollout on a fork of the simulator (any setting)."""
         cfg = self.config
         lo = sim.unfinished_range()
@@ -286,7 +336,9 @@ class Lookahead(Policy):
                 f.rng_workload.bit_generator.state = future[1]
                 f.forget_drawn_future()
             res = dict(self._reserved)
-            if f.servers.busy_l[slot]:
+            if slot == DEFER:
+                slot = defer_slot
+            elif f.servers.busy_l[slot]:
                 res[task_id] = (slot, f.server_ids[slot])
             f.step(slot)
             _rollout(f, res, self._dec, t_end, [f.workflows[w] for w in wf_ids])

@@ -113,6 +113,7 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
                                 0.0 if now is None else max(now - wf.arrival_s, 0.0), wf.size)
                  for wi, wf in enumerate(req.workflows)]
     waiting: dict[tuple[int, int], int] = {}
+    deferred: list[tuple[int, int]] = []  # the planner's defers in this round (first_k)
 
     def snapshot() -> list[ServerState]:
         return [ServerState(servers.compute_l[i], servers.memory_l[i],
@@ -122,9 +123,11 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
 
     def ask(r: "ReadyRow") -> int:
         key = (r.wi, r.j)
-        choice = planner.decide(snapshot(), workflows, key, waiting, env=env)
+        choice = planner.decide(snapshot(), workflows, key, waiting, env=env, deferred=deferred)
         r.asked = True
-        if servers.busy_l[choice]:
+        if planner.last_deferred:
+            deferred.append(key)
+        elif servers.busy_l[choice]:
             waiting[key] = choice
         return choice
 

@@ -111,6 +111,25 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
     assert sched._planner.ask(t1, pl, [], now) == 1  # 0.5 + 1 s there, 8 s on the slow server
     assert sched._planner.waiting == {t1.gid: 1}
 
+    # a defer (first_k): remembered for the round as a defer, not as a wait for that server
+    calls = []
+
+    def deferring(servers, states, focus, waiting, env=None, deferred=()):
+        calls.append(list(deferred))
+        sched._planner.planner.last_deferred = True
+        return 1
+
+    real = sched._planner.planner.decide
+    sched._planner.new_round()
+    sched._planner.planner.decide = deferring
+    assert sched._planner.ask(t1, pl, [], now) == 1
+    assert sched._planner.deferred == [t1.gid] and sched._planner.waiting == {}
+    sched._planner.ask(t1, pl, [], now)
+    assert calls == [[], [(0, 0)]]  # the next ask of the round sees it deferred
+    sched._planner.new_round()
+    assert sched._planner.deferred == []
+    sched._planner.planner.decide = real
+
     def broken(*_a, **_k):
         raise RuntimeError("planner bug")
 

@@ -213,6 +213,8 @@ def test_registration_guard_and_lockstep():
     ("lookahead:wait=maybe", "lookahead.wait"),
     ("lookahead:future=psychic", "lookahead.future"),
     ("lookahead:depth=3", "lookahead.depth"),
+    ("lookahead:first_k=0", "lookahead.first_k"),
+    ("lookahead:first_k=17", "lookahead.first_k"),
 ])
 def test_config_errors_name_the_key(spec, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):

@@ -13,7 +13,7 @@ from envs.simulator import Simulator
 from policies.heuristics import DecodedServers, eft_act
 from policies.fast_rollout import Rollouts, ServerClasses, supported
 from policies.heuristics import EarliestFinish
-from policies.lookahead import Lookahead, parse_spec
+from policies.lookahead import DEFER, Lookahead, parse_spec
 from scale_ray.bench.lookahead import measure_one
 from scale_ray.config import load_env
 from scale_ray.evaluation import episode_seed, run_episode
@@ -38,25 +38,31 @@ class Checked(Lookahead):
         self.checked = 0
         self.unsupported = 0
         self.reserved_seen = 0
+        self.deferrals_checked = 0
         self._pool += [[np.random.Generator(np.random.PCG64(i)) for _ in range(3)]
                        for i in range(2)]  # forks for the two extra slots
 
-    def _plan(self, sim, cands):
+    def _plan(self, sim, cands, defer_slot=None):
         if not supported(sim, self.config.future):
             self.unsupported += 1
-            return super()._plan(sim, cands)
+            return super()._plan(sim, cands, defer_slot)
         t_end = sim.t + self.config.horizon_s
         objective = self.config.objective or sim.cfg.objective
         fast = Rollouts(sim, self._dec.get(sim), self._classes.get(sim, self._dec),
                         self._reserved, objective)
         assert fast.ok
-        slots = list(cands) + [int(s) for s in self.rng.integers(0, sim.n_slots, 2)]
+        slots = [c for c in cands if c != DEFER] + [int(s) for s in self.rng.integers(0, sim.n_slots, 2)]
         got = [fast.cost(s, t_end) for s in slots]
         want = list(self._forked_costs(sim, slots, t_end, objective))
         assert got == want, (sim.t, slots, got, want)
         self.checked += len(slots)
+        if defer_slot is not None:  # first_k: the task waits unreserved
+            got = fast.cost(defer_slot, t_end, reserve=False)
+            want = list(self._forked_costs(sim, [DEFER], t_end, objective, defer_slot))
+            assert [got] == want, (sim.t, defer_slot, got, want)
+            self.deferrals_checked += 1
         self.reserved_seen += bool(self._reserved)
-        return super()._plan(sim, cands)
+        return super()._plan(sim, cands, defer_slot)
 
 
 def drive(cfg: EnvConfig, spec: str, seed: int, decisions: int) -> Checked:
@@ -74,6 +80,7 @@ def drive(cfg: EnvConfig, spec: str, seed: int, decisions: int) -> Checked:
     (REALISTIC, {}, "lookahead"),
     (REALISTIC, {}, "lookahead:objective=task,candidates=5"),
     (REALISTIC, {}, "lookahead:reservations=until_start"),
+    (REALISTIC, {}, "lookahead:first_k=3"),
     (REALISTIC, {"mdp": {"ask_only_startable": False}}, "lookahead"),
     (REALISTIC, {"mdp": {"head_of_line_blocking": True}}, "lookahead"),  # forced HOL waits
     (REALISTIC, {"mdp": {"mask_infeasible": False, "advance_to_next_event": True}}, "lookahead"),
@@ -127,7 +134,7 @@ def test_unsupported_settings_fall_back_to_forks():
 
 
 @pytest.mark.parametrize("spec", ["lookahead", "lookahead:reservations=until_start",
-                                  "lookahead:snapshot=true"])
+                                  "lookahead:snapshot=true", "lookahead:first_k=2"])
 def test_fast_and_forked_planners_decide_the_same(spec):
     cfg = env(horizon=60.0)
     a, b = Lookahead(cfg, parse_spec(spec), seed=0), Lookahead(cfg, parse_spec(spec), seed=0)

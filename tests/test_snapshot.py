@@ -141,6 +141,29 @@ def test_schedule_with_the_planner_waits_where_eft_would_not():
     assert {(a["task"], a["server"]) for a in eft["assignments"]} == {("a", "slow")}
 
 
+def test_schedule_remembers_a_planner_defer_for_the_rest_of_the_round(monkeypatch):
+    """/v1/schedule with ``first_k``: a task the planner defers is unassigned (``wait``), and
+    the later asks of the round see it deferred, not waiting for a server."""
+    from serve_apps.decisions import load
+    from serve_apps.schedule import schedule
+
+    seen = []
+    real = Lookahead.decide
+
+    def decide(self, servers, workflows, focus, waiting=None, env=None, deferred=()):
+        seen.append((focus, dict(waiting or {}), list(deferred)))
+        if len(seen) == 1:
+            self.last_deferred = True
+            return 1  # the busy fast server: a defer
+        return real(self, servers, workflows, focus, waiting, env, deferred)
+
+    lp = load("lookahead:first_k=2", load_env(REALISTIC))
+    monkeypatch.setattr(Lookahead, "decide", decide)
+    out = schedule(_request(), lp, 100, 100)
+    assert out["unassigned"] == [{"workflow": "w1", "task": "a", "reason": "wait", "guard": None}]
+    assert seen[0][2] == [] and seen[1] == (seen[1][0], {}, [seen[0][0]])
+
+
 def test_schedule_with_the_planner_needs_running_servers_and_refuses_place():
     from serve_apps.decisions import RequestError, load, place
     from serve_apps.schedule import schedule
@@ -216,6 +239,51 @@ def test_instant_reservations_last_one_instant():
             older += sum(1 for t in pol._reserved if made[t] < sim.t)
             sim.step(a)
         assert (older == 0) == instant, (spec, older)
+
+
+@pytest.mark.parametrize("spec", ["lookahead:first_k=3", "lookahead:first_k=3,snapshot=true"])
+def test_first_k_defers_at_most_k_minus_1_tasks_per_instant(spec):
+    """first_k = K: the planner may let the head task wait this instant (nothing reserved, the
+    next ready task is planned) at most K - 1 times per instant, in the simulator and on
+    snapshots (Serve, live); a deferred task is not asked again before the clock moves."""
+    from policies import get_policy
+    from scale_ray.evaluation import episode_seed
+
+    cfg = load_env(REALISTIC, {"workload": {"horizon_s": 60.0}}, servers=16)
+    pol, sim = get_policy(spec, cfg, seed=0), Simulator(cfg)
+    sim.reset(episode_seed(0, 0))
+    per_instant: dict[float, list[int]] = {}
+    while sim.current is not None:
+        t, tid = sim.t, sim.current.id
+        a = pol.act_state(sim)
+        if pol.last_deferred:
+            assert sim._busy_l[a] and tid not in per_instant.get(t, [])
+            assert tid not in pol._reserved  # a defer reserves nothing
+            per_instant.setdefault(t, []).append(tid)
+        else:
+            assert tid not in per_instant.get(t, [])  # not asked again at this instant
+        sim.step(a)
+    assert pol.stats["deferred"] == sum(map(len, per_instant.values())) > 0
+    assert max(map(len, per_instant.values())) <= 2
+    assert sim.metrics()["completed_tasks"] == sim.metrics()["arrived_tasks"]
+
+
+def test_a_snapshot_with_deferred_tasks_sets_them_aside_until_the_clock_moves():
+    from envs.snapshot import build
+
+    env = load_env(REALISTIC, servers=2)
+    servers = [ServerState(1.0, 64.0), ServerState(4.0, 64.0, remaining_s=1.0)]
+    wf = WorkflowState((TaskState(4.0, 1.0, 0.1), TaskState(4.0, 1.0, 0.1)))
+    snap = build(env, servers, [wf], deferred=[(0, 0)])
+    sim = snap.sim
+    assert sim.current.id == snap.ids[0][1]  # the deferred head is not asked
+    assert [e[1] for e in sim.core.queue.deferred] == [snap.ids[0][0]]
+    sim.step(0)  # the second task starts; the clock moves, the deferred one competes again
+    assert sim.current is not None and sim.current.id == snap.ids[0][0]
+    with pytest.raises(ValueError, match=r"workflows\[0\]\.tasks\[1\]: deferred but not ready"):
+        build(env, servers, [WorkflowState((TaskState(4.0, 1.0, 0.1),
+                                            TaskState(4.0, 1.0, 0.1, parents=(0,))))],
+              deferred=[(0, 1)])
 
 
 def test_a_schedule_request_reads_through_the_one_snapshot_builder():

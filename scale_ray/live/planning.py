@@ -41,10 +41,12 @@ class LivePlanner:
         self.planner = planner.fresh()
         self._ts = time_scale if time_scale > 0 else 1.0
         self.waiting: dict[int, int] = {}  # task gid -> position of the busy server it waits for
+        self.deferred: list[int] = []  # task gids the planner deferred in this round (first_k)
         self.fallback = EarliestFinish(features, env.mdp.transfer_delays_start)  # when planning raised
 
     def new_round(self) -> None:
         self.waiting.clear()
+        self.deferred.clear()
 
     def ask(self, t: "LiveTask", placement: "LivePlacement", running: Iterable["LiveTask"],
             now: float) -> int:
@@ -62,8 +64,12 @@ class LivePlanner:
             age = max((now - wf.arrival_wall) / self._ts, 0.0)
             states.append(workflow_state(listed, graph, age, len(wf.tasks)))
         waiting = {where[g]: s for g, s in self.waiting.items() if g in where}
-        choice = self.planner.decide(servers, states, where[t.gid], waiting, env=self.env)
-        if placement.alive[choice].task is not None:
+        deferred = [where[g] for g in self.deferred if g in where]
+        choice = self.planner.decide(servers, states, where[t.gid], waiting, env=self.env,
+                                     deferred=deferred)
+        if self.planner.last_deferred:
+            self.deferred.append(t.gid)
+        elif placement.alive[choice].task is not None:
             self.waiting[t.gid] = choice
         return choice
 
