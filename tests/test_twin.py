@@ -87,3 +87,31 @@ def test_why_splits_the_gap_and_is_zero_for_a_trace_against_itself(tmp_path):
     assert w["response_gap_s"] == 0.0 and all(v == 0.0 for v in w["parts_gap_s"].values())
     assert w["cpu_per_decision_s"] == pytest.approx(0.02 / 10 / 0.25)
     assert "queue +0.000" in format_why({"eft": w})
+
+
+def test_twin_only_predicts_the_order_gain_per_stream_without_a_cluster(capsys):
+    """``bench live --twin-only K``: EFT + hop and EFT + the default order on the arrivals of K
+    seeds (the same arrivals a live run of each seed replays), no Ray."""
+    import argparse
+    import json
+
+    from scale_ray.bench.live import add_arguments, run
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--setting", "realistic", "--servers", "8", "--workflows", "15",
+                         "--seed", "4", "--twin-only", "2", "--json", "/dev/null"])
+    assert run(args) == 0
+    out = capsys.readouterr().out
+    assert "twin only (realistic, 15 workflows per stream)" in out
+    from scale_ray.bench.live import twin_streams
+    r = twin_streams(setting_env("realistic", 8), args, 2)
+    assert [x["seed"] for x in r["streams"]] == [4, 5]
+    env = setting_env("realistic", 8)
+    specs, times = workload_specs(env, 15, 5), arrival_times(env.workload.arrival_rate_16 * 0.5,
+                                                             15, 5)
+    want = predict(env, "eft", specs, times, 5)["mean_workflow_response_s"]
+    assert r["streams"][1]["default_order_s"] == want
+    x = r["streams"][1]
+    assert math.isclose(x["improvement_vs_hop"], 1 - x["default_order_s"] / x["hop_s"])
+    json.dumps(r)

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envs.config import EnvConfig
 from envs.trace import JsonlTraceWriter
 from envs.workflow import TaskSpec, WorkflowSpec
 from policies import default_policy, get_policy
@@ -79,6 +80,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-overhead", action="store_true")
     p.add_argument("--json", default=None, help="write the results to this JSON file")
     add_runtime_arguments(p, "quality runs")
+    p.add_argument("--twin-only", type=int, default=0, metavar="K",
+                   help="start no cluster: print the simulator twin's EFT + hop and EFT + "
+                        "default-order responses on the arrivals of K seeds from --seed (how "
+                        "much the order can gain on the streams a live run would replay)")
     p.add_argument("--trace-dir", default=None,
                    help="write each quality run's live trace (live_POLICY.jsonl) and its twin's "
                         "(twin_POLICY.jsonl) here, for scale-ray explain")
@@ -244,19 +249,61 @@ def overhead(env, repeats: int, n_workflows: int, chain: int,
     }
 
 
-def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict[str, Any]:
-    live = LiveConfig(time_scale=args.time_scale, executor=args.executor,
-                      estimator=getattr(args, "estimator", "off"),
-                      hedge=getattr(args, "hedge", "off"))
-    specs = workload_specs(env, args.workflows, args.seed)
-    noise, hints = getattr(args, "noise", 0.0), getattr(args, "hints", "exact")
-    runs = (emulated_runtime(env, specs, hints, noise, args.seed)
-            if noise > 0 or hints != "exact" else specs)  # what the live runs execute
+def _arrivals(env: EnvConfig, args: argparse.Namespace, seed: int
+              ) -> tuple[list[WorkflowSpec], float, list[float]]:
+    """A quality run's arrivals: (workflow specs, rate per model s, arrival times in model s)."""
+    specs = workload_specs(env, args.workflows, seed)
     if args.load is not None:
         rate = rate_for_load(env, args.load, specs)
     else:  # the env's own arrival rate (lambda16 x N / 16), as in the simulator
         rate = env.workload.arrival_rate_16 * env.cluster.servers / 16.0
-    times = arrival_times(rate, len(specs), args.seed)
+    return specs, rate, arrival_times(rate, len(specs), seed)
+
+
+def twin_streams(env: EnvConfig, args: argparse.Namespace, seeds: int) -> dict[str, Any]:
+    """``--twin-only K``: no cluster; the twin's prediction for EFT + hop and EFT + the default
+    order on the arrivals of seeds ``--seed`` .. ``--seed`` + K - 1 (what a live run of each
+    seed would be compared with)."""
+    tenv = runtime_env(env, args)
+    rows = []
+    for seed in range(args.seed, args.seed + seeds):
+        specs, _, times = _arrivals(env, args, seed)
+        m = {p: predict(tenv, p, specs, times, seed) for p in (REFERENCE, "eft")}
+        ref, eft = (m[p]["mean_workflow_response_s"] for p in (REFERENCE, "eft"))
+        rows.append({"seed": seed, "hop_s": ref, "default_order_s": eft,
+                     "improvement_vs_hop": 1.0 - eft / ref,
+                     "utilization": m[REFERENCE]["utilization"]})
+        log.info("twin seed %d: EFT + hop %.2f s, EFT + default order %.2f s (%+.1f%%), "
+                 "utilisation %.2f", seed, ref, eft, -100 * rows[-1]["improvement_vs_hop"],
+                 rows[-1]["utilization"])
+    g = sorted(r["improvement_vs_hop"] for r in rows)
+    return {"setting": args.setting, "workflows": args.workflows, "streams": rows,
+            "mean_improvement_vs_hop": statistics.fmean(g),
+            "median_improvement_vs_hop": statistics.median(g),
+            "share_at_least_8pct": sum(x >= 0.08 for x in g) / len(g)}
+
+
+def format_twin_streams(r: dict[str, Any]) -> str:
+    lines = [f"twin only ({r['setting']}, {r['workflows']} workflows per stream): the default "
+             f"order vs EFT + hop, mean workflow response (model s)",
+             "  seed   EFT+hop   default   improvement   utilisation"]
+    for x in r["streams"]:
+        lines.append(f"  {x['seed']:>4}  {x['hop_s']:8.2f}  {x['default_order_s']:8.2f}  "
+                     f"{100 * x['improvement_vs_hop']:10.1f} %  {x['utilization']:10.2f}")
+    lines.append(f"  mean {100 * r['mean_improvement_vs_hop']:.1f} %, median "
+                 f"{100 * r['median_improvement_vs_hop']:.1f} %, >= 8 % in "
+                 f"{100 * r['share_at_least_8pct']:.0f} % of the streams")
+    return "\n".join(lines)
+
+
+def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict[str, Any]:
+    live = LiveConfig(time_scale=args.time_scale, executor=args.executor,
+                      estimator=getattr(args, "estimator", "off"),
+                      hedge=getattr(args, "hedge", "off"))
+    specs, rate, times = _arrivals(env, args, args.seed)
+    noise, hints = getattr(args, "noise", 0.0), getattr(args, "hints", "exact")
+    runs = (emulated_runtime(env, specs, hints, noise, args.seed)
+            if noise > 0 or hints != "exact" else specs)  # what the live runs execute
     tdir = getattr(args, "trace_dir", None)
     if tdir:
         Path(tdir).mkdir(parents=True, exist_ok=True)
@@ -291,6 +338,15 @@ def run(args: argparse.Namespace) -> int:
     env = setting_env(args.setting, args.servers)
     runtime_env(env, args)  # a bad --noise fails before a cluster starts
     resolve_setting(args)
+    if args.twin_only < 0:
+        raise SystemExit(f"--twin-only: expected a number of seeds >= 0, got {args.twin_only}")
+    if args.twin_only:
+        out = twin_streams(env, args, args.twin_only)
+        print(format_twin_streams(out))
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(out, indent=2))
+        return 0
     if args.policy not in ("eft", "ray-default"):
         get_policy(args.policy, env, args.seed)  # fail before starting a cluster
     t0 = time.perf_counter()
