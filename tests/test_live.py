@@ -80,6 +80,26 @@ def test_observation_fast_path_equals_the_encoder():
         assert got["servers"][1, 2] > 0 and got["servers"][0, 2] == 0  # busy / idle
 
 
+def test_ray_default_passes_each_parents_transfer_where_transfers_delay_starts():
+    """What RayDefaultRunner gives a task's body to emulate its inputs (no Ray: refs stand-ins):
+    per parent its status ref and (output / bandwidth + latency) x time_scale; nothing where
+    transfers do not delay starts (the paper's setting)."""
+    from scale_ray.live.raydag import accept
+
+    env = load_env("configs/env/realistic.yaml", servers=2)
+    spec = WorkflowSpec((TaskSpec(1.0, 1.0, 2.0), TaskSpec(1.0, 1.0, 0.5),
+                         TaskSpec(1.0, 1.0, 0.0, (0, 1))))
+    wf = accept(spec, (), {})
+    c = env.cluster
+    rd = RayDefaultRunner(env, LiveConfig(time_scale=0.5))
+    got = rd._inputs(wf, 2, ["s0", "s1"])
+    assert got == (("s0", (2.0 / c.bandwidth_gb_s + c.latency_s) * 0.5),
+                   ("s1", (0.5 / c.bandwidth_gb_s + c.latency_s) * 0.5))
+    assert rd._inputs(wf, 0, []) == ()
+    assert RayDefaultRunner(load_env(None, ["cluster.servers=2"]), LiveConfig(time_scale=0.5)
+                            )._inputs(wf, 2, ["s0", "s1"]) == ()
+
+
 def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises():
     """The lookahead planner asked by the live scheduler (no Ray: the record is set by hand)
     waits for a fast busy server holding the task's input; if planning raises, EFT decides,
@@ -340,6 +360,8 @@ class TestSharedCluster:
         assert set(q["twin"]) == {"eft@hop", "eft"}
         for p in pols:
             assert q[p]["workflows_completed"] == 4, p
+            lag = q[p]["submit_lag_model_s"]  # how late the driver submitted, model s
+            assert 0.0 <= lag["mean"] <= lag["max"] < 50.0, (p, lag)
         assert all(q["twin"][p]["completed_workflows"] == 4 for p in q["twin"])
         rows = compare({p: live_model(q[p], args.time_scale) for p in pols}, q["twin"])
         h = headline(rows, "eft", "eft")
@@ -396,6 +418,30 @@ class TestSharedCluster:
             assert r.result() == from_spec(spec).expected[2]
             assert _tier_of(r.task_nodes[1], c) == "large"
 
+
+    def test_ray_default_pays_emulated_transfers_from_other_nodes(self, cluster):
+        """With transfers delaying starts (realistic.yaml), Ray's own placement sleeps a parent's
+        transfer when the parent ran on another node, as the live scheduler's runs do: the body
+        reads where the parent ran from its status ref (pinned here by tier labels)."""
+        import ray
+
+        from scale_ray.live.cluster import TIER_LABEL
+        from scale_ray.live.executors import wrap_body
+
+        c, env = cluster
+        body = ray.remote(num_returns=2, num_cpus=0)(wrap_body(lambda *a: len(a)))
+
+        def on(tier, meta, *args):
+            return body.options(label_selector={TIER_LABEL: tier}).remote(meta, *args)
+
+        v0, s0 = on("large", (None, 0.0, 1e-3))
+        ray.get(s0)
+        tr = 0.5
+        _, far = on("small", (None, 0.0, 1e-3, 0, None, False, ((s0, tr),)), v0)
+        _, near = on("large", (None, 0.0, 1e-3, 0, None, False, ((s0, tr),)), v0)
+        (far_node, far_s), (near_node, near_s) = ray.get([far, near])
+        assert far_node != ray.get(s0)[0] == near_node
+        assert far_s >= tr > near_s
 
     def test_artifact_policy_places_live_tasks(self, cluster, tmp_path):
         """A policy artifact (untrained cross-attention, pure torch) drives the live scheduler:

@@ -328,9 +328,12 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
                 writer.close()
         stats.pop("tasks_per_node", None)
         out[name] = stats
-        log.info("quality %s: mean workflow response %.3f s (p95 %.3f s), %d/%d completed",
+        lag = stats.get("submit_lag_model_s", {})
+        log.info("quality %s: mean workflow response %.3f s (p95 %.3f s), %d/%d completed; "
+                 "submitted late by %.4f model s on average (max %.4f)",
                  name, stats["mean_workflow_response_s"], stats["p95_workflow_response_s"],
-                 stats["workflows_completed"], stats["workflows_submitted"])
+                 stats["workflows_completed"], stats["workflows_submitted"],
+                 lag.get("mean", 0.0), lag.get("max", 0.0))
     return out
 
 

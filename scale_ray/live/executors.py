@@ -69,8 +69,10 @@ def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The Ray task body around a primitive: placement check, emulated run time, the call.
 
     ``meta = (expected_node_id | None, sleep_s, gflop_scaled[, attempt, journal_target,
-    cancellable])``: with ``gflop_scaled`` > 0 (Ray's own placement) the sleep is computed from
-    the capacity label of the node it landed on; ``attempt`` is what
+    cancellable[, inputs]])``: with ``gflop_scaled`` > 0 (Ray's own placement) the sleep is
+    computed from the capacity label of the node it landed on, plus the largest transfer
+    (wall s) of ``inputs`` = ``((parent status ref, transfer_s), ...)`` whose parent ran on
+    another node; ``attempt`` is what
     :func:`scale_ray.live.journal.attempt` reads in the body; with a ``journal_target`` the run
     writes its start marker first and its result before it returns
     (:mod:`scale_ray.live.journal`); a ``cancellable`` run (a hedged task's) checks during its
@@ -94,6 +96,10 @@ def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
             journal.record_start(target)
         if gflop_scaled > 0:
             sleep_s = gflop_scaled / float(ctx.get_node_labels()[COMPUTE_LABEL])
+            if len(meta) > 6 and meta[6]:  # emulated inputs from parents on other nodes
+                ran_on = ray.get([r for r, _ in meta[6]])
+                sleep_s += max((tr for (nd, _), (_, tr) in zip(ran_on, meta[6]) if nd != node),
+                               default=0.0)
         if sleep_s > 0:
             if not cancellable:
                 time.sleep(sleep_s)

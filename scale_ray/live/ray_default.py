@@ -101,6 +101,7 @@ class RayDefaultRunner:
             h = WorkflowHandle(len(self._handles), wf, time.perf_counter())
             self._handles.append(h)
             value_refs: list[Any] = []
+            status_refs: list[Any] = []
             for i, call in enumerate(wf.calls):
                 ref_of = {id(wf.calls[p]): value_refs[p] for p in wf.spec.tasks[i].parents}
                 args = [ref_of[id(a)] if isinstance(a, Call) else a for a in call.args]
@@ -110,13 +111,31 @@ class RayDefaultRunner:
                 opts = dict(prim.ray_options)  # a Ray DAG node's options: Ray honours them
                 opts["resources"] = {**opts.get("resources", {}), SLOT_RESOURCE: 1.0}
                 gflop = prim.run_gflop * ts if prim.emulate else 0.0  # its true compute
+                meta: tuple = (None, 0.0, gflop)
+                inputs = self._inputs(wf, i, status_refs) if gflop > 0 else ()
+                if inputs:
+                    meta = (None, 0.0, gflop, 0, None, False, inputs)
                 v, s = self._remote(prim.fn).options(
                     label_selector=selectors[i], name=prim.name, **opts).remote(
-                        (None, 0.0, gflop), *args, **kwargs)
+                        meta, *args, **kwargs)
                 value_refs.append(v)
+                status_refs.append(s)
                 self._running[s] = (h, i, v)
             self._done_count[h.id] = 0
         return h
+
+    def _inputs(self, wf: CollectedWorkflow, i: int, status_refs: list[Any]) -> tuple:
+        """Task ``i``'s emulated inputs, as the live scheduler emulates them (env
+        ``mdp.transfer_delays_start``): per parent, its run's status ref (where it ran; nested,
+        so Ray does not resolve it) and its output's transfer time in wall s. The body sleeps the
+        largest transfer among parents that ran on another node (same node: the object store
+        shares it; the scheduler, finer, charges any other server)."""
+        if not self.env.mdp.transfer_delays_start:
+            return ()
+        c, ts = self.env.cluster, self.cfg.time_scale
+        return tuple((status_refs[p], (wf.calls[p].primitive.output_gb / c.bandwidth_gb_s
+                                       + c.latency_s) * ts)
+                     for p in wf.spec.tasks[i].parents)
 
     def _loop(self) -> None:
         import ray

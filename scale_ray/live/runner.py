@@ -187,6 +187,12 @@ def stream(target: LiveScheduler | RayDefaultRunner, specs: Sequence[Any], times
     out = target.summary()
     out["wall_s"] = time.perf_counter() - t0
     out["cluster_events"] = applied
+    # how late each workflow was submitted against its arrival time (responses count from the
+    # submission): a driver that falls behind would lower the load the scheduler sees
+    lag = [max(h.submitted_wall - (t0 + tm * ts), 0.0) / ts
+           for h, tm in zip(target.handles(), times_model)]
+    out["submit_lag_model_s"] = {"mean": float(np.mean(lag)) if lag else 0.0,
+                                 "max": float(np.max(lag)) if lag else 0.0}
     return out
 
 
