@@ -221,6 +221,36 @@ def test_config_errors_name_the_key(spec, key):
         parse_spec(spec)
 
 
+def test_the_planner_optimises_workflow_response_unless_told_otherwise():
+    """objective: workflow by default (what an agent user waits for), also on an env whose own
+    objective is the paper's task response; null follows the env."""
+    from envs.config import EnvConfig
+
+    assert parse_spec("lookahead").objective == "workflow"
+    assert parse_spec("lookahead:objective=null").objective is None
+    assert parse_spec("lookahead:objective=task").objective == "task"
+    from envs.simulator import Simulator
+    from policies import get_policy
+    from scale_ray.config import load_env
+    from scale_ray.evaluation import episode_seed
+
+    cfg = load_env("configs/env/realistic.yaml", {"objective": "task",
+                                                  "workload": {"horizon_s": 60.0}}, servers=16)
+
+    def decisions(spec):
+        pol, sim, out = get_policy(spec, cfg, seed=0), Simulator(cfg), []
+        sim.reset(episode_seed(0, 0))
+        while sim.current is not None:
+            out.append(pol.act_state(sim))
+            sim.step(out[-1])
+        return out
+
+    default = decisions("lookahead")
+    assert default == decisions("lookahead:objective=workflow")
+    assert decisions("lookahead:objective=null") == decisions("lookahead:objective=task") != default
+    assert EnvConfig().objective == "task"
+
+
 def test_config_from_a_mapping():
     assert load_lookahead_config({"candidates": 2, "wait": False}) == LookaheadConfig(2, wait=False)
     with pytest.raises(ConfigError, match=r"planner\.horizon_s"):
