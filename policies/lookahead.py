@@ -108,6 +108,40 @@ def parse_spec(spec: str) -> LookaheadConfig:
     return load_lookahead_config(data)
 
 
+class RoundChoices:
+    """What a planner chose earlier in one placement round, for the next asks of that round
+    (:meth:`Lookahead.decide`'s ``waiting`` and ``deferred``): tasks that wait for a busy server
+    (reserved for them) and tasks it deferred (``first_k``). Keys are the caller's task ids
+    (the live scheduler's gids, a request's positions, the simulator's task ids)."""
+
+    __slots__ = ("waiting", "deferred")
+
+    def __init__(self) -> None:
+        self.waiting: dict[Any, int] = {}  # task key -> position of the busy server it waits for
+        self.deferred: list[Any] = []
+
+    def clear(self) -> None:
+        self.waiting.clear()
+        self.deferred.clear()
+
+    def for_snapshot(self, where: Mapping[Any, tuple[int, int]] | None = None
+                     ) -> tuple[dict[tuple[int, int], int], list[tuple[int, int]]]:
+        """(waiting, deferred) as snapshot positions; ``where``: task key -> (workflow, task)
+        of the snapshot (None: the keys are positions); tasks no longer listed are left out."""
+        if where is None:
+            return dict(self.waiting), list(self.deferred)
+        return ({where[k]: s for k, s in self.waiting.items() if k in where},
+                [where[k] for k in self.deferred if k in where])
+
+    def record(self, key: Any, choice: int, planner: "Lookahead", busy: bool) -> None:
+        """Remember the planner's answer ``choice`` for task ``key`` (``busy``: that server
+        is busy, so the answer is a wait unless the planner deferred)."""
+        if planner.last_deferred:
+            self.deferred.append(key)
+        elif busy:
+            self.waiting[key] = choice
+
+
 # ------------------------------------------------------------------------------------ planner
 class Lookahead(Policy):
     """The rollout planner (module docstring). ``act_state(sim)`` -> slot. ``fast = False``
@@ -139,9 +173,8 @@ class Lookahead(Policy):
         self._reserved: dict[int, tuple[int, int]] = {}  # task id -> (slot, server id)
         self._inner = None  # snapshot: true: the planner run on each snapshot
         self._round_t = None  # the instant whose waits hold (reservations instant, snapshot)
-        self._round_waits: dict[int, int] = {}  # snapshot: this instant's waits, task id -> slot
+        self._round = RoundChoices()  # snapshot: this instant's waits and defers, by task id
         self._deferred_t, self._deferred_n = None, 0  # first_k: defers chosen at this instant
-        self._round_defers: list[int] = []  # snapshot: this instant's defers, task ids
         self.last_deferred = False  # the last answer was a defer (first_k), not a wait
         self.stats = {"decisions": 0, "planned": 0, "rollouts": 0, "waits_chosen": 0,
                       "deferred": 0, "changed": 0, "plan_s": 0.0}
@@ -224,22 +257,19 @@ class Lookahead(Policy):
         """``snapshot: true``: the decision as Serve and the live scheduler make it. Waits chosen
         at this instant (one placement round) stay reserved; earlier ones are forgotten."""
         if self._round_t != sim.t:
-            self._round_t, self._round_waits, self._round_defers = sim.t, {}, []
+            self._round_t = sim.t
+            self._round.clear()
         t0 = time.perf_counter()
         servers, workflows, ids = describe_snapshot(sim)
         where = {tid: (w, j) for w, tids in enumerate(ids) for j, tid in enumerate(tids)}
-        waiting = {where[tid]: s for tid, s in self._round_waits.items() if tid in where}
-        deferred = [where[tid] for tid in self._round_defers if tid in where]
+        waiting, deferred = self._round.for_snapshot(where)
         if self._inner is None:
             self._inner = Lookahead(self.env, replace(self.config, snapshot=False), self._seed)
         inner = self._inner
         slot = inner.decide(servers, workflows, where[sim.current.id], waiting, env=sim.cfg,
                             deferred=deferred)
         self.last_deferred = inner.last_deferred
-        if inner.last_deferred:
-            self._round_defers.append(sim.current.id)
-        elif sim.servers.busy_l[slot]:
-            self._round_waits[sim.current.id] = slot
+        self._round.record(sim.current.id, slot, inner, sim.servers.busy_l[slot])
         for k in ("decisions", "planned", "rollouts", "waits_chosen", "deferred", "changed"):
             self.stats[k] = inner.stats[k]
         self.stats["plan_s"] += time.perf_counter() - t0
@@ -257,10 +287,7 @@ class Lookahead(Policy):
         if self._deferred_n >= k - 1 or sim.servers.busy_l[cands[0]]:
             return None  # EFT's own choice is already a wait: nothing to defer for
         busy = sim.servers.busy_l
-        for s in range(len(busy)):
-            if busy[s]:
-                return s
-        return None
+        return busy.index(True) if True in busy else None
 
     def _candidates(self, sim: Simulator, dec: DecodedServers, excl: set) -> list[int]:
         idle, busy_fit = eft_ranking(sim, dec, excl, need_busy=self.config.wait)

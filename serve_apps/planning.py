@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from envs.config import EnvConfig
 from envs.snapshot import ServerState, workflow_state
+from policies.lookahead import RoundChoices
 
 from .schemas import RequestError, ScheduleRequest
 
@@ -112,8 +113,7 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
     workflows = [workflow_state(wf.tasks, _RequestTasks(wf, wi, pos),
                                 0.0 if now is None else max(now - wf.arrival_s, 0.0), wf.size)
                  for wi, wf in enumerate(req.workflows)]
-    waiting: dict[tuple[int, int], int] = {}
-    deferred: list[tuple[int, int]] = []  # the planner's defers in this round (first_k)
+    earlier = RoundChoices()  # this round's waits and defers, by (workflow, task) position
 
     def snapshot() -> list[ServerState]:
         return [ServerState(servers.compute_l[i], servers.memory_l[i],
@@ -123,12 +123,10 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
 
     def ask(r: "ReadyRow") -> int:
         key = (r.wi, r.j)
+        waiting, deferred = earlier.for_snapshot()
         choice = planner.decide(snapshot(), workflows, key, waiting, env=env, deferred=deferred)
         r.asked = True
-        if planner.last_deferred:
-            deferred.append(key)
-        elif servers.busy_l[choice]:
-            waiting[key] = choice
+        earlier.record(key, choice, planner, servers.busy_l[choice])
         return choice
 
     def record(r: "ReadyRow", choice: int) -> None:

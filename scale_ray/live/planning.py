@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Iterable
 from envs.config import EnvConfig, FeatureConfig
 from envs.snapshot import ServerState, workflow_state
 from policies.heuristics import EarliestFinish
+from policies.lookahead import RoundChoices
 
 from .tasks import DONE, READY, RUNNING
 
@@ -40,13 +41,21 @@ class LivePlanner:
         self.env = replace(env, mdp=mdp, features=features)
         self.planner = planner.fresh()
         self._ts = time_scale if time_scale > 0 else 1.0
-        self.waiting: dict[int, int] = {}  # task gid -> position of the busy server it waits for
-        self.deferred: list[int] = []  # task gids the planner deferred in this round (first_k)
+        self.round = RoundChoices()  # this round's waits and defers, by task gid
         self.fallback = EarliestFinish(features, env.mdp.transfer_delays_start)  # when planning raised
 
+    @property
+    def waiting(self) -> dict[int, int]:
+        """Task gid -> position of the busy server it waits for, this round."""
+        return self.round.waiting
+
+    @property
+    def deferred(self) -> list[int]:
+        """Task gids the planner deferred this round (``first_k``)."""
+        return self.round.deferred
+
     def new_round(self) -> None:
-        self.waiting.clear()
-        self.deferred.clear()
+        self.round.clear()
 
     def ask(self, t: "LiveTask", placement: "LivePlacement", running: Iterable["LiveTask"],
             now: float) -> int:
@@ -63,14 +72,10 @@ class LivePlanner:
                 where[x.gid] = (w, j)
             age = max((now - wf.arrival_wall) / self._ts, 0.0)
             states.append(workflow_state(listed, graph, age, len(wf.tasks)))
-        waiting = {where[g]: s for g, s in self.waiting.items() if g in where}
-        deferred = [where[g] for g in self.deferred if g in where]
+        waiting, deferred = self.round.for_snapshot(where)
         choice = self.planner.decide(servers, states, where[t.gid], waiting, env=self.env,
                                      deferred=deferred)
-        if self.planner.last_deferred:
-            self.deferred.append(t.gid)
-        elif placement.alive[choice].task is not None:
-            self.waiting[t.gid] = choice
+        self.round.record(t.gid, choice, self.planner, placement.alive[choice].task is not None)
         return choice
 
 
