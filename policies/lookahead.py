@@ -133,10 +133,10 @@ class RoundChoices:
         return ({where[k]: s for k, s in self.waiting.items() if k in where},
                 [where[k] for k in self.deferred if k in where])
 
-    def record(self, key: Any, choice: int, planner: "Lookahead", busy: bool) -> None:
-        """Remember the planner's answer ``choice`` for task ``key`` (``busy``: that server
-        is busy, so the answer is a wait unless the planner deferred)."""
-        if planner.last_deferred:
+    def record(self, key: Any, choice: int, deferred: bool, busy: bool) -> None:
+        """Remember the planner's answer ``choice`` for task ``key`` (``deferred``: the planner
+        deferred it; ``busy``: that server is busy, so the answer is a wait unless deferred)."""
+        if deferred:
             self.deferred.append(key)
         elif busy:
             self.waiting[key] = choice
@@ -269,7 +269,7 @@ class Lookahead(Policy):
         slot = inner.decide(servers, workflows, where[sim.current.id], waiting, env=sim.cfg,
                             deferred=deferred)
         self.last_deferred = inner.last_deferred
-        self._round.record(sim.current.id, slot, inner, sim.servers.busy_l[slot])
+        self._round.record(sim.current.id, slot, inner.last_deferred, sim.servers.busy_l[slot])
         for k in ("decisions", "planned", "rollouts", "waits_chosen", "deferred", "changed"):
             self.stats[k] = inner.stats[k]
         self.stats["plan_s"] += time.perf_counter() - t0

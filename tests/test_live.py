@@ -118,7 +118,7 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
     spec = WorkflowSpec((TaskSpec(1.0, 1.0, 0.5), TaskSpec(8.0, 1.0, 0.5, (0,)),
                          TaskSpec(8.0, 1.0, 0.0, (1,))))
     sched._admit(WorkflowHandle(0, from_spec(spec), 0.0))
-    t0, t1, _ = pl.queue.heap[0][2].wf.tasks
+    t0, t1, t2 = pl.queue.heap[0][2].wf.tasks
     now = 10.0
     # t0 finished on the fast server, which now runs other work for 0.5 s; t1 is ready
     t0.state, t0.last_server = DONE, fast
@@ -131,6 +131,31 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
     assert sched._planner.ask(t1, pl, [], now) == 1  # 0.5 + 1 s there, 8 s on the slow server
     assert sched._planner.waiting == {t1.gid: 1}
 
+    # a wait is answered again without planning while nothing it plans on changed (the loop's
+    # timed rounds); a server freeing, or a new ready task, makes it plan again
+    planned = []
+
+    def counting(*a, **k):
+        planned.append(1)
+        return real(*a, **k)
+
+    real = sched._planner.planner.decide
+    sched._planner.planner.decide = counting
+    for later in (now, now + 0.01, now + 0.02):
+        sched._planner.new_round()
+        assert sched._planner.ask(t1, pl, [], later) == 1
+        assert sched._planner.waiting == {t1.gid: 1}
+    assert not planned and sched._planner.reused == 3  # the first ask above planned
+    other = WorkflowSpec((TaskSpec(1.0, 1.0, 0.5),))
+    sched._admit(WorkflowHandle(1, from_spec(other), now))  # one more ready task
+    sched._planner.new_round()
+    assert sched._planner.ask(t1, pl, [], now + 0.03) == 1 and len(planned) == 1
+    fast.task = None  # the fast server freed: t1 starts there
+    sched._planner.new_round()
+    assert sched._planner.ask(t1, pl, [], now + 0.6) == 1 and sched._planner.waiting == {}
+    assert len(planned) == 2 and sched._planner.reused == 3
+    sched._planner.planner.decide = real
+
     # a defer (first_k): remembered for the round as a defer, not as a wait for that server
     calls = []
 
@@ -139,7 +164,7 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
         sched._planner.planner.last_deferred = True
         return 1
 
-    real = sched._planner.planner.decide
+    fast.task, fast.busy_until = t2, now + 0.5  # busy again, with another task
     sched._planner.new_round()
     sched._planner.planner.decide = deferring
     assert sched._planner.ask(t1, pl, [], now) == 1

@@ -6,7 +6,11 @@ The snapshot, in model seconds (wall seconds / ``time_scale``): the alive server
 estimated remaining busy time, and every unfinished task of the workflows that have work queued
 or running: running tasks on their servers, finished parents' outputs where they were produced.
 A task that chose to wait for a busy server keeps it reserved in the rollouts for the rest of
-the round; the next round plans again (the planner remembers nothing between rounds). Not a
+the round; the next round plans again, unless nothing it plans on changed since the task's last
+ask (the same task on each server, the same ready tasks, the same choices earlier in the round):
+then the answer is the same one, not planned again. The scheduler's loop runs a round at least
+every ``wait_s``, while the simulator (and the twin) decides again only at the next event; only
+the time has moved, and re-planning every 10 ms cost CPU and flipped near-even choices. Not a
 learned policy: no guard; it waits only for a busy server that would finish the task before
 the best idle server. Should planning raise (a bug), EFT decides that task, the error is logged
 and counted (``counters["planner_errors"]``), and the scheduler thread goes on.
@@ -42,6 +46,8 @@ class LivePlanner:
         self.planner = planner.fresh()
         self._ts = time_scale if time_scale > 0 else 1.0
         self.round = RoundChoices()  # this round's waits and defers, by task gid
+        self._memo: dict[int, tuple[tuple, int, bool]] = {}  # gid -> (state, answer, deferred)
+        self.reused = 0  # answers given again without planning (nothing had changed)
         self.fallback = EarliestFinish(features, env.mdp.transfer_delays_start)  # when planning raised
 
     @property
@@ -60,6 +66,13 @@ class LivePlanner:
     def ask(self, t: "LiveTask", placement: "LivePlacement", running: Iterable["LiveTask"],
             now: float) -> int:
         """The server position for ready task ``t`` at wall time ``now``."""
+        state = self._state(placement)
+        memo = self._memo.get(t.gid)
+        if memo is not None and memo[0] == state:  # nothing changed: the same wait or defer
+            _, choice, deferred = memo
+            self.reused += 1
+            self.round.record(t.gid, choice, deferred, True)
+            return choice
         servers = [ServerState(s.node.compute, s.node.memory_gb,
                                0.0 if s.task is None else max((s.busy_until - now) / self._ts, 1e-3),
                                s.node.idle_w, s.node.busy_w, s.offered)
@@ -75,8 +88,25 @@ class LivePlanner:
         waiting, deferred = self.round.for_snapshot(where)
         choice = self.planner.decide(servers, states, where[t.gid], waiting, env=self.env,
                                      deferred=deferred)
-        self.round.record(t.gid, choice, self.planner, placement.alive[choice].task is not None)
+        deferred = bool(self.planner.last_deferred)
+        busy = placement.alive[choice].task is not None
+        self.round.record(t.gid, choice, deferred, busy)
+        if deferred or busy:  # it waits: remembered until something changes
+            if len(self._memo) > 100_000:
+                self._memo.clear()
+            self._memo[t.gid] = (state, choice, deferred)
+        else:
+            self._memo.pop(t.gid, None)
         return choice
+
+    def _state(self, placement: "LivePlacement") -> tuple:
+        """What a plan depends on besides the clock: the task on each server (and whether it
+        accepts work), the number of ready tasks, this round's earlier waits and defers."""
+        q = placement.queue
+        ready = sum(1 for e in q.heap if e[2].state == READY)
+        return (tuple((id(s.task) if s.task is not None else 0, s.offered) for s in placement.alive),
+                ready, len(q.deferred), tuple(self.round.waiting.items()),
+                tuple(self.round.deferred))
 
 
 class _LiveTasks:

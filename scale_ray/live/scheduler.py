@@ -105,7 +105,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         self.counters = {"decisions": 0, "waits": 0, "lost": 0, "rerun_parents": 0,
                          "node_refreshes": 0, "autoscale_requests": 0, "tasks_started": 0,
                          "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0,
-                         "planner_errors": 0}
+                         "planner_errors": 0, "planner_reused": 0}
         # scheduler-thread state
         c = self.env.cluster
         self.placement = LivePlacement(self.features, c.bandwidth_gb_s, c.latency_s,
@@ -423,6 +423,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
                              lambda t, srv: self._submit(t, srv, time.perf_counter()))
         core = self.placement.core
         self.counters["decisions"], self.counters["waits"] = core.decisions, core.waits
+        if self._planner is not None:
+            self.counters["planner_reused"] = self._planner.reused
 
     def _ask(self, t: LiveTask, obs: dict[str, np.ndarray]) -> int:
         if self._planner is not None:  # the lookahead planner: on a snapshot, never guarded
