@@ -126,7 +126,7 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
         waiting, deferred = earlier.for_snapshot()
         choice = planner.decide(snapshot(), workflows, key, waiting, env=env, deferred=deferred)
         r.asked = True
-        earlier.record(key, choice, planner, servers.busy_l[choice])
+        earlier.record(key, choice, planner.last_deferred, servers.busy_l[choice])
         return choice
 
     def record(r: "ReadyRow", choice: int) -> None:

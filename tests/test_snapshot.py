@@ -164,6 +164,26 @@ def test_schedule_remembers_a_planner_defer_for_the_rest_of_the_round(monkeypatc
     assert seen[0][2] == [] and seen[1] == (seen[1][0], {}, [seen[0][0]])
 
 
+def test_schedule_remembers_a_planner_wait_as_a_wait_not_a_defer(monkeypatch):
+    """The later asks of a /v1/schedule round see a task that waits for a busy server as
+    holding that server (``waiting``), not as deferred."""
+    from serve_apps.decisions import load
+    from serve_apps.schedule import schedule
+
+    seen = []
+    real = Lookahead.decide
+
+    def decide(self, servers, workflows, focus, waiting=None, env=None, deferred=()):
+        seen.append((focus, dict(waiting or {}), list(deferred)))
+        return real(self, servers, workflows, focus, waiting, env, deferred)
+
+    lp = load("lookahead", load_env(REALISTIC))
+    monkeypatch.setattr(Lookahead, "decide", decide)
+    out = schedule(_request(), lp, 100, 100)
+    assert out["unassigned"] == [{"workflow": "w1", "task": "a", "reason": "wait", "guard": None}]
+    assert len(seen) == 2 and seen[1][1] == {seen[0][0]: 1} and seen[1][2] == []
+
+
 def test_schedule_with_the_planner_needs_running_servers_and_refuses_place():
     from serve_apps.decisions import RequestError, load, place
     from serve_apps.schedule import schedule

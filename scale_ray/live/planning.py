@@ -104,7 +104,7 @@ class LivePlanner:
         accepts work), the number of ready tasks, this round's earlier waits and defers."""
         q = placement.queue
         ready = sum(1 for e in q.heap if e[2].state == READY)
-        return (tuple((id(s.task) if s.task is not None else 0, s.offered) for s in placement.alive),
+        return (tuple((-1 if s.task is None else s.task.gid, s.offered) for s in placement.alive),
                 ready, len(q.deferred), tuple(self.round.waiting.items()),
                 tuple(self.round.deferred))
 
