@@ -150,7 +150,7 @@ def test_fast_and_forked_planners_decide_the_same(spec):
         assert b.act_state(sim) == x, (n, sim.t)
         sim.step(x)
         n += 1
-    assert a.stats["planned"] > 300 and a.stats == {**b.stats, "plan_s": a.stats["plan_s"]}
+    assert a.stats["planned"] > 250 and a.stats == {**b.stats, "plan_s": a.stats["plan_s"]}
     assert run_episode(cfg, spec, 0)["mean_response_s"] == sim.metrics()["mean_response_s"]
 
 
