@@ -1,0 +1,115 @@
+"""Where the lookahead planner waits, live and in its twin (a measurement script, not part of
+the package): records every answer of the planner during one `scale-ray bench live` run, then
+compares the waits with the run's traces.
+
+    python results/live_twin/probe_waits.py OUT.json bench live --setting realistic \
+        --skip-overhead --servers 16 --servers-per-node 4 --workflows 360 --seed 0 --trace-dir DIR
+    python results/live_twin/probe_waits.py --analyze OUT.json DIR
+
+An answer is a wait when it names a busy server; "told" is the remaining time the planner was
+given for that server, "freed" when the trace says it finished its task (the live times are
+aligned to the trace by the answers that started a task at once).
+"""
+from __future__ import annotations
+
+import bisect
+import collections
+import json
+import statistics as st
+import sys
+import threading
+
+
+def record(out: str, argv: list[str]) -> int:
+    from policies import lookahead as la
+    from scale_ray.cli import main
+    from scale_ray.live import planning
+
+    log: dict[str, list] = {"live": [], "twin": []}
+    tls = threading.local()
+    ask0, act0 = planning.LivePlanner.ask, la.Lookahead.act_state
+
+    def ask(self, t, placement, running, now):
+        tls.live, reused = True, self.reused
+        try:
+            choice = ask0(self, t, placement, running, now)
+        finally:
+            tls.live = False
+        s = placement.alive[choice]
+        busy = s.task is not None
+        log["live"].append({"now": now / self._ts, "task": t.gid, "server": s.sid, "busy": busy,
+                            "told": (s.busy_until - now) / self._ts if busy else 0.0,
+                            "reused": self.reused > reused})
+        return choice
+
+    def act_state(self, sim):
+        slot = act0(self, sim)
+        if not getattr(tls, "live", False) and not self.config.snapshot:
+            busy = bool(sim.servers.busy_l[slot])
+            log["twin"].append({"now": sim.t, "task": sim.current.id,
+                                "server": sim.server_ids[slot], "busy": busy,
+                                "told": sim.busy_until[slot] - sim.t if busy else 0.0})
+        return slot
+
+    planning.LivePlanner.ask, la.Lookahead.act_state = ask, act_state
+    try:
+        return main(argv)
+    finally:
+        with open(out, "w") as f:
+            json.dump(log, f)
+
+
+def _q(xs: list[float], q: float) -> float:
+    return sorted(xs)[min(int(q * len(xs)), len(xs) - 1)]
+
+
+def analyze(path: str, trace_dir: str) -> None:
+    probe = json.load(open(path))
+    for side in ("twin", "live"):
+        starts, fins, tier = {}, collections.defaultdict(list), {}
+        for line in open(f"{trace_dir}/{side}_lookahead.jsonl"):
+            d = json.loads(line)
+            ev = d.get("event")
+            if ev == "server_add":
+                tier[d["server"]] = d["tier"]
+            elif ev == "start" and not d.get("hedge"):
+                starts.setdefault(d["task"], (d["server"], d["t"]))
+            elif ev == "finish":
+                fins[d["server"]].append(d["t"])
+        for v in fins.values():
+            v.sort()
+        rec = probe[side]
+        off = st.median(r["now"] - starts[r["task"]][1] for r in rec if not r["busy"]
+                        and starts.get(r["task"], (None,))[0] == r["server"])
+        late, overdue = [], []
+        for r in rec:
+            if r["busy"] and not r.get("reused"):
+                t = r["now"] - off
+                f = fins[r["server"]]
+                i = bisect.bisect_left(f, t - 1e-9)
+                if i < len(f):
+                    late.append(f[i] - t - max(r["told"], 1e-3))
+                    if r["told"] <= 2e-3:
+                        overdue.append(f[i] - t)
+        by_task = collections.defaultdict(list)
+        for r in rec:
+            by_task[r["task"]].append(r)
+        waited = [(k, [r for r in v if r["busy"]][-1]) for k, v in by_task.items()
+                  if any(r["busy"] for r in v) and k in starts]
+        kept = sum(starts[k][0] == w["server"] for k, w in waited)
+        final = collections.Counter(tier[starts[k][0]] for k, _ in waited)
+        every = collections.Counter(tier[s] for s, _ in starts.values())
+        print(f"{side}: {len(rec)} answers, {sum(r['busy'] for r in rec)} waits "
+              f"({len(late)} planned); {len(waited)} tasks waited, {kept} "
+              f"({kept / max(len(waited), 1):.0%}) started on the server they last waited for; "
+              f"where the waiters started {dict(final)}; every start {dict(every)}")
+        print(f"  a waited-for server freed later than told by median {st.median(late):+.4f}, "
+              f"p90 {_q(late, 0.9):+.4f}, max {max(late):+.4f} model s; {len(overdue)} waits on an "
+              f"overdue server, freed after {st.mean(overdue) if overdue else 0:.3f} s on average")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--analyze":
+        analyze(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(record(sys.argv[1], sys.argv[2:]))
