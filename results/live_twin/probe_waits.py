@@ -5,8 +5,11 @@ compares the waits with the run's traces.
     python results/live_twin/probe_waits.py OUT.json bench live --setting realistic \
         --skip-overhead --servers 16 --servers-per-node 4 --workflows 360 --seed 0 --trace-dir DIR
     python results/live_twin/probe_waits.py --analyze OUT.json DIR
+    python results/live_twin/probe_waits.py --overruns DIR POLICY [POLICY ...]
 
-An answer is a wait when it names a busy server; "told" is the remaining time the planner was
+``--overruns`` needs only the traces of any `bench live --trace-dir DIR` run: how much longer
+each live run took than its nominal time (the first run on each server apart), and live minus
+twin workflow response by arrival time. An answer is a wait when it names a busy server; "told" is the remaining time the planner was
 given for that server, "freed" when the trace says it finished its task (the live times are
 aligned to the trace by the answers that started a task at once).
 """
@@ -108,8 +111,53 @@ def analyze(path: str, trace_dir: str) -> None:
               f"overdue server, freed after {st.mean(overdue) if overdue else 0:.3f} s on average")
 
 
+def _runs(path: str) -> tuple[list[tuple[float, float, int]], dict[int, tuple[float, float]]]:
+    """(start - first arrival, overrun, server) per run, and workflow -> (arrival, response)."""
+    comp, gflop, start, fin, arr, wf_of, last = {}, {}, {}, {}, {}, {}, {}
+    first = None
+    for line in open(path):
+        d = json.loads(line)
+        ev = d.get("event")
+        if ev == "server_add":
+            comp[d["server"]] = d["compute"]
+        elif ev == "arrival":
+            first = d["t"] if first is None else first
+            arr[d["workflow"]] = d["t"] - first
+            for t in d["tasks"]:
+                gflop[t["task"]], wf_of[t["task"]] = t["compute_gflop"], d["workflow"]
+        elif ev == "start" and not d.get("hedge"):
+            start.setdefault(d["task"], (d["t"], d["server"], d.get("transfer_s", 0.0)))
+        elif ev == "finish":
+            fin[d["task"]] = d["t"]
+            w = wf_of[d["task"]]
+            last[w] = max(last.get(w, 0.0), d["t"] - first)
+    rows = sorted((t0 - first, fin[k] - t0 - gflop[k] / comp[s] - tr, s)
+                  for k, (t0, s, tr) in start.items() if k in fin)
+    return rows, {w: (arr[w], last[w] - arr[w]) for w in arr if w in last}
+
+
+def overruns(trace_dir: str, policies: list[str]) -> None:
+    for pol in policies:
+        rows, live = _runs(f"{trace_dir}/live_{pol}.jsonl")
+        _, twin = _runs(f"{trace_dir}/twin_{pol}.jsonl")
+        seen: set[int] = set()
+        firsts, rest = [], []
+        for _, o, s in rows:
+            (rest if s in seen else firsts).append(o)
+            seen.add(s)
+        gap = {w: live[w][1] - twin[w][1] for w in twin if w in live}
+        early = [g for w, g in gap.items() if twin[w][0] < 20.0]
+        print(f"{pol}: first run on each server +{st.mean(firsts):.3f} model s (max "
+              f"{max(firsts):.3f}); other runs +{st.mean(rest):.4f} (median {st.median(rest):.4f}, "
+              f"p99 {_q(rest, 0.99):.3f}, max {max(rest):.3f}); live - twin workflow response "
+              f"{st.mean(gap.values()):+.3f}, arrivals before 20 model s ({len(early)}) "
+              f"{st.mean(early):+.3f}, later {st.mean([g for w, g in gap.items() if twin[w][0] >= 20.0]):+.3f}")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--analyze":
         analyze(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "--overruns":
+        overruns(sys.argv[2], sys.argv[3:])
     else:
         sys.exit(record(sys.argv[1], sys.argv[2:]))

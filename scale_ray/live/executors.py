@@ -128,6 +128,11 @@ def _server_actor_class() -> Any:
 
     class ScaleServer:
         def __init__(self) -> None:
+            # Every body imports this package (wrap_body's globals): import it while start()
+            # waits for the actor, not in the server's first run (measured live: the first run
+            # on each server took 0.6 model s = 150 ms wall longer, results/live_twin/README.md).
+            import scale_ray.live.executors  # noqa: F401
+
             self._bodies: dict[int, Callable[..., Any]] = {}
 
         def register(self, key: int, body: Callable[..., Any]) -> None:

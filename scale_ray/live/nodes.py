@@ -11,7 +11,10 @@ dead and never chosen again; what ran there is the scheduler's to place again.
 With ``executor=actor`` a server's actor is started when the server appears (the server is offered
 to the policy once the actor answers), started again after a failure (a failed start is retried,
 still masked, after ``ACTOR_RETRY_S``: a dying node fails every start until the GCS drops it), and
-killed after ``actor_idle_s`` idle so that the node's CPU is free for the autoscaler.
+killed after ``actor_idle_s`` idle so that the node's CPU is free for the autoscaler. A reaped
+server is masked; it is started again, masked until its actor answers, once tasks wait for a
+server (:meth:`NodeSet.wake`): a run handed to a server whose actor is still starting took 1-2 s
+wall longer than the scheduler expected (results/live_twin/README.md).
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class NodeSet:
         self.servers: dict[tuple[str, int], LiveServer] = {}
         self.probes: dict[Any, LiveServer] = {}
         self.cold: list[LiveServer] = []  # failed actor starts, retried after a pause
+        self.reaped: list[LiveServer] = []  # actors killed idle, masked until woken
         self._next_sid = 0
         self._last_refresh = -math.inf
         self._last_reap = 0.0
@@ -244,4 +248,23 @@ class NodeSet:
             if srv.actor is not None and srv.task is None and srv.offered \
                     and now - srv.idle_since >= self.cfg.actor_idle_s:
                 self.drop_actor(srv)
+                self._on_offered(srv, False)
+                self.reaped.append(srv)
                 self.counters["actors_reaped"] += 1
+
+    def wake(self, needs_gb: Sequence[float], alive: Sequence[LiveServer]) -> None:
+        """Ready tasks wait, needing ``needs_gb`` of memory each: unless an offered server that
+        fits the smallest need is idle (then they wait by choice), start again, masked until
+        they answer, the actors of up to that many reaped servers that fit it, the fastest
+        first (a server that fits none stays reaped)."""
+        self.reaped = [srv for srv in self.reaped if srv.alive and srv.actor is None]
+        if not needs_gb:
+            return
+        least = min(needs_gb)
+        if any(srv.offered and srv.task is None and srv.node.memory_gb >= least for srv in alive):
+            return
+        fit = sorted((srv for srv in self.reaped if srv.node.memory_gb >= least),
+                     key=lambda srv: -srv.node.compute)[:len(needs_gb)]
+        for srv in fit:
+            self.reaped.remove(srv)
+            self.start_actor(srv, probe=True)

@@ -356,6 +356,10 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
                     if nodes.cold:
                         nodes.retry_cold()
                     nodes.reap(self.alive_servers)
+                    if nodes.reaped and (queue.heap or queue.deferred or queue.blocked):
+                        nodes.wake([e[2].prim.memory_gb  # the ready tasks that wait
+                                    for q in (queue.heap, queue.deferred, queue.blocked)
+                                    for e in q if e[2].state == READY], self.alive_servers)
                 if self._running or self._losers:
                     self._collect(ray, timeout=self.cfg.wait_s)
                 elif queue.heap or queue.blocked:
