@@ -526,7 +526,9 @@ class TestSharedCluster:
             assert [h.get(i) for i in range(4)] == list(expected)
             assert _tier_of(h.task_nodes[1], c) == "large"
         assert all(h.done() and h.error is None for h in hs)
-        assert stats["decisions"] == sched.counters["decisions"] >= 4 * 4 + 4 * 4
+        # every ask was planned, or (a wait asked again with nothing changed) answered again
+        assert (stats["decisions"] + sched.counters["planner_reused"]
+                == sched.counters["decisions"] >= 4 * 4 + 4 * 4)
         assert stats["planned"] >= 1 and stats["rollouts"] >= 2
 
     def test_guard_keeps_a_misfit_policy_from_waiting_forever(self, cluster):
