@@ -36,6 +36,7 @@ import logging
 import queue
 import threading
 import time
+from itertools import chain, islice
 from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Callable, Sequence
@@ -69,6 +70,8 @@ from .raydag import accept
 from .workflow import Call, CollectedWorkflow
 
 log = logging.getLogger(__name__)
+
+WAKE_LOOK = 256  # waiting tasks looked at to wake reaped servers (NodeSet.wake)
 
 TraceSink = Callable[[dict[str, Any]], None]
 
@@ -357,9 +360,12 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
                         nodes.retry_cold()
                     nodes.reap(self.alive_servers)
                     if nodes.reaped and (queue.heap or queue.deferred or queue.blocked):
-                        nodes.wake([e[2].prim.memory_gb  # the ready tasks that wait
-                                    for q in (queue.heap, queue.deferred, queue.blocked)
-                                    for e in q if e[2].state == READY], self.alive_servers)
+                        # up to WAKE_LOOK of the tasks that wait: a round stays O(1) under
+                        # a backlog of any size
+                        waiting = islice(chain(queue.heap, queue.deferred, queue.blocked),
+                                         WAKE_LOOK)
+                        nodes.wake([e[2].prim.memory_gb for e in waiting if e[2].state == READY],
+                                   self.alive_servers)
                 if self._running or self._losers:
                     self._collect(ray, timeout=self.cfg.wait_s)
                 elif queue.heap or queue.blocked:
