@@ -123,10 +123,12 @@ def test_twin_only_predicts_the_order_gain_per_stream_without_a_cluster(capsys):
     p = argparse.ArgumentParser()
     add_arguments(p)
     args = p.parse_args(["--setting", "realistic", "--servers", "8", "--workflows", "15",
-                         "--seed", "4", "--twin-only", "2", "--json", "/dev/null"])
+                         "--seed", "4", "--twin-only", "2", "--json", "/dev/null",
+                         "--also", "eft@srpt", "ray-default"])
     assert run(args) == 0
     out = capsys.readouterr().out
     assert "twin only (realistic, 15 workflows per stream)" in out
+    assert "eft@srpt: mean" in out and "ray-default" not in out  # no twin for Ray's placement
     from scale_ray.bench.live import twin_streams
     r = twin_streams(setting_env("realistic", 8), args, 2)
     assert [x["seed"] for x in r["streams"]] == [4, 5]
@@ -137,4 +139,7 @@ def test_twin_only_predicts_the_order_gain_per_stream_without_a_cluster(capsys):
     assert r["streams"][1]["default_order_s"] == want
     x = r["streams"][1]
     assert math.isclose(x["improvement_vs_hop"], 1 - x["default_order_s"] / x["hop_s"])
+    srpt = predict(env, "eft@srpt", specs, times, 5)["mean_workflow_response_s"]
+    assert r["also"] == ["eft@srpt"] and x["also"]["eft@srpt"]["mean_s"] == srpt
+    assert math.isclose(x["also"]["eft@srpt"]["improvement_vs_hop"], 1 - srpt / x["hop_s"])
     json.dumps(r)

@@ -61,7 +61,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the policy under test (heuristic, shipped name or artifact dir); "
                         "EFT and ray-default are always measured")
     p.add_argument("--also", nargs="*", default=[], metavar="POLICY",
-                   help="more policies for the quality runs (e.g. a student artifact dir)")
+                   help="more policies for the quality runs and --twin-only (e.g. a student "
+                        "artifact dir, or another order: eft@srpt)")
     p.add_argument("--servers", type=int, default=16, help="servers N for the quality run")
     p.add_argument("--servers-per-node", type=int, default=1,
                    help="pack up to K same-tier servers into one raylet (1: a raylet per server)")
@@ -261,38 +262,55 @@ def _arrivals(env: EnvConfig, args: argparse.Namespace, seed: int
 
 
 def twin_streams(env: EnvConfig, args: argparse.Namespace, seeds: int) -> dict[str, Any]:
-    """``--twin-only K``: no cluster; the twin's prediction for EFT + hop and EFT + the default
-    order on the arrivals of seeds ``--seed`` .. ``--seed`` + K - 1 (what a live run of each
-    seed would be compared with)."""
+    """``--twin-only K``: no cluster; the twin's prediction for EFT + hop, EFT + the default
+    order and each ``--also`` policy (another order: ``eft@srpt``) on the arrivals of seeds
+    ``--seed`` .. ``--seed`` + K - 1 (what a live run of each seed would be compared with)."""
     tenv = runtime_env(env, args)
+    also = [p for p in dict.fromkeys(getattr(args, "also", None) or [])
+            if p not in (REFERENCE, "eft") and p not in NO_TWIN]
     rows = []
     for seed in range(args.seed, args.seed + seeds):
         specs, _, times = _arrivals(env, args, seed)
-        m = {p: predict(tenv, p, specs, times, seed) for p in (REFERENCE, "eft")}
+        m = {p: predict(tenv, p, specs, times, seed) for p in (REFERENCE, "eft", *also)}
         ref, eft = (m[p]["mean_workflow_response_s"] for p in (REFERENCE, "eft"))
         rows.append({"seed": seed, "hop_s": ref, "default_order_s": eft,
                      "improvement_vs_hop": 1.0 - eft / ref,
-                     "utilization": m[REFERENCE]["utilization"]})
+                     "utilization": m[REFERENCE]["utilization"],
+                     "also": {p: {"mean_s": m[p]["mean_workflow_response_s"],
+                                  "improvement_vs_hop":
+                                      1.0 - m[p]["mean_workflow_response_s"] / ref}
+                              for p in also}})
         log.info("twin seed %d: EFT + hop %.2f s, EFT + default order %.2f s (%+.1f%%), "
                  "utilisation %.2f", seed, ref, eft, -100 * rows[-1]["improvement_vs_hop"],
                  rows[-1]["utilization"])
     g = sorted(r["improvement_vs_hop"] for r in rows)
     return {"setting": args.setting, "workflows": args.workflows, "streams": rows,
+            "also": also,
             "mean_improvement_vs_hop": statistics.fmean(g),
             "median_improvement_vs_hop": statistics.median(g),
             "share_at_least_8pct": sum(x >= 0.08 for x in g) / len(g)}
 
 
 def format_twin_streams(r: dict[str, Any]) -> str:
+    also = r.get("also", [])
     lines = [f"twin only ({r['setting']}, {r['workflows']} workflows per stream): the default "
-             f"order vs EFT + hop, mean workflow response (model s)",
-             "  seed   EFT+hop   default   improvement   utilisation"]
+             f"order{' and --also' if also else ''} vs EFT + hop, mean workflow response "
+             f"(model s)",
+             "  seed   EFT+hop   default   improvement   utilisation"
+             + "".join(f"  {p[:14]:>14}" for p in also)]
     for x in r["streams"]:
         lines.append(f"  {x['seed']:>4}  {x['hop_s']:8.2f}  {x['default_order_s']:8.2f}  "
-                     f"{100 * x['improvement_vs_hop']:10.1f} %  {x['utilization']:10.2f}")
+                     f"{100 * x['improvement_vs_hop']:10.1f} %  {x['utilization']:10.2f}"
+                     + "".join(f"  {100 * x['also'][p]['improvement_vs_hop']:12.1f} %"
+                               for p in also))
     lines.append(f"  mean {100 * r['mean_improvement_vs_hop']:.1f} %, median "
                  f"{100 * r['median_improvement_vs_hop']:.1f} %, >= 8 % in "
                  f"{100 * r['share_at_least_8pct']:.0f} % of the streams")
+    for p in also:
+        g = [x["also"][p]["improvement_vs_hop"] for x in r["streams"]]
+        lines.append(f"  {p}: mean {100 * statistics.fmean(g):.1f} %, median "
+                     f"{100 * statistics.median(g):.1f} %, >= 8 % in "
+                     f"{100 * sum(v >= 0.08 for v in g) / len(g):.0f} % of the streams")
     return "\n".join(lines)
 
 
