@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 # Immutable or configuration attributes: shared as they are.
 _SHARED = frozenset({"cfg", "n_slots", "_bw", "_lat", "_speed_by_memory", "_mean_compute",
                      "_reward_consts", "_invalid_penalty", "_penalty_rate", "_hol", "_rules",
-                     "_transfer_delays", "_mask_infeasible", "_backlog", "_max_decisions",
-                     "_t_cap"})
+                     "_transfer_delays", "_mask_infeasible", "_backlog",
+                     "_max_decisions", "_t_cap"})
 # Lists of plain values (numbers, strings, bools): a shallow list copy is a full copy.
 _VALUE_LISTS = frozenset({"srv_tier", "_sid_l", "_idle_w_l", "_busy_w_l", "_present_l",
                           "run_start"})
@@ -54,7 +54,7 @@ _SPECIAL = frozenset({"trace", "rng_arrivals", "rng_workload", "rng_dynamics", "
                       "_memory_l", "_accept_l", "_busy_l", "_feat", "_idle_pf_l", "_busy_pf_l",
                       "running", "_slot_of", "_events",
                       "tasks", "workflows", "current", "_source", "_arrivals", "_scripted",
-                      "_rt", "_stragglers", "hedge_stats"})
+                      "_rt", "_overhead", "_stragglers", "hedge_stats"})
 _PLAIN = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
 
 
@@ -187,6 +187,8 @@ class Forking:
         """``new``'s run-time model, hedging state and event heap, pointing at ``tasks``."""
         rt = self._rt
         new._rt = None if rt is None else rt.copy()  # its runs take their estimates
+        new._overhead = 0.0  # and no unseen overhead (runtime.overhead_s)
+        hidden = rt is not None or self._overhead > 0
         events = []
         bu = self.busy_until
         new.hedge_stats = list(self.hedge_stats)
@@ -196,12 +198,12 @@ class Forking:
                 ev = (ev[0], HEDGE, ev[2], ev[3], (ev[4][0], tasks[ev[4][1].id]))
             elif ev[1] == FINISH:
                 tok, task = ev[4]
-                # with run-time noise a running task ends, in the fork, when it is estimated to
-                # (the true finish stays hidden: envs.run_model)
-                ev = (ev[0] if rt is None else max(float(bu[ev[3]]), self.t), FINISH, ev[2], ev[3],
+                # with run-time noise or overhead a running task ends, in the fork, when it is
+                # estimated to (the true finish stays hidden: envs.run_model)
+                ev = (max(float(bu[ev[3]]), self.t) if hidden else ev[0], FINISH, ev[2], ev[3],
                       (tok, tasks[task.id]))
             events.append(ev)
-        if rt is not None:
+        if hidden:
             heapq.heapify(events)
         new._events = events
 

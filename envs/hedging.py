@@ -84,7 +84,8 @@ class Hedging:
         self.hedge_stats[0] += 1
         self._seq += 1
         heapq.heappush(self._events,
-                       (t + delay + run_s, _FINISH, self._seq, slot, (task.token, task)))
+                       (t + delay + run_s + self._overhead, _FINISH, self._seq, slot,
+                        (task.token, task)))
         if self.trace is not None:
             ev = {"t": t, "event": "start", "task": task.id, "server": sid, "hedge": True,
                   "estimate_s": estimate, "run_s": run_s}

@@ -15,6 +15,10 @@
   ``estimator: online`` (:mod:`envs.estimator`) estimates are corrected from completions.
   Busy and idle always come from what happened (events), never from an estimate.
 * ``hedge`` / ``hedge_quantile``: backup copies of stragglers (:mod:`envs.hedging`).
+* ``overhead_s``: every run ends this much after its (actual) run time, and deciders are not
+  told: a busy server past its expected end shows ``OVERDUE_S`` left, as the live scheduler
+  shows it. What the live runtime adds per run (``scale-ray bench live`` measures it; its twin
+  replays it).
 
 With the defaults (no noise, exact hints, no estimator, no hedging) nothing changes: every run
 takes exactly its nominal time, as before this section existed.
@@ -57,6 +61,9 @@ class RuntimeConfig:
         doc="backup copies of stragglers (envs.hedging): never, any task, or marked tasks only"))
     hedge_quantile: float = field(default=0.9, metadata=rng(
         gt=0, lt=1, doc="a running task is a straggler once past this quantile of its estimate"))
+    overhead_s: float = field(default=0.0, metadata=rng(
+        ge=0, le=10, doc="seconds every run takes beyond its run time, unseen by deciders: what "
+                         "the live runtime's dispatch and result return add (bench live's twin)"))
 
     def __post_init__(self) -> None:
         if self.tail == "pareto" and self.tail_prob <= 0:

@@ -97,6 +97,12 @@ class StateView:
         return getattr(self, "_rt", None)
 
     @property
+    def run_overhead(self) -> float:
+        """Seconds every run ends after its run time, unseen by deciders
+        (``runtime.overhead_s``): a planner's rollout ends a running task when expected."""
+        return getattr(self, "_overhead", 0.0)
+
+    @property
     def stragglers(self) -> Sequence[tuple[int, Any]]:
         """(token, task) of the runs past their hedge quantile not yet copied
         (``envs.hedging``)."""

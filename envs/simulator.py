@@ -89,6 +89,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         self._hol = mdp.head_of_line_blocking
         self._rules = Rules(mdp.head_of_line_blocking, mdp.ask_only_startable, mdp.mask_infeasible)
         self._transfer_delays = mdp.transfer_delays_start
+        self._overhead = config.runtime.overhead_s  # unseen per-run latency (envs.runtime)
         self._mask_infeasible = mdp.mask_infeasible
         self._backlog = config.features.backlog
         self._max_decisions = mdp.max_decisions
@@ -296,6 +297,8 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
                 self.current = task
                 if self._rt is not None:
                     self._runtime_view(task)
+                elif self._overhead:
+                    self._overdue_view()
                 return
             if why == HOL_WAIT:  # a forced wait under head-of-line blocking: time passes
                 self._wait()
@@ -340,6 +343,13 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
             left = OVERDUE_S if run is None else rt.residual_s(
                 run, self._compute_l[slot], self.srv_tier[slot], t - run.start)
             bu[slot] = t + max(left, OVERDUE_S)
+
+    def _overdue_view(self) -> None:
+        """``runtime.overhead_s`` without a run model: a busy server past its expected end
+        shows ``OVERDUE_S`` left (as the live scheduler shows it), never an end in the past."""
+        bu, floor = self.busy_until, self.t + OVERDUE_S
+        busy = np.fromiter(self._busy_l, bool, self.n_slots)
+        bu[busy & (bu < floor)] = floor
 
     @property
     def current_waits(self) -> int:
@@ -411,7 +421,8 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         self.running[slot] = task
         self.run_start[slot] = t
         self._seq += 1  # _push, inlined (hot path)
-        heapq.heappush(self._events, (t + delay + run_s, FINISH, self._seq, slot, (task.token, task)))
+        heapq.heappush(self._events, (t + delay + run_s + self._overhead, FINISH, self._seq, slot,
+                                      (task.token, task)))
         if task.hedgeable:  # runtime.hedge: watch for a straggler (envs.hedging)
             self._hedge_arm(task, slot, t + delay)
         if self.trace is not None:

@@ -387,17 +387,18 @@ class TestSharedCluster:
         assert wall > 0
         assert [ray.get(r) for r in refs] == [expected_emulated_values(s) for s in specs]
 
-    def test_bench_quality_runs_each_policy_next_to_its_twin(self, cluster):
+    def test_bench_quality_runs_each_policy_next_to_its_twin(self, cluster, tmp_path):
         """bench live's quality part (tiny): EFT under the paper's order and the default one,
-        live and in the simulator twin on the same arrivals; Ray default without a twin."""
+        live and in the simulator twin on the same arrivals; Ray default without a twin; with
+        traces, the run overhead measured and the twin run again with it."""
         import argparse
 
-        from scale_ray.bench.live import quality
-        from scale_ray.bench.twin import compare, headline, live_model
+        from scale_ray.bench.live import _arrivals, quality
+        from scale_ray.bench.twin import calibrated, compare, headline, live_model, why
 
         c, env = cluster
         args = argparse.Namespace(workflows=4, time_scale=0.02, executor="actor", load=None,
-                                  seed=0)
+                                  seed=0, trace_dir=str(tmp_path))
         pols = ["eft@hop", "eft", "ray-default"]
         q = quality(env, pols, args, c)
         assert set(q["twin"]) == {"eft@hop", "eft"}
@@ -410,6 +411,15 @@ class TestSharedCluster:
         h = headline(rows, "eft", "eft")
         assert set(h) == {"improvement_vs_hop", "improvement_vs_ray_default", "max_twin_gap_points"}
         assert all(math.isfinite(v) for v in h.values())
+        w = {p: why(str(tmp_path / f"live_{p}.jsonl"), str(tmp_path / f"twin_{p}.jsonl"), q[p],
+                    args.time_scale) for p in q["twin"]}
+        assert all(0.0 < x["run_overhead_s"] < 50.0 for x in w.values()), w
+        specs, _, times = _arrivals(env, args, 0)
+        cal = calibrated(env, args, {p: live_model(q[p], args.time_scale) for p in pols}, specs,
+                         times, 0, w)
+        assert cal["overhead_s"] == pytest.approx(
+            sum(x["run_overhead_s"] for x in w.values()) / len(w))
+        assert [r["policy"] for r in cal["rows"]] == pols and math.isfinite(cal["max_twin_gap_points"])
 
     def test_bench_overhead_measures_both_executors(self, cluster):
         """bench live's overhead part end to end (tiny): both executors run every DAG, their

@@ -86,6 +86,8 @@ def drive(cfg: EnvConfig, spec: str, seed: int, decisions: int) -> Checked:
     (REALISTIC, {"mdp": {"mask_infeasible": False, "advance_to_next_event": True}}, "lookahead"),
     (REALISTIC, {"mdp": {"order": "hop"}}, "lookahead:horizon_s=5"),
     (REALISTIC, {"features": {"workload_scale": 3.0}}, "lookahead"),
+    # runs end 0.05 s late, unseen: overdue servers show OVERDUE_S left, forks hide the truth
+    (REALISTIC, {"runtime": {"overhead_s": 0.05}}, "lookahead"),
     # slow links: the parent's server (no transfer) often decides
     (REALISTIC, {"cluster": {"bandwidth_gb_s": 0.2}}, "lookahead"),
     # no server fits the largest tasks: they are set aside (blocked) for good

@@ -148,3 +148,45 @@ def test_fork_and_snapshot_cannot_see_a_true_finish():
     _, workflows, _ = describe(sim)
     snap = build_snapshot(sim.cfg, servers, workflows)
     assert snap.sim._rt is None
+
+
+def test_run_overhead_ends_every_run_late_and_deciders_are_not_told():
+    """``runtime.overhead_s`` (what the live runtime adds per run; bench live's twin): every run
+    ends that much after its run time; a busy server past its expected end shows OVERDUE_S left
+    (as live shows it), never an end in the past; a fork's running tasks end when expected and
+    its own runs take no overhead."""
+    c = 0.25
+    sim = Simulator(_env(overhead_s=c))
+    assert sim._rt is None  # nothing else about run times changes
+    sim.reset(3)
+    eft = get_policy("eft", sim.cfg)
+    overdue = forked = 0
+    while sim.current is not None and sim.decisions < 600:
+        obs = sim.observe()
+        busy = np.array(sim._busy_l)
+        assert (obs["servers"][busy, 2] > 0).all()
+        assert (sim.busy_until[busy] > sim.t).all()
+        overdue += int((sim.busy_until[busy] <= sim.t + 2e-3).sum())
+        if forked < 3 and busy.any():
+            f = sim.fork()
+            assert f._overhead == 0.0 and sim._overhead == c
+            for t_end, kind, _, slot, b in f._events:
+                if kind == FINISH and b[1].state == RUNNING:
+                    assert t_end == pytest.approx(max(float(sim.busy_until[slot]), sim.t))
+            forked += 1
+        sim.step(eft.act(obs))
+    assert overdue > 0, "no decision saw a server past its expected end"
+    done = [t for t in sim.tasks if t.finish is not None and t.finish > 0 and t.slot is not None]
+    assert len(done) > 100
+    for t in done:
+        run = t.compute / sim._compute_l[t.slot]
+        assert t.finish - t.start >= run + c - 1e-9
+        assert t.finish - t.start <= run + c + 10.0  # + its transfer, at most
+    exact = [t for t in done if t.first_parent is None]
+    assert exact and all(t.finish - t.start == pytest.approx(t.compute / sim._compute_l[t.slot] + c)
+                         for t in exact)
+
+
+def test_run_overhead_is_checked():
+    with pytest.raises(ConfigError, match="overhead_s"):
+        _env(overhead_s=-1)

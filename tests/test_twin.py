@@ -143,3 +143,33 @@ def test_twin_only_predicts_the_order_gain_per_stream_without_a_cluster(capsys):
     assert r["also"] == ["eft@srpt"] and x["also"]["eft@srpt"]["mean_s"] == srpt
     assert math.isclose(x["also"]["eft@srpt"]["improvement_vs_hop"], 1 - srpt / x["hop_s"])
     json.dumps(r)
+
+
+def test_the_calibrated_twin_replays_the_measured_run_overhead():
+    """``bench live --trace-dir`` runs the twin again with the run overhead live measured: a
+    live run that *is* the simulator with 0.05 s per run (unseen by the deciders) shows no gap
+    against it, and the plain twin's gap is what the overhead explains."""
+    import argparse
+
+    from scale_ray.bench.twin import calibrated, format_calibrated, runtime_env
+
+    env = setting_env("realistic", 8)
+    specs = workload_specs(env, 30, seed=2)
+    times = arrival_times(env.workload.arrival_rate_16 * 0.5, len(specs), 2)
+    args = argparse.Namespace()
+    slow = runtime_env(env, args, overhead=0.05)
+    assert slow.runtime.overhead_s == 0.05 and runtime_env(env, args) is env
+    pols = [REFERENCE, "eft", "lookahead"]
+    live = {p: predict(slow, p, specs, times, 2) for p in pols}
+    why = {p: {"run_overhead_s": w} for p, w in zip(pols, (0.04, 0.05, 0.06))}
+    c = calibrated(env, args, live, specs, times, 2, why)
+    assert c["overhead_s"] == pytest.approx(0.05)
+    assert c["max_twin_gap_points"] == pytest.approx(0.0, abs=1e-9)
+    assert all(r["live_mean_workflow_response_s"] == r["twin_mean_workflow_response_s"]
+               for r in c["rows"])
+    plain = compare(live, {p: predict(env, p, specs, times, 2) for p in pols})
+    assert any(r["twin_mean_workflow_response_s"] != r["live_mean_workflow_response_s"]
+               for r in plain)
+    assert "max gap 0.0 points" in format_calibrated(c)
+    with pytest.raises(ValueError, match="--twin-overhead"):
+        runtime_env(env, argparse.Namespace(twin_overhead=-1.0))

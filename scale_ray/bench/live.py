@@ -49,9 +49,9 @@ from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target,
                                    stream, warm_up, workload_specs)
 from scale_ray.live.workflow import emulated_body
 
-from .twin import (NO_TWIN, REFERENCE, add_runtime_arguments, add_setting_arguments, compare,
-                   format_rows, format_why, headline, live_model, predict, resolve_setting,
-                   runtime_env, setting_env, why)
+from .twin import (NO_TWIN, REFERENCE, add_runtime_arguments, add_setting_arguments, calibrated,
+                   compare, format_calibrated, format_rows, format_why, headline, live_model,
+                   predict, resolve_setting, runtime_env, setting_env, why)
 
 log = logging.getLogger(__name__)
 
@@ -387,8 +387,8 @@ def run(args: argparse.Namespace) -> int:
             pols = list(dict.fromkeys([*first, args.policy, *args.also, "eft", "ray-default"]))
             q = quality(env, pols, args, cluster)
             result["quality"] = q
-            rows = compare({p: live_model(q[p], args.time_scale) for p in pols},
-                           {p: m for p, m in q["twin"].items()})
+            lm = {p: live_model(q[p], args.time_scale) for p in pols}
+            rows = compare(lm, {p: m for p, m in q["twin"].items()})
             result["twin"] = rows
             result.update(headline(rows, "eft", args.policy))
             result["setting"] = args.setting
@@ -398,6 +398,9 @@ def run(args: argparse.Namespace) -> int:
                                         str(td / f"twin_{p.replace('/', '_')}.jsonl"), q[p],
                                         args.time_scale)
                                  for p in pols if p not in NO_TWIN}
+                specs, _, times = _arrivals(env, args, args.seed)
+                result["twin_calibrated"] = calibrated(env, args, lm, specs, times, args.seed,
+                                                       result["why"])
             result["mean_workflow_response_s"] = {p: q[p]["mean_workflow_response_s"] for p in pols}
             result["p95_workflow_response_s"] = {p: q[p]["p95_workflow_response_s"] for p in pols}
             result["p99_workflow_response_s"] = {p: q[p]["p99_workflow_response_s"] for p in pols}
@@ -451,4 +454,6 @@ def format_result(r: dict[str, Any]) -> str:
                      f"{r['max_twin_gap_points']:.1f} points")
     if "why" in r:
         lines.append(format_why(r["why"]))
+    if "twin_calibrated" in r:
+        lines.append(format_calibrated(r["twin_calibrated"]))
     return "\n".join(lines)
