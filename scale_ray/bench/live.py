@@ -374,7 +374,8 @@ def run(args: argparse.Namespace) -> int:
     cluster = LocalHeteroCluster(env.cluster, args.servers_per_node)
     result: dict[str, Any] = {"servers": env.cluster.servers, "raylets": len(cluster.plan()),
                               "servers_per_node": args.servers_per_node,
-                              "time_scale": args.time_scale, "load": args.load}
+                              "time_scale": args.time_scale, "load": args.load,
+                              "seed": args.seed}
     try:
         cluster.start(progress=True)
         result["cluster_start_s"] = time.perf_counter() - t0
