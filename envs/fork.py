@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 # Immutable or configuration attributes: shared as they are.
 _SHARED = frozenset({"cfg", "n_slots", "_bw", "_lat", "_speed_by_memory", "_mean_compute",
                      "_reward_consts", "_invalid_penalty", "_penalty_rate", "_hol", "_rules",
-                     "_transfer_delays", "_mask_infeasible", "_backlog",
-                     "_max_decisions", "_t_cap"})
+                     "_transfer_delays", "_mask_infeasible", "_backlog", "_max_decisions",
+                     "_t_cap"})
 # Lists of plain values (numbers, strings, bools): a shallow list copy is a full copy.
 _VALUE_LISTS = frozenset({"srv_tier", "_sid_l", "_idle_w_l", "_busy_w_l", "_present_l",
                           "run_start"})
