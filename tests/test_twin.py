@@ -174,3 +174,30 @@ def test_the_calibrated_twin_replays_the_measured_run_overhead():
     assert "max gap 0.0 points" in format_calibrated(c)
     with pytest.raises(ValueError, match="--twin-overhead"):
         runtime_env(env, argparse.Namespace(twin_overhead=-1.0))
+
+
+def test_bench_live_prints_the_targets_of_its_setting():
+    """The printout names each setting's own targets (the realistic setting's are issue 26's:
+    35 % below Ray default, the order 8 % below EFT + hop, twin gap 3 points), not the paper
+    setting's 20 %, and the setting's arrival rate instead of ``load None``."""
+    from scale_ray.bench.live import format_result
+
+    lm = {p: {"mean_workflow_response_s": m, "p95_workflow_response_s": 2 * m,
+              "p99_workflow_response_s": 3 * m} for p, m in
+          (("eft@hop", 10.0), ("eft", 9.0), ("ray-default", 12.0))}
+    rows = compare(lm, {p: v for p, v in lm.items() if p != "ray-default"})
+    base = {"servers": 16, "raylets": 5, "time_scale": 0.5, "policy": "eft", "twin": rows,
+            "quality": {p: {"p99_workflow_response_s": v["p99_workflow_response_s"],
+                            "mean_workflow_response_model_s": v["mean_workflow_response_s"],
+                            "workflows_completed": 3, "workflows_submitted": 3}
+                        for p, v in lm.items()},
+            "improvement_vs_ray_default": 0.25, **headline(rows, "eft", "eft")}
+    for k in ("mean", "p95"):
+        base[f"{k}_workflow_response_s"] = {p: v[f"{k}_workflow_response_s"]
+                                            for p, v in lm.items()}
+    text = format_result({**base, "setting": "realistic", "load": None})
+    assert "(target >= 35%)" in text and "arrival rate (time scale 0.5)" in text
+    assert "load None" not in text and "max twin gap 0.0 points (target <= 3)" in text
+    assert "(target >= 8%)" in text and "10.0%" in text  # 1 - 9 / 10
+    text = format_result({**base, "setting": "paper", "load": 0.6})
+    assert "(target >= 20%)" in text and "quality at load 0.6" in text
