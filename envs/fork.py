@@ -188,9 +188,8 @@ class Forking:
         rt = self._rt
         new._rt = None if rt is None else rt.copy()  # its runs take their estimates
         new._overhead = 0.0  # and no unseen overhead (runtime.overhead_s)
-        hidden = rt is not None or self._overhead > 0
+        hidden = self.finish_hidden
         events = []
-        bu = self.busy_until
         new.hedge_stats = list(self.hedge_stats)
         new._stragglers = [(tok, tasks[tk.id]) for tok, tk in self._stragglers if tk.state != DONE]
         for ev in self._events:
@@ -200,7 +199,7 @@ class Forking:
                 tok, task = ev[4]
                 # with run-time noise or overhead a running task ends, in the fork, when it is
                 # estimated to (the true finish stays hidden: envs.run_model)
-                ev = (max(float(bu[ev[3]]), self.t) if hidden else ev[0], FINISH, ev[2], ev[3],
+                ev = (self.expected_end(ev[3]) if hidden else ev[0], FINISH, ev[2], ev[3],
                       (tok, tasks[task.id]))
             events.append(ev)
         if hidden:

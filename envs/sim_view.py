@@ -97,10 +97,15 @@ class StateView:
         return getattr(self, "_rt", None)
 
     @property
-    def run_overhead(self) -> float:
-        """Seconds every run ends after its run time, unseen by deciders
-        (``runtime.overhead_s``): a planner's rollout ends a running task when expected."""
-        return getattr(self, "_overhead", 0.0)
+    def finish_hidden(self) -> bool:
+        """Whether running tasks' true ends are hidden from deciders (run-time noise, or
+        ``runtime.overhead_s``): a fork or a planner's rollout ends them when expected
+        (:meth:`expected_end`)."""
+        return getattr(self, "_rt", None) is not None or getattr(self, "_overhead", 0.0) > 0
+
+    def expected_end(self, slot: int) -> float:
+        """When the task running on ``slot`` ends as deciders see it (never in the past)."""
+        return max(float(self.busy_until[slot]), self.t)
 
     @property
     def stragglers(self) -> Sequence[tuple[int, Any]]:

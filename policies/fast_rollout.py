@@ -149,10 +149,10 @@ class Rollouts:
     def _read_queues(self, sim: Simulator, loc: dict[int, int]) -> None:
         """The finish events and the ready queue (heap, deferred list) by local task index."""
         ev = []
-        hidden, bu, now = sim.run_overhead > 0, sim.busy_until, sim.t
+        hidden = sim.finish_hidden
         for e in sim.events:
             if e[1] == FINISH:  # with an unseen overhead, a run ends when expected (as forks)
-                ev.append((max(float(bu[e[3]]), now) if hidden else e[0], e[2], e[3],
+                ev.append((sim.expected_end(e[3]) if hidden else e[0], e[2], e[3],
                            loc[e[4][1].id]))
         heapify(ev)
         self.events0 = ev

@@ -287,12 +287,21 @@ def twin_streams(env: EnvConfig, args: argparse.Namespace, seeds: int) -> dict[s
         log.info("twin seed %d: EFT + hop %.2f s, EFT + default order %.2f s (%+.1f%%), "
                  "utilisation %.2f", seed, ref, eft, -100 * rows[-1]["improvement_vs_hop"],
                  rows[-1]["utilization"])
-    g = sorted(r["improvement_vs_hop"] for r in rows)
+    mean, median, share = _spread([r["improvement_vs_hop"] for r in rows])
     return {"setting": args.setting, "workflows": args.workflows, "streams": rows,
-            "also": also,
-            "mean_improvement_vs_hop": statistics.fmean(g),
-            "median_improvement_vs_hop": statistics.median(g),
-            "share_at_least_8pct": sum(x >= 0.08 for x in g) / len(g)}
+            "also": also, "mean_improvement_vs_hop": mean,
+            "median_improvement_vs_hop": median, "share_at_least_8pct": share}
+
+
+def _spread(gains: list[float]) -> tuple[float, float, float]:
+    """(mean, median, share >= 8 %) of per-stream gains."""
+    return (statistics.fmean(gains), statistics.median(gains),
+            sum(x >= 0.08 for x in gains) / len(gains))
+
+
+def _format_spread(mean: float, median: float, share: float) -> str:
+    return (f"mean {100 * mean:.1f} %, median {100 * median:.1f} %, >= 8 % in "
+            f"{100 * share:.0f} % of the streams")
 
 
 def format_twin_streams(r: dict[str, Any]) -> str:
@@ -307,14 +316,11 @@ def format_twin_streams(r: dict[str, Any]) -> str:
                      f"{100 * x['improvement_vs_hop']:10.1f} %  {x['utilization']:10.2f}"
                      + "".join(f"  {100 * x['also'][p]['improvement_vs_hop']:12.1f} %"
                                for p in also))
-    lines.append(f"  mean {100 * r['mean_improvement_vs_hop']:.1f} %, median "
-                 f"{100 * r['median_improvement_vs_hop']:.1f} %, >= 8 % in "
-                 f"{100 * r['share_at_least_8pct']:.0f} % of the streams")
+    lines.append("  " + _format_spread(r["mean_improvement_vs_hop"],
+                                       r["median_improvement_vs_hop"], r["share_at_least_8pct"]))
     for p in also:
         g = [x["also"][p]["improvement_vs_hop"] for x in r["streams"]]
-        lines.append(f"  {p}: mean {100 * statistics.fmean(g):.1f} %, median "
-                     f"{100 * statistics.median(g):.1f} %, >= 8 % in "
-                     f"{100 * sum(v >= 0.08 for v in g) / len(g):.0f} % of the streams")
+        lines.append(f"  {p}: " + _format_spread(*_spread(g)))
     return "\n".join(lines)
 
 
