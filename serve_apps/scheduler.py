@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -63,8 +64,9 @@ from .policy_holder import PolicyHolder
 from .schedule import try_policy
 from .errors import parse_body
 from .placement import dumps_compact, json_response, resolved_annotations
-from .scheduler_config import SchedulerArgs, SchedulerTuning, parse_args
+from .scheduler_config import SECRET_VARS, SchedulerArgs, SchedulerTuning, parse_args
 from .tenants import IdSigner, Tenants, audit, load_tokens
+from .bounds import check_args, check_tasks
 from .durable import JournalView, check_key, rebuild
 from .metrics import ServiceMetrics
 from .registry import UnknownWorkflow, Workflows, unknown_handler
@@ -114,6 +116,8 @@ class SchedulerService(Workflows):
         self.workflows: dict[str, WorkflowHandle] = {}
         self.owner: dict[str, str] = {}  # workflow id -> tenant
         self.tenants = Tenants(load_tokens())
+        for var in SECRET_VARS:  # read once; nothing this replica starts inherits them
+            os.environ.pop(var, None)
         self.ids = IdSigner(self.incarnation)
         self._load_lock = threading.Lock()  # in-flight counts (done callbacks: scheduler thread)
         self._reg_lock = threading.Lock()  # self.workflows / owner: accepts run in the pool
@@ -191,6 +195,27 @@ class SchedulerService(Workflows):
             raise RequestError(("header", "authorization"), why,
                                "unauthorized" if status == 401 else "forbidden", status=status)
         return tenant
+
+    def _check_bounds(self, wf: WorkflowIn | Any, tenant: str) -> None:
+        """The per-task caps (serve_apps.bounds) of a request (``WorkflowIn``: its fields and
+        JSON arguments) or of a handle submit's calls; a 422 naming the field, audited."""
+        servers = list(self.sched.alive_servers)
+        slowest = min((s.node.compute for s in servers), default=None)
+        t = self.tuning
+        try:
+            if isinstance(wf, WorkflowIn):
+                for i, task in enumerate(wf.tasks):
+                    check_args(("body", "tasks", i), task.args, task.kwargs, t)
+                tasks = [(("body", "tasks", i), x.compute_gflop, x.memory_gb)
+                         for i, x in enumerate(wf.tasks)]
+            else:
+                tasks = [(("tasks", i), c.primitive.compute_gflop, c.primitive.memory_gb)
+                         for i, c in enumerate(wf.calls)]
+            check_tasks(tasks, t, slowest, self.sched.cfg.time_scale)
+        except RequestError as e:
+            audit("refuse", tenant, reason=e.kind, field=".".join(map(str, e.loc)))
+            self.metrics.refused(tenant, e.kind)
+            raise
 
     async def _await_done(self, h: WorkflowHandle, timeout_s: float) -> bool:
         if h.done() or timeout_s <= 0:
@@ -276,8 +301,9 @@ class SchedulerService(Workflows):
         key = check_key(request.headers.get("idempotency-key"))
 
         def accept() -> dict:
-            wf = emulate(to_workflow(parse_body(body, WorkflowIn, ct), self.allow, t.max_tasks),
-                         body, *self._doc)
+            req = parse_body(body, WorkflowIn, ct)
+            self._check_bounds(req, tenant)
+            wf = emulate(to_workflow(req, self.allow, t.max_tasks), body, *self._doc)
             return self._accept(wf, tenant, "json", body, key, {"content_type": ct})
         accepted = await self._off_loop(accept)
         out = _respond(accepted)
@@ -315,9 +341,12 @@ class SchedulerService(Workflows):
 
         try:
             key = check_key(key)
-            return await self._off_loop(lambda: self._accept(
-                emulate(as_collected(cloudpickle.loads(payload), name=name), payload, *self._doc),
-                tenant, "pickle", payload, key))
+            def accept() -> dict:
+                wf = as_collected(cloudpickle.loads(payload), name=name)
+                self._check_bounds(wf, tenant)
+                return self._accept(emulate(wf, payload, *self._doc), tenant, "pickle", payload,
+                                    key)
+            return await self._off_loop(accept)
         except RequestError as e:  # the client raises it as NoServers / Unschedulable / quota
             return {"refused": e.kind, "message": e.msg,
                     "retry_after_s": self.tuning.retry_after_s if e.status == 429 else None}

@@ -13,6 +13,7 @@ from scale_ray.live import LiveConfig
 
 from .errors import DEFAULT_MAX_BODY_BYTES
 from .placement import builder_args
+from .tenants import TOKENS_FILE_VAR, TOKENS_VAR
 
 __all__ = ["SchedulerTuning", "SchedulerArgs", "Emulation", "parse_args", "SERVICE_LIVE_DEFAULTS"]
 
@@ -55,6 +56,19 @@ class SchedulerTuning:
         ge=1, le=100_000_000, doc="tasks of unfinished workflows of one tenant; past it a 429"))
     retry_after_s: int = field(default=5, metadata=rng(
         ge=1, le=3600, doc="Retry-After of a 429"))
+    max_task_gflop: float = field(default=1e5, metadata=rng(
+        gt=0, le=1e12, doc="compute_gflop of one task; over it a submit is a 422 too_large"))
+    max_task_run_s: float = field(default=3600.0, metadata=rng(
+        gt=0, le=1e9, doc="model s one task's compute_gflop takes on the slowest server (the "
+                          "emulated run, x time_scale in wall s); over it a 422 too_large"))
+    max_task_memory_gb: float = field(default=4096.0, metadata=rng(
+        ge=0, le=1e9, doc="memory_gb of one task; over it a 422 too_large"))
+    max_args_bytes: int = field(default=1 << 20, metadata=rng(
+        ge=2, le=1 << 30, doc="an HTTP task's args and kwargs as compact JSON, bytes; over it "
+                              "a 422 too_large"))
+    max_args_depth: int = field(default=32, metadata=rng(
+        ge=0, le=1000, doc="container levels inside an HTTP task's args (or kwargs) list; "
+                           "deeper is a 422 too_large"))
 
 
 @dataclass(frozen=True)
@@ -78,13 +92,20 @@ class SchedulerArgs:
 # the service's defaults where they differ from the library's LiveConfig: tenants share the
 # servers fairly, and accepted workflows are journaled under the Ray session directory
 SERVICE_LIVE_DEFAULTS = {"fair_share": True, "storage": "session"}
+# read by the replica only: every worker the service starts sees them empty
+SECRET_VARS = (TOKENS_VAR, TOKENS_FILE_VAR)
 
 
 def parse_args(args: Mapping[str, Any] | None) -> SchedulerArgs:
     """Validate builder args (``serve_apps.placement.builder_args``); ``live`` gets
-    :data:`SERVICE_LIVE_DEFAULTS` for what it does not set."""
+    :data:`SERVICE_LIVE_DEFAULTS` for what it does not set, and its ``worker_env_blank`` always
+    holds the tenant-token variables (no task reads a token from its environment)."""
     data = dict(args or {})
     live = data.get("live")
     if live is None or isinstance(live, Mapping):
-        data["live"] = {**SERVICE_LIVE_DEFAULTS, **(live or {})}
+        live = {**SERVICE_LIVE_DEFAULTS, **(live or {})}
+        blank = live.get("worker_env_blank") or ()
+        if isinstance(blank, (list, tuple)):
+            live["worker_env_blank"] = tuple(dict.fromkeys([*blank, *SECRET_VARS]))
+        data["live"] = live
     return builder_args(SchedulerArgs, data, ("policy", "env_config", "trace"))

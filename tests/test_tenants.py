@@ -94,22 +94,6 @@ def test_the_service_answers_401_403_and_429():
         svc._check_quota("team-b", 7)
 
 
-def test_fair_share_puts_a_new_tenant_ahead_of_a_flood():
-    from scale_ray.live.fairshare import FairShare
-
-    fs = FairShare()
-    flood = [fs.admit("a", i, 10.0) for i in range(50)]  # tenant a submits 50 at once
-    assert flood == sorted(flood) and flood[-1] == 490.0
-    fs.finished(0)
-    fs.finished(1)
-    other = fs.admit("b", 100, 10.0)  # tenant b's first workflow
-    assert other == 20.0 and other < flood[3]  # ahead of a's backlog, behind what runs
-    assert fs.admit("b", 101, 10.0) == 30.0  # b's second waits for its own first
-    assert FairShare().admit("x", 0, 5.0) == 0.0
-    one = FairShare()  # one group: tags grow with arrival (plain order)
-    assert [one.admit("", i, 1.0) for i in range(3)] == [0.0, 1.0, 2.0]
-
-
 def test_finished_workflows_keep_only_their_outputs_and_expire():
     import time as _time
 

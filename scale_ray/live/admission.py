@@ -1,5 +1,5 @@
 """What enters the live scheduler: a submitted workflow (:class:`Admission`: its tasks' order
-keys from ``envs.order``, behind the fair share's start tag when ``fair_share`` is on, their
+keys from ``envs.order``, behind their fair-share start tags when ``fair_share`` is on, their
 dependencies, the tasks that finished before a restart (``Durable.resume``), the ready ones
 queued for placement) and a change of the node set (:class:`NodeEvents`: servers added, servers
 gone with their runs lost, server actors that answered).
@@ -36,15 +36,19 @@ class Admission:
         wf.level = orders.initial_level(
             order, h.submitted_wall, orders.critical_path_s(gflop, kids, max(computes)) * ts,
             sum(gflop) / mean_c * ts, self.env.mdp.edf_factor)
-        if self._fair is not None:  # the group's start tag first (scale_ray.live.fairshare)
-            wf.share = self._fair.admit(h.group, wf.wid, sum(gflop) / mean_c)
-            h.add_done_callback(lambda _h, wid=wf.wid: self._fair_done.put(wid))
+        tags = None
+        if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
+            in_order = sorted(range(len(gflop)), key=lambda i: (-ranks[i], i))
+            tags = self._fair.admit(h.group, [g / mean_c for g in gflop], in_order,
+                                    (t.share for t, _ in self._running.values()))
         done = h.resumed_tasks or {}  # finished before a restart (Durable.resume)
         for i, call in enumerate(h.workflow.calls):
             t = LiveTask(self._next_gid, i, wf, call)
             self._next_gid += 1
             t.rank = ranks[i]
-            t.key = self._key(order, ranks[i], h.submitted_wall, wf)
+            if tags is not None:
+                t.share = tags[i]
+            t.key = self._key(order, t, h.submitted_wall)
             t.parents = [wf.tasks[p] for p in spec.tasks[i].parents]
             t.waiting_for = {p.idx for p in t.parents if p.state != DONE}
             t.runs = h.prior_runs.get(i, 0)
@@ -69,15 +73,12 @@ class Admission:
         if wf.done == len(wf.tasks) and not h.done():  # every task finished before a restart
             h.record_completion(time.perf_counter())
 
-    def _key(self, order: str, rank: float, submitted: float, wf: LiveWorkflow) -> tuple:
-        """A task's ready-queue key: the order's (``envs.order``), behind its workflow's fair
-        share start tag when ``fair_share`` is on."""
-        key = orders.task_key(order, rank, submitted, wf.wid, wf.level)
-        if self._fair is None:
-            return key
-        while not self._fair_done.empty():
-            self._fair.finished(self._fair_done.get_nowait())
-        return (wf.share, *key)
+    def _key(self, order: str, t: LiveTask, submitted: float) -> tuple:
+        """A task's ready-queue key: the order's (``envs.order``), behind its fair-share start
+        tag when ``fair_share`` is on."""
+        wf = t.wf
+        key = orders.task_key(order, t.rank, submitted, wf.wid, wf.level)
+        return key if self._fair is None else (t.share, *key)
 
 
 class NodeEvents:

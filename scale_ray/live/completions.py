@@ -130,7 +130,7 @@ class Completions:
         for tk in wf.tasks:
             if tk.state == DONE:
                 continue
-            tk.key = self._key(self.order, tk.rank, wf.arrival_wall, wf)
+            tk.key = self._key(self.order, tk, wf.arrival_wall)
             if tk.state == READY:
                 self.placement.queue.push(tk.key, tk.gid, tk)
 
@@ -165,14 +165,82 @@ class Completions:
         self.placement.push(t)
 
     def _fail(self, wf: LiveWorkflow, err: BaseException) -> None:
+        """``wf`` failed (a primitive raised, a task was lost too often) or was cancelled: its
+        ready tasks never start and its running runs are stopped (:meth:`_stop_runs`)."""
         if wf.failed:
             return
         wf.failed = True
         for t in wf.tasks:
             if t.state == READY:
                 t.state = WAITING  # skipped when popped
+            elif t.state == RUNNING and t.server is not None:
+                self._stop_runs(t)
         wf.handle.record_completion(time.perf_counter(), err)
         self._journal_failed(wf.handle)
+
+    # ------------------------------------------------------------------ stopping runs
+    def _stop_runs(self, t: LiveTask) -> None:
+        """Cancel the run(s) of ``t``, whose workflow is over: ``ray.cancel`` (an emulated run
+        stops within ``CANCEL_POLL_S``; a real body when it polls ``is_canceled()``, or at once
+        for a plain Ray task with ``cancel_force``). Its server is free when the run returns;
+        one still running ``cancel_grace_s`` later is replaced (:meth:`_check_stopping`)."""
+        import ray
+
+        deadline = time.perf_counter() + self.cfg.cancel_grace_s
+        runs = [(t.status, t.server)]
+        if t.copy is not None:
+            runs.append((t.copy.status, t.copy.server))
+        force = self.cfg.cancel_force and not self._actor_run(t)
+        for ref, srv in runs:
+            self._stopping[ref] = (t, srv, deadline)
+            self.counters["runs_cancelled"] += 1
+            try:
+                ray.cancel(ref, force=force)
+            except Exception:  # noqa: BLE001 - it just returned: its return frees the server
+                pass
+
+    def _actor_run(self, t: LiveTask) -> bool:
+        """``t`` runs as a call of its server's actor (else as a plain Ray task)."""
+        return self._nodes.actors and not t.prim.ray_options
+
+    def _check_stopping(self) -> None:
+        """Runs cancelled more than ``cancel_grace_s`` ago that still run: their server is
+        replaced (its actor killed and started again, masked until it answers; a plain Ray
+        task's worker killed with ``ray.cancel(force=True)``) and free at once."""
+        import ray
+
+        now = time.perf_counter()
+        for ref, (t, srv, deadline) in list(self._stopping.items()):
+            if ref not in self._running and ref not in self._losers:
+                del self._stopping[ref]  # it returned: its server was freed then
+                continue
+            if now < deadline:
+                continue
+            del self._stopping[ref]
+            self._running.pop(ref, None)
+            loser = self._losers.pop(ref, None)
+            self.counters["servers_replaced"] += 1
+            if self._actor_run(t):
+                self._nodes.drop_actor(srv)
+                if srv.alive:
+                    self._nodes.start_actor(srv, probe=True)
+            else:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - ended meanwhile
+                    pass
+            if loser is not None:
+                self._end_loser(t, loser[1], "cancel_timeout")
+                continue
+            if t.copy is not None and t.copy.status == ref:
+                t.copy = None
+            elif t.status == ref:
+                t.server = None
+            if srv.task is t:
+                srv.task = None
+                srv.idle_since = now
+            self._emit({"t": self._now_model(), "event": "cancel", "task": t.gid,
+                        "server": srv.sid, "node": srv.node.node_id, "reason": "cancel_timeout"})
 
     def _cancel(self, h: WorkflowHandle) -> bool:
         if h.done():

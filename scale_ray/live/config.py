@@ -4,6 +4,7 @@ config), the executors, and the errors a workflow's handle can carry."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -12,6 +13,7 @@ from envs.workload import WorkflowError
 from policies.guard import GuardConfig
 
 EXECUTORS = ("task", "actor")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,24 @@ class LiveConfig:
         gt=0, le=1e6, doc="features.workload_scale of the workload (mean task compute / 4 GFLOP; "
                           "docs/workloads.md); none: the policy's own"))
     fair_share: bool = field(default=False, metadata=rng(
-        doc="order ready tasks by their group's fair-share start tag first (start-time fair "
-            "queuing per submit(group=...): the scheduler service's tenants), then mdp.order"))
+        doc="order ready tasks by their fair-share start tag first (start-time fair queuing "
+            "by work between submit(group=...) groups, the scheduler service's tenants: "
+            "scale_ray.live.fairshare), then mdp.order"))
+    worker_env_blank: tuple[str, ...] = field(default=(), metadata=rng(
+        doc="environment variables every worker the scheduler starts (server actors, pinned "
+            "tasks) sees empty, through its runtime_env's env_vars: secrets the cluster's "
+            "processes inherited that primitives must not read (the scheduler service adds "
+            "its tenant-token variables)"))
+    cancel_grace_s: float = field(default=0.5, metadata=rng(
+        gt=0, le=3600, doc="a run of a cancelled or failed workflow that has not stopped this "
+                           "long (wall s) after ray.cancel has its server replaced: the "
+                           "server's actor is killed and started again (a plain Ray task: "
+                           "ray.cancel(force=True)), so the server is free"))
+    cancel_force: bool = field(default=False, metadata=rng(
+        doc="cancel a plain Ray task's run (executor=task, or a primitive with Ray options) "
+            "with ray.cancel(force=True) at once, killing its worker; false: a "
+            "KeyboardInterrupt first, force after cancel_grace_s. Actor calls (executor=actor) "
+            "cannot be force-cancelled: their server's actor is replaced after cancel_grace_s"))
     estimator: Literal["off", "online"] = field(default="off", metadata=rng(
         doc="online: learn run times per (primitive kind, node tier) from completions "
             "(envs.estimator): the policy sees the estimates instead of the declared "
@@ -88,6 +106,10 @@ class LiveConfig:
     def __post_init__(self) -> None:
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor must be one of {list(EXECUTORS)}, got {self.executor!r}")
+        for i, name in enumerate(self.worker_env_blank):
+            if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+                raise ConfigError(f"worker_env_blank[{i}]: must be an environment variable name "
+                                  f"(letters, digits, _; not starting with a digit), got {name!r}")
         for k, v in self.tier_speeds.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                     or v <= 0:

@@ -41,8 +41,8 @@ def is_lost_output(err: BaseException) -> bool:
 
 
 class RunCancelled(Exception):
-    """A run the scheduler cancelled (the other run of a hedged task finished first) stopped
-    before its body."""
+    """A run the scheduler cancelled (its workflow was cancelled or failed, or the other run of
+    a hedged task finished first) stopped before its body."""
 
 
 CANCEL_POLL_S = 0.02  # how often an emulated run checks whether it was cancelled
@@ -75,8 +75,9 @@ def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     another node; ``attempt`` is what
     :func:`scale_ray.live.journal.attempt` reads in the body; with a ``journal_target`` the run
     writes its start marker first and its result before it returns
-    (:mod:`scale_ray.live.journal`); a ``cancellable`` run (a hedged task's) checks during its
-    emulated sleep whether it was cancelled (others sleep in one piece). Returns ``(value,
+    (:mod:`scale_ray.live.journal`); a ``cancellable`` run (every run the live scheduler
+    starts) checks during its emulated sleep whether it was cancelled (others, Ray's own
+    placement's, sleep in one piece). Returns ``(value,
     (node_id, run_s))``, ``run_s`` the seconds the run took in the worker (emulated sleep and
     body: what the run-time estimator learns, without dispatch and polling delays); the
     scheduler waits on the small second part only.
@@ -87,7 +88,7 @@ def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
         t0 = time.perf_counter()
         expected, sleep_s, gflop_scaled = meta[:3]
         n, target = meta[3:5] if len(meta) > 3 else (0, None)
-        cancellable = len(meta) > 5 and meta[5]  # a hedged task's run: it may lose its race
+        cancellable = len(meta) > 5 and meta[5]  # the scheduler may ray.cancel it
         ctx = ray.get_runtime_context()
         node = ctx.get_node_id()
         if expected is not None and node != expected:
@@ -104,7 +105,8 @@ def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
             if not cancellable:
                 time.sleep(sleep_s)
             elif _sleep(sleep_s, ctx):
-                raise RunCancelled("cancelled (a hedged copy finished first)")
+                raise RunCancelled("cancelled by the scheduler (its workflow is over, or a "
+                                   "hedged copy finished first)")
         journal.set_attempt(n)
         try:
             value = fn(*args, **kwargs)
@@ -150,8 +152,11 @@ class RemoteCache:
     variants: ``.options()`` validates every option on each call (it cost about as much as the
     submission itself here), so the scheduler builds one per (body, node, name) and reuses it."""
 
-    def __init__(self, num_cpus: float) -> None:
+    def __init__(self, num_cpus: float, blank_env: tuple[str, ...] = ()) -> None:
         self.num_cpus = num_cpus
+        # variables every worker it starts sees as "" (LiveConfig.worker_env_blank): a
+        # runtime_env's env_vars, merged into a primitive's own runtime_env
+        self.runtime_env = {"env_vars": {k: "" for k in blank_env}} if blank_env else None
         self._fns: dict[int, Any] = {}
         self._bodies: dict[int, Callable[..., Any]] = {}
         self._keep: list[Any] = []
@@ -165,9 +170,11 @@ class RemoteCache:
 
         if self._actor_cls is None:
             self._actor_cls = _server_actor_class()
+        extra = {"runtime_env": self.runtime_env} if self.runtime_env else {}
         return self._actor_cls.options(
             num_cpus=self.num_cpus, max_concurrency=1, max_restarts=0, max_task_retries=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            **extra).remote()
 
     def body(self, fn: Callable[..., Any]) -> tuple[int, Callable[..., Any]]:
         """(key, task body) of a primitive, for a server actor's ``register``."""
@@ -200,6 +207,10 @@ class RemoteCache:
         ``num_cpus`` (default ``task_num_cpus``)."""
         out = {k: v for k, v in ray_options.items() if k != "num_cpus"}
         out["num_cpus"] = 0 if actors else ray_options.get("num_cpus", self.num_cpus)
+        if self.runtime_env:  # its own runtime env, with the blanked variables on top
+            own = dict(out.get("runtime_env") or {})
+            own["env_vars"] = {**(own.get("env_vars") or {}), **self.runtime_env["env_vars"]}
+            out["runtime_env"] = own
         return out
 
     def forget_node(self, node_id: str) -> None:
@@ -213,7 +224,9 @@ class RemoteCache:
         if rf is None:
             import ray
 
-            rf = ray.remote(num_returns=2, max_retries=0, num_cpus=self.num_cpus)(wrap_body(fn))
+            extra = {"runtime_env": self.runtime_env} if self.runtime_env else {}
+            rf = ray.remote(num_returns=2, max_retries=0, num_cpus=self.num_cpus,
+                            **extra)(wrap_body(fn))
             self._fns[key] = rf
             self._keep.append(fn)  # keep id() stable
         return rf

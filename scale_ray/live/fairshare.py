@@ -1,44 +1,62 @@
 """A fair share of the servers between groups (the scheduler service's tenants): start-time fair
-queuing at the workflow level.
+queuing by *work*, tagged per task.
 
-Each workflow of group g gets a *start tag* when it arrives: ``S = max(V, F_g)``, where ``F_g`` is
-the finish tag of g's previous workflow and ``V`` the virtual time (the smallest start tag of the
-unfinished workflows, or the last tag given when none is unfinished); then ``F_g = S + W``, ``W``
-its work (total compute at the servers' mean speed). Ready tasks go by start tag first, then by the
-configured order (``envs.order``). So a group that floods the service queues behind itself: its
-later workflows get later tags, while another group's new workflow starts at ``V``, ahead of the
-flood's backlog. With one group it is the plain order (tags grow with arrival, like ``fifo``).
+Each task gets a *start tag*. A group's workflow that arrives is laid out in the configured
+order (``envs.order``: its tasks by descending rank) as a sequence of work: its first task's tag
+is ``S = max(V, F_g)`` and each next task's tag is the previous one's plus that task's work ``w``
+(compute at the servers' mean speed, model s); ``F_g`` (the group's finish tag) moves to the end
+of the sequence. ``V``, the virtual time, is the smallest tag of a task running now (or, with
+nothing running, the largest tag ever started). Ready tasks go by tag first, then by the
+configured order.
+
+So a group gets servers in proportion to the work it asked for, not to its number of
+workflows: one 10,000-task workflow holds tags ``S .. S + sum(w)``, and another group's new
+workflow starts at ``V``, the tag of the oldest run in progress, so it is placed at the next free
+server (a tie goes to the older workflow, i.e. at most one task). An idle group banks no credit
+(its tag is lifted to ``V``), and a flooding group queues behind itself. With one group the tags
+grow with arrival and, within a workflow, with rank: the plain order.
+
+Reference: Goyal, Vin, Cheng, "Start-time fair queueing" (SIGCOMM '96), with the multi-server
+virtual time of the oldest packet in service.
 """
 
 from __future__ import annotations
 
-import heapq
+from typing import Iterable, Sequence
 
 __all__ = ["FairShare"]
 
 
 class FairShare:
-    """Start tags per group (module docstring)."""
+    """Start tags per task of each group (module docstring)."""
 
     def __init__(self) -> None:
         self._finish: dict[str, float] = {}
-        self._open: list[tuple[float, int]] = []  # (start tag, workflow id) of unfinished ones
-        self._done: set[int] = set()
-        self._last = 0.0
+        self._last_started = 0.0
 
-    def virtual_time(self) -> float:
-        while self._open and self._open[0][1] in self._done:
-            self._done.discard(heapq.heappop(self._open)[1])
-        return self._open[0][0] if self._open else self._last
+    def virtual_time(self, running: Iterable[float]) -> float:
+        """``V``: the smallest tag among ``running`` (the tags of the runs in progress), else
+        the largest tag ever started."""
+        return min(running, default=self._last_started)
 
-    def admit(self, group: str, wid: int, work: float) -> float:
-        """The start tag of workflow ``wid`` of ``group`` with ``work`` (model seconds)."""
-        start = max(self.virtual_time(), self._finish.get(group, 0.0))
-        self._finish[group] = start + max(work, 0.0)
-        self._last = start
-        heapq.heappush(self._open, (start, wid))
-        return start
+    def admit(self, group: str, works: Sequence[float], order: Sequence[int],
+              running: Iterable[float]) -> list[float]:
+        """The start tags of a new workflow of ``group``: ``works[i]`` is task i's work (model
+        s, >= 0), ``order`` its task indices in the configured order, ``running`` the tags of
+        the runs in progress."""
+        tag = max(self.virtual_time(running), self._finish.get(group, 0.0))
+        tags = [0.0] * len(works)
+        for i in order:
+            tags[i] = tag
+            tag += max(works[i], 0.0)
+        self._finish[group] = tag
+        return tags
 
-    def finished(self, wid: int) -> None:
-        """Workflow ``wid`` is done (completed, failed or cancelled)."""
-        self._done.add(wid)
+    def started(self, tag: float) -> None:
+        """A task with start tag ``tag`` started a run."""
+        if tag > self._last_started:
+            self._last_started = tag
+
+    def finish_tag(self, group: str) -> float:
+        """``F_g``: where ``group``'s next workflow would start at the latest."""
+        return self._finish.get(group, 0.0)

@@ -88,7 +88,8 @@ class Runs:
                             for p in t.parents if p.last_server is not srv), default=0.0)
             sleep_s += transfer * ts
         attempt = t.runs
-        meta = (node.node_id, sleep_s, 0.0, attempt, self._run_target(t), self._hedgeable(t))
+        # every emulated run polls for ray.cancel (a hedged loser, a cancelled workflow)
+        meta = (node.node_id, sleep_s, 0.0, attempt, self._run_target(t), True)
         t.runs += 1
         value_ref, status_ref = self._nodes.run(srv, prim, meta, args, kwargs)
         # what the policy sees: the estimate plus the emulated transfer, never the true run
@@ -119,6 +120,8 @@ class Runs:
         t.token += 1
         t.is_copy = False
         self._running[run.status] = (t, t.token)
+        if self._fair is not None:
+            self._fair.started(t.share)
         self._emit(ev)
         self._arm(t, run)
 

@@ -98,7 +98,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         self._bind_policy(policy)
         self.trace = trace
         self._tiers = tuple(self.env.cluster.tiers)
-        self._remote = RemoteCache(self.cfg.task_num_cpus)
+        self._remote = RemoteCache(self.cfg.task_num_cpus, self.cfg.worker_env_blank)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -108,7 +108,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         self.counters = {"decisions": 0, "waits": 0, "lost": 0, "rerun_parents": 0,
                          "node_refreshes": 0, "autoscale_requests": 0, "tasks_started": 0,
                          "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0,
-                         "planner_errors": 0, "planner_reused": 0}
+                         "planner_errors": 0, "planner_reused": 0, "runs_cancelled": 0,
+                         "servers_replaced": 0}
         # scheduler-thread state
         c = self.env.cluster
         self.placement = LivePlacement(self.features, c.bandwidth_gb_s, c.latency_s,
@@ -117,6 +118,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
                               self.placement.set_offered)
         self._set_alive([])
         self._running: dict[Any, tuple[LiveTask, int]] = {}
+        # runs of finished workflows being cancelled: status ref -> (task, server, deadline)
+        self._stopping: dict[Any, tuple[LiveTask, LiveServer, float]] = {}
         self._next_gid = 0
         self._next_sid = 0
         self._mean_compute = 1.0  # envs.order.mean_compute of the servers at the last admission
@@ -130,7 +133,6 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         self.node_tasks: dict[str, int] = {}
         # a fair share between submit(group=...) groups (LiveConfig.fair_share)
         self._fair = FairShare() if self.cfg.fair_share else None
-        self._fair_done: queue.SimpleQueue = queue.SimpleQueue()
         self._init_durable()  # the journal (LiveConfig.storage) and idempotency keys
         self._init_runs()  # hedged copies of stragglers (LiveConfig.hedge)
         self._latencies: list[float] = []  # ms of the policy's answers since the last take
@@ -366,6 +368,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
                                          WAKE_LOOK)
                         nodes.wake([e[2].prim.memory_gb for e in waiting if e[2].state == READY],
                                    self.alive_servers)
+                if self._stopping:
+                    self._check_stopping()
                 if self._running or self._losers:
                     self._collect(ray, timeout=self.cfg.wait_s)
                 elif queue.heap or queue.blocked:

@@ -17,7 +17,7 @@ class LiveTask:
     __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
                  "value_ref", "server", "token", "attempts", "first_parent", "last_server",
                  "waits", "rank", "started", "expected", "transfer_wall", "runs", "status",
-                 "copy", "is_copy")
+                 "copy", "is_copy", "share")
 
     def __init__(self, gid: int, idx: int, wf: "LiveWorkflow", call: Call):
         self.gid = gid
@@ -44,6 +44,7 @@ class LiveTask:
         self.status: Any = None  # the status ref of its latest run
         self.copy: Any = None  # the other run of a hedged task (scale_ray.live.hedging._Run)
         self.is_copy = False  # its run is a hedged copy (the original is ``copy``)
+        self.share = 0.0  # its fair-share start tag (scale_ray.live.fairshare)
 
     @property
     def prim(self):
@@ -59,7 +60,7 @@ class LiveTask:
 
 
 class LiveWorkflow:
-    __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall", "wid", "level", "share")
+    __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall", "wid", "level")
 
     def __init__(self, handle: WorkflowHandle, arrival_wall: float):
         self.handle = handle
@@ -69,4 +70,3 @@ class LiveWorkflow:
         self.arrival_wall = arrival_wall
         self.wid = 0  # admission number (the order's tie breaker)
         self.level = 0.0  # its order level (envs.order: deadline, work left, attained service)
-        self.share = 0.0  # its fair-share start tag (scale_ray.live.fairshare)
