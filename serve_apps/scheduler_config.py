@@ -81,7 +81,9 @@ class SchedulerArgs:
     live: LiveConfig = field(default_factory=LiveConfig, metadata=rng(
         doc="the live scheduler's settings (scale_ray.live.LiveConfig)"))
     primitives: tuple[str, ...] = field(default=(), metadata=rng(
-        doc="module:function (or module:*) HTTP clients may name; empty: emulated tasks only"))
+        doc="functions HTTP clients may name, each marked @primitive(http=True) in the "
+            "operator's code: module:function, or module:* (every marked public function of "
+            "the module); checked at deploy (serve_apps.tools); empty: emulated tasks only"))
     trace: str | None = field(default=None, metadata=rng(
         doc="append the JSONL trace (scale-ray gantt reads it) to this file on the replica's node"))
     emulation: Emulation = field(default_factory=Emulation, metadata=rng(

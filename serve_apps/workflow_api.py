@@ -9,10 +9,11 @@ A submitted workflow is the live DAG format (docs/live.md) with, per task, the f
                {"name": "sum", "compute_gflop": 8, "parents": ["fetch"],
                 "primitive": "mypkg.tools:summarize", "kwargs": {"words": 100}}]}
 
-* ``primitive``: ``module:function`` and only one the service's ``primitives`` allow-list
-  names (an entry ``module:*`` allows every function of that module); without it the task gets
-  the emulated body (it sleeps ``compute_gflop / compute * time_scale`` s and returns
-  ``index + 1 + sum(parent values)``).
+* ``primitive``: ``module:function``, only a function its module marks
+  ``@primitive(http=True)`` and the service's ``primitives`` allow-list names (an entry
+  ``module:*``: every marked public function of that module; serve_apps.tools); without it
+  the task gets the emulated body (it sleeps ``compute_gflop / compute * time_scale`` s and
+  returns ``index + 1 + sum(parent values)``).
 * the function is called as ``fn(*args, *parent_values, **kwargs)``, parent values in the order
   of ``parents``; ``args``/``kwargs`` are JSON values.
 * results are returned as JSON (a value JSON cannot hold is answered as its ``repr``).
@@ -23,12 +24,11 @@ parents, names outside the allow-list): a 422 naming the field.
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
 import zlib
 from collections import Counter
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
@@ -41,6 +41,7 @@ from scale_ray.live.workflow import (Call, CollectedWorkflow, Primitive, emulate
                                      expected_emulated_values)
 
 from .decisions import RequestError
+from .tools import AllowList, JsonOnly, json_violation  # noqa: F401 - their old home
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -80,103 +81,6 @@ class WorkflowIn(BaseModel):
 
     name: Name = "workflow"
     tasks: list[WorkflowTaskIn] = Field(min_length=1)
-
-
-# Modules whose functions turn request data (and parent values) into code or system access:
-# never allowed (a deploy naming one fails, naming the entry).
-GADGET_MODULES = frozenset({
-    "operator", "functools", "builtins", "os", "posix", "nt", "sys", "subprocess", "importlib",
-    "pickle", "cPickle", "_pickle", "marshal", "shelve", "ctypes", "code", "codeop", "runpy",
-    "pty", "shutil", "socket", "multiprocessing", "threading", "asyncio", "inspect", "types",
-    "gc", "pdb", "cloudpickle", "dill", "ray", "eval", "exec", "compileall", "platform",
-    "webbrowser", "tempfile", "pathlib", "io", "signal", "resource", "sysconfig", "site",
-    "ast", "dis", "imp", "zipimport", "pkgutil", "itertools", "copyreg", "weakref"})
-
-
-class AllowList:
-    """The primitives HTTP clients may name (``module:function`` or ``module:*``), resolved on
-    first use; a name outside the list is never imported. Entries in :data:`GADGET_MODULES`
-    (or their submodules) are refused at deploy: with them, parent values and arguments chain
-    into arbitrary calls. What an allowed function must be safe against: docs/serving.md."""
-
-    def __init__(self, entries: Sequence[str]):
-        self.entries = tuple(entries)
-        for i, e in enumerate(self.entries):
-            mod, sep, fn = e.partition(":")
-            if not sep or not mod or not fn:
-                raise ValueError(f"primitives[{i}]: {e!r} is not module:function or module:*")
-            top = mod.split(".")[0]
-            if top in GADGET_MODULES or mod in GADGET_MODULES or fn.startswith("_"):
-                raise ValueError(
-                    f"primitives[{i}]: {e!r} is refused: module {top!r} (or a private name) lets "
-                    f"request data become code or system access; allow functions of your own "
-                    f"module that take and return JSON values")
-        self._cache: dict[str, Any] = {}
-
-    def allowed(self, path: str) -> bool:
-        mod = path.partition(":")[0]
-        return path in self.entries or f"{mod}:*" in self.entries
-
-    def resolve(self, path: str, loc: Sequence[Any]) -> Any:
-        if not self.allowed(path):
-            raise RequestError(loc, f"{path!r} is not in the service's primitives allow-list "
-                                    f"({list(self.entries) or 'empty: only emulated tasks'})",
-                               "not_allowed")
-        if path not in self._cache:
-            mod, _, fn = path.partition(":")
-            try:
-                obj = getattr(importlib.import_module(mod), fn)
-            except (ImportError, AttributeError) as e:
-                raise RequestError(loc, f"{path!r} is allowed but cannot be imported on the "
-                                        f"service: {type(e).__name__}: {e}", "import_error") from None
-            fn_obj = obj.fn if isinstance(obj, Primitive) else obj
-            if not callable(fn_obj) or isinstance(fn_obj, type):
-                raise RequestError(loc, f"{path!r} is not a function", "not_callable")
-            self._cache[path] = JsonOnly(fn_obj, path)  # one object per path: Ray caches by it
-        return self._cache[path]
-
-
-class JsonOnly:
-    """An allowed primitive as HTTP-submitted workflows run it: its result must be a JSON value
-    (null, bool, int, finite float, str, and lists / string-keyed dicts of those), checked when
-    it returns, so no callable or other object can travel to the next task."""
-
-    def __init__(self, fn: Any, path: str):
-        self.fn, self.path = fn, path
-        self.__name__ = getattr(fn, "__name__", path)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        value = self.fn(*args, **kwargs)
-        bad = json_violation(value)
-        if bad is not None:
-            raise TypeError(f"{self.path} returned {bad}: HTTP-submitted primitives may only "
-                            f"return JSON values")
-        return value
-
-
-def json_violation(value: Any, depth: int = 0) -> str | None:
-    """What in ``value`` is not a JSON value (None when it all is)."""
-    if depth > 64:
-        return "a value nested deeper than 64 levels"
-    if value is None or isinstance(value, (bool, int, str)):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else f"a non-finite float {value!r}"
-    if isinstance(value, list):
-        for v in value:
-            bad = json_violation(v, depth + 1)
-            if bad is not None:
-                return bad
-        return None
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                return f"a dict key of type {type(k).__name__}"
-            bad = json_violation(v, depth + 1)
-            if bad is not None:
-                return bad
-        return None
-    return f"a {type(value).__name__}"
 
 
 def emulate(wf: CollectedWorkflow, payload: bytes, shown_gflop: float | None,

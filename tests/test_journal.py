@@ -124,9 +124,9 @@ def test_idempotency_keys_are_checked():
 
 
 def test_rebuild_validates_a_document_again_with_todays_allow_list():
-    doc = _doc([{"name": "a", "compute_gflop": 1, "primitive": "json:loads", "args": ["[1]"]}])
+    doc = _doc([{"name": "a", "compute_gflop": 1, "primitive": "jsontools:add", "args": [1, 2]}])
     sub = Submission(id="w", fmt="json", payload=doc, meta={"content_type": "application/json"})
-    wf = rebuild(sub, AllowList(["json:loads"]), SchedulerTuning())
-    assert wf.calls[0].primitive.fn("[1]") == [1]
-    with pytest.raises(ValueError, match="json:loads"):
+    wf = rebuild(sub, AllowList(["jsontools:add"]), SchedulerTuning())
+    assert wf.calls[0].primitive.fn(1, 2) == 3
+    with pytest.raises(ValueError, match="jsontools:add"):
         rebuild(sub, AllowList([]), SchedulerTuning())  # a redeploy removed it

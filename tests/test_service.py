@@ -117,8 +117,8 @@ def test_hidden_hints_and_emulated_noise_are_drawn_the_same_on_every_read():
 @pytest.mark.parametrize("tasks, loc, what", [
     ([{"name": "a", "compute_gflop": 1, "primitive": "os:system"}],
      ["body", "tasks", 0, "primitive"], "allow-list"),
-    ([{"name": "a", "compute_gflop": 1, "primitive": "json:nope"}],
-     ["body", "tasks", 0, "primitive"], "cannot be imported"),
+    ([{"name": "a", "compute_gflop": 1, "primitive": "jsontools:plain"}],
+     ["body", "tasks", 0, "primitive"], "allow-list"),
     ([{"name": "a", "compute_gflop": 1, "parents": ["zz"]}], ["body", "tasks"], "unknown parent"),
     ([{"name": "a", "compute_gflop": 1, "parents": ["b"]},
       {"name": "b", "compute_gflop": 1, "parents": ["a"]}], ["body", "tasks"], "cycle"),
@@ -128,7 +128,7 @@ def test_hidden_hints_and_emulated_noise_are_drawn_the_same_on_every_read():
 ])
 def test_bad_documents_are_errors_naming_the_field(tasks, loc, what):
     with pytest.raises(RequestError) as e:
-        _parse(_doc(tasks), AllowList(["json:nope"]), max_tasks=2)
+        _parse(_doc(tasks), AllowList(["jsontools:add"]), max_tasks=2)
     assert e.value.loc == loc and what in e.value.msg
 
 
@@ -150,11 +150,15 @@ def test_schema_errors_name_the_field(task, loc):
 
 
 def test_allow_list_entries_are_validated():
-    with pytest.raises(ValueError, match=r"primitives\[1\]"):
-        AllowList(["a:b", "nocolon"])
-    allow = AllowList(["m:f", "pkg.mod:*"])
-    assert allow.allowed("m:f") and allow.allowed("pkg.mod:g")
-    assert not allow.allowed("m:g") and not allow.allowed("pkg:g")
+    for bad in ("nocolon", "a:", ":b", "a:b:c", "a b:c", "m:f()", "m:*x"):
+        with pytest.raises(ValueError, match=r"primitives\[1\].*not module:function"):
+            AllowList(["jsontools:add", bad])
+    with pytest.raises(ValueError, match=r"primitives\[0\].*'no_such_module_xyz' cannot be "
+                                         r"imported.*ModuleNotFoundError"):
+        AllowList(["no_such_module_xyz:f"])
+    allow = AllowList(["jsontools:add", "jsontools:*"])
+    assert allow.allowed("jsontools:add") and allow.allowed("jsontools:power")
+    assert not allow.allowed("jsontools:plain") and not allow.allowed("json:loads")
 
 
 def test_args_are_validated_and_one_replica_only():
@@ -497,7 +501,7 @@ def test_redeploy_with_changed_args_under_load_loses_nothing(service, tmp_path):
     spec = WorkflowSpec((TaskSpec(20.0, 1.0, 0.0, ()), TaskSpec(20.0, 1.0, 0.0, (0,))), "pair")
     want = from_spec(spec).expected[-1]
     base = dict(service.args)
-    service.args = {**base, "primitives": ["json:loads"]}
+    service.args = {**base, "primitives": ["tests.jsontools:add"]}
     service.deploy()
     handles, errors = [], []
 
@@ -511,7 +515,8 @@ def test_redeploy_with_changed_args_under_load_loses_nothing(service, tmp_path):
 
     with httpx.Client(base_url=service.url, timeout=60) as http:
         dropped = http.post("/v1/workflows", json={"tasks": [
-            {"name": "a", "compute_gflop": 2000, "primitive": "json:loads", "args": ["[1]"]}]})
+            {"name": "a", "compute_gflop": 2000, "primitive": "tests.jsontools:add",
+             "args": [1, 2]}]})
         assert dropped.status_code == 201, dropped.text
         t = threading.Thread(target=submit_stream)
         t.start()
@@ -524,10 +529,10 @@ def test_redeploy_with_changed_args_under_load_loses_nothing(service, tmp_path):
         counts = client.cluster(tenant=tenant)["workflows"]
         assert counts == {"completed": 16}  # no duplicate from a retried submit
         r = http.get(f"/v1/workflows/{dropped.json()['id']}")
-        assert r.status_code == 410 and "json:loads" in r.json()["detail"][0]["msg"]
+        assert r.status_code == 410 and "tests.jsontools:add" in r.json()["detail"][0]["msg"]
         lost = client.ServiceWorkflow(client.DEFAULT_APP, {"id": dropped.json()["id"],
                                                            "name": ""}, 0.0, "local")
-        with pytest.raises(client.WorkflowLost, match="json:loads"):
+        with pytest.raises(client.WorkflowLost, match="tests.jsontools:add"):
             lost.result(timeout=30)  # the Python client says the same
 
 
@@ -637,13 +642,94 @@ def test_client_submits_a_ray_dag_and_refuses_what_no_server_can_run(service):
 
 
 
-@pytest.mark.parametrize("entry", ["operator:*", "operator:attrgetter", "functools:partial",
-                                   "builtins:eval", "os.path:join", "subprocess:run",
-                                   "importlib:import_module", "pickle:loads", "ctypes:CDLL",
-                                   "jsontools:_private"])
-def test_gadget_modules_are_refused_at_deploy_naming_the_entry(entry):
-    with pytest.raises(ValueError, match=r"primitives\[1\].*refused"):
+# entries an operator could plausibly write that each ran shell commands for a tenant (issue 43):
+# only functions the operator's own code marks @primitive(http=True) are offered
+GADGETS = {
+    "timeit:timeit": "compiles its stmt string: kwargs stmt=\"__import__('os').system(..)\"",
+    "uuid:_get_command_stdout": "runs a command (private, but uuid:* used to admit it)",
+    "yaml:unsafe_load": "builds any Python object, !!python/object/apply:os.system",
+    "numpy:savetxt": "writes a file under an input-chosen name (a pickle for numpy:load)",
+    "numpy:load": "allow_pickle=True unpickles a file: code",
+    "pydoc:pipepager": "pipes text into a shell command it is given",
+    "logging.config:dictConfig": "the '()' key calls any importable factory",
+    "cProfile:run": "executes its string argument",
+    "dataclasses:_create_fn": "execs source text built from its arguments",
+    "json:loads": "harmless, but not marked: offered only wrapped in a marked function",
+}
+
+
+@pytest.mark.parametrize("entry", sorted(GADGETS))
+def test_gadgets_are_refused_at_deploy_naming_the_entry(entry):
+    with pytest.raises(ValueError, match=r"primitives\[1\]") as e:
         AllowList(["jsontools:add", entry])
+    msg = str(e.value)
+    assert repr(entry) in msg and "refused" in msg and "@primitive(http=True)" in msg
+
+
+@pytest.mark.parametrize("entry", ["uuid:*", "numpy:*", "yaml:*", "math:*", "json:*"])
+def test_wildcards_over_modules_without_marked_functions_are_refused_at_deploy(entry):
+    with pytest.raises(ValueError, match=r"primitives\[1\].*defines no function marked "
+                                         r"@primitive\(http=True\)"):
+        AllowList(["jsontools:add", entry])
+
+
+@pytest.mark.parametrize("entry, why", [
+    ("jsontools:plain", "not a function marked"),      # public, unmarked
+    ("jsontools:hinted", "not a function marked"),     # a primitive without http=True
+    ("jsontools:LIMIT", "not a function marked"),      # not a function
+    ("jsontools:dumps", "not a function marked"),      # marked, but json.dumps: wrap it instead
+    ("jsontools:nope", "does not exist"),
+    ("jsontools:_secret", "private name"),             # marked, but private
+    ("_jsontools:add", "private name"),                # a private module path
+    ("tests._hidden.mod:*", "private name"),
+])
+def test_explicit_entries_must_name_a_marked_public_function_of_that_module(entry, why):
+    with pytest.raises(ValueError, match=r"primitives\[1\]") as e:
+        AllowList(["jsontools:add", entry])
+    assert repr(entry) in str(e.value) and why in str(e.value)
+    assert "@primitive(http=True)" in str(e.value)
+
+
+def test_only_marked_public_functions_of_a_listed_module_are_callable():
+    import sys
+
+    allow = AllowList(["jsontools:*"])
+    assert set(allow.names) == {"jsontools:add", "jsontools:power", "jsontools:biggest",
+                                "jsontools:leak"}
+    assert "tabnanny" not in sys.modules
+    for path in ("jsontools:plain", "jsontools:_secret", "jsontools:hinted", "jsontools:LIMIT",
+                 "jsontools:dumps", "jsontools:primitive", "jsontools:json",
+                 "uuid:_get_command_stdout", "timeit:timeit", "tabnanny:check"):
+        with pytest.raises(RequestError) as e:
+            _parse(_doc([{"name": "ok", "compute_gflop": 1, "primitive": "jsontools:add",
+                          "args": [1, 2]},
+                         {"name": "a", "compute_gflop": 1, "primitive": path}]), allow)
+        err = e.value
+        assert (err.kind, err.status, tuple(err.loc)) == (
+            "not_allowed", 422, ("body", "tasks", 1, "primitive")), path
+        assert path in e.value.msg
+    assert "tabnanny" not in sys.modules  # a request imports nothing
+
+
+def test_a_marked_function_of_the_operators_module_is_callable():
+    from scale_ray.live.workflow import WorkflowError
+
+    allow = AllowList(["jsontools:add"])
+    assert allow.names == ("jsontools:add",)
+    wf = _parse(_doc([{"name": "a", "compute_gflop": 1, "primitive": "jsontools:add",
+                       "args": [2, 3]}]), allow)
+    assert wf.calls[0].primitive.fn(*wf.calls[0].args) == 5
+    with pytest.raises(RequestError, match="jsontools:power"):  # marked, but not listed
+        _parse(_doc([{"name": "a", "compute_gflop": 1, "primitive": "jsontools:power"}]), allow)
+    # the mark: every form of the decorator, kept by options(), off by default
+
+    def f(x):
+        return x
+    assert primitive(http=True)(f).http and primitive(f, http=True, compute_gflop=2).http
+    assert primitive(f).http is False and primitive(compute_gflop=2)(f).http is False
+    assert primitive(f, http=True).options(compute_gflop=3).http
+    with pytest.raises(WorkflowError, match="http must be true or false"):
+        primitive(f, http="yes")
 
 
 def test_values_between_http_primitives_must_be_json():

@@ -75,12 +75,16 @@ class Primitive:
             (``LiveConfig.hedge``; :mod:`scale_ray.live.hedging`). Only for a body that is safe
             to run twice; a real body may poll ``ray.get_runtime_context().is_canceled()`` to
             stop once the other run won.
+        http: HTTP clients of the scheduler service may name it (``module:function``) when the
+            service's ``primitives`` allow-list lists it or its module (``module:*``); the
+            service accepts nothing else (:mod:`serve_apps.tools`, docs/serving.md "The
+            allow-list"). Mark only a body that is safe for any JSON arguments from a stranger.
     """
 
     def __init__(self, fn: Callable[..., Any], compute_gflop: float = 1.0, memory_gb: float = 0.0,
                  output_gb: float = 0.0, name: str | None = None,
                  ray_options: Mapping[str, Any] | None = None, emulate: bool | None = None,
-                 kind: str | None = None, hedge: bool = False):
+                 kind: str | None = None, hedge: bool = False, http: bool = False):
         remote = _remote_function_options(fn)
         if remote is not None:  # a @ray.remote function: its body, its options below ours
             fn, defaults = remote
@@ -102,6 +106,9 @@ class Primitive:
         if not isinstance(hedge, bool):
             raise WorkflowError(f"primitive {self.name!r}: hedge must be true or false, got {hedge!r}")
         self.hedge = hedge
+        if not isinstance(http, bool):
+            raise WorkflowError(f"primitive {self.name!r}: http must be true or false, got {http!r}")
+        self.http = http
         self.run_gflop = self.compute_gflop  # an emulated run's true compute (noise: from_spec)
         self.copy_gflop = self.compute_gflop  # that of a hedged copy (its own noise draw)
 
@@ -119,7 +126,7 @@ class Primitive:
         ray_opts = {**self.ray_options, **{k: v for k, v in hints.items() if k in RAY_OPTIONS}}
         kw = {"compute_gflop": self.compute_gflop, "memory_gb": self.memory_gb,
               "output_gb": self.output_gb, "name": self.name, "emulate": self.emulate,
-              "kind": self.kind, "hedge": self.hedge,
+              "kind": self.kind, "hedge": self.hedge, "http": self.http,
               **{k: v for k, v in hints.items() if k not in RAY_OPTIONS}}
         return Primitive(self.fn, ray_options=ray_opts, **kw)
 
@@ -231,12 +238,13 @@ def _contains_call(value: Any, depth: int = 0) -> bool:
 def primitive(fn: Callable[..., Any] | None = None, *, compute_gflop: float = 1.0,
               memory_gb: float = 0.0, output_gb: float = 0.0, name: str | None = None,
               emulate: bool | None = None, kind: str | None = None, hedge: bool = False,
-              **ray_options: Any) -> Any:
+              http: bool = False, **ray_options: Any) -> Any:
     """Decorator: mark a function (or a ``@ray.remote`` function) as a primitive with resource
-    hints and Ray options (see :class:`Primitive`)."""
+    hints and Ray options (see :class:`Primitive`); ``http=True`` also offers it to the
+    scheduler service's HTTP clients (``@primitive(http=True)`` or ``primitive(fn, http=True)``)."""
     def wrap(f: Callable[..., Any]) -> Primitive:
         return Primitive(f, compute_gflop, memory_gb, output_gb, name, ray_options, emulate,
-                         kind, hedge)
+                         kind, hedge, http)
     return wrap(fn) if fn is not None else wrap
 
 
