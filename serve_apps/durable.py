@@ -37,11 +37,14 @@ def rebuild(sub: Submission, allow: AllowList, tuning: Any, shown_gflop: float |
     return emulate(wf, sub.payload, shown_gflop, noise_sigma)
 
 
-def check_key(raw: str | None) -> str | None:
+def check_key(raw: str | bytes | None) -> str | None:
     """An idempotency key (the ``Idempotency-Key`` header, the client's ``key``): 1 to 200
-    printable ASCII characters; anything else is a 422 naming the header."""
+    printable ASCII characters; anything else (any str, bytes or other value) is a 422 naming
+    the header."""
     if raw is None:
         return None
+    if isinstance(raw, (bytes, bytearray)):
+        raw = bytes(raw).decode("latin-1")  # (not ASCII: refused below)
     if not isinstance(raw, str) or not 0 < len(raw) <= MAX_KEY_CHARS or not raw.isascii() \
             or not raw.isprintable():
         raise RequestError(("header", "idempotency-key"), f"must be 1 to {MAX_KEY_CHARS} "

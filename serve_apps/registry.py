@@ -153,8 +153,9 @@ class Workflows:
 
     def _lookup(self, wid: str, tenant: str) -> WorkflowHandle:
         """The tenant's workflow ``wid``; 404 for any other id (another tenant's, malformed,
-        never issued, forgotten), 410 for its own from an earlier replica."""
+        never issued, forgotten, any string), 410 for its own from an earlier replica."""
         h = self.workflows.get(wid)
+        shown = repr(wid[:100] + ("..." if len(wid) > 100 else ""))
         if h is not None and self.owner.get(wid) == tenant:
             return h
         if self.ids.check(wid, tenant) == "gone":
@@ -162,8 +163,8 @@ class Workflows:
                 "the journal does not hold it (live.storage is off, or it was forgotten after "
                 f"retain_finished={self.tuning.retain_finished})")
             raise UnknownWorkflow(
-                f"workflow {wid!r} was accepted by an earlier scheduler replica (this is replica "
+                f"workflow {shown} was accepted by an earlier scheduler replica (this is replica "
                 f"{self.incarnation}) and was not resumed: {why}; submit it again", gone=True)
-        raise UnknownWorkflow(f"no workflow {wid!r} of this tenant (unknown, or finished and "
+        raise UnknownWorkflow(f"no workflow {shown} of this tenant (unknown, or finished and "
                               f"forgotten after retain_finished={self.tuning.retain_finished})",
                               gone=False)

@@ -185,15 +185,16 @@ class SchedulerService(Workflows):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def _tenant(self, request: Request) -> str:
-        """The request's tenant (serve_apps.tenants); a 401 / 403 otherwise."""
+        """The request's tenant (serve_apps.tenants; the header compared as bytes); a 401 / 403
+        otherwise, audited with tenant ``?`` and never the token."""
+        host = request.client.host if request.client else None
         tenant, status, why = self.tenants.authenticate(request.headers.get("authorization"),
-                                                       request.client.host if request.client
-                                                       else None)
+                                                       host)
         if tenant is None:
-            audit("refuse", "?", reason=why, client=request.client.host if request.client else "")
-            self.metrics.refused("?", "unauthorized" if status == 401 else "forbidden")
-            raise RequestError(("header", "authorization"), why,
-                               "unauthorized" if status == 401 else "forbidden", status=status)
+            kind = "unauthorized" if status == 401 else "forbidden"
+            audit("refuse", "?", reason=kind, detail=why, client=host or "")
+            self.metrics.refused("?", kind)
+            raise RequestError(("header", "authorization"), why, kind, status=status)
         return tenant
 
     def _check_bounds(self, wf: WorkflowIn | Any, tenant: str) -> None:

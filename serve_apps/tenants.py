@@ -3,18 +3,28 @@ and the audit log (serve_apps.scheduler).
 
 * **Tokens** come from the environment, never from the YAML: ``SCALE_SCHEDULER_TOKENS``
   (``tenant=token,tenant2=token2``) or the file ``SCALE_SCHEDULER_TOKENS_FILE`` names (one
-  ``tenant=token`` per line, ``#`` comments). An HTTP request is the tenant whose token its
-  ``Authorization: Bearer <token>`` header carries (compared in constant time); a missing or
-  unknown token is a 401. Without configured tokens the service answers loopback clients only
-  (tenant ``local``; anyone else gets a 403) and says so at start.
+  ``tenant=token`` per line, ``#`` comments). An entry may hold the token's hash instead,
+  ``tenant=sha256:<64 hex>`` (``python -m serve_apps.tenants new TENANT`` makes a token and that
+  line), so the secret need not hold any token. The replica reads them once and keeps only
+  SHA-256 digests. An HTTP request is the tenant whose token's digest its ``Authorization:
+  Bearer <token>`` header's digest equals (compared in constant time, as bytes: any header value
+  works); a missing or unknown token is a 401. Without configured tokens the service answers
+  loopback clients only (tenant ``local``; anyone else gets a 403) and says so at start.
 * **Handle calls** (``scale_ray.client``) are the calling Ray job's tenant (``job:<id>``) unless
   the client names one: a Ray job can run any code on the cluster already, so it is trusted to
   say who it is.
 * **Ids** are ``<incarnation>-<random>-<mac>``: unguessable, and the MAC (keyed by a secret kept in
   the cluster's GCS for the cluster's life, so it survives replica restarts) binds the id to its
   tenant. A tenant sees only its own ids; any other id (another tenant's, malformed, never
-  issued) is a 404. An id this service issued to this tenant from an earlier replica is a 410.
-* **Audit**: one ``audit`` log line per submit, cancel and refusal, with tenant, id and reason.
+  issued, any string at all: checked as bytes) is a 404. An id this service issued to this
+  tenant from an earlier replica is a 410.
+* **Audit**: one ``audit`` line per submit, cancel, refusal and token failure (tenant, id,
+  reason; never a token; a failed token's tenant is ``?``) on the ``ray.serve.scale_audit``
+  logger, a child of Serve's ``ray.serve`` logger: the lines land in the replica's log file
+  (``/tmp/ray/session_latest/logs/serve/replica_*.log``) with Serve's own. Counted per action
+  and reason (:func:`audit_counts`; the service exports them: serve_apps.metrics).
+* **Metrics labels** (:func:`tenant_label`): ``t-`` and 8 hex digits of the tenant name's
+  SHA-256, unless the operator opts into names (``metrics_tenant_names``).
 """
 
 from __future__ import annotations
@@ -24,19 +34,55 @@ import hmac
 import ipaddress
 import logging
 import os
+import re
 import secrets
+import sys
+import threading
+from collections import defaultdict
 from pathlib import Path
 from typing import Mapping
 
 log = logging.getLogger("ray.serve")
-audit_log = logging.getLogger("scale.audit")
+audit_log = logging.getLogger("ray.serve.scale_audit")  # propagates into Serve's handlers
 
 TOKENS_VAR = "SCALE_SCHEDULER_TOKENS"
 TOKENS_FILE_VAR = "SCALE_SCHEDULER_TOKENS_FILE"
 LOCAL_TENANT = "local"
+HASH_PREFIX = "sha256:"
+MAX_ID_BYTES = 128  # an id this service issues has 8 + 16 + 16 characters and two dashes
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _KV_KEY = b"scale_scheduler_id_key"
 
-__all__ = ["Tenants", "IdSigner", "audit", "load_tokens", "LOCAL_TENANT"]
+__all__ = ["Tenants", "IdSigner", "audit", "audit_counts", "load_tokens", "new_token",
+           "tenant_label", "LOCAL_TENANT", "HASH_PREFIX"]
+
+
+def _utf8(s: str | bytes) -> bytes:
+    """Text as bytes: UTF-8, lone surrogates kept (no string fails)."""
+    return bytes(s) if isinstance(s, (bytes, bytearray)) else str(s).encode("utf-8",
+                                                                         "surrogatepass")
+
+
+def _header_bytes(s: str | bytes) -> bytes:
+    """A header value as the bytes that came over the wire (ASGI servers decode headers as
+    latin-1); any other string as UTF-8."""
+    if isinstance(s, (bytes, bytearray)):
+        return bytes(s)
+    try:
+        return s.encode("latin-1")
+    except UnicodeEncodeError:
+        return _utf8(s)
+
+
+def _digest(value: str, where: str = "token") -> bytes:
+    """The SHA-256 digest a token entry stands for: ``sha256:<64 hex>`` is one already, anything
+    else is a token (hashed as UTF-8)."""
+    if value.startswith(HASH_PREFIX):
+        hexa = value[len(HASH_PREFIX):]
+        if not _HEX64.fullmatch(hexa):
+            raise ValueError(f"{where}: {HASH_PREFIX} must be followed by 64 hex digits")
+        return bytes.fromhex(hexa)
+    return hashlib.sha256(_utf8(value)).digest()
 
 
 def _parse(text: str, where: str) -> dict[str, str]:
@@ -47,17 +93,18 @@ def _parse(text: str, where: str) -> dict[str, str]:
             continue
         tenant, sep, token = line.partition("=")
         tenant, token = tenant.strip(), token.strip()
-        if not sep or not tenant or len(token) < 16:
+        if not sep or not tenant or (len(token) < 16 and not token.startswith(HASH_PREFIX)):
             raise ValueError(f"{where}: entry {i}: expected tenant=token with a token of at least "
-                             f"16 characters")
+                             f"16 characters, or tenant=sha256:<64 hex>")
         if tenant in out:
             raise ValueError(f"{where}: tenant {tenant!r} appears twice")
-        out[tenant] = token
+        out[tenant] = HASH_PREFIX + _digest(token, f"{where}: entry {i}").hex()
     return out
 
 
 def load_tokens(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """tenant -> token from the environment (module docstring); {} when none is configured."""
+    """tenant -> ``sha256:<hex>`` of its token, from the environment (module docstring); {}
+    when none is configured. No plaintext token is returned."""
     env = os.environ if environ is None else environ
     tokens = _parse(env.get(TOKENS_VAR, ""), TOKENS_VAR)
     path = env.get(TOKENS_FILE_VAR)
@@ -73,6 +120,23 @@ def load_tokens(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return tokens
 
 
+def new_token(tenant: str) -> tuple[str, str]:
+    """A fresh token for ``tenant`` and its entry for the environment (``tenant=sha256:...``)."""
+    if not tenant or any(c in tenant for c in "=,#") or tenant != tenant.strip() \
+            or not tenant.isprintable():
+        raise ValueError(f"tenant {tenant!r}: a printable name without '=', ',', '#' or "
+                         f"surrounding spaces")
+    token = secrets.token_urlsafe(32)
+    return token, f"{tenant}={HASH_PREFIX}{hashlib.sha256(token.encode()).hexdigest()}"
+
+
+def tenant_label(tenant: str) -> str:
+    """A tenant as a metrics label: ``t-`` + 8 hex of its name's SHA-256 (``?`` stays)."""
+    if tenant == "?":
+        return tenant
+    return "t-" + hashlib.sha256(_utf8(tenant)).hexdigest()[:8]
+
+
 def is_loopback(host: str | None) -> bool:
     if not host:
         return False
@@ -85,11 +149,11 @@ def is_loopback(host: str | None) -> bool:
 
 
 class Tenants:
-    """Authenticates HTTP requests (module docstring)."""
+    """Authenticates HTTP requests (module docstring); holds SHA-256 digests only."""
 
     def __init__(self, tokens: Mapping[str, str]):
-        self._tokens = [(t, tok.encode()) for t, tok in tokens.items()]
-        if not self._tokens:
+        self._digests = [(t, _digest(tok, f"tenant {t!r}")) for t, tok in tokens.items()]
+        if not self._digests:
             log.warning("scheduler service: no tenant tokens configured (%s / %s): answering "
                         "loopback clients only, as tenant %r", TOKENS_VAR, TOKENS_FILE_VAR,
                         LOCAL_TENANT)
@@ -97,23 +161,24 @@ class Tenants:
     @property
     def open(self) -> bool:
         """No tokens: loopback clients only."""
-        return not self._tokens
+        return not self._digests
 
-    def authenticate(self, authorization: str | None, client_host: str | None
+    def authenticate(self, authorization: str | bytes | None, client_host: str | None
                      ) -> tuple[str | None, int, str]:
-        """(tenant, 0, "") or (None, HTTP status, why)."""
+        """(tenant, 0, "") or (None, HTTP status, why); ``authorization`` any str or bytes."""
         if self.open:
             if is_loopback(client_host):
                 return LOCAL_TENANT, 0, ""
             return None, 403, ("this service has no tenant tokens configured and answers "
                                "loopback clients only")
-        scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        scheme, _, token = _header_bytes(authorization or b"").partition(b" ")
+        token = token.strip()
+        if scheme.lower() != b"bearer" or not token:
             return None, 401, "missing bearer token (Authorization: Bearer <token>)"
-        given = token.strip().encode()
+        given = hashlib.sha256(token).digest()
         found = None
-        for tenant, tok in self._tokens:  # every token compared: no early exit to time
-            if hmac.compare_digest(given, tok):
+        for tenant, digest in self._digests:  # every digest compared: no early exit to time
+            if hmac.compare_digest(given, digest):
                 found = tenant
         if found is None:
             return None, 401, "unknown bearer token"
@@ -127,24 +192,31 @@ class IdSigner:
         self.incarnation = incarnation
         self.key = key if key is not None else _cluster_key()
 
-    def _mac(self, inc: str, rand: str, tenant: str) -> str:
-        msg = f"{inc}|{rand}|{tenant}".encode()
-        return hmac.new(self.key, msg, hashlib.sha256).hexdigest()[:16]
+    def _mac(self, inc: bytes, rand: bytes, tenant: str) -> bytes:
+        msg = b"|".join((inc, rand, _utf8(tenant)))
+        return hmac.new(self.key, msg, hashlib.sha256).hexdigest()[:16].encode()
 
     def new(self, tenant: str) -> str:
         rand = secrets.token_hex(8)
-        return f"{self.incarnation}-{rand}-{self._mac(self.incarnation, rand, tenant)}"
+        mac = self._mac(self.incarnation.encode(), rand.encode(), tenant).decode()
+        return f"{self.incarnation}-{rand}-{mac}"
 
-    def check(self, wid: str, tenant: str) -> str:
+    def check(self, wid: str | bytes, tenant: str) -> str:
         """``ours`` (this replica issued it to ``tenant``), ``gone`` (an earlier replica did) or
-        ``unknown`` (anything else: another tenant's, malformed, never issued)."""
-        parts = wid.split("-")
+        ``unknown`` (anything else: another tenant's, malformed, never issued; any string or
+        bytes, compared as bytes)."""
+        if not isinstance(wid, (str, bytes, bytearray)):
+            return "unknown"
+        raw = _utf8(wid)
+        if len(raw) > MAX_ID_BYTES:
+            return "unknown"
+        parts = raw.split(b"-")
         if len(parts) != 3 or not all(parts):
             return "unknown"
         inc, rand, mac = parts
         if not hmac.compare_digest(mac, self._mac(inc, rand, tenant)):
             return "unknown"
-        return "ours" if inc == self.incarnation else "gone"
+        return "ours" if inc == self.incarnation.encode() else "gone"
 
 
 def _cluster_key() -> bytes:
@@ -166,7 +238,54 @@ def _cluster_key() -> bytes:
     return secrets.token_bytes(32)
 
 
+# ------------------------------------------------------------------------------- audit
+_counts: dict[tuple[str, str], int] = defaultdict(int)
+_counts_lock = threading.Lock()
+
+
+def _shown(v: object, limit: int = 200) -> str:
+    """A value as one log word: itself when plain printable ASCII, else its repr."""
+    s = str(v)[:limit]
+    return s if s and s.isascii() and s.isprintable() and " " not in s and "=" not in s \
+        else repr(s)
+
+
+def reason_kind(reason: object) -> str:
+    """The counted reason of an audit line: its text before a colon (``quota: ...`` is
+    ``quota``), at most 40 characters."""
+    return str(reason).split(":", 1)[0].strip()[:40] if reason else ""
+
+
 def audit(action: str, tenant: str, wid: str | None = None, **fields: object) -> None:
-    """One audit line: ``audit <action> tenant=<t> id=<id> key=value...``."""
+    """One audit line, ``audit <action> tenant=<t> id=<id> key=value...`` (every value a plain
+    word or a repr: a field cannot forge a line), counted per action and reason."""
+    with _counts_lock:
+        _counts[(action, reason_kind(fields.get("reason")))] += 1
     extra = " ".join(f"{k}={str(v)[:200]!r}" for k, v in fields.items())
-    audit_log.info("audit %s tenant=%s id=%s %s", action, tenant, wid or "-", extra)
+    audit_log.info("audit %s tenant=%s id=%s %s", action, _shown(tenant), _shown(wid or "-"),
+                   extra)
+
+
+def audit_counts() -> dict[tuple[str, str], int]:
+    """(action, reason) -> audit lines so far in this process."""
+    with _counts_lock:
+        return dict(_counts)
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "new":
+        print("usage: python -m serve_apps.tenants new TENANT", file=sys.stderr)
+        return 2
+    try:
+        token, line = new_token(argv[1])
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    print(f"token (give it to the tenant; not stored anywhere): {token}")
+    print(f"entry for {TOKENS_VAR} / {TOKENS_FILE_VAR}: {line}")
+    print(f"metrics label: {tenant_label(argv[1])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -1,27 +1,68 @@
-"""Who asks the scheduler service (issue 28, serve_apps/tenants.py): tokens from the environment,
-loopback-only without them, ids bound to their tenant, quotas answered 429."""
+"""Who asks the scheduler service (issues 28 and 43, serve_apps/tenants.py): tokens from the
+environment kept as SHA-256 digests (or given as digests), loopback-only without them, ids bound
+to their tenant and checked as bytes (no string is a 5xx), quotas answered 429."""
 
 from __future__ import annotations
 
+import hashlib
+import random
+import subprocess
+import sys
+
 import pytest
 
-from serve_apps.tenants import LOCAL_TENANT, IdSigner, Tenants, load_tokens
+from serve_apps.tenants import (LOCAL_TENANT, IdSigner, Tenants, load_tokens, new_token,
+                                tenant_label)
 
 TOK_A, TOK_B = "a" * 32, "b" * 32
+
+
+def _h(token: str) -> str:
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
 
 
 def test_tokens_come_from_the_environment_and_are_validated(tmp_path):
     assert load_tokens({}) == {}
     f = tmp_path / "tokens"
-    f.write_text(f"# tenants\nteam-b={TOK_B}\n")
+    f.write_text(f"# tenants\nteam-b={TOK_B}\nteam-c={_h('c' * 40)}\n")
     got = load_tokens({"SCALE_SCHEDULER_TOKENS": f"team-a={TOK_A}",
                        "SCALE_SCHEDULER_TOKENS_FILE": str(f)})
-    assert got == {"team-a": TOK_A, "team-b": TOK_B}
+    # only digests are returned (and kept): no plaintext token is held after the read
+    assert got == {"team-a": _h(TOK_A), "team-b": _h(TOK_B), "team-c": _h("c" * 40)}
+    assert TOK_A not in repr(got) and TOK_B not in repr(got)
     for bad, what in [({"SCALE_SCHEDULER_TOKENS": "a=short"}, "16 characters"),
                       ({"SCALE_SCHEDULER_TOKENS": f"a={TOK_A},a={TOK_B}"}, "twice"),
+                      ({"SCALE_SCHEDULER_TOKENS": "a=sha256:abc"}, "64 hex"),
+                      ({"SCALE_SCHEDULER_TOKENS": f"a=sha256:{'g' * 64}"}, "64 hex"),
                       ({"SCALE_SCHEDULER_TOKENS_FILE": str(tmp_path / "none")}, "cannot read")]:
         with pytest.raises(ValueError, match=what):
             load_tokens(bad)
+
+
+def test_hashed_entries_authenticate_their_token_and_the_helper_makes_them():
+    token, line = new_token("team-x")
+    tenant, _, digest = line.partition("=")
+    assert tenant == "team-x" and digest == _h(token) and len(token) >= 40
+    t = Tenants(load_tokens({"SCALE_SCHEDULER_TOKENS": line}))
+    assert t.authenticate(f"Bearer {token}", "10.0.0.7") == ("team-x", 0, "")
+    assert t.authenticate(f"Bearer {digest}", "10.0.0.7")[1] == 401  # the hash is no token
+    assert t.authenticate(f"Bearer {token}".encode(), None)[0] == "team-x"  # bytes work too
+    assert all(isinstance(d, bytes) and len(d) == 32 for _, d in t._digests)
+    for bad in ("", "a=b", "a,b", " a", "a#"):
+        with pytest.raises(ValueError, match="tenant"):
+            new_token(bad)
+    out = subprocess.run([sys.executable, "-m", "serve_apps.tenants", "new", "team-y"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    tok = out.stdout.split("\n")[0].rsplit(" ", 1)[1]
+    assert f"team-y={_h(tok)}" in out.stdout and tenant_label("team-y") in out.stdout
+
+
+def test_tenant_labels_are_short_stable_hashes():
+    assert tenant_label("team-a") == tenant_label("team-a") != tenant_label("team-b")
+    assert tenant_label("team-a").startswith("t-") and len(tenant_label("team-a")) == 10
+    assert "team" not in tenant_label("team-a") and tenant_label("?") == "?"
+    assert tenant_label("caf\u00e9\ud800").startswith("t-")  # any string
 
 
 def test_bearer_tokens_or_loopback_only():
@@ -121,3 +162,50 @@ def test_finished_workflows_keep_only_their_outputs_and_expire():
     assert compacted == [h]  # the journal drops its results too (once)
     svc._prune()
     assert compacted == [h]
+
+
+def _hostile_strings(n: int = 300, seed: int = 43) -> list[str]:
+    """Ids and header values a hostile client may send: non-ASCII, control characters,
+    %-escapes, very long, dashes in the right places, lone surrogates (a handle call's str)."""
+    rng = random.Random(seed)
+    fixed = ["a-b-\u00e9", "a-b-%C3%A9", "\u00e9-\u00e9-\u00e9", "x-y-\x00", "\x00", "-", "--",
+             "a-b-c-d", "%00", "..%2F..%2Fetc", "a" * 100_000, "-".join(["\u00e9" * 16] * 3),
+             "\ud800-\udfff-x", "a-b-" + "\U0001f600" * 16, "Bearer", "Bearer ", "bearer \u00e9",
+             "Bearer \x00\x01", "Bearer " + "x" * 100_000, "\r\n", "a\nb", ""]
+    pools = ["abcdef0123456789-", "\u00e9\u4e2d\U0001f600-", "\x00\x01\x1f\x7f\t\r\n-",
+             "%ZZ%C3%A9%00%-", "".join(map(chr, range(32, 0x3000, 7)))]
+    out = list(fixed)
+    for _ in range(n):
+        pool = rng.choice(pools)
+        out.append("".join(rng.choice(pool) for _ in range(rng.choice([1, 3, 40, 42, 200]))))
+    return out
+
+
+def test_no_string_breaks_the_id_token_or_key_checks():
+    from serve_apps.durable import check_key
+    from serve_apps.schemas import RequestError
+
+    signer = IdSigner("inc2", b"k" * 32)
+    good = signer.new("team-a")
+    closed, open_ = Tenants({"team-a": TOK_A}), Tenants({})
+    for s in _hostile_strings():
+        for wid in (s, s.encode("utf-8", "surrogatepass"), f"inc2-{s}", f"{good}{s or 0}"):
+            assert signer.check(wid, "team-a") == "unknown", wid[:50]
+        assert signer.check(good, s) == "unknown"  # any tenant name: no error
+        for auth in (s, f"Bearer {s}", s.encode("utf-8", "surrogatepass")):
+            assert closed.authenticate(auth, "10.0.0.1")[1] == 401
+            assert open_.authenticate(auth, s)[1] in (0, 403)
+        try:
+            assert check_key(s) == s and s.isascii() and s.isprintable()
+        except RequestError as e:
+            assert e.status == 422 and list(e.loc) == ["header", "idempotency-key"]
+    assert signer.check(good, "team-a") == "ours"
+    for s in (None, 5, b"\xff\xfe", bytearray(b"a-b-c")):
+        assert signer.check(s, "team-a") == "unknown"
+    with pytest.raises(RequestError):
+        check_key(b"caf\xc3\xa9")
+    assert check_key(b"req-1") == "req-1"
+    # a header as an ASGI server hands it over (latin-1 of the wire bytes) finds its token
+    t = Tenants({"team-u": "t\u00f6ken-with-utf8-bytes"})
+    wire = "Bearer t\u00f6ken-with-utf8-bytes".encode().decode("latin-1")
+    assert t.authenticate(wire, None)[0] == "team-u"
