@@ -3,9 +3,12 @@
 * a body larger than ``max_body_bytes`` (:class:`BodyCap`, an ASGI middleware): **413** before the
   body is read when ``Content-Length`` says so, else as soon as the bytes read pass the cap
   (chunked uploads);
+* a body whose next part does not arrive within ``read_timeout_s`` (a ``Content-Length`` larger
+  than what is sent): **408** ``body_timeout`` (:class:`BodyCap`);
 * a body that is not JSON (:func:`parse_body`): **422**: invalid UTF-8 with ``loc: ["body",
-  <byte offset>]``, a syntax error with ``["body", <character offset>]``, nesting deeper than the
-  JSON parser accepts with ``["body"]``, a content type other than JSON with ``["body"]``;
+  <byte offset>]``, a syntax error with ``["body", <character offset>]``, nesting deeper than
+  :data:`MAX_JSON_DEPTH` with ``["body"]`` (checked before parsing, so a journaled body parses
+  again on any stack), a content type other than JSON with ``["body"]``;
 * a field the schema rejects: **422** (FastAPI's ``detail[].loc``, minus the echoed input);
 * input that passed the schema but makes no sense (:class:`serve_apps.decisions.RequestError`,
   or a ``ValueError`` from an internal check): **422** naming the field.
@@ -16,6 +19,7 @@ errors (404, 405) keep FastAPI's ``{"detail": "..."}``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import Any, TypeVar
@@ -30,17 +34,27 @@ from starlette.datastructures import Headers
 from .decisions import RequestError
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_READ_TIMEOUT_S = 10.0
 #: how deep the request models nest (schedule body -> workflows -> workflow -> tasks -> task ->
-#: inputs -> input); Python's JSON parser stops near 1,000 levels (RecursionError)
+#: inputs -> input)
 SCHEMA_DEPTH = 6
+#: the deepest JSON body :func:`parse_body` accepts, checked before parsing: the same limit at
+#: submit and when a journaled body is parsed again (Python's parser stops near 1,000 levels
+#: less the caller's stack, so its own limit differs between a worker thread and a replica's
+#: start; a body it took at submit could be refused at resume). A scheduler task's ``args``
+#: sit 4 levels down (body, tasks, task, args), so ``max_args_depth`` above 124 has no effect.
+MAX_JSON_DEPTH = 128
 
 
 class BodyLimits:
-    """The body cap in force (``Tuning.max_body_bytes``; the service sets it on reconfigure).
-    One per process: a Serve replica is its own process."""
+    """The body cap in force (``Tuning.max_body_bytes``; the service sets it on reconfigure)
+    and how long a body's next part may take to arrive (``read_timeout_s``). One per process:
+    a Serve replica is its own process."""
 
-    def __init__(self, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+    def __init__(self, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 read_timeout_s: float = DEFAULT_READ_TIMEOUT_S):
         self.max_body_bytes = max_body_bytes
+        self.read_timeout_s = read_timeout_s
 
 
 LIMITS = BodyLimits()
@@ -62,10 +76,16 @@ class _TooLarge(Exception):
         self.size = size
 
 
+class _ReadTimeout(Exception):
+    def __init__(self, size: int):
+        self.size = size
+
+
 class BodyCap:
     """ASGI middleware: refuse a body larger than ``limits.max_body_bytes`` with a 413 naming
     the limit. ``Content-Length`` is checked before anything is read; a chunked body is counted
-    while it is read."""
+    while it is read. A body whose next part does not come within ``limits.read_timeout_s``
+    (a client that announced more than it sends) is a 408 and the connection is closed."""
 
     def __init__(self, app: Any, limits: BodyLimits = LIMITS):
         self.app = app
@@ -84,10 +104,16 @@ class BodyCap:
                                    f"not an integer: {length!r}", "invalid_header")(scope, receive, send)
             if n > cap:
                 return await _too_large(n, cap, True)(scope, receive, send)
-        state = {"size": 0, "started": False}
+        state = {"size": 0, "started": False, "read": False}
 
         async def counted() -> dict:
-            msg = await receive()
+            if state["read"]:  # the body is in: a wait for the disconnect is not timed
+                return await receive()
+            try:
+                msg = await asyncio.wait_for(receive(), self.limits.read_timeout_s)
+            except asyncio.TimeoutError:
+                raise _ReadTimeout(state["size"]) from None
+            state["read"] = msg["type"] != "http.request" or not msg.get("more_body", False)
             if msg["type"] == "http.request":
                 body = msg.get("body", b"")
                 state["size"] += len(body)
@@ -106,15 +132,27 @@ class BodyCap:
             if state["started"]:
                 raise
             await _too_large(e.size, cap, False)(scope, receive, send)
+        except _ReadTimeout as e:
+            if state["started"]:
+                raise
+            out = error(408, ["body"], f"the request body stopped arriving: nothing more for "
+                                       f"{self.limits.read_timeout_s:g} s after {e.size} bytes",
+                        "body_timeout")
+            out.headers["Connection"] = "close"
+            await out(scope, receive, send)
 
 
 # ------------------------------------------------------------------------------- JSON depth
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+# a string, or an unterminated one up to the end: every match runs to a closing quote or the
+# end, so the scan is linear on any input (a pattern that needs the closing quote rescans the rest
+# of the body from every quote of an unterminated string: quadratic)
+_STRING = re.compile(rb'"[^"\\]*(?:\\[\s\S][^"\\]*)*"?')
 _NOT_BRACKET = bytes(i for i in range(256) if i not in b"[]{}")
 
 
 def json_depth(body: bytes) -> int:
-    """The deepest nesting of arrays/objects in ``body`` (brackets inside strings ignored)."""
+    """The deepest nesting of arrays/objects in ``body`` (brackets inside strings ignored;
+    linear time on any bytes)."""
     brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKET)
     if not brackets:
         return 0
@@ -125,6 +163,22 @@ def json_depth(body: bytes) -> int:
 
 # ------------------------------------------------------------------------------- parsing
 M = TypeVar("M", bound=BaseModel)
+
+
+def _too_deep(depth: int) -> RequestError:
+    return RequestError(("body",), f"JSON nested {depth} levels deep: deeper than this service "
+                                   f"accepts ({MAX_JSON_DEPTH} levels; the request schemas nest "
+                                   f"{SCHEMA_DEPTH})", "json_too_deep")
+
+
+def check_depth(body: bytes) -> None:
+    """A 422 ``json_too_deep`` for a body nested deeper than :data:`MAX_JSON_DEPTH` (the one
+    depth check: :func:`parse_body` runs it at submit and at resume alike)."""
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:  # cannot be deeper: no scan
+        return
+    depth = json_depth(body)
+    if depth > MAX_JSON_DEPTH:
+        raise _too_deep(depth)
 
 
 def parse_body(body: bytes, model: type[M], content_type: str | None = None) -> M:
@@ -139,15 +193,14 @@ def parse_body(body: bytes, model: type[M], content_type: str | None = None) -> 
                                           f"got content-type {kind!r}", "content_type")
     if not body.strip():
         raise RequestError(("body",), "Field required: the request has no body", "missing")
+    check_depth(body)
     try:
         data = json.loads(body)
     except UnicodeDecodeError as e:
         raise RequestError(("body", e.start), f"the body is not valid UTF-8: {e.reason} at byte "
                                               f"{e.start}", "invalid_utf8") from None
-    except RecursionError:
-        raise RequestError(("body",), f"JSON nested {json_depth(body)} levels deep: deeper than "
-                                      f"the JSON parser accepts (about 990 levels); the request "
-                                      f"bodies nest at most {SCHEMA_DEPTH}", "json_too_deep") from None
+    except RecursionError:  # (not within MAX_JSON_DEPTH unless the stack is nearly full)
+        raise _too_deep(json_depth(body)) from None
     except json.JSONDecodeError as e:
         raise RequestError(("body", e.pos), f"JSON decode error: {e.msg} (line {e.lineno}, "
                                             f"column {e.colno})", "json_invalid") from None
@@ -187,6 +240,6 @@ def install(api: FastAPI) -> None:
     api.add_exception_handler(ValueError, _value_error)
 
 
-__all__ = ["BodyCap", "BodyLimits", "LIMITS", "DEFAULT_MAX_BODY_BYTES", "install", "json_depth",
-           "error", "parse_body"]
+__all__ = ["BodyCap", "BodyLimits", "LIMITS", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_READ_TIMEOUT_S",
+           "MAX_JSON_DEPTH", "install", "json_depth", "check_depth", "error", "parse_body"]
 

@@ -130,3 +130,73 @@ def test_rebuild_validates_a_document_again_with_todays_allow_list():
     assert wf.calls[0].primitive.fn(1, 2) == 3
     with pytest.raises(ValueError, match="jsontools:add"):
         rebuild(sub, AllowList([]), SchedulerTuning())  # a redeploy removed it
+
+
+def _submit_path(body: bytes, tuning: SchedulerTuning, allow: AllowList):
+    """What POST /v1/workflows does with a body before it is journaled (scheduler.py's
+    ``accept``: parse, per-task argument caps, calls), without Ray."""
+    from serve_apps.bounds import check_args
+    from serve_apps.errors import parse_body
+    from serve_apps.workflow_api import WorkflowIn, emulate, to_workflow
+
+    req = parse_body(body, WorkflowIn, "application/json")
+    for i, task in enumerate(req.tasks):
+        check_args(("body", "tasks", i), task.args, task.kwargs, tuning)
+    return emulate(to_workflow(req, allow, tuning.max_tasks), body, None, 0.0)
+
+
+def _on_a_deep_stack(fn, free: int = 250):
+    """``fn()`` called with all but ``free`` frames of the recursion limit in use (a replica's
+    start is deep; a worker thread that took the submit is shallow)."""
+    import sys
+
+    def down(n):
+        return fn() if n <= 0 else down(n - 1)
+
+    import inspect
+    return down(sys.getrecursionlimit() - len(inspect.stack(0)) - free)
+
+
+def test_the_deepest_and_largest_accepted_bodies_rebuild_after_a_restart(tmp_path):
+    """Issue 43 (c): a body nested 985 deep was accepted (the parser's own limit, in a worker
+    thread) and could not be rebuilt by the next replica (the same parser on a deeper stack).
+    One depth check, before parsing, holds at submit and at rebuild alike."""
+    from serve_apps.errors import DEFAULT_MAX_BODY_BYTES, MAX_JSON_DEPTH
+
+    tuning = SchedulerTuning(max_args_depth=1000)  # the loosest argument cap there is
+    allow = AllowList([])
+
+    def deep(levels: int) -> bytes:  # the body nests 4 levels (body, tasks, task, args) + args
+        inner = "[" * (levels - 4) + "1" + "]" * (levels - 4)
+        return ('{"name": "deepest", "tasks": [{"name": "a", "compute_gflop": 1, "args": ['
+                + inner + ']}]}').encode()
+
+    assert jr_depth(deep(MAX_JSON_DEPTH + 1)) == MAX_JSON_DEPTH + 1
+    with pytest.raises(RequestError) as e:  # one past the limit: refused at submit
+        _submit_path(deep(MAX_JSON_DEPTH + 1), tuning, allow)
+    assert e.value.kind == "json_too_deep" and f"{MAX_JSON_DEPTH} levels" in e.value.msg
+    with pytest.raises(RequestError, match="json_too_deep|nested 985"):
+        _submit_path(deep(985), tuning, allow)
+    per_task = 1 << 20
+    big_tasks = [{"name": f"t{i}", "compute_gflop": 1, "args": ["x" * (per_task - 16)]}
+                 for i in range(3)]
+    largest = json.dumps({"name": "largest", "tasks": big_tasks}).encode()
+    assert DEFAULT_MAX_BODY_BYTES - (2 << 20) < len(largest) <= DEFAULT_MAX_BODY_BYTES
+    j = Journal(str(tmp_path / "j"))
+    for wid, body in (("deepest", deep(MAX_JSON_DEPTH)), ("largest", largest)):
+        accepted = _submit_path(body, tuning, allow)  # (a worker thread's shallow stack)
+        j.submit(Submission(id=wid, fmt="json", payload=body, name=accepted.spec.name,
+                            group="t", key=None, meta={"content_type": "application/json"}))
+    loaded = {e.submission.id: e.submission for e in j.load().entries}
+    for wid in ("deepest", "largest"):
+        wf = _on_a_deep_stack(lambda: rebuild(loaded[wid], allow, tuning))
+        assert wf.spec.name == wid and len(wf.calls) == (1 if wid == "deepest" else 3)
+    # the old limit, the parser's own, depended on the stack: what a shallow stack parsed ...
+    json.loads(deep(900))
+    with pytest.raises(RecursionError):  # ... a deep one could not
+        _on_a_deep_stack(lambda: json.loads(deep(900)))
+
+
+def jr_depth(body: bytes) -> int:
+    from serve_apps.errors import json_depth
+    return json_depth(body)
