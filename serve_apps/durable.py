@@ -70,6 +70,18 @@ class JournalView:
             self._size, self._at = self.sched.journal_size(), now
         return self._size
 
+    def tenant_counts(self, held: int, is_mine: Any) -> dict[str, Any]:
+        """What an HTTP tenant sees of the journal: whether there is one, how many of its
+        workflows it holds (``held``), and how many of its own (``is_mine(workflow id)``)
+        could not be restored or had a problem. No path, no other tenant's count."""
+        s = self.sched
+        if s.journal is None:
+            return {"on": False}
+        return {"on": True, "workflows": held,
+                "unrestorable": sum(1 for w in list(s.unrestorable) if is_mine(w)),
+                "problems": sum(1 for p in list(s.journal_problems)
+                                if p.startswith("workflow ") and is_mine(p[9:].split(":", 1)[0]))}
+
     def view(self, tenant: str) -> dict[str, Any]:
         s = self.sched
         size = self.cached_size()

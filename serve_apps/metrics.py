@@ -10,10 +10,15 @@ loop). What is exported (docs/serving.md, "Metrics"):
   ``running_tasks``, ``servers``, ``decisions_per_s`` (over the last interval),
   ``journal_bytes``;
 * counters: ``decisions``, ``waits``, ``guard_overrides``, ``lost_runs``, ``rejected`` (per
-  tenant and reason: ``quota`` is a 429, ``does_not_fit``, ``no_servers``, ``unauthorized``,
-  ``forbidden``);
+  tenant and reason: ``quota`` is a 429, ``does_not_fit``, ``no_servers``, ``too_large``,
+  ``unauthorized``, ``forbidden``), ``audit`` (the audit lines, per action and reason:
+  serve_apps.tenants);
 * histograms: ``decision_latency_ms`` (the policy's answer to one placement question),
   ``workflow_response_s`` per tenant and policy.
+
+The ``tenant`` label is :func:`serve_apps.tenants.tenant_label` of the tenant (``t-`` + 8 hex of
+its name's SHA-256; a failed token's ``?`` as is) unless ``SchedulerArgs.metrics_tenant_names``:
+whoever reads the metrics port learns no tenant name.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from collections import defaultdict
 from typing import Any
 
 from scale_ray.live.handles import WorkflowHandle
+
+from .tenants import audit_counts, tenant_label
 
 log = logging.getLogger("ray.serve")
 
@@ -47,13 +54,22 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "guard_overrides": ("counter", "picks the guard replaced", ()),
     "lost_runs": ("counter", "runs lost with their node or actor", ()),
     "rejected": ("counter", "submits and requests refused", ("tenant", "reason")),
+    "audit": ("counter", "audit lines: submits, cancels, refusals, token failures",
+              ("action", "reason")),
     "decision_latency_ms": ("histogram", "the policy's answer to one placement question (ms)",
                             ()),
     "workflow_response_s": ("histogram", "submission to the last task's completion (wall s)",
                             ("tenant", "policy")),
 }
 
-__all__ = ["ServiceMetrics", "PREFIX", "METRICS", "parse_prometheus"]
+__all__ = ["ServiceMetrics", "PREFIX", "METRICS", "parse_prometheus", "label_for"]
+
+
+def label_for(service: Any) -> Any:
+    """The tenant label function of ``service``: the name itself when its args opt in
+    (``metrics_tenant_names``), else :func:`~serve_apps.tenants.tenant_label`."""
+    names = bool(getattr(getattr(service, "args", None), "metrics_tenant_names", False))
+    return str if names else tenant_label
 
 
 class ServiceMetrics:
@@ -80,6 +96,8 @@ class ServiceMetrics:
         self._last: dict[str, float] = {}
         self._last_t = time.monotonic()
         self._tenants: set[str] = set()
+        self._label = label_for(service)
+        self._audited: dict[tuple[str, str], int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="scheduler-metrics", daemon=True)
 
@@ -128,10 +146,16 @@ class ServiceMetrics:
         with self._lock:
             refused, self._refused = self._refused, defaultdict(int)
             responses, self._responses = self._responses, []
+        label = self._label
         for (tenant, reason), n in refused.items():
-            self.counters["rejected"].inc(n, tags={"tenant": tenant, "reason": reason})
+            self.counters["rejected"].inc(n, tags={"tenant": label(tenant), "reason": reason})
+        for key, n in audit_counts().items():
+            if n > self._audited.get(key, 0):
+                self.counters["audit"].inc(n - self._audited.get(key, 0),
+                                           tags={"action": key[0], "reason": key[1] or "-"})
+                self._audited[key] = n
         for tenant, policy, s in responses:
-            self.response.observe(s, tags={"tenant": tenant, "policy": policy})
+            self.response.observe(s, tags={"tenant": label(tenant), "policy": policy})
         queued: dict[str, int] = defaultdict(int)
         unfinished: dict[str, int] = defaultdict(int)
         for wid, h in list(svc.workflows.items()):
@@ -140,9 +164,9 @@ class ServiceMetrics:
                 unfinished[tenant] += 1
                 queued[tenant] += sum(1 for f in h.task_finish_wall if f is None)
         for tenant in self._tenants | set(unfinished):  # a tenant that drained reads 0
-            self.gauges["queued_tasks"].set(queued.get(tenant, 0), tags={"tenant": tenant})
-            self.gauges["unfinished_workflows"].set(unfinished.get(tenant, 0),
-                                                    tags={"tenant": tenant})
+            tags = {"tenant": label(tenant)}
+            self.gauges["queued_tasks"].set(queued.get(tenant, 0), tags=tags)
+            self.gauges["unfinished_workflows"].set(unfinished.get(tenant, 0), tags=tags)
         self._tenants = set(unfinished)
         load = sched.load()
         self.gauges["ready_tasks"].set(load["ready_tasks"])
@@ -168,7 +192,7 @@ def parse_prometheus(text: str, prefix: str = "ray_" + PREFIX, worker: str | Non
         key, _, value = line.rpartition(" ")
         name, _, labels = key.partition("{")
         kept = [kv for kv in labels.rstrip("}").split(",") if kv and kv.split("=", 1)[0] in (
-            "tenant", "reason", "policy", "le")]
+            "tenant", "reason", "policy", "le", "action")]
         try:
             v = float(value)
         except ValueError:

@@ -1,7 +1,7 @@
 """The scheduler service's workflows: accepting one (quotas, idempotency keys, the journal
 record), registering it for its tenant, releasing finished ones, and looking an id up (404 for
 anything not this tenant's, 410 for what an earlier replica accepted and the journal could not
-restore).
+restore), and what ``GET /v1/cluster`` shows a tenant (:func:`tenant_view`: counts only).
 
 :class:`Workflows` is a part of :class:`serve_apps.scheduler.SchedulerService` (a mixin over its
 ``sched``, ``tuning``, ``ids``, ``workflows``, ``owner``, ``_inflight`` and locks).
@@ -9,8 +9,9 @@ restore).
 
 from __future__ import annotations
 
+import contextvars
 import time
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -25,7 +26,67 @@ from .schemas import RequestError
 from .tenants import audit
 from .workflow_api import state
 
-__all__ = ["Workflows", "UnknownWorkflow", "refusal", "unknown_handler"]
+__all__ = ["Workflows", "UnknownWorkflow", "refusal", "unknown_handler", "mask_tasks",
+           "tenant_view", "HTTP_CALLER"]
+
+#: set by the service when it authenticated an HTTP request (its task's context only): such a
+#: caller gets :func:`tenant_view`; a handle call (a Ray job, which can read the cluster's nodes
+#: and actors from Ray's state API anyway) also gets node, actor and worker ids
+HTTP_CALLER: contextvars.ContextVar[bool] = contextvars.ContextVar("scale_http_caller",
+                                                                   default=False)
+
+
+def mask_tasks(servers: Iterable[dict], ids: Mapping[int, str],
+               handles: Iterable[WorkflowHandle]) -> list[dict]:
+    """The snapshot's servers with each running task shown to its owner only: ``{"workflow":
+    <its id>, "task", "name"}`` when its handle's ``id()`` is in ``ids`` (handle -> workflow
+    id of this tenant), else ``{"tenant": "other"}``."""
+    by_id = {h.id: h for h in handles}
+    out = []
+    for srv in servers:
+        task = srv.get("task")
+        if task is not None:
+            h = by_id.get(task.get("workflow"))
+            task = ({"workflow": ids[id(h)], "task": task["task"], "name": task["name"]}
+                    if h is not None and id(h) in ids else {"tenant": "other"})
+        out.append({**srv, "task": task})
+    return out
+
+
+def tenant_view(snap: Mapping[str, Any], servers: list[dict], tenant: str,
+                workflows: Mapping[str, int], queued_tasks: int, others: int,
+                policy: Mapping[str, Any], journal: Mapping[str, Any], resumed: int,
+                uptime_s: float) -> dict[str, Any]:
+    """``GET /v1/cluster`` for an HTTP tenant: counts only, built field by field (nothing of the
+    snapshot passes unnamed): servers (count, busy, accepting, per tier), the queue, the policy's
+    name and version, this tenant's workflows per state, its queued tasks and running tasks
+    (``servers`` as :func:`mask_tasks` made them), other tenants' unfinished workflows as one
+    count, this tenant's journal counts. Never a path, a node, worker or actor id, or another
+    tenant's task."""
+    tiers: dict[str, dict[str, int]] = {}
+    for s in servers:
+        t = tiers.setdefault(str(s.get("tier")), {"servers": 0, "busy": 0})
+        t["servers"] += 1
+        t["busy"] += bool(s.get("busy"))
+    return {
+        "tenant": tenant,
+        "servers": {"count": len(servers), "busy": sum(bool(s.get("busy")) for s in servers),
+                    "accepting": sum(bool(s.get("accepting")) for s in servers),
+                    "by_tier": tiers},
+        **{k: int(snap.get(k) or 0) for k in ("ready_tasks", "set_aside_tasks", "running_tasks",
+                                               "workflows_pending")},
+        "policy": str(policy.get("name")), "policy_version": str(policy.get("version") or "0"),
+        "swaps": int(policy.get("swaps") or 0),
+        "last_swap_failed": bool(policy.get("last_swap_failed")),
+        "workflows": {str(k): int(v) for k, v in workflows.items()},
+        "queued_tasks": int(queued_tasks),
+        "running": [dict(s["task"]) for s in servers
+                    if s.get("task") is not None and "workflow" in s["task"]],
+        "other_tenants": {"unfinished_workflows": int(others)},
+        "journal": {k: (v if isinstance(v, bool) else int(v)) for k, v in journal.items()},
+        "resumed_workflows": int(resumed),
+        "uptime_s": float(uptime_s),
+    }
 
 
 def refusal(e: WorkflowError) -> RequestError:

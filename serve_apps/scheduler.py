@@ -195,6 +195,8 @@ class SchedulerService(Workflows):
             audit("refuse", "?", reason=kind, detail=why, client=host or "")
             self.metrics.refused("?", kind)
             raise RequestError(("header", "authorization"), why, kind, status=status)
+        from .registry import HTTP_CALLER
+        HTTP_CALLER.set(True)  # (this request's task only: _cluster shows it counts only)
         return tenant
 
     def _check_bounds(self, wf: WorkflowIn | Any, tenant: str) -> None:
@@ -256,28 +258,40 @@ class SchedulerService(Workflows):
         return await self._off_loop(make)
 
     async def _cluster(self, tenant: str) -> dict:
+        """``GET /v1/cluster`` (an HTTP tenant: counts only, ``registry.tenant_view``) and the
+        handle's ``cluster()`` (a Ray job: the snapshot with the servers' nodes, the replica's
+        ids and the journal's storage, which Ray's state API shows it anyway). Either way
+        another tenant's running task shows as ``{"tenant": "other"}``."""
         import ray
 
+        from .registry import HTTP_CALLER, mask_tasks, tenant_view
+
         snap = await asyncio.wrap_future(self.sched.snapshot())
+        items = list(self.workflows.items())
+        mine = {k: h for k, h in items if self.owner.get(k) == tenant}
         counts: dict[str, int] = {}
-        others = 0
-        mine = {id(h) for k, h in list(self.workflows.items()) if self.owner.get(k) == tenant}
-        for k, h in list(self.workflows.items()):
-            if id(h) not in mine:
-                others += not h.done()
-                continue
+        for h in mine.values():
             s = state(h)
             counts[s] = counts.get(s, 0) + 1
-        ids = {id(h): k for k, h in list(self.workflows.items()) if id(h) in mine}
-        handles = self.sched.handles()
-        for srv in snap["servers"]:  # another tenant's task shows as busy, nothing more
-            task = srv["task"]
-            if task is not None:
-                hid = task["workflow"]
-                h = next((x for x in handles if x.id == hid), None)
-                srv["task"] = ({"workflow": ids[id(h)], "task": task["task"], "name": task["name"]}
-                               if h is not None and id(h) in ids else {"tenant": "other"})
-        return {**snap, "policy_spec": self.holder.spec, **self.holder.report(), "tenant": tenant,
+        others = sum(1 for k, h in items if k not in mine and not h.done())
+        servers = mask_tasks(snap["servers"], {id(h): k for k, h in mine.items()},
+                             self.sched.handles())
+        resumed = sum(1 for h in self.resumed if self.owner.get(h.jid) == tenant)
+        uptime = time.perf_counter() - self.t0
+        if HTTP_CALLER.get():
+            describe = getattr(self.holder.current, "describe", None)
+            policy = {"name": snap["policy"], "swaps": self.holder.swaps,
+                      "version": (describe() if callable(describe) else {}).get("version"),
+                      "last_swap_failed": self.holder.last_swap_error is not None}
+            queued = sum(sum(1 for f in h.task_finish_wall if f is None)
+                         for h in mine.values() if not h.done())
+            journal = self.journal.tenant_counts(
+                sum(1 for h in mine.values() if h.jid is not None),
+                lambda wid: self.ids.check(wid, tenant) != "unknown")
+            return tenant_view(snap, servers, tenant, counts, queued, others, policy, journal,
+                               resumed, uptime)
+        return {**snap, "servers": servers, "policy_spec": self.holder.spec,
+                **self.holder.report(), "tenant": tenant,
                 "scheduler_node": ray.get_runtime_context().get_node_id(),
                 "replica_actor": ray.get_runtime_context().get_actor_name(),
                 "replica_worker_id": ray.get_runtime_context().get_worker_id(),
@@ -286,9 +300,8 @@ class SchedulerService(Workflows):
                 "journal": await self._off_loop(self.journal.view, tenant),
                 "resumed": {"replica_started": self.started_at, "policy_loaded": self.holder.loaded_at,
                             "scheduler_started": self.scheduler_at, "at": self.resumed_at,
-                            "workflows": sum(1 for h in self.resumed
-                                             if self.owner.get(h.jid) == tenant)},
-                "uptime_s": time.perf_counter() - self.t0}
+                            "workflows": resumed},
+                "uptime_s": uptime}
 
     # ---------------------------------------------------------------- HTTP
     @api.post("/v1/workflows", status_code=201, summary="submit a workflow (a DAG)")

@@ -88,6 +88,9 @@ class SchedulerArgs:
         doc="append the JSONL trace (scale-ray gantt reads it) to this file on the replica's node"))
     emulation: Emulation = field(default_factory=Emulation, metadata=rng(
         doc="declared run times hidden from the scheduler, noise of emulated runs"))
+    metrics_tenant_names: bool = field(default=False, metadata=rng(
+        doc="label per-tenant metrics with tenant names; false: t- + 8 hex of the name's "
+            "SHA-256 (serve_apps.tenants.tenant_label), so the metrics port shows no names"))
     tuning: SchedulerTuning = SchedulerTuning()
 
 

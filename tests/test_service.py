@@ -360,8 +360,8 @@ def test_http_api(service):
         assert http.get(f"/v1/workflows/{forged}").status_code == 404
         assert http.get(f"/v1/workflows/{wid}", params={"wait_s": 99}).status_code == 422
         c = http.get("/v1/cluster").json()
-        assert c["policy"] == "eft" and len(c["servers"]) >= 5
-        assert {"busy", "accepting", "node", "tier"} <= set(c["servers"][0])
+        assert c["policy"] == "eft" and c["servers"]["count"] >= 5  # counts only (issue 43)
+        assert "node" not in json.dumps(c) and "replica_actor" not in c and "journal" in c
         assert c["workflows"]["completed"] >= 1 and c["workflows"]["cancelled"] == 1
 
 
@@ -558,8 +558,9 @@ def test_metrics_reach_rays_prometheus_endpoint(service):
     decisions = info["counters"]["decisions"]
     m = scrape_metrics(until=decisions, timeout_s=60, worker=info["replica_worker_id"])
     assert m.get("ray_scale_scheduler_decisions_total") == decisions, sorted(m)
-    assert m['ray_scale_scheduler_rejected_total{reason="does_not_fit",tenant="local"}'] >= 1
-    key = f'ray_scale_scheduler_workflow_response_s_count{{policy="eft",tenant="{tenant}"}}'
+    from serve_apps.tenants import tenant_label  # (labels: hashed names, issue 43)
+    assert m[f'ray_scale_scheduler_rejected_total{{reason="does_not_fit",tenant="{tenant_label("local")}"}}'] >= 1
+    key = f'ray_scale_scheduler_workflow_response_s_count{{policy="eft",tenant="{tenant_label(tenant)}"}}'
     assert m[key] == 1
     assert m["ray_scale_scheduler_decision_latency_ms_count"] >= 1
     assert m["ray_scale_scheduler_servers"] >= 5
@@ -602,7 +603,9 @@ def test_hostile_requests_get_4xx_never_5xx(service):
     gets = ["/v1/workflows/nope", "/v1/workflows/" + "a" * 10_000, "/v1/workflows/%00",
             "/v1/workflows/..%2F..%2Fetc", "/v1/workflows/x?wait_s=-1",
             "/v1/workflows/x?wait_s=1e9", "/v1/workflows/x?wait_s=abc",
-            "/v1/workflows/x?result=maybe"]
+            "/v1/workflows/x?result=maybe", "/v1/workflows/a-b-%C3%A9",  # (issue 43: was a 500)
+            *("/v1/workflows/" + "-".join(w) for w in (("%C3%A9",) * 3, ("a", "%FF", "%00"),
+                                                         ("\u4e2d", "b", "c" * 300)))]
     statuses = []
     with httpx.Client(base_url=service.url, timeout=60) as http:
         for body, ct in posts:
