@@ -10,6 +10,7 @@ restore), and what ``GET /v1/cluster`` shows a tenant (:func:`tenant_view`: coun
 from __future__ import annotations
 
 import contextvars
+import logging
 import time
 from typing import Any, Iterable, Mapping
 
@@ -25,6 +26,8 @@ from . import errors
 from .schemas import RequestError
 from .tenants import audit
 from .workflow_api import state
+
+log = logging.getLogger("ray.serve")
 
 __all__ = ["Workflows", "UnknownWorkflow", "refusal", "unknown_handler", "mask_tasks",
            "tenant_view", "HTTP_CALLER"]
@@ -191,6 +194,18 @@ class Workflows:
             if load is not None:
                 load[0] -= 1
                 load[1] -= tasks
+        journal = getattr(self.sched, "journal", None)
+        if journal is not None and h.jid is not None and h.error is None:
+            # the journal keeps the outputs' results only, folded with the others (a failed or
+            # cancelled one the scheduler folds itself): its files stop counting per task
+            self._pool.submit(self._fold, journal, h.jid, keep)
+
+    @staticmethod
+    def _fold(journal: Any, wid: str, keep: set[int]) -> None:
+        try:
+            journal.finish(wid, keep)
+        except Exception:  # noqa: BLE001 - storage trouble must not stop the service
+            log.exception("journal: folding finished workflow %s failed", wid)
 
     def _prune(self) -> None:
         with self._reg_lock:

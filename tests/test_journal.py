@@ -82,8 +82,9 @@ def test_compaction_keeps_the_record_and_forget_removes_it(tmp_path):
     assert before["workflows"] == 1 and before["entries"] == 7
     j.end("w", {"state": "completed", "error": None, "finished": 1.0, "task_finish": [1, 1, 1],
                 "task_nodes": ["n"] * 3})
-    after = j.size()
-    assert after["entries"] == 2 and after["bytes"] < before["bytes"] - 2500
+    after = j.size()  # (submission and end record folded into one segment file)
+    assert after["entries"] == 1 and after["workflows"] == 1
+    assert after["bytes"] < before["bytes"] - 2500
     (e,) = j.load().entries
     assert e.end["state"] == "completed" and e.results == {}
     j.remove("w")
@@ -200,3 +201,91 @@ def test_the_deepest_and_largest_accepted_bodies_rebuild_after_a_restart(tmp_pat
 def jr_depth(body: bytes) -> int:
     from serve_apps.errors import json_depth
     return json_depth(body)
+
+
+def _files(root) -> int:
+    return sum(1 for p in root.rglob("*") if p.is_file())
+
+
+def _run_workflow(j: Journal, wid: str, tasks: int = 3) -> None:
+    j.submit(Submission(id=wid, fmt="json", payload=_doc([{"name": f"t{i}", "compute_gflop": 1}
+                                                          for i in range(tasks)]), group="t"))
+    for i in range(tasks):
+        jr.record_start(j.target(wid, i, "json", 0))
+        jr.record_result(j.target(wid, i, "json", 0), {"task": i, "pad": "x" * 200}, "node-a")
+
+
+def test_finished_workflows_fold_into_a_bounded_number_of_files(tmp_path, monkeypatch):
+    """Issue 43 (g): the journal reached 65,864 files after 45k tasks (every finished task kept
+    its start marker and result until its result was fetched). Now a finished workflow is
+    folded into a shared segment (its outputs' results kept, the other tasks' node and time),
+    a forgotten one dropped, a sparse segment merged: the files are unfinished work plus about
+    retained / (SEGMENT_RECORDS / 4) segments, however many workflows ran, across restarts."""
+    monkeypatch.setattr(jr, "SEGMENT_RECORDS", 8)
+    root = tmp_path / "j"
+    j = Journal(str(root))
+    retain, unfinished = 20, 3
+    bound = unfinished * 7 + retain // (8 // 4) + 2  # (7 files an unfinished 3-task workflow)
+    finished: list[str] = []
+    counts = []
+    for n in range(240):
+        wid = f"w{n:04d}"
+        _run_workflow(j, wid)
+        if n % 80 == 79:  # a restart: a new writer loads what the last one left
+            j = Journal(str(root))
+            j.load()
+        if n >= unfinished:  # the oldest unfinished one completes; its outputs are kept
+            done = f"w{n - unfinished:04d}"
+            if n % 5 == 0:
+                j.end(done, {"state": "failed", "error": "x", "finished": 1.0,
+                             "task_finish": [1.0] * 3, "task_nodes": ["n"] * 3})
+            else:
+                j.finish(done, keep={2})
+            finished.append(done)
+            if n % 3 == 0 and len(finished) > 1:
+                j.end(finished[-2], {"state": "completed", "error": None, "finished": 1.0,
+                                     "task_finish": [1.0] * 3, "task_nodes": ["n"] * 3})
+        while len(finished) > retain:  # retain_finished: the oldest is forgotten
+            j.remove(finished.pop(0))
+        counts.append(_files(root))
+        assert counts[-1] <= bound, (n, counts[-1], bound)
+    assert max(counts[120:]) <= bound and j.size()["workflows"] == retain + unfinished
+    loaded = Journal(str(root)).load()
+    assert not loaded.problems and not loaded.unrestorable
+    by_id = {e.submission.id: e for e in loaded.entries}
+    assert set(by_id) == set(finished) | {f"w{n:04d}" for n in range(237, 240)}
+    kept = [e for e in by_id.values() if e.end is None and len(e.results) == 3 and e.runs == {}]
+    assert kept, "completed workflows come back with every task done"
+    for e in kept:  # the output's value, the others' node and time only
+        assert e.results[2][0] == {"task": 2, "pad": "x" * 200} and e.results[2][1] == "node-a"
+        assert e.results[0][0] is None and e.results[1][0] is None
+    assert any(e.end is not None and e.end["state"] == "failed" for e in by_id.values())
+
+
+def test_a_fold_interrupted_or_followed_by_a_late_result_loads_once(tmp_path):
+    """A crash between writing a workflow's segment record and deleting its directory, or a late
+    run (a hedged copy) writing a result after the fold: the segment's record wins and the
+    directory is removed at the next load."""
+    root = tmp_path / "j"
+    j = Journal(str(root))
+    _run_workflow(j, "a")
+    _run_workflow(j, "b")
+    j.finish("a", keep={2})
+    jr.record_start(j.target("a", 1, "json", 1))  # a late copy: nothing to record
+    jr.record_result(j.target("a", 1, "json", 1), {"late": True}, "node-b")
+    assert not (root / "wf" / "a").exists()
+    saved = {p.name: p.read_bytes() for p in (root / "wf" / "b").iterdir()}
+    j.finish("b", keep={2})
+    (root / "wf" / "b").mkdir()  # ... as if the directory's delete never happened
+    for name, blob in saved.items():
+        (root / "wf" / "b" / name).write_bytes(blob)
+    j.finish("b", keep={2})  # a second fold of a folded one only removes the directory
+    assert not (root / "wf" / "b").exists()
+    (root / "wf" / "b").mkdir()
+    (root / "wf" / "b" / "submit").write_bytes(saved["submit"])
+    loaded = Journal(str(root)).load()
+    assert sorted(e.submission.id for e in loaded.entries) == ["a", "b"]
+    assert not loaded.problems and not (root / "wf" / "a").exists()
+    assert not (root / "wf" / "b").exists()
+    a = next(e for e in loaded.entries if e.submission.id == "a")
+    assert a.results[1][0] is None and a.results[2][0]["task"] == 2

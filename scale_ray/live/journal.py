@@ -3,13 +3,25 @@ that restarts (a Serve replica replaced, a driver run again) resumes every unfin
 (docs/serving.md, "Durability").
 
 Storage is any ``pyarrow.fs`` URI or a local path (``/mnt/nfs/scale``, ``s3://bucket/prefix``,
-``gs://...``), as Ray Train's ``storage_path``. Layout, one directory per workflow::
+``gs://...``), as Ray Train's ``storage_path``. Layout: one directory per unfinished workflow,
+and finished ones folded into a few shared files::
 
     <root>/wf/<id>/submit        the accepted workflow: its document or pickled calls, key, group
     <root>/wf/<id>/s<i>.<a>      task i's run number a started (written by the worker first)
     <root>/wf/<id>/t<i>          task i finished: its result (written by the worker before the
                                  run reports done)
-    <root>/wf/<id>/end           finished and compacted: state, error, times (no results)
+    <root>/done/<seq>-<writer>   finished workflows, up to SEGMENT_RECORDS (or SEGMENT_BYTES)
+                                 a file: each one's submission and either its kept results
+                                 (:meth:`Journal.finish`: a completed workflow's outputs; the
+                                 other tasks' node and time) or its end record (:meth:`Journal.end`:
+                                 state, error, times; no results)
+
+Folding a workflow writes its record into the open segment, then deletes its directory; a
+forgotten one (:meth:`Journal.remove`) is dropped from its segment, and a segment left under a
+quarter full is merged into the open one. So the journal holds files for unfinished work plus
+about ``retained / (SEGMENT_RECORDS / 4)`` segments, whatever it ran before (it held 65,864
+files after 45k tasks when every finished task kept its files until its result was fetched).
+One writer per journal (one scheduler); a new one opens a segment of its own.
 
 Every entry is one object written whole under a temporary name and then moved into place, and
 carries a magic, its lengths and a CRC32: a crash at any point leaves either the old state or the
@@ -41,8 +53,11 @@ MAGIC = b"SCJ1"
 _HEAD = struct.Struct("<4sIII")  # magic, meta length, payload length, crc32(meta + payload)
 FORMATS = ("json", "pickle")
 
+SEGMENT_RECORDS = 128  # finished workflows per segment file (the open one is rewritten whole)
+SEGMENT_BYTES = 1 << 20  # ... or this many bytes, whichever comes first
+
 __all__ = ["Journal", "Submission", "Loaded", "CorruptEntry", "attempt", "encode", "decode",
-           "resolve_storage", "FORMATS"]
+           "resolve_storage", "FORMATS", "SEGMENT_RECORDS", "SEGMENT_BYTES"]
 
 
 class CorruptEntry(ValueError):
@@ -125,7 +140,16 @@ def record_start(target: tuple) -> None:
     """The worker, before the primitive's body: a start marker ``s<i>.<attempt>``."""
     uri, wid, idx, _fmt, n = target
     fs, root = _filesystem(uri)
-    _put(fs, f"{root}/wf/{wid}/s{idx}.{n}", encode({"t": time.time()}))
+    _put_late(fs, f"{root}/wf/{wid}/s{idx}.{n}", encode({"t": time.time()}))
+
+
+def _put_late(fs: Any, path: str, blob: bytes) -> None:
+    """A worker's write; its workflow's directory gone (a late hedged copy of a workflow that
+    finished and was folded or forgotten) is nothing to record."""
+    try:
+        _put(fs, path, blob)
+    except FileNotFoundError:
+        pass
 
 
 def record_result(target: tuple, value: Any, node: str) -> None:
@@ -138,8 +162,8 @@ def record_result(target: tuple, value: Any, node: str) -> None:
 
         payload = cloudpickle.dumps(value)
     fs, root = _filesystem(uri)
-    _put(fs, f"{root}/wf/{wid}/t{idx}", encode({"node": node, "t": time.time(), "attempt": n,
-                                                "fmt": fmt}, payload))
+    _put_late(fs, f"{root}/wf/{wid}/t{idx}", encode({"node": node, "t": time.time(),
+                                                     "attempt": n, "fmt": fmt}, payload))
 
 
 # ------------------------------------------------------------------------- the scheduler's side
@@ -186,6 +210,12 @@ class Journal:
         self.uri = uri
         self.fs, self.root = _filesystem(uri)
         self.writes = 0
+        self._lock = threading.RLock()  # the segments (workers write only their own task files)
+        self._where: dict[str, str] | None = None  # folded workflow -> its segment (None: unread)
+        self._segs: dict[str, dict[str, int]] = {}  # segment -> {workflow: record bytes}
+        self._open: str | None = None  # the segment new records go to (this writer's)
+        self._open_blobs: dict[str, bytes] = {}
+        self._writer = uuid.uuid4().hex[:8]
 
     def _dir(self, wid: str) -> str:
         return f"{self.root}/wf/{wid}"
@@ -202,25 +232,45 @@ class Journal:
         _put(self.fs, f"{self._dir(sub.id)}/submit", encode(sub.header(), sub.payload))
         self.writes += 1
 
-    def end(self, wid: str, info: dict[str, Any], payload: bytes = b"") -> None:
-        """Finish and compact ``wid``: the end record (state, error, times) replaces its results
-        and start markers; its submission stays (the record a GET shows) until :meth:`remove`."""
-        d = self._dir(wid)
-        _put(self.fs, f"{d}/end", encode(info, payload))
-        self.writes += 1
-        import pyarrow.fs as pafs
+    def finish(self, wid: str, keep: Any) -> None:
+        """``wid`` completed: fold it into a segment with the results of tasks ``keep`` (its
+        outputs; the others keep their node and time, not their value: a resume marks them done
+        without running them) and delete its directory. Nothing when it is not in a directory
+        (already folded, forgotten, never journaled)."""
+        with self._lock:
+            if wid in self._index():
+                self._delete_dir(wid)
+                return
+            self._fold(wid, None, b"", set(keep))
 
-        try:
-            infos = self.fs.get_file_info(pafs.FileSelector(d))
-        except (FileNotFoundError, OSError):
-            return
-        for fi in infos:
-            base = fi.base_name
-            if base.startswith(("t", "s")) and base != "submit":
-                self._delete(fi.path)
+    def end(self, wid: str, info: dict[str, Any], payload: bytes = b"") -> None:
+        """Finish and compact ``wid``: its end record (state, error, times) replaces its results
+        and start markers; its submission stays (the record a GET shows) until :meth:`remove`."""
+        with self._lock:
+            seg = self._index().get(wid)
+            if seg is None:
+                self._fold(wid, info, payload, set())
+                return
+            self._delete_dir(wid)  # (a leftover: a late run's result)
+            blobs = self._seg_blobs(seg)
+            sub, _, _, _ = _parse_record(blobs[wid])
+            blobs[wid] = _record_blob(sub, info, payload, [])
+            self._write_seg(seg, blobs)
 
     def remove(self, wid: str) -> None:
         """Forget ``wid`` entirely (it is no longer kept for GET)."""
+        with self._lock:
+            self._delete_dir(wid)
+            seg = self._index().get(wid)
+            if seg is None:
+                return
+            blobs = self._seg_blobs(seg)
+            blobs.pop(wid, None)
+            del self._where[wid]
+            self._write_seg(seg, blobs)
+            self._merge_if_sparse(seg)
+
+    def _delete_dir(self, wid: str) -> None:
         try:
             self.fs.delete_dir(self._dir(wid))
         except (FileNotFoundError, OSError):
@@ -236,12 +286,149 @@ class Journal:
         """``{"storage", "workflows", "entries", "bytes"}`` (a walk of the journal)."""
         import pyarrow.fs as pafs
 
-        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.root}/wf", recursive=True,
-                                                        allow_not_found=True))
-        files = [fi for fi in infos if fi.type == pafs.FileType.File]
-        wfs = {fi.path[len(self.root) + 4:].split("/", 1)[0] for fi in files}
-        return {"storage": self.uri, "workflows": len(wfs), "entries": len(files),
+        with self._lock:
+            folded = set(self._index())
+        files = [fi for sub in ("wf", "done") for fi in self.fs.get_file_info(pafs.FileSelector(
+            f"{self.root}/{sub}", recursive=True, allow_not_found=True))
+            if fi.type == pafs.FileType.File]
+        dirs = {fi.path[len(self.root) + 4:].split("/", 1)[0] for fi in files
+                if fi.path.startswith(f"{self.root}/wf/")}
+        return {"storage": self.uri, "workflows": len(dirs | folded), "entries": len(files),
                 "bytes": int(sum(fi.size or 0 for fi in files))}
+
+    # -------------------------------------------------------------------- segments
+    def _seg_path(self, seg: str) -> str:
+        return f"{self.root}/done/{seg}"
+
+    def _index(self) -> dict[str, str]:
+        """Folded workflow -> its segment (read from storage the first time)."""
+        if self._where is None:
+            self._read_segments([])
+        return self._where
+
+    def _read_segments(self, problems: list[str]) -> dict[str, bytes]:
+        """Every segment's records (workflow -> record; one in two segments, after a crash
+        mid-merge: the later segment's); rebuilds the index. Unreadable ones are reported."""
+        import pyarrow.fs as pafs
+
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.root}/done",
+                                                        allow_not_found=True))
+        records: dict[str, bytes] = {}
+        self._where, self._segs = {}, {}
+        for fi in sorted((fi for fi in infos if fi.type == pafs.FileType.File),
+                         key=lambda fi: fi.base_name):
+            if ".tmp-" in fi.base_name:
+                self._delete(fi.path)
+                continue
+            try:
+                blobs = self._seg_blobs(fi.base_name)
+            except (CorruptEntry, KeyError, TypeError, ValueError, OSError) as e:
+                problems.append(f"segment {fi.base_name}: unreadable ({e}); its finished "
+                                f"workflows are not restored")
+                continue
+            for wid, blob in blobs.items():
+                old = self._where.get(wid)
+                if old is not None:
+                    self._segs[old].pop(wid, None)
+                records[wid] = blob
+                self._where[wid] = fi.base_name
+                self._segs.setdefault(fi.base_name, {})[wid] = len(blob)
+        return records
+
+    def _seg_blobs(self, seg: str) -> dict[str, bytes]:
+        """Workflow -> record of segment ``seg`` (in order)."""
+        if seg == self._open:
+            return dict(self._open_blobs)
+        head, payload = self._read(self._seg_path(seg))
+        out, at = {}, 0
+        for wid, n in zip(head["ids"], head["lengths"]):
+            out[wid], at = payload[at:at + n], at + n
+        return out
+
+    def _write_seg(self, seg: str, blobs: dict[str, bytes]) -> None:
+        """Segment ``seg`` holds ``blobs`` now (written whole; deleted when empty)."""
+        if blobs:
+            _put(self.fs, self._seg_path(seg), encode(
+                {"ids": list(blobs), "lengths": [len(b) for b in blobs.values()]},
+                b"".join(blobs.values())))
+        else:
+            self._delete(self._seg_path(seg))
+        self.writes += 1
+        self._segs[seg] = {w: len(b) for w, b in blobs.items()}
+        if not blobs and seg != self._open:
+            del self._segs[seg]
+        if seg == self._open:
+            self._open_blobs = dict(blobs)
+
+    def _append(self, records: dict[str, bytes]) -> None:
+        """Add ``records`` to the open segment (a new one when it is full), written whole."""
+        self._index()
+        pending = dict(records)
+        while pending:
+            if self._open is None or len(self._open_blobs) >= SEGMENT_RECORDS or \
+                    sum(map(len, self._open_blobs.values())) >= SEGMENT_BYTES:
+                last = max(self._segs, default="0")
+                self._open = f"{int(last.split('-', 1)[0]) + 1:010d}-{self._writer}"
+                self._open_blobs = {}
+                self.fs.create_dir(f"{self.root}/done", recursive=True)
+            blobs = dict(self._open_blobs)
+            while pending and len(blobs) < SEGMENT_RECORDS and \
+                    (not blobs or sum(map(len, blobs.values())) < SEGMENT_BYTES):
+                wid, blob = next(iter(pending.items()))
+                del pending[wid]
+                blobs[wid] = blob
+            self._write_seg(self._open, blobs)
+            for wid in blobs:
+                self._where[wid] = self._open
+
+    def _merge_if_sparse(self, seg: str) -> None:
+        """A segment (not the open one) under a quarter full: its records move to the open one
+        (written first, then the old file deleted: a crash between leaves a copy load ignores)."""
+        live = self._segs.get(seg)
+        if seg == self._open or not live or len(live) >= SEGMENT_RECORDS // 4 \
+                or sum(live.values()) >= SEGMENT_BYTES // 4:
+            return
+        blobs = self._seg_blobs(seg)
+        self._append(blobs)
+        self._delete(self._seg_path(seg))
+        self._segs.pop(seg, None)
+
+    def _fold(self, wid: str, end: dict[str, Any] | None, end_payload: bytes,
+              keep: set[int]) -> None:
+        """Move workflow directory ``wid`` into the open segment: its submission, and ``end``
+        (compacted) or the results of tasks ``keep`` (the others' node and time only)."""
+        import pyarrow.fs as pafs
+
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self._dir(wid)))
+        except (FileNotFoundError, OSError):
+            return
+        files = {fi.base_name: fi.path for fi in infos if fi.type == pafs.FileType.File}
+        if "submit" not in files:
+            return
+        try:
+            sub = _submission(*self._read(files["submit"]))
+        except (CorruptEntry, KeyError, TypeError, ValueError, OSError):
+            return  # (load reports it; nothing to fold)
+        if end is None and "end" in files:  # (an end record of the layout before segments)
+            try:
+                end, end_payload = self._read(files["end"])
+            except (CorruptEntry, ValueError, OSError):
+                end = None
+        results = []
+        if end is None:
+            for base, path in files.items():
+                idx = _int(base[1:]) if base.startswith("t") else None
+                if idx is None:
+                    continue
+                try:
+                    head, value = self._read(path)
+                    results.append((idx, str(head["node"]), float(head["t"]),
+                                    str(head.get("fmt")), value if idx in keep else None))
+                except (CorruptEntry, KeyError, TypeError, ValueError, OSError):
+                    continue  # (not kept: the task runs again after a restart)
+        self._append({wid: _record_blob(sub, end, end_payload, results)})
+        self._delete_dir(wid)
 
     # -------------------------------------------------------------------- reading back
     def _read(self, path: str) -> tuple[dict[str, Any], bytes]:
@@ -251,9 +438,14 @@ class Journal:
     def load(self) -> Loaded:
         """Every workflow in the journal; a corrupt or truncated entry is reported in
         ``problems`` and skipped (a workflow without a readable submission is ``unrestorable``;
-        a task without a readable result runs again). Leftover temporary files are removed."""
+        a task without a readable result runs again). Leftover temporary files are removed,
+        and so are directories of workflows a segment holds (a late run's result)."""
         import pyarrow.fs as pafs
 
+        problems: list[str] = []
+        with self._lock:
+            records = self._read_segments(problems)
+            self._open, self._open_blobs = None, {}
         infos = self.fs.get_file_info(pafs.FileSelector(f"{self.root}/wf", recursive=True,
                                                         allow_not_found=True))
         by_wf: dict[str, list[Any]] = {}
@@ -265,25 +457,34 @@ class Journal:
                 self._delete(fi.path)
                 continue
             by_wf.setdefault(wid, []).append(fi)
-        entries, unrestorable, problems = [], {}, []
-        for wid in sorted(by_wf):
+        entries, unrestorable = [], {}
+        for wid in by_wf.keys() & records.keys():
+            self._delete_dir(wid)
+        for wid in sorted(set(by_wf) | set(records)):
+            if wid in records:
+                try:
+                    entries.append(_record_entry(records[wid]))
+                except Exception as e:  # noqa: BLE001 - a bad record: reported, skipped
+                    why = f"its finished record is unreadable ({type(e).__name__}: {e})"
+                    unrestorable[wid] = why
+                    problems.append(f"workflow {wid}: {why}; skipped")
+                continue
             files = {fi.base_name: fi.path for fi in by_wf[wid]}
             if "submit" not in files:
                 why = "its submission was never completely written"
                 unrestorable[wid], _ = why, problems.append(f"workflow {wid}: {why}")
                 continue
             try:
-                head, payload = self._read(files["submit"])
-                sub = Submission(id=head["id"], fmt=head["fmt"], payload=payload,
-                                 name=head.get("name", ""), group=head.get("group", ""),
-                                 key=head.get("key"), submitted=float(head["submitted"]),
-                                 meta=head.get("meta") or {})
+                sub = _submission(*self._read(files["submit"]))
             except (CorruptEntry, KeyError, TypeError, ValueError, OSError) as e:
                 why = f"its submission entry is unreadable ({e})"
                 unrestorable[wid] = why
                 problems.append(f"workflow {wid}: {why}; skipped")
                 continue
             entries.append(self._entry(wid, sub, files, problems))
+        with self._lock:  # what earlier writers left under a quarter full joins one segment
+            for seg in sorted(self._segs):
+                self._merge_if_sparse(seg)
         for p in problems:
             log.warning("journal %s: %s", self.uri, p)
         return Loaded(entries, unrestorable, problems)
@@ -316,6 +517,48 @@ class Journal:
                     problems.append(f"workflow {wid}: task {idx}'s result unreadable "
                                     f"({type(e).__name__}: {e}); it runs again")
         return entry
+
+
+def _submission(head: dict[str, Any], payload: bytes) -> Submission:
+    return Submission(id=head["id"], fmt=head["fmt"], payload=payload,
+                      name=head.get("name", ""), group=head.get("group", ""),
+                      key=head.get("key"), submitted=float(head["submitted"]),
+                      meta=head.get("meta") or {})
+
+
+def _record_blob(sub: Submission, end: dict[str, Any] | None, end_payload: bytes,
+                 results: list[tuple[int, str, float, str, bytes | None]]) -> bytes:
+    """A folded workflow as one segment record: its submission, its end record or its results
+    (``(task, node, t, fmt, value or None)``), checksummed as any entry."""
+    values = [v for *_, v in results if v is not None]
+    meta = {"sub": sub.header(), "sub_len": len(sub.payload), "end": end,
+            "end_len": len(end_payload) if end is not None else 0,
+            "results": [[i, node, t, fmt, -1 if v is None else len(v)]
+                        for i, node, t, fmt, v in results]}
+    return encode(meta, sub.payload + (end_payload if end is not None else b"") + b"".join(values))
+
+
+def _parse_record(blob: bytes) -> tuple[Submission, dict[str, Any] | None, bytes, list]:
+    meta, payload = decode(blob)
+    a, b = meta["sub_len"], meta["sub_len"] + meta["end_len"]
+    sub = _submission(meta["sub"], payload[:a])
+    results, at = [], b
+    for i, node, t, fmt, n in meta["results"]:
+        value = None if n < 0 else payload[at:at + n]
+        at += max(n, 0)
+        results.append((int(i), node, float(t), fmt, value))
+    return sub, meta["end"], payload[a:b], results
+
+
+def _record_entry(blob: bytes) -> Entry:
+    """A folded workflow's :class:`Entry`: its end record, or every task done (a value for the
+    kept ones, None for the others, which nothing reads again: the workflow had completed)."""
+    sub, end, end_payload, results = _parse_record(blob)
+    entry = Entry(sub, end=end, end_payload=end_payload)
+    for i, node, t, fmt, value in results:
+        entry.results[i] = (None if value is None else _value({"fmt": fmt}, value, sub.fmt),
+                            node, t)
+    return entry
 
 
 def _int(s: str) -> int | None:
