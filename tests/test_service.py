@@ -559,7 +559,7 @@ def test_metrics_reach_rays_prometheus_endpoint(service):
     m = scrape_metrics(until=decisions, timeout_s=60, worker=info["replica_worker_id"])
     assert m.get("ray_scale_scheduler_decisions_total") == decisions, sorted(m)
     from serve_apps.tenants import tenant_label  # (labels: hashed names, issue 43)
-    assert m[f'ray_scale_scheduler_rejected_total{{reason="does_not_fit",tenant="{tenant_label("local")}"}}'] >= 1
+    assert m[f'ray_scale_scheduler_rejected_total{{reason="too_large",tenant="{tenant_label("local")}"}}'] >= 1
     key = f'ray_scale_scheduler_workflow_response_s_count{{policy="eft",tenant="{tenant_label(tenant)}"}}'
     assert m[key] == 1
     assert m["ray_scale_scheduler_decision_latency_ms_count"] >= 1

@@ -202,3 +202,103 @@ def test_the_journal_counts_an_http_tenant_sees_are_its_own():
     got = JournalView(sched).tenant_counts(5, lambda wid: wid.startswith("a-"))
     assert got == {"on": True, "workflows": 5, "unrestorable": 1, "problems": 1}
     assert JournalView(SimpleNamespace(journal=None)).tenant_counts(0, bool) == {"on": False}
+
+
+# ------------------------------------------------------------------------------- real service
+from test_service import service  # noqa: E402,F401 - the module fixture (its own local cluster)
+
+
+def _replica_log(client) -> str:
+    """The replica's Serve log file (asked of the replica: its ray.serve file handler)."""
+    import ray
+
+    actor = ray.get_actor(client.cluster()["replica_actor"], namespace="serve")
+
+    def path(_self):
+        import logging as lg
+        for h in lg.getLogger("ray.serve").handlers:
+            h.flush()
+            target = getattr(h, "target", None)
+            if getattr(target, "baseFilename", None):
+                return target.baseFilename
+        return None
+    return ray.get(actor.__ray_call__.remote(path), timeout=60)
+
+
+def _late_body_status(url: str) -> str:
+    """A POST announcing 1,000 body bytes and sending 10: the first response line, or
+    'closed' when the connection closes without one."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    with socket.create_connection((u.hostname, u.port), timeout=60) as s:
+        s.sendall(b"POST /v1/workflows HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{\"tasks\":")
+        data = b""
+        while b"\r\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                return "closed"
+            data += chunk
+        return data.split(b"\r\n", 1)[0].decode()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_hostile_strings_bodies_and_views_over_http(service):
+    """Issue 43 end to end: any id or header is a 4xx, never a 5xx; ``GET /v1/cluster`` over
+    HTTP shows counts only (the handle still shows the operator the replica); audit lines are
+    in the replica's log without a token; a completed workflow's journal directory is folded;
+    a body that stops arriving is a 408 (or a closed connection) within the read timeout."""
+    from urllib.parse import quote
+
+    import httpx
+
+    from scale_ray import client
+    from test_tenants import _hostile_strings
+
+    ok = {"tasks": [{"name": "a", "compute_gflop": 1}]}
+    statuses = []
+    with httpx.Client(base_url=service.url, timeout=60) as http:
+        ids = ["a-b-%C3%A9", "%C3%A9-%C3%A9-%C3%A9", "a-%FF-%00", "x-y-%E2%80%AE"] + [
+            quote(s.encode("utf-8", "surrogatepass")[:3000], safe="")
+            for s in _hostile_strings(60) if s]
+        for wid in ids:
+            statuses.append(("get", wid[:40], http.get(f"/v1/workflows/{wid}").status_code))
+            statuses.append(("del", wid[:40], http.delete(f"/v1/workflows/{wid}").status_code))
+        for name, value in (("authorization", b"Bearer \xc3\xa9\xff\x01"),
+                            ("idempotency-key", b"\xc3\xa9"), ("idempotency-key", b"\xff" * 300),
+                            ("content-type", b"application/json; x=\xff")):
+            r = http.post("/v1/workflows", json=ok, headers=[(name.encode(), value)])
+            statuses.append(("post", name, r.status_code))
+        bad = [s for s in statuses if s[2] >= 500]
+        assert not bad, bad
+        assert all(s[2] in (404, 422) for s in statuses if s[0] in ("get", "del")), statuses
+
+        wid = http.post("/v1/workflows", json=ok).json()["id"]
+        polled = http.get(f"/v1/workflows/{wid}", params={"wait_s": 30, "result": False}).json()
+        assert polled["state"] == "completed"
+        view = http.get("/v1/cluster").json()
+        r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 5000}]})
+        assert r.status_code == 422 and r.json()["detail"][0]["type"] == "too_large", r.text
+    op = client.cluster(tenant="local")
+    secrets = {op["replica_actor"], op["replica_worker_id"], op["scheduler_node"],
+               op["journal"]["storage"], *(s["node"] for s in op["servers"])}
+    text = json.dumps(view)
+    assert view["servers"]["count"] == len(op["servers"]) and view["workflows"]["completed"] >= 1
+    assert not [s for s in secrets if s and s in text], view
+    root = op["journal"]["storage"]
+    from pathlib import Path
+    deadline = time.time() + 30
+    while (Path(root) / "wf" / wid).exists() and time.time() < deadline:
+        time.sleep(0.2)  # (folded off the scheduler thread when it completed)
+    assert not (Path(root) / "wf" / wid).exists() and any((Path(root) / "done").iterdir())
+
+    log_text = Path(_replica_log(client)).read_text()
+    assert f"audit submit tenant=local id={wid}" in log_text, log_text[-3000:]
+    assert "audit refuse tenant=local id=- reason='too_large'" in log_text
+    t = time.time()
+    status = _late_body_status(service.url)
+    assert status == "closed" or " 408 " in status, status
+    assert time.time() - t < 40
