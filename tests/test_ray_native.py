@@ -80,8 +80,10 @@ def test_input_node_attributes_and_multi_output_node_follow_dag_execute():
     with InputNode() as inp:
         dag3 = add.bind(inp[1], b=inp[0])  # one input value: indexed itself, as Ray does
     assert _run(as_collected(dag3, [3, 4])) == 7
+    with InputNode() as inp:  # (one built outside `with` is Ray's AssertionError)
+        no_value = inc.bind(inp)
     with pytest.raises(WorkflowTypeError, match="no input value"):
-        as_collected(inc.bind(InputNode()))
+        as_collected(no_value)
     with pytest.raises(WorkflowTypeError, match="no InputNode"):
         as_collected(inc.bind(1), 5)
     # for anything but a Ray DAG one string positional is the name (the older form)

@@ -16,24 +16,29 @@ runs as is (no emulated sleep), its Ray options (``num_cpus``, ``num_gpus``, ``m
 ``resources``, ``accelerator_type``, ``runtime_env``) are its demands
 (:class:`~scale_ray.live.workflow.Primitive`), and a FunctionNode argument is a dependency.
 ``InputNode`` and its attributes (``inp[0]``, ``inp.key``) take the values given to ``submit``, as
-``dag.execute(*args, **kwargs)`` would. An ``ObjectRef`` argument is passed to the task as Ray
-passes it (resolved to its value). Scale hints for a Ray function: wrap it,
-``primitive(compute_gflop=4)(f).bind(...)``. Actor nodes (``ClassNode``, ``ClassMethodNode``)
-are refused.
+``dag.execute(*args, **kwargs)`` would. Arguments are resolved as Ray resolves them: a node
+or ``ObjectRef`` given as an argument is its value; one nested in a list, tuple, dict or any
+other object (Ray's own scan, which pickles the arguments) stays an ``ObjectRef`` the body
+``ray.get``s (:class:`RayBody`), a nested input is its value. ``MultiOutputNode([a])`` gives
+``[a's value]``. What ``dag.execute`` refuses (an InputNode built outside ``with``, two
+InputNodes, an input it cannot index) is refused at submit with Ray's exception type and reason.
+Scale hints for a Ray function: wrap it, ``primitive(compute_gflop=4)(f).bind(...)``. Actor
+nodes (``ClassNode``, ``ClassMethodNode``) are refused.
 
-Ray is never imported here: a Ray DAG object exists only in a process that imported Ray.
+Ray is imported only where a Ray DAG exists (a process that imported Ray) and in its tasks.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from envs.workload import WorkflowSpec
 
 from .workflow import (Call, CollectedWorkflow, Primitive, WorkflowTypeError, collect, from_spec,
                        function_node_body)
 
-__all__ = ["accept", "as_collected", "from_ray_dag", "is_ray_dag", "ACCEPTED"]
+__all__ = ["accept", "as_collected", "from_ray_dag", "is_ray_dag", "ACCEPTED", "RayBody",
+           "RayDagAssertion"]
 
 ACCEPTED = ("a Call (primitive.bind(...)) or a list of Calls; a Ray DAG: a FunctionNode "
             "(@ray.remote f.bind(...), with InputNode values given to submit), a MultiOutputNode "
@@ -65,16 +70,126 @@ def _what(obj: Any) -> str:
     return f"{t.__module__}.{t.__qualname__}" if t.__module__ != "builtins" else t.__name__
 
 
+# What dag.execute() raises, in Ray's words (ray/dag/input_node.py, ray/dag/dag_node.py).
+RAY_NOT_IN_CONTEXT = ("InputNode is a singleton instance that should be only used in context "
+                      "manager for dag building and execution. See the docstring of class "
+                      "InputNode for examples.")
+RAY_ONE_INPUT_NODE = "Each DAG should only have one unique InputNode."
+
+
+class RayDagAssertion(WorkflowTypeError, AssertionError):
+    """A Ray DAG that ``dag.execute()`` refuses with an ``AssertionError``, refused at submit."""
+
+
+class _InputKeyError(WorkflowTypeError, KeyError):
+    __str__ = Exception.__str__
+
+
+class _InputIndexError(WorkflowTypeError, IndexError):
+    pass
+
+
+class _InputAttributeError(WorkflowTypeError, AttributeError):
+    pass
+
+
+_AS_RAY = {KeyError: _InputKeyError, IndexError: _InputIndexError,
+           AttributeError: _InputAttributeError, TypeError: WorkflowTypeError}
+
+
+def _scanner(source_type: Any = None) -> Any:
+    """Ray's own walk of a node's arguments (what ``dag.execute`` resolves): it pickles them and
+    finds every ``source_type`` (default: DAG nodes) in lists, tuples, dicts (keys too) and any
+    other object, as Ray does."""
+    from ray.dag.py_obj_scanner import _PyObjScanner
+
+    return _PyObjScanner() if source_type is None else _PyObjScanner(source_type)
+
+
+_ATOMIC = (str, bytes, int, float, complex, bool, type(None))
+
+
+class _Ref:
+    """In a task's arguments: where Ray would put the ObjectRef of a nested node (``k``-th)."""
+    __slots__ = ("k",)
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def __reduce__(self) -> tuple:
+        return _Ref, (self.k,)
+
+
+class RayBody:
+    """The body of a task whose Ray node nests FunctionNodes in its arguments, or of a
+    ``MultiOutputNode``'s one output. Ray resolves top-level arguments only: the body gets a
+    nested node's ObjectRef. The scheduler passes the nested nodes' values first (``refs`` of
+    them: dependencies); they are put back in the object store and their refs placed where the
+    nodes were (``at``: the argument positions and keywords holding them). ``listed``: the value
+    is ``[value]``, as ``ray.get(MultiOutputNode([node]).execute())``."""
+
+    def __init__(self, fn: Callable[..., Any], refs: int = 0, at: tuple = (), listed: bool = False):
+        self.fn, self.refs, self.at, self.listed = fn, refs, at, listed
+        self.__name__ = self.__qualname__ = getattr(fn, "__name__", "task")
+        self.__module__ = getattr(fn, "__module__", None)  # the client pickles by value by it
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.refs:
+            import ray
+
+            refs, args = [ray.put(v) for v in args[:self.refs]], list(args[self.refs:])
+            where = [("a", i) if isinstance(i, int) else ("k", i) for i in self.at]
+            scanner = _scanner(_Ref)
+            try:
+                found = scanner.find_nodes([args[i] if w == "a" else kwargs[i] for w, i in where])
+                new = scanner.replace_nodes({r: refs[r.k] for r in found})
+            finally:
+                scanner.clear()
+            for (w, i), v in zip(where, new):
+                if w == "a":
+                    args[i] = v
+                else:
+                    kwargs[i] = v
+        value = self.fn(*args, **kwargs)
+        return [value] if self.listed else value
+
+
+def _refusal(obj: Any, where: str) -> WorkflowTypeError:
+    kind = _ray_dag_class(obj)
+    if kind is not None and (kind.startswith("Class") or kind == "CollectiveOutputNode"):
+        why = "an actor DAG: not supported (the scheduler places tasks, not actors)"
+    elif kind == "MultiOutputNode":
+        why = "a MultiOutputNode: only the DAG's output may be one"
+    elif kind is not None:
+        why = "not supported"
+    else:
+        return WorkflowTypeError(f"{where} is {_what(obj)}; accepted: {ACCEPTED}")
+    return WorkflowTypeError(f"{where} is a Ray {kind}, {why}; accepted: {ACCEPTED}")
+
+
 class _Converter:
-    """FunctionNodes -> Calls (one Call per node: a node bound into two children is one task)."""
+    """FunctionNodes -> Calls (one Call per node: a node bound into two children is one task),
+    resolving arguments as ``dag.execute`` does."""
 
     def __init__(self, args: Sequence[Any], kwargs: dict[str, Any]):
         self.args, self.kwargs = tuple(args), dict(kwargs)
         self.memo: dict[int, Call] = {}
         self.prims: dict[tuple, Primitive] = {}
         self.used_input = False
+        self.input_uuid: str | None = None
 
-    def input_value(self) -> Any:
+    def check_input(self, node: Any) -> None:
+        """Ray's checks where ``dag.execute`` reaches an InputNode."""
+        if not node.get_other_args_to_resolve().get("__in_context_manager__", False):
+            raise RayDagAssertion(RAY_NOT_IN_CONTEXT)
+        uuid = node.get_stable_uuid()
+        if self.input_uuid is None:
+            self.input_uuid = uuid
+        elif uuid != self.input_uuid:
+            raise RayDagAssertion(RAY_ONE_INPUT_NODE)
+
+    def input_value(self, node: Any) -> Any:
+        self.check_input(node)
         self.used_input = True
         if len(self.args) == 1 and not self.kwargs:
             return self.args[0]
@@ -85,90 +200,114 @@ class _Converter:
                                 "input values: read them as inp[0], inp[1] or inp.key")
 
     def attribute(self, node: Any) -> Any:
-        key, how = node.key, node.get_other_args_to_resolve()["accessor_method"]
+        other = node.get_other_args_to_resolve()
+        key, how = node.key, other["accessor_method"]
+        self.check_input(other["dag_input_node"])
         self.used_input = True
         if len(self.args) == 1 and not self.kwargs:  # one value: index or read it, as Ray does
             v = self.args[0]
             try:
                 return v[key] if how == "__getitem__" else getattr(v, key)
             except (KeyError, IndexError, TypeError, AttributeError) as e:
-                raise WorkflowTypeError(f"InputNode[{key!r}] of the input value "
-                                        f"{type(v).__name__}: {e}") from None
+                raise _AS_RAY[next(t for t in _AS_RAY if isinstance(e, t))](
+                    f"InputNode[{key!r}] of the input value {type(v).__name__}: {e}") from None
         if isinstance(key, int):
             if not 0 <= key < len(self.args):
-                raise WorkflowTypeError(f"the Ray DAG reads inp[{key}] but submit got "
-                                        f"{len(self.args)} positional input values")
+                raise _InputIndexError(f"list index out of range: the Ray DAG reads inp[{key}] "
+                                       f"but submit got {len(self.args)} positional input values")
             return self.args[key]
         if key not in self.kwargs:
-            raise WorkflowTypeError(f"the Ray DAG reads inp.{key} but submit got no keyword "
-                                    f"input {key!r}")
+            raise _InputKeyError(f"the Ray DAG reads inp.{key} but submit got no keyword input "
+                                 f"{key!r}")
         return self.kwargs[key]
 
     def value(self, obj: Any, where: str) -> Any:
+        """A top-level argument's value: a FunctionNode's is its result (a dependency)."""
         kind = _ray_dag_class(obj)
-        if kind is None:
-            if isinstance(obj, (list, tuple, dict)) and _nested_dag(obj):
-                raise WorkflowTypeError(f"{where} nests a Ray DAG node inside a container; pass "
-                                        f"each node as its own argument")
-            return obj
         if kind == "FunctionNode":
             return self.call(obj)
         if kind == "InputNode":
-            return self.input_value()
+            return self.input_value(obj)
         if kind == "InputAttributeNode":
             return self.attribute(obj)
-        raise WorkflowTypeError(f"{where} is a Ray {kind}: not supported (actors are not "
-                                f"scheduled); accepted: {ACCEPTED}")
+        raise _refusal(obj, where)
 
-    def call(self, node: Any) -> Call:
+    def nested(self, obj: Any, refs: list[Call], where: str) -> tuple[Any, bool]:
+        """``obj`` with the DAG nodes nested in it replaced as ``dag.execute`` does: an input by
+        its value, a FunctionNode by a :class:`_Ref` to its result (its Call joins ``refs``);
+        and whether it holds a ``_Ref``."""
+        scanner = _scanner()
+        try:
+            found = scanner.find_nodes(obj)
+            if not found:
+                return obj, False
+            table: dict[Any, Any] = {}
+            for node in found:
+                if node in table:
+                    continue
+                if _ray_dag_class(node) == "FunctionNode":
+                    c = self.call(node)
+                    k = next((i for i, r in enumerate(refs) if r is c), len(refs))
+                    if k == len(refs):
+                        refs.append(c)
+                    table[node] = _Ref(k)
+                elif _ray_dag_class(node) in ("InputNode", "InputAttributeNode"):
+                    table[node] = self.value(node, where)
+                else:
+                    raise _refusal(node, f"a node nested in {where}")
+            return scanner.replace_nodes(table), any(isinstance(v, _Ref) for v in table.values())
+        finally:
+            scanner.clear()
+
+    def call(self, node: Any, listed: bool = False) -> Call:
         c = self.memo.get(id(node))
         if c is not None:
             return c
         fn, opts = function_node_body(node), node.get_options()
         name = getattr(fn, "__name__", "task")
-        key = (id(fn), repr(sorted(opts.items())))
+        where = f"an argument of {name}"
+        refs: list[Call] = []
+        at: list[int | str] = []
+        args, kwargs = list(node.get_args()), dict(node.get_kwargs())
+        for i, a in [*enumerate(args), *kwargs.items()]:
+            if _ray_dag_class(a) is not None:
+                v = self.value(a, where)
+            elif isinstance(a, _ATOMIC) or type(a).__name__ == "ObjectRef":
+                continue
+            else:
+                v, with_refs = self.nested(a, refs, where)
+                if with_refs:
+                    at.append(i)
+            if isinstance(i, int):
+                args[i] = v
+            else:
+                kwargs[i] = v
+        key = (id(fn), repr(sorted(opts.items())), len(refs), tuple(at), listed)
         prim = self.prims.get(key)
         if prim is None:
-            prim = self.prims[key] = Primitive(fn, name=name, ray_options=opts, emulate=False)
-        where = f"an argument of {name}"
-        args = [self.value(a, where) for a in node.get_args()]
-        kwargs = {k: self.value(v, where) for k, v in node.get_kwargs().items()}
-        c = self.memo[id(node)] = prim.bind(*args, **kwargs)
+            body = RayBody(fn, len(refs), tuple(at), listed) if refs or listed else fn
+            prim = self.prims[key] = Primitive(body, name=name, ray_options=opts, emulate=False)
+        c = self.memo[id(node)] = prim.bind(*refs, *args, **kwargs)
         return c
-
-
-def _nested_dag(obj: Any, depth: int = 0) -> bool:
-    if _ray_dag_class(obj) is not None:
-        return True
-    if depth > 3:
-        return False
-    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
-    return any(_nested_dag(v, depth + 1) for v in items)
 
 
 def from_ray_dag(dag: Any, *args: Any, name: str = "", **kwargs: Any) -> CollectedWorkflow:
     """A Ray DAG (module docstring) as a collected workflow; ``args``/``kwargs`` are the
-    InputNode's values."""
+    InputNode's values. What ``dag.execute`` refuses is refused here with Ray's exception type
+    and reason (also a :class:`WorkflowTypeError`)."""
     conv = _Converter(args, kwargs)
     kind = _ray_dag_class(dag)
-    if kind == "MultiOutputNode":
-        bound = dag.get_args()
-        outs = list(bound[0] if len(bound) == 1 and isinstance(bound[0], (list, tuple))
-                    else bound)
-    elif isinstance(dag, (list, tuple)):
-        outs = list(dag)
-    else:
-        outs = [dag]
+    outs = list(dag.get_args()) if kind == "MultiOutputNode" else \
+        list(dag) if isinstance(dag, (list, tuple)) else [dag]
     calls = []
     for i, o in enumerate(outs):
-        k = _ray_dag_class(o)
-        if k != "FunctionNode":
-            raise WorkflowTypeError(f"output {i} of the Ray DAG is "
-                                    f"{k and 'a Ray ' + k or _what(o)}; accepted: {ACCEPTED}")
-        calls.append(conv.call(o))
+        if _ray_dag_class(o) != "FunctionNode":
+            raise _refusal(o, f"output {i} of the Ray DAG")
+        # a MultiOutputNode's one output: the result is a list of one, as Ray's
+        calls.append(conv.call(o, listed=kind == "MultiOutputNode" and len(outs) == 1))
     if (args or kwargs) and not conv.used_input:
         raise WorkflowTypeError("submit got input values but the Ray DAG has no InputNode")
-    return collect(calls[0] if kind not in ("MultiOutputNode",) and not isinstance(
+    return collect(calls[0] if kind != "MultiOutputNode" and not isinstance(
         dag, (list, tuple)) else calls, name)
 
 
