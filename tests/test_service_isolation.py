@@ -185,3 +185,18 @@ def test_task_caps_are_422_naming_the_field(service):
                 assert r.json()["detail"][0]["loc"] == loc, r.json()
     with pytest.raises(WorkflowError, match="max_task_run_s"):
         client.submit(primitive(compute_gflop=5e4)(lambda: 0).bind(), tenant="a")
+
+
+@primitive(compute_gflop=0.01)
+def keywords(x, key=0, meta=0):
+    return [x, key, meta]
+
+
+def test_a_tasks_keywords_named_like_the_runners_arguments_do_not_kill_the_scheduler(service):
+    """A body's kwargs ``key`` / ``meta`` collided with the server actor's ``run(key, meta,
+    ...)``: the TypeError killed the scheduler thread, so every later submit failed."""
+    from scale_ray import client
+
+    assert client.submit(keywords.bind(1, key=2, meta=3), tenant="a").result(timeout=60) == [
+        1, 2, 3]
+    assert client.submit(victim.bind(), tenant="b").result(timeout=60) == "done"

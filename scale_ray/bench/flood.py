@@ -7,7 +7,8 @@ quota equal to ``--flood``:
 
 1. **reference**: tenant ``flood`` keeps a small backlog (topped up to a task per server
    whenever fewer are ready) for ``--window-s`` and the decisions per second are measured;
-2. **flood**: ``flood`` queues ``--flood`` tasks (workflows of 100 independent tasks; its quota
+2. **flood**: ``flood`` queues ``--flood`` tasks (workflows of ``--flood-workflow-tasks``
+   independent tasks, default 100: 10,000 is one big workflow; its quota
    is ``--flood`` tasks of unfinished workflows), then submits more until one answers 429
    (``accepted_past_flood``: those that fit because its first workflows finished meanwhile);
    the decisions per second over a window under that backlog are measured;
@@ -15,14 +16,15 @@ quota equal to ``--flood``:
    0.5 s; each one's *wait* is its response minus its emulated run time on the server it ran
    on. It also tries to read and cancel ten of the flood's workflows (each must be a 404), and
    a stranger (a wrong token, none) tries to read one (each must be a 401);
-4. the flood is cancelled; the replica's RSS (``/proc/<pid>/status``, this machine) is read
+4. the flood is cancelled (``cancel_free_s``: from the last cancel until no server is busy);
+   the replica's RSS (``/proc/<pid>/status``, this machine) is read
    before, at peak, and after.
 
 JSON keys: ``victim_wait_s`` (p50, max), ``cross_tenant_reads_refused``,
 ``cross_tenant_cancels_refused`` (of ``cross_tenant_attempts`` each), ``rejected_429``,
 ``unauthenticated_refused`` (401s of a wrong and a missing token),
 ``replica_rss_mb`` (before, peak, after), ``decisions_per_s_under_backlog``,
-``decisions_per_s_reference``, ``server_free_s`` (the longest emulated flood task: a victim may
+``decisions_per_s_reference``, ``cancel_free_s``, ``server_free_s`` (the longest emulated flood task: a victim may
 wait that long for a server), ``http_5xx``, ``metrics_scraped``.
 """
 
@@ -48,7 +50,6 @@ from serve_apps.tenants import TOKENS_VAR
 from .localservice import LocalService, scrape_metrics
 
 FLOOD_TASK_GFLOP = 2.0
-WORKFLOW_TASKS = 100
 
 
 def _rss_mb(pid: int) -> float:
@@ -87,16 +88,21 @@ def _decisions() -> int:
 def run(args: argparse.Namespace) -> int:
     if args.tenants != 2:
         raise ValueError("--tenants: the flood bench runs exactly 2 tenants (flood, victim)")
-    if args.flood < WORKFLOW_TASKS:
-        raise ValueError(f"--flood: at least {WORKFLOW_TASKS} tasks, got {args.flood}")
+    per = args.flood_workflow_tasks
+    if not 1 <= per <= SchedulerTuning().max_tasks:
+        raise ValueError(f"--flood-workflow-tasks: 1 to {SchedulerTuning().max_tasks}, got {per}")
+    if args.flood < per:
+        raise ValueError(f"--flood: at least --flood-workflow-tasks={per} tasks, got "
+                         f"{args.flood}")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request
     env = load_env(args.env_config, [], servers=args.nodes)
     ts = args.time_scale if args.time_scale is not None else 0.1
     tokens = {"flood": secrets.token_hex(16), "victim": secrets.token_hex(16)}
     tuning = {**SchedulerTuning().__dict__, "max_queued_tasks_per_tenant": args.flood,
-              "max_inflight_per_tenant": args.flood // WORKFLOW_TASKS + 100}
+              "max_inflight_per_tenant": args.flood // per + 100}
     min_compute = min(t.compute for t in env.cluster.tiers)
     out: dict[str, Any] = {"servers": env.cluster.servers, "flood_tasks": args.flood,
+                           "flood_workflow_tasks": per,
                            "time_scale": ts, "policy": args.policy,
                            "server_free_s": FLOOD_TASK_GFLOP / min_compute * ts}
     t_start = time.perf_counter()
@@ -112,14 +118,15 @@ def run(args: argparse.Namespace) -> int:
         finally:
             svc.stop()
     out["wall_s"] = time.perf_counter() - t_start
-    print(f"flood {args.flood} tasks: victim wait p50 {out['victim_wait_s']['p50']:.3f} s, max "
+    print(f"flood {args.flood} tasks in workflows of {per}: victim wait p50 {out['victim_wait_s']['p50']:.3f} s, max "
           f"{out['victim_wait_s']['max']:.3f} s (a server frees within "
           f"{out['server_free_s']:.2f} s); cross-tenant reads/cancels refused "
           f"{out['cross_tenant_reads_refused']}/{out['cross_tenant_cancels_refused']} of "
           f"{out['cross_tenant_attempts']}; 429s {out['rejected_429']}; decisions/s "
           f"{out['decisions_per_s_under_backlog']:.1f} under the flood vs "
           f"{out['decisions_per_s_reference']:.1f} at a small backlog; replica RSS MB "
-          f"{out['replica_rss_mb']}; 5xx {out['http_5xx']}", flush=True)
+          f"{out['replica_rss_mb']}; servers free {out['cancel_free_s']:.2f} s after the flood's "
+          f"cancel; 5xx {out['http_5xx']}", flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2))
@@ -144,14 +151,14 @@ def _flood(svc: LocalService, cluster: LocalHeteroCluster, args: argparse.Namesp
     servers = env.cluster.servers
 
     ref = _reference_rate(flood, servers, args.window_s)
-    flood_ids, rejected_429, accepted_past = _fill(flood, args.flood)
+    flood_ids, rejected_429, accepted_past = _fill(flood, args.flood, args.flood_workflow_tasks)
     queued = client.cluster(tenant="x")["ready_tasks"]
     d0, t0 = _decisions(), time.perf_counter()
     time.sleep(args.window_s)
     under = (_decisions() - d0) / (time.perf_counter() - t0)
     waits, probe, reads, cancels, strangers, unauthenticated = _victim(
         svc, victim, flood_ids, args.victim_workflows, ts)
-    _cancel_all(flood, flood_ids)
+    cancel_free_s = _cancel_all(flood, flood_ids)
     stop.set()
     rss["after"] = _rss_mb(pid)
     rss["peak"] = max(rss["peak"], rss["after"])
@@ -164,7 +171,7 @@ def _flood(svc: LocalService, cluster: LocalHeteroCluster, args: argparse.Namesp
         "unauthenticated_refused": unauthenticated, "unauthenticated_attempts": len(strangers),
         "replica_rss_mb": {k: round(v, 1) for k, v in rss.items()},
         "decisions_per_s_under_backlog": under, "decisions_per_s_reference": ref,
-        "http_5xx": flood.errors_5xx + victim.errors_5xx,
+        "http_5xx": flood.errors_5xx + victim.errors_5xx, "cancel_free_s": cancel_free_s,
         "metrics_scraped": {k: v for k, v in scrape_metrics(
             until=_decisions(), timeout_s=45,
             worker=client.cluster(tenant="x")["replica_worker_id"]).items()
@@ -186,20 +193,18 @@ def _reference_rate(flood: "_Http", servers: int, window_s: float) -> float:
     return ref
 
 
-def _fill(flood: "_Http", n_tasks: int) -> tuple[list[str], int, int]:
+def _fill(flood: "_Http", n_tasks: int, per: int) -> tuple[list[str], int, int]:
     """2. The flood, then workflows past the quota until the cap answers 429 (the flood's
     first workflows finish meanwhile, so a few more may fit first): (ids, 429s, accepted
     past the flood)."""
     flood_ids = []
-    for k in range(n_tasks // WORKFLOW_TASKS):
-        r = flood("POST", "/v1/workflows", json=_doc(f"flood{k}", WORKFLOW_TASKS,
-                                                    FLOOD_TASK_GFLOP))
+    for k in range(n_tasks // per):
+        r = flood("POST", "/v1/workflows", json=_doc(f"flood{k}", per, FLOOD_TASK_GFLOP))
         if r.status_code == 201:
             flood_ids.append(r.json()["id"])
     rejected_429 = accepted_past = 0
     for k in range(50):
-        over = flood("POST", "/v1/workflows", json=_doc(f"over{k}", WORKFLOW_TASKS,
-                                                       FLOOD_TASK_GFLOP))
+        over = flood("POST", "/v1/workflows", json=_doc(f"over{k}", per, FLOOD_TASK_GFLOP))
         if over.status_code == 429:
             rejected_429 += 1
             break
@@ -231,11 +236,20 @@ def _victim(svc: LocalService, victim: "_Http", flood_ids: list[str], n: int, ts
     return waits, probe, reads, cancels, strangers, unauthenticated
 
 
-def _cancel_all(flood: "_Http", flood_ids: list[str]) -> None:
-    """4. Cancel the flood and wait until it is gone."""
+def _cancel_all(flood: "_Http", flood_ids: list[str]) -> float:
+    """4. Cancel the flood and wait until it is gone; the wall s from the last cancel until no
+    server is busy."""
     for i in flood_ids:
         flood("DELETE", f"/v1/workflows/{i}")
+    t0 = time.perf_counter()
+    free_s = float("inf")
+    while time.perf_counter() - t0 < 30:
+        if not any(s["busy"] for s in client.cluster(tenant="x")["servers"]):
+            free_s = time.perf_counter() - t0
+            break
+        time.sleep(0.02)
     deadline = time.time() + 60
     while client.cluster(tenant="x")["workflows_pending"] and time.time() < deadline:
         time.sleep(0.5)
     time.sleep(3.0)
+    return free_s

@@ -77,6 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "queues --flood tasks over HTTP, tenant 'victim' submits one-task "
                         "workflows; waits, cross-tenant refusals, 429s, RSS, decisions/s")
     p.add_argument("--flood", type=int, default=20_000, help="with --tenants: tasks flooded")
+    p.add_argument("--flood-workflow-tasks", type=int, default=100,
+                   help="with --tenants: tasks per flood workflow (10000: one big workflow)")
     p.add_argument("--victim-workflows", type=int, default=20,
                    help="with --tenants: the victim's one-task workflows (one every 0.5 s)")
     p.add_argument("--window-s", type=float, default=10.0,

@@ -82,7 +82,8 @@ def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     body: what the run-time estimator learns, without dispatch and polling delays); the
     scheduler waits on the small second part only.
     """
-    def run(meta: tuple, *args: Any, **kwargs: Any) -> tuple[Any, tuple[str, float]]:
+    # positional-only: a primitive's own keyword arguments may be named meta (or key)
+    def run(meta: tuple, /, *args: Any, **kwargs: Any) -> tuple[Any, tuple[str, float]]:
         import ray
 
         t0 = time.perf_counter()
@@ -141,7 +142,7 @@ def _server_actor_class() -> Any:
             self._bodies[key] = body
 
         @ray.method(num_returns=2)
-        def run(self, key: int, meta: tuple, *args: Any, **kwargs: Any) -> tuple[Any, tuple]:
+        def run(self, key: int, meta: tuple, /, *args: Any, **kwargs: Any) -> tuple[Any, tuple]:
             return self._bodies[key](meta, *args, **kwargs)
 
     return ray.remote(ScaleServer)
