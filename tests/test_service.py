@@ -348,7 +348,7 @@ def test_http_api(service):
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "tasks", 0,
                                                                         "primitive"]
         r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
-                                                        "memory_gb": 5000}]})
+                                                        "memory_gb": 2000}]})
         assert r.status_code == 422 and "fits no node" in r.json()["detail"][0]["msg"]
         r = http.post("/v1/workflows", content=b"{", headers={"content-type": "application/json"})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][0] == "body"
