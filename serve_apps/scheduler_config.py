@@ -67,8 +67,9 @@ class SchedulerTuning:
         ge=2, le=1 << 30, doc="an HTTP task's args and kwargs as compact JSON, bytes; over it "
                               "a 422 too_large"))
     max_args_depth: int = field(default=32, metadata=rng(
-        ge=0, le=1000, doc="container levels inside an HTTP task's args (or kwargs) list; "
-                           "deeper is a 422 too_large"))
+        ge=0, le=120, doc="container levels inside an HTTP task's args (or kwargs) list; "
+                          "deeper is a 422 too_large (a body is at most 128 levels deep anyway: "
+                          "serve_apps.errors.MAX_JSON_DEPTH)"))
 
 
 @dataclass(frozen=True)
