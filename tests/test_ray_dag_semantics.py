@@ -331,6 +331,27 @@ def _missing_attribute():
     return dag, (types.SimpleNamespace(a=1),), {}, (AttributeError, "nope")
 
 
+@ray.remote
+def input_data(d):  # dag.execute() with no or several values: the InputNode is DAGInputData
+    return (type(d).__name__, d[0], d["k"]) if d._args else type(d).__name__
+
+
+def _input_node_no_value():
+    with InputNode() as inp:
+        dag = input_data.bind(inp)
+    return dag, (), {}, "DAGInputData"
+
+
+def _input_node_several_values():
+    with InputNode() as inp:
+        dag = input_data.bind(inp)
+    return dag, (1, 2), {"k": 3}, ("DAGInputData", 1, 3)
+
+
+def _no_input_node_ignores_inputs():  # execute(5) on a DAG without InputNode: 5 is unused
+    return inc.bind(1), (5,), {}, 2
+
+
 CASES = [_basic, _with_options, _func_dag, _multi_input, _simple_str, _kwargs_docs,
          _kwargs_only, _nested_dict, _nested_list, _nested_tuple, _nested_deep_kwarg,
          _nested_object, _top_and_nested, _nested_inputs, _formatting, _one_output,
@@ -338,7 +359,8 @@ CASES = [_basic, _with_options, _func_dag, _multi_input, _simple_str, _kwargs_do
          _objectref_kwarg, _objectref_nested, _objectref_and_node_nested,
          _attr_partial_access, _attr_object, _attr_list, _attr_dict, _attr_kwargs_only,
          _not_in_context, _not_in_context_with_value, _two_input_nodes, _index_out_of_range,
-         _missing_kwarg, _missing_key, _missing_attribute]
+         _missing_kwarg, _missing_key, _missing_attribute, _input_node_no_value,
+         _input_node_several_values, _no_input_node_ignores_inputs]
 IDS = [c.__name__.lstrip("_") for c in CASES]
 
 
@@ -429,3 +451,59 @@ def test_a_nested_node_is_one_task_and_a_dependency_and_pickles_for_the_service(
     assert body.__module__ == __name__ and body.__name__ == "value_and_ref"  # client by-value
     again = cloudpickle.loads(cloudpickle.dumps(wf))
     assert again.calls[1].primitive.fn.__name__ == "value_and_ref"
+
+
+# ---------------------------------------------------------------- @primitive and Ray mixed
+# (issue 44, items 2 and 4): scale hints on a Ray function, a @primitive in a Ray DAG with an
+# InputNode, a Ray function fed by a @primitive; each a DAG as Ray would run it with the hints
+
+
+def mixed_cases():
+    from scale_ray.live.workflow import primitive
+
+    hinted = primitive(compute_gflop=4)(add)  # the hint wrapper on a @ray.remote function
+    out = [(hinted.bind(inc.bind(1), inc.bind(2)), (), {}, 5)]
+
+    @primitive(compute_gflop=2)
+    def halve(x):
+        return x // 2
+
+    with InputNode() as inp:
+        dag = halve.bind(double.bind(inp))  # a @primitive over a Ray DAG with an InputNode
+    out.append((dag, (21,), {}, 21))
+    with InputNode() as inp:
+        dag = add.bind(halve.bind(inp.x), inp.y)  # a Ray function over a @primitive
+    out.append((dag, (), {"x": 10, "y": 1}, 6))
+    shared = halve.bind(inc.bind(9))  # one call in two children stays one task
+    out.append((MultiOutputNode([add.bind(shared, 1), hinted.bind(shared, shared)]), (), {},
+                [6, 10]))
+    out.append(([halve.bind(4), inc.bind(4)], (), {}, [2, 5]))  # a mixed list of outputs
+    return out
+
+
+def test_mixed_dags_are_one_workflow_with_the_hints():
+    dag, _, _, _ = mixed_cases()[0]
+    wf = as_collected(dag)
+    assert len(wf.calls) == 3 and wf.spec.tasks[-1].parents == (0, 1)
+    assert wf.calls[-1].primitive.compute_gflop == 4.0 and not wf.calls[-1].primitive.emulate
+    dag, _, _, _ = mixed_cases()[3]
+    assert len(as_collected(dag).calls) == 4
+
+
+@pytest.mark.timeout(120)
+def test_mixed_dags_run_through_the_live_scheduler(sched):
+    for dag, args, kwargs, expected in mixed_cases():
+        assert sched.submit(dag, *args, **kwargs).result(timeout=60) == expected
+
+
+def test_a_primitive_refuses_a_ray_node_nested_in_a_container():
+    from scale_ray.live.workflow import primitive
+
+    p = primitive(lambda xs: xs, name="p")
+    with pytest.raises(WorkflowError, match="nests a Call or a Ray DAG node"):
+        p.bind([inc.bind(1)])
+
+
+def test_an_empty_multi_output_node_is_refused_saying_why():
+    with pytest.raises(WorkflowTypeError, match="empty MultiOutputNode"):
+        as_collected(MultiOutputNode([]))

@@ -36,22 +36,15 @@ from envs.workload import WorkflowSpec
 
 from .workflow import (Call, CollectedWorkflow, Primitive, WorkflowTypeError, collect, from_spec,
                        function_node_body)
+from .workflow import ray_dag_class as _ray_dag_class
 
 __all__ = ["accept", "as_collected", "from_ray_dag", "is_ray_dag", "ACCEPTED", "RayBody",
            "RayDagAssertion"]
 
 ACCEPTED = ("a Call (primitive.bind(...)) or a list of Calls; a Ray DAG: a FunctionNode "
             "(@ray.remote f.bind(...), with InputNode values given to submit), a MultiOutputNode "
-            "or a list of FunctionNodes; a WorkflowSpec; a CollectedWorkflow")
-
-
-def _ray_dag_class(obj: Any) -> str | None:
-    """The class name of a Ray DAG node (``FunctionNode``...), else None."""
-    t = type(obj)
-    if t.__module__.startswith("ray.dag.") and any(
-            c.__name__ == "DAGNode" for c in t.__mro__):
-        return t.__name__
-    return None
+            "or a list of FunctionNodes (Calls and Ray nodes may mix); a WorkflowSpec; a "
+            "CollectedWorkflow")
 
 
 def is_ray_dag(obj: Any) -> bool:
@@ -189,15 +182,15 @@ class _Converter:
             raise RayDagAssertion(RAY_ONE_INPUT_NODE)
 
     def input_value(self, node: Any) -> Any:
+        """The InputNode's value, as Ray's ``InputNode._execute_impl``: the one positional
+        value given, else Ray's ``DAGInputData`` of all of them (none, several, keywords)."""
         self.check_input(node)
         self.used_input = True
         if len(self.args) == 1 and not self.kwargs:
             return self.args[0]
-        if not self.args and not self.kwargs:
-            raise WorkflowTypeError("the Ray DAG reads an InputNode but submit got no input "
-                                    "value: submit(dag, value) (as dag.execute(value))")
-        raise WorkflowTypeError("the Ray DAG uses the InputNode itself, but submit got several "
-                                "input values: read them as inp[0], inp[1] or inp.key")
+        from ray.dag.input_node import DAGInputData
+
+        return DAGInputData(*self.args, **self.kwargs)
 
     def attribute(self, node: Any) -> Any:
         other = node.get_other_args_to_resolve()
@@ -222,7 +215,10 @@ class _Converter:
         return self.kwargs[key]
 
     def value(self, obj: Any, where: str) -> Any:
-        """A top-level argument's value: a FunctionNode's is its result (a dependency)."""
+        """A top-level argument's value: a FunctionNode's or a Call's is its result (a
+        dependency)."""
+        if isinstance(obj, Call):
+            return self.from_call(obj)
         kind = _ray_dag_class(obj)
         if kind == "FunctionNode":
             return self.call(obj)
@@ -270,7 +266,7 @@ class _Converter:
         at: list[int | str] = []
         args, kwargs = list(node.get_args()), dict(node.get_kwargs())
         for i, a in [*enumerate(args), *kwargs.items()]:
-            if _ray_dag_class(a) is not None:
+            if _ray_dag_class(a) is not None or isinstance(a, Call):
                 v = self.value(a, where)
             elif isinstance(a, _ATOMIC) or type(a).__name__ == "ObjectRef":
                 continue
@@ -290,25 +286,77 @@ class _Converter:
         c = self.memo[id(node)] = prim.bind(*refs, *args, **kwargs)
         return c
 
+    def from_call(self, call: Call) -> Call:
+        """A ``@primitive``'s Call whose arguments may hold Ray DAG nodes (a Ray function's
+        ``.bind()``, the InputNode): those replaced as in a FunctionNode's arguments; the Call
+        itself when none of its ancestors holds one (one Call per call: identity is kept)."""
+        done = self.memo.get(id(call))
+        if done is not None:
+            return done
+        where = f"an argument of {call.primitive.name}"
+        args = [self.value(a, where) if isinstance(a, Call) or _ray_dag_class(a) is not None
+                else a for a in call.args]
+        kwargs = {k: self.value(a, where) if isinstance(a, Call) or _ray_dag_class(a)
+                  is not None else a for k, a in call.kwargs.items()}
+        same = all(x is y for x, y in zip(args, call.args)) and all(
+            kwargs[k] is a for k, a in call.kwargs.items())
+        out = self.memo[id(call)] = call if same else Call(call.primitive, args, kwargs)
+        return out
+
+
+def _outputs(dag: Any) -> list[Any]:
+    if _ray_dag_class(dag) == "MultiOutputNode":
+        return list(dag.get_args())
+    return list(dag) if isinstance(dag, (list, tuple)) else [dag]
+
 
 def from_ray_dag(dag: Any, *args: Any, name: str = "", **kwargs: Any) -> CollectedWorkflow:
-    """A Ray DAG (module docstring) as a collected workflow; ``args``/``kwargs`` are the
-    InputNode's values. What ``dag.execute`` refuses is refused here with Ray's exception type
-    and reason (also a :class:`WorkflowTypeError`)."""
+    """A Ray DAG (module docstring), with or without ``@primitive`` calls in it, as a collected
+    workflow; ``args``/``kwargs`` are the InputNode's values (ignored by a DAG without one, as
+    ``dag.execute`` ignores them). What ``dag.execute`` refuses is refused here with Ray's
+    exception type and reason (also a :class:`WorkflowTypeError`)."""
     conv = _Converter(args, kwargs)
-    kind = _ray_dag_class(dag)
-    outs = list(dag.get_args()) if kind == "MultiOutputNode" else \
-        list(dag) if isinstance(dag, (list, tuple)) else [dag]
+    multi = _ray_dag_class(dag) == "MultiOutputNode"
+    outs = _outputs(dag)
+    if not outs:
+        raise WorkflowTypeError("an empty MultiOutputNode: Ray answers [] without running a "
+                                "task; there is nothing to schedule")
     calls = []
     for i, o in enumerate(outs):
-        if _ray_dag_class(o) != "FunctionNode":
+        if isinstance(o, Call):
+            calls.append(conv.from_call(o))
+        elif _ray_dag_class(o) == "FunctionNode":
+            # a MultiOutputNode's one output: the result is a list of one, as Ray's
+            calls.append(conv.call(o, listed=multi and len(outs) == 1))
+        else:
             raise _refusal(o, f"output {i} of the Ray DAG")
-        # a MultiOutputNode's one output: the result is a list of one, as Ray's
-        calls.append(conv.call(o, listed=kind == "MultiOutputNode" and len(outs) == 1))
-    if (args or kwargs) and not conv.used_input:
-        raise WorkflowTypeError("submit got input values but the Ray DAG has no InputNode")
-    return collect(calls[0] if kind != "MultiOutputNode" and not isinstance(
-        dag, (list, tuple)) else calls, name)
+    one = not multi and not isinstance(dag, (list, tuple))
+    return collect(calls[0] if one else calls, name)
+
+
+def holds_ray_nodes(workflow: Any) -> bool:
+    """Whether ``workflow`` is a Ray DAG, or ``@primitive`` calls with a Ray DAG node (a Ray
+    function's ``.bind()``, an InputNode) among their arguments or their ancestors'."""
+    if is_ray_dag(workflow):
+        return True
+    stack = [workflow] if isinstance(workflow, Call) else (
+        [o for o in workflow if isinstance(o, Call)] if isinstance(workflow, (list, tuple))
+        else [])
+    if isinstance(workflow, (list, tuple)) and any(
+            _ray_dag_class(o) is not None for o in workflow):
+        return True
+    seen: set[int] = set()
+    while stack:
+        c = stack.pop()
+        if id(c) in seen:
+            continue
+        seen.add(id(c))
+        for a in (*c.args, *c.kwargs.values()):
+            if isinstance(a, Call):
+                stack.append(a)
+            elif _ray_dag_class(a) is not None:
+                return True
+    return False
 
 
 def as_collected(workflow: Any, *inputs: Any, name: str = "", **kw_inputs: Any
@@ -318,7 +366,7 @@ def as_collected(workflow: Any, *inputs: Any, name: str = "", **kw_inputs: Any
     (:func:`~scale_ray.live.workflow.from_spec`), a Ray DAG is converted (:func:`from_ray_dag`;
     ``inputs`` are its InputNode values). Anything else is a :class:`WorkflowTypeError` saying
     what is accepted."""
-    if is_ray_dag(workflow):
+    if holds_ray_nodes(workflow):
         return from_ray_dag(workflow, *inputs, name=name, **kw_inputs)
     if inputs or kw_inputs:
         raise WorkflowTypeError(f"input values are for a Ray DAG with an InputNode; got "
@@ -331,10 +379,8 @@ def as_collected(workflow: Any, *inputs: Any, name: str = "", **kw_inputs: Any
                                       and all(isinstance(c, Call) for c in workflow)):
         return collect(workflow, name)
     if isinstance(workflow, (list, tuple)) and workflow:
-        bad = next((o for o in workflow if not isinstance(o, Call)
-                    and _ray_dag_class(o) is None), None)
-        what = _what(bad) if bad is not None else "both Calls and Ray DAG nodes (use one kind)"
-        raise WorkflowTypeError(f"submit: a list holding {what}; accepted: {ACCEPTED}")
+        bad = next(o for o in workflow if not isinstance(o, Call))
+        raise WorkflowTypeError(f"submit: a list holding {_what(bad)}; accepted: {ACCEPTED}")
     if isinstance(workflow, Primitive):
         raise WorkflowTypeError(f"submit: primitive {workflow.name!r} itself; bind it first "
                                 f"({workflow.name}.bind(...)); accepted: {ACCEPTED}")
@@ -350,6 +396,6 @@ def accept(workflow: Any, inputs: Sequence[Any], kw_inputs: dict[str, Any], name
     and the client: :func:`as_collected`, where for anything but a Ray DAG a single string
     positional is the workflow's name (``submit(call, "name")``, the older form)."""
     if (len(inputs) == 1 and isinstance(inputs[0], str) and not kw_inputs and not name
-            and not is_ray_dag(workflow)):
+            and not holds_ray_nodes(workflow)):
         name, inputs = inputs[0], ()
     return as_collected(workflow, *inputs, name=name, **kw_inputs)

@@ -55,9 +55,9 @@ class Primitive:
     Args:
         fn: the body; runs as a Ray task on the node the policy chose. A ``@ray.remote``
             function is unwrapped: its body is used and its Ray options become ``ray_options``.
-        compute_gflop: compute demand c (GFLOP), what the policy reads; with ``emulate`` the run
-            on a server of capacity C first sleeps ``c / C * time_scale`` seconds (see
-            :class:`scale_ray.live.config.LiveConfig`).
+        compute_gflop: compute demand c (GFLOP), what the policy reads (an estimate of the
+            body's work); with ``emulate`` the run on a server of capacity C first sleeps
+            ``c / C * time_scale`` seconds (see :class:`scale_ray.live.config.LiveConfig`).
         memory_gb: memory demand m (GB); the task fits a server only if ``m <= M`` (Ray's
             ``memory`` option, in bytes, counts too: the larger of the two).
         output_gb: size of the result (GB), for the transfer-delay feature.
@@ -67,8 +67,9 @@ class Primitive:
             server that has them, and its Ray task asks Ray for them), ``runtime_env`` travels
             with the Ray task. Ray's retry options are accepted and ignored (this scheduler
             re-runs lost tasks); anything else is a :class:`WorkflowError`.
-        emulate: sleep the emulated run time before the body (the emulated heterogeneous
-            cluster; default True). False for real work (a ``@ray.remote`` function's default).
+        emulate: sleep the emulated run time before the body (an emulated heterogeneous
+            cluster, for benchmarks: ``run-workflows``, ``bench``, the emulated tasks of DAG
+            files and of the service set it). Default False: the body runs for real, at once.
         kind: what the run-time estimator learns under (default: the name without an instance
             number, ``search_3`` -> ``search``).
         hedge: a straggling run may get a backup copy on an idle server, the first result wins
@@ -83,13 +84,12 @@ class Primitive:
 
     def __init__(self, fn: Callable[..., Any], compute_gflop: float = 1.0, memory_gb: float = 0.0,
                  output_gb: float = 0.0, name: str | None = None,
-                 ray_options: Mapping[str, Any] | None = None, emulate: bool | None = None,
+                 ray_options: Mapping[str, Any] | None = None, emulate: bool = False,
                  kind: str | None = None, hedge: bool = False, http: bool = False):
         remote = _remote_function_options(fn)
         if remote is not None:  # a @ray.remote function: its body, its options below ours
             fn, defaults = remote
             ray_options = {**defaults, **(ray_options or {})}
-            emulate = False if emulate is None else emulate
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "primitive")
         self.compute_gflop = _check_hint(self.name, "compute_gflop", compute_gflop, True)
@@ -97,7 +97,10 @@ class Primitive:
         self.ray_options, self.demands, mem_bytes = _check_ray_options(self.name, ray_options)
         self.memory_gb = max(_check_hint(self.name, "memory_gb", memory_gb, False),
                              mem_bytes / 1e9)
-        self.emulate = True if emulate is None else bool(emulate)
+        if not isinstance(emulate, bool):
+            raise WorkflowError(f"primitive {self.name!r}: emulate must be true or false, got "
+                                f"{emulate!r}")
+        self.emulate = emulate
         # the primitive it calls (the run-time estimator learns per kind and tier; envs.runtime)
         if kind is not None and (not isinstance(kind, str) or not kind or len(kind) > 200):
             raise WorkflowError(f"primitive {self.name!r}: kind must be a non-empty string of at "
@@ -115,9 +118,10 @@ class Primitive:
     def bind(self, *args: Any, **kwargs: Any) -> "Call":
         """A DAG node calling this primitive; :class:`Call` arguments become dependencies."""
         for i, a in enumerate(list(args) + list(kwargs.values())):
-            if not isinstance(a, Call) and _contains_call(a):
-                raise WorkflowError(f"primitive {self.name!r}: argument {i} nests a Call inside a "
-                                    f"container; pass each result as its own argument")
+            if not isinstance(a, Call) and ray_dag_class(a) is None and _contains_call(a):
+                raise WorkflowError(f"primitive {self.name!r}: argument {i} nests a Call or a Ray "
+                                    f"DAG node inside a container; pass each result as its own "
+                                    f"argument")
         return Call(self, args, kwargs)
 
     def options(self, **hints: Any) -> "Primitive":
@@ -156,6 +160,16 @@ def _remote_function_options(fn: Any) -> tuple[Callable[..., Any], dict] | None:
     if t.__name__ in ("RemoteFunction", "FuncWrapper"):  # FuncWrapper: f.options(...)
         node = fn.bind()  # its body and options are read off a bound node
         return function_node_body(node), node.get_options()
+    return None
+
+
+def ray_dag_class(obj: Any) -> str | None:
+    """The class name of a Ray DAG node (``FunctionNode``, ``InputNode``...), else None (read
+    without importing Ray)."""
+    t = type(obj)
+    if t.__module__.startswith("ray.dag.") and any(
+            c.__name__ == "DAGNode" for c in t.__mro__):
+        return t.__name__
     return None
 
 
@@ -224,7 +238,7 @@ def _check_ray_options(name: str, options: Mapping[str, Any] | None
 
 
 def _contains_call(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, Call):
+    if isinstance(value, Call) or ray_dag_class(value) is not None:
         return True
     if depth > 3:
         return False
@@ -237,7 +251,7 @@ def _contains_call(value: Any, depth: int = 0) -> bool:
 
 def primitive(fn: Callable[..., Any] | None = None, *, compute_gflop: float = 1.0,
               memory_gb: float = 0.0, output_gb: float = 0.0, name: str | None = None,
-              emulate: bool | None = None, kind: str | None = None, hedge: bool = False,
+              emulate: bool = False, kind: str | None = None, hedge: bool = False,
               http: bool = False, **ray_options: Any) -> Any:
     """Decorator: mark a function (or a ``@ray.remote`` function) as a primitive with resource
     hints and Ray options (see :class:`Primitive`); ``http=True`` also offers it to the
@@ -355,7 +369,7 @@ def from_spec(spec: WorkflowSpec, shown: Sequence[float] | None = None,
     calls: list[Call] = []
     for i, t in enumerate(spec.tasks):
         prim = Primitive(emulated_body, t.compute_gflop if shown is None else shown[i],
-                         t.memory_gb, t.output_gb, t.name or f"t{i}",
+                         t.memory_gb, t.output_gb, t.name or f"t{i}", emulate=True,
                          kind=kinds[i] if kinds is not None else (t.kind or None), hedge=t.hedge)
         if factors is not None:  # factors[n + i]: a hedged copy's own draw (envs.runtime.factors)
             n = len(spec.tasks)
