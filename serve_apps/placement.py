@@ -42,7 +42,6 @@ from typing import Any, Callable, Mapping
 
 import yaml
 from fastapi import FastAPI, Request
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import Response
 from ray import serve
 
@@ -51,7 +50,7 @@ from envs.config_files import load_env
 from policies import default_policy
 from policies.guard import GuardConfig
 
-from . import errors
+from . import apidocs, errors, ready
 from .decisions import (LoadedPolicy, PreparedPlace, decide_batch, load, place_answer,
                         prepare_place)
 from .policy_holder import PolicyHolder
@@ -134,8 +133,10 @@ api = FastAPI(
     description="Chooses a server for a task (cross-attention pointer policy or a heuristic). "
                 "Errors: 422 with `detail[].loc` naming the field; 413 for a body larger than "
                 "`max_body_bytes`.",
+    docs_url=None, redoc_url=None,
 )
 errors.install(api)
+apidocs.install(api)  # /docs with local assets (no CDN)
 
 _ERRORS = {422: {"model": ErrorResponse, "description": "invalid input; detail names the field"},
            413: {"model": ErrorResponse, "description": "body larger than max_body_bytes"}}
@@ -151,27 +152,7 @@ def resolved_annotations(fn: Callable) -> Callable:
     return fn
 
 
-def _body(model: type) -> dict:
-    """OpenAPI request body of a route that parses its body itself (off the event loop)."""
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
-
-
-def _openapi() -> dict:
-    """FastAPI's schema plus the request models (the routes read raw bodies)."""
-    if api.openapi_schema is None:
-        schema = get_openapi(title=api.title, version=api.version, description=api.description,
-                             routes=api.routes)
-        comps = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in _BODIES:
-            s = model.model_json_schema(ref_template="#/components/schemas/{model}")
-            comps.update(s.pop("$defs", {}))
-            comps[model.__name__] = s
-        api.openapi_schema = schema
-    return api.openapi_schema
-
-
-api.openapi = _openapi  # type: ignore[method-assign]
+apidocs.add_models(api, _BODIES)  # the request models (the routes read raw bodies)
 
 
 def dumps_compact(content: dict) -> bytes:
@@ -234,6 +215,8 @@ class PlacementService:
                                                  thread_name_prefix="placement-schedule")
         self._place_pool = ThreadPoolExecutor(1, thread_name_prefix="placement-place")
         self._apply(self.tuning)
+        ready.announce(log, "SCALE placement service",
+                       "POST /v1/place, /v1/schedule; API docs at /docs")
 
     def _load(self, spec: str) -> LoadedPolicy:
         lp = load(spec, self.env, self.args.seed, self.args.mask_infeasible,
@@ -288,7 +271,7 @@ class PlacementService:
         return await self._place_batch((lp, prep))
 
     @api.post("/v1/place", response_model=PlaceResponse, responses=_ERRORS,
-              openapi_extra=_body(PlaceRequest), summary="choose a server for one task")
+              openapi_extra=apidocs.body(PlaceRequest), summary="choose a server for one task")
     @resolved_annotations
     async def place(self, request: Request) -> Response:
         body = await request.body()  # capped by errors.BodyCap; parsed in the worker thread
@@ -296,7 +279,7 @@ class PlacementService:
 
     # ---------------------------------------------------------------- /v1/schedule
     @api.post("/v1/schedule", response_model=ScheduleResponse, responses=_ERRORS,
-              openapi_extra=_body(ScheduleRequest),
+              openapi_extra=apidocs.body(ScheduleRequest),
               summary="assign every ready task that can start now")
     @resolved_annotations
     async def schedule(self, request: Request) -> Response:

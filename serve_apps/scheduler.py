@@ -58,7 +58,7 @@ from scale_ray.live import LiveScheduler
 from scale_ray.live.handles import WorkflowHandle
 from scale_ray.live.raydag import as_collected
 
-from . import errors
+from . import apidocs, errors, ready
 from .decisions import RequestError, load
 from .policy_holder import PolicyHolder
 from .schedule import try_policy
@@ -81,8 +81,10 @@ api = FastAPI(title="SCALE scheduler service", version="1",
                           "policy. Errors: 422 naming the field (also a task no server could ever "
                           "run), 503 when the scheduler has no server at all, 413 for a large "
                           "body, 404 for an unknown id, 410 for a workflow lost with a restarted "
-                          "replica.")
+                          "replica.", docs_url=None, redoc_url=None)
 errors.install(api)
+apidocs.install(api)  # /docs with local assets (no CDN)
+apidocs.add_models(api, [WorkflowIn])  # the body of POST /v1/workflows (read as bytes)
 
 
 api.add_exception_handler(UnknownWorkflow, unknown_handler)
@@ -141,6 +143,8 @@ class SchedulerService(Workflows):
                  policy.name, self.sched.journal.uri if self.sched.journal else "off",
                  len(self.resumed), sum(not h.done() for h in self.resumed),
                  len(self.sched.unrestorable))
+        ready.announce(log, "SCALE scheduler service",
+                       "POST /v1/workflows; API docs at /docs")
 
     def _load(self, spec: str) -> Any:
         lp = load(spec, self.env, mask_infeasible=True, guard=self.args.live.guard)
@@ -209,7 +213,7 @@ class SchedulerService(Workflows):
             if isinstance(wf, WorkflowIn):
                 for i, task in enumerate(wf.tasks):
                     check_args(("body", "tasks", i), task.args, task.kwargs, t)
-                tasks = [(("body", "tasks", i), x.compute_gflop, x.memory_gb)
+                tasks = [(("body", "tasks", i), x.compute_gflop, x.memory_need_gb())
                          for i, x in enumerate(wf.tasks)]
             else:
                 tasks = [(("tasks", i), c.primitive.compute_gflop, c.primitive.memory_gb)
@@ -304,7 +308,8 @@ class SchedulerService(Workflows):
                 "uptime_s": uptime}
 
     # ---------------------------------------------------------------- HTTP
-    @api.post("/v1/workflows", status_code=201, summary="submit a workflow (a DAG)")
+    @api.post("/v1/workflows", status_code=201, summary="submit a workflow (a DAG)",
+              openapi_extra=apidocs.body(WorkflowIn))
     @resolved_annotations
     async def post_workflow(self, request: Request) -> Response:
         tenant = self._tenant(request)

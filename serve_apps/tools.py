@@ -44,15 +44,15 @@ def _private(mod: str, name: str = "") -> bool:
     return any(p.startswith("_") for p in (*mod.split("."), name) if p)
 
 
-def _marked_function(obj: Any, mod: str) -> Any | None:
-    """The body of ``obj`` if it is a primitive marked ``http=True`` whose body is a Python
-    function defined in module ``mod``; None otherwise."""
+def _marked_function(obj: Any, mod: str) -> Primitive | None:
+    """``obj`` if it is a primitive marked ``http=True`` whose body is a Python function defined
+    in module ``mod``; None otherwise."""
     if not isinstance(obj, Primitive) or getattr(obj, "http", False) is not True:
         return None
     fn = obj.fn
     if not inspect.isfunction(fn) or getattr(fn, "__module__", None) != mod:
         return None
-    return fn
+    return obj
 
 
 class AllowList:
@@ -117,9 +117,11 @@ class JsonOnly:
     (null, bool, int, finite float, str, and lists / string-keyed dicts of those), checked when
     it returns, so no callable or other object can travel to the next task."""
 
-    def __init__(self, fn: Any, path: str):
-        self.fn, self.path = fn, path
-        self.__name__ = getattr(fn, "__name__", path)
+    def __init__(self, prim: Primitive, path: str):
+        self.fn, self.path = prim.fn, path
+        self.__name__ = getattr(self.fn, "__name__", path)
+        # what the marked primitive says of its runs: defaults of a request's task
+        self.ray_options, self.emulate = dict(prim.ray_options), prim.emulate
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         value = self.fn(*args, **kwargs)

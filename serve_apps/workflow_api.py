@@ -17,6 +17,10 @@ A submitted workflow is the live DAG format (docs/live.md) with, per task, the f
 * the function is called as ``fn(*args, *parent_values, **kwargs)``, parent values in the order
   of ``parents``; ``args``/``kwargs`` are JSON values.
 * results are returned as JSON (a value JSON cannot hold is answered as its ``repr``).
+* Ray's demands (``num_cpus``, ``num_gpus``, ``memory`` in bytes, ``resources``,
+  ``accelerator_type``), validated as ``@ray.remote`` options are: the task goes only to a server
+  that has them (a task no server has is a 422 naming what is missing) and its Ray task asks
+  Ray for them; a marked tool's own options are the defaults.
 
 Every field is checked strictly (unknown keys, wrong types, out-of-range numbers, cycles, unknown
 parents, names outside the allow-list): a 422 naming the field.
@@ -73,11 +77,39 @@ class WorkflowTaskIn(BaseModel):
         None, description="module:function from the service's allow-list; none: emulated body")
     args: list[Any] = Field(default_factory=list, max_length=1000)
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    # Ray's task demands, as @ray.remote / .options() takes them (Primitive.ray_options): the
+    # task goes only to a server that has them, and its Ray task asks Ray for them
+    num_cpus: Annotated[float, Field(ge=0, le=1e4, allow_inf_nan=False)] | None = Field(
+        None, description="Ray's num_cpus for the task")
+    num_gpus: Annotated[float, Field(ge=0, le=1e3, allow_inf_nan=False)] | None = Field(
+        None, description="Ray's num_gpus (fractions share a GPU, as in Ray)")
+    memory: Annotated[float, Field(ge=0, le=_GB_MAX * 1e9, allow_inf_nan=False)] | None = Field(
+        None, description="Ray's memory demand in bytes (the task's memory_gb is the larger of "
+                          "the two)")
+    resources: dict[Name, Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]] | None = \
+        Field(None, max_length=32, description="Ray custom resources, name -> amount")
+    accelerator_type: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = \
+        Field(None, description="Ray's accelerator_type (e.g. A100)")
+
+    def ray_options(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in RAY_DEMANDS if getattr(self, k) is not None}
+
+    def memory_need_gb(self) -> float:
+        """The memory the task needs (GB): the larger of memory_gb and Ray's memory."""
+        return max(self.memory_gb, (self.memory or 0.0) / 1e9)
+
+
+RAY_DEMANDS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type")
+_EXAMPLE = {"name": "report", "tasks": [
+    {"name": "fetch", "compute_gflop": 2, "memory_gb": 4, "args": ["https://example.org"]},
+    {"name": "summarize", "compute_gflop": 8, "parents": ["fetch"], "num_gpus": 0.5,
+     "kwargs": {"words": 100}}]}
 
 
 class WorkflowIn(BaseModel):
     """``POST /v1/workflows`` body."""
-    model_config = _STRICT
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra={"examples": [_EXAMPLE]})
 
     name: Name = "workflow"
     tasks: list[WorkflowTaskIn] = Field(min_length=1)
@@ -122,8 +154,8 @@ def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedW
               for i, t in enumerate(req.tasks) if t.primitive is not None}
     try:
         spec = parse_dag_workflow({"name": req.name, "tasks": [
-            t.model_dump(include={"name", "compute_gflop", "memory_gb", "output_gb", "parents",
-                                  "hedge"}) | ({"kind": t.kind} if t.kind else {})
+            t.model_dump(include={"name", "compute_gflop", "output_gb", "parents", "hedge"})
+            | {"memory_gb": t.memory_need_gb()} | ({"kind": t.kind} if t.kind else {})
             for t in req.tasks]}, 0, "request")
     except WorkflowError as e:
         raise RequestError(("body", "tasks"), str(e), "invalid_dag") from None
@@ -135,14 +167,19 @@ def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedW
         # parent values in the order the request lists the parents
         parent_calls = [calls[index[p]] for p in dict.fromkeys(rec.parents)]
         fn = bodies.get(i)
+        # the marked tool's own Ray options and emulation, the request's demands over them
+        options = {**(fn.ray_options if fn is not None else {}), **rec.ray_options()}
+        try:
+            prim = Primitive(emulated_body if fn is None else fn, ts.compute_gflop,
+                             ts.memory_gb, ts.output_gb, ts.name, ray_options=options,
+                             emulate=fn is None or fn.emulate, kind=ts.kind or None,
+                             hedge=ts.hedge)
+        except WorkflowError as e:
+            raise RequestError(("body", "tasks", i), str(e), "invalid_task") from None
         if fn is None:
-            prim = Primitive(emulated_body, ts.compute_gflop, ts.memory_gb, ts.output_gb, ts.name,
-                             kind=ts.kind or None, hedge=ts.hedge)
             calls.append(Call(prim, (k, *parent_calls), {}))
         else:
             emulated = False
-            prim = Primitive(fn, ts.compute_gflop, ts.memory_gb, ts.output_gb, ts.name,
-                             kind=ts.kind or None, hedge=ts.hedge)
             calls.append(Call(prim, (*rec.args, *parent_calls), rec.kwargs))
     sinks = tuple(i for i, kids in enumerate(spec.children()) if not kids)
     return CollectedWorkflow(spec, tuple(calls), sinks,
