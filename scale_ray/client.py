@@ -29,6 +29,7 @@ second workflow. :class:`WorkflowLost` is raised only for a workflow the journal
 
 from __future__ import annotations
 
+import os
 import site
 import sys
 import sysconfig
@@ -91,27 +92,49 @@ class QuotaExceeded(RuntimeError):
         self.retry_after_s = retry_after_s
 
 
-def job_tenant() -> str:
-    """The tenant of this Ray job on the service: ``job:<job id>``."""
+class NotConnected(RuntimeError):
+    """This process is not connected to a Ray cluster running the scheduler service."""
+
+
+def _connected() -> Any:
+    """Ray, connected: at once :class:`NotConnected` saying what to do when this process has no
+    Ray connection (Ray would otherwise start a throwaway local instance, with no service in
+    it). A driver run by ``ray job submit`` (``RAY_ADDRESS`` set) connects to its cluster."""
     import ray
 
-    return f"job:{ray.get_runtime_context().get_job_id()}"
+    if not ray.is_initialized():
+        if not os.environ.get("RAY_ADDRESS"):
+            raise NotConnected(
+                "scale_ray.client: this process is not connected to Ray. Connect to the cluster "
+                "that runs the scheduler service first: ray.init(address=\"auto\") on one of "
+                "its nodes, ray.init(address=\"ray://HEAD:10001\") from elsewhere, or run the "
+                "driver with `ray job submit`")
+        ray.init()  # RAY_ADDRESS: the cluster this job was submitted to
+    return ray
+
+
+def job_tenant() -> str:
+    """The tenant of this Ray job on the service: ``job:<job id>``."""
+    return f"job:{_connected().get_runtime_context().get_job_id()}"
 
 
 def _handle(app: str) -> Any:
     """The app's DeploymentHandle, cached per Ray connection (a handle of an earlier
     ``ray.init`` in this process would talk to a cluster that is gone)."""
-    import ray
     from ray import serve
+    from ray.serve.exceptions import RayServeException
 
-    if not ray.is_initialized():
-        raise RuntimeError("scale_ray.client: connect to the cluster that runs the scheduler "
-                           "service first: ray.init(address=...)")
-    ctx = ray.get_runtime_context()
+    ctx = _connected().get_runtime_context()
     key = (app, ctx.get_session_name(), ctx.get_job_id())
     with _lock:
         if key not in _handles:
-            _handles[key] = serve.get_app_handle(app)
+            try:
+                _handles[key] = serve.get_app_handle(app)
+            except RayServeException as e:
+                raise NotConnected(
+                    f"scale_ray.client: no scheduler service {app!r} on this Ray cluster "
+                    f"({e}); deploy it: `serve run configs/serve/scheduler.yaml` (docs/serving.md)"
+                ) from None
         return _handles[key]
 
 

@@ -443,7 +443,7 @@ class TestSharedCluster:
         big = primitive(compute_gflop=1.0, memory_gb=500.0, name="huge")(lambda: 1)
         with LiveScheduler(SlowestIdle(), env, LiveConfig(time_scale=0.0)) as sched:
             before = sched.counters["tasks_started"]
-            with pytest.raises(WorkflowError, match=r"task 1 \('huge'\) needs memory_gb=500.*fits no node"):
+            with pytest.raises(WorkflowError, match=r"task 1 \('huge'\) needs memory_gb=500.*fits no server"):
                 sched.submit(big.bind(const.bind(1)))
             assert sched.handles() == [] and sched.counters["tasks_started"] == before
         with pytest.raises(WorkflowError, match="fits no configured tier"):

@@ -256,6 +256,23 @@ def test_client_sends_job_code_by_value(tmp_path):
     assert out.stdout.decode().strip() == "42"
 
 
+def test_client_without_ray_fails_at_once_saying_what_to_do():
+    """No throwaway local Ray (it took 7.7 s and then said only "no Serve instance")."""
+    code = ("import os, time, ray; os.environ.pop('RAY_ADDRESS', None)\n"
+            "from scale_ray import client\n"
+            "@ray.remote\ndef f(x): return x\n"
+            "t = time.time()\n"
+            "try:\n    client.submit(f.bind(1))\n"
+            "except client.NotConnected as e:\n    print(round(time.time() - t, 2), e)\n"
+            "print('initialized', ray.is_initialized())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=str(REPO),
+                         timeout=120, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, second = out.stdout.strip().splitlines()
+    assert float(first.split()[0]) < 1.0 and 'ray.init(address="auto")' in first
+    assert "ray job submit" in first and second == "initialized False"
+
+
 # ------------------------------------------------------------------------------- real service
 _no_ray_connection = no_ray_connection
 
@@ -349,7 +366,7 @@ def test_http_api(service):
                                                                         "primitive"]
         r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
                                                         "memory_gb": 2000}]})
-        assert r.status_code == 422 and "fits no node" in r.json()["detail"][0]["msg"]
+        assert r.status_code == 422 and "fits no server" in r.json()["detail"][0]["msg"]
         r = http.post("/v1/workflows", content=b"{", headers={"content-type": "application/json"})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][0] == "body"
         assert http.get("/v1/workflows/nope").status_code == 404
@@ -359,6 +376,29 @@ def test_http_api(service):
         forged = f"{wid.rsplit('-', 1)[0]}-{'0' * 16}"  # a real id with a forged MAC
         assert http.get(f"/v1/workflows/{forged}").status_code == 404
         assert http.get(f"/v1/workflows/{wid}", params={"wait_s": 99}).status_code == 422
+        # Ray's demands over HTTP (issue 44): met, refused naming what is missing, or invalid
+        r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
+                                                        "num_cpus": 1, "memory": 1e8}]})
+        assert r.status_code == 201, r.text
+        rec = http.get(f"/v1/workflows/{r.json()['id']}", params={"wait_s": 30}).json()
+        assert rec["state"] == "completed" and rec["result"] == 1, rec
+        r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
+                                                        "num_gpus": 0.5}]})
+        assert r.status_code == 422 and "GPU" in r.json()["detail"][0]["msg"], r.text
+        r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
+                                                        "resources": {"GPU": 1}}]})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "tasks", 0]
+        assert "num_gpus" in r.json()["detail"][0]["msg"]
+        r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
+                                                        "num_gpus": -1}]})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "num_gpus"
+        # /docs: the page and its assets from this service (no CDN), the body's schema
+        page = http.get("/docs")
+        assert page.status_code == 200 and "cdn" not in page.text and "https://" not in page.text
+        js = http.get("/docs/assets/swagger-ui-bundle.js")
+        assert js.status_code == 200 and len(js.content) > 100_000
+        body = http.get("/openapi.json").json()["paths"]["/v1/workflows"]["post"]["requestBody"]
+        assert "num_gpus" in body["content"]["application/json"]["example"]["tasks"][1]
         c = http.get("/v1/cluster").json()
         assert c["policy"] == "eft" and c["servers"]["count"] >= 5  # counts only (issue 43)
         assert "node" not in json.dumps(c) and "replica_actor" not in c and "journal" in c
@@ -642,6 +682,46 @@ def test_client_submits_a_ray_dag_and_refuses_what_no_server_can_run(service):
     with pytest.raises(client.Unschedulable, match="GPU"):
         client.submit(inc.options(num_gpus=1).bind(1))  # refused at submit, nothing queued
     assert client.cluster()["ready_tasks"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_client_gives_rays_value_or_refusal_for_every_ray_dag_case(service):
+    """tests/test_ray_dag_semantics.py's cases (Ray's own DAG tests and docs) and the mixed
+    @primitive / Ray DAGs, through the service's client (issue 44)."""
+    from test_ray_dag_semantics import CASES, _check, mixed_cases
+
+    from scale_ray import client
+
+    for case in CASES:
+        dag, args, kwargs, expected = case()
+        _check(expected, lambda: client.submit(dag, *args, **kwargs).result(timeout=60))
+    for dag, args, kwargs, expected in mixed_cases():
+        assert client.submit(dag, *args, **kwargs).result(timeout=60) == expected
+
+
+@primitive(compute_gflop=1000.0)  # emulated, >= 5 s per run on these servers at time_scale 0.05
+def heavy_hint(*parents):
+    return 1 + sum(parents)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_primitive_runs_its_body_at_once_unless_emulated(service):
+    """A ten-task agent of @primitive functions takes its bodies' time, not compute / speed."""
+    from scale_ray import client
+
+    slowest = min(s["compute"] for s in client.cluster()["servers"])
+    assert 1000.0 / slowest * 0.05 >= 5.0
+    chain = heavy_hint.bind()
+    for _ in range(9):
+        chain = heavy_hint.bind(chain)
+    t0 = time.perf_counter()
+    assert client.submit(chain).result(timeout=120) == 10
+    assert time.perf_counter() - t0 < 5.0  # emulated: >= 50 s
+    one = heavy_hint.options(emulate=True).bind()
+    h = client.submit(one)
+    assert h.result(timeout=120) == 1 and h.response_s >= 5.0 * 0.9
 
 
 

@@ -201,7 +201,10 @@ class LocalHeteroCluster:
 
     def kill_node(self, node_id: str | None = None) -> str:
         """Kill a server node at once (no drain; its running tasks are lost). Default: the most
-        recently started one that is still up. Returns the killed node's id."""
+        recently started one that is still up. Returns the killed node's id. Its processes get
+        SIGTERM (SIGKILL a second later if still alive), as a preempted node does: Ray then
+        reports an expected termination instead of printing the raylet's log tail to every
+        driver (one ``killed node`` line is the caller's to log)."""
         if not self.nodes:
             raise RuntimeError("no server node left to kill")
         node = self.nodes[-1] if node_id is None else next(
@@ -209,7 +212,7 @@ class LocalHeteroCluster:
         if node is None:
             raise ValueError(f"node {node_id!r} is not a server node of this cluster")
         self.nodes.remove(node)
-        self._cluster.remove_node(node, allow_graceful=False)
+        self._cluster.remove_node(node, allow_graceful=True)
         return node.node_id
 
     def shutdown(self) -> None:

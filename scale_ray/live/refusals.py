@@ -23,19 +23,20 @@ def check_fits(wf: Any, alive: Sequence[Any], tiers: Sequence[Any], cfg: LiveCon
     name = wf.spec.name
     if not alive and not hints:
         raise NoServers(no_servers_message(name, cfg.servers))
-    tier_max = max((t.memory_gb for t in tiers), default=math.inf)
     live_max = max((s.node.memory_gb for s in alive), default=0.0)
-    limit = tier_max if hints else min(tier_max, live_max)
-    if not hints and source == "ray":
-        limit = live_max  # plain Ray nodes: the configured tiers are not this cluster's
+    # with hints the autoscaler may still add the largest configured tier; without, only the
+    # live servers count (and only they are named: the configured tiers may not be this cluster's)
+    tier_max = max((t.memory_gb for t in tiers), default=math.inf) if hints else None
+    limit = live_max if tier_max is None else tier_max
     for i, call in enumerate(wf.calls):
         prim = call.primitive
         if prim.memory_gb > limit:
+            more = "" if tier_max is None else (f", largest tier the autoscaler may add: "
+                                                f"{tier_max:g} GB")
             raise Unschedulable(
                 f"workflow {name!r}: task {i} ({prim.name!r}) needs memory_gb="
-                f"{prim.memory_gb:g}, which fits no node (largest live server: {live_max:g} "
-                f"GB, largest configured tier: {tier_max:g} GB); add a node with more memory "
-                f"or lower the task's memory")
+                f"{prim.memory_gb:g}, which fits no server (largest live server: {live_max:g} "
+                f"GB{more}); add a node with more memory or lower the task's memory")
         if prim.demands and not hints and not any(
                 covers(s.node.caps, prim.demands) and s.node.memory_gb >= prim.memory_gb
                 for s in alive):
