@@ -27,6 +27,7 @@ from policies import SAMPLE_PREFIX, get_policy, is_planner
 from policies.guard import Guard, GuardConfig, guard_summary, make_guard
 
 from .live.raylocal import prepare_local_ray
+from .relative import rel
 
 log = logging.getLogger(__name__)
 
@@ -322,15 +323,15 @@ def format_paired(rows: Sequence[dict[str, Any]]) -> str:
     w = max([12] + [len(v) + 2 for v in label.values()])
     what = {"workflow": "mean workflow response", "task": "mean task response",
             "workflow_p95": "p95 workflow response", "workflow_p99": "p99 workflow response"}
-    lines = [f"paired vs {rows[0]['reference']} ({what[rows[0].get('metric', 'task')]}; negative = "
-             f"faster):" if rows else ""]
+    lines = [f"paired vs {rows[0]['reference']} ({what[rows[0].get('metric', 'task')]}):"
+             if rows else ""]
     for r in rows:
-        lines.append(f"  {label[r['policy']]:<{w}} N={r['servers']:<5} {100 * r['mean_rel_diff']:+.2f}% "
+        lines.append(f"  {label[r['policy']]:<{w}} N={r['servers']:<5} {rel(r['mean_rel_diff'], 2)} "
                      f"± {100 * r['ci95_half_width']:.2f}% (95% CI, {r['episodes']} episodes; "
                      f"better in {r['better']}, worse in {r['worse']})"
                      + (f"; completed {'tasks' if r.get('metric') == 'task' else 'workflows'} "
-                        f"{100 * r['completed_rel_diff']:+.1f}%: not comparable"
-                        + (f"; on everything that arrived (censored) {100 * r['censored_rel_diff']:+.2f}% "
+                        f"{rel(r['completed_rel_diff'])}: not comparable"
+                        + (f"; on everything that arrived (censored) {rel(r['censored_rel_diff'], 2)} "
                            f"± {100 * r['censored_ci95_half_width']:.2f}%"
                            if not math.isnan(r.get("censored_rel_diff", math.nan)) else "")
                         if abs(r.get("completed_rel_diff", 0.0)) > 1e-9 else ""))

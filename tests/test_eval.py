@@ -170,7 +170,7 @@ def test_paired_output_flags_unequal_completed_tasks():
     assert by["a"]["censored_rel_diff"] == pytest.approx(0.5)
     assert by["a"]["censored_ci95_half_width"] == pytest.approx(0.0, abs=1e-12)
     text = format_paired(rows).splitlines()
-    assert "completed tasks -10.0%: not comparable; on everything that arrived (censored) +50.00%" in text[1]
+    assert "completed tasks -10.0 % lower: not comparable; on everything that arrived (censored) +50.00 % higher" in text[1]
     assert "not comparable" not in text[2]
 
 

@@ -115,7 +115,7 @@ def test_bench_runtime_runs_end_to_end(tmp_path, capsys):
                          "--json", str(tmp_path / "r.json")])
     assert bench.run(args) == 0
     out = capsys.readouterr().out
-    assert "eft|sigma1.0" in out and "hedge q=0.9" in out and "extra work" in out
+    assert "eft|sigma1.0" in out and "hedge q=0.9" in out and "server-seconds" in out
     data = json.loads((tmp_path / "r.json").read_text())
     hedged = [r for r in data["parts"]["hedge"] if "hedge" in r["setting"]]
     assert hedged and "extra_server_s_frac" in hedged[0] and hedged[0]["paired"]["workflow"]

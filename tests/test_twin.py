@@ -196,8 +196,9 @@ def test_bench_live_prints_the_targets_of_its_setting():
         base[f"{k}_workflow_response_s"] = {p: v[f"{k}_workflow_response_s"]
                                             for p, v in lm.items()}
     text = format_result({**base, "setting": "realistic", "load": None})
-    assert "(target >= 35%)" in text and "arrival rate (time scale 0.5)" in text
+    assert "(target: 35 % lower or more)" in text and "arrival rate (time scale 0.5)" in text
     assert "load None" not in text and "max twin gap 0.0 points (target <= 3)" in text
-    assert "(target >= 8%)" in text and "10.0%" in text  # 1 - 9 / 10
+    assert "(target: 8 % lower or more)" in text and "-10.0 % lower" in text  # 1 - 9 / 10
+    assert "-25.0 % lower (target: 35" in text
     text = format_result({**base, "setting": "paper", "load": 0.6})
-    assert "(target >= 20%)" in text and "quality at load 0.6" in text
+    assert "(target: 20 % lower or more)" in text and "quality at load 0.6" in text

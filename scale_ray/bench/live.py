@@ -48,6 +48,7 @@ from scale_ray.live.config import EXECUTORS, LiveConfig
 from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target, rate_for_load,
                                    stream, warm_up, workload_specs)
 from scale_ray.live.workflow import emulated_body
+from scale_ray.relative import from_gain
 
 from .twin import (NO_TWIN, REFERENCE, add_runtime_arguments, add_setting_arguments, calibrated,
                    compare, format_calibrated, format_rows, format_why, headline, live_model,
@@ -284,8 +285,8 @@ def twin_streams(env: EnvConfig, args: argparse.Namespace, seeds: int) -> dict[s
                                   "improvement_vs_hop":
                                       1.0 - m[p]["mean_workflow_response_s"] / ref}
                               for p in also}})
-        log.info("twin seed %d: EFT + hop %.2f s, EFT + default order %.2f s (%+.1f%%), "
-                 "utilisation %.2f", seed, ref, eft, -100 * rows[-1]["improvement_vs_hop"],
+        log.info("twin seed %d: EFT + hop %.2f s, EFT + default order %.2f s (%s), "
+                 "utilisation %.2f", seed, ref, eft, from_gain(rows[-1]["improvement_vs_hop"]),
                  rows[-1]["utilization"])
     mean, median, share = _spread([r["improvement_vs_hop"] for r in rows])
     return {"setting": args.setting, "workflows": args.workflows, "streams": rows,
@@ -300,7 +301,7 @@ def _spread(gains: list[float]) -> tuple[float, float, float]:
 
 
 def _format_spread(mean: float, median: float, share: float) -> str:
-    return (f"mean {100 * mean:.1f} %, median {100 * median:.1f} %, >= 8 % in "
+    return (f"mean {from_gain(mean)}, median {from_gain(median)}, 8 % lower or more in "
             f"{100 * share:.0f} % of the streams")
 
 
@@ -309,12 +310,12 @@ def format_twin_streams(r: dict[str, Any]) -> str:
     lines = [f"twin only ({r['setting']}, {r['workflows']} workflows per stream): the default "
              f"order{' and --also' if also else ''} vs EFT + hop, mean workflow response "
              f"(model s)",
-             "  seed   EFT+hop   default   improvement   utilisation"
+             "  seed   EFT+hop   default      vs EFT+hop   utilisation"
              + "".join(f"  {p[:14]:>14}" for p in also)]
     for x in r["streams"]:
         lines.append(f"  {x['seed']:>4}  {x['hop_s']:8.2f}  {x['default_order_s']:8.2f}  "
-                     f"{100 * x['improvement_vs_hop']:10.1f} %  {x['utilization']:10.2f}"
-                     + "".join(f"  {100 * x['also'][p]['improvement_vs_hop']:12.1f} %"
+                     f"{from_gain(x['improvement_vs_hop']):>14}  {x['utilization']:10.2f}"
+                     + "".join(f"  {from_gain(x['also'][p]['improvement_vs_hop']):>14}"
                                for p in also))
     lines.append("  " + _format_spread(r["mean_improvement_vs_hop"],
                                        r["median_improvement_vs_hop"], r["share_at_least_8pct"]))
@@ -458,13 +459,13 @@ def format_result(r: dict[str, Any]) -> str:
                          f"p99 {q.get('p99_workflow_response_s', float('nan')):.3f} s "
                          f"wall  (model mean {q['mean_workflow_response_model_s']:.2f} s)  "
                          f"{q['workflows_completed']}/{q['workflows_submitted']} completed")
-        lines.append(f"  improvement vs ray-default ({r['policy']}): "
-                     f"{100 * r['improvement_vs_ray_default']:.1f}% (target >= "
-                     f"{TARGET_VS_RAY_DEFAULT[r.get('setting', 'paper')]}%)")
+        lines.append(f"  mean workflow response vs ray-default ({r['policy']}): "
+                     f"{from_gain(r['improvement_vs_ray_default'])} (target: "
+                     f"{TARGET_VS_RAY_DEFAULT[r.get('setting', 'paper')]} % lower or more)")
     if "twin" in r:
         lines.append(format_rows(r["twin"]))
-        lines.append(f"  improvement_vs_hop (EFT + default order vs EFT + hop, live): "
-                     f"{100 * r['improvement_vs_hop']:.1f}% (target >= 8%); max twin gap "
+        lines.append(f"  EFT + default order vs EFT + hop, live mean workflow response: "
+                     f"{from_gain(r['improvement_vs_hop'])} (target: 8 % lower or more); max twin gap "
                      f"{r['max_twin_gap_points']:.1f} points (target <= 3)")
     if "why" in r:
         lines.append(format_why(r["why"]))

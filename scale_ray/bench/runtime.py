@@ -27,6 +27,7 @@ from envs.config import EnvConfig
 from scale_ray.config import load_env
 from scale_ray.evaluation import evaluate, paired_differences, stderr_progress
 from scale_ray.families import family_env
+from scale_ray.relative import rel
 
 PARTS = ("noise", "hints", "hedge", "families")
 TAIL = ("runtime.noise_sigma=0.5", "runtime.tail=pareto")
@@ -71,13 +72,14 @@ def _paired(eps: list[dict], ref: str) -> dict[tuple[str, int], dict[str, float]
 
 
 def _fmt(p: tuple[float, float] | None) -> str:
-    return "" if p is None else f"{100 * p[0]:+.1f}±{100 * p[1]:.1f}"
+    """A paired relative difference and its 95 % half width: ``-17.4 % lower ±1.9``."""
+    return "" if p is None else f"{rel(p[0])} ±{100 * p[1]:.1f}"
 
 
 def _table(title: str, rows: list[dict], eps: list[dict], ref_of: dict[str, str],
            extra: dict[str, str] | None = None) -> list[str]:
     lines = [title, f"{'setting':<34} {'N':>4} {'wf mean':>8} {'p95':>7} {'p99':>7}  "
-                    f"{'vs ref: mean %':>15} {'p95 %':>11} {'p99 %':>11}  {'ref'}"]
+                    f"{'mean vs ref':>20} {'p95 vs ref':>20} {'p99 vs ref':>20}  {'ref'}"]
     paired: dict[tuple[str, int], dict[str, Any]] = {}
     for ref in set(ref_of.values()):
         sel = [e for e in eps if ref_of.get(e["policy"]) == ref or e["policy"] == ref]
@@ -87,8 +89,8 @@ def _table(title: str, rows: list[dict], eps: list[dict], ref_of: dict[str, str]
         ref = ref_of.get(r["policy"], "")
         line = (f"{r['policy']:<34} {r['servers']:>4} {r['mean_workflow_response_s']:>8.3f} "
                 f"{r['p95_workflow_response_s']:>7.2f} {r['p99_workflow_response_s']:>7.2f}  "
-                f"{_fmt(d.get('workflow')):>15} {_fmt(d.get('workflow_p95')):>11} "
-                f"{_fmt(d.get('workflow_p99')):>11}  {ref if ref != r['policy'] else '-'}")
+                f"{_fmt(d.get('workflow')):>20} {_fmt(d.get('workflow_p95')):>20} "
+                f"{_fmt(d.get('workflow_p99')):>20}  {ref if ref != r['policy'] else '-'}")
         if extra and r["policy"] in extra:
             line += "  " + extra[r["policy"]]
         r["paired"] = {k: list(v) for k, v in d.items()}
@@ -163,7 +165,7 @@ def _hedge(args: argparse.Namespace, env_path: str, workload: str | None, report
             ref[r[0]["policy"]] = r0[0]["policy"]
             extra_w = sum(x["busy_server_s"] for x in e) / sum(busy0.values()) - 1
             r[0]["extra_server_s_frac"] = extra_w
-            extra[r[0]["policy"]] = (f"extra work {100 * extra_w:+.1f}%, "
+            extra[r[0]["policy"]] = (f"server-seconds {rel(extra_w)}, "
                                      f"{r[0]['hedge_copies']:.0f} copies/episode")
     title = f"hedging{' on ' + workload if workload else ''}: EFT, every task hedgeable " \
             f"(paired vs no hedging), N = {servers[0]}"

@@ -47,6 +47,7 @@ from scale_ray.live.config import LiveConfig
 from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target, rate_for_load,
                                    stream, warm_up, with_kinds, workload_specs)
 from scale_ray.live.workflow import dag_record
+from scale_ray.relative import from_gain
 
 from . import flood
 from .localservice import LocalService, scrape_metrics, successor_steps
@@ -369,8 +370,8 @@ def run(args: argparse.Namespace) -> int:
         _add_twin(out, base, env, specs, times, args)
     print(f"ray-default: {base['workflows_completed']}/{base['workflows_submitted']} completed, "
           f"mean {base['mean_workflow_response_s']:.3f} s, p95 "
-          f"{base['p95_workflow_response_s']:.3f} s\nservice vs ray-default: "
-          f"{100 * out['improvement_vs_ray_default']:+.1f}% (mean workflow response)")
+          f"{base['p95_workflow_response_s']:.3f} s\nservice vs ray-default, mean workflow "
+          f"response: {from_gain(out['improvement_vs_ray_default'])}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2))

@@ -25,6 +25,7 @@ from envs.workflow import WorkflowSpec
 from scale_ray.config import load_env
 from scale_ray.evaluation import run_episode
 from scale_ray.explain import explain, load_episodes
+from scale_ray.relative import from_gain
 
 #: settings of the live benches: (env file, overrides, default time scale, the policies measured)
 SETTINGS = {
@@ -185,17 +186,17 @@ def calibrated(env: EnvConfig, args: Any, live: dict[str, dict[str, float]],
 
 def format_calibrated(c: dict[str, Any]) -> str:
     ov = ", ".join(f"{p} {v:.4f}" for p, v in c["overhead_s"].items())
-    parts = [f"{r['policy']} {100 * r['twin_gain_vs_ref']:+.1f} % (gap {r['twin_gap_points']:+.1f})"
+    parts = [f"{r['policy']} {from_gain(r['twin_gain_vs_ref'])} (gap {r['twin_gap_points']:+.1f})"
              for r in c["rows"] if "twin_gap_points" in r and r["policy"] != REFERENCE]
-    return (f"twin with each policy's measured run overhead ({ov} model s per run), gain vs "
+    return (f"twin with each policy's measured run overhead ({ov} model s per run), mean vs "
             f"{REFERENCE}: " + ", ".join(parts)
             + f"; max gap {c['max_twin_gap_points']:.1f} points")
 
 
 def format_rows(rows: list[dict[str, Any]], reference: str = REFERENCE) -> str:
     head = (f"{'policy':<22}{'live mean':>10}{'twin':>8}{'live p95':>10}{'twin':>8}"
-            f"{'live p99':>10}{'twin':>8}{'live gain':>11}{'twin gain':>11}{'gap pts':>9}")
-    lines = [f"workflow response, model s; gains vs {reference} (live and its twin):", head]
+            f"{'live p99':>10}{'twin':>8}{'live vs ref':>16}{'twin vs ref':>16}{'gap pts':>9}")
+    lines = [f"workflow response, model s; mean vs {reference} (live and its twin):", head]
     for r in rows:
         def g(k: str, fmt: str = "{:.2f}") -> str:
             v = r.get(k)
@@ -205,7 +206,8 @@ def format_rows(rows: list[dict[str, Any]], reference: str = REFERENCE) -> str:
             f"{g('twin_mean_workflow_response_s'):>8}{g('live_p95_workflow_response_s'):>10}"
             f"{g('twin_p95_workflow_response_s'):>8}{g('live_p99_workflow_response_s'):>10}"
             f"{g('twin_p99_workflow_response_s'):>8}"
-            f"{g('live_gain_vs_ref', '{:+.1%}'):>11}{g('twin_gain_vs_ref', '{:+.1%}'):>11}"
+            f"{from_gain(r.get('live_gain_vs_ref', math.nan)):>16}"
+            f"{from_gain(r.get('twin_gain_vs_ref', math.nan)):>16}"
             f"{g('twin_gap_points', '{:+.1f}'):>9}")
     return "\n".join(lines)
 

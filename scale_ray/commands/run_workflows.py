@@ -26,6 +26,7 @@ from scale_ray.live.runner import (arrival_times, emulated_runtime, estimator_ac
                                    make_target, parse_events, rate_for_load, stderr_progress,
                                    stream, warm_up, workload_specs)
 from scale_ray.live.workflow import load_dag_file
+from scale_ray.relative import rel
 
 log = logging.getLogger(__name__)
 
@@ -198,13 +199,13 @@ def format_comparison(results: dict[str, dict]) -> str:
     """One row per policy, plus the change against ray-default when it ran."""
     base = results.get("ray-default", {}).get("mean_workflow_response_s")
     lines = ["", f"{'policy':<16}{'completed':>10}{'mean wf s':>11}{'p95 wf s':>10}"
-                 f"{'mean task s':>13}{'vs ray-default':>16}"]
+                 f"{'mean task s':>13}{'mean vs ray-default':>21}"]
     for p, r in results.items():
         vs = "" if not base or p == "ray-default" else \
-            f"{100 * (1 - r['mean_workflow_response_s'] / base):+.1f}% faster"
+            rel(r['mean_workflow_response_s'] / base - 1)
         lines.append(f"{p:<16}{r['workflows_completed']:>6}/{r['workflows_submitted']:<3}"
                      f"{r['mean_workflow_response_s']:>11.3f}{r['p95_workflow_response_s']:>10.3f}"
-                     f"{r['mean_task_response_s']:>13.3f}{vs:>16}")
+                     f"{r['mean_task_response_s']:>13.3f}{vs:>21}")
     return "\n".join(lines)
 
 
@@ -232,5 +233,5 @@ def format_accuracy(acc: dict) -> str:
     lines = ["  run-time estimator (per kind: completed runs, true / estimated median GFLOP):"]
     for kind, a in acc.items():
         lines.append(f"    {kind:<12} n={a['n']:<4} {a['true_median_gflop']:.3f} / "
-                     f"{a['estimated_median_gflop']:.3f} ({100 * a['rel_err']:+.1f}%)")
+                     f"{a['estimated_median_gflop']:.3f} ({rel(a['rel_err'])})")
     return "\n".join(lines)

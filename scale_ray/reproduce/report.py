@@ -7,6 +7,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from scale_ray.relative import rel
+
 from .budgets import Budget
 
 # t_{0.975, n-1} for 95% confidence intervals of a mean over n seeds.
@@ -88,7 +90,7 @@ def _gap_table(gap: dict) -> list[str]:
                      f"{_pct(g['gap_mean'])} ± {_pct(g['gap_ci'])} | "
                      f"{_pct(g.get('censored_gap_mean', math.nan))} ± {_pct(g.get('censored_gap_ci', math.nan))} | "
                      f"{_fmt(g['eft'])} | {_pct(g['scale_vs_eft'])} | "
-                     + (", ".join(f"{k} {100 * v:+.1f}%" for k, v in sorted(g.get("completed_vs_eft", {}).items())
+                     + (", ".join(f"{k} {rel(v)}" for k, v in sorted(g.get("completed_vs_eft", {}).items())
                                   if abs(v) > 1e-9) or "equal") + " |")
     return lines
 
