@@ -31,14 +31,11 @@ def routed_prefix(base_url: str, app: str) -> str | None:
         else None
 
 
-def _proxy_url() -> str | None:
+def _proxy_url() -> str:
     """``http://HOST:PORT`` of this node's Serve proxy (the controller's HTTP options)."""
-    try:
-        from ray.serve.context import _get_global_client
+    from ray.serve.context import _get_global_client
 
-        cfg = _get_global_client().http_config
-    except Exception:  # noqa: BLE001 - no controller reachable: nothing to announce
-        return None
+    cfg = _get_global_client().http_config
     host = "127.0.0.1" if cfg.host in ("0.0.0.0", "::", "") else cfg.host
     return f"http://{host}:{cfg.port}"
 
@@ -48,14 +45,16 @@ def announce(log: logging.Logger, what: str, paths: str, timeout_s: float = 120.
              poll_s: float = 0.5) -> threading.Thread:
     """Log ``{what} ready at {url}{prefix} ({paths})`` once the proxy routes this replica's
     application (a warning after ``timeout_s`` if it never does); returns the thread."""
-    def run(get_base: Callable[[], str | None]) -> None:
+    def run(get_base: Callable[[], str]) -> None:
         nonlocal app
-        if app is None:
-            from ray import serve
+        try:
+            if app is None:
+                from ray import serve
 
-            app = serve.get_replica_context().app_name
-        base = get_base()
-        if base is None:
+                app = serve.get_replica_context().app_name
+            base = get_base()
+        except Exception as e:  # noqa: BLE001 - said, not raised: the service still runs
+            log.warning("%s: cannot tell when it is ready (%s: %s)", what, type(e).__name__, e)
             return
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
