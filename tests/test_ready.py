@@ -51,3 +51,16 @@ def test_a_proxy_that_never_routes_the_app_is_a_warning(caplog):
         t.join(10)
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "did not route" in caplog.records[0].getMessage()
+
+
+def test_no_proxy_found_is_a_warning_not_silence(caplog, monkeypatch):
+    import serve_apps.ready as ready
+
+    def no_controller() -> str:
+        raise RuntimeError("no Serve controller")
+
+    monkeypatch.setattr(ready, "_proxy_url", no_controller)
+    with caplog.at_level(logging.INFO, logger="test_ready"):
+        ready.announce(logging.getLogger("test_ready"), "svc", "", app="scheduler").join(10)
+    assert [r.getMessage() for r in caplog.records] == [
+        "svc: cannot tell when it is ready (RuntimeError: no Serve controller)"]
