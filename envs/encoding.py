@@ -166,9 +166,6 @@ class ServerFeatures:
         """The normalised power column value for ``power_w`` (precomputed by the simulator)."""
         return min(power_w / self.f.power_w, self.f.clip)
 
-    def set_power(self, slot: int, power_w: float) -> None:
-        self.matrix[slot, 3] = self.power_feature(power_w)
-
     def clear(self, slot: int) -> None:
         self.matrix[slot] = 0.0
         self._present[slot] = 0.0

@@ -69,10 +69,6 @@ class Guard:
         self.counts = dict.fromkeys(REASONS, 0)
         self.checked = 0
 
-    def reset_counts(self) -> None:
-        self.counts = dict.fromkeys(REASONS, 0)
-        self.checked = 0
-
     @property
     def overrides(self) -> int:
         return sum(self.counts.values())

@@ -1,6 +1,5 @@
 """Configuration of the driver: env configs are read by :mod:`envs.config_files` (also what
-Serve uses; imported here for the driver's modules and tools), run-config sections are validated
-with :func:`load_section`.
+Serve uses; imported here for the driver's modules and tools).
 
 Every file is validated into typed, frozen dataclasses (``envs.config.build``): unknown keys and
 out-of-range values raise :class:`ConfigError` naming the dotted key. Command-line overrides use
@@ -9,17 +8,9 @@ out-of-range values raise :class:`ConfigError` naming the dotted key. Command-li
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
-from envs.config import ConfigError, build
+from envs.config import ConfigError
 from envs.config_files import (CONFIG_DIR, DEFAULT_ENV_CONFIG, REPO_ROOT, env_mapping, load_env,
                                parse_overrides, read_yaml, resolve_config_path)
 
-
-def load_section(cls: type, data: Mapping[str, Any] | None, name: str) -> Any:
-    """Validate one section of a run config into dataclass ``cls``."""
-    return build(cls, data or {}, name)
-
-
 __all__ = ["ConfigError", "read_yaml", "parse_overrides", "load_env", "env_mapping",
-           "load_section", "resolve_config_path", "CONFIG_DIR", "REPO_ROOT", "DEFAULT_ENV_CONFIG"]
+           "resolve_config_path", "CONFIG_DIR", "REPO_ROOT", "DEFAULT_ENV_CONFIG"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from envs.config import ResourceMappingConfig
 from envs.loaders import load_dags
@@ -405,8 +405,3 @@ def dag_record(spec: WorkflowSpec) -> dict[str, Any]:
         | ({"kind": t.kind} if t.kind else {}) | ({"hedge": True} if t.hedge else {})
         for i, t in enumerate(spec.tasks)]}
 
-
-def iter_specs(items: Iterable[WorkflowSpec | CollectedWorkflow]) -> Iterable[CollectedWorkflow]:
-    """CollectedWorkflow for each item (WorkflowSpecs get the emulated body)."""
-    for it in items:
-        yield it if isinstance(it, CollectedWorkflow) else from_spec(it)
