@@ -24,7 +24,7 @@ files after 45k tasks when every finished task kept its files until its result w
 One writer per journal (one scheduler); a new one opens a segment of its own.
 
 Every entry is one object written whole under a temporary name and then moved into place, and
-carries a magic, its lengths and a CRC32: a crash at any point leaves either the old state or the
+carries a magic, its lengths and a CRC32 (:mod:`scale_ray.live.journal_format`): a crash at any point leaves either the old state or the
 new one, and a truncated or corrupt entry is reported (:attr:`Loaded.problems`) and skipped, never
 raised. Semantics are at-least-once: a task whose result is not in the journal runs again after a
 restart; its body can read :func:`attempt` (0 on its first run).
@@ -39,48 +39,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 import threading
 import time
 import uuid
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-log = logging.getLogger(__name__)
+from .journal_format import (FORMATS, CorruptEntry, Entry, Submission, decode, encode,
+                             parse_record, record_blob, record_entry, submission_of, value_of)
 
-MAGIC = b"SCJ1"
-_HEAD = struct.Struct("<4sIII")  # magic, meta length, payload length, crc32(meta + payload)
-FORMATS = ("json", "pickle")
+log = logging.getLogger(__name__)
 
 SEGMENT_RECORDS = 128  # finished workflows per segment file (the open one is rewritten whole)
 SEGMENT_BYTES = 1 << 20  # ... or this many bytes, whichever comes first
 
 __all__ = ["Journal", "Submission", "Loaded", "CorruptEntry", "attempt", "encode", "decode",
            "resolve_storage", "FORMATS", "SEGMENT_RECORDS", "SEGMENT_BYTES"]
-
-
-class CorruptEntry(ValueError):
-    """A journal entry that is truncated, of another format, or fails its checksum."""
-
-
-def encode(meta: dict[str, Any], payload: bytes = b"") -> bytes:
-    m = json.dumps(meta, separators=(",", ":"), default=float).encode()
-    return _HEAD.pack(MAGIC, len(m), len(payload), zlib.crc32(m + payload)) + m + payload
-
-
-def decode(blob: bytes) -> tuple[dict[str, Any], bytes]:
-    if len(blob) < _HEAD.size:
-        raise CorruptEntry(f"truncated: {len(blob)} bytes, shorter than its header")
-    magic, lm, lp, crc = _HEAD.unpack_from(blob)
-    if magic != MAGIC:
-        raise CorruptEntry(f"not a journal entry (magic {magic!r})")
-    body = blob[_HEAD.size:]
-    if len(body) != lm + lp:
-        raise CorruptEntry(f"truncated: {len(body)} of {lm + lp} bytes")
-    if zlib.crc32(body) != crc:
-        raise CorruptEntry("checksum mismatch")
-    return json.loads(body[:lm]), body[lm:]
 
 
 def resolve_storage(storage: str | None, session_dir: str | None = None) -> str | None:
@@ -168,35 +142,6 @@ def record_result(target: tuple, value: Any, node: str) -> None:
 
 # ------------------------------------------------------------------------- the scheduler's side
 @dataclass
-class Submission:
-    """An accepted workflow as the journal keeps it. ``fmt`` ``pickle``: ``payload`` is a
-    cloudpickled workflow (``LiveScheduler.submit``, ``scale_ray.client``); ``json``: a document
-    the loader given to ``LiveScheduler.resume`` turns into calls (the HTTP API)."""
-    id: str
-    fmt: str
-    payload: bytes
-    name: str = ""
-    group: str = ""
-    key: str | None = None
-    submitted: float = field(default_factory=time.time)  # epoch s
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def header(self) -> dict[str, Any]:
-        return {"id": self.id, "fmt": self.fmt, "name": self.name, "group": self.group,
-                "key": self.key, "submitted": self.submitted, "meta": self.meta}
-
-
-@dataclass
-class Entry:
-    """One workflow read back: its submission, finished tasks' results, run counts, end."""
-    submission: Submission
-    results: dict[int, tuple[Any, str, float]] = field(default_factory=dict)  # value, node, epoch
-    runs: dict[int, int] = field(default_factory=dict)  # task -> runs started
-    end: dict[str, Any] | None = None
-    end_payload: bytes = b""  # a failed pickle workflow's exception
-
-
-@dataclass
 class Loaded:
     entries: list[Entry]
     unrestorable: dict[str, str]  # workflow id -> why it cannot be resumed
@@ -253,8 +198,8 @@ class Journal:
                 return
             self._delete_dir(wid)  # (a leftover: a late run's result)
             blobs = self._seg_blobs(seg)
-            sub, _, _, _ = _parse_record(blobs[wid])
-            blobs[wid] = _record_blob(sub, info, payload, [])
+            sub, _, _, _ = parse_record(blobs[wid])
+            blobs[wid] = record_blob(sub, info, payload, [])
             self._write_seg(seg, blobs)
 
     def remove(self, wid: str) -> None:
@@ -407,7 +352,7 @@ class Journal:
         if "submit" not in files:
             return
         try:
-            sub = _submission(*self._read(files["submit"]))
+            sub = submission_of(*self._read(files["submit"]))
         except (CorruptEntry, KeyError, TypeError, ValueError, OSError):
             return  # (load reports it; nothing to fold)
         if end is None and "end" in files:  # (an end record of the layout before segments)
@@ -427,7 +372,7 @@ class Journal:
                                     str(head.get("fmt")), value if idx in keep else None))
                 except (CorruptEntry, KeyError, TypeError, ValueError, OSError):
                     continue  # (not kept: the task runs again after a restart)
-        self._append({wid: _record_blob(sub, end, end_payload, results)})
+        self._append({wid: record_blob(sub, end, end_payload, results)})
         self._delete_dir(wid)
 
     # -------------------------------------------------------------------- reading back
@@ -463,7 +408,7 @@ class Journal:
         for wid in sorted(set(by_wf) | set(records)):
             if wid in records:
                 try:
-                    entries.append(_record_entry(records[wid]))
+                    entries.append(record_entry(records[wid]))
                 except Exception as e:  # noqa: BLE001 - a bad record: reported, skipped
                     why = f"its finished record is unreadable ({type(e).__name__}: {e})"
                     unrestorable[wid] = why
@@ -475,7 +420,7 @@ class Journal:
                 unrestorable[wid], _ = why, problems.append(f"workflow {wid}: {why}")
                 continue
             try:
-                sub = _submission(*self._read(files["submit"]))
+                sub = submission_of(*self._read(files["submit"]))
             except (CorruptEntry, KeyError, TypeError, ValueError, OSError) as e:
                 why = f"its submission entry is unreadable ({e})"
                 unrestorable[wid] = why
@@ -511,7 +456,7 @@ class Journal:
                     continue
                 try:
                     head, payload = self._read(path)
-                    entry.results[idx] = (_value(head, payload, sub.fmt), head["node"],
+                    entry.results[idx] = (value_of(head, payload, sub.fmt), head["node"],
                                           float(head["t"]))
                 except Exception as e:  # noqa: BLE001 - any bad entry: reported, task reruns
                     problems.append(f"workflow {wid}: task {idx}'s result unreadable "
@@ -519,57 +464,5 @@ class Journal:
         return entry
 
 
-def _submission(head: dict[str, Any], payload: bytes) -> Submission:
-    return Submission(id=head["id"], fmt=head["fmt"], payload=payload,
-                      name=head.get("name", ""), group=head.get("group", ""),
-                      key=head.get("key"), submitted=float(head["submitted"]),
-                      meta=head.get("meta") or {})
-
-
-def _record_blob(sub: Submission, end: dict[str, Any] | None, end_payload: bytes,
-                 results: list[tuple[int, str, float, str, bytes | None]]) -> bytes:
-    """A folded workflow as one segment record: its submission, its end record or its results
-    (``(task, node, t, fmt, value or None)``), checksummed as any entry."""
-    values = [v for *_, v in results if v is not None]
-    meta = {"sub": sub.header(), "sub_len": len(sub.payload), "end": end,
-            "end_len": len(end_payload) if end is not None else 0,
-            "results": [[i, node, t, fmt, -1 if v is None else len(v)]
-                        for i, node, t, fmt, v in results]}
-    return encode(meta, sub.payload + (end_payload if end is not None else b"") + b"".join(values))
-
-
-def _parse_record(blob: bytes) -> tuple[Submission, dict[str, Any] | None, bytes, list]:
-    meta, payload = decode(blob)
-    a, b = meta["sub_len"], meta["sub_len"] + meta["end_len"]
-    sub = _submission(meta["sub"], payload[:a])
-    results, at = [], b
-    for i, node, t, fmt, n in meta["results"]:
-        value = None if n < 0 else payload[at:at + n]
-        at += max(n, 0)
-        results.append((int(i), node, float(t), fmt, value))
-    return sub, meta["end"], payload[a:b], results
-
-
-def _record_entry(blob: bytes) -> Entry:
-    """A folded workflow's :class:`Entry`: its end record, or every task done (a value for the
-    kept ones, None for the others, which nothing reads again: the workflow had completed)."""
-    sub, end, end_payload, results = _parse_record(blob)
-    entry = Entry(sub, end=end, end_payload=end_payload)
-    for i, node, t, fmt, value in results:
-        entry.results[i] = (None if value is None else _value({"fmt": fmt}, value, sub.fmt),
-                            node, t)
-    return entry
-
-
 def _int(s: str) -> int | None:
     return int(s) if s.isdigit() else None
-
-
-def _value(head: dict[str, Any], payload: bytes, fmt: str) -> Any:
-    if head.get("fmt") != fmt:
-        raise CorruptEntry(f"a {head.get('fmt')!r} value in a {fmt!r} workflow")
-    if fmt == "json":
-        return json.loads(payload)
-    from ray import cloudpickle
-
-    return cloudpickle.loads(payload)
