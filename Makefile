@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# --durations: the slowest tests, to keep the suite inside CI's budget (~30 min on 2 cores)
 test: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=25
 
 test-fast: $(STAMP)
 	$(PY) -m pytest tests -m "not slow"
