@@ -28,7 +28,7 @@ TS = 0.25  # wall s per model s
 
 def straggler(name: str, hedge: bool, run_gflop: float, copy_gflop: float = 1.0) -> Primitive:
     """An emulated primitive that declares 1 GFLOP but whose first run takes ``run_gflop``."""
-    p = Primitive(emulated_body, compute_gflop=1.0, name=name, hedge=hedge)
+    p = Primitive(emulated_body, compute_gflop=1.0, name=name, hedge=hedge, emulate=True)
     p.run_gflop, p.copy_gflop = run_gflop, copy_gflop
     return p
 

@@ -59,17 +59,17 @@ def read_environment():
             "proc": raw.decode("latin-1")}
 
 
-@primitive(compute_gflop=1.0)
+@primitive(compute_gflop=1.0, emulate=True)
 def unit(i):
     return i
 
 
-@primitive(compute_gflop=0.5)
+@primitive(compute_gflop=0.5, emulate=True)
 def victim():
     return "done"
 
 
-@primitive(compute_gflop=500.0)
+@primitive(compute_gflop=500.0, emulate=True)
 def long_emulated():
     return 0
 
