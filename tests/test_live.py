@@ -409,7 +409,7 @@ class TestSharedCluster:
         assert all(q["twin"][p]["completed_workflows"] == 4 for p in q["twin"])
         rows = compare({p: live_model(q[p], args.time_scale) for p in pols}, q["twin"])
         h = headline(rows, "eft", "eft")
-        assert set(h) == {"improvement_vs_hop", "improvement_vs_ray_default", "max_twin_gap_points"}
+        assert set(h) == {"rel_diff_vs_hop", "rel_diff_vs_ray_default", "max_twin_gap_points"}
         assert all(math.isfinite(v) for v in h.values())
         w = {p: why(str(tmp_path / f"live_{p}.jsonl"), str(tmp_path / f"twin_{p}.jsonl"), q[p],
                     args.time_scale) for p in q["twin"]}
@@ -849,7 +849,7 @@ def test_run_workflows_cli_compares_with_ray_default(tmp_path):
     stats = json.loads(out.read_text())
     assert set(stats["by_policy"]) == {"eft", "ray-default"}
     assert stats["by_policy"]["ray-default"]["workflows_completed"] == 6
-    assert "eft" in stats["improvement_vs_ray_default"]
+    assert "eft" in stats["rel_diff_vs_ray_default"]
 
 
 def test_run_workflows_cli_rejects_bad_arguments(tmp_path):

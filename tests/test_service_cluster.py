@@ -67,7 +67,7 @@ def test_bench_service_writes_the_documented_keys(tmp_path):
     r = json.loads(out.read_text())
     assert {"clients", "workflows_submitted", "workflows_completed", "workflows_failed",
             "double_booked", "mean_workflow_response_s", "p95_workflow_response_s",
-            "ray_default_mean_workflow_response_s", "improvement_vs_ray_default",
+            "ray_default_mean_workflow_response_s", "rel_diff_vs_ray_default",
             "submit_latency_ms"} <= set(r)
     assert r["clients"] == 2 and r["workflows_submitted"] == r["workflows_completed"] == 12
     assert r["double_booked"] == 0 and r["ray_default_workflows_completed"] == 12

@@ -8,7 +8,7 @@ import math
 import re
 from pathlib import Path
 
-from scale_ray.relative import from_gain, rel
+from scale_ray.relative import rel
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ SIGNED_FORMAT = re.compile(r"\{[^{}]*:\+\.\d+%\}|\{[^{}]*:\+\.\d+f\}\s?%|%\+\.\d
 def test_rel_and_from_gain_say_the_direction():
     assert rel(-0.2113) == "-21.1 % lower" and rel(0.03) == "+3.0 % higher"
     assert rel(0.0004) == "+0.0 %" and rel(math.nan) == "n/a"
-    assert from_gain(0.2113) == "-21.1 % lower" and rel(-0.02101, 2) == "-2.10 % lower"
+    assert rel(-0.02101, 2) == "-2.10 % lower"
 
 
 def test_no_code_formats_a_signed_percentage_itself():
@@ -49,7 +49,8 @@ def test_printouts_follow_the_convention():
                              "ci95_half_width": 0.0265, "episodes": 30, "better": 28,
                              "worse": 2}])
     assert "-8.65 % lower" in paired and "negative" not in paired
-    twin = format_rows([{"policy": "eft", "live_gain_vs_ref": 0.021, "twin_gain_vs_ref": 0.039}])
+    twin = format_rows([{"policy": "eft", "live_rel_diff_vs_ref": -0.021,
+                         "twin_rel_diff_vs_ref": -0.039}])
     assert "-2.1 % lower" in twin and "-3.9 % lower" in twin and "+2.1" not in twin
 
 

@@ -76,14 +76,14 @@ def test_compare_and_headline_by_hand():
                     "p99_workflow_response_s": 19.0}}
     rows = compare(live, twin)
     by = {r["policy"]: r for r in rows}
-    assert by["eft"]["live_gain_vs_ref"] == pytest.approx(0.10)
-    assert by["eft"]["twin_gain_vs_ref"] == pytest.approx(0.05)
-    assert by["eft"]["twin_gap_points"] == pytest.approx(5.0)
+    assert by["eft"]["live_rel_diff_vs_ref"] == pytest.approx(-0.10)
+    assert by["eft"]["twin_rel_diff_vs_ref"] == pytest.approx(-0.05)
+    assert by["eft"]["twin_gap_points"] == pytest.approx(-5.0)  # live 5 points lower than twin
     assert by["eft"]["twin_error"] == pytest.approx(9.0 / 7.6 - 1)
     assert "twin_gap_points" not in by["ray-default"]
     h = headline(rows, "eft", "eft")
-    assert h["improvement_vs_hop"] == pytest.approx(0.10)
-    assert h["improvement_vs_ray_default"] == pytest.approx(1 - 9 / 15)
+    assert h["rel_diff_vs_hop"] == pytest.approx(-0.10)
+    assert h["rel_diff_vs_ray_default"] == pytest.approx(9 / 15 - 1)
     assert h["max_twin_gap_points"] == pytest.approx(5.0)  # the reference itself is left out
     text = format_rows(rows)
     assert REFERENCE in text and "n/a" in text.splitlines()[-1]
@@ -138,10 +138,10 @@ def test_twin_only_predicts_the_order_gain_per_stream_without_a_cluster(capsys):
     want = predict(env, "eft", specs, times, 5)["mean_workflow_response_s"]
     assert r["streams"][1]["default_order_s"] == want
     x = r["streams"][1]
-    assert math.isclose(x["improvement_vs_hop"], 1 - x["default_order_s"] / x["hop_s"])
+    assert math.isclose(x["rel_diff_vs_hop"], x["default_order_s"] / x["hop_s"] - 1)
     srpt = predict(env, "eft@srpt", specs, times, 5)["mean_workflow_response_s"]
     assert r["also"] == ["eft@srpt"] and x["also"]["eft@srpt"]["mean_s"] == srpt
-    assert math.isclose(x["also"]["eft@srpt"]["improvement_vs_hop"], 1 - srpt / x["hop_s"])
+    assert math.isclose(x["also"]["eft@srpt"]["rel_diff_vs_hop"], srpt / x["hop_s"] - 1)
     json.dumps(r)
 
 
@@ -191,7 +191,7 @@ def test_bench_live_prints_the_targets_of_its_setting():
                             "mean_workflow_response_model_s": v["mean_workflow_response_s"],
                             "workflows_completed": 3, "workflows_submitted": 3}
                         for p, v in lm.items()},
-            "improvement_vs_ray_default": 0.25, **headline(rows, "eft", "eft")}
+            "rel_diff_vs_ray_default": -0.25, **headline(rows, "eft", "eft")}
     for k in ("mean", "p95"):
         base[f"{k}_workflow_response_s"] = {p: v[f"{k}_workflow_response_s"]
                                             for p, v in lm.items()}

@@ -18,13 +18,13 @@ Overhead (no-op primitives, ``time_scale = 0``; all sides on the same cluster, a
 
 Quality: the same emulated workload (``--servers`` N, three tiers 2:5:1, Poisson arrivals at
 ``--load`` offered load) under ``--policy``, EFT and Ray's default placement; mean, p95 and p99
-workflow response time; ``improvement_vs_ray_default = 1 - policy / ray-default`` (mean).
+workflow response time; ``rel_diff_vs_ray_default = policy / ray-default - 1`` (mean).
 ``--setting realistic`` runs configs/env/realistic.yaml's workload at its own arrival rate
 (about 0.7 utilisation) at ``--time-scale 0.25``, and measures EFT + hop (the paper's order),
 EFT + the default order (fifo), the lookahead planner, ``--policy`` and Ray's default. Every
 policy but Ray's default also runs in its simulator twin on the same arrivals
 (:mod:`scale_ray.bench.twin`): the prediction is printed next to the live number, and ``--json``
-adds ``improvement_vs_hop``, ``improvement_vs_ray_default`` and ``max_twin_gap_points``.
+adds ``rel_diff_vs_hop``, ``rel_diff_vs_ray_default`` and ``max_twin_gap_points``.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from scale_ray.live.config import EXECUTORS, LiveConfig
 from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target, rate_for_load,
                                    stream, warm_up, workload_specs)
 from scale_ray.live.workflow import emulated_body
-from scale_ray.relative import from_gain
+from scale_ray.relative import rel
 
 from .twin import (NO_TWIN, REFERENCE, add_runtime_arguments, add_setting_arguments, calibrated,
                    compare, format_calibrated, format_rows, format_why, headline, live_model,
@@ -279,29 +279,29 @@ def twin_streams(env: EnvConfig, args: argparse.Namespace, seeds: int) -> dict[s
         m = {p: predict(tenv, p, specs, times, seed) for p in (REFERENCE, "eft", *also)}
         ref, eft = (m[p]["mean_workflow_response_s"] for p in (REFERENCE, "eft"))
         rows.append({"seed": seed, "hop_s": ref, "default_order_s": eft,
-                     "improvement_vs_hop": 1.0 - eft / ref,
+                     "rel_diff_vs_hop": eft / ref - 1.0,
                      "utilization": m[REFERENCE]["utilization"],
                      "also": {p: {"mean_s": m[p]["mean_workflow_response_s"],
-                                  "improvement_vs_hop":
-                                      1.0 - m[p]["mean_workflow_response_s"] / ref}
+                                  "rel_diff_vs_hop":
+                                      m[p]["mean_workflow_response_s"] / ref - 1.0}
                               for p in also}})
         log.info("twin seed %d: EFT + hop %.2f s, EFT + default order %.2f s (%s), "
-                 "utilisation %.2f", seed, ref, eft, from_gain(rows[-1]["improvement_vs_hop"]),
+                 "utilisation %.2f", seed, ref, eft, rel(rows[-1]["rel_diff_vs_hop"]),
                  rows[-1]["utilization"])
-    mean, median, share = _spread([r["improvement_vs_hop"] for r in rows])
+    mean, median, share = _spread([r["rel_diff_vs_hop"] for r in rows])
     return {"setting": args.setting, "workflows": args.workflows, "streams": rows,
-            "also": also, "mean_improvement_vs_hop": mean,
-            "median_improvement_vs_hop": median, "share_at_least_8pct": share}
+            "also": also, "mean_rel_diff_vs_hop": mean,
+            "median_rel_diff_vs_hop": median, "share_8pct_lower": share}
 
 
 def _spread(gains: list[float]) -> tuple[float, float, float]:
-    """(mean, median, share >= 8 %) of per-stream gains."""
+    """(mean, median, share 8 % lower or more) of per-stream relative differences."""
     return (statistics.fmean(gains), statistics.median(gains),
-            sum(x >= 0.08 for x in gains) / len(gains))
+            sum(x <= -0.08 for x in gains) / len(gains))
 
 
 def _format_spread(mean: float, median: float, share: float) -> str:
-    return (f"mean {from_gain(mean)}, median {from_gain(median)}, 8 % lower or more in "
+    return (f"mean {rel(mean)}, median {rel(median)}, 8 % lower or more in "
             f"{100 * share:.0f} % of the streams")
 
 
@@ -314,13 +314,13 @@ def format_twin_streams(r: dict[str, Any]) -> str:
              + "".join(f"  {p[:14]:>14}" for p in also)]
     for x in r["streams"]:
         lines.append(f"  {x['seed']:>4}  {x['hop_s']:8.2f}  {x['default_order_s']:8.2f}  "
-                     f"{from_gain(x['improvement_vs_hop']):>14}  {x['utilization']:10.2f}"
-                     + "".join(f"  {from_gain(x['also'][p]['improvement_vs_hop']):>14}"
+                     f"{rel(x['rel_diff_vs_hop']):>14}  {x['utilization']:10.2f}"
+                     + "".join(f"  {rel(x['also'][p]['rel_diff_vs_hop']):>14}"
                                for p in also))
-    lines.append("  " + _format_spread(r["mean_improvement_vs_hop"],
-                                       r["median_improvement_vs_hop"], r["share_at_least_8pct"]))
+    lines.append("  " + _format_spread(r["mean_rel_diff_vs_hop"],
+                                       r["median_rel_diff_vs_hop"], r["share_8pct_lower"]))
     for p in also:
-        g = [x["also"][p]["improvement_vs_hop"] for x in r["streams"]]
+        g = [x["also"][p]["rel_diff_vs_hop"] for x in r["streams"]]
         lines.append(f"  {p}: " + _format_spread(*_spread(g)))
     return "\n".join(lines)
 
@@ -417,8 +417,8 @@ def run(args: argparse.Namespace) -> int:
             result["p95_workflow_response_s"] = {p: q[p]["p95_workflow_response_s"] for p in pols}
             result["p99_workflow_response_s"] = {p: q[p]["p99_workflow_response_s"] for p in pols}
             base = q["ray-default"]["mean_workflow_response_s"]
-            result["improvement_vs_ray_default"] = 1.0 - q[args.policy]["mean_workflow_response_s"] / base
-            result["eft_improvement_vs_ray_default"] = 1.0 - q["eft"]["mean_workflow_response_s"] / base
+            result["rel_diff_vs_ray_default"] = q[args.policy]["mean_workflow_response_s"] / base - 1
+            result["eft_rel_diff_vs_ray_default"] = q["eft"]["mean_workflow_response_s"] / base - 1
             result["policy"] = args.policy
     finally:
         cluster.shutdown()
@@ -460,12 +460,12 @@ def format_result(r: dict[str, Any]) -> str:
                          f"wall  (model mean {q['mean_workflow_response_model_s']:.2f} s)  "
                          f"{q['workflows_completed']}/{q['workflows_submitted']} completed")
         lines.append(f"  mean workflow response vs ray-default ({r['policy']}): "
-                     f"{from_gain(r['improvement_vs_ray_default'])} (target: "
+                     f"{rel(r['rel_diff_vs_ray_default'])} (target: "
                      f"{TARGET_VS_RAY_DEFAULT[r.get('setting', 'paper')]} % lower or more)")
     if "twin" in r:
         lines.append(format_rows(r["twin"]))
         lines.append(f"  EFT + default order vs EFT + hop, live mean workflow response: "
-                     f"{from_gain(r['improvement_vs_hop'])} (target: 8 % lower or more); max twin gap "
+                     f"{rel(r['rel_diff_vs_hop'])} (target: 8 % lower or more); max twin gap "
                      f"{r['max_twin_gap_points']:.1f} points (target <= 3)")
     if "why" in r:
         lines.append(format_why(r["why"]))

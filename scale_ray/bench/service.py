@@ -20,7 +20,7 @@ first placement by its successor; ``tasks_rerun``: tasks started more than once 
 node or a replica); ``workflows_lost``: what a client saw as ``WorkflowLost``;
 ``--journal-overhead`` adds two calm runs (journal on / off) side by side; ``metrics_scraped``:
 the service's metrics as Ray's Prometheus endpoints served them at the end of the run. Response times are wall seconds from acceptance to
-the last task's completion; ``improvement_vs_ray_default = 1 - service / ray-default`` (mean).
+the last task's completion; ``rel_diff_vs_ray_default = service / ray-default - 1`` (mean).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from scale_ray.live.config import LiveConfig
 from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target, rate_for_load,
                                    stream, warm_up, with_kinds, workload_specs)
 from scale_ray.live.workflow import dag_record
-from scale_ray.relative import from_gain
+from scale_ray.relative import rel
 
 from . import flood
 from .localservice import LocalService, scrape_metrics, successor_steps
@@ -363,15 +363,15 @@ def run(args: argparse.Namespace) -> int:
                hedge_mode=args.hedge,
                ray_default_workflows_completed=base["workflows_completed"],
                wall_s=time.perf_counter() - t0)
-    out["improvement_vs_ray_default"] = 1.0 - out["mean_workflow_response_s"] / base[
-        "mean_workflow_response_s"]
+    out["rel_diff_vs_ray_default"] = out["mean_workflow_response_s"] / base[
+        "mean_workflow_response_s"] - 1.0
     out["setting"] = args.setting
     if not out["killed_node"]:  # the twin models no kill: only a run without one has a twin
         _add_twin(out, base, env, specs, times, args)
     print(f"ray-default: {base['workflows_completed']}/{base['workflows_submitted']} completed, "
           f"mean {base['mean_workflow_response_s']:.3f} s, p95 "
           f"{base['p95_workflow_response_s']:.3f} s\nservice vs ray-default, mean workflow "
-          f"response: {from_gain(out['improvement_vs_ray_default'])}")
+          f"response: {rel(out['rel_diff_vs_ray_default'])}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2))

@@ -25,7 +25,7 @@ from envs.workflow import WorkflowSpec
 from scale_ray.config import load_env
 from scale_ray.evaluation import run_episode
 from scale_ray.explain import explain, load_episodes
-from scale_ray.relative import from_gain
+from scale_ray.relative import rel
 
 #: settings of the live benches: (env file, overrides, default time scale, the policies measured)
 SETTINGS = {
@@ -129,40 +129,43 @@ def live_model(stats: dict[str, Any], time_scale: float) -> dict[str, float]:
 
 def compare(live: dict[str, dict[str, float]], twin: dict[str, dict[str, Any]],
             reference: str = REFERENCE) -> list[dict[str, Any]]:
-    """One row per policy: live and twin mean/p95/p99 (model s), each one's gain over
-    ``reference`` and the gap in points (live gain - twin gain)."""
+    """One row per policy: live and twin mean/p95/p99 (model s), each one's relative difference
+    to ``reference`` (value / reference - 1) and the gap in points (live - twin)."""
     rows = []
     ref_live = live.get(reference, {}).get("mean_workflow_response_s", math.nan)
     ref_twin = twin.get(reference, {}).get("mean_workflow_response_s", math.nan)
     for p, lv in live.items():
         tw = twin.get(p)
         row: dict[str, Any] = {"policy": p, **{f"live_{k}": lv[k] for k in METRICS}}
-        row["live_gain_vs_ref"] = 1.0 - lv["mean_workflow_response_s"] / ref_live
+        row["live_rel_diff_vs_ref"] = lv["mean_workflow_response_s"] / ref_live - 1.0
         if tw is not None:
             row.update({f"twin_{k}": tw[k] for k in METRICS})
-            row["twin_gain_vs_ref"] = 1.0 - tw["mean_workflow_response_s"] / ref_twin
-            row["twin_gap_points"] = 100.0 * (row["live_gain_vs_ref"] - row["twin_gain_vs_ref"])
+            row["twin_rel_diff_vs_ref"] = tw["mean_workflow_response_s"] / ref_twin - 1.0
+            row["twin_gap_points"] = 100.0 * (row["live_rel_diff_vs_ref"]
+                                              - row["twin_rel_diff_vs_ref"])
             row["twin_error"] = lv["mean_workflow_response_s"] / tw["mean_workflow_response_s"] - 1
         rows.append(row)
     return rows
 
 
 def headline(rows: list[dict[str, Any]], default: str, policy: str) -> dict[str, float]:
-    """The --json top-level keys: ``improvement_vs_hop`` (``default``, EFT under the default
-    order, vs EFT + hop; live mean workflow response), ``improvement_vs_ray_default``
-    (``policy`` vs Ray's default) and ``max_twin_gap_points`` (over every policy with a twin)."""
+    """The --json top-level keys: ``rel_diff_vs_hop`` (``default``, EFT under the default
+    order, vs EFT + hop; live mean workflow response, value / reference - 1),
+    ``rel_diff_vs_ray_default`` (``policy`` vs Ray's default) and ``max_twin_gap_points`` (over
+    every policy with a twin)."""
     by = {r["policy"]: r for r in rows}
     ray = by.get("ray-default", {}).get("live_mean_workflow_response_s", math.nan)
     return {
-        "improvement_vs_hop": by[default]["live_gain_vs_ref"] if default in by else math.nan,
-        "improvement_vs_ray_default": (1.0 - by[policy]["live_mean_workflow_response_s"] / ray
-                                       if policy in by else math.nan),
+        "rel_diff_vs_hop": by[default]["live_rel_diff_vs_ref"] if default in by else math.nan,
+        "rel_diff_vs_ray_default": (by[policy]["live_mean_workflow_response_s"] / ray - 1.0
+                                    if policy in by else math.nan),
         "max_twin_gap_points": max_gap(rows),
     }
 
 
 def max_gap(rows: list[dict[str, Any]]) -> float:
-    """The largest |live gain - twin gain| in points over the policies with a twin."""
+    """The largest |live - twin| relative difference, in points, over the policies with a
+    twin."""
     gaps = [abs(r["twin_gap_points"]) for r in rows if "twin_gap_points" in r
             and r["policy"] != REFERENCE]
     return max(gaps) if gaps else math.nan
@@ -186,7 +189,7 @@ def calibrated(env: EnvConfig, args: Any, live: dict[str, dict[str, float]],
 
 def format_calibrated(c: dict[str, Any]) -> str:
     ov = ", ".join(f"{p} {v:.4f}" for p, v in c["overhead_s"].items())
-    parts = [f"{r['policy']} {from_gain(r['twin_gain_vs_ref'])} (gap {r['twin_gap_points']:+.1f})"
+    parts = [f"{r['policy']} {rel(r['twin_rel_diff_vs_ref'])} (gap {r['twin_gap_points']:+.1f})"
              for r in c["rows"] if "twin_gap_points" in r and r["policy"] != REFERENCE]
     return (f"twin with each policy's measured run overhead ({ov} model s per run), mean vs "
             f"{REFERENCE}: " + ", ".join(parts)
@@ -206,8 +209,8 @@ def format_rows(rows: list[dict[str, Any]], reference: str = REFERENCE) -> str:
             f"{g('twin_mean_workflow_response_s'):>8}{g('live_p95_workflow_response_s'):>10}"
             f"{g('twin_p95_workflow_response_s'):>8}{g('live_p99_workflow_response_s'):>10}"
             f"{g('twin_p99_workflow_response_s'):>8}"
-            f"{from_gain(r.get('live_gain_vs_ref', math.nan)):>16}"
-            f"{from_gain(r.get('twin_gain_vs_ref', math.nan)):>16}"
+            f"{rel(r.get('live_rel_diff_vs_ref', math.nan)):>16}"
+            f"{rel(r.get('twin_rel_diff_vs_ref', math.nan)):>16}"
             f"{g('twin_gap_points', '{:+.1f}'):>9}")
     return "\n".join(lines)
 

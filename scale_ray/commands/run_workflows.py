@@ -137,8 +137,8 @@ def _summary(results: dict[str, dict], first: str) -> dict:
         print(format_comparison(results))
         if "ray-default" in results:
             base = results["ray-default"]["mean_workflow_response_s"]
-            out["improvement_vs_ray_default"] = {
-                p: 1.0 - r["mean_workflow_response_s"] / base for p, r in results.items()
+            out["rel_diff_vs_ray_default"] = {
+                p: r["mean_workflow_response_s"] / base - 1.0 for p, r in results.items()
                 if p != "ray-default"}
     return out
 
