@@ -16,22 +16,24 @@ REPO = Path(__file__).resolve().parents[1]
 SIGNED_FORMAT = re.compile(r"\{[^{}]*:\+\.\d+%\}|\{[^{}]*:\+\.\d+f\}\s?%|%\+\.\d+f%%")
 
 
-def test_rel_and_from_gain_say_the_direction():
+def test_rel_says_the_direction():
     assert rel(-0.2113) == "-21.1 % lower" and rel(0.03) == "+3.0 % higher"
     assert rel(0.0004) == "+0.0 %" and rel(math.nan) == "n/a"
     assert rel(-0.02101, 2) == "-2.10 % lower"
 
 
-def test_no_code_formats_a_signed_percentage_itself():
+def test_no_code_formats_a_signed_percentage_or_writes_a_gain_key():
     bad = []
     for root in ("scale_ray", "serve_apps", "envs", "policies"):
         for p in sorted((REPO / root).rglob("*.py")):
             if p.name == "relative.py":
                 continue
             for i, line in enumerate(p.read_text().splitlines(), 1):
-                if SIGNED_FORMAT.search(line) or re.search(r"%\s*faster|negative = faster", line):
+                if SIGNED_FORMAT.search(line) or re.search(
+                        r"%\s*faster|negative = faster|[\"']\w*(improvement|gain_vs)\w*[\"']", line):
                     bad.append(f"{p.relative_to(REPO)}:{i}: {line.strip()}")
-    assert not bad, "format it with scale_ray.relative (rel / from_gain):\n" + "\n".join(bad)
+    assert not bad, ("format it with scale_ray.relative.rel; JSON keys: *rel_diff* "
+                     "(value / reference - 1):\n" + "\n".join(bad))
 
 
 def test_printouts_follow_the_convention():
