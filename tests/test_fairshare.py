@@ -52,3 +52,25 @@ def test_tasks_are_tagged_in_the_order_given_and_work_is_what_moves_a_tag():
     assert tags == [7.0, 2.0, 8.0, 0.0]
     one = FairShare()  # one group: tags grow with arrival (the plain order)
     assert [_admit(one, "", 1, 1.0)[0] for _ in range(3)] == [0.0, 1.0, 2.0]
+
+
+def test_tags_advance_in_steps_so_a_small_workflow_is_one_tag():
+    """Exact per-task tags interleaved two equal clients' workflows task by task; in steps of
+    quantum_s a workflow smaller than a step is one tag (the configured order decides within
+    it), and a flood keeps a newcomer behind at most one step of its work."""
+    import pytest
+
+    fs = FairShare(20.0)
+    a = _admit(fs, "a", 5, 2.0)
+    assert a == [0.0] * 5 and fs.finish_tag("a") == 10.0
+    b = _admit(fs, "b", 5, 2.0, running=[a[0]])
+    assert b == [0.0] * 5  # V = 0: the same tag as a's; a's older workflow goes first
+    flood = _admit(fs, "f", 1000, 1.0)  # tags 0 (x20), 20 (x20), ...
+    assert flood[:20] == [0.0] * 20 and flood[20] == 20.0 and flood[-1] == 980.0
+    for tag in flood[40:42]:
+        fs.started(tag)
+    late = _admit(fs, "v", 1, 1.0, running=flood[40:42])
+    assert late == [40.0] and sum(t <= late[0] for t in flood[42:]) <= 20  # one step at most
+    assert FairShare().admit("x", [1.0, 2.0], [0, 1], ()) == [0.0, 1.0]  # 0: a tag per task
+    with pytest.raises(ValueError, match="quantum_s"):
+        FairShare(-1.0)

@@ -68,6 +68,11 @@ class LiveConfig:
         doc="order ready tasks by their fair-share start tag first (start-time fair queuing "
             "by work between submit(group=...) groups, the scheduler service's tenants: "
             "scale_ray.live.fairshare), then mdp.order"))
+    fair_share_quantum_s: float = field(default=20.0, metadata=rng(
+        ge=0, le=1e6, doc="fair_share: a workflow's start tags advance in steps of this much "
+                          "of its work (model s at the servers' mean speed): a smaller workflow "
+                          "is one tag, run in mdp.order; another tenant waits behind at most one "
+                          "step of a flood's work, spread over the servers. 0: a tag per task"))
     worker_env_blank: tuple[str, ...] = field(default=(), metadata=rng(
         doc="environment variables every worker the scheduler starts (server actors, pinned "
             "tasks) sees empty, through its runtime_env's env_vars: secrets the cluster's "

@@ -132,7 +132,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
             self.placement.shown = lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)
         self.node_tasks: dict[str, int] = {}
         # a fair share between submit(group=...) groups (LiveConfig.fair_share)
-        self._fair = FairShare() if self.cfg.fair_share else None
+        self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
         self._init_durable()  # the journal (LiveConfig.storage) and idempotency keys
         self._init_runs()  # hedged copies of stragglers (LiveConfig.hedge)
         self._latencies: list[float] = []  # ms of the policy's answers since the last take
