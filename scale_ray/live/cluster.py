@@ -18,7 +18,9 @@ machines; see docs/live.md for the measurements). It works where Ray never ran, 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import dataclass
@@ -202,9 +204,8 @@ class LocalHeteroCluster:
     def kill_node(self, node_id: str | None = None) -> str:
         """Kill a server node at once (no drain; its running tasks are lost). Default: the most
         recently started one that is still up. Returns the killed node's id. Its processes get
-        SIGTERM (SIGKILL a second later if still alive), as a preempted node does: Ray then
-        reports an expected termination instead of printing the raylet's log tail to every
-        driver (one ``killed node`` line is the caller's to log)."""
+        SIGKILL, as a crashed node; its dashboard agent first, so that nothing publishes the
+        raylet's log tail to every driver (one ``killed node`` line is the caller's to log)."""
         if not self.nodes:
             raise RuntimeError("no server node left to kill")
         node = self.nodes[-1] if node_id is None else next(
@@ -212,7 +213,8 @@ class LocalHeteroCluster:
         if node is None:
             raise ValueError(f"node {node_id!r} is not a server node of this cluster")
         self.nodes.remove(node)
-        self._cluster.remove_node(node, allow_graceful=True)
+        _kill_agents(node)
+        self._cluster.remove_node(node, allow_graceful=False)
         return node.node_id
 
     def shutdown(self) -> None:
@@ -232,3 +234,28 @@ class LocalHeteroCluster:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+def _kill_agents(node: Any) -> None:
+    """SIGKILL the dashboard and runtime-env agents of ``node`` (children of its raylet, found
+    through /proc): the processes that, once their raylet dies, print "Raylet is terminated"
+    and the raylet's last log lines to every driver. Nothing happens where /proc or the
+    raylet's PID is not there."""
+    try:
+        raylet = node.all_processes["raylet"][0].process.pid
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except (KeyError, IndexError, AttributeError, OSError):
+        return
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            if ppid != raylet:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            if cmd.startswith((b"ray::DashboardAgent", b"ray::RuntimeEnvAgent")) or \
+                    b"dashboard/agent.py" in cmd or b"runtime_env/agent/main.py" in cmd:
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue
