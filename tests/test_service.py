@@ -125,6 +125,10 @@ def test_hidden_hints_and_emulated_noise_are_drawn_the_same_on_every_read():
     ([{"name": "a", "compute_gflop": 1}, {"name": "a", "compute_gflop": 1}],
      ["body", "tasks"], "duplicate"),
     ([{"name": f"t{i}", "compute_gflop": 1} for i in range(3)], ["body", "tasks"], "max_tasks=2"),
+    ([{"name": "a", "compute_gflop": 1, "resources": {"GPU": 1}}], ["body", "tasks", 0],
+     "use num_cpus, num_gpus or memory"),
+    ([{"name": "a", "compute_gflop": 1, "resources": {"memory": 1}}], ["body", "tasks", 0],
+     "use num_cpus, num_gpus or memory"),
 ])
 def test_bad_documents_are_errors_naming_the_field(tasks, loc, what):
     with pytest.raises(RequestError) as e:
@@ -142,6 +146,18 @@ def test_bad_documents_are_errors_naming_the_field(tasks, loc, what):
     ({"name": "a", "compute_gflop": 1, "hedge": "yes"}, ("body", "tasks", 0, "hedge")),
     ({"name": "a", "compute_gflop": 1, "kind": ""}, ("body", "tasks", 0, "kind")),
     ({"name": "a", "compute_gflop": 1, "kind": "k" * 201}, ("body", "tasks", 0, "kind")),
+    ({"name": "a", "compute_gflop": 1, "num_gpus": -1}, ("body", "tasks", 0, "num_gpus")),
+    ({"name": "a", "compute_gflop": 1, "num_cpus": "2"}, ("body", "tasks", 0, "num_cpus")),
+    ({"name": "a", "compute_gflop": 1, "memory": 1e30}, ("body", "tasks", 0, "memory")),
+    ({"name": "a", "compute_gflop": 1, "resources": ["x"]}, ("body", "tasks", 0, "resources")),
+    ({"name": "a", "compute_gflop": 1, "resources": {"x": -1}},
+     ("body", "tasks", 0, "resources", "x")),
+    ({"name": "a", "compute_gflop": 1, "resources": {f"r{i}": 1 for i in range(33)}},
+     ("body", "tasks", 0, "resources")),
+    ({"name": "a", "compute_gflop": 1, "accelerator_type": ""},
+     ("body", "tasks", 0, "accelerator_type")),
+    ({"name": "a", "compute_gflop": 1, "runtime_env": {"pip": ["x"]}},
+     ("body", "tasks", 0, "runtime_env")),  # code over HTTP: not a field
 ])
 def test_schema_errors_name_the_field(task, loc):
     with pytest.raises(RequestValidationError) as e:
@@ -885,3 +901,13 @@ def test_a_primitives_exception_reaches_the_client_as_its_type(service):
         h.result(timeout=60)
     err = h.status()["error"]  # what GET /v1/workflows/{id} answers: plain, one line
     assert err == "QuotaOfMyApi: api quota exhausted for k1", err
+
+
+def test_ray_demands_over_http_become_the_tasks_demands_non_ascii_names_included():
+    wf = _parse(_doc([{"name": "a", "compute_gflop": 1, "num_gpus": 0.5, "memory": 3e9,
+                       "resources": {"é-tpu": 2}, "accelerator_type": "A100"},
+                      {"name": "b", "compute_gflop": 1, "memory_gb": 1}]))
+    a, b = wf.calls[0].primitive, wf.calls[1].primitive
+    assert dict(a.demands) == {"GPU": 0.5, "é-tpu": 2.0, "accelerator_type:A100": 0.001}
+    assert a.memory_gb == wf.spec.tasks[0].memory_gb == pytest.approx(3.0)  # Ray's bytes count
+    assert b.demands == () and a.emulate and b.emulate  # no tool: the emulated body
