@@ -41,8 +41,8 @@ from envs.loaders.livedag import LIMITS as DAG_LIMITS
 from envs.loaders.livedag import parse_dag_workflow
 from envs.workflow import WorkflowError
 from scale_ray.live.handles import WorkflowHandle, root_cause
-from scale_ray.live.workflow import (Call, CollectedWorkflow, Primitive, emulated_body,
-                                     expected_emulated_values)
+from scale_ray.live.workflow import (RAY_OPTIONS, Call, CollectedWorkflow, Primitive,
+                                     emulated_body, expected_emulated_values)
 
 from .decisions import RequestError
 from .tools import AllowList, JsonOnly, json_violation  # noqa: F401 - their old home
@@ -99,7 +99,8 @@ class WorkflowTaskIn(BaseModel):
         return max(self.memory_gb, (self.memory or 0.0) / 1e9)
 
 
-RAY_DEMANDS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type")
+# Ray's options a request may state: the demands (a runtime_env is code: never over HTTP)
+RAY_DEMANDS = tuple(o for o in RAY_OPTIONS if o != "runtime_env")
 _EXAMPLE = {"name": "report", "tasks": [
     {"name": "fetch", "compute_gflop": 2, "memory_gb": 4, "args": ["https://example.org"]},
     {"name": "summarize", "compute_gflop": 8, "parents": ["fetch"], "num_gpus": 0.5,

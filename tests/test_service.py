@@ -911,3 +911,5 @@ def test_ray_demands_over_http_become_the_tasks_demands_non_ascii_names_included
     assert dict(a.demands) == {"GPU": 0.5, "é-tpu": 2.0, "accelerator_type:A100": 0.001}
     assert a.memory_gb == wf.spec.tasks[0].memory_gb == pytest.approx(3.0)  # Ray's bytes count
     assert b.demands == () and a.emulate and b.emulate  # no tool: the emulated body
+    from serve_apps.workflow_api import RAY_DEMANDS, WorkflowTaskIn
+    assert set(RAY_DEMANDS) <= set(WorkflowTaskIn.model_fields)  # every demand is a field

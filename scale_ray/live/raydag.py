@@ -366,7 +366,12 @@ def as_collected(workflow: Any, *inputs: Any, name: str = "", **kw_inputs: Any
     (:func:`~scale_ray.live.workflow.from_spec`), a Ray DAG is converted (:func:`from_ray_dag`;
     ``inputs`` are its InputNode values). Anything else is a :class:`WorkflowTypeError` saying
     what is accepted."""
-    if holds_ray_nodes(workflow):
+    return _as_collected(workflow, inputs, kw_inputs, name, holds_ray_nodes(workflow))
+
+
+def _as_collected(workflow: Any, inputs: Sequence[Any], kw_inputs: dict[str, Any], name: str,
+                  ray_nodes: bool) -> CollectedWorkflow:
+    if ray_nodes:
         return from_ray_dag(workflow, *inputs, name=name, **kw_inputs)
     if inputs or kw_inputs:
         raise WorkflowTypeError(f"input values are for a Ray DAG with an InputNode; got "
@@ -395,7 +400,8 @@ def accept(workflow: Any, inputs: Sequence[Any], kw_inputs: dict[str, Any], name
     """``submit(workflow, *inputs, name=, **kw_inputs)`` of the scheduler, the Ray-default runner
     and the client: :func:`as_collected`, where for anything but a Ray DAG a single string
     positional is the workflow's name (``submit(call, "name")``, the older form)."""
-    if (len(inputs) == 1 and isinstance(inputs[0], str) and not kw_inputs and not name
-            and not holds_ray_nodes(workflow)):
+    ray_nodes = holds_ray_nodes(workflow)  # (one walk of the workflow)
+    if len(inputs) == 1 and isinstance(inputs[0], str) and not kw_inputs and not name \
+            and not ray_nodes:
         name, inputs = inputs[0], ()
-    return as_collected(workflow, *inputs, name=name, **kw_inputs)
+    return _as_collected(workflow, inputs, kw_inputs, name, ray_nodes)
