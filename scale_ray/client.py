@@ -41,8 +41,8 @@ from typing import Any, Sequence
 
 from envs.workload import WorkflowError
 from scale_ray.live.config import NoServers, Unschedulable
-from scale_ray.live.handles import WorkflowFailed
-from scale_ray.live.raydag import accept
+from scale_ray.live.handles import NothingToRun, WorkflowFailed
+from scale_ray.live.raydag import accept, nothing_to_run
 from scale_ray.live.workflow import Call, CollectedWorkflow
 
 DEFAULT_APP = "scheduler"
@@ -255,7 +255,7 @@ class ServiceWorkflow:
 
 def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
            app: str = DEFAULT_APP, tenant: str | None = None, key: str | None = None,
-           **kw_inputs: Any) -> ServiceWorkflow:
+           **kw_inputs: Any) -> ServiceWorkflow | NothingToRun:
     """Submit a workflow to the scheduler service ``app``; returns once the service accepted it.
 
     ``workflow``: calls of ``@primitive`` functions; a Ray DAG (``@ray.remote`` functions'
@@ -273,6 +273,8 @@ def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
     one): a submit with the key of a workflow the service still holds returns that workflow.
     The call is retried with its key while the service's replica is being replaced, so a
     submit cut off by a restart never makes two workflows."""
+    if nothing_to_run(workflow):  # MultiOutputNode([]): Ray's [] at once, nothing to send
+        return NothingToRun(name)
     t0 = time.perf_counter()
     wf = accept(workflow, inputs, kw_inputs, name)  # validated here first: errors name the call
     payload = _payload(wf)

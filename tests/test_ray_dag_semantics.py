@@ -352,6 +352,16 @@ def _no_input_node_ignores_inputs():  # execute(5) on a DAG without InputNode: 5
     return inc.bind(1), (5,), {}, 2
 
 
+def _empty_outputs():  # MultiOutputNode([]).execute(): [] without a task
+    return MultiOutputNode([]), (), {}, []
+
+
+def _empty_outputs_with_input():
+    with InputNode():
+        dag = MultiOutputNode([])
+    return dag, (5,), {}, []
+
+
 CASES = [_basic, _with_options, _func_dag, _multi_input, _simple_str, _kwargs_docs,
          _kwargs_only, _nested_dict, _nested_list, _nested_tuple, _nested_deep_kwarg,
          _nested_object, _top_and_nested, _nested_inputs, _formatting, _one_output,
@@ -360,7 +370,8 @@ CASES = [_basic, _with_options, _func_dag, _multi_input, _simple_str, _kwargs_do
          _attr_partial_access, _attr_object, _attr_list, _attr_dict, _attr_kwargs_only,
          _not_in_context, _not_in_context_with_value, _two_input_nodes, _index_out_of_range,
          _missing_kwarg, _missing_key, _missing_attribute, _input_node_no_value,
-         _input_node_several_values, _no_input_node_ignores_inputs]
+         _input_node_several_values, _no_input_node_ignores_inputs, _empty_outputs,
+         _empty_outputs_with_input]
 IDS = [c.__name__.lstrip("_") for c in CASES]
 
 
@@ -504,6 +515,9 @@ def test_a_primitive_refuses_a_ray_node_nested_in_a_container():
         p.bind([inc.bind(1)])
 
 
-def test_an_empty_multi_output_node_is_refused_saying_why():
-    with pytest.raises(WorkflowTypeError, match="empty MultiOutputNode"):
+def test_an_empty_multi_output_node_has_nothing_to_collect_and_submit_answers_it():
+    from scale_ray.live.ray_default import RayDefaultRunner
+
+    with pytest.raises(WorkflowTypeError, match="empty MultiOutputNode has no task"):
         as_collected(MultiOutputNode([]))
+    assert RayDefaultRunner().submit(MultiOutputNode([])).result() == []

@@ -130,6 +130,37 @@ class WorkflowHandle:
         return [None if f is None else f - self.submitted_wall for f in self.task_finish_wall]
 
 
+class NothingToRun:
+    """What ``submit`` returns for a Ray DAG with no task in it (``MultiOutputNode([])``): done
+    at once, its ``result()`` is ``[]``, as ``ray.get(MultiOutputNode([]).execute())``."""
+
+    id = None
+    error = None
+    response_s = 0.0
+    submit_latency_s = 0.0
+
+    def __init__(self, name: str = ""):
+        self.name = name
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return True
+
+    def result(self, timeout: float | None = None) -> list:
+        return []
+
+    def status(self, wait_s: float = 0.0) -> dict:
+        return {"state": "completed", "name": self.name, "tasks": [], "response_s": 0.0}
+
+    def cancel(self) -> bool:
+        return False
+
+    def task_response_s(self) -> list[float | None]:
+        return []
+
+
 def root_cause(err: BaseException) -> BaseException:
     """The primitive's own exception inside Ray's wrappers (``RayTaskError.cause``)."""
     seen = 0

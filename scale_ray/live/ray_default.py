@@ -14,8 +14,8 @@ from envs.workload import WorkflowError, WorkflowSpec
 from .cluster import SLOT_RESOURCE, TIER_LABEL
 from .config import LiveConfig
 from .executors import wrap_body
-from .handles import WorkflowHandle, drain_handles, summarize
-from .raydag import accept
+from .handles import NothingToRun, WorkflowHandle, drain_handles, summarize
+from .raydag import accept, nothing_to_run
 from .workflow import Call, CollectedWorkflow
 
 log = logging.getLogger(__name__)
@@ -86,8 +86,10 @@ class RayDefaultRunner:
             return list(self._handles)
 
     def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow | Any,
-               *inputs: Any, name: str = "", **kw_inputs: Any) -> WorkflowHandle:
+               *inputs: Any, name: str = "", **kw_inputs: Any) -> WorkflowHandle | NothingToRun:
         """As :meth:`scale_ray.live.LiveScheduler.submit`, placed by Ray."""
+        if nothing_to_run(workflow):
+            return NothingToRun(name)
         wf = accept(workflow, inputs, kw_inputs, name)
         selectors = []
         for i, t in enumerate(wf.spec.tasks):

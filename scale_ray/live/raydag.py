@@ -319,8 +319,8 @@ def from_ray_dag(dag: Any, *args: Any, name: str = "", **kwargs: Any) -> Collect
     multi = _ray_dag_class(dag) == "MultiOutputNode"
     outs = _outputs(dag)
     if not outs:
-        raise WorkflowTypeError("an empty MultiOutputNode: Ray answers [] without running a "
-                                "task; there is nothing to schedule")
+        raise WorkflowTypeError("an empty MultiOutputNode has no task to schedule (submit "
+                                "answers it as Ray does: [] at once; see nothing_to_run)")
     calls = []
     for i, o in enumerate(outs):
         if isinstance(o, Call):
@@ -332,6 +332,12 @@ def from_ray_dag(dag: Any, *args: Any, name: str = "", **kwargs: Any) -> Collect
             raise _refusal(o, f"output {i} of the Ray DAG")
     one = not multi and not isinstance(dag, (list, tuple))
     return collect(calls[0] if one else calls, name)
+
+
+def nothing_to_run(workflow: Any) -> bool:
+    """Whether ``workflow`` is ``MultiOutputNode([])``: Ray's ``execute`` gives ``[]`` without
+    running a task; ``submit`` returns a :class:`~scale_ray.live.handles.NothingToRun`."""
+    return _ray_dag_class(workflow) == "MultiOutputNode" and not workflow.get_args()
 
 
 def holds_ray_nodes(workflow: Any) -> bool:

@@ -58,7 +58,7 @@ from .journal import Submission
 from .config import LiveConfig
 from .executors import RemoteCache
 from .fairshare import FairShare
-from .handles import WorkflowHandle, drain_handles, summarize
+from .handles import NothingToRun, WorkflowHandle, drain_handles, summarize
 from .hedging import Runs
 from .hints import AutoscaleHints
 from .nodes import NodeSet, LiveServer
@@ -66,7 +66,7 @@ from .refusals import check_fits
 from .placement import LivePlacement
 from .planning import LivePlanner
 from .tasks import READY, RUNNING, LiveTask
-from .raydag import accept
+from .raydag import accept, nothing_to_run
 from .workflow import Call, CollectedWorkflow
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
     # ------------------------------------------------------------------ public API
     def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow | Any,
                *inputs: Any, name: str = "", group: str | None = None, key: str | None = None,
-               record: Submission | None = None, **kw_inputs: Any) -> WorkflowHandle:
+               record: Submission | None = None, **kw_inputs: Any) -> WorkflowHandle | NothingToRun:
         """Validate ``workflow`` and queue it; returns its handle at once.
 
         ``workflow``: calls of primitives, a Ray DAG (``@ray.remote`` functions' ``.bind()``;
@@ -229,6 +229,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
             raise RuntimeError("the scheduler thread died") from self.thread_error
         if self._thread is None:
             raise RuntimeError("LiveScheduler.submit: call start() first (or use `with`)")
+        if nothing_to_run(workflow):
+            return NothingToRun(name)
         group = group or ""
         hit = self.known(group, key)
         if hit is not None:
