@@ -29,7 +29,7 @@ from .runtime import RuntimeConfig
 @dataclass(frozen=True)
 class TierConfig:
     """One server tier (paper Table 1)."""
-    name: str
+    name: str = field(metadata=rng(doc="tier name, unique (live: the node's scale.tier label)"))
     compute: float = field(metadata=rng(gt=0, doc="compute capacity C, GFLOP/s"))
     memory_gb: float = field(metadata=rng(gt=0, doc="memory capacity M, GB"))
     idle_w: float = field(default=0.0, metadata=rng(ge=0, doc="idle power, W"))
@@ -49,7 +49,8 @@ class ClusterConfig:
     """Server tiers and the cluster size. Counts come from ``ratio`` (largest remainder) unless a
     tier sets ``count``; with explicit counts for every tier, ``servers`` must equal their sum."""
     servers: int = field(default=16, metadata=rng(ge=1, le=100_000, doc="initial server count N"))
-    tiers: tuple[TierConfig, ...] = field(default_factory=_default_tiers)
+    tiers: tuple[TierConfig, ...] = field(default_factory=_default_tiers, metadata=rng(
+        doc="server tiers (paper Table 1: small, medium, large)"))
     bandwidth_gb_s: float = field(default=10.0, metadata=rng(gt=0, doc="network bandwidth B"))
     latency_s: float = field(default=0.01, metadata=rng(ge=0, doc="base network latency L"))
 
@@ -95,10 +96,12 @@ class ClusterConfig:
 @dataclass(frozen=True)
 class DistConfig:
     """A clipped normal (``dist: normal``) or floored exponential (``dist: exponential``)."""
-    dist: Literal["normal", "exponential", "constant"] = "normal"
-    mean: float = field(default=1.0, metadata=rng(ge=0))
-    std: float = field(default=0.0, metadata=rng(ge=0))
-    min: float = field(default=0.0, metadata=rng(ge=0))
+    dist: Literal["normal", "exponential", "constant"] = field(default="normal", metadata=rng(
+        doc="normal (clipped to [min, max]), exponential (floored at min) or constant (always "
+            "mean)"))
+    mean: float = field(default=1.0, metadata=rng(ge=0, doc="the mean (constant: the value)"))
+    std: float = field(default=0.0, metadata=rng(ge=0, doc="standard deviation (normal only)"))
+    min: float = field(default=0.0, metadata=rng(ge=0, doc="lower clip"))
     max: float | None = field(default=None, metadata=rng(gt=0, doc="upper clip; none: unbounded"))
 
     def __post_init__(self) -> None:
@@ -128,8 +131,9 @@ class ResourceMappingConfig:
         gt=0, doc="floor for measured compute (a zero-runtime task still takes a decision)"))
     max_memory_gb: float = field(metadata=rng(
         gt=0, doc="measured memory is clipped to this (the largest tier must fit every task)"))
-    default: ToolProfileConfig
-    profiles: tuple[ToolProfileConfig, ...] = ()
+    default: ToolProfileConfig = field(metadata=rng(doc="the profile of a kind not in profiles"))
+    profiles: tuple[ToolProfileConfig, ...] = field(default=(), metadata=rng(
+        doc="estimated demands per primitive kind (unique kinds)"))
     aux_prefixes: tuple[str, ...] = field(default=(), metadata=rng(
         doc="node-name prefixes of Pegasus auxiliary jobs (kind pegasus_aux)"))
 
@@ -157,18 +161,26 @@ class WorkloadConfig:
     """Workflow arrivals and the random DAG generator (docs/simulator.md)."""
     source: str = field(default="random", metadata=rng(
         doc="'random' for the paper's generator, or a real-DAG family name (envs.loaders)"))
-    order: Literal["sample", "replay"] = "sample"
+    order: Literal["sample", "replay"] = field(default="sample", metadata=rng(
+        doc="real-DAG sources: 'sample' draws workflows with replacement, 'replay' takes them in "
+            "file order"))
     arrival_rate_16: float = field(default=1.0, metadata=rng(
         gt=0, le=1e4, doc="lambda16: workflows/s at 16 servers; lambda(N) = lambda16 * N / 16"))
     rate_schedule: tuple[tuple[float, float], ...] = field(default=(), metadata=rng(
         ge=0, doc="[[t_s, multiplier], ...]: piecewise-constant rate multiplier from t_s on"))
     horizon_s: float = field(default=200.0, metadata=rng(gt=0, le=1e7, doc="arrivals stop here"))
-    min_tasks: int = field(default=3, metadata=rng(ge=1, le=10_000))
-    max_tasks: int = field(default=8, metadata=rng(ge=1, le=10_000))
+    min_tasks: int = field(default=3, metadata=rng(
+        ge=1, le=10_000, doc="fewest tasks of a generated workflow (uniform in [min_tasks, "
+                             "max_tasks])"))
+    max_tasks: int = field(default=8, metadata=rng(
+        ge=1, le=10_000, doc="most tasks of a generated workflow"))
     edge_prob: float = field(default=0.3, metadata=rng(ge=0, le=1, doc="extra-parent probability"))
-    compute_gflop: DistConfig = DistConfig("normal", 4.0, 2.0, 1.0)
-    memory_gb: DistConfig = DistConfig("normal", 8.0, 6.0, 0.5, 64.0)
-    output_gb: DistConfig = DistConfig("exponential", 0.5, 0.0, 0.01)
+    compute_gflop: DistConfig = field(default=DistConfig("normal", 4.0, 2.0, 1.0), metadata=rng(
+        doc="a generated task's compute demand, GFLOP"))
+    memory_gb: DistConfig = field(default=DistConfig("normal", 8.0, 6.0, 0.5, 64.0), metadata=rng(
+        doc="a generated task's memory demand, GB"))
+    output_gb: DistConfig = field(default=DistConfig("exponential", 0.5, 0.0, 0.01), metadata=rng(
+        doc="a generated task's output handed to each child, GB"))
     resources: ResourceMappingConfig | None = field(default=None, metadata=rng(
         doc="demand mapping of the real-DAG families (required by them; see docs/workloads.md)"))
     dags: tuple[str, ...] = field(default=(), metadata=rng(
@@ -194,17 +206,23 @@ class WorkloadConfig:
 class ServerEventConfig:
     """A scheduled change of the server set."""
     t: float = field(metadata=rng(ge=0, doc="simulated time, s"))
-    kind: Literal["add", "remove", "fail"]
-    tier: str | None = None
-    count: int = field(default=1, metadata=rng(ge=1, le=100_000))
+    kind: Literal["add", "remove", "fail"] = field(metadata=rng(
+        doc="add servers, remove them (drain: they leave when idle) or fail them (their running "
+            "tasks are lost)"))
+    tier: str | None = field(default=None, metadata=rng(
+        doc="the servers' tier (required for add; remove/fail: choose among this tier)"))
+    count: int = field(default=1, metadata=rng(
+        ge=1, le=100_000, doc="servers added, removed or failed"))
     server: int | None = field(default=None, metadata=rng(ge=0, doc="server id (remove/fail)"))
 
 
 @dataclass(frozen=True)
 class DynamicsConfig:
     """Servers that join, leave or fail (scheduled and random; all policy-independent)."""
-    events: tuple[ServerEventConfig, ...] = ()
-    fail_rate_per_server_s: float = field(default=0.0, metadata=rng(ge=0, le=10))
+    events: tuple[ServerEventConfig, ...] = field(default=(), metadata=rng(
+        doc="scheduled server changes (ServerEventConfig)"))
+    fail_rate_per_server_s: float = field(default=0.0, metadata=rng(
+        ge=0, le=10, doc="random failures per server per s (Poisson)"))
     rejoin_after_s: float | None = field(default=None, metadata=rng(
         ge=0, doc="a failed server's replacement (same tier) joins after this delay"))
     join_rate_s: float = field(default=0.0, metadata=rng(ge=0, le=1e4, doc="random joins per s"))
@@ -214,26 +232,38 @@ class DynamicsConfig:
 @dataclass(frozen=True)
 class RewardConfig:
     """Paper eq. 2: w1 exp(-T_exec/T0) - w2 T_comm/T0c - w3 E/E0; invalid -> invalid_penalty."""
-    w1: float = field(default=1.0, metadata=rng(ge=0))
-    w2: float = field(default=0.5, metadata=rng(ge=0))
-    w3: float = field(default=0.0, metadata=rng(ge=0))
-    t0_s: float = field(default=2.0, metadata=rng(gt=0))
-    t0c_s: float = field(default=0.1, metadata=rng(gt=0))
-    e0_j: float = field(default=1000.0, metadata=rng(gt=0))
-    invalid_penalty: float = field(default=-0.1, metadata=rng(le=0))
+    w1: float = field(default=1.0, metadata=rng(
+        ge=0, doc="weight of the execution term exp(-T_exec / T0)"))
+    w2: float = field(default=0.5, metadata=rng(
+        ge=0, doc="weight of the communication term T_comm / T0c"))
+    w3: float = field(default=0.0, metadata=rng(ge=0, doc="weight of the energy term E / E0"))
+    t0_s: float = field(default=2.0, metadata=rng(gt=0, doc="T0: execution time scale, s"))
+    t0c_s: float = field(default=0.1, metadata=rng(gt=0, doc="T0c: communication time scale, s"))
+    e0_j: float = field(default=1000.0, metadata=rng(gt=0, doc="E0: energy scale, J"))
+    invalid_penalty: float = field(default=-0.1, metadata=rng(
+        le=0, doc="the reward of a wait (an invalid pick)"))
     kind: Literal["paper", "response"] = field(default="paper", metadata=rng(
         doc="'response' adds -wait_penalty_per_s * (tasks waiting) * elapsed time (beyond the paper)"))
-    wait_penalty_per_s: float = field(default=0.01, metadata=rng(ge=0))
+    wait_penalty_per_s: float = field(default=0.01, metadata=rng(
+        ge=0, doc="kind response: penalty per waiting task per simulated s"))
 
 
 @dataclass(frozen=True)
 class MdpConfig:
     """Decision semantics (paper §4.1) and the switches beyond it."""
     wait_dt_s: float = field(default=0.1, metadata=rng(gt=0, le=100, doc="clock advance on a wait"))
-    mask_infeasible: bool = False
-    advance_to_next_event: bool = False
-    transfer_delays_start: bool = False
-    head_of_line_blocking: bool = True
+    mask_infeasible: bool = field(default=False, metadata=rng(
+        doc="the action mask also hides servers the task's memory does not fit (paper: only absent "
+            "and draining servers)"))
+    advance_to_next_event: bool = field(default=False, metadata=rng(
+        doc="a wait moves the clock to the next event, not by wait_dt_s (realistic.yaml and live: "
+            "true)"))
+    transfer_delays_start: bool = field(default=False, metadata=rng(
+        doc="a task starts once its parents' outputs arrived from other servers (max of d/B + L); "
+            "false: transfers count in the reward only"))
+    head_of_line_blocking: bool = field(default=True, metadata=rng(
+        doc="a wait holds the whole ready set until the clock moves (the paper); false: only that "
+            "task is set aside"))
     ask_only_startable: bool = field(default=False, metadata=rng(
         doc="beyond the paper: when no server can start the task now (every action would be a "
             "wait), wait without asking the policy, as the live scheduler does"))
@@ -264,22 +294,30 @@ class MdpConfig:
 @dataclass(frozen=True)
 class FeatureConfig:
     """Fixed normalisation constants (never depend on N or on batch statistics)."""
-    compute_gflop: float = field(default=10.0, metadata=rng(gt=0))
-    memory_gb: float = field(default=64.0, metadata=rng(gt=0))
-    successors: float = field(default=8.0, metadata=rng(gt=0))
+    compute_gflop: float = field(default=10.0, metadata=rng(
+        gt=0, doc="GFLOP per unit of the task compute feature"))
+    memory_gb: float = field(default=64.0, metadata=rng(
+        gt=0, doc="GB per unit of the task memory feature"))
+    successors: float = field(default=8.0, metadata=rng(
+        gt=0, doc="children per unit of the successors feature"))
     output_gb: float = field(default=1.0, metadata=rng(gt=0, doc="paper: unnormalised (1.0)"))
-    server_compute: float = field(default=4.0, metadata=rng(gt=0))
-    server_memory_gb: float = field(default=80.0, metadata=rng(gt=0))
-    remaining_s: float = field(default=10.0, metadata=rng(gt=0))
-    power_w: float = field(default=400.0, metadata=rng(gt=0))
-    transfer_s: float = field(default=1.0, metadata=rng(gt=0))
+    server_compute: float = field(default=4.0, metadata=rng(
+        gt=0, doc="GFLOP/s per unit of the server compute feature"))
+    server_memory_gb: float = field(default=80.0, metadata=rng(
+        gt=0, doc="GB per unit of the server memory feature"))
+    remaining_s: float = field(default=10.0, metadata=rng(
+        gt=0, doc="s per unit of the remaining busy time (and workflow age) feature"))
+    power_w: float = field(default=400.0, metadata=rng(gt=0, doc="W per unit of the power feature"))
+    transfer_s: float = field(default=1.0, metadata=rng(
+        gt=0, doc="s per unit of the transfer time feature"))
     clip: float = field(default=100.0, metadata=rng(gt=0, doc="features are clipped to [0, clip]"))
     backlog: bool = field(default=False, metadata=rng(
         doc="beyond the paper: two more task features that expose backlog and waiting, the ready "
             "tasks per accepting server (/ backlog_per_server) and the age of the task's "
             "workflow, now - arrival (/ remaining_s); the live scheduler computes them from its "
             "state, Serve from request fields (ready_tasks, workflow_age_s / now_s)"))
-    backlog_per_server: float = field(default=1.0, metadata=rng(gt=0))
+    backlog_per_server: float = field(default=1.0, metadata=rng(
+        gt=0, doc="ready tasks per accepting server per unit of the backlog feature"))
     workload_scale: float = field(default=1.0, metadata=rng(
         gt=0, le=1e6, doc="beyond the paper: time-like features (task compute, remaining busy "
                           "time, workflow age) are divided by this on top of their constants, "
@@ -302,12 +340,18 @@ class FeatureConfig:
 @dataclass(frozen=True)
 class EnvConfig:
     """The whole simulator/environment configuration."""
-    cluster: ClusterConfig = ClusterConfig()
-    workload: WorkloadConfig = WorkloadConfig()
-    dynamics: DynamicsConfig = DynamicsConfig()
-    reward: RewardConfig = RewardConfig()
-    mdp: MdpConfig = MdpConfig()
-    features: FeatureConfig = FeatureConfig()
+    cluster: ClusterConfig = field(default=ClusterConfig(), metadata=rng(
+        doc="servers: tiers, size, network (ClusterConfig)"))
+    workload: WorkloadConfig = field(default=WorkloadConfig(), metadata=rng(
+        doc="workflow arrivals and their DAGs (WorkloadConfig)"))
+    dynamics: DynamicsConfig = field(default=DynamicsConfig(), metadata=rng(
+        doc="servers that join, leave or fail (DynamicsConfig)"))
+    reward: RewardConfig = field(default=RewardConfig(), metadata=rng(
+        doc="the per-decision reward (RewardConfig; paper eq. 2)"))
+    mdp: MdpConfig = field(default=MdpConfig(), metadata=rng(
+        doc="decision semantics: waits, masks, order, truncation (MdpConfig)"))
+    features: FeatureConfig = field(default=FeatureConfig(), metadata=rng(
+        doc="the observation's fixed normalisation (FeatureConfig)"))
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig, metadata=rng(
         doc="run times: noise, heavy tail, hints, the online estimator, hedging (envs/runtime.py)"))
     objective: Literal["workflow", "task"] = field(default="task", metadata=rng(

@@ -25,7 +25,8 @@ VAR_EPS = 1e-8
 @dataclass(frozen=True)
 class SrrConfig:
     """SRR coefficients and warm-up ramp (paper defaults)."""
-    enabled: bool = True
+    enabled: bool = field(default=True, metadata=rng(
+        doc="add SRR's regularisers (SCALE); false: none"))
     lambda_dec: float = field(default=0.01, metadata=rng(ge=0, doc="λ1, decorrelation weight"))
     lambda_kl: float = field(default=0.001, metadata=rng(ge=0, doc="λ2, KL weight"))
     ramp_start: int = field(default=10, metadata=rng(ge=0, doc="iteration where the ramp leaves 0"))

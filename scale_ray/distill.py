@@ -56,18 +56,20 @@ class DistillConfig:
     teacher: str = field(default="lookahead", metadata=rng(
         doc="a planner (policies.lookahead spec, e.g. lookahead:candidates=4)"))
     rounds: int = field(default=4, metadata=rng(ge=1, le=100, doc="DAgger rounds"))
-    episodes_per_round: int = field(default=6, metadata=rng(ge=1, le=10_000))
+    episodes_per_round: int = field(default=6, metadata=rng(
+        ge=1, le=10_000, doc="teacher-labelled episodes per DAgger round"))
     beta: float = field(default=0.5, metadata=rng(
         ge=0, le=1, doc="round k follows the teacher with probability beta**k"))
     label_reserved: bool = field(default=False, metadata=rng(
         doc="also learn from the teacher's answers to a task it already reserved a busy server "
             "for (it repeats that wait at every re-ask, so they outnumber fresh decisions)"))
     epochs: int = field(default=4, metadata=rng(ge=1, le=1000, doc="passes over the data per round"))
-    batch_size: int = field(default=256, metadata=rng(ge=1, le=65_536))
-    lr: float = field(default=1e-3, metadata=rng(gt=0, le=1))
+    batch_size: int = field(default=256, metadata=rng(
+        ge=1, le=65_536, doc="observations per SGD step"))
+    lr: float = field(default=1e-3, metadata=rng(gt=0, le=1, doc="learning rate (Adam)"))
     init: str | None = field(default="scale", metadata=rng(
         doc="start from this artifact's weights (shipped name or directory); none: random"))
-    seed: int = field(default=0, metadata=rng(ge=0))
+    seed: int = field(default=0, metadata=rng(ge=0, doc="seed of the episodes and the shuffles"))
     threads: int = field(default=1, metadata=rng(ge=1, le=256, doc="torch threads"))
 
 

@@ -22,53 +22,73 @@ class PPOSection:
     """PPO hyperparameters (paper Table 2)."""
     lr: float = field(default=3e-4, metadata=rng(gt=0, le=1, doc="initial learning rate"))
     lr_final: float = field(default=0.0, metadata=rng(ge=0, le=1, doc="cosine end value"))
-    lr_schedule: Literal["cosine", "constant"] = "cosine"
+    lr_schedule: Literal["cosine", "constant"] = field(default="cosine", metadata=rng(
+        doc="cosine from lr to lr_final over the run, or constant lr"))
     lr_points: int = field(default=16, metadata=rng(ge=2, le=1000, doc="points of the cosine"))
-    gamma: float = field(default=0.99, metadata=rng(ge=0, le=1))
+    gamma: float = field(default=0.99, metadata=rng(ge=0, le=1, doc="discount"))
     lambda_: float = field(default=0.95, metadata=rng(ge=0, le=1, doc="GAE λ"))
-    clip_param: float = field(default=0.2, metadata=rng(gt=0, le=1))
-    entropy_coeff: float = field(default=0.01, metadata=rng(ge=0))
-    vf_loss_coeff: float = field(default=0.5, metadata=rng(ge=0))
-    vf_clip_param: float = field(default=10.0, metadata=rng(gt=0))
-    grad_clip: float = field(default=0.5, metadata=rng(gt=0))
+    clip_param: float = field(default=0.2, metadata=rng(gt=0, le=1, doc="PPO's ratio clip"))
+    entropy_coeff: float = field(default=0.01, metadata=rng(ge=0, doc="entropy bonus"))
+    vf_loss_coeff: float = field(default=0.5, metadata=rng(ge=0, doc="value loss weight"))
+    vf_clip_param: float = field(default=10.0, metadata=rng(gt=0, doc="value loss clip"))
+    grad_clip: float = field(default=0.5, metadata=rng(
+        gt=0, doc="gradient norm clip (global norm)"))
     steps_per_iteration: int = field(default=1024, metadata=rng(ge=2, doc="train batch (env steps)"))
-    minibatch_size: int = field(default=256, metadata=rng(ge=2))
-    num_epochs: int = field(default=8, metadata=rng(ge=1, le=1000))
+    minibatch_size: int = field(default=256, metadata=rng(ge=2, doc="SGD minibatch (env steps)"))
+    num_epochs: int = field(default=8, metadata=rng(
+        ge=1, le=1000, doc="passes over each train batch"))
 
 
 @dataclass(frozen=True)
 class DQNSection:
     """Dueling double DQN (RLlib DQN)."""
-    lr: float = field(default=3e-4, metadata=rng(gt=0, le=1))
-    gamma: float = field(default=0.99, metadata=rng(ge=0, le=1))
+    lr: float = field(default=3e-4, metadata=rng(gt=0, le=1, doc="learning rate"))
+    gamma: float = field(default=0.99, metadata=rng(ge=0, le=1, doc="discount"))
     steps_per_iteration: int = field(default=1024, metadata=rng(ge=1, doc="env steps sampled per iteration"))
-    train_batch_size: int = field(default=256, metadata=rng(ge=2))
-    replay_capacity: int = field(default=100_000, metadata=rng(ge=100))
-    num_steps_sampled_before_learning_starts: int = field(default=1000, metadata=rng(ge=0))
-    target_network_update_freq: int = field(default=2000, metadata=rng(ge=1))
-    epsilon_start: float = field(default=1.0, metadata=rng(ge=0, le=1))
-    epsilon_end: float = field(default=0.05, metadata=rng(ge=0, le=1))
-    epsilon_steps: int = field(default=100_000, metadata=rng(ge=1))
-    grad_clip: float = field(default=0.5, metadata=rng(gt=0))
-    training_intensity: float | None = field(default=None, metadata=rng(gt=0))
+    train_batch_size: int = field(default=256, metadata=rng(
+        ge=2, doc="replayed transitions per SGD step"))
+    replay_capacity: int = field(default=100_000, metadata=rng(
+        ge=100, doc="replay buffer size, transitions"))
+    num_steps_sampled_before_learning_starts: int = field(default=1000, metadata=rng(
+        ge=0, doc="env steps sampled before the first update"))
+    target_network_update_freq: int = field(default=2000, metadata=rng(
+        ge=1, doc="env steps between target network updates"))
+    epsilon_start: float = field(default=1.0, metadata=rng(
+        ge=0, le=1, doc="exploration epsilon at the start"))
+    epsilon_end: float = field(default=0.05, metadata=rng(
+        ge=0, le=1, doc="exploration epsilon after epsilon_steps"))
+    epsilon_steps: int = field(default=100_000, metadata=rng(
+        ge=1, doc="env steps of the linear epsilon decay"))
+    grad_clip: float = field(default=0.5, metadata=rng(
+        gt=0, doc="gradient norm clip (global norm)"))
+    training_intensity: float | None = field(default=None, metadata=rng(
+        gt=0, doc="replayed / sampled steps ratio; none: RLlib's natural ratio"))
 
 
 @dataclass(frozen=True)
 class SACSection:
     """Discrete SAC (RLlib SAC)."""
-    actor_lr: float = field(default=3e-4, metadata=rng(gt=0, le=1))
-    critic_lr: float = field(default=3e-4, metadata=rng(gt=0, le=1))
-    alpha_lr: float = field(default=3e-4, metadata=rng(gt=0, le=1))
-    gamma: float = field(default=0.99, metadata=rng(ge=0, le=1))
-    tau: float = field(default=0.005, metadata=rng(gt=0, le=1))
-    initial_alpha: float = field(default=0.1, metadata=rng(gt=0))
+    actor_lr: float = field(default=3e-4, metadata=rng(gt=0, le=1, doc="policy learning rate"))
+    critic_lr: float = field(default=3e-4, metadata=rng(gt=0, le=1, doc="Q learning rate"))
+    alpha_lr: float = field(default=3e-4, metadata=rng(
+        gt=0, le=1, doc="entropy temperature learning rate"))
+    gamma: float = field(default=0.99, metadata=rng(ge=0, le=1, doc="discount"))
+    tau: float = field(default=0.005, metadata=rng(
+        gt=0, le=1, doc="target network soft-update rate"))
+    initial_alpha: float = field(default=0.1, metadata=rng(gt=0, doc="initial entropy temperature"))
     target_entropy: float = field(default=0.5, metadata=rng(doc="nats; masking changes |A|"))
-    steps_per_iteration: int = field(default=1024, metadata=rng(ge=1))
-    train_batch_size: int = field(default=256, metadata=rng(ge=2))
-    replay_capacity: int = field(default=100_000, metadata=rng(ge=100))
-    num_steps_sampled_before_learning_starts: int = field(default=1000, metadata=rng(ge=0))
-    grad_clip: float = field(default=0.5, metadata=rng(gt=0))
-    training_intensity: float | None = field(default=None, metadata=rng(gt=0))
+    steps_per_iteration: int = field(default=1024, metadata=rng(
+        ge=1, doc="env steps sampled per iteration"))
+    train_batch_size: int = field(default=256, metadata=rng(
+        ge=2, doc="replayed transitions per SGD step"))
+    replay_capacity: int = field(default=100_000, metadata=rng(
+        ge=100, doc="replay buffer size, transitions"))
+    num_steps_sampled_before_learning_starts: int = field(default=1000, metadata=rng(
+        ge=0, doc="env steps sampled before the first update"))
+    grad_clip: float = field(default=0.5, metadata=rng(
+        gt=0, doc="gradient norm clip (global norm)"))
+    training_intensity: float | None = field(default=None, metadata=rng(
+        gt=0, doc="replayed / sampled steps ratio; none: RLlib's natural ratio"))
 
 
 @dataclass(frozen=True)
@@ -77,7 +97,8 @@ class RolloutSection:
     paper's 4 parallel environments, the learner in the driver)."""
     num_env_runners: int = field(default=1, metadata=rng(ge=0, le=1024, doc=(
         "env runner actors; 0: sample in the driver")))
-    num_envs_per_env_runner: int = field(default=4, metadata=rng(ge=1, le=1024))
+    num_envs_per_env_runner: int = field(default=4, metadata=rng(
+        ge=1, le=1024, doc="vectorised envs per runner"))
     num_cpus_per_env_runner: float = field(default=1.0, metadata=rng(ge=0, le=1024, doc=(
         "CPUs Ray reserves for each env runner actor (placement: a node must have them free)")))
     rollout_fragment_length: int | None = field(default=None, metadata=rng(
@@ -107,13 +128,15 @@ class LearnersSection:
 @dataclass(frozen=True)
 class RunSection:
     """Length, seed, logging and checkpoints."""
-    iterations: int = field(default=1000, metadata=rng(ge=1))
-    seed: int = field(default=42, metadata=rng(ge=0))
-    checkpoint_every: int = field(default=50, metadata=rng(ge=1))
+    iterations: int = field(default=1000, metadata=rng(ge=1, doc="training iterations"))
+    seed: int = field(default=42, metadata=rng(ge=0, doc="seed of the run (envs, weights)"))
+    checkpoint_every: int = field(default=50, metadata=rng(
+        ge=1, doc="iterations between checkpoints"))
     max_env_steps: int | None = field(default=None, metadata=rng(ge=1, doc=(
         "also stop once this many env steps are sampled (DQN and SAC sample a varying number "
         "per iteration: equal budgets are equal env steps); none: iterations alone")))
-    out_dir: str = "runs/scale"
+    out_dir: str = field(default="runs/scale", metadata=rng(
+        doc="where checkpoints, metrics and the artifact go"))
     init: str | None = field(default=None, metadata=rng(doc=(
         "start from a policy artifact's network weights (a shipped name such as student, or a "
         "path; PPO only; module, size and task features must match): fine-tuning. "
@@ -128,18 +151,30 @@ class RunSection:
 @dataclass(frozen=True)
 class TrainConfig:
     """A training run (``configs/train/*.yaml``)."""
-    name: str = "scale"
-    algorithm: Literal["ppo", "dqn", "sac"] = "ppo"
-    network: Literal["crossattn", "mlp"] = "crossattn"
-    env: Any = "configs/env/paper.yaml"  # a path or an env mapping (validated by load_env)
-    model: ModelConfig = ModelConfig()
-    srr: SrrConfig = SrrConfig(enabled=False)
-    ppo: PPOSection = PPOSection()
-    dqn: DQNSection = DQNSection()
-    sac: SACSection = SACSection()
-    rollout: RolloutSection = RolloutSection()
-    learners: LearnersSection = LearnersSection()
-    run: RunSection = RunSection()
+    name: str = field(default="scale", metadata=rng(
+        doc="the run's name (its artifact and output folder)"))
+    algorithm: Literal["ppo", "dqn", "sac"] = field(default="ppo", metadata=rng(
+        doc="ppo (SCALE, CrossAttn, PPO), dqn or sac (RLlib)"))
+    network: Literal["crossattn", "mlp"] = field(default="crossattn", metadata=rng(
+        doc="crossattn (the pointer network, any N) or mlp (a fixed server set)"))
+    env: Any = field(default="configs/env/paper.yaml", metadata=rng(
+        doc="the env config: a YAML path or a mapping (validated by load_env)"))
+    model: ModelConfig = field(default=ModelConfig(), metadata=rng(
+        doc="the network's sizes (ModelConfig)"))
+    srr: SrrConfig = field(default=SrrConfig(enabled=False), metadata=rng(
+        doc="Structured Representation Regularization (SrrConfig); off: CrossAttn"))
+    ppo: PPOSection = field(default=PPOSection(), metadata=rng(
+        doc="PPO hyperparameters (algorithm ppo)"))
+    dqn: DQNSection = field(default=DQNSection(), metadata=rng(
+        doc="DQN hyperparameters (algorithm dqn)"))
+    sac: SACSection = field(default=SACSection(), metadata=rng(
+        doc="SAC hyperparameters (algorithm sac)"))
+    rollout: RolloutSection = field(default=RolloutSection(), metadata=rng(
+        doc="env runners (RolloutSection)"))
+    learners: LearnersSection = field(default=LearnersSection(), metadata=rng(
+        doc="RLlib learners (LearnersSection)"))
+    run: RunSection = field(default=RunSection(), metadata=rng(
+        doc="length, seed, checkpoints (RunSection)"))
 
     @property
     def label(self) -> str:

@@ -109,7 +109,7 @@ class PlacementArgs:
     guard: GuardConfig = field(default_factory=GuardConfig, metadata=rng(
         doc="policies.guard around a learned policy: {enabled, max_waits}; requests pass each "
             "task's waits so far"))
-    tuning: Tuning = Tuning()
+    tuning: Tuning = field(default=Tuning(), metadata=rng(doc="placement knobs (Tuning)"))
 
 
 def builder_args(cls: type, args: Mapping[str, Any] | None, strings: tuple[str, ...]) -> Any:

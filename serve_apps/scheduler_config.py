@@ -92,7 +92,8 @@ class SchedulerArgs:
     metrics_tenant_names: bool = field(default=False, metadata=rng(
         doc="label per-tenant metrics with tenant names; false: t- + 8 hex of the name's "
             "SHA-256 (serve_apps.tenants.tenant_label), so the metrics port shows no names"))
-    tuning: SchedulerTuning = SchedulerTuning()
+    tuning: SchedulerTuning = field(default=SchedulerTuning(), metadata=rng(
+        doc="scheduler knobs (SchedulerTuning)"))
 
 
 # the service's defaults where they differ from the library's LiveConfig: tenants share the

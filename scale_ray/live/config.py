@@ -29,7 +29,9 @@ class LiveConfig:
     max_retries: int = field(default=3, metadata=rng(ge=0, le=100, doc="re-placements of a lost task"))
     node_refresh_s: float = field(default=0.1, metadata=rng(
         ge=0, le=60, doc="read the node set at most this often (and at once after a loss)"))
-    head_of_line_blocking: bool = False
+    head_of_line_blocking: bool = field(default=False, metadata=rng(
+        doc="a wait holds every ready task until the next round (the paper's rule); false: only "
+            "that task waits"))
     servers: Literal["auto", "scale", "ray"] = field(default="auto", metadata=rng(
         doc="where servers come from (scale_ray.live.discovery): scale: nodes with scale_* "
             "resources; ray: every alive node from what Ray reports (CPUs, GPUs, memory); auto: "
@@ -43,10 +45,13 @@ class LiveConfig:
     tier_speeds: dict[str, float] = field(default_factory=dict, metadata=rng(
         doc="relative speed of a plain node's tier by name (its shape, e.g. cpu8 or "
             "cpu8-gpu1-A100, or its scale.tier label); unlisted: 1"))
-    autoscale_hints: bool = False
+    autoscale_hints: bool = field(default=False, metadata=rng(
+        doc="ask Ray's autoscaler for servers (request_resources) while the ready set stays backed "
+            "up (backlog_s)"))
     backlog_s: float = field(default=2.0, metadata=rng(
         ge=0, doc="request_resources after the ready set stays backed up this long (wall s)"))
-    max_hint_bundles: int = field(default=64, metadata=rng(ge=1, le=100_000))
+    max_hint_bundles: int = field(default=64, metadata=rng(
+        ge=1, le=100_000, doc="most bundles in one request_resources call"))
     task_num_cpus: float = field(default=1.0, metadata=rng(
         ge=0, le=1024, doc="CPUs each primitive's Ray task (or server actor) requests (the local "
                            "cluster gives a node one CPU per server); 0 lets Ray start a new "
