@@ -354,7 +354,7 @@ class EnvConfig:
         doc="the observation's fixed normalisation (FeatureConfig)"))
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig, metadata=rng(
         doc="run times: noise, heavy tail, hints, the online estimator, hedging (envs/runtime.py)"))
-    objective: Literal["workflow", "task"] = field(default="task", metadata=rng(
+    objective: Literal["workflow", "task"] = field(default="workflow", metadata=rng(
         doc="what better means (envs/objective.py): workflow response, or the paper's mean task "
             "response; the response reward and the lookahead planner read it"))
     n_max: int | None = field(default=None, metadata=rng(

@@ -1,4 +1,4 @@
-"""The simulator's public, read-only view (SimPy's ``env.now`` / ``env.peek()`` style): what a
+"""The simulator's public, read-only view (SimPy's ``env.now`` style): what a
 planner (``policies.lookahead``, ``policies.fast_rollout``, the fast EFT of
 ``policies.heuristics``), a snapshot (``envs.snapshot.describe``) or a diagnostic reads from a
 running :class:`envs.simulator.Simulator` without touching its private state.
@@ -28,10 +28,6 @@ class StateView:
     def now(self) -> float:
         """The clock (model seconds)."""
         return self.t
-
-    def peek(self) -> float:
-        """Time of the next pending event (``inf`` when none is pending)."""
-        return self._events[0][0] if self._events else float("inf")
 
     @property
     def events(self) -> Sequence[tuple]:

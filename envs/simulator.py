@@ -32,6 +32,7 @@ from .config import EnvConfig
 from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  # noqa: F401
                        Rules, ServerTable, task_vector)  # (the task states are re-exported)
 from .encoding import encode_task, task_dim
+from .objective import Objective
 from . import order as orders
 from .episode import TaskRecord, WorkflowRecord, episode_metrics, rekey
 from .run_model import OVERDUE_S, RunModel, compute_range
@@ -80,12 +81,10 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         self._edf_factor = config.mdp.edf_factor
         self._dynamic = self._order in orders.DYNAMIC
         # Hot-path copies of config values (the config itself stays the source of truth).
-        r, mdp = config.reward, config.mdp
-        self._reward_consts = (r.w1, r.t0_s, r.w2, r.t0c_s, r.w3, r.e0_j)
-        self._invalid_penalty = r.invalid_penalty
-        self._penalty_rate = r.wait_penalty_per_s if r.kind == "response" else 0.0
-        # the penalty counts open workflows or open tasks (envs.objective.open_count)
-        self._per_workflow = config.objective == "workflow"
+        mdp = config.mdp
+        #: the reward, the wait penalty and the planner's cost (envs.objective)
+        self.objective = Objective(config.objective, config.reward)
+        self._penalty_rate = self.objective.penalty_rate  # hot path: 0 skips the call
         self._hol = mdp.head_of_line_blocking
         self._rules = Rules(mdp.head_of_line_blocking, mdp.ask_only_startable, mdp.mask_infeasible)
         self._transfer_delays = mdp.transfer_delays_start
@@ -221,13 +220,8 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         handlers = self._HANDLERS
         while ev and ev[0][0] <= t_target:
             t, kind, _, a, b = heapq.heappop(ev)
-            if t > self.t:  # _tick(t), inlined (hot path)
-                dt = t - self.t
-                self.alive_seconds += dt * self._present_count
-                if self._penalty_rate:
-                    self._pending_penalty += self._penalty_rate * dt * (
-                        self.open_workflows if self._per_workflow else self.outstanding)
-                self.t = t
+            if t > self.t:
+                self._tick(t)
             handlers[kind](self, a, b)
         if t_target > self.t:
             self._tick(t_target)
@@ -239,8 +233,8 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
             dt = t - self.t
             self.alive_seconds += dt * self._present_count
             if self._penalty_rate:
-                self._pending_penalty += self._penalty_rate * dt * (
-                    self.open_workflows if self._per_workflow else self.outstanding)
+                self._pending_penalty += self.objective.penalty(dt, self.outstanding,
+                                                                self.open_workflows)
             self.t = t
 
     def _on_finish(self, slot: int, token_task: tuple[int, TaskRecord]) -> None:
@@ -357,11 +351,6 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         what ``policies.guard`` bounds)."""
         return 0 if self.current is None else self.current.waits
 
-    def is_valid(self, slot: int) -> bool:
-        """Whether picking ``slot`` now starts the current task."""
-        task = self.current
-        return task is not None and self.servers.can_start(slot, task.memory_gb)
-
     def step(self, slot: int) -> StepResult:
         """Apply the agent's pick for the current task. See the module docstring."""
         task = self.current
@@ -375,7 +364,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
             reward = self._start(task, slot)
             valid = True
         else:  # a wait, counted on the task; deferred, or (head-of-line blocking) time passes
-            reward = self._invalid_penalty
+            reward = self.objective.invalid_penalty
             valid = False
             self.invalid += 1
             if self._hol:
@@ -433,13 +422,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
                 ev["estimate_s"] = exec_s
                 ev["run_s"] = run_s
             self._emit(ev)
-        w1, t0, w2, t0c, w3, e0 = self._reward_consts
-        reward = w1 * math.exp(-exec_s / t0)
-        if comm_s:
-            reward -= w2 * comm_s / t0c
-        if w3:
-            reward -= w3 * self._busy_w_l[slot] * exec_s / e0
-        return reward
+        return self.objective.start_reward(exec_s, comm_s, self._busy_w_l[slot])
 
     # ---------------------------------------------------------------- observation
     def observe(self) -> dict[str, np.ndarray]:

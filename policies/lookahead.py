@@ -2,10 +2,10 @@
 
 At each decision the planner proposes a few servers for the current task, tries each on a copy
 of the present, rolls the copy ``horizon_s`` simulated seconds forward with EFT, and keeps the
-server whose rollout gives the lowest total response of the work present now (``objective``:
-``workflow`` (default), the sum of workflow completions, what an agent user waits for;
-``task``, of task completions, the paper's proxy; unset (``objective=null``): the env's
-``objective``, envs/objective.py).
+server whose rollout gives the lowest total response of the work present now (the env's
+``objective``, envs/objective.py, unless the planner's own says otherwise: ``workflow``, the sum
+of workflow completions, what an agent user waits for; ``task``, of task completions, the
+paper's proxy).
 
 The copy: where the server set cannot change during the rollout, the exact fast rollouts of
 ``policies.fast_rollout`` (the same costs, bit for bit, at a fraction of the time: issue 26);
@@ -65,9 +65,9 @@ class LookaheadConfig:
     """Settings of the ``lookahead`` planner (``--policy lookahead:key=value,...``)."""
     candidates: int = field(default=3, metadata=rng(
         ge=1, le=64, doc="idle servers tried (best by EFT finish time; EFT's own choice first)"))
-    objective: Literal["task", "workflow"] | None = field(default="workflow", metadata=rng(
+    objective: Literal["task", "workflow"] | None = field(default=None, metadata=rng(
         doc="workflow: total workflow response of the work present now; task: total task "
-            "response (the paper's proxy); null: the env's objective (envs.objective)"))
+            "response (the paper's proxy); null (default): the env's objective (envs.objective)"))
     base: Literal["eft"] = field(default="eft", metadata=rng(doc="policy of the rollouts"))
     horizon_s: float = field(default=20.0, metadata=rng(gt=0, le=1e5, doc="rollout length, sim s"))
     wait: bool = field(default=True, metadata=rng(

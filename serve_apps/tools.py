@@ -100,9 +100,6 @@ class AllowList:
         """Every ``module:function`` a request may name."""
         return tuple(self._fns)
 
-    def allowed(self, path: str) -> bool:
-        return path in self._fns
-
     def resolve(self, path: str, loc: Sequence[Any]) -> "JsonOnly":
         fn = self._fns.get(path)
         if fn is None:

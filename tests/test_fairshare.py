@@ -14,7 +14,8 @@ def _admit(fs, group, n, w=1.0, running=()):
 def test_a_big_workflow_is_a_sequence_of_work_and_a_newcomer_starts_at_the_oldest_run():
     fs = FairShare()
     big = _admit(fs, "a", 10_000, 0.5)
-    assert big[:3] == [0.0, 0.5, 1.0] and big[-1] == 4999.5 and fs.finish_tag("a") == 5000.0
+    assert big[:3] == [0.0, 0.5, 1.0] and big[-1] == 4999.5
+    assert _admit(fs, "a", 1, 0.0) == [5000.0]  # a's next workflow starts at its finish tag
     running = big[10:14]  # four servers run a's tasks 10..13
     for tag in running:
         fs.started(tag)
@@ -62,7 +63,7 @@ def test_tags_advance_in_steps_so_a_small_workflow_is_one_tag():
 
     fs = FairShare(20.0)
     a = _admit(fs, "a", 5, 2.0)
-    assert a == [0.0] * 5 and fs.finish_tag("a") == 10.0
+    assert a == [0.0] * 5 and _admit(fs, "a", 1, 0.0) == [10.0]  # finish tag 10: whole work
     b = _admit(fs, "b", 5, 2.0, running=[a[0]])
     assert b == [0.0] * 5  # V = 0: the same tag as a's; a's older workflow goes first
     flood = _admit(fs, "f", 1000, 1.0)  # tags 0 (x20), 20 (x20), ...

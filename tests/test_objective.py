@@ -48,7 +48,22 @@ def test_metric_names_and_errors():
     assert objective.metric_key("task") == "mean_response_s"
     with pytest.raises(ValueError, match=r"--metric: 'slowness' is not one of"):
         objective.metric_key("slowness")
-    assert objective.open_count("workflow", 7, 2) == 2 and objective.open_count("task", 7, 2) == 7
+    reward = EnvConfig().reward
+    assert objective.Objective("workflow", reward).open_count(7, 2) == 2
+    assert objective.Objective("task", reward).open_count(7, 2) == 7
+    with pytest.raises(ValueError, match="objective: 'speed' is not one of"):
+        objective.Objective("speed", reward)
+
+
+def test_the_start_reward_is_the_papers_equation_2():
+    """w1 exp(-T_exec/T0) - w2 T_comm/T0c - w3 P_busy T_exec / E0, by hand."""
+    r = build(EnvConfig, {"reward": {"w1": 1.0, "w2": 0.5, "w3": 0.2, "t0_s": 2.0,
+                                     "t0c_s": 0.1, "e0_j": 1000.0}}).reward
+    o = objective.Objective("task", r)
+    assert o.start_reward(3.0, 0.05, 200.0) == pytest.approx(
+        math.exp(-1.5) - 0.5 * 0.5 - 0.2 * 200.0 * 3.0 / 1000.0)
+    assert o.start_reward(3.0, 0.0, 200.0) == pytest.approx(math.exp(-1.5) - 0.12)
+    assert o.penalty_rate == 0.0  # kind paper: no per-second penalty
 
 
 def test_paired_comparison_defaults_to_mean_workflow_response():

@@ -33,7 +33,7 @@ def _start_order(order: str, arrivals) -> list[tuple[str, int]]:
     seen = []
     while sim.current is not None:
         t = sim.current
-        if sim.is_valid(0):
+        if sim.servers.can_start(0, sim.current.memory_gb):
             seen.append((t.wf.id, t.id - sim.workflows[t.wf.id].tasks[0].id))
         sim.step(0)
     return seen

@@ -123,7 +123,7 @@ def simulator_decisions(sim: Simulator, policy) -> tuple[list, list]:
     while sim.current is not None:
         t0, task = sim.t, sim.current
         a = policy.act(sim.observe())
-        if sim.is_valid(a):
+        if sim.servers.can_start(a, sim.current.memory_gb):
             starts.append((task.wf.id, task.id, int(sim.srv_id[a])))
         else:
             waits.append((task.wf.id, task.id))

@@ -173,8 +173,8 @@ def test_allow_list_entries_are_validated():
                                          r"imported.*ModuleNotFoundError"):
         AllowList(["no_such_module_xyz:f"])
     allow = AllowList(["jsontools:add", "jsontools:*"])
-    assert allow.allowed("jsontools:add") and allow.allowed("jsontools:power")
-    assert not allow.allowed("jsontools:plain") and not allow.allowed("json:loads")
+    assert "jsontools:add" in allow.names and "jsontools:power" in allow.names
+    assert "jsontools:plain" not in allow.names and "json:loads" not in allow.names
 
 
 def test_args_are_validated_and_one_replica_only():

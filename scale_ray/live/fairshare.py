@@ -69,7 +69,3 @@ class FairShare:
         """A task with start tag ``tag`` started a run."""
         if tag > self._last_started:
             self._last_started = tag
-
-    def finish_tag(self, group: str) -> float:
-        """``F_g``: where ``group``'s next workflow would start at the latest."""
-        return self._finish.get(group, 0.0)
