@@ -26,15 +26,13 @@ Attributes unknown to this module that hold a mutable value make :meth:`Forking.
 from __future__ import annotations
 
 import copy
-import heapq
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from .decision import DONE, DecisionCore
 from .episode import TaskRecord, WorkflowRecord
-from .hedging import HEDGE
-from .sim_cluster import ARRIVAL, FINISH
+from .events import ARRIVAL, FINISH, HEDGE
 
 if TYPE_CHECKING:
     from .simulator import Simulator
@@ -52,7 +50,7 @@ _ARRAYS = frozenset({"srv_id", "idle_w", "busy_w", "present"})
 _SPECIAL = frozenset({"trace", "rng_arrivals", "rng_workload", "rng_dynamics", "core", "servers",
                       "_queue", "compute", "memory", "busy_until", "accepting", "_compute_l",
                       "_memory_l", "_accept_l", "_busy_l", "_feat", "_idle_pf_l", "_busy_pf_l",
-                      "running", "_slot_of", "_events",
+                      "running", "_slot_of", "event_q",
                       "tasks", "workflows", "current", "_source", "_arrivals", "_scripted",
                       "_rt", "_overhead", "_stragglers", "hedge_stats"})
 _PLAIN = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
@@ -189,29 +187,22 @@ class Forking:
         new._rt = None if rt is None else rt.copy()  # its runs take their estimates
         new._overhead = 0.0  # and no unseen overhead (runtime.overhead_s)
         hidden = self.finish_hidden
-        events = []
         new.hedge_stats = list(self.hedge_stats)
         new._stragglers = [(tok, tasks[tk.id]) for tok, tk in self._stragglers if tk.state != DONE]
-        for ev in self._events:
-            if ev[1] == HEDGE:
-                ev = (ev[0], HEDGE, ev[2], ev[3], (ev[4][0], tasks[ev[4][1].id]))
-            elif ev[1] == FINISH:
-                tok, task = ev[4]
+
+        def run(ev: tuple) -> tuple:
+            t, kind, seq, slot, (tok, task) = ev
+            if kind == FINISH and hidden:
                 # with run-time noise or overhead a running task ends, in the fork, when it is
                 # estimated to (the true finish stays hidden: envs.run_model)
-                ev = (self.expected_end(ev[3]) if hidden else ev[0], FINISH, ev[2], ev[3],
-                      (tok, tasks[task.id]))
-            events.append(ev)
-        if hidden:
-            heapq.heapify(events)
-        new._events = events
+                t = self.expected_end(slot)
+            return t, kind, seq, slot, (tok, tasks[task.id])
+
+        new.event_q = self.event_q.copy(run, reorder=hidden)
 
     def drop_arrivals(self) -> None:
         """No more workflows arrive (a planner's rollout that ignores future work)."""
-        ev = [e for e in self._events if e[1] != ARRIVAL]
-        if len(ev) != len(self._events):
-            heapq.heapify(ev)
-            self._events = ev
+        self.event_q.drop(ARRIVAL)
         self._scripted = []
         self.arrivals_done = True
 

@@ -18,18 +18,15 @@ the cancelled runs, whichever they were), next to ``busy_server_s``. Traced: the
 
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING, Any
 
 from .decision import RUNNING
+from .events import FINISH, HEDGE
 
 if TYPE_CHECKING:
     from .episode import TaskRecord
 
-__all__ = ["Hedging", "HEDGE"]
-
-HEDGE = 7  # event kind (after envs.sim_cluster's): a hedgeable run passed its quantile
-_FINISH = 0  # envs.sim_cluster.FINISH (that module imports this one)
+__all__ = ["Hedging"]
 
 
 class Hedging:
@@ -40,8 +37,7 @@ class Hedging:
         """At a hedgeable task's start: its straggler event at the estimated quantile."""
         rt = self._rt
         q = rt.quantile_s(task, self._compute_l[slot], self.srv_tier[slot], rt.cfg.hedge_quantile)
-        self._seq += 1
-        heapq.heappush(self._events, (exec_start + q, HEDGE, self._seq, slot, (task.token, task)))
+        self.event_q.push(exec_start + q, HEDGE, slot, (task.token, task))
 
     def _on_straggler(self, slot: int, token_task: tuple[int, "TaskRecord"]) -> None:
         token, task = token_task
@@ -82,10 +78,7 @@ class Hedging:
         self.running[slot] = task
         self.run_start[slot] = t
         self.hedge_stats[0] += 1
-        self._seq += 1
-        heapq.heappush(self._events,
-                       (t + delay + run_s + self._overhead, _FINISH, self._seq, slot,
-                        (task.token, task)))
+        self.event_q.push(t + delay + run_s + self._overhead, FINISH, slot, (task.token, task))
         if self.trace is not None:
             ev = {"t": t, "event": "start", "task": task.id, "server": sid, "hedge": True,
                   "estimate_s": estimate, "run_s": run_s}

@@ -7,7 +7,7 @@ from typing import Any
 
 from .decision import READY
 from .episode import TaskRecord, build_workflow
-from .sim_cluster import ARRIVAL
+from .events import ARRIVAL
 from .workload import WorkflowSpec
 
 
@@ -22,7 +22,7 @@ class Arrivals:
         if nxt is None:
             self.arrivals_done = True
         else:
-            self._push(nxt, ARRIVAL, None, None)
+            self.event_q.push(nxt, ARRIVAL, None, None)
 
     def _on_arrival(self, _a: Any, _b: Any) -> None:
         if self._scripted is not None:

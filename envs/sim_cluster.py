@@ -12,9 +12,7 @@ import numpy as np
 
 from .config import ServerEventConfig, TierConfig
 from .decision import READY
-
-# Event kinds, in the order they are processed at equal times (envs.hedging.HEDGE = 7 last).
-FINISH, FAIL, REMOVE, ADD, ARRIVAL, JOIN, LEAVE = range(7)
+from .events import ADD, FAIL, JOIN, LEAVE
 
 
 class ClusterDynamics:
@@ -54,7 +52,7 @@ class ClusterDynamics:
                     "compute": tier.compute, "memory_gb": tier.memory_gb})
         if self.cfg.dynamics.fail_rate_per_server_s > 0:
             t_fail = self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.fail_rate_per_server_s)
-            self._push(t_fail, FAIL, None, sid)
+            self.event_q.push(t_fail, FAIL, None, sid)
         self._queue.requeue_blocked()  # a task that fit nowhere may fit here
 
     def _drop_server(self, slot: int, event: str) -> None:
@@ -105,7 +103,7 @@ class ClusterDynamics:
             self._make_ready(task)
         self._drop_server(slot, "server_fail")
         if self.cfg.dynamics.rejoin_after_s is not None:
-            self._push(self.t + self.cfg.dynamics.rejoin_after_s, ADD, tier, None)
+            self.event_q.push(self.t + self.cfg.dynamics.rejoin_after_s, ADD, tier, None)
 
     def _on_remove(self, ev: ServerEventConfig | None, server: int | None) -> None:
         slot = self._pick_server(ev, server)
@@ -127,10 +125,10 @@ class ClusterDynamics:
         tier = tiers[int(self.rng_dynamics.choice(len(tiers), p=w / w.sum()))]
         if self._n_present < self.n_slots:
             self._add_server(tier)
-        self._push(self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.join_rate_s),
+        self.event_q.push(self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.join_rate_s),
                    JOIN, None, None)
 
     def _on_leave(self, _a: Any, _b: Any) -> None:
         self._on_remove(None, None)
-        self._push(self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.leave_rate_s),
+        self.event_q.push(self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.leave_rate_s),
                    LEAVE, None, None)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 from . import order as orders
 from .decision import DONE, READY, RUNNING
 from .episode import TaskRecord, WorkflowRecord, build_workflow
-from .sim_cluster import FINISH
+from .events import FINISH
 from .workflow import TaskSpec, WorkflowSpec, kahn_order
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ class SnapshotLoading:
         self.servers.start(slot, until)
         self.running[slot] = task
         self.run_start[slot] = 0.0
-        self._push(until, FINISH, slot, (task.token, task))
+        self.event_q.push(until, FINISH, slot, (task.token, task))
 
     def _stand_in(self, slot: int, remaining: float) -> None:
         wf = WorkflowRecord(len(self.workflows), 0.0, 1, 0.0)

@@ -16,7 +16,10 @@ writing to them corrupts the episode. Change the simulator only through ``step``
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
+
+if TYPE_CHECKING:
+    from .events import EventQueue
 
 __all__ = ["StateView"]
 
@@ -30,15 +33,9 @@ class StateView:
         return self.t
 
     @property
-    def events(self) -> Sequence[tuple]:
-        """The pending events, a heap of ``(t, kind, seq, slot, payload)`` (kinds:
-        ``envs.sim_cluster``, ``envs.hedging.HEDGE``)."""
-        return self._events
-
-    @property
-    def event_seq(self) -> int:
-        """The sequence number of the last event pushed (ties at equal times break by it)."""
-        return self._seq
+    def events(self) -> "EventQueue":
+        """The pending events (``envs.events.EventQueue``: ``peek()``, ``runs()``, ``seq``)."""
+        return self.event_q
 
     @property
     def server_ids(self) -> Sequence[int]:

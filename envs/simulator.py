@@ -37,11 +37,13 @@ from . import order as orders
 from .episode import TaskRecord, WorkflowRecord, episode_metrics, rekey
 from .run_model import OVERDUE_S, RunModel, compute_range
 from .fork import Forking
-from .hedging import HEDGE, Hedging
+from .events import (ADD, ARRIVAL, FAIL, FINISH, HEDGE, JOIN, LEAVE, REMOVE, EventQueue,
+                     Kind)  # noqa: F401 (Kind: re-exported for readers)
+from .hedging import Hedging
 from .sim_snapshot import SnapshotLoading
 from .sim_view import StateView
 from .sim_arrivals import Arrivals
-from .sim_cluster import ADD, ARRIVAL, FAIL, FINISH, JOIN, LEAVE, REMOVE, ClusterDynamics
+from .sim_cluster import ClusterDynamics
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
 __all__ = ["Simulator", "StepResult", "READY", "RUNNING", "DONE", "WAITING"]  # task states:
@@ -139,12 +141,12 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         for ev in cfg.dynamics.events:
             kind = {"add": ADD, "remove": REMOVE, "fail": FAIL}[ev.kind]
             for _ in range(ev.count):
-                self._push(ev.t, kind, ev, None)
+                self.event_q.push(ev.t, kind, ev, None)
         d = cfg.dynamics
         if d.join_rate_s > 0:
-            self._push(self.rng_dynamics.exponential(1 / d.join_rate_s), JOIN, None, None)
+            self.event_q.push(self.rng_dynamics.exponential(1 / d.join_rate_s), JOIN, None, None)
         if d.leave_rate_s > 0:
-            self._push(self.rng_dynamics.exponential(1 / d.leave_rate_s), LEAVE, None, None)
+            self.event_q.push(self.rng_dynamics.exponential(1 / d.leave_rate_s), LEAVE, None, None)
         self._scripted: list[tuple[float, WorkflowSpec]] | None = None
         if arrivals is not None:
             self._scripted = sorted(arrivals, key=lambda tw: tw[0])[::-1]  # pop() from the end
@@ -170,8 +172,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         self._next_server_id = 0
         self._present_count = 0
         self._pending_penalty = 0.0
-        self._events: list[tuple] = []
-        self._seq = 0
+        self.event_q = EventQueue()  # every pending event (envs.events)
         self.tasks: list[TaskRecord] = []
         self.workflows: list[WorkflowRecord] = []
         self.current: TaskRecord | None = None
@@ -206,17 +207,13 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         return self.core.forced_waits
 
     # ---------------------------------------------------------------- events
-    def _push(self, t: float, kind: int, a: Any, b: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (t, kind, self._seq, a, b))
-
     def _emit(self, event: dict[str, Any]) -> None:
         if self.trace is not None:
             self.trace(event)
 
     def _advance_to(self, t_target: float) -> None:
         """Process every event with time <= t_target, then set the clock to t_target."""
-        ev = self._events
+        ev = self.event_q.heap  # popped here, the simulator's loop (pushed: EventQueue.push)
         handlers = self._HANDLERS
         while ev and ev[0][0] <= t_target:
             t, kind, _, a, b = heapq.heappop(ev)
@@ -311,8 +308,8 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
                 return
             if self._queue.deferred:
                 self._wait()
-            elif self._events:
-                self._advance_to(self._events[0][0])
+            elif self.event_q:
+                self._advance_to(self.event_q.peek())
             else:  # tasks outstanding, nothing can change: they fit no server that will exist
                 self.truncated = True
                 self._emit_end()
@@ -379,8 +376,8 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
 
     def _wait(self) -> None:
         """A wait: the clock moves by wait_dt_s, or to the next event with that switch on."""
-        if self.cfg.mdp.advance_to_next_event and self._events:
-            self._advance_to(self._events[0][0])
+        if self.cfg.mdp.advance_to_next_event and self.event_q:
+            self._advance_to(self.event_q.peek())
         else:
             self._advance_to(self.t + self.cfg.mdp.wait_dt_s)
 
@@ -409,9 +406,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         self._feat[slot, 3] = self._busy_pf_l[slot]
         self.running[slot] = task
         self.run_start[slot] = t
-        self._seq += 1  # _push, inlined (hot path)
-        heapq.heappush(self._events, (t + delay + run_s + self._overhead, FINISH, self._seq, slot,
-                                      (task.token, task)))
+        self.event_q.push(t + delay + run_s + self._overhead, FINISH, slot, (task.token, task))
         if task.hedgeable:  # runtime.hedge: watch for a straggler (envs.hedging)
             self._hedge_arm(task, slot, t + delay)
         if self.trace is not None:

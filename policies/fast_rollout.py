@@ -38,7 +38,7 @@ import numpy as np
 
 from envs.decision import DONE, READY, RUNNING
 from envs.objective import completion_cost
-from envs.sim_cluster import ARRIVAL, FINISH
+from envs.events import ARRIVAL, FINISH
 from envs.simulator import Simulator
 
 from .heuristics import F32, MEM_TOL, DecodedServers
@@ -96,13 +96,10 @@ def supported(sim: Simulator, future: str) -> bool:
         return False  # _rt: a run-time model (runs take other than their estimate, hedging);
         # caps: demands beyond memory (the live scheduler's table)
     busy, acc = sim.servers.busy_l, sim.servers.accept_l
-    for ev in sim.events:
-        kind = ev[1]
-        if kind == FINISH:
-            tok, task = ev[4]
-            if task.token != tok or task.state != RUNNING or not acc[ev[3]]:
-                return False
-        elif kind != ARRIVAL:
+    if not sim.events.kinds() <= {FINISH, ARRIVAL}:
+        return False  # server events pending, or hedges
+    for _, _, slot, tok, task in sim.events.runs():
+        if task.token != tok or task.state != RUNNING or not acc[slot]:
             return False
     return not any(b and not a for b, a in zip(busy, acc))
 
@@ -150,10 +147,9 @@ class Rollouts:
         """The finish events and the ready queue (heap, deferred list) by local task index."""
         ev = []
         hidden = sim.finish_hidden
-        for e in sim.events:
-            if e[1] == FINISH:  # with an unseen overhead, a run ends when expected (as forks)
-                ev.append((sim.expected_end(e[3]) if hidden else e[0], e[2], e[3],
-                           loc[e[4][1].id]))
+        for t, seq, slot, _, task in sim.events.runs():
+            # with an unseen overhead, a run ends when expected (as forks)
+            ev.append((sim.expected_end(slot) if hidden else t, seq, slot, loc[task.id]))
         heapify(ev)
         self.events0 = ev
 
@@ -228,7 +224,7 @@ class Rollouts:
         events = self.events0.copy()
         heap, deferred = self.heap0.copy(), self.deferred0.copy()
         dheap = self.deferred_heap0
-        t, seq, decisions, outstanding = sim.t, sim.event_seq, sim.decisions, sim.outstanding
+        t, seq, decisions, outstanding = sim.t, sim.events.seq, sim.decisions, sim.outstanding
         res = dict(self.res0)
         cur = self.cur
         if busy[first] and reserve:

@@ -218,8 +218,7 @@ def eft_ranking(sim: Simulator, dec: DecodedServers, exclude: set | frozenset = 
     busy_fit: list[int] = []
     bu = None
     any_fit = False
-    ev = sim.events
-    if not need_busy and (not ev or ev[0][0] - sim.t > 1e-7):
+    if not need_busy and sim.events.peek() - sim.t > 1e-7:
         # Fast path: every busy slot finishes more than 1e-7 s from now (its finish event is in
         # the heap), so EFT sees it busy; look at the idle slots first, the busy ones only when
         # no idle slot fits.

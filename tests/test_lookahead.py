@@ -35,7 +35,7 @@ def state(sim: Simulator) -> dict:
              for t in sim.tasks]
     return {"t": sim.t, "tasks": tasks, "current": None if sim.current is None else sim.current.id,
             "busy": list(sim._busy_l), "busy_until": sim.busy_until.tolist(),
-            "events": [(e[0], e[1], e[2]) for e in sim._events],
+            "events": [(e[0], e[1], e[2]) for e in sim.events],
             "ready": [(k, i) for k, i, _ in sim.core.queue.heap],
             "deferred": [i for _, i, _ in sim.core.queue.deferred],
             "blocked": [i for _, i, _ in sim.core.queue.blocked],

@@ -11,7 +11,7 @@ import pytest
 from envs.config import ConfigError, build
 from envs.estimator import RuntimeEstimator
 from envs.runtime import RuntimeConfig, compute_bucket, factors, kind_of_name
-from envs.sim_cluster import FINISH
+from envs.events import FINISH
 from envs.simulator import RUNNING, Simulator
 from envs.snapshot import build as build_snapshot
 from envs.snapshot import describe
@@ -129,7 +129,7 @@ def test_fork_and_snapshot_cannot_see_a_true_finish():
     found = None
     while sim.current is not None and found is None:
         sim.step(eft.act(sim.observe()))
-        for t_true, kind, _, slot, b in sim._events:
+        for t_true, kind, _, slot, b in sim.events:
             if kind == FINISH and b[1].state == RUNNING and b[1].token == b[0] \
                     and abs(t_true - float(sim.busy_until[slot])) > 0.5:
                 found = (slot, t_true, float(sim.busy_until[slot]))
@@ -138,7 +138,7 @@ def test_fork_and_snapshot_cannot_see_a_true_finish():
     slot, t_true, t_est = found
     f = sim.fork()
     task = f.running[slot]
-    f_ends = [e[0] for e in f._events if e[1] == FINISH and e[4][1] is task]
+    f_ends = [e[0] for e in f.events if e[1] == FINISH and e[4][1] is task]
     assert f_ends == [pytest.approx(max(t_est, sim.t))] and f_ends[0] != pytest.approx(t_true)
     # the fork's own runs take their estimates, and the original is untouched
     assert not f._rt.truth and sim._rt.truth
@@ -170,7 +170,7 @@ def test_run_overhead_ends_every_run_late_and_deciders_are_not_told():
         if forked < 3 and busy.any():
             f = sim.fork()
             assert f._overhead == 0.0 and sim._overhead == c
-            for t_end, kind, _, slot, b in f._events:
+            for t_end, kind, _, slot, b in f.events:
                 if kind == FINISH and b[1].state == RUNNING:
                     assert t_end == pytest.approx(max(float(sim.busy_until[slot]), sim.t))
             forked += 1
