@@ -23,9 +23,10 @@ class ServerSelectEnv(gym.Env):
     """Place each ready primitive of streaming workflow DAGs on a server.
 
     ## Description
-    Workflows (DAGs of primitives) arrive as a Poisson process at a heterogeneous cluster. A fixed
-    first level picks the ready primitive with the longest hop-count path to its sink; the agent
-    picks the server (paper §4.1; docs/simulator.md has every default).
+    Workflows (DAGs of primitives) arrive as a Poisson process at a heterogeneous cluster. The
+    order (``mdp.order``, envs/order.py: the paper's longest hop-count path to a sink unless set)
+    picks the ready primitive; the agent picks the server (paper §4.1; docs/simulator.md has
+    every default).
 
     ## Action Space
     ``Discrete(n_max)``: a server slot. Slots beyond the live servers are padding (mask 0). An
@@ -36,7 +37,7 @@ class ServerSelectEnv(gym.Env):
 
     | key | shape | content |
     |---|---|---|
-    | ``task`` | (5,) | compute, memory, successors, workflow completion ratio, output size |
+    | ``task`` | (5,) or (7,) | compute, memory, successors, workflow completion ratio, output size (with ``features.backlog``: ready tasks per server, workflow age) |
     | ``servers`` | (n_max, 5) | compute, memory, remaining busy time, power, transfer delay |
     | ``action_mask`` | (n_max,) | 1 for servers that may be chosen (alive, not draining; with ``mdp.mask_infeasible`` also memory fits) |
 

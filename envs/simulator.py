@@ -2,8 +2,9 @@
 
 Decision semantics (paper §4.1, docs/simulator.md):
 
-* A first level picks the current task from the ready set: longest hop-count path to a sink
-  (or HEFT upward rank), ties by workflow arrival time, then task id.
+* The order (``mdp.order``, envs/order.py) picks the current task from the ready set: the
+  paper's longest hop-count path to a sink unless set (HEFT's upward rank, oldest workflow
+  first, ...), then the task id.
 * The agent picks a server slot. A *valid* pick (server accepting, idle, memory fits) starts the
   task at once and the clock does not move. Any other pick is a *wait*: it earns the invalid
   penalty and the clock advances by ``wait_dt_s`` (or to the next event), processing finishes,

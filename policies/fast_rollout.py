@@ -41,7 +41,7 @@ from envs.objective import completion_cost
 from envs.events import ARRIVAL, FINISH
 from envs.simulator import Simulator
 
-from .heuristics import F32, MEM_TOL, DecodedServers
+from .heuristics import F32, MEM_TOL, EftServerView
 
 _TOL = 1 + MEM_TOL
 _FIELDS = attrgetter("id", "key", "compute", "memory_gb", "output", "state", "pending", "slot",
@@ -68,7 +68,7 @@ class ServerClasses:
     def __init__(self) -> None:
         self.key: tuple | None = None
 
-    def get(self, sim: Simulator, dec: DecodedServers) -> "ServerClasses":
+    def get(self, sim: Simulator, dec: EftServerView) -> "ServerClasses":
         c, m, a = sim.servers.compute_l, sim.servers.memory_l, sim.servers.accept_l
         k = self.key
         if k is None or k[0] != c or k[1] != m or k[2] != a:
@@ -108,7 +108,7 @@ class Rollouts:
     """The present of ``sim`` (at a decision) as flat lists; :meth:`cost` rolls one candidate
     out. ``reserved``: the planner's reservations, task id -> (slot, server id)."""
 
-    def __init__(self, sim: Simulator, dec: DecodedServers, classes: ServerClasses,
+    def __init__(self, sim: Simulator, dec: EftServerView, classes: ServerClasses,
                  reserved: dict, objective: str) -> None:
         self.sim, self.dec, self.cl, self.objective = sim, dec, classes, objective
         f = sim.cfg.features

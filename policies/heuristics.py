@@ -8,7 +8,7 @@ up first (the least harmful wait), except random, which waits on a random fittin
 
 EFT has one rule and two inputs: :class:`EarliestFinish` scores an observation; ``eft_act`` /
 ``eft_ranking`` apply the same rule (the same key, :func:`eft_key`, and the same float32
-rounding of the features, read back by :class:`DecodedServers` and :func:`task_view`) to the
+rounding of the features, read back by :class:`EftServerView` and :func:`task_view`) to the
 simulator's state through its read-only view (``envs.sim_view``), without building an
 observation: the lookahead planner's candidates and rollouts (``policies.lookahead``,
 ``policies.fast_rollout``). tests/test_lookahead.py checks they pick the same slot, slot for slot.
@@ -147,7 +147,7 @@ class EarliestFinish(Heuristic):
 
 
 # ------------------------------------------------ EFT on the simulator's state (fast path)
-class DecodedServers:
+class EftServerView:
     """Per-slot compute and memory as EarliestFinish reads them back from the observation
     (float32 features times their constants), recomputed when the server set changes."""
 
@@ -156,7 +156,7 @@ class DecodedServers:
         self.cdec: list[float] = []
         self.mdec: list[float] = []
 
-    def get(self, sim: Simulator) -> "DecodedServers":
+    def get(self, sim: Simulator) -> "EftServerView":
         comp, mem = sim.servers.compute_l, sim.servers.memory_l
         if self.key is None or self.key[0] != comp or self.key[1] != mem:
             f = sim.cfg.features
@@ -201,7 +201,7 @@ def _eft_busy(sim: Simulator, slot: int, bu: list) -> bool:
     return remaining_s(sim, slot) > 1e-9
 
 
-def eft_ranking(sim: Simulator, dec: DecodedServers, exclude: set | frozenset = frozenset(),
+def eft_ranking(sim: Simulator, dec: EftServerView, exclude: set | frozenset = frozenset(),
                 need_busy: bool = False) -> tuple[list[tuple[float, int]], list[int]]:
     """EarliestFinish's view of the current task: (sorted [(score, slot)] of idle fitting
     servers, best first, ties to the lowest slot; fitting busy slots, filled only when no idle
@@ -254,7 +254,7 @@ def eft_ranking(sim: Simulator, dec: DecodedServers, exclude: set | frozenset = 
     return idle, busy_fit
 
 
-def _any_valid(sim: Simulator, dec: DecodedServers, view: tuple[float, float, float, int],
+def _any_valid(sim: Simulator, dec: EftServerView, view: tuple[float, float, float, int],
                idle: list[tuple[float, int]], busy_fit: list[int]) -> None:
     """EFT's fallback when no server's memory fits: every accepting server (that holds the
     task's memory under the feasibility mask) competes, scored the same way."""
@@ -273,7 +273,7 @@ def _any_valid(sim: Simulator, dec: DecodedServers, view: tuple[float, float, fl
                                      dec.mdec[s]), s))
 
 
-def eft_act(sim: Simulator, dec: DecodedServers, exclude: set | frozenset = frozenset()) -> int:
+def eft_act(sim: Simulator, dec: EftServerView, exclude: set | frozenset = frozenset()) -> int:
     """The slot :class:`policies.heuristics.EarliestFinish` picks for the current task, computed
     on the simulator's lists (no observation); with ``exclude``, among the other slots."""
     idle, busy_fit = eft_ranking(sim, dec, exclude)

@@ -54,7 +54,7 @@ from envs.snapshot import build as build_snapshot
 from envs.snapshot import describe as describe_snapshot
 
 from .base import Obs, Policy
-from .heuristics import DecodedServers, eft_act, eft_ranking, task_view
+from .heuristics import EftServerView, eft_act, eft_ranking, task_view
 from .fast_rollout import Rollouts, ServerClasses, supported
 
 DEFER = -1  # first_k: the candidate "the current task waits this instant, nothing reserved"
@@ -157,7 +157,7 @@ class Lookahead(Policy):
         self.env = env or EnvConfig()
         self.config = config or LookaheadConfig()
         self._seed = seed
-        self._dec = DecodedServers()
+        self._dec = EftServerView()
         self._classes = ServerClasses()
         self.fast = True  # exact fast rollouts where supported (policies.fast_rollout)
         self._pool = [[np.random.Generator(np.random.PCG64(i)) for _ in range(3)]
@@ -289,7 +289,7 @@ class Lookahead(Policy):
         busy = sim.servers.busy_l
         return busy.index(True) if True in busy else None
 
-    def _candidates(self, sim: Simulator, dec: DecodedServers, excl: set) -> list[int]:
+    def _candidates(self, sim: Simulator, dec: EftServerView, excl: set) -> list[int]:
         idle, busy_fit = eft_ranking(sim, dec, excl, need_busy=self.config.wait)
         if not idle:
             return [eft_act(sim, dec, excl)]
@@ -404,7 +404,7 @@ def _exclusions(sim: Simulator, reserved: dict) -> set:
     return out
 
 
-def _rollout(f: Simulator, res: dict, dec: DecodedServers, t_end: float, wfs: list) -> None:
+def _rollout(f: Simulator, res: dict, dec: EftServerView, t_end: float, wfs: list) -> None:
     """Step fork ``f`` with EFT (honouring reservations ``res``) until ``t_end``, the end of the
     episode, or the completion of every workflow in ``wfs``."""
     n = 0

@@ -145,10 +145,10 @@ class Workflows:
             return self._duplicate(known, tenant)
         self._check_quota(tenant, n)
         wid = self.ids.new(tenant)
-        sub = Submission(id=wid, fmt=fmt, payload=payload, name=wf.spec.name, group=tenant,
+        sub = Submission(id=wid, fmt=fmt, payload=payload, name=wf.spec.name, tenant=tenant,
                          key=key, meta=meta or {})
         try:
-            h = self.sched.submit(wf, group=tenant, key=key, record=sub)
+            h = self.sched.submit(wf, tenant=tenant, key=key, record=sub)
         except WorkflowError as e:
             err = refusal(e)
             audit("refuse", tenant, reason=err.kind)

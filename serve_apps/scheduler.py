@@ -136,7 +136,7 @@ class SchedulerService(Workflows):
         self.resumed = self.sched.resume(lambda sub: rebuild(sub, self.allow, self.tuning,
                                                              *self._doc))
         for h in self.resumed:
-            self._register(h.jid, h, h.group)
+            self._register(h.jid, h, h.tenant)
         self.resumed_at = time.time()
         log.info("scheduler service %s: %d servers, policy %s, journal %s: %d workflows resumed "
                  "(%d unfinished), %d unrestorable", self.incarnation, len(self.sched.alive_servers),
@@ -270,7 +270,7 @@ class SchedulerService(Workflows):
 
         from .registry import HTTP_CALLER, mask_tasks, tenant_view
 
-        snap = await asyncio.wrap_future(self.sched.snapshot())
+        snap = await asyncio.wrap_future(self.sched.status())
         items = list(self.workflows.items())
         mine = {k: h for k, h in items if self.owner.get(k) == tenant}
         counts: dict[str, int] = {}

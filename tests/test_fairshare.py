@@ -7,8 +7,8 @@ from __future__ import annotations
 from scale_ray.live.fairshare import FairShare
 
 
-def _admit(fs, group, n, w=1.0, running=()):
-    return fs.admit(group, [w] * n, list(range(n)), running)
+def _admit(fs, tenant, n, w=1.0, running=()):
+    return fs.admit(tenant, [w] * n, list(range(n)), running)
 
 
 def test_a_big_workflow_is_a_sequence_of_work_and_a_newcomer_starts_at_the_oldest_run():
@@ -51,7 +51,7 @@ def test_tasks_are_tagged_in_the_order_given_and_work_is_what_moves_a_tag():
     fs = FairShare()
     tags = fs.admit("a", [1.0, 5.0, 0.0, 2.0], [3, 1, 0, 2], ())
     assert tags == [7.0, 2.0, 8.0, 0.0]
-    one = FairShare()  # one group: tags grow with arrival (the plain order)
+    one = FairShare()  # one tenant: tags grow with arrival (the plain order)
     assert [_admit(one, "", 1, 1.0)[0] for _ in range(3)] == [0.0, 1.0, 2.0]
 
 

@@ -34,8 +34,8 @@ def test_entries_round_trip_and_every_damage_is_named():
 
 def test_journal_load_reports_and_skips_what_it_cannot_read(tmp_path):
     j = Journal(str(tmp_path / "j"))
-    j.submit(Submission(id="w1", fmt="json", payload=b"{}", name="one", group="t", key="k"))
-    j.submit(Submission(id="w2", fmt="json", payload=b"{}", group="t"))
+    j.submit(Submission(id="w1", fmt="json", payload=b"{}", name="one", tenant="t", key="k"))
+    j.submit(Submission(id="w2", fmt="json", payload=b"{}", tenant="t"))
     jr.record_start(j.target("w1", 0, "json", 0))
     jr.record_result(j.target("w1", 0, "json", 0), {"v": [1, 2]}, "node-a")
     jr.record_start(j.target("w1", 1, "json", 0))
@@ -52,7 +52,7 @@ def test_journal_load_reports_and_skips_what_it_cannot_read(tmp_path):
                                             b"1"))
     loaded = j.load()
     (e,) = loaded.entries
-    assert e.submission.id == "w1" and e.submission.key == "k" and e.submission.group == "t"
+    assert e.submission.id == "w1" and e.submission.key == "k" and e.submission.tenant == "t"
     assert e.results == {0: ({"v": [1, 2]}, "node-a", pytest.approx(e.results[0][2]))}
     assert e.runs == {0: 1, 1: 2}  # task 1 started twice; its result is corrupt: it runs again
     assert set(loaded.unrestorable) == {"w2", "w3"}
@@ -187,7 +187,7 @@ def test_the_deepest_and_largest_accepted_bodies_rebuild_after_a_restart(tmp_pat
     for wid, body in (("deepest", deep(MAX_JSON_DEPTH)), ("largest", largest)):
         accepted = _submit_path(body, tuning, allow)  # (a worker thread's shallow stack)
         j.submit(Submission(id=wid, fmt="json", payload=body, name=accepted.spec.name,
-                            group="t", key=None, meta={"content_type": "application/json"}))
+                            tenant="t", key=None, meta={"content_type": "application/json"}))
     loaded = {e.submission.id: e.submission for e in j.load().entries}
     for wid in ("deepest", "largest"):
         wf = _on_a_deep_stack(lambda: rebuild(loaded[wid], allow, tuning))
@@ -209,7 +209,7 @@ def _files(root) -> int:
 
 def _run_workflow(j: Journal, wid: str, tasks: int = 3) -> None:
     j.submit(Submission(id=wid, fmt="json", payload=_doc([{"name": f"t{i}", "compute_gflop": 1}
-                                                          for i in range(tasks)]), group="t"))
+                                                          for i in range(tasks)]), tenant="t"))
     for i in range(tasks):
         jr.record_start(j.target(wid, i, "json", 0))
         jr.record_result(j.target(wid, i, "json", 0), {"task": i, "pad": "x" * 200}, "node-a")
@@ -289,3 +289,11 @@ def test_a_fold_interrupted_or_followed_by_a_late_result_loads_once(tmp_path):
     assert not (root / "wf" / "b").exists()
     a = next(e for e in loaded.entries if e.submission.id == "a")
     assert a.results[1][0] is None and a.results[2][0]["task"] == 2
+
+
+def test_a_journal_written_before_the_rename_reads_its_group_as_the_tenant():
+    from scale_ray.live.journal_format import submission_of
+
+    old = {"id": "w1", "fmt": "json", "name": "n", "group": "t", "key": None, "submitted": 1.0}
+    assert submission_of(old, b"{}").tenant == "t"
+    assert submission_of({**old, "tenant": "u"}, b"{}").tenant == "u"

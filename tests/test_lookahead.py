@@ -12,7 +12,7 @@ from envs.simulator import Simulator
 from envs.trace import read_trace, verify_trace
 from policies import get_policy, is_planner
 from policies.guard import is_learned, make_guard
-from policies.heuristics import DecodedServers, EarliestFinish, eft_act
+from policies.heuristics import EftServerView, EarliestFinish, eft_act
 from policies.lookahead import Lookahead, LookaheadConfig, load_lookahead_config, parse_spec
 from scale_ray.config import load_env
 from scale_ray.evaluation import episode_seed, run_episode, run_episodes_lockstep
@@ -126,7 +126,7 @@ def test_fork_refuses_unknown_mutable_state():
 def test_fast_eft_equals_earliest_finish(source, extra, servers):
     cfg = env(source, servers=servers, horizon=60.0, **extra)
     eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
-    dec = DecodedServers()
+    dec = EftServerView()
     rng = np.random.default_rng(servers)
     n = 0
     for ep in range(2):

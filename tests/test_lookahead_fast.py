@@ -10,7 +10,7 @@ import pytest
 from envs.config import EnvConfig
 from envs.snapshot import ServerState, TaskState, WorkflowState
 from envs.simulator import Simulator
-from policies.heuristics import DecodedServers, eft_act
+from policies.heuristics import EftServerView, eft_act
 from policies.fast_rollout import Rollouts, ServerClasses, supported
 from policies.heuristics import EarliestFinish
 from policies.lookahead import DEFER, Lookahead, parse_spec
@@ -110,7 +110,7 @@ def test_fast_rollouts_at_the_truncation_caps():
     cfg = env(horizon=30.0, mdp={"max_time_factor": 1.0})
     sim = Simulator(cfg)
     sim.reset(episode_seed(5, 0))
-    dec = DecodedServers()
+    dec = EftServerView()
     while sim.current is not None and sim.t < 27.0:  # rollouts of 20 s pass the 30 s cap
         sim.step(eft_act(sim, dec.get(sim)))
     pol = Checked(cfg, parse_spec("lookahead"), seed=5)
@@ -167,7 +167,7 @@ def test_server_classes_hold_what_eft_tells_apart(source, extra):
     parent slot, and the largest class with an idle slot has the largest idle memory."""
     cfg = env(source, servers=48, **extra)
     eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
-    dec, cl = DecodedServers(), ServerClasses()
+    dec, cl = EftServerView(), ServerClasses()
     sim = Simulator(cfg)
     sim.reset(episode_seed(2, 0))
     rng = np.random.default_rng(0)

@@ -335,7 +335,7 @@ def test_live_scheduler_runs_ray_dags_on_a_plain_cluster(plain_cluster):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_fair_share_lets_a_second_group_past_a_flood(plain_cluster):
+def test_fair_share_lets_a_second_tenant_past_a_flood(plain_cluster):
     from envs.workflow import TaskSpec, WorkflowSpec
     from policies import get_policy
     from scale_ray.live import LiveScheduler
@@ -344,8 +344,8 @@ def test_fair_share_lets_a_second_group_past_a_flood(plain_cluster):
     for fair in (True, False):
         with LiveScheduler(get_policy("eft"), config={"fair_share": fair,
                                                       "time_scale": 0.2}) as sched:
-            flood = [sched.submit(one, group="a") for _ in range(24)]
-            late = sched.submit(one, group="b")
+            flood = [sched.submit(one, tenant="a") for _ in range(24)]
+            late = sched.submit(one, tenant="b")
             assert sched.drain(timeout=120)
             ends = sorted(h.finished_wall for h in flood)
             before = sum(1 for t in ends if t < late.finished_wall)

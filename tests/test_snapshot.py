@@ -8,7 +8,7 @@ import pytest
 
 from envs.simulator import Simulator
 from envs.snapshot import ServerState, TaskState, WorkflowState, build, describe
-from policies.heuristics import DecodedServers, eft_act
+from policies.heuristics import EftServerView, eft_act
 from policies.lookahead import Lookahead
 from scale_ray.config import load_env
 
@@ -16,7 +16,7 @@ REALISTIC = "configs/env/realistic.yaml"
 
 
 def run_eft(sim: Simulator) -> None:
-    dec = DecodedServers()
+    dec = EftServerView()
     while sim.current is not None:
         sim.step(eft_act(sim, dec.get(sim)))
 
@@ -30,7 +30,7 @@ def test_a_snapshot_runs_like_the_simulator_it_describes(seed, steps):
                                "mdp": {"advance_to_next_event": True}}, servers=16)
     sim = Simulator(env)
     sim.reset(seed)
-    dec = DecodedServers()
+    dec = EftServerView()
     while True:  # EFT into the episode, to a state with running tasks and finished inputs
         sim.step(eft_act(sim, dec.get(sim)))
         steps -= 1

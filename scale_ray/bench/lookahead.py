@@ -29,7 +29,7 @@ import numpy as np
 from envs.simulator import Simulator
 from policies import get_policy
 from envs.snapshot import describe
-from policies.heuristics import DecodedServers, eft_act
+from policies.heuristics import EftServerView, eft_act
 from scale_ray.config import load_env
 from scale_ray.evaluation import episode_seed
 
@@ -57,7 +57,7 @@ def measure_one(env, spec: str, decisions: int, warmup_s: float, seed: int,
     """Timings of ``decisions`` planner decisions after ``warmup_s`` s of EFT on ``env``."""
     sim = Simulator(env)
     sim.reset(episode_seed(seed, 0))
-    dec = DecodedServers()
+    dec = EftServerView()
     eft_s = []
     while sim.current is not None and sim.t < warmup_s:
         t0 = time.perf_counter()

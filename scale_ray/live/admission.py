@@ -39,7 +39,7 @@ class Admission:
         tags = None
         if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
             in_order = sorted(range(len(gflop)), key=lambda i: (-ranks[i], i))
-            tags = self._fair.admit(h.group, [g / mean_c for g in gflop], in_order,
+            tags = self._fair.admit(h.tenant, [g / mean_c for g in gflop], in_order,
                                     (t.share for t, _ in self._running.values()))
         done = h.resumed_tasks or {}  # finished before a restart (Durable.resume)
         for i, call in enumerate(h.workflow.calls):

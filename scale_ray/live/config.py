@@ -71,7 +71,7 @@ class LiveConfig:
                           "docs/workloads.md); none: the policy's own"))
     fair_share: bool = field(default=False, metadata=rng(
         doc="order ready tasks by their fair-share start tag first (start-time fair queuing "
-            "by work between submit(group=...) groups, the scheduler service's tenants: "
+            "by work between submit(tenant=...) tenants (the scheduler service's): "
             "scale_ray.live.fairshare), then mdp.order"))
     fair_share_quantum_s: float = field(default=20.0, metadata=rng(
         ge=0, le=1e6, doc="fair_share: a workflow's start tags advance in steps of this much "

@@ -56,14 +56,14 @@ class Durable:
             log.info("live scheduler: journal at %s", uri)
 
     # ------------------------------------------------------------------ submit
-    def known(self, group: str, key: str | None) -> WorkflowHandle | None:
-        """The workflow this scheduler holds under idempotency ``key`` of ``group``, or None."""
+    def known(self, tenant: str, key: str | None) -> WorkflowHandle | None:
+        """The workflow this scheduler holds under idempotency ``key`` of ``tenant``, or None."""
         if key is None:
             return None
         with self._lock:
-            return self._keys.get((group, key))
+            return self._keys.get((tenant, key))
 
-    def _record_submission(self, wf: CollectedWorkflow, group: str, key: str | None,
+    def _record_submission(self, wf: CollectedWorkflow, tenant: str, key: str | None,
                            record: Submission | None) -> Submission | None:
         """The journal entry of an accepted workflow, written before its handle exists (the
         service's ``record``, else its pickled calls); None without a journal or record."""
@@ -73,19 +73,19 @@ class Durable:
             from ray import cloudpickle
 
             record = Submission(id=uuid.uuid4().hex, fmt="pickle", payload=cloudpickle.dumps(wf),
-                                name=wf.spec.name, group=group, key=key)
+                                name=wf.spec.name, tenant=tenant, key=key)
         self.journal.submit(record)
         return record
 
-    def _register(self, h: WorkflowHandle, sub: Submission | None, group: str,
+    def _register(self, h: WorkflowHandle, sub: Submission | None, tenant: str,
                   key: str | None) -> WorkflowHandle | None:
         """Under ``self._lock``: the handle of an earlier submit with this key (then ``h`` is
         dropped), else None after recording ``h``'s key."""
         if key is not None:
-            hit = self._keys.get((group, key))
+            hit = self._keys.get((tenant, key))
             if hit is not None:
                 return hit
-            self._keys[(group, key)] = h
+            self._keys[(tenant, key)] = h
         h.key = key
         if sub is not None:
             h.jid, h.journal_fmt = sub.id, sub.fmt
@@ -137,8 +137,8 @@ class Durable:
     def _journal_forget(self, handles: list[WorkflowHandle]) -> None:
         with self._lock:
             for h in handles:
-                if h.key is not None and self._keys.get((h.group, h.key)) is h:
-                    del self._keys[(h.group, h.key)]
+                if h.key is not None and self._keys.get((h.tenant, h.key)) is h:
+                    del self._keys[(h.tenant, h.key)]
         if self.journal is not None:
             for h in handles:
                 if h.jid is not None:
@@ -160,7 +160,7 @@ class Durable:
         submits). Finished tasks are not run again: their journaled results feed their
         children; a task that was running runs again (its body sees ``attempt() > 0``).
         Finished workflows come back done (their results, if compacted, are gone). Returns
-        the handles (``h.jid`` the journal id, ``h.key``, ``h.group`` as submitted); what could
+        the handles (``h.jid`` the journal id, ``h.key``, ``h.tenant`` as submitted); what could
         not be restored is in :attr:`unrestorable`, every skipped entry in
         :attr:`journal_problems`. ``loader`` rebuilds ``json`` submissions (a service's
         documents); ``pickle`` ones are unpickled."""
@@ -187,8 +187,8 @@ class Durable:
                 continue
             with self._lock:
                 h = WorkflowHandle(len(self._handles), wf, min(now, sub.submitted - ep))
-                h.group = sub.group
-                self._register(h, sub, sub.group, sub.key)
+                h.tenant = sub.tenant
+                self._register(h, sub, sub.tenant, sub.key)
                 self._handles.append(h)
             if e.end is not None:  # finished before: its record, no results
                 fin = e.end.get("task_finish") or []

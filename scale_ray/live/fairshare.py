@@ -1,10 +1,10 @@
-"""A fair share of the servers between groups (the scheduler service's tenants): start-time fair
-queuing by *work*, tagged per task.
+"""A fair share of the servers between tenants (``LiveScheduler.submit(tenant=...)``, the
+scheduler service's tenants): start-time fair queuing by *work*, tagged per task.
 
-Each task gets a *start tag*. A group's workflow that arrives is laid out in the configured
+Each task gets a *start tag*. A tenant's workflow that arrives is laid out in the configured
 order (``envs.order``: its tasks by descending rank) as a sequence of work: its first task's tag
 is ``S = max(V, F_g)`` and each next task's tag is the previous one's plus that task's work ``w``
-(compute at the servers' mean speed, model s); ``F_g`` (the group's finish tag) moves to the end
+(compute at the servers' mean speed, model s); ``F_g`` (the tenant's finish tag) moves to the end
 of the sequence. ``V``, the virtual time, is the smallest tag of a task running now (or, with
 nothing running, the largest tag ever started). Ready tasks go by tag first, then by the
 configured order.
@@ -16,11 +16,11 @@ tenant's (exact per-task tags did that to two equal clients: a longer mean workf
 than the plain order), while another tenant's task waits behind at most one step of a flooding
 tenant's work (spread over the servers) plus the run in progress.
 
-So a group gets servers in proportion to the work it asked for, not to its number of
-workflows: one 10,000-task workflow holds tags ``S .. S + sum(w)``, and another group's new
+So a tenant gets servers in proportion to the work it asked for, not to its number of
+workflows: one 10,000-task workflow holds tags ``S .. S + sum(w)``, and another tenant's new
 workflow starts at ``V``, the tag of the oldest run in progress, so it is placed at the next free
-server (a tie goes to the older workflow, i.e. at most one task). An idle group banks no credit
-(its tag is lifted to ``V``), and a flooding group queues behind itself. With one group the tags
+server (a tie goes to the older workflow, i.e. at most one task). An idle tenant banks no credit
+(its tag is lifted to ``V``), and a flooding tenant queues behind itself. With one tenant the tags
 grow with arrival and, within a workflow, with rank: the plain order.
 
 Reference: Goyal, Vin, Cheng, "Start-time fair queueing" (SIGCOMM '96), with the multi-server
@@ -36,7 +36,7 @@ __all__ = ["FairShare"]
 
 
 class FairShare:
-    """Start tags per task of each group (module docstring)."""
+    """Start tags per task of each tenant (module docstring)."""
 
     def __init__(self, quantum_s: float = 0.0) -> None:
         if not quantum_s >= 0:
@@ -51,18 +51,18 @@ class FairShare:
         the largest tag ever started."""
         return min(running, default=self._last_started)
 
-    def admit(self, group: str, works: Sequence[float], order: Sequence[int],
+    def admit(self, tenant: str, works: Sequence[float], order: Sequence[int],
               running: Iterable[float]) -> list[float]:
-        """The start tags of a new workflow of ``group``: ``works[i]`` is task i's work (model
+        """The start tags of a new workflow of ``tenant``: ``works[i]`` is task i's work (model
         s, >= 0), ``order`` its task indices in the configured order, ``running`` the tags of
         the runs in progress."""
-        start = max(self.virtual_time(running), self._finish.get(group, 0.0))
+        start = max(self.virtual_time(running), self._finish.get(tenant, 0.0))
         q, done = self.quantum_s, 0.0
         tags = [0.0] * len(works)
         for i in order:  # the work before task i, in whole steps of q (exact with q = 0)
             tags[i] = start + (q * math.floor(done / q) if q > 0 else done)
             done += max(works[i], 0.0)
-        self._finish[group] = start + done
+        self._finish[tenant] = start + done
         return tags
 
     def started(self, tag: float) -> None:

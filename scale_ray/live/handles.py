@@ -44,7 +44,7 @@ class WorkflowHandle:
         self._cb_lock = threading.Lock()
         self._callbacks: list[Callable[[WorkflowHandle], None]] = []
         self.live_record: Any = None  # the scheduler's record of it (scale_ray.live.tasks.LiveWorkflow)
-        self.group = ""  # whose it is, for the fair share (LiveScheduler.submit(group=...))
+        self.tenant = ""  # whose it is, for the fair share (LiveScheduler.submit(tenant=...))
         self.key: str | None = None  # its idempotency key (LiveScheduler.submit(key=...))
         self.jid: str | None = None  # its journal id (scale_ray.live.journal)
         self.journal_fmt = "pickle"

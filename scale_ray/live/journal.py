@@ -6,7 +6,7 @@ Storage is any ``pyarrow.fs`` URI or a local path (``/mnt/nfs/scale``, ``s3://bu
 ``gs://...``), as Ray Train's ``storage_path``. Layout: one directory per unfinished workflow,
 and finished ones folded into a few shared files::
 
-    <root>/wf/<id>/submit        the accepted workflow: its document or pickled calls, key, group
+    <root>/wf/<id>/submit        the accepted workflow: its document or pickled calls, key, tenant
     <root>/wf/<id>/s<i>.<a>      task i's run number a started (written by the worker first)
     <root>/wf/<id>/t<i>          task i finished: its result (written by the worker before the
                                  run reports done)

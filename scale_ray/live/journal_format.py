@@ -56,13 +56,13 @@ class Submission:
     fmt: str
     payload: bytes
     name: str = ""
-    group: str = ""
+    tenant: str = ""
     key: str | None = None
     submitted: float = field(default_factory=time.time)  # epoch s
     meta: dict[str, Any] = field(default_factory=dict)
 
     def header(self) -> dict[str, Any]:
-        return {"id": self.id, "fmt": self.fmt, "name": self.name, "group": self.group,
+        return {"id": self.id, "fmt": self.fmt, "name": self.name, "tenant": self.tenant,
                 "key": self.key, "submitted": self.submitted, "meta": self.meta}
 
 
@@ -78,7 +78,8 @@ class Entry:
 
 def submission_of(head: dict[str, Any], payload: bytes) -> Submission:
     return Submission(id=head["id"], fmt=head["fmt"], payload=payload,
-                      name=head.get("name", ""), group=head.get("group", ""),
+                      name=head.get("name", ""),
+                      tenant=head.get("tenant", head.get("group", "")),  # "group": before 11-27
                       key=head.get("key"), submitted=float(head["submitted"]),
                       meta=head.get("meta") or {})
 

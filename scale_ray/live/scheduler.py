@@ -131,7 +131,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
             est = self.estimator
             self.placement.shown = lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)
         self.node_tasks: dict[str, int] = {}
-        # a fair share between submit(group=...) groups (LiveConfig.fair_share)
+        # a fair share between submit(tenant=...) tenants (LiveConfig.fair_share)
         self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
         self._init_durable()  # the journal (LiveConfig.storage) and idempotency keys
         self._init_runs()  # hedged copies of stragglers (LiveConfig.hedge)
@@ -206,7 +206,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
 
     # ------------------------------------------------------------------ public API
     def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow | Any,
-               *inputs: Any, name: str = "", group: str | None = None, key: str | None = None,
+               *inputs: Any, name: str = "", tenant: str | None = None, key: str | None = None,
                record: Submission | None = None, **kw_inputs: Any) -> WorkflowHandle | NothingToRun:
         """Validate ``workflow`` and queue it; returns its handle at once.
 
@@ -215,7 +215,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         (emulated bodies) or a collected workflow (:mod:`scale_ray.live.raydag`); for anything
         but a Ray DAG, a single string positional is the name.
 
-        ``key``: an idempotency key: a submit with the ``key`` (and ``group``) of a workflow this
+        ``key``: an idempotency key: a submit with the ``key`` (and ``tenant``) of a workflow this
         scheduler still holds returns that workflow's handle, running nothing new (also after
         a restart with the same journal, :meth:`resume`). ``record``: what the journal keeps
         of it (a service's document; default: the pickled workflow).
@@ -231,17 +231,17 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
             raise RuntimeError("LiveScheduler.submit: call start() first (or use `with`)")
         if nothing_to_run(workflow):
             return NothingToRun(name)
-        group = group or ""
-        hit = self.known(group, key)
+        tenant = tenant or ""
+        hit = self.known(tenant, key)
         if hit is not None:
             return hit
         wf = accept(workflow, inputs, kw_inputs, name)
         self._check_fits(wf)
-        sub = self._record_submission(wf, group, key, record)
+        sub = self._record_submission(wf, tenant, key, record)
         with self._lock:
             h = WorkflowHandle(len(self._handles), wf, time.perf_counter())
-            h.group = group
-            hit = self._register(h, sub, group, key)
+            h.tenant = tenant
+            hit = self._register(h, sub, tenant, key)
             if hit is None:
                 self._handles.append(h)
         if hit is not None:  # the same key raced in: one workflow
@@ -275,9 +275,9 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
             self._set_alive(self.alive_servers)
         return self.call_soon(swap)
 
-    def snapshot(self) -> Future:
+    def status(self) -> Future:
         """A consistent view of the servers, the queue and the counters (a Future of a dict)."""
-        return self.call_soon(self._snapshot)
+        return self.call_soon(self._status)
 
     def forget(self, handles: Sequence[WorkflowHandle]) -> None:
         """Drop finished ``handles`` from :meth:`handles` and the summary (a long-running
@@ -404,7 +404,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
             except queue.Empty:
                 return
 
-    def _snapshot(self) -> dict[str, Any]:
+    def _status(self) -> dict[str, Any]:
         q = self.placement.queue
         servers = []
         for s in self.alive_servers:
