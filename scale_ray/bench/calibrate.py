@@ -1,7 +1,7 @@
 """The twin of finished `bench live --trace-dir` runs again, with the run overhead each run
 measured (what `bench live` now prints itself as `twin_calibrated`):
 
-    python results/live_twin/calibrate.py results/live_twin/bench_live_realistic_seed0_warm.json ...
+    python -m scale_ray.bench.calibrate results/live_twin/bench_live_realistic_seed0_warm.json ...
 """
 from __future__ import annotations
 
@@ -27,4 +27,7 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if len(sys.argv) > 1 else 2)
     main(sys.argv[1:])

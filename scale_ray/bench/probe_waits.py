@@ -1,11 +1,11 @@
-"""Where the lookahead planner waits, live and in its twin (a measurement script, not part of
-the package): records every answer of the planner during one `scale-ray bench live` run, then
+"""Where the lookahead planner waits, live and in its twin (a measurement script for
+results/live_twin/README.md): records every answer of the planner during one `scale-ray bench live` run, then
 compares the waits with the run's traces.
 
-    python results/live_twin/probe_waits.py OUT.json bench live --setting realistic \
+    python -m scale_ray.bench.probe_waits OUT.json bench live --setting realistic \
         --skip-overhead --servers 16 --servers-per-node 4 --workflows 360 --seed 0 --trace-dir DIR
-    python results/live_twin/probe_waits.py --analyze OUT.json DIR
-    python results/live_twin/probe_waits.py --overruns DIR POLICY [POLICY ...]
+    python -m scale_ray.bench.probe_waits --analyze OUT.json DIR
+    python -m scale_ray.bench.probe_waits --overruns DIR POLICY [POLICY ...]
 
 ``--overruns`` needs only the traces of any `bench live --trace-dir DIR` run: how much longer
 each live run took than its nominal time (the first run on each server apart), and live minus
@@ -155,6 +155,9 @@ def overruns(trace_dir: str, policies: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if len(sys.argv) > 1 else 2)
     if sys.argv[1] == "--analyze":
         analyze(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "--overruns":
