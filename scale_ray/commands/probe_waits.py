@@ -2,10 +2,10 @@
 results/live_twin/README.md): records every answer of the planner during one `scale-ray bench live` run, then
 compares the waits with the run's traces.
 
-    python -m scale_ray.bench.probe_waits OUT.json bench live --setting realistic \
+    python -m scale_ray.commands.probe_waits OUT.json bench live --setting realistic \
         --skip-overhead --servers 16 --servers-per-node 4 --workflows 360 --seed 0 --trace-dir DIR
-    python -m scale_ray.bench.probe_waits --analyze OUT.json DIR
-    python -m scale_ray.bench.probe_waits --overruns DIR POLICY [POLICY ...]
+    python -m scale_ray.commands.probe_waits --analyze OUT.json DIR
+    python -m scale_ray.commands.probe_waits --overruns DIR POLICY [POLICY ...]
 
 ``--overruns`` needs only the traces of any `bench live --trace-dir DIR` run: how much longer
 each live run took than its nominal time (the first run on each server apart), and live minus
@@ -22,12 +22,12 @@ import statistics as st
 import sys
 import threading
 
+from policies import lookahead as la
+from scale_ray.cli import main
+from scale_ray.live import planning
+
 
 def record(out: str, argv: list[str]) -> int:
-    from policies import lookahead as la
-    from scale_ray.cli import main
-    from scale_ray.live import planning
-
     log: dict[str, list] = {"live": [], "twin": []}
     tls = threading.local()
     ask0, act0 = planning.LivePlanner.ask, la.Lookahead.act_state
