@@ -1,11 +1,11 @@
 """Where the lookahead planner waits, live and in its twin (a measurement script for
-results/live_twin/README.md): records every answer of the planner during one `scale-ray bench live` run, then
-compares the waits with the run's traces.
+results/live_twin/README.md): records every answer of the planner during one `scale-ray bench
+live` run (its arguments after OUT.json), then compares the waits with the run's traces.
 
-    python -m scale_ray.commands.probe_waits OUT.json bench live --setting realistic \
+    python -m scale_ray.bench.probe_waits OUT.json --setting realistic \
         --skip-overhead --servers 16 --servers-per-node 4 --workflows 360 --seed 0 --trace-dir DIR
-    python -m scale_ray.commands.probe_waits --analyze OUT.json DIR
-    python -m scale_ray.commands.probe_waits --overruns DIR POLICY [POLICY ...]
+    python -m scale_ray.bench.probe_waits --analyze OUT.json DIR
+    python -m scale_ray.bench.probe_waits --overruns DIR POLICY [POLICY ...]
 
 ``--overruns`` needs only the traces of any `bench live --trace-dir DIR` run: how much longer
 each live run took than its nominal time (the first run on each server apart), and live minus
@@ -15,6 +15,7 @@ aligned to the trace by the answers that started a task at once).
 """
 from __future__ import annotations
 
+import argparse
 import bisect
 import collections
 import json
@@ -23,8 +24,15 @@ import sys
 import threading
 
 from policies import lookahead as la
-from scale_ray.cli import main
+from scale_ray.bench import live as bench_live
 from scale_ray.live import planning
+
+
+def main(argv: list[str]) -> int:
+    """``scale-ray bench live`` with ``argv`` (its arguments)."""
+    p = argparse.ArgumentParser(prog="probe_waits OUT.json")
+    bench_live.add_arguments(p)
+    return int(bench_live.run(p.parse_args(argv)) or 0)
 
 
 def record(out: str, argv: list[str]) -> int:
