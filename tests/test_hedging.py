@@ -119,6 +119,10 @@ def test_bench_runtime_runs_end_to_end(tmp_path, capsys):
     data = json.loads((tmp_path / "r.json").read_text())
     hedged = [r for r in data["parts"]["hedge"] if "hedge" in r["setting"]]
     assert hedged and "extra_server_s_frac" in hedged[0] and hedged[0]["paired"]["workflow"]
+    assert hedged[0]["hedge_copies"] > 0  # the hedged setting did start copies
+    plain = next(r for r in data["parts"]["hedge"] if "hedge" not in r["setting"])
+    assert hedged[0]["extra_server_s_frac"] == pytest.approx(  # the same episodes, paired
+        hedged[0]["busy_server_s"] / plain["busy_server_s"] - 1)
 
 
 def test_gantt_and_explain_read_a_hedged_trace(tmp_path):

@@ -74,6 +74,9 @@ def test_bench_service_writes_the_documented_keys(tmp_path):
     assert r["clients"] == 2 and r["workflows_submitted"] == r["workflows_completed"] == 12
     assert r["double_booked"] == 0 and r["ray_default_workflows_completed"] == 12
     assert set(r["submit_latency_ms"]) == {"p50", "p99"} and r["submit_latency_ms"]["p50"] > 0
+    # the headline is the relation of the two runs' means (value / reference - 1)
+    assert r["rel_diff_vs_ray_default"] == pytest.approx(
+        r["mean_workflow_response_s"] / r["ray_default_mean_workflow_response_s"] - 1)
 
 
 @pytest.mark.slow
