@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from heapq import heappush
 from enum import IntEnum
 from typing import Any, Callable, Iterator
 
@@ -50,8 +51,8 @@ class EventQueue:
         self.seq = 0
 
     def push(self, t: float, kind: Kind, a: Any, b: Any) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, kind, self.seq, a, b))
+        self.seq = seq = self.seq + 1
+        heappush(self.heap, (t, kind, seq, a, b))
 
     def pop(self) -> tuple:
         """The next event ``(t, kind, seq, a, b)``."""

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 # Immutable or configuration attributes: shared as they are.
 _SHARED = frozenset({"cfg", "n_slots", "_bw", "_lat", "_speed_by_memory", "_mean_compute",
-                     "objective", "_penalty_rate", "_hol", "_rules",
+                     "objective", "_start_reward", "_penalty_rate", "_hol", "_rules",
                      "_transfer_delays", "_mask_infeasible", "_backlog", "_max_decisions",
                      "_t_cap"})
 # Lists of plain values (numbers, strings, bools): a shallow list copy is a full copy.

@@ -87,6 +87,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         mdp = config.mdp
         #: the reward, the wait penalty and the planner's cost (envs.objective)
         self.objective = Objective(config.objective, config.reward)
+        self._start_reward = self.objective.start_reward  # hot path: one bound method
         self._penalty_rate = self.objective.penalty_rate  # hot path: 0 skips the call
         self._hol = mdp.head_of_line_blocking
         self._rules = Rules(mdp.head_of_line_blocking, mdp.ask_only_startable, mdp.mask_infeasible)
@@ -418,7 +419,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
                 ev["estimate_s"] = exec_s
                 ev["run_s"] = run_s
             self._emit(ev)
-        return self.objective.start_reward(exec_s, comm_s, self._busy_w_l[slot])
+        return self._start_reward(exec_s, comm_s, self._busy_w_l[slot])
 
     # ---------------------------------------------------------------- observation
     def observe(self) -> dict[str, np.ndarray]:
