@@ -41,7 +41,8 @@ from envs.objective import completion_cost
 from envs.events import ARRIVAL, FINISH
 from envs.simulator import Simulator
 
-from .heuristics import F32, MEM_TOL, EftServerView
+from .heuristics import (F32, MEM_TOL, EftServerView, decoded_remaining, eft_scan, sees_busy,
+                         soonest_free)
 
 _TOL = 1 + MEM_TOL
 _FIELDS = attrgetter("id", "key", "compute", "memory_gb", "output", "state", "pending", "slot",
@@ -354,9 +355,7 @@ class Rollouts:
             return nxt
 
         def remaining(s: int) -> float:  # heuristics.remaining_s
-            r = F32(F32(bu[s] - t) * inv_tu)
-            r = min(max(float(r), 0.0), clip32)
-            return r * tu
+            return decoded_remaining(bu[s] - t, inv_tu, tu, clip32)
 
         def eft(i: int, excl) -> int:  # heuristics.eft_act on the rollout's lists; -1: again
             # without exclusions (every fitting server is reserved for another task)
@@ -397,42 +396,15 @@ class Rollouts:
                         best = c
                 if best is not None:
                     return best[1]
-            # eft_ranking's full scan
-            idl, busy_fit, any_fit = [], [], False
-            for s in range(n):
-                if not acc[s] or mem_l[s] < tmem:
-                    continue
-                m = mdec_s[s]
-                if m * _TOL < tm or (excl and s in excl):
-                    continue
-                any_fit = True
-                if busy[s] and (bu[s] - t > 1e-7 or remaining(s) > 1e-9):
-                    busy_fit.append(s)
-                    continue
-                t_s = 0.0 if s == ps else tr
-                run = tc / cdec_s[s]
-                if tds:
-                    run = run + t_s
-                idl.append((run + (1e-6 * t_s + 1e-9 * m), s))
-            if not any_fit and not excl:
-                for s in range(n):
-                    if acc[s] and not mem_l[s] < tmem:
-                        if busy[s] and (bu[s] - t > 1e-7 or remaining(s) > 1e-9):
-                            busy_fit.append(s)
-                        else:
-                            t_s = 0.0 if s == ps else tr
-                            run = tc / cdec_s[s] + (t_s if tds else 0.0)
-                            idl.append((run + (1e-6 * t_s + 1e-9 * mdec_s[s]), s))
+            # eft_ranking's full scan: the one rule (heuristics.eft_scan) on the rollout's lists
+            idl, busy_fit = eft_scan(range(n), acc, mem_l, busy, cdec_s, mdec_s,
+                                     (tc, tm, tmem, tr, ps), tds, excl,
+                                     lambda s: sees_busy(bu[s] - t, inv_tu, tu, clip32))
             if idl:
                 return min(idl)[1]
             if not busy_fit:
                 return -1 if excl else 0
-            best_r, best_s = None, 0
-            for s in busy_fit:
-                r = remaining(s)
-                if best_r is None or r < best_r:
-                    best_r, best_s = r, s
-            return best_s
+            return soonest_free(busy_fit, remaining)
 
         cur = step(cur, first)
         while cur >= 0 and t < t_end:

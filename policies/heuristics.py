@@ -6,18 +6,22 @@ Each reads raw quantities back from the fixed feature normalisation (``envs.enco
 idle server fits, every pick is a wait; all heuristics then wait for the fitting server that frees
 up first (the least harmful wait), except random, which waits on a random fitting server.
 
-EFT has one rule and two inputs: :class:`EarliestFinish` scores an observation; ``eft_act`` /
-``eft_ranking`` apply the same rule (the same key, :func:`eft_key`, and the same float32
-rounding of the features, read back by :class:`EftServerView` and :func:`task_view`) to the
-simulator's state through its read-only view (``envs.sim_view``), without building an
-observation: the lookahead planner's candidates and rollouts (``policies.lookahead``,
-``policies.fast_rollout``). tests/test_lookahead.py checks they pick the same slot, slot for slot.
+EFT has one rule and two inputs: :class:`EarliestFinish` scores an observation (vectorised);
+:func:`eft_scan` applies the same rule (the same key, :func:`eft_key`, and the same float32
+rounding of the features, read back by :class:`EftServerView` and :func:`task_view`) to per-slot
+lists, with :func:`soonest_free` for the wait: ``eft_act`` / ``eft_ranking`` on the simulator's
+state through its read-only view (``envs.sim_view``), without building an observation, and the
+lookahead planner's fast rollouts on their own lists (``policies.fast_rollout``). Two shortcuts
+skip the busy slots when every busy one is certainly busy (the idle slots here, one slot per
+class of identical servers there). tests/test_lookahead.py checks that the state and the
+observation pick the same slot, tests/test_lookahead_fast.py that the rollouts cost the same.
 """
 
 from __future__ import annotations
 
 from itertools import compress
 from operator import not_
+from typing import Callable, Collection, Iterable
 
 import numpy as np
 
@@ -184,21 +188,83 @@ def task_view(sim: Simulator, task) -> tuple[float, float, float, int]:
     return c, m, tr, pslot
 
 
+def decoded_remaining(d: float, inv_tu: F32, tu: float, clip32: float) -> float:
+    """A busy time of ``d`` seconds as the observation encodes it and EFT decodes it (float32
+    of ``d / time_unit``, clipped; ``inv_tu = F32(1 / time_unit)``, ``clip32 = F32(clip)``)."""
+    r = F32(F32(d) * inv_tu)
+    return min(max(float(r), 0.0), clip32) * tu
+
+
+def _remaining_consts(sim: Simulator) -> tuple[F32, float, float]:
+    f = sim.cfg.features
+    return F32(1.0 / f.time_unit), f.time_unit, float(F32(f.clip))
+
+
 def remaining_s(sim: Simulator, slot: int) -> float:
     """Remaining busy time of ``slot`` as the observation encodes and EFT decodes it."""
-    f = sim.cfg.features
-    tu = f.time_unit
-    r = F32(F32(sim.busy_until[slot] - sim.t) * F32(1.0 / tu))
-    r = min(max(float(r), 0.0), float(F32(f.clip)))
-    return r * tu
+    inv_tu, tu, clip32 = _remaining_consts(sim)
+    return decoded_remaining(sim.busy_until[slot] - sim.t, inv_tu, tu, clip32)
 
 
-def _eft_busy(sim: Simulator, slot: int, bu: list) -> bool:
-    """Whether EFT sees busy ``slot`` as busy (its decoded remaining time above 1e-9 s)."""
-    d = bu[slot] - sim.t
+def sees_busy(d: float, inv_tu: F32, tu: float, clip32: float) -> bool:
+    """Whether EFT sees a server with ``d`` seconds of its run left as busy (its decoded
+    remaining time above 1e-9 s)."""
     if d > 1e-7:  # float32 rounding moves it by a relative 1e-7 at most: certainly busy
         return True
-    return remaining_s(sim, slot) > 1e-9
+    return decoded_remaining(d, inv_tu, tu, clip32) > 1e-9
+
+
+def eft_scan(slots: Iterable[int], acc: list, mem_l: list, busy: list, cdec: list, mdec: list,
+             task: tuple[float, float, float, float, int], tds: bool,
+             exclude: Collection[int], is_busy: Callable[[int], bool], fallback: bool = True
+             ) -> tuple[list[tuple[float, int]], list[int]]:
+    """EFT's rule over per-slot lists (the one copy the simulator's fast path and the planner's
+    fast rollouts share; :class:`EarliestFinish` applies it to an observation): ``(idle, busy)``,
+    the unsorted ``(eft_key, slot)`` of every idle slot the task fits, and the fitting slots
+    ``is_busy`` says are busy. A slot fits when it accepts, holds ``tmem`` (raw memory; -1
+    without the feasibility mask) and its decoded memory holds the decoded task memory
+    (float32 tolerance). When no slot fits and nothing is excluded, every accepting slot that
+    holds ``tmem`` competes (EarliestFinish's fallback over valid actions; not with
+    ``fallback`` False, for a pass over part of the slots). ``task``: ``(tc, tm, tmem, tr, pslot)``: decoded compute and memory, raw memory bound, the
+    decoded transfer and the parent's slot (no transfer there)."""
+    tc, tm, tmem, tr, ps = task
+    idle: list[tuple[float, int]] = []
+    busy_fit: list[int] = []
+    tol = 1 + MEM_TOL
+    any_fit = False
+    for s in slots:
+        if not acc[s] or mem_l[s] < tmem:
+            continue
+        m = mdec[s]
+        if m * tol < tm or (exclude and s in exclude):
+            continue
+        any_fit = True
+        if busy[s] and is_busy(s):
+            busy_fit.append(s)
+            continue
+        t_s = 0.0 if s == ps else tr
+        # eft_key(run, t_s, m), inlined: a call per slot would double this loop's cost
+        idle.append((tc / cdec[s] + (t_s if tds else 0.0) + (1e-6 * t_s + 1e-9 * m), s))
+    if not any_fit and not exclude and fallback:
+        for s in slots:
+            if acc[s] and not mem_l[s] < tmem:
+                if busy[s] and is_busy(s):
+                    busy_fit.append(s)
+                else:
+                    t_s = 0.0 if s == ps else tr
+                    idle.append((eft_key(tc / cdec[s] + (t_s if tds else 0.0), t_s, mdec[s]),
+                                 s))
+    return idle, busy_fit
+
+
+def soonest_free(busy_fit: list[int], remaining: Callable[[int], float]) -> int:
+    """The busy slot EFT waits for: the soonest free as decoded, the lowest slot on ties."""
+    best, best_s = None, 0
+    for s in busy_fit:
+        r = remaining(s)
+        if best is None or r < best:
+            best, best_s = r, s
+    return best_s
 
 
 def eft_ranking(sim: Simulator, dec: EftServerView, exclude: set | frozenset = frozenset(),
@@ -212,65 +278,27 @@ def eft_ranking(sim: Simulator, dec: EftServerView, exclude: set | frozenset = f
     acc, busy = sim.servers.accept_l, sim.servers.busy_l
     mem_l = sim.servers.memory_l
     tmem = task.memory_gb if sim.core.rules.mask_infeasible else -1.0
-    tol = 1 + MEM_TOL
     tds = sim.transfer_delays
-    idle: list[tuple[float, int]] = []
-    busy_fit: list[int] = []
-    bu = None
-    any_fit = False
+    view = (tc, tm, tmem, tr, pslot)
     if not need_busy and sim.events.peek() - sim.t > 1e-7:
         # Fast path: every busy slot finishes more than 1e-7 s from now (its finish event is in
-        # the heap), so EFT sees it busy; look at the idle slots first, the busy ones only when
-        # no idle slot fits.
-        for s in compress(range(sim.n_slots), map(not_, busy)):
-            if not acc[s] or mem_l[s] < tmem:
-                continue
-            m = mdec[s]
-            if m * tol < tm or (exclude and s in exclude):
-                continue
-            t_s = 0.0 if s == pslot else tr
-            idle.append((eft_key(tc / cdec[s] + (t_s if tds else 0.0), t_s, m), s))
+        # the heap), so EFT sees it busy; the idle slots alone decide unless none fits.
+        idle, _ = eft_scan(compress(range(sim.n_slots), map(not_, busy)), acc, mem_l, busy,
+                           cdec, mdec, view, tds, exclude, _never, fallback=False)
         if idle:
             idle.sort()
-            return idle, busy_fit  # busy_fit left empty: not needed when an idle slot fits
-    for s in range(sim.n_slots):
-        if not acc[s] or mem_l[s] < tmem:
-            continue
-        m = mdec[s]
-        if m * tol < tm or (exclude and s in exclude):
-            continue
-        any_fit = True
-        if busy[s]:
-            if bu is None:
-                bu = sim.busy_until.tolist()
-            if _eft_busy(sim, s, bu):
-                busy_fit.append(s)
-                continue
-        t_s = 0.0 if s == pslot else tr
-        idle.append((eft_key(tc / cdec[s] + (t_s if tds else 0.0), t_s, m), s))
-    if not any_fit and not exclude:  # nothing fits (no feasibility mask): EFT falls back to valid
-        _any_valid(sim, dec, (tc, tmem, tr, pslot), idle, busy_fit)
+            return idle, []  # busy slots not needed when an idle slot fits
+    bu = sim.busy_until.tolist()
+    t = sim.t
+    k = _remaining_consts(sim)
+    idle, busy_fit = eft_scan(range(sim.n_slots), acc, mem_l, busy, cdec, mdec, view, tds,
+                              exclude, lambda s: sees_busy(bu[s] - t, *k))
     idle.sort()
     return idle, busy_fit
 
 
-def _any_valid(sim: Simulator, dec: EftServerView, view: tuple[float, float, float, int],
-               idle: list[tuple[float, int]], busy_fit: list[int]) -> None:
-    """EFT's fallback when no server's memory fits: every accepting server (that holds the
-    task's memory under the feasibility mask) competes, scored the same way."""
-    tc, tmem, tr, pslot = view
-    srv = sim.servers
-    acc, busy, mem_l = srv.accept_l, srv.busy_l, srv.memory_l
-    tds = sim.transfer_delays
-    bu = sim.busy_until.tolist()
-    for s in range(sim.n_slots):
-        if acc[s] and not mem_l[s] < tmem:
-            if busy[s] and _eft_busy(sim, s, bu):
-                busy_fit.append(s)
-            else:
-                t_s = 0.0 if s == pslot else tr
-                idle.append((eft_key(tc / dec.cdec[s] + (t_s if tds else 0.0), t_s,
-                                     dec.mdec[s]), s))
+def _never(s: int) -> bool:
+    return False
 
 
 def eft_act(sim: Simulator, dec: EftServerView, exclude: set | frozenset = frozenset()) -> int:
@@ -283,12 +311,7 @@ def eft_act(sim: Simulator, dec: EftServerView, exclude: set | frozenset = froze
         if exclude:  # every fitting server is reserved for another task: EFT over all of them
             return eft_act(sim, dec)
         return 0  # nothing fits: EFT's argmax over -inf is slot 0
-    best, best_s = None, 0
-    for s in busy_fit:  # soonest free, lowest slot on ties
-        r = remaining_s(sim, s)
-        if best is None or r < best:
-            best, best_s = r, s
-    return best_s
+    return soonest_free(busy_fit, lambda s: remaining_s(sim, s))
 
 
 class EarliestFinishWait(Heuristic):
