@@ -85,33 +85,25 @@ def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
     new = [TaskRecord(base + i, wf, comp[i], ts.memory_gb, ts.output_gb)
            for i, ts in enumerate(specs)]
     wf.tasks = new
-    # One forward pass: links, and the critical-path lower bound.
-    longest = [0.0] * n
     kids: list[list[int]] = [[] for _ in range(n)]
     for i, ts in enumerate(specs):
         task = new[i]
-        before = 0.0
         for p in ts.parents:
             parent = new[p]
             task.parents.append(parent)
             parent.children.append(task)
             kids[p].append(i)
-            if longest[p] > before:
-                before = longest[p]
         task.pending = len(ts.parents)
-        speed = speed_by_memory[0][0]
-        for sp, mem in speed_by_memory:
-            if mem >= ts.memory_gb:
-                speed = sp
-                break
-        longest[i] = ts.compute_gflop / speed + before
-    wf.lower_bound = max(longest)
+    mems = [ts.memory_gb for ts in specs]
+    parents = [ts.parents for ts in specs]
+    wf.lower_bound = orders.lower_bound_s([ts.compute_gflop for ts in specs], mems, parents,
+                                          speed_by_memory)
     rank = orders.ranks(order, comp, [ts.output_gb for ts in specs],
                         kids, mean_compute, bandwidth_gb_s, latency_s)
     work = sum(comp) / mean_compute if order == "srpt" else 0.0
     bound = wf.lower_bound
     if shown is not None and order == "edf":  # its deadline from what deciders see
-        bound = orders.critical_path_s(comp, kids, speed_by_memory[0][0])
+        bound = orders.lower_bound_s(comp, mems, parents, speed_by_memory)
     wf.level = level = orders.initial_level(order, t, bound, work, edf_factor)
     key = orders.task_key
     for i, task in enumerate(new):

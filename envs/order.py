@@ -111,15 +111,36 @@ def upward_ranks(compute_gflop: Sequence[float], output_gb: Sequence[float],
     return ranks
 
 
-def critical_path_s(compute_gflop: Sequence[float], children: Sequence[Sequence[int]],
-                    speed: float) -> float:
-    """The longest chain of run times at ``speed`` GFLOP/s (no transfers): a workflow's
-    critical-path lower bound when every task runs on a server of that speed."""
-    n = len(children)
-    below = [0.0] * n
-    for i in range(n - 1, -1, -1):
-        below[i] = compute_gflop[i] / speed + max((below[c] for c in children[i]), default=0.0)
-    return max(below, default=0.0)
+def speed_for(memory_gb: float, servers: Sequence[tuple[float, float]]) -> float:
+    """GFLOP/s of the fastest of ``servers`` (``(GFLOP/s, memory GB)``, fastest first) whose
+    memory holds ``memory_gb``; the fastest when none does."""
+    for speed, mem in servers:
+        if mem >= memory_gb:
+            return speed
+    return servers[0][0]
+
+
+def by_speed(servers: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """``(GFLOP/s, memory GB)`` pairs fastest first (ties: the larger memory first)."""
+    return sorted(servers, key=lambda s: (-s[0], -s[1]))
+
+
+def lower_bound_s(compute_gflop: Sequence[float], memory_gb: Sequence[float],
+                  parents: Sequence[Sequence[int]], servers: Sequence[tuple[float, float]]
+                  ) -> float:
+    """A workflow's critical-path lower bound, the one definition (the simulator's slowdown,
+    ``edf``'s deadline in the simulator, the live scheduler and ``/v1/schedule``): the longest
+    chain of run times, each task on the fastest server whose memory holds it
+    (:func:`speed_for`), no transfers. Tasks in topological order (``parents[i]`` before
+    ``i``); ``servers`` fastest first (:func:`by_speed`)."""
+    longest = [0.0] * len(compute_gflop)
+    for i, ps in enumerate(parents):
+        before = 0.0
+        for p in ps:
+            if longest[p] > before:
+                before = longest[p]
+        longest[i] = compute_gflop[i] / speed_for(memory_gb[i], servers) + before
+    return max(longest, default=0.0)
 
 
 def ranks(order: str, compute_gflop: Sequence[float], output_gb: Sequence[float],
@@ -145,18 +166,24 @@ def initial_level(order: str, arrival: float, lower_bound_s: float, work_s: floa
 
 
 def level_of_listed(order: str, arrival: float, attained_s: float,
-                    compute_gflop: Sequence[float], children: Sequence[Sequence[int]],
-                    mean_gflop_s: float, fastest_gflop_s: float, edf_factor: float) -> float:
+                    compute_gflop: Sequence[float], memory_gb: Sequence[float],
+                    children: Sequence[Sequence[int]], mean_gflop_s: float,
+                    servers: Sequence[tuple[float, float]], edf_factor: float) -> float:
     """A workflow's level from a snapshot that lists only its unfinished tasks (``/v1/schedule``):
     ``srpt`` their work, ``las`` the ``attained_s`` the caller reports, ``edf`` arrival + factor x
-    their critical path on the fastest server (topological positions as :func:`hop_ranks`)."""
+    their critical-path lower bound (:func:`lower_bound_s` on ``servers``, fastest first;
+    topological positions as :func:`hop_ranks`)."""
     if order == "srpt":
         return sum(compute_gflop) / mean_gflop_s
     if order == "las":
         return attained_s
     if order == "edf":
-        return initial_level("edf", arrival, critical_path_s(compute_gflop, children,
-                                                             fastest_gflop_s), 0.0, edf_factor)
+        parents: list[list[int]] = [[] for _ in compute_gflop]
+        for i, cs in enumerate(children):
+            for c in cs:
+                parents[c].append(i)
+        bound = lower_bound_s(compute_gflop, memory_gb, parents, servers)
+        return initial_level("edf", arrival, bound, 0.0, edf_factor)
     return 0.0
 
 

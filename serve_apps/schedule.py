@@ -98,7 +98,8 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
     mean_compute = orders.mean_compute(servers.compute[acc].tolist() if acc.any()
                                        else servers.compute.tolist())
     max_mem = servers.max_accepting_memory()
-    fastest = float(servers.compute[acc].max()) if acc.any() else float(servers.compute.max())
+    pick = acc if acc.any() else ~acc  # no server accepts: every one
+    speeds = orders.by_speed(zip(servers.compute[pick].tolist(), servers.memory[pick].tolist()))
     backlog = enc.features.backlog
     if backlog and req.now_s is None:
         raise RequestError(("body", "now_s"), BACKLOG_MISSING, "missing")
@@ -113,8 +114,9 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
                                f"{size} is smaller than the {len(wf.tasks)} listed tasks")
         successors, rank, kids, listed = _workflow_ranks(wi, wf, enc.order, mean_compute, enc)
         level = orders.level_of_listed(enc.order, wf.arrival_s, wf.attained_s,
-                                       [t.compute_gflop for t in listed], kids, mean_compute,
-                                       fastest, enc.edf_factor)
+                                       [t.compute_gflop for t in listed],
+                                       [t.memory_gb for t in listed], kids, mean_compute,
+                                       speeds, enc.edf_factor)
         ratio = (size - len(wf.tasks)) / size
         if req.now_s is not None and req.now_s < wf.arrival_s:
             raise RequestError(("body", "workflows", wi, "arrival_s"),

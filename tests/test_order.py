@@ -223,3 +223,22 @@ def test_the_live_scheduler_keys_its_queue_with_the_same_module(order, first):
     with pytest.raises(orders.OrderConflict, match="heft"):
         LiveScheduler(get_policy("heft", env), load_env(None, ["mdp.order=fifo"]),
                       LiveConfig(time_scale=1.0))
+
+
+def test_edf_has_one_lower_bound_memory_aware_in_every_driver():
+    """The critical-path bound of ``edf`` (and the slowdown metric): each task on the fastest
+    server whose memory holds it. A 32-GB task cannot run on the fast 16-GB server: 8 GFLOP at
+    2 GFLOP/s, then its 8-GB child at 4: 6 s (the fastest server for both would say 4 s, as
+    the live scheduler and /v1/schedule once did). The simulator's build and /v1/schedule's
+    listed-task level agree."""
+    from envs.episode import build_workflow
+
+    servers = orders.by_speed([(2.0, 64.0), (4.0, 16.0)])
+    assert servers == [(4.0, 16.0), (2.0, 64.0)]
+    assert orders.speed_for(32.0, servers) == 2.0 and orders.speed_for(100.0, servers) == 4.0
+    spec = WorkflowSpec((TaskSpec(8.0, 32.0, 0.0), TaskSpec(8.0, 8.0, 0.0, (0,))), "mem")
+    assert orders.lower_bound_s([8.0, 8.0], [32.0, 8.0], [(), (0,)], servers) == 6.0
+    wf, _ = build_workflow(spec, 0, 0, 1.0, servers, "edf", 3.0, 10.0, 0.01, edf_factor=2.0)
+    assert wf.lower_bound == 6.0 and wf.level == 1.0 + 2.0 * 6.0
+    assert orders.level_of_listed("edf", 1.0, 0.0, [8.0, 8.0], [32.0, 8.0], [[1], []], 3.0,
+                                  servers, 2.0) == wf.level

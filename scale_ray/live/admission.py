@@ -26,15 +26,18 @@ class Admission:
         spec = h.workflow.spec
         wf = h.live_record = LiveWorkflow(h, h.submitted_wall)
         order, c = self.order, self.env.cluster
-        computes = [s.node.compute for s in self.alive_servers] or [t.compute for t in self._tiers]
-        mean_c = self._mean_compute = orders.mean_compute(computes)
+        servers = [(s.node.compute, s.node.memory_gb) for s in self.alive_servers] or [
+            (t.compute, t.memory_gb) for t in self._tiers]
+        mean_c = self._mean_compute = orders.mean_compute(c for c, _ in servers)
         gflop, kids = [ts.compute_gflop for ts in spec.tasks], spec.children()
         ranks = orders.ranks(order, gflop, [ts.output_gb for ts in spec.tasks], kids, mean_c,
                              c.bandwidth_gb_s, c.latency_s)
         wf.wid = self._next_gid
         ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0  # levels in wall seconds
         wf.level = orders.initial_level(
-            order, h.submitted_wall, orders.critical_path_s(gflop, kids, max(computes)) * ts,
+            order, h.submitted_wall,
+            orders.lower_bound_s(gflop, [t.memory_gb for t in spec.tasks],
+                                 [t.parents for t in spec.tasks], orders.by_speed(servers)) * ts,
             sum(gflop) / mean_c * ts, self.env.mdp.edf_factor)
         tags = None
         if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
