@@ -395,31 +395,7 @@ def run(args: argparse.Namespace) -> int:
             result.update(overhead(env, args.repeats, args.overhead_workflows, args.chain,
                                    args.executor))
         if not args.skip_quality:
-            first = [REFERENCE, "eft", "lookahead"] if args.setting == "realistic" else []
-            pols = list(dict.fromkeys([*first, args.policy, *args.also, "eft", "ray-default"]))
-            q = quality(env, pols, args, cluster)
-            result["quality"] = q
-            lm = {p: live_model(q[p], args.time_scale) for p in pols}
-            rows = compare(lm, {p: m for p, m in q["twin"].items()})
-            result["twin"] = rows
-            result.update(headline(rows, "eft", args.policy))
-            result["setting"] = args.setting
-            if args.trace_dir:  # the gap measured apart, from the traces
-                td = Path(args.trace_dir)
-                result["why"] = {p: why(str(td / f"live_{p.replace('/', '_')}.jsonl"),
-                                        str(td / f"twin_{p.replace('/', '_')}.jsonl"), q[p],
-                                        args.time_scale)
-                                 for p in pols if p not in NO_TWIN}
-                specs, _, times = _arrivals(env, args, args.seed)
-                result["twin_calibrated"] = calibrated(env, args, lm, specs, times, args.seed,
-                                                       result["why"])
-            result["mean_workflow_response_s"] = {p: q[p]["mean_workflow_response_s"] for p in pols}
-            result["p95_workflow_response_s"] = {p: q[p]["p95_workflow_response_s"] for p in pols}
-            result["p99_workflow_response_s"] = {p: q[p]["p99_workflow_response_s"] for p in pols}
-            base = q["ray-default"]["mean_workflow_response_s"]
-            result["rel_diff_vs_ray_default"] = q[args.policy]["mean_workflow_response_s"] / base - 1
-            result["eft_rel_diff_vs_ray_default"] = q["eft"]["mean_workflow_response_s"] / base - 1
-            result["policy"] = args.policy
+            result.update(_quality_result(env, args, cluster))
     finally:
         cluster.shutdown()
     result["total_s"] = time.perf_counter() - t0
@@ -428,6 +404,34 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2, default=str))
     return 0
+
+
+def _quality_result(env: EnvConfig, args: argparse.Namespace, cluster: Any) -> dict[str, Any]:
+    """The quality part's keys of ``--json``: each policy live and its twin, the headline, and
+    with ``--trace-dir`` the gap measured apart and the calibrated twin."""
+    first = [REFERENCE, "eft", "lookahead"] if args.setting == "realistic" else []
+    pols = list(dict.fromkeys([*first, args.policy, *args.also, "eft", "ray-default"]))
+    q = quality(env, pols, args, cluster)
+    lm = {p: live_model(q[p], args.time_scale) for p in pols}
+    rows = compare(lm, {p: m for p, m in q["twin"].items()})
+    result: dict[str, Any] = {"quality": q, "twin": rows, **headline(rows, "eft", args.policy),
+                              "setting": args.setting}
+    if args.trace_dir:  # the gap measured apart, from the traces
+        td = Path(args.trace_dir)
+        result["why"] = {p: why(str(td / f"live_{p.replace('/', '_')}.jsonl"),
+                                str(td / f"twin_{p.replace('/', '_')}.jsonl"), q[p],
+                                args.time_scale)
+                         for p in pols if p not in NO_TWIN}
+        specs, _, times = _arrivals(env, args, args.seed)
+        result["twin_calibrated"] = calibrated(env, args, lm, specs, times, args.seed,
+                                               result["why"])
+    for k in ("mean", "p95", "p99"):
+        result[f"{k}_workflow_response_s"] = {p: q[p][f"{k}_workflow_response_s"] for p in pols}
+    base = q["ray-default"]["mean_workflow_response_s"]
+    result["rel_diff_vs_ray_default"] = q[args.policy]["mean_workflow_response_s"] / base - 1
+    result["eft_rel_diff_vs_ray_default"] = q["eft"]["mean_workflow_response_s"] / base - 1
+    result["policy"] = args.policy
+    return result
 
 
 def format_result(r: dict[str, Any]) -> str:
