@@ -23,6 +23,10 @@ Who drives it: the simulator steps through a round one decision at a time (the a
 ``/v1/schedule`` and the live scheduler call :meth:`DecisionCore.run_round` with the policy.
 Each keeps its own clock and executor; the rules live here only.
 
+Ray's resource model (``envs.nodes``): a :class:`envs.nodes.NodeTable` in place of the
+:class:`ServerTable` (``pooled``) runs every task whose demands fit a node's free resources; its
+``fits_now`` is the valid pick and its ``_demand_state`` steps 2 and 3 (every task has demands).
+
 Demands beyond memory (the live scheduler: a task's Ray options, e.g. GPUs): a table given
 per-server capacities (:meth:`ServerTable.set_caps`) also checks each task's ``demands``
 (sorted ``(resource, amount)`` pairs) wherever it checks memory: in 2, 3, 4 and the action mask.
@@ -153,6 +157,8 @@ class ServerTable:
     costs several times more); the arrays serve the vectorised observation. ``busy_until`` is in
     the driver's clock; :meth:`observe` renders remaining times against ``now``.
     """
+
+    pooled = False  # one task per slot (envs.nodes.NodeTable: Ray's resource model)
 
     def __init__(self, n: int, features: FeatureConfig):
         self.n = n
@@ -395,9 +401,13 @@ class DecisionCore:
         head-of-line blocking the task is deferred, with it the round is over."""
         self.decisions += 1
         srv = self.servers
-        if (0 <= slot < srv.n and srv.accept_l[slot] and not srv.busy_l[slot]
-                and srv.memory_l[slot] >= task.memory_gb  # can_start, inlined (hot path)
-                and (srv.caps is None or not task.demands or srv.eligible(task.demands)[slot])):
+        if srv.pooled:  # Ray's resource model (envs.nodes): the demands fit the free resources
+            ok = srv.fits_now(slot, task.demands)
+        else:  # one task per slot: can_start, inlined (hot path)
+            ok = (0 <= slot < srv.n and srv.accept_l[slot] and not srv.busy_l[slot]
+                  and srv.memory_l[slot] >= task.memory_gb
+                  and (srv.caps is None or not task.demands or srv.eligible(task.demands)[slot]))
+        if ok:
             heapq.heappop(self.queue.heap)
             return True
         task.waits += 1

@@ -31,6 +31,7 @@ BENCH: dict[str, tuple[str, str]] = {
     "service": ("scale_ray.bench.service", "the scheduler service shared by agent processes vs Ray default"),
     "lookahead": ("scale_ray.bench.lookahead", "cost of one decision of the lookahead planner"),
     "backlog": ("scale_ray.bench.backlog", "cost of a placement round with no free server vs the ready backlog"),
+    "headroom": ("scale_ray.bench.headroom", "node rules vs EFT and Ray's default in Ray's resource model (agents.yaml)"),
     "runtime": ("scale_ray.bench.runtime", "what noisy, undeclared run times cost; hints, estimator and hedging"),
 }
 

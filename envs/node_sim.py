@@ -1,0 +1,214 @@
+"""Discrete-event simulator of agent requests on nodes in Ray's resource model (``envs.nodes``):
+the decision core (``envs.decision.DecisionCore`` over a :class:`envs.nodes.NodeTable`) places
+ready tasks; a node runs every task whose demands fit its free resources.
+
+Semantics: requests arrive as a Poisson process (the rate that gives ``gpu_load``, see
+:func:`arrival_rate`) until ``horizon_s``; the run continues until every request finished. A
+task is ready when its parents finished (no transfer time: agent calls pass small messages). At
+every instant where something happened (an arrival, a task's end) one placement round runs:
+ready tasks in the configured order (``fifo``: the oldest request first, then the longest hop
+path; ``hop``: the longest path first), each placed where the policy picks; a task no node can
+start now waits without asking (``ask_only_startable``), a pick that does not fit now is a
+wait (the policy chose to wait for a node), neither blocks the tasks behind it.
+
+Randomness: arrivals, requests and the policy's own draws come from separate generators spawned
+from one seed, so every policy sees the same requests (paired comparisons).
+
+The slot-model :class:`envs.simulator.Simulator` (the paper's servers, the gym env, SCALE) is not
+yet this model; docs/simulator.md says where each stands.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import order as orders
+from .agents import AgentsConfig, expected_gpu_seconds, node_specs, sample_request
+from .decision import DONE, READY, WAITING, DecisionCore, Rules
+from .events import ARRIVAL, FINISH, EventQueue
+from .nodes import NodeSpec, NodeTable
+
+__all__ = ["NodeTask", "NodeSimulator", "arrival_rate", "Policy"]
+
+# (table, task, now, rng) -> node index (a pick that does not fit now is a wait)
+Policy = Callable[[NodeTable, "NodeTask", float, np.random.Generator], int]
+
+
+class NodeTask:
+    """A task of a request in the decision core's terms (state, key, demands, waits)."""
+    __slots__ = ("id", "wf", "idx", "name", "demands", "compute", "memory_gb", "children",
+                 "parents_left", "state", "key", "waits", "rank", "start", "finish", "node")
+
+    def __init__(self, tid: int, wf: "Request", idx: int, name: str, demands: tuple,
+                 compute: float):
+        self.id, self.wf, self.idx, self.name = tid, wf, idx, name
+        self.demands, self.compute = demands, compute
+        self.memory_gb = dict(demands).get("memory", 0.0)
+        self.children: list[NodeTask] = []
+        self.parents_left = 0
+        self.state = WAITING
+        self.key: tuple = ()
+        self.waits = 0
+        self.rank = 0
+        self.start = self.finish = math.nan
+        self.node = -1
+
+
+class Request:
+    __slots__ = ("id", "arrival", "tasks", "done", "finish")
+
+    def __init__(self, rid: int, arrival: float):
+        self.id, self.arrival = rid, arrival
+        self.tasks: list[NodeTask] = []
+        self.done = 0
+        self.finish = math.nan
+
+
+def arrival_rate(cfg: AgentsConfig, nodes: Sequence[NodeSpec], seed: int = 12345) -> float:
+    """Requests per second that offer ``cfg.gpu_load``: load x the cluster's GPU capacity (GPUs
+    x their speed) / the expected GPU-seconds of a request on a speed-1 GPU."""
+    cap = sum(float(nd.resources.get("GPU", 0.0)) * nd.gpu_speed for nd in nodes)
+    if cap <= 0:
+        raise ValueError("the cluster has no GPU: gpu_load cannot set an arrival rate")
+    return cfg.gpu_load * cap / expected_gpu_seconds(cfg, np.random.default_rng(seed))
+
+
+class NodeSimulator:
+    """One episode per :meth:`run` of ``cfg``'s workload on ``nodes`` (module docstring)."""
+
+    def __init__(self, cfg: AgentsConfig, nodes: Sequence[NodeSpec] | int,
+                 rate: float | None = None):
+        self.cfg = cfg
+        self.nodes = node_specs(cfg, nodes) if isinstance(nodes, int) else list(nodes)
+        self.rate = rate if rate is not None else arrival_rate(cfg, self.nodes)
+        table = NodeTable(self.nodes)
+        for t in (cfg.llm, cfg.tool):  # every call the workload can make fits some node
+            for g in t.gpu:
+                d = {"CPU": max(t.cpu), "memory": t.memory_gb[1]} | ({"GPU": g} if g else {})
+                why = table.missing(tuple(sorted(d.items())))
+                if why is not None:
+                    raise ValueError(f"the workload asks for {why}: no node of the cluster "
+                                     f"could ever run it")
+
+    def run(self, policy: Policy, seed: int, arrivals: Sequence[tuple[float, list]] | None = None
+            ) -> dict[str, Any]:
+        """One episode under ``policy``; its metrics. ``arrivals``: explicit ``(time, tasks)``
+        requests (``envs.agents.AgentTask`` lists) instead of the Poisson process."""
+        ss = np.random.SeedSequence(seed)
+        arr_ss, wl_ss, pol_ss = ss.spawn(3)
+        r_arr, r_wl = np.random.default_rng(arr_ss), np.random.default_rng(wl_ss)
+        r_pol = np.random.default_rng(pol_ss)
+        table = NodeTable(self.nodes)
+        core = DecisionCore(table, Rules(head_of_line_blocking=False, ask_only_startable=True,
+                                         mask_infeasible=True))
+        events = EventQueue()
+        if arrivals is None:
+            events.push(float(r_arr.exponential(1.0 / self.rate)), ARRIVAL, None, None)
+            explicit: list = []
+        else:
+            explicit = sorted(arrivals, key=lambda a: a[0])[::-1]
+            if explicit:
+                events.push(explicit[-1][0], ARRIVAL, None, None)
+        requests: list[Request] = []
+        tasks: list[NodeTask] = []
+        queue = core.queue
+        fifo = self.cfg.order == "fifo"
+        now = 0.0
+        busy = {"cpu": 0.0, "gpu": 0.0}
+
+        def ready(t: NodeTask) -> None:
+            t.state = READY
+            t.key = orders.task_key("fifo" if fifo else "hop", t.rank, t.wf.arrival, t.wf.id, 0.0)
+            queue.push(t.key, t.id, t)
+
+        def ask(t: NodeTask) -> int:
+            return policy(table, t, now, r_pol)
+
+        def start(t: NodeTask, i: int) -> None:
+            run_s = t.compute / table.speed(i, t.demands)
+            t.state, t.start, t.node = 2, now, i  # RUNNING
+            table.start(i, t, t.demands, now + run_s)
+            events.push(now + run_s, FINISH, i, t)
+
+        while events:
+            now, kind, _, a, b = events.pop()
+            if kind == ARRIVAL:
+                if arrivals is None:
+                    spec = sample_request(self.cfg, r_wl)
+                    nxt = now + float(r_arr.exponential(1.0 / self.rate))
+                    if nxt < self.cfg.horizon_s:
+                        events.push(nxt, ARRIVAL, None, None)
+                else:
+                    spec = explicit.pop()[1]
+                    if explicit:
+                        events.push(explicit[-1][0], ARRIVAL, None, None)
+                self._admit(spec, now, requests, tasks, ready)
+            else:  # FINISH
+                t = b
+                table.finish(t)
+                t.state, t.finish = DONE, now
+                d = dict(t.demands)
+                busy["gpu"] += (now - t.start) * d.get("GPU", 0.0)
+                busy["cpu"] += (now - t.start) * d.get("CPU", 0.0)
+                wf = t.wf
+                wf.done += 1
+                if wf.done == len(wf.tasks):
+                    wf.finish = now
+                for c in t.children:
+                    c.parents_left -= 1
+                    if c.parents_left == 0:
+                        ready(c)
+            if events and events.peek() == now:
+                continue  # every event of this instant first
+            core.run_round(ask, start)
+        left = sum(1 for t in tasks if t.state != DONE)
+        if left:
+            raise RuntimeError(f"{left} tasks never ran (a bug: every task fits some node)")
+        return _metrics(requests, tasks, now, busy, self.nodes, core)
+
+    def _admit(self, spec: list, now: float, requests: list, tasks: list,
+               ready: Callable[[NodeTask], None]) -> None:
+        wf = Request(len(requests), now)
+        requests.append(wf)
+        kids: list[list[int]] = [[] for _ in spec]
+        for i, s in enumerate(spec):
+            for p in s.parents:
+                kids[p].append(i)
+        ranks = orders.hop_ranks(kids)
+        for i, s in enumerate(spec):
+            t = NodeTask(len(tasks), wf, i, s.name, s.demands, s.compute)
+            t.rank = ranks[i]
+            t.parents_left = len(s.parents)
+            tasks.append(t)
+            wf.tasks.append(t)
+        for i, s in enumerate(spec):
+            for p in s.parents:
+                wf.tasks[p].children.append(wf.tasks[i])
+        for t in wf.tasks:
+            if t.parents_left == 0:
+                ready(t)
+
+
+def _metrics(requests: list[Request], tasks: list[NodeTask], end: float, busy: dict,
+             nodes: Sequence[NodeSpec], core: DecisionCore) -> dict[str, Any]:
+    wresp = np.array([w.finish - w.arrival for w in requests]) if requests else np.zeros(0)
+    tresp = np.array([t.finish - t.wf.arrival for t in tasks]) if tasks else np.zeros(0)
+    gpus = sum(float(nd.resources.get("GPU", 0.0)) for nd in nodes)
+    cpus = sum(float(nd.resources.get("CPU", 0.0)) for nd in nodes)
+    pct = (lambda a, q: float(np.percentile(a, q)) if a.size else math.nan)
+    return {
+        "workflows": len(requests),
+        "tasks": len(tasks),
+        "mean_workflow_response_s": float(wresp.mean()) if wresp.size else math.nan,
+        "p95_workflow_response_s": pct(wresp, 95),
+        "p99_workflow_response_s": pct(wresp, 99),
+        "mean_task_response_s": float(tresp.mean()) if tresp.size else math.nan,
+        "gpu_utilization": busy["gpu"] / (gpus * end) if gpus and end else 0.0,
+        "cpu_utilization": busy["cpu"] / (cpus * end) if cpus and end else 0.0,
+        "makespan_s": end,
+        "decisions": core.decisions,
+        "waits": core.waits,
+    }

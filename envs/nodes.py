@@ -1,0 +1,322 @@
+"""Ray's resource model for the decision core: nodes that run every task that fits.
+
+A *node* has a resource vector (``CPU``, ``GPU``, ``memory`` in GB, any custom resource, and
+``accelerator_type:<name>`` as Ray advertises it: a marker of amount 1) and a speed per kind of
+work (``cpu`` work; ``gpu`` work on its accelerator). A *task* demands a vector of the same names
+(``demands``: sorted ``(resource, amount)`` pairs, the form Ray's options become, see
+:func:`demands_of`) and a compute; it may start on a node when its demands fit the node's free
+resources, holds them until it ends, and runs ``compute / speed`` seconds where ``speed`` is the
+node's speed for the task's kind (GPU work when it asks for a GPU, else CPU work). Many tasks run
+on a node at once; there is no interference model (none we know of is documented for Ray).
+
+GPUs are allocated as Ray allocates them (``ResourceInstanceSet`` in Ray's
+``src/ray/common/scheduling``): a node's GPUs are instances of capacity 1; a fractional demand
+(``num_gpus=0.5``) must fit inside one instance, a whole one takes that many whole free
+instances. Two ``num_gpus=0.5`` tasks therefore share one GPU; a ``0.75`` and a ``0.5`` do not.
+Of the instances that fit a fractional demand, the fullest is taken (best fit, so whole GPUs
+stay free for whole demands).
+
+The paper's model is the special case "each server a node with one slot": nodes ``{slot: 1}``
+and every task demanding ``{slot: 1}`` (tests/test_nodes.py checks :class:`NodeTable` against
+:class:`envs.decision.ServerTable` operation by operation).
+
+:class:`NodeTable` is the server table of :class:`envs.decision.DecisionCore` in this model
+(``pooled``): its ``fits_now`` replaces "idle and the memory fits". NumPy-free, stdlib only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["NodeSpec", "NodeTable", "demands_of", "check_demands", "EPS"]
+
+EPS = 1e-9
+GPU = "GPU"
+MEMORY = "memory"
+ACCEL_PREFIX = "accelerator_type:"
+
+
+def demands_of(num_cpus: float = 1.0, num_gpus: float = 0.0, memory_gb: float = 0.0,
+               resources: Mapping[str, float] | None = None,
+               accelerator_type: str | None = None) -> tuple[tuple[str, float], ...]:
+    """A task's demands from Ray's task options (``memory`` in GB here, bytes in Ray), as sorted
+    ``(resource, amount)`` pairs with zero amounts left out. ``accelerator_type`` becomes a
+    demand of 0.001 of ``accelerator_type:<name>``, as Ray does."""
+    d: dict[str, float] = {}
+    for k, v in (("CPU", num_cpus), (GPU, num_gpus), (MEMORY, memory_gb)):
+        if v:
+            d[k] = float(v)
+    for k, v in (resources or {}).items():
+        if k in ("CPU", GPU, MEMORY):
+            raise ValueError(f"resources: {k!r} is set by its own option (num_cpus, num_gpus, "
+                             f"memory), not in resources")
+        if v:
+            d[k] = float(v)
+    if accelerator_type:
+        d[ACCEL_PREFIX + accelerator_type] = 0.001
+    check_demands(d)
+    return tuple(sorted(d.items()))
+
+
+def check_demands(d: Mapping[str, float], where: str = "demands") -> None:
+    """Ray's rules for a task's resource request: finite amounts >= 0; a GPU demand above 1 is
+    a whole number (``num_gpus=1.5`` is refused by Ray too). Raises ValueError naming the
+    resource."""
+    for k, v in d.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{where}.{k}: must be a finite number >= 0, got {v!r}")
+    g = d.get(GPU, 0.0)
+    if g > 1 and abs(g - round(g)) > EPS:
+        raise ValueError(f"{where}.GPU: a demand above 1 must be a whole number (Ray's rule), "
+                         f"got {g!r}")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node: its resources (``memory`` in GB), accelerator, speeds, and the shape name."""
+    name: str
+    resources: Mapping[str, float]
+    cpu_speed: float = 1.0
+    gpu_speed: float = 1.0
+    accelerator: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def all_resources(self) -> dict[str, float]:
+        """``resources`` plus the accelerator marker Ray adds (``accelerator_type:A100: 1``)."""
+        out = {k: float(v) for k, v in self.resources.items()}
+        if self.accelerator:
+            out[ACCEL_PREFIX + self.accelerator] = 1.0
+        return out
+
+
+class _Compiled:
+    """A demand tuple against one table's resource index: the non-GPU pairs by index, the GPU
+    amount, and the kind of work."""
+    __slots__ = ("pairs", "gpu", "gpu_work", "memory")
+
+    def __init__(self, pairs: list[tuple[int, float]], gpu: float, memory: float):
+        self.pairs = pairs
+        self.gpu = gpu
+        self.gpu_work = gpu > 0
+        self.memory = memory
+
+
+class NodeTable:
+    """The nodes' totals, free resources and GPU instances, and the tasks running on each
+    (their expected ends). The decision core reads it through ``pooled``, ``n``, ``accept_l``,
+    ``caps`` (not None: demands are checked), ``max_accept_mem``, :meth:`fits_now` and
+    :meth:`_demand_state`."""
+
+    pooled = True
+
+    def __init__(self, nodes: Sequence[NodeSpec]):
+        self.nodes = list(nodes)
+        self.n = len(self.nodes)
+        names = sorted({k for nd in self.nodes for k in nd.all_resources()} - {GPU})
+        self.names = names
+        self.index = {k: i for i, k in enumerate(names)}
+        self.total: list[list[float]] = []
+        self.free: list[list[float]] = []
+        self.gpus: list[list[float]] = []  # free amount per GPU instance
+        for nd in self.nodes:
+            r = nd.all_resources()
+            g = r.get(GPU, 0.0)
+            if g > 1 and abs(g - round(g)) > EPS:
+                raise ValueError(f"node {nd.name!r}: GPU must be a whole number, got {g!r}")
+            self.total.append([r.get(k, 0.0) for k in names])
+            self.free.append([r.get(k, 0.0) for k in names])
+            self.gpus.append([1.0] * int(round(g)) if g >= 1 else ([g] if g > 0 else []))
+        self.cpu_speed = [nd.cpu_speed for nd in self.nodes]
+        self.gpu_speed = [nd.gpu_speed for nd in self.nodes]
+        self.has_gpu = [bool(g) for g in self.gpus]
+        self.accept_l = [True] * self.n
+        self.running: list[dict[Any, float]] = [{} for _ in range(self.n)]  # task -> end
+        self._held: dict[Any, tuple] = {}  # task -> (node, compiled demand, GPU taken)
+        self._gpu_total = [list(g) for g in self.gpus]
+        self.caps: list = []  # not None: the core checks every task's demands
+        self._compiled: dict[tuple, _Compiled | None] = {}
+        self._state: dict[tuple, int] = {}  # demand -> _demand_state, until the next change
+        mem = self.index.get(MEMORY)
+        self._mem_i = mem
+        self.max_accept_mem = max((t[mem] for t in self.total), default=0.0) if mem is not None \
+            else 0.0
+
+    # ---------------------------------------------------------------- demands
+    def compile(self, demands: tuple[tuple[str, float], ...]) -> _Compiled | None:
+        """The demand in this table's terms; None when it names a resource no node has."""
+        try:
+            return self._compiled[demands]
+        except KeyError:
+            pass
+        pairs, gpu, mem, ok = [], 0.0, 0.0, True
+        for k, v in demands:
+            if k == GPU:
+                gpu = v
+            elif k in self.index:
+                pairs.append((self.index[k], v))
+                if k == MEMORY:
+                    mem = v
+            elif v > 0:
+                ok = False
+        c = _Compiled(pairs, gpu, mem) if ok else None
+        self._compiled[demands] = c
+        return c
+
+    def missing(self, demands: tuple[tuple[str, float], ...]) -> str | None:
+        """Why no node could ever hold ``demands`` (the resource named, with the most any node
+        has), or None when some node could."""
+        best: dict[str, float] = {}
+        for i in range(self.n):
+            if self.fits_total(i, demands):
+                return None
+            r = self.nodes[i].all_resources()
+            for k, _ in demands:
+                best[k] = max(best.get(k, 0.0), r.get(k, 0.0))
+        for k, v in demands:
+            if best.get(k, 0.0) + EPS < v:
+                return f"{k}={v:g} (the most any node has: {best.get(k, 0.0):g})"
+        return "the combination " + ", ".join(f"{k}={v:g}" for k, v in demands) + \
+            " (no single node has all of it)"
+
+    # ---------------------------------------------------------------- the rules
+    def fits_total(self, i: int, demands: tuple) -> bool:
+        """Whether node ``i`` could ever hold ``demands`` (its totals)."""
+        c = self.compile(demands)
+        if c is None:
+            return False
+        tot = self.total[i]
+        for j, v in c.pairs:
+            if tot[j] + EPS < v:
+                return False
+        return _gpu_fits(self._gpu_total[i], c.gpu) if c.gpu else True
+
+    def fits_now(self, i: int, demands: tuple) -> bool:
+        """The valid pick: node ``i`` accepts work and its free resources cover ``demands``."""
+        if not (0 <= i < self.n and self.accept_l[i]):
+            return False
+        c = self.compile(demands)
+        if c is None:
+            return False
+        free = self.free[i]
+        for j, v in c.pairs:
+            if free[j] + EPS < v:
+                return False
+        return _gpu_fits(self.gpus[i], c.gpu) if c.gpu else True
+
+    def _demand_state(self, demands: tuple, memory_gb: float = 0.0) -> int:
+        """0: no accepting node could ever hold it; 1: one could, none can now; 2: one can now
+        (cached until the next start, finish or accepting change)."""
+        s = self._state.get(demands)
+        if s is None:
+            s = 0
+            for i in range(self.n):
+                if self.accept_l[i] and self.fits_total(i, demands):
+                    if self.fits_now(i, demands):
+                        s = 2
+                        break
+                    s = 1
+            self._state[demands] = s
+        return s
+
+    # ---------------------------------------------------------------- state changes
+    def start(self, i: int, task: Any, demands: tuple, until: float) -> None:
+        """``task`` takes its demands on node ``i`` until ``until`` (expected)."""
+        c = self.compile(demands)
+        free = self.free[i]
+        for j, v in c.pairs:
+            free[j] -= v
+        if c.gpu:
+            task_gpu = _gpu_take(self.gpus[i], c.gpu)
+        else:
+            task_gpu = ()
+        self.running[i][task] = until
+        self._held[task] = (i, c, task_gpu)
+        self._state.clear()
+
+    def finish(self, task: Any) -> int:
+        """``task`` ended: its resources are free again; returns its node (-1: it held none
+        here, e.g. it started before the table was rebuilt without its node)."""
+        held = self._held.pop(task, None)
+        if held is None:
+            return -1
+        i, c, task_gpu = held
+        free = self.free[i]
+        for j, v in c.pairs:
+            free[j] += v
+        g = self.gpus[i]
+        for k, v in task_gpu:
+            g[k] += v
+        del self.running[i][task]
+        self._state.clear()
+        return i
+
+    def set_accepting(self, i: int, accepting: bool) -> None:
+        self.accept_l[i] = accepting
+        self._state.clear()
+
+    # ---------------------------------------------------------------- what policies read
+    def speed(self, i: int, demands: tuple) -> float:
+        """Node ``i``'s speed for a task with ``demands`` (GPU work when it asks for a GPU)."""
+        c = self.compile(demands)
+        return self.gpu_speed[i] if c is not None and c.gpu_work else self.cpu_speed[i]
+
+    def utilization(self, i: int, names: Iterable[str] = ("CPU", MEMORY)) -> float:
+        """Ray's critical resource utilization of node ``i``: the highest used fraction over
+        ``names`` (Ray: CPU, memory, object store memory)."""
+        best = 0.0
+        for k in names:
+            j = self.index.get(k)
+            if j is None or self.total[i][j] <= 0:
+                continue
+            u = 1.0 - self.free[i][j] / self.total[i][j]
+            if u > best:
+                best = u
+        return best
+
+    def earliest_fit(self, i: int, demands: tuple, now: float) -> float:
+        """When node ``i`` will first have room for ``demands`` if its running tasks end when
+        expected (``now`` when it fits now; ``inf`` when it never will)."""
+        if self.fits_now(i, demands):
+            return now
+        if not (self.accept_l[i] and self.fits_total(i, demands)):
+            return math.inf
+        c = self.compile(demands)
+        free = list(self.free[i])
+        gpus = list(self.gpus[i])
+        for task, end in sorted(self.running[i].items(), key=lambda kv: kv[1]):
+            _, tc, tg = self._held[task]
+            for j, v in tc.pairs:
+                free[j] += v
+            for k, v in tg:
+                gpus[k] += v
+            if all(free[j] + EPS >= v for j, v in c.pairs) and (
+                    not c.gpu or _gpu_fits(gpus, c.gpu)):
+                return max(end, now)
+        return math.inf
+
+
+def _gpu_fits(instances: list[float], amount: float) -> bool:
+    if amount < 1.0 - EPS:
+        return any(f + EPS >= amount for f in instances)
+    need = int(round(amount))
+    return sum(1 for f in instances if f >= 1.0 - EPS) >= need
+
+
+def _gpu_take(instances: list[float], amount: float) -> tuple[tuple[int, float], ...]:
+    """Take ``amount`` GPU from ``instances`` (Ray's rule, module docstring); what was taken
+    from which instance."""
+    if amount < 1.0 - EPS:
+        best = min((k for k, f in enumerate(instances) if f + EPS >= amount),
+                   key=lambda k: (instances[k], k))
+        instances[best] -= amount
+        return ((best, amount),)
+    need = int(round(amount))
+    took = []
+    for k, f in enumerate(instances):
+        if need and f >= 1.0 - EPS:
+            instances[k] = 0.0
+            took.append((k, f))
+            need -= 1
+    return tuple(took)

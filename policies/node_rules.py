@@ -1,0 +1,200 @@
+"""Placement rules in Ray's resource model (``envs.nodes``): each is a function
+``(table, task, now, rng) -> node`` over a :class:`envs.nodes.NodeTable`; a pick the task does not
+fit now is a wait (the decision core defers the task to the next event).
+
+* ``eft``: earliest finish among the nodes it fits now (run time = compute / the node's speed for
+  its kind of work); ties: the lowest index.
+* ``eft_wait``: earliest finish among every node it will fit, waiting for running tasks to end
+  (their expected ends); waits only while that node's expected start is in the future, at most
+  ``MAX_WAITS`` times (then ``eft``: the guard against waiting without bound).
+* ``gpu_rule``: ``eft``, but a task that asks for no GPU goes to a GPU node only when no node
+  without a GPU fits it now.
+* ``reserve``: ``eft``, but a task that asks for no GPU may take a GPU node's CPU and memory only
+  while ``RESERVE_CPU`` CPUs and ``RESERVE_GB`` GB stay free per free GPU of that node (else
+  ``eft``).
+* ``eft_bestfit`` / ``eft_spread``: ``eft``; ties broken by the least dominant free share left
+  (pack) / the lowest critical utilization (spread).
+* ``ray``: Ray's default (hybrid) policy as its raylet runs it (``hybrid_scheduling_policy.cc``
+  in Ray's ``src/ray/raylet/scheduling/policy/``): a task without GPU demand is first tried on
+  nodes without GPUs (``scheduler_avoid_gpu_nodes``); among the nodes it fits now, each scores its
+  critical utilization (the highest used fraction of CPU and memory; below the spread threshold
+  0.5 the score is 0), nodes are ordered by score then node id (a random order per episode, as
+  Ray's ids are), and one of the best ``max(1, int(0.2 x nodes))`` is drawn uniformly
+  (``scheduler_top_k_fraction``). Speed-blind. Differences from a real Ray cluster: one central
+  queue (a task is placed when some node fits it, not queued at a busy raylet), the preferred
+  (local) node only with ``preferred_head``, no object-store term.
+* ``random``: uniform among the nodes it fits now.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from envs.nodes import NodeTable
+
+__all__ = ["NODE_POLICIES", "node_policy", "MAX_WAITS", "RESERVE_CPU", "RESERVE_GB"]
+
+MAX_WAITS = 20
+RESERVE_CPU = 2.0
+RESERVE_GB = 8.0
+SPREAD_THRESHOLD = 0.5
+TOP_K_FRACTION = 0.2
+
+
+def _finish_scan(table: NodeTable, task, allow: Callable[[int], bool] | None = None
+                 ) -> tuple[float, list[int]]:
+    """The least run time among the nodes ``task`` fits now (and ``allow``), and those nodes."""
+    best, arg = math.inf, []
+    d = task.demands
+    c = table.compile(d)
+    gpu_work = c is not None and c.gpu_work
+    speeds = table.gpu_speed if gpu_work else table.cpu_speed
+    for i in range(table.n):
+        if allow is not None and not allow(i):
+            continue
+        if not table.fits_now(i, d):
+            continue
+        run = task.compute / speeds[i]
+        if run < best - 1e-12:
+            best, arg = run, [i]
+        elif run <= best + 1e-12:
+            arg.append(i)
+    return best, arg
+
+
+def eft(table: NodeTable, task, now: float, rng: np.random.Generator) -> int:
+    _, arg = _finish_scan(table, task)
+    return arg[0] if arg else -1
+
+
+def eft_wait(table: NodeTable, task, now: float, rng: np.random.Generator) -> int:
+    if task.waits >= MAX_WAITS:
+        return eft(table, task, now, rng)
+    d = task.demands
+    run, fit = _finish_scan(table, task)  # the nodes it fits now first: a bound to beat
+    best, arg = (now + run, fit[0]) if fit else (math.inf, -1)
+    for i in range(table.n):
+        r = task.compute / table.speed(i, d)
+        if now + r >= best - 1e-12:  # starts no earlier than now: cannot beat the best
+            continue
+        s = table.earliest_fit(i, d, now)
+        if s + r < best - 1e-12:
+            best, arg = s + r, i
+    return arg
+
+
+def _no_gpu(table: NodeTable, task) -> bool:
+    c = table.compile(task.demands)
+    return c is not None and not c.gpu_work
+
+
+def gpu_rule(table: NodeTable, task, now: float, rng: np.random.Generator) -> int:
+    if _no_gpu(table, task):
+        _, arg = _finish_scan(table, task, lambda i: not table.has_gpu[i])
+        if arg:
+            return arg[0]
+    return eft(table, task, now, rng)
+
+
+def reserve(table: NodeTable, task, now: float, rng: np.random.Generator) -> int:
+    if _no_gpu(table, task):
+        dd = dict(task.demands)
+        ci, mi = table.index.get("CPU"), table.index.get("memory")
+
+        def keeps(i: int) -> bool:
+            if not table.has_gpu[i]:
+                return True
+            free_gpus = sum(table.gpus[i])
+            cpu_left = table.free[i][ci] - dd.get("CPU", 0.0) if ci is not None else math.inf
+            mem_left = table.free[i][mi] - dd.get("memory", 0.0) if mi is not None else math.inf
+            return cpu_left >= free_gpus * RESERVE_CPU and mem_left >= free_gpus * RESERVE_GB
+        _, arg = _finish_scan(table, task, keeps)
+        if arg:
+            return arg[0]
+    return eft(table, task, now, rng)
+
+
+def _left_share(table: NodeTable, i: int, task) -> float:
+    """The largest free fraction of any resource node ``i`` keeps after taking ``task``."""
+    c = table.compile(task.demands)
+    taken = dict(c.pairs)
+    best = 0.0
+    for j, tot in enumerate(table.total[i]):
+        if tot > 0:
+            best = max(best, (table.free[i][j] - taken.get(j, 0.0)) / tot)
+    return best
+
+
+def eft_bestfit(table: NodeTable, task, now: float, rng: np.random.Generator) -> int:
+    _, arg = _finish_scan(table, task)
+    return min(arg, key=lambda i: (_left_share(table, i, task), i)) if arg else -1
+
+
+def eft_spread(table: NodeTable, task, now: float, rng: np.random.Generator) -> int:
+    _, arg = _finish_scan(table, task)
+    return min(arg, key=lambda i: (table.utilization(i), i)) if arg else -1
+
+
+def random_fit(table: NodeTable, task, now: float, rng: np.random.Generator) -> int:
+    fit = [i for i in range(table.n) if table.fits_now(i, task.demands)]
+    return fit[int(rng.integers(0, len(fit)))] if fit else -1
+
+
+class RayHybrid:
+    """Ray's default placement (module docstring); ``preferred``: the driver's node index."""
+
+    def __init__(self, preferred: int | None = None):
+        self.preferred = preferred
+        self._ids: dict[int, list[int]] = {}  # id(table) -> the node-id order of its episode
+
+    def __call__(self, table: NodeTable, task, now: float, rng: np.random.Generator) -> int:
+        order = self._ids.get(id(table))
+        if order is None or len(order) != table.n:
+            self._ids = {id(table): (order := [int(i) for i in rng.permutation(table.n)])}
+        if _no_gpu(table, task):
+            i = self._schedule(table, task, order, rng, lambda i: not table.has_gpu[i])
+            if i >= 0:
+                return i
+        return self._schedule(table, task, order, rng, None)
+
+    def _schedule(self, table: NodeTable, task, order: list[int], rng: np.random.Generator,
+                  allow: Callable[[int], bool] | None) -> int:
+        avail = []
+        for rank, i in enumerate(order):
+            if (allow is None or allow(i)) and table.fits_now(i, task.demands):
+                u = table.utilization(i)
+                avail.append((u if u >= SPREAD_THRESHOLD else 0.0, rank, i))
+        if not avail:
+            return -1
+        avail.sort()
+        p = self.preferred
+        if p is not None and any(i == p for _, _, i in avail):
+            u = table.utilization(p)
+            if (u if u >= SPREAD_THRESHOLD else 0.0) <= avail[0][0]:
+                return p
+        k = max(1, int(table.n * TOP_K_FRACTION))
+        return avail[int(rng.integers(0, min(k, len(avail))))][2]
+
+
+NODE_POLICIES: dict[str, Callable[[], Callable]] = {
+    "eft": lambda: eft,
+    "eft_wait": lambda: eft_wait,
+    "gpu_rule": lambda: gpu_rule,
+    "reserve": lambda: reserve,
+    "eft_bestfit": lambda: eft_bestfit,
+    "eft_spread": lambda: eft_spread,
+    "ray": lambda: RayHybrid(),
+    "ray_head": lambda: RayHybrid(preferred=0),
+    "random": lambda: random_fit,
+}
+
+
+def node_policy(name: str) -> Callable:
+    """A fresh policy by name (``NODE_POLICIES``); unknown names raise naming the choices."""
+    try:
+        return NODE_POLICIES[name]()
+    except KeyError:
+        raise ValueError(f"node policy {name!r}: choose one of {sorted(NODE_POLICIES)}") from None

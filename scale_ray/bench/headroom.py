@@ -1,0 +1,142 @@
+"""Placement headroom in Ray's resource model (issue 46, item 4): every node rule of
+``policies.node_rules`` on ``configs/env/agents.yaml`` at several cluster sizes and GPU loads,
+paired episodes (same seeds, same requests), workflow response mean / p95 / p99, each rule's
+difference from EFT and from Ray's emulated default with 95 % t-intervals, and the default it
+chooses: the rule with the lowest mean whose gain over EFT excludes 0 at every size and load
+with p95 no worse, else EFT.
+
+    scale-ray bench headroom --nodes 16 64 --loads 0.6 0.8 --episodes 30 --json OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from envs.agents import load_agents
+from envs.config_base import replace
+from envs.config_files import read_yaml, resolve_config_path
+from envs.node_sim import NodeSimulator
+from policies.node_rules import NODE_POLICIES, node_policy
+from scale_ray.evaluation import ci95_half_width
+
+DEFAULT_POLICIES = ("eft", "gpu_rule", "reserve", "eft_bestfit", "eft_spread", "eft_wait", "ray",
+                    "random")
+METRICS = ("mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_response_s")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="configs/env/agents.yaml", help="the agents setting")
+    p.add_argument("--nodes", nargs="+", type=int, default=[16, 64], help="cluster sizes")
+    p.add_argument("--loads", nargs="+", type=float, default=[0.6, 0.8],
+                   help="offered GPU loads (gpu_load)")
+    p.add_argument("--episodes", type=int, default=30, help="paired episodes (seeds 0..E-1)")
+    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
+                   choices=sorted(NODE_POLICIES), help="node rules to compare (eft and ray "
+                   "are always run: the references)")
+    p.add_argument("--horizon-s", type=float, default=None, help="arrivals stop here "
+                   "(default: the config's horizon_s)")
+    p.add_argument("--workers", type=int, default=2, help="processes")
+    p.add_argument("--json", default=None, help="write every episode and the table here")
+
+
+def _episode(job: tuple) -> dict[str, Any]:
+    cfg, n, load, policy, seed = job
+    sim = NodeSimulator(replace(cfg, gpu_load=load), n)
+    t0 = time.perf_counter()
+    m = sim.run(node_policy(policy), seed)
+    return m | {"nodes": n, "load": load, "policy": policy, "episode": seed,
+                "seconds": time.perf_counter() - t0}
+
+
+def _rel(rows: dict, policy: str, ref: str, metric: str, seeds: list[int]) -> tuple[float, float]:
+    d = [rows[(policy, s)][metric] / rows[(ref, s)][metric] - 1.0 for s in seeds]
+    return 100 * float(np.mean(d)), 100 * ci95_half_width(d)
+
+
+def table(episodes: list[dict[str, Any]], policies: list[str]) -> list[dict[str, Any]]:
+    """Per (nodes, load, policy): the means of the metrics and the paired differences (%)."""
+    out = []
+    for n, load in sorted({(e["nodes"], e["load"]) for e in episodes}):
+        rows = {(e["policy"], e["episode"]): e for e in episodes
+                if e["nodes"] == n and e["load"] == load}
+        seeds = sorted({s for (_, s) in rows})
+        for p in policies:
+            r: dict[str, Any] = {"nodes": n, "load": load, "policy": p}
+            for m in METRICS:
+                r[m] = float(np.mean([rows[(p, s)][m] for s in seeds]))
+            for ref in ("eft", "ray"):
+                for m, tag in ((METRICS[0], "mean"), (METRICS[1], "p95"), (METRICS[2], "p99")):
+                    r[f"{tag}_vs_{ref}_pct"], r[f"{tag}_vs_{ref}_ci"] = _rel(rows, p, ref, m, seeds)
+            r["gpu_utilization"] = float(np.mean([rows[(p, s)]["gpu_utilization"] for s in seeds]))
+            r["seconds_per_episode"] = float(np.mean([rows[(p, s)]["seconds"] for s in seeds]))
+            out.append(r)
+    return out
+
+
+def choose_default(rows: list[dict[str, Any]]) -> str:
+    """The rule whose mean beats EFT with the interval excluding 0 in every (size, load), p95
+    no worse (its difference <= 0), the lowest average mean among those; else ``eft``."""
+    cells = {(r["nodes"], r["load"]) for r in rows}
+    best, best_gain = "eft", 0.0
+    for p in sorted({r["policy"] for r in rows} - {"eft"}):
+        mine = [r for r in rows if r["policy"] == p]
+        if len(mine) != len(cells):
+            continue
+        if all(r["mean_vs_eft_pct"] + r["mean_vs_eft_ci"] < 0 and r["p95_vs_eft_pct"] <= 0
+               for r in mine):
+            gain = float(np.mean([r["mean_vs_eft_pct"] for r in mine]))
+            if gain < best_gain:
+                best, best_gain = p, gain
+    return best
+
+
+def run(args: argparse.Namespace) -> int:
+    raw = read_yaml(resolve_config_path(args.config))
+    if args.horizon_s is not None:
+        raw["horizon_s"] = args.horizon_s
+    cfg = load_agents(raw)
+    policies = list(dict.fromkeys(["eft", "ray"] + list(args.policies)))
+    if args.episodes < 2:
+        raise ValueError("--episodes: at least 2 (paired intervals)")
+    jobs = [(cfg, n, load, p, s) for n in args.nodes for load in args.loads
+            for s in range(args.episodes) for p in policies]
+    print(f"headroom: {len(jobs)} episodes ({len(policies)} rules x {len(args.nodes)} sizes x "
+          f"{len(args.loads)} loads x {args.episodes} seeds) on {args.workers} processes",
+          flush=True)
+    t0 = time.perf_counter()
+    episodes = []
+    with ProcessPoolExecutor(max(1, args.workers)) as pool:
+        for k, e in enumerate(pool.map(_episode, jobs, chunksize=4), 1):
+            episodes.append(e)
+            if k % max(1, len(jobs) // 10) == 0:
+                print(f"  {k}/{len(jobs)} episodes, {time.perf_counter() - t0:.0f} s", flush=True)
+    rows = table(episodes, policies)
+    for n, load in sorted({(r["nodes"], r["load"]) for r in rows}):
+        print(f"\nN = {n} nodes, GPU load {load:g}, {args.episodes} paired episodes "
+              f"(workflow response, model seconds; differences in %, +- 95 % CI)")
+        print(f"{'rule':12s} {'mean':>7s} {'p95':>7s} {'p99':>7s} {'mean vs EFT':>15s} "
+              f"{'p95 vs EFT':>15s} {'mean vs Ray':>15s} {'p95 vs Ray':>15s}")
+        for r in (r for r in rows if r["nodes"] == n and r["load"] == load):
+            def f(tag: str, ref: str) -> str:
+                return f"{r[f'{tag}_vs_{ref}_pct']:+6.1f} +-{r[f'{tag}_vs_{ref}_ci']:4.1f}"
+            print(f"{r['policy']:12s} {r[METRICS[0]]:7.2f} {r[METRICS[1]]:7.2f} "
+                  f"{r[METRICS[2]]:7.2f} {f('mean', 'eft'):>15s} {f('p95', 'eft'):>15s} "
+                  f"{f('mean', 'ray'):>15s} {f('p95', 'ray'):>15s}")
+    default = choose_default(rows)
+    print(f"\ndefault rule (beats EFT at every size and load, p95 no worse; else eft): {default}")
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"config": args.config, "nodes": args.nodes, "loads": args.loads,
+                       "episodes": args.episodes, "default": default, "table": rows,
+                       "per_episode": episodes}, fh, indent=1,
+                      default=lambda o: None if isinstance(o, float) and math.isnan(o) else o)
+        print(f"wrote {args.json}")
+    return 0

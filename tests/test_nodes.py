@@ -1,0 +1,245 @@
+"""Ray's resource model (envs/nodes.py) through the decision core, the node simulator
+(envs/node_sim.py) and the node rules (policies/node_rules.py), against timelines computed by
+hand and Ray's own rules."""
+
+import math
+
+import numpy as np
+import pytest
+
+from envs.agents import AgentTask, load_agents
+from envs.config_base import ConfigError
+from envs.decision import DecisionCore, Rules, ServerTable
+from envs.config import FeatureConfig
+from envs.node_sim import NodeSimulator
+from envs.nodes import NodeSpec, NodeTable, demands_of
+from policies import node_rules
+from policies.node_rules import RayHybrid, eft, eft_wait, node_policy
+
+GB = 1.0
+
+
+def _d(**kw) -> tuple:
+    return demands_of(**kw)
+
+
+class _T:
+    """A task as the decision core sees it."""
+    def __init__(self, demands, compute=1.0, tid=0):
+        self.demands, self.compute, self.id = demands, compute, tid
+        self.memory_gb = dict(demands).get("memory", 0.0)
+        self.state, self.waits, self.key = 0, 0, (tid,)
+
+
+def _cfg(**over):
+    base = {"nodes": [{"name": "gpu", "resources": {"CPU": 4, "memory": 16, "GPU": 1}}],
+            "llm": {"gpu": [0.5], "cpu": [1], "memory_gb": [1, 1], "compute_s": 1.0},
+            "tool": {"gpu": [0], "cpu": [1], "memory_gb": [1, 1], "compute_s": 1.0}}
+    return load_agents(base | over)
+
+
+def _req(*tasks):
+    return [AgentTask(n, d, c, p) for n, d, c, p in tasks]
+
+
+# ---------------------------------------------------------------- the model
+def test_two_half_gpu_tasks_share_one_gpu_and_run_at_once():
+    t = NodeTable([NodeSpec("g", {"CPU": 4, "GPU": 1, "memory": 16})])
+    half = _d(num_gpus=0.5)
+    assert t.fits_now(0, half)
+    t.start(0, "a", half, 1.0)
+    assert t.fits_now(0, half)
+    t.start(0, "b", half, 1.0)
+    assert not t.fits_now(0, half)
+    t.finish("a")
+    assert t.fits_now(0, half)
+
+
+def test_fractions_must_fit_one_gpu_instance_as_in_ray():
+    t = NodeTable([NodeSpec("g2", {"CPU": 8, "GPU": 2, "memory": 32})])
+    t.start(0, "a", _d(num_gpus=0.75), 1.0)
+    assert t.fits_now(0, _d(num_gpus=0.5))  # the other GPU
+    t.start(0, "b", _d(num_gpus=0.5), 1.0)
+    assert t.gpus[0] == pytest.approx([0.25, 0.5])
+    assert not t.fits_now(0, _d(num_gpus=1))  # no whole GPU is free
+    assert not t.fits_now(0, _d(num_gpus=0.75))  # 0.75 free in total, in no one instance
+    assert t.fits_now(0, _d(num_gpus=0.25))
+    t.start(0, "c", _d(num_gpus=0.25), 1.0)
+    assert t.gpus[0] == pytest.approx([0.0, 0.5])  # best fit: the fullest instance that fits
+    t.finish("a"), t.finish("c")
+    assert t.fits_now(0, _d(num_gpus=1))
+
+
+def test_num_cpus_2_and_a_12_gib_task_run_where_ray_runs_them():
+    t = NodeTable([NodeSpec("c2", {"CPU": 2, "memory": 16})])
+    two = _d(num_cpus=2)
+    assert t.fits_now(0, two)
+    t.start(0, "a", two, 1.0)
+    assert not t.fits_now(0, _d(num_cpus=1))
+    t.finish("a")
+    big = _d(num_cpus=1, memory_gb=12)
+    assert t.fits_now(0, big) and t.missing(big) is None
+    assert "memory=20" in t.missing(_d(memory_gb=20)) and "16" in t.missing(_d(memory_gb=20))
+    assert "GPU=1" in t.missing(_d(num_gpus=1))
+    assert "custom" in t.missing(_d(resources={"custom": 1}))
+
+
+def test_demands_follow_rays_options_and_refuse_bad_values_by_name():
+    assert demands_of(num_cpus=1, accelerator_type="A100") == (
+        ("CPU", 1.0), ("accelerator_type:A100", 0.001))
+    assert demands_of(num_cpus=0, num_gpus=2) == (("GPU", 2.0),)
+    with pytest.raises(ValueError, match="GPU.*whole number"):
+        demands_of(num_gpus=1.5)
+    with pytest.raises(ValueError, match="demands.CPU"):
+        demands_of(num_cpus=-1)
+    with pytest.raises(ValueError, match="num_gpus"):
+        demands_of(resources={"GPU": 1})
+    t = NodeTable([NodeSpec("a", {"CPU": 4, "GPU": 1}, accelerator="A100"),
+                   NodeSpec("b", {"CPU": 4, "GPU": 1}, accelerator="A10G")])
+    want = demands_of(num_gpus=1, accelerator_type="A10G")
+    assert [t.fits_now(i, want) for i in range(2)] == [False, True]
+
+
+def test_the_papers_model_is_one_slot_nodes():
+    """Nodes {slot: 1} with every task asking {slot: 1} behave as the slot model's servers:
+    the same valid picks and the same "can some server start it" after any run of starts and
+    ends."""
+    rng = np.random.default_rng(0)
+    n = 6
+    nodes = NodeTable([NodeSpec(f"s{i}", {"CPU": 1, "slot": 1}) for i in range(n)])
+    slots = ServerTable(n, FeatureConfig())
+    for i in range(n):
+        slots.set_server(i, 1.0, 1.0, 0.0, 0.0)
+    one = demands_of(num_cpus=0, resources={"slot": 1})
+    running = {}
+    for step in range(300):
+        assert [nodes.fits_now(i, one) for i in range(n)] == [
+            slots.can_start(i, 0.0) for i in range(n)]
+        assert (nodes._demand_state(one) == 2) == slots.startable(0.0)
+        i = int(rng.integers(0, n))
+        if i in running:
+            nodes.finish(running.pop(i))
+            slots.finish(i)
+        elif nodes.fits_now(i, one):
+            running[i] = f"t{step}"
+            nodes.start(i, running[i], one, 1.0)
+            slots.start(i, 1.0)
+
+
+def test_the_core_defers_what_fits_later_and_blocks_what_never_fits():
+    t = NodeTable([NodeSpec("c", {"CPU": 2, "memory": 8})])
+    core = DecisionCore(t, Rules(False, True, True))
+    asked = []
+    big, later, now_ = _T(_d(num_cpus=4), tid=0), _T(_d(num_cpus=2), tid=1), _T(_d(num_cpus=1), tid=2)
+    t.start(0, "x", _d(num_cpus=1), 5.0)
+    for k in (big, later, now_):
+        core.queue.push(k.key, k.id, k)
+    started = []
+    core.run_round(lambda k: asked.append(k.id) or 0, lambda k, i: started.append((k.id, i)) or
+                   t.start(i, k, k.demands, 1.0))
+    assert asked == [2] and started == [(2, 0)]  # 1 waits unasked (forced), 0 is blocked
+    assert core.forced_waits == 1 and [e[2].id for e in core.queue.blocked] == [0]
+
+
+# ---------------------------------------------------------------- the simulator
+def test_a_request_on_two_nodes_matches_its_timeline_by_hand():
+    """plan (0.5 GPU, 2 s) -> two tools (2 CPUs, 3 s each) -> answer (0.5 GPU, 1 s) on a GPU node
+    of GPU speed 2 (4 CPUs) and a CPU node with 2 CPUs, under EFT (lowest index on ties).
+    plan: GPU node, 0-1 s. Tools: both fit the GPU node (4 CPUs) at t=1 (CPU speed 1 on both,
+    the lowest index wins): 1-4 s. answer: 4-4.5 s. Response 4.5 s."""
+    cfg = _cfg()
+    nodes = [NodeSpec("gpu", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=2.0),
+             NodeSpec("cpu", {"CPU": 2, "memory": 16})]
+    half, two = _d(num_gpus=0.5, memory_gb=1), _d(num_cpus=2, memory_gb=1)
+    req = _req(("plan", half, 2.0, ()), ("t0", two, 3.0, (0,)), ("t1", two, 3.0, (0,)),
+               ("answer", half, 1.0, (1, 2)))
+    m = NodeSimulator(cfg, nodes, rate=1.0).run(eft, 0, arrivals=[(0.0, req)])
+    assert m["mean_workflow_response_s"] == pytest.approx(4.5)
+    # Two such requests at once: the two plans share the GPU (0.5 each), 0-1 s; four tools of
+    # 2 CPUs: the first request's two on the GPU node, the second's on the CPU node at t=1
+    # (1-4 s), its last at 4 (4-7 s); answers 4-4.5 and 7-7.5: mean (4.5 + 7.5) / 2.
+    m2 = NodeSimulator(cfg, nodes, rate=1.0).run(eft, 0, arrivals=[(0.0, req), (0.0, req)])
+    assert m2["mean_workflow_response_s"] == pytest.approx(6.0)
+    assert m2["waits"] == 0
+
+
+def test_eft_wait_waits_for_a_faster_node_and_its_guard_bounds_the_wait():
+    t = NodeTable([NodeSpec("slow", {"CPU": 1, "GPU": 1}), NodeSpec("fast", {"CPU": 1, "GPU": 1},
+                                                                    gpu_speed=4.0)])
+    t.start(1, "busy", _d(num_gpus=1), 1.0)  # the fast node frees at t=1
+    task = _T(_d(num_gpus=1), compute=4.0)
+    rng = np.random.default_rng(0)
+    assert eft(t, task, 0.0, rng) == 0  # 4 s on the slow node
+    assert eft_wait(t, task, 0.0, rng) == 1  # wait: 1 + 1 s on the fast one
+    assert not t.fits_now(1, task.demands)
+    task.waits = node_rules.MAX_WAITS
+    assert eft_wait(t, task, 0.0, rng) == 0  # the guard: no more waiting
+
+
+def test_ray_hybrid_avoids_gpu_nodes_packs_below_half_and_draws_from_the_top_k():
+    nodes = [NodeSpec("gpu", {"CPU": 8, "memory": 32, "GPU": 1})] + [
+        NodeSpec(f"c{i}", {"CPU": 8, "memory": 32}) for i in range(9)]
+    t = NodeTable(nodes)
+    ray = RayHybrid()
+    rng = np.random.default_rng(0)
+    one = _T(_d(num_cpus=1))
+    picks = {ray(t, one, 0.0, rng) for _ in range(200)}
+    assert 0 not in picks  # CPU work avoids the GPU node while a CPU node is available
+    # scores below the spread threshold count as 0; top k = max(1, int(0.2 x 10)) = 2 of the
+    # equal-score nodes in node-id order: every draw comes from two nodes
+    assert len(picks) == 2
+    for i in range(1, 10):  # fill every CPU node: CPU work goes to the GPU node
+        t.start(i, f"f{i}", _d(num_cpus=8), 9.0)
+    assert ray(t, one, 0.0, rng) == 0
+    gpu_task = _T(_d(num_gpus=1))
+    assert ray(t, gpu_task, 0.0, rng) == 0
+
+
+def test_ray_hybrid_prefers_nodes_below_the_spread_threshold():
+    t = NodeTable([NodeSpec("a", {"CPU": 10}), NodeSpec("b", {"CPU": 10})])
+    t.start(0, "x", _d(num_cpus=6), 9.0)  # node a at 60 % > 0.5: scored 0.6, b scored 0
+    ray = RayHybrid()
+    rng = np.random.default_rng(1)
+    assert {ray(t, _T(_d(num_cpus=1)), 0.0, rng) for _ in range(50)} == {1}
+
+
+def test_agents_config_is_validated_by_name():
+    with pytest.raises(ConfigError, match="unknown key llm.gpus"):
+        _cfg(llm={"gpus": [1]})
+    with pytest.raises(ConfigError, match="gpu_p"):
+        _cfg(llm={"gpu": [0.5, 1.0], "gpu_p": [1.0]})
+    with pytest.raises(ConfigError, match="gpu_load"):
+        _cfg(gpu_load=1.5)
+    with pytest.raises(ConfigError, match="GPU.*whole number"):
+        _cfg(nodes=[{"name": "x", "resources": {"CPU": 4, "GPU": 1.5}}])
+
+
+def test_a_workload_no_node_can_hold_is_refused_naming_the_resource():
+    cfg = _cfg(tool={"gpu": [0], "cpu": [8], "memory_gb": [1, 1], "compute_s": 1.0})
+    with pytest.raises(ValueError, match="CPU=8"):
+        NodeSimulator(cfg, [NodeSpec("gpu", {"CPU": 4, "memory": 16, "GPU": 1})])
+
+
+def test_shipped_agents_setting_runs_paired_and_every_task_finishes():
+    import yaml
+    cfg = load_agents(yaml.safe_load(open("configs/env/agents.yaml")) | {"horizon_s": 40})
+    sim = NodeSimulator(cfg, 16)
+    a = sim.run(node_policy("eft"), 3)
+    b = sim.run(node_policy("ray"), 3)
+    assert a["workflows"] == b["workflows"] > 10 and a["tasks"] == b["tasks"]
+    assert sim.run(node_policy("eft"), 3) == a  # deterministic per seed
+    assert not math.isnan(a["p99_workflow_response_s"])
+
+
+def test_headroom_default_needs_a_win_everywhere_with_p95_no_worse():
+    from scale_ray.bench.headroom import choose_default
+
+    def row(p, n, mean, ci, p95):
+        return {"policy": p, "nodes": n, "load": 0.6, "mean_vs_eft_pct": mean,
+                "mean_vs_eft_ci": ci, "p95_vs_eft_pct": p95}
+    rows = [row("eft", 16, 0, 0, 0), row("eft", 64, 0, 0, 0),
+            row("a", 16, -3, 1, -1), row("a", 64, -2, 1, 0),
+            row("b", 16, -5, 1, -1), row("b", 64, -0.5, 1, -1),  # CI includes 0 at 64
+            row("c", 16, -6, 1, 2), row("c", 64, -6, 1, -1)]  # p95 worse at 16
+    assert choose_default(rows) == "a"
+    assert choose_default([r for r in rows if r["policy"] != "a"]) == "eft"
