@@ -56,8 +56,8 @@ def test_observation_fast_path_equals_the_encoder():
     first = pl.queue.heap[0][2]
     t0, t1, t2 = first.wf.tasks
     now = 100.0
-    servers[1].task, servers[1].busy_until = t0, now + 3.0
-    servers[4].task, servers[4].busy_until = t0, now - 1.0  # overdue estimate: remaining 1e-3
+    servers[1].take(t0, now + 3.0)
+    servers[4].take(t0, now - 1.0)  # overdue estimate: remaining 1e-3
     c = env.cluster
     cases = [(t0, None), (t1, servers[2]), (t2, gone)]
     for task, parent_server in cases:
@@ -125,7 +125,7 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
     t1.first_parent = t1.parents[0]
     pl.queue.heap.clear()
     pl.push(t1)
-    fast.task, fast.busy_until = t0, now + 0.5
+    fast.take(t0, now + 0.5)
     obs = pl.observe(t1, now)
     sched._planner.new_round()
     assert sched._planner.ask(t1, pl, [], now) == 1  # 0.5 + 1 s there, 8 s on the slow server
@@ -150,7 +150,7 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
     sched._admit(WorkflowHandle(1, from_spec(other), now))  # one more ready task
     sched._planner.new_round()
     assert sched._planner.ask(t1, pl, [], now + 0.03) == 1 and len(planned) == 1
-    fast.task = None  # the fast server freed: t1 starts there
+    fast.release(t0, now)  # the fast server freed: t1 starts there
     sched._planner.new_round()
     assert sched._planner.ask(t1, pl, [], now + 0.6) == 1 and sched._planner.waiting == {}
     assert len(planned) == 2 and sched._planner.reused == 3
@@ -164,7 +164,7 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
         sched._planner.planner.last_deferred = True
         return 1
 
-    fast.task, fast.busy_until = t2, now + 0.5  # busy again, with another task
+    fast.take(t2, now + 0.5)  # busy again, with another task
     sched._planner.new_round()
     sched._planner.planner.decide = deferring
     assert sched._planner.ask(t1, pl, [], now) == 1

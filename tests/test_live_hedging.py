@@ -62,7 +62,7 @@ def test_a_copy_goes_to_the_fastest_idle_server_that_fits():
     class T:  # what _copy_server reads of a task
         memory_gb, demands = 16.0, ()
     assert sched._copy_server(T()) is servers[2]  # the large one
-    servers[2].task = object()
+    servers[2].take(object(), 0.0)
     assert sched._copy_server(T()) is servers[1]  # busy: the next fastest that fits
     T.memory_gb = 40.0
     assert sched._copy_server(T()) is None  # only the busy large server has 40 GB
@@ -169,7 +169,8 @@ def test_a_node_lost_under_one_run_drops_that_run_only(gone):
     a, b = servers[2], servers[1]
     t.state, t.server, t.status, t.token, t.started = RUNNING, a, "ref-a", 1, 0.0
     t.copy = _Run(b, "val-b", "ref-b", 0.5, 0.1, 0.0, 0.1)
-    a.task = b.task = t
+    a.take(t, 0.1)
+    b.take(t, 0.1)
     sched._running.update({"ref-a": (t, 1), "ref-b": (t, 1)})
     lost_srv, kept = (a, b) if gone == "original" else (b, a)
     sched._server_gone(lost_srv, "node gone")
@@ -182,7 +183,7 @@ def test_a_node_lost_under_one_run_drops_that_run_only(gone):
     assert events[1]["reason"] == "server_fail" and events[1]["server"] == lost_srv.sid
     # a cancelled run (a loser) on a server that leaves: forgotten, the server freed
     c = servers[0]
-    c.task = t
+    c.take(t, 0.1)
     sched._losers["ref-c"] = (t, _Run(c, "val-c", "ref-c", 0.0, 0.1, 0.0, 0.1))
     sched._server_gone(c, "node gone")
     assert not sched._losers and c.task is None and t.state == RUNNING

@@ -145,6 +145,17 @@ def _with_options():  # test_basic_task_dag_with_options
     return double.options(num_cpus=1).bind(a), (), {}, 2
 
 
+def _with_options_as_ray():  # Ray's test_basic_task_dag_with_options itself: num_cpus=2
+    a = two.bind()
+    b = double.options(name="b", num_returns=1).bind(a)
+    c = inc.options(name="c", max_retries=3).bind(a)
+    return add.options(name="d", num_cpus=2).bind(b, c), (), {}, 7
+
+
+def _twelve_gib():  # a 12-GiB task on a node with 16 GB of Ray memory (issue 46)
+    return double.options(memory=12 * 1024 ** 3).bind(one.bind()), (), {}, 2
+
+
 def _func_dag():  # test_input_node: test_func_dag
     with InputNode() as inp:
         a = ident.bind(inp)
@@ -362,7 +373,7 @@ def _empty_outputs_with_input():
     return dag, (5,), {}, []
 
 
-CASES = [_basic, _with_options, _func_dag, _multi_input, _simple_str, _kwargs_docs,
+CASES = [_basic, _with_options, _with_options_as_ray, _twelve_gib, _func_dag, _multi_input, _simple_str, _kwargs_docs,
          _kwargs_only, _nested_dict, _nested_list, _nested_tuple, _nested_deep_kwarg,
          _nested_object, _top_and_nested, _nested_inputs, _formatting, _one_output,
          _two_outputs_dict, _two_outputs_args, _same_output_twice, _objectref_arg,
@@ -378,7 +389,9 @@ IDS = [c.__name__.lstrip("_") for c in CASES]
 @pytest.fixture(scope="module")
 def local_ray():
     no_ray_connection()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # one node as a laptop's: 2 CPUs, one (logical) GPU, 16 GB of Ray memory
+    ray.init(address="local", num_cpus=2, num_gpus=1, _memory=16 * 10 ** 9,
+             include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:
@@ -521,3 +534,45 @@ def test_an_empty_multi_output_node_has_nothing_to_collect_and_submit_answers_it
     with pytest.raises(WorkflowTypeError, match="empty MultiOutputNode has no task"):
         as_collected(MultiOutputNode([]))
     assert RayDefaultRunner().submit(MultiOutputNode([])).result() == []
+
+
+@ray.remote(num_gpus=0.5, num_cpus=0)
+def half_gpu(_x):
+    import time
+    t0 = time.time()
+    time.sleep(1.0)
+    return t0, time.time()
+
+
+@pytest.mark.timeout(180)
+def test_two_half_gpu_tasks_run_at_once_on_one_gpu_as_in_ray(local_ray):
+    """Ray runs two num_gpus=0.5 tasks at once on one GPU; the scheduler (Ray's resource model,
+    the default for a plain node: live.model auto -> nodes) starts both at once too: both
+    starts come before the first finish, on the one server that is the whole node."""
+    from policies import get_policy
+    from scale_ray.live import LiveScheduler
+
+    # plain Ray (as tasks: Ray 2.60's dag.execute() passes a GPU function's default max_calls
+    # to .options(), which refuses it)
+    (a0, a1), (b0, b1) = ray.get([half_gpu.remote(0), half_gpu.remote(0)])
+    assert min(a1, b1) > max(a0, b0)  # they overlap
+    events = []
+    with LiveScheduler(get_policy("eft"), config={"time_scale": 0.0}, trace=events.append) as s:
+        with InputNode() as inp:
+            dag = MultiOutputNode([half_gpu.bind(inp), half_gpu.bind(inp)])
+        assert len(s.submit(dag, 0).result(timeout=120)) == 2
+        servers = s.status().result()["servers"]
+    kinds = [e["event"] for e in events if e["event"] in ("start", "finish")]
+    assert kinds[:2] == ["start", "start"], kinds
+    assert len(servers) == 1 and len({e["server"] for e in events if e["event"] == "start"}) == 1
+
+
+def test_a_task_no_node_could_hold_is_refused_naming_the_resource(sched):
+    from scale_ray.live.config import Unschedulable
+
+    with pytest.raises(Unschedulable, match=r"GPU=2 \(the most any node has: 1\)"):
+        sched.submit(one.options(num_gpus=2).bind())
+    with pytest.raises(Unschedulable, match="memory=20"):
+        sched.submit(one.options(memory=20 * 10 ** 9).bind())
+    with pytest.raises(Unschedulable, match="custom=1"):
+        sched.submit(one.options(resources={"custom": 1}).bind())

@@ -169,7 +169,14 @@ def test_plain_nodes_become_servers_from_what_ray_reports():
            _raw("a", {"CPU": 4, "memory": 16e9}),
            _raw("g", {"CPU": 2, "GPU": 2, "accelerator_type:A100": 1, "memory": 8e9, "tpu": 4}),
            _raw("dead", {"CPU": 8}, alive=False)]
+    # by default (live.model auto -> nodes: Ray's resource model) a node is one server, whole
     nodes, source = discover(raw, TIERS, LiveConfig())
+    assert source == "ray" and [n.node_id for n in nodes] == ["a", "g"]
+    a, g = nodes
+    assert (a.slots, a.tier, a.memory_gb, a.compute) == (1, "cpu4", 16.0, default_compute(TIERS))
+    assert dict(g.caps) == {"CPU": 2.0, "GPU": 2.0, "accelerator_type:A100": 1.0, "tpu": 4.0}
+    # the slot model (live.model: slots): one server per CPU, the node's share of each resource
+    nodes, source = discover(raw, TIERS, build(LiveConfig, {"model": "slots"}))
     assert source == "ray" and [n.node_id for n in nodes] == ["a", "g"]
     a, g = nodes
     assert (a.slots, a.tier, a.memory_gb, a.compute) == (4, "cpu4", 4.0, default_compute(TIERS))
@@ -177,7 +184,7 @@ def test_plain_nodes_become_servers_from_what_ray_reports():
     assert g.tier == "cpu2-gpu2-A100" and dict(g.caps) == {
         "CPU": 1.0, "GPU": 1.0, "accelerator_type:A100": 1.0, "tpu": 2.0}
     cfg = build(LiveConfig, {"server_compute": 10.0, "tier_speeds": {"cpu2-gpu2-A100": 3.0},
-                             "slots_per_node": 1})
+                             "slots_per_node": 1, "model": "slots"})
     a, g = discover(raw, TIERS, cfg)[0]
     assert (a.compute, g.compute, a.slots, a.memory_gb) == (10.0, 30.0, 1, 16.0)
     assert node_shape({"CPU": 8}) == "cpu8"

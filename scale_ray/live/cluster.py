@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from envs.config import ClusterConfig, TierConfig
+from envs.nodes import NodeSpec
 from .raylocal import prepare_local_ray
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,14 @@ class NodeInfo:
     # what one server offers a task's Ray options: sorted (resource, amount) pairs (CPU, GPU,
     # accelerator_type:*, custom resources; scale_ray.live.discovery.server_caps)
     caps: tuple[tuple[str, float], ...] = ()
+
+
+def node_spec(node: NodeInfo) -> NodeSpec:
+    """A live node (a whole node: ``LiveConfig.model: nodes``) in Ray's resource model
+    (``envs.nodes``): its Ray resources (memory in GB) and its speed for every kind of work
+    (``NodeInfo.compute``)."""
+    return NodeSpec(node.tier, dict(node.caps) | {"memory": node.memory_gb},
+                    cpu_speed=node.compute, gpu_speed=node.compute)
 
 
 def node_resources(tier: TierConfig, slots: int) -> dict[str, float]:

@@ -75,9 +75,7 @@ class Completions:
         if srv is not None:
             now = time.perf_counter()
             self.counters["run_s"] += now - t.started
-            if srv.task is t:
-                srv.task = None
-                srv.idle_since = now
+            self.placement.release(srv, t, now)
         t.server = None
         return srv
 
@@ -236,9 +234,7 @@ class Completions:
                 t.copy = None
             elif t.status == ref:
                 t.server = None
-            if srv.task is t:
-                srv.task = None
-                srv.idle_since = now
+            self.placement.release(srv, t, now)
             self._emit({"t": self._now_model(), "event": "cancel", "task": t.gid,
                         "server": srv.sid, "node": srv.node.node_id, "reason": "cancel_timeout"})
 

@@ -11,6 +11,7 @@ from typing import Literal
 from envs.config import ConfigError, rng
 from envs.workload import WorkflowError
 from policies.guard import GuardConfig
+from policies.node_rules import NODE_POLICIES
 
 EXECUTORS = ("task", "actor")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -36,6 +37,17 @@ class LiveConfig:
         doc="where servers come from (scale_ray.live.discovery): scale: nodes with scale_* "
             "resources; ray: every alive node from what Ray reports (CPUs, GPUs, memory); auto: "
             "scale if any alive node has scale_slot, else ray"))
+    model: Literal["auto", "slots", "nodes"] = field(default="auto", metadata=rng(
+        doc="nodes: Ray's resource model (envs/nodes.py): a server is a node as Ray reports it "
+            "and runs every task whose Ray demands fit its free resources (num_cpus, num_gpus "
+            "fractions, memory, custom resources), each task a Ray task with its own demands "
+            "hard-pinned there, placed by node_rule; slots: the paper's servers, one task each "
+            "(slots_per_node, scale_slot); auto: nodes when the servers come from what Ray "
+            "reports (servers: ray), slots for scale server nodes"))
+    node_rule: str = field(default="eft", metadata=rng(
+        doc="model nodes: the placement rule (policies/node_rules.py: eft, gpu_rule, reserve, "
+            "eft_bestfit, eft_spread, eft_wait, random); the policy given to the scheduler "
+            "decides in the slot model only"))
     slots_per_node: int | None = field(default=None, metadata=rng(
         ge=1, le=1024, doc="servers per node; default: the node's scale_slot resource, or for a "
                            "plain Ray node its CPUs / task_num_cpus"))
@@ -114,6 +126,9 @@ class LiveConfig:
             "otherwise EFT's choice (counted: guard_* in the summary)"))
 
     def __post_init__(self) -> None:
+        if self.node_rule not in NODE_POLICIES:
+            raise ConfigError(f"node_rule: {self.node_rule!r} is not allowed; choose one of "
+                              f"{sorted(NODE_POLICIES)}")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor must be one of {list(EXECUTORS)}, got {self.executor!r}")
         for i, name in enumerate(self.worker_env_blank):
@@ -124,6 +139,13 @@ class LiveConfig:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                     or v <= 0:
                 raise ConfigError(f"tier_speeds.{k}: must be a finite number > 0, got {v!r}")
+
+
+def resolved_model(cfg: LiveConfig, source: str | None) -> str:
+    """``cfg.model`` with ``auto`` resolved for servers from ``source`` (``scale`` / ``ray``)."""
+    if cfg.model != "auto":
+        return cfg.model
+    return "nodes" if source == "ray" else "slots"
 
 
 class TaskLostError(RuntimeError):

@@ -14,6 +14,10 @@
 * ``auto`` (default): ``scale`` when any alive node has ``scale_slot``, else ``ray``. So a laptop's
   local Ray schedules onto its CPUs, and a cluster that declares scale nodes uses only those.
 
+With ``LiveConfig.model: nodes`` (the default for ``ray``), a plain node is one server, the
+whole node: its memory is the node's Ray ``memory``, its ``caps`` every resource it has, and it
+runs every task whose Ray demands fit what is free (``envs.nodes``).
+
 Every server also carries what it offers a task's Ray options (``NodeInfo.caps``: CPUs, GPUs,
 accelerator type and custom resources per server), checked against a task's demands
 (``envs.decision.ServerTable.eligible``).
@@ -28,7 +32,7 @@ from typing import Any, Iterable
 from envs.config import TierConfig
 
 from .cluster import NodeInfo, SLOT_RESOURCE, TIER_LABEL, parse_node, server_caps
-from .config import LiveConfig
+from .config import LiveConfig, resolved_model
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +61,24 @@ def node_shape(resources: dict[str, Any]) -> str:
     return name
 
 
-def parse_plain_node(raw: dict[str, Any], cfg: LiveConfig, compute: float) -> NodeInfo | None:
+def parse_plain_node(raw: dict[str, Any], cfg: LiveConfig, compute: float,
+                     whole: bool = False) -> NodeInfo | None:
     """NodeInfo of an alive node from what Ray reports (module docstring); None for a dead node
-    or one with no CPU for a server."""
+    or one with no CPU for a server. ``whole`` (Ray's resource model, ``LiveConfig.model:
+    nodes``): one server, the whole node (all its memory and resources)."""
     if not raw.get("Alive"):
         return None
     res = raw.get("Resources") or {}
+    if whole:
+        if not any(v > 0 for k, v in res.items() if k not in ("memory", "object_store_memory")
+                   and not k.startswith("node:") and isinstance(v, (int, float))):
+            return None
+        labels = raw.get("Labels") or {}
+        tier = labels.get(TIER_LABEL) or node_shape(res)
+        speed = cfg.tier_speeds.get(tier, 1.0)
+        return NodeInfo(raw["NodeID"], 1, (cfg.server_compute or compute) * speed,
+                        float(res.get("memory", 0) or 0) / 1e9, tier, 0.0, 0.0,
+                        server_caps(res, 1))
     cpus = float(res.get("CPU", 0) or 0)
     per = cfg.task_num_cpus if cfg.task_num_cpus > 0 else 1.0
     slots = cfg.slots_per_node or int(math.floor(cpus / per + 1e-9))
@@ -91,7 +107,9 @@ def discover(raw_nodes: Iterable[dict[str, Any]], tiers: Iterable[TierConfig],
         out = [n for n in (parse_node(r, tiers) for r in raw_nodes) if n is not None]
     else:
         compute = default_compute(tiers)
-        out = [n for n in (parse_plain_node(r, cfg, compute) for r in raw_nodes) if n is not None]
+        whole = resolved_model(cfg, "ray") == "nodes"
+        out = [n for n in (parse_plain_node(r, cfg, compute, whole) for r in raw_nodes)
+               if n is not None]
     return out, source
 
 

@@ -214,6 +214,28 @@ class RemoteCache:
             out["runtime_env"] = own
         return out
 
+    def node_task_options(self, prim: Any) -> dict[str, Any]:
+        """Ray's resource model (``LiveConfig.model: nodes``): the options of the Ray task that
+        runs ``prim``, asking Ray for exactly the demands the scheduler tracks
+        (``Primitive.ray_demands``: CPUs, GPUs, memory, custom resources, accelerator type), so
+        Ray never queues it on a node the scheduler thought free."""
+        d = dict(prim.ray_demands)
+        out: dict[str, Any] = {"num_cpus": d.pop("CPU", 0.0), "num_gpus": d.pop("GPU", 0.0)}
+        mem = d.pop("memory", 0.0)
+        if mem > 0:
+            out["memory"] = int(round(mem * 1e9))
+        custom = {k: v for k, v in d.items() if not k.startswith("accelerator_type:")}
+        if custom:
+            out["resources"] = custom
+        for k in ("accelerator_type", "runtime_env"):
+            if k in prim.ray_options:
+                out[k] = prim.ray_options[k]
+        if self.runtime_env:  # its own runtime env, with the blanked variables on top
+            own = dict(out.get("runtime_env") or {})
+            own["env_vars"] = {**(own.get("env_vars") or {}), **self.runtime_env["env_vars"]}
+            out["runtime_env"] = own
+        return out
+
     def forget_node(self, node_id: str) -> None:
         """Drop the pinned variants of a node that left the cluster."""
         for key in [k for k in self._pinned if k[1] == node_id]:

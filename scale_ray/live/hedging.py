@@ -95,8 +95,7 @@ class Runs:
         # what the policy sees: the estimate plus the emulated transfer, never the true run
         run = _Run(srv, value_ref, status_ref, now, expected, transfer * ts,
                    estimate + transfer * ts)
-        srv.task = t
-        srv.busy_until = now + run.busy
+        srv.take(t, now + run.busy)
         self.counters["tasks_started"] += 1
         ev = {"t": self._now_model(), "event": "start", "task": t.gid, "server": srv.sid,
               "node": node.node_id}
@@ -127,6 +126,8 @@ class Runs:
 
     # ------------------------------------------------------------------ hedging
     def _hedgeable(self, t: LiveTask) -> bool:
+        if self.placement.pooled:  # not yet in Ray's resource model (docs/live.md)
+            return False
         mode = self.cfg.hedge
         return mode == "all" or (mode == "marked" and t.prim.hedge)
 
@@ -229,9 +230,7 @@ class Runs:
         self.counters["run_s"] += wasted
         if not t.is_copy:  # the cancelled run was the copy
             self.counters["hedge_copy_s"] += wasted
-        if srv.task is t:
-            srv.task = None
-            srv.idle_since = now
+        self.placement.release(srv, t, now)
         ev = {"t": self._now_model(), "event": "cancel", "task": t.gid, "server": srv.sid,
               "node": srv.node.node_id}
         if reason:
@@ -245,9 +244,8 @@ class Runs:
         self.counters["run_s"] += now - t.started
         if t.is_copy:
             self.counters["hedge_copy_s"] += now - t.started
-        if srv is not None and srv.task is t:
-            srv.task = None
-            srv.idle_since = now
+        if srv is not None:
+            self.placement.release(srv, t, now)
         self._swap(t)
         t.copy = None
         self._emit({"t": self._now_model(), "event": "cancel", "task": t.gid,
@@ -260,15 +258,15 @@ class Runs:
             if run.server is srv:
                 del self._losers[ref]
                 self._end_loser(lt, run, "server_fail")
-        t = srv.task
-        if t is None or t.state != RUNNING:
-            return
-        if t.copy is not None:
-            if t.copy.server is srv:
-                self._running.pop(t.copy.status, None)
-                self._swap(t)
-            else:
-                self._running.pop(t.status, None)
-            self._drop_run(t)
-            return
-        self._lose(t, why)
+        for t in list(srv.running):  # one in the slot model; every run of the node's in Ray's
+            if t.state != RUNNING:
+                continue
+            if t.copy is not None:
+                if t.copy.server is srv:
+                    self._running.pop(t.copy.status, None)
+                    self._swap(t)
+                else:
+                    self._running.pop(t.status, None)
+                self._drop_run(t)
+                continue
+            self._lose(t, why)

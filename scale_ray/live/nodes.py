@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from envs.config import TierConfig
 
 from .cluster import NodeInfo
-from .config import LiveConfig
+from .config import LiveConfig, resolved_model
 from .discovery import cluster_servers
 from .executors import RemoteCache
 from .workflow import Primitive
@@ -41,15 +41,17 @@ ACTOR_RETRY_S = 1.0  # pause before starting a server's actor again after a fail
 
 
 class LiveServer:
-    """One server: slot ``slot`` of a node, running one primitive at a time."""
-    __slots__ = ("sid", "node", "slot", "task", "busy_until", "alive", "actor", "bodies",
+    """One server: slot ``slot`` of a node, running one primitive at a time; or, in Ray's
+    resource model (``LiveConfig.model: nodes``), the whole node, running every task that fits.
+    ``running``: its runs and their expected ends (wall s)."""
+    __slots__ = ("sid", "node", "slot", "running", "busy_until", "alive", "actor", "bodies",
                  "idle_since", "probe", "offered", "retry_at")
 
     def __init__(self, sid: int, node: NodeInfo, slot: int):
         self.sid = sid
         self.node = node
         self.slot = slot
-        self.task: LiveTask | None = None
+        self.running: dict[LiveTask, float] = {}
         self.busy_until = 0.0
         self.alive = True
         self.actor: Any = None          # executor=actor: this server's actor (None: not started)
@@ -58,6 +60,24 @@ class LiveServer:
         self.probe: Any = None          # readiness ref of a starting actor
         self.offered = True             # unmasked for the policy (False while its actor starts)
         self.retry_at = 0.0             # a failed actor start is retried from then on
+
+    @property
+    def task(self) -> LiveTask | None:
+        """A task running here (the only one in the slot model), None when idle."""
+        return next(iter(self.running), None)
+
+    def take(self, t: LiveTask, until: float) -> None:
+        """A run of ``t`` starts here, expected to end at wall time ``until``."""
+        self.running[t] = until
+        self.busy_until = until
+
+    def release(self, t: LiveTask, now: float) -> bool:
+        """``t``'s run here ended (or was stopped); False when it was not running here."""
+        if self.running.pop(t, None) is None:
+            return False
+        if not self.running:
+            self.idle_since = now
+        return True
 
 
 class NodeSet:
@@ -84,6 +104,7 @@ class NodeSet:
         self._last_refresh = -math.inf
         self._last_reap = 0.0
         self.source: str | None = None  # where the servers come from (discovery: scale or ray)
+        self.pooled = False  # Ray's resource model (LiveConfig.model): set by the first refresh
 
     def alive(self) -> list[LiveServer]:
         """The servers still alive, in the order they appeared."""
@@ -104,11 +125,14 @@ class NodeSet:
                      "resources" if source == "scale" else "what Ray reports of every node",
                      len(nodes), sum(self.cfg.slots_per_node or n.slots for n in nodes))
             self.source = source
+            self.pooled = source == "ray" and resolved_model(self.cfg, source) == "nodes"
+            if self.pooled:
+                self.actors = False  # each task is its own Ray task with its own demands
         alive_ids = {n.node_id for n in nodes}
         added: list[LiveServer] = []
         gone: list[LiveServer] = []
         for n in nodes:
-            slots = self.cfg.slots_per_node or n.slots
+            slots = 1 if self.pooled else self.cfg.slots_per_node or n.slots
             for s in range(slots):
                 if (n.node_id, s) not in self.servers:
                     srv = LiveServer(self._next_sid, n, s)
@@ -131,6 +155,10 @@ class NodeSet:
         registered once per actor), or a Ray task pinned to its node (always for a primitive
         with Ray options: :meth:`~scale_ray.live.executors.RemoteCache.ray_task_options`). ``meta`` as
         :func:`~scale_ray.live.executors.wrap_body`. Returns (value ref, status ref)."""
+        if self.pooled:  # Ray's resource model: its Ray task asks Ray for what it demands
+            opts = self.remote.node_task_options(prim)
+            rf = self.remote.pinned(prim.fn, srv.node.node_id, prim.name, opts)
+            return rf.remote(meta, *args, **kwargs)
         if prim.ray_options:  # GPUs, resources, runtime env: its own Ray task asks Ray for them
             opts = self.remote.ray_task_options(prim.ray_options, self.actors)
             rf = self.remote.pinned(prim.fn, srv.node.node_id, prim.name, opts)

@@ -8,6 +8,11 @@ the core's: the live scheduler always masks servers a task does not fit (memory,
 of its Ray options against each server's capacities: ``NodeInfo.caps``), and asks the policy
 only when some accepting idle server fits the task (``ask_only_startable``); a task that fits
 no accepting server is set aside until the server set changes or a server's actor answers.
+
+In Ray's resource model (``LiveConfig.model: nodes``, :meth:`LivePlacement.use_nodes`) the core's
+table is an ``envs.nodes.NodeTable`` of the whole nodes: a task may start where its full Ray
+demands fit what is free, the node rule (``policies.node_rules``) picks, and every run holds
+its demands until it ends (:meth:`LivePlacement.release`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ import numpy as np
 from envs.config import FeatureConfig
 from envs.decision import DecisionCore, ReadyQueue, Rules, ServerTable, task_vector
 from envs.encoding import ServerView, TaskView
+from envs.nodes import NodeTable
+from policies.node_rules import node_policy
 
+from .cluster import node_spec
 from .tasks import READY, WAITING
 
 if TYPE_CHECKING:
@@ -40,6 +48,10 @@ class LivePlacement:
                                        mask_infeasible=True))
         self.alive: list[LiveServer] = []
         self._pos: dict[int, int] = {}
+        # Ray's resource model (LiveConfig.model: nodes): a NodeTable, placed by a node rule
+        self.pooled = False
+        self.rule: Callable[..., int] | None = None
+        self._rng = np.random.default_rng(0)
         self.max_memory = 0.0  # largest memory of an alive server (offered or not)
         # the compute (GFLOP) the policy is shown for a task; default its declared compute
         self.shown: Callable[[Any], float] = lambda t: t.prim.compute_gflop
@@ -49,8 +61,14 @@ class LivePlacement:
         return self.core.queue
 
     @property
-    def table(self) -> ServerTable:
+    def table(self) -> ServerTable | NodeTable:
         return self.core.servers
+
+    def use_nodes(self, rule: str) -> None:
+        """Ray's resource model from now on: servers are whole nodes, placed by the node rule
+        ``rule`` (``policies.node_rules``); :meth:`set_alive` builds the node table."""
+        self.pooled = True
+        self.rule = node_policy(rule)
 
     # ------------------------------------------------------------------ servers
     def set_alive(self, alive: list[LiveServer]) -> None:
@@ -58,6 +76,15 @@ class LivePlacement:
         self.alive = alive
         self._pos = {id(s): i for i, s in enumerate(alive)}
         self.max_memory = max((s.node.memory_gb for s in alive), default=0.0)
+        if self.pooled:  # the nodes' resources; the runs already on them hold theirs
+            table = NodeTable([node_spec(s.node) for s in alive])
+            for i, s in enumerate(alive):
+                table.set_accepting(i, s.offered)
+                for t, until in s.running.items():
+                    table.start(i, t, t.demands, until)
+            self.core.servers = table
+            self.queue.requeue_blocked()
+            return
         self.core.servers = ServerTable(len(alive), self.features)
         self.core.servers.set_caps([dict(s.node.caps) for s in alive])  # tasks' Ray demands
         self.sync(0.0)
@@ -79,8 +106,16 @@ class LivePlacement:
     def position(self, srv: LiveServer | None) -> int | None:
         return None if srv is None else self._pos.get(id(srv))
 
+    def release(self, srv: LiveServer, t: LiveTask, now: float) -> None:
+        """``t``'s run on ``srv`` ended or was stopped: the server (and, in Ray's resource
+        model, the node's resources it held) free again."""
+        if srv.release(t, now) and self.pooled:
+            self.table.finish(t)
+
     def sync(self, now: float) -> None:
         """The table at wall time ``now``: busy servers' remaining model seconds and power."""
+        if self.pooled:  # the node table is kept as runs start and end
+            return
         alive = self.alive
         n = len(alive)
         remaining = np.zeros(n)
@@ -104,6 +139,7 @@ class LivePlacement:
             t.state = WAITING
             return
         t.state = READY
+        t.pooled = self.pooled  # its demands: the full Ray request in Ray's resource model
         self.queue.push(t.key, t.gid, t)
 
     def views(self, t: LiveTask, now: float) -> tuple[TaskView, list[ServerView]]:
@@ -146,6 +182,19 @@ class LivePlacement:
         """One placement round: ``ask(task, observation) -> position`` (policy and guard),
         ``start(task, server)`` runs a valid pick (its server is marked busy here)."""
         table = self.table
+        if self.pooled:
+            rule, rng = self.rule, self._rng
+
+            def ask_node(t: LiveTask) -> int:
+                return rule(table, t, now(), rng)
+
+            def start_node(t: LiveTask, i: int) -> None:
+                srv = self.alive[i]
+                start(t, srv)
+                table.start(i, t, t.demands, srv.running.get(t, now()))
+
+            self.core.run_round(ask_node, start_node)
+            return
         self.sync(now())
 
         def ask_core(t: LiveTask) -> int:

@@ -7,13 +7,16 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+from envs.nodes import NodeTable
+
+from .cluster import node_spec
 from .config import LiveConfig, NoServers, Unschedulable
 
 __all__ = ["check_fits", "covers", "no_servers_message", "unmet_message"]
 
 
 def check_fits(wf: Any, alive: Sequence[Any], tiers: Sequence[Any], cfg: LiveConfig,
-               source: str | None) -> None:
+               source: str | None, pooled: bool = False) -> None:
     """Refuse a workflow no server could ever run (nothing queued): no server at all
     (:class:`NoServers`), or a task whose memory or Ray demands no server covers
     (:class:`Unschedulable`). With ``autoscale_hints`` a configured tier may still come for
@@ -23,6 +26,17 @@ def check_fits(wf: Any, alive: Sequence[Any], tiers: Sequence[Any], cfg: LiveCon
     name = wf.spec.name
     if not alive and not hints:
         raise NoServers(no_servers_message(name, cfg.servers))
+    if pooled:  # Ray's resource model: refused only what no node could ever hold, as Ray would
+        if not hints:
+            table = NodeTable([node_spec(s.node) for s in alive])
+            for i, call in enumerate(wf.calls):
+                why = table.missing(call.primitive.ray_demands)
+                if why is not None:
+                    raise Unschedulable(
+                        f"workflow {name!r} refused: task {i} ({call.primitive.name!r}) asks for "
+                        f"{why}: no node of the cluster could ever run it; add a node that has it "
+                        f"or lower the task's Ray options")
+        return
     live_max = max((s.node.memory_gb for s in alive), default=0.0)
     # with hints the autoscaler may still add the largest configured tier; without, only the
     # live servers count (and only they are named: the configured tiers may not be this cluster's)

@@ -331,7 +331,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
     # ------------------------------------------------------------------ validation
     def _check_fits(self, wf: CollectedWorkflow) -> None:
         """Refuse a workflow no server could ever run (``refusals.check_fits``)."""
-        check_fits(wf, self.alive_servers, self._tiers, self.cfg, self._nodes.source)
+        check_fits(wf, self.alive_servers, self._tiers, self.cfg, self._nodes.source,
+                   self._nodes.pooled)
 
     # ------------------------------------------------------------------ loop
     def _now_model(self) -> float:
@@ -412,7 +413,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
             servers.append({
                 "server": s.sid, "node": s.node.node_id, "slot": s.slot, "tier": s.node.tier,
                 "compute": s.node.compute, "memory_gb": s.node.memory_gb,
-                "accepting": s.offered, "busy": t is not None,
+                "accepting": s.offered, "busy": t is not None, "running": len(s.running),
                 "task": None if t is None else {"workflow": t.wf.handle.id, "task": t.idx,
                                                 "name": t.prim.name}})
         return {"servers": servers, "policy": self.policy.name,
@@ -426,6 +427,11 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
     def _set_alive(self, alive: list[LiveServer]) -> None:
         """The servers the policy sees (in this order)."""
         self.alive_servers = alive
+        if self._nodes.pooled and not self.placement.pooled:  # Ray's resource model
+            self.placement.use_nodes(self.cfg.node_rule)
+            log.info("live scheduler: Ray's resource model (live.model: nodes): whole nodes, "
+                     "tasks placed by the node rule %s; the policy %s decides in the slot model "
+                     "only", self.cfg.node_rule, self.policy.name)
         self.placement.set_alive(alive)
 
     def _dispatch(self) -> None:

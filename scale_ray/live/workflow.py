@@ -97,6 +97,12 @@ class Primitive:
         self.ray_options, self.demands, mem_bytes = _check_ray_options(self.name, ray_options)
         self.memory_gb = max(_check_hint(self.name, "memory_gb", memory_gb, False),
                              mem_bytes / 1e9)
+        # what its Ray task asks Ray for in Ray's resource model (LiveConfig.model: nodes):
+        # CPU as Ray's default (1) unless num_cpus says otherwise, memory the larger of the hint
+        # and Ray's option (GB), GPUs, custom resources and the accelerator marker as given
+        ray_cpu = self.ray_options.get("num_cpus", 1.0)
+        full = dict(self.demands) | {"CPU": float(ray_cpu), "memory": self.memory_gb}
+        self.ray_demands = tuple(sorted((k, v) for k, v in full.items() if v > 0))
         if not isinstance(emulate, bool):
             raise WorkflowError(f"primitive {self.name!r}: emulate must be true or false, got "
                                 f"{emulate!r}")
