@@ -90,6 +90,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start no cluster: print the simulator twin's EFT + hop and EFT + "
                         "default-order responses on the arrivals of K seeds from --seed (how "
                         "much the order can gain on the streams a live run would replay)")
+    g = p.add_argument_group("--setting agents (Ray's resource model; scale_ray/bench/agents_live.py)")
+    g.add_argument("--nodes", type=int, default=8, help="nodes of agents.yaml's shapes")
+    g.add_argument("--gpu-load", type=float, default=None, help="offered GPU load (default: "
+                   "the config's gpu_load)")
+    g.add_argument("--rules", nargs="+", default=["eft"], help="node rules placed live "
+                   "(policies/node_rules.py)")
+    g.add_argument("--runs", type=int, default=2, help="runs (seeds from --seed)")
+    g.add_argument("--agents-config", default="configs/env/agents.yaml")
+    g.add_argument("--timeout-s", type=float, default=900.0, help="per run and policy")
     p.add_argument("--trace-dir", default=None,
                    help="write each quality run's live trace (live_POLICY.jsonl) and its twin's "
                         "(twin_POLICY.jsonl) here, for scale-ray explain")
@@ -367,6 +376,12 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.setting == "agents":
+        from .agents_live import run_agents
+
+        if args.time_scale is None:
+            args.time_scale = 0.5
+        return run_agents(args)
     env = setting_env(args.setting, args.servers)
     runtime_env(env, args)  # a bad --noise fails before a cluster starts
     resolve_setting(args)

@@ -42,9 +42,11 @@ METRICS = ("mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_
 def add_setting_arguments(p: Any, what: str) -> None:
     """``--setting``, ``--load`` and ``--time-scale`` of the live benches; ``what``: what the
     realistic setting measures there."""
-    p.add_argument("--setting", choices=sorted(SETTINGS), default="paper",
+    p.add_argument("--setting", choices=sorted(SETTINGS) + ["agents"], default="paper",
                    help="paper: paper.yaml's workload at --load; realistic: configs/env/"
-                        f"realistic.yaml's workload at its own arrival rate, {what}")
+                        f"realistic.yaml's workload at its own arrival rate, {what}; agents: "
+                        "configs/env/agents.yaml in Ray's resource model (bench live only: "
+                        "node rules and Ray default, each next to its node-simulator twin)")
     p.add_argument("--load", type=float, default=None,
                    help="offered compute load (default: 0.6 for paper; realistic: the env's "
                         "own arrival rate)")

@@ -37,6 +37,7 @@ COMPUTE_RESOURCE = "scale_compute"
 MEMORY_RESOURCE = "scale_memory_gb"
 TIER_LABEL = "scale.tier"
 COMPUTE_LABEL = "scale.compute"
+GPU_COMPUTE_LABEL = "scale.gpu_compute"  # an emulated node's speed for GPU work, if it differs
 MEMORY_LABEL = "scale.memory_gb"
 
 
@@ -54,6 +55,7 @@ class NodeInfo:
     # what one server offers a task's Ray options: sorted (resource, amount) pairs (CPU, GPU,
     # accelerator_type:*, custom resources; scale_ray.live.discovery.server_caps)
     caps: tuple[tuple[str, float], ...] = ()
+    gpu_compute: float = 0.0  # its speed for GPU work (Ray's resource model); 0: ``compute``
 
 
 def node_spec(node: NodeInfo) -> NodeSpec:
@@ -61,7 +63,14 @@ def node_spec(node: NodeInfo) -> NodeSpec:
     (``envs.nodes``): its Ray resources (memory in GB) and its speed for every kind of work
     (``NodeInfo.compute``)."""
     return NodeSpec(node.tier, dict(node.caps) | {"memory": node.memory_gb},
-                    cpu_speed=node.compute, gpu_speed=node.compute)
+                    cpu_speed=node.compute, gpu_speed=node.gpu_compute or node.compute)
+
+
+def run_speed(node: NodeInfo, demands: tuple[tuple[str, float], ...]) -> float:
+    """``node``'s speed for a task with ``demands``: GPU work when it asks for a GPU."""
+    if node.gpu_compute and any(k == "GPU" and v > 0 for k, v in demands):
+        return node.gpu_compute
+    return node.compute
 
 
 def node_resources(tier: TierConfig, slots: int) -> dict[str, float]:

@@ -57,6 +57,9 @@ class LiveConfig:
     tier_speeds: dict[str, float] = field(default_factory=dict, metadata=rng(
         doc="relative speed of a plain node's tier by name (its shape, e.g. cpu8 or "
             "cpu8-gpu1-A100, or its scale.tier label); unlisted: 1"))
+    gpu_speeds: dict[str, float] = field(default_factory=dict, metadata=rng(
+        doc="model nodes: speed of GPU work on a node by its accelerator type (A100, A10G...), "
+            "relative to its CPU work (times its tier speed); unlisted: 1"))
     autoscale_hints: bool = field(default=False, metadata=rng(
         doc="ask Ray's autoscaler for servers (request_resources) while the ready set stays backed "
             "up (backlog_s)"))
@@ -135,10 +138,11 @@ class LiveConfig:
             if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
                 raise ConfigError(f"worker_env_blank[{i}]: must be an environment variable name "
                                   f"(letters, digits, _; not starting with a digit), got {name!r}")
-        for k, v in self.tier_speeds.items():
+        for k, v in (self.tier_speeds | {f"gpu_speeds.{a}": x for a, x in self.gpu_speeds.items()}).items():
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                     or v <= 0:
-                raise ConfigError(f"tier_speeds.{k}: must be a finite number > 0, got {v!r}")
+                raise ConfigError(f"{k if k.startswith('gpu_speeds.') else 'tier_speeds.' + k}: "
+                                  f"must be a finite number > 0, got {v!r}")
 
 
 def resolved_model(cfg: LiveConfig, source: str | None) -> str:

@@ -76,9 +76,11 @@ def parse_plain_node(raw: dict[str, Any], cfg: LiveConfig, compute: float,
         labels = raw.get("Labels") or {}
         tier = labels.get(TIER_LABEL) or node_shape(res)
         speed = cfg.tier_speeds.get(tier, 1.0)
-        return NodeInfo(raw["NodeID"], 1, (cfg.server_compute or compute) * speed,
-                        float(res.get("memory", 0) or 0) / 1e9, tier, 0.0, 0.0,
-                        server_caps(res, 1))
+        acc = [k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")]
+        gpu = cfg.gpu_speeds.get(acc[0], 1.0) if acc and res.get("GPU") else 1.0
+        base = (cfg.server_compute or compute) * speed
+        return NodeInfo(raw["NodeID"], 1, base, float(res.get("memory", 0) or 0) / 1e9, tier,
+                        0.0, 0.0, server_caps(res, 1), base * gpu if gpu != 1.0 else 0.0)
     cpus = float(res.get("CPU", 0) or 0)
     per = cfg.task_num_cpus if cfg.task_num_cpus > 0 else 1.0
     slots = cfg.slots_per_node or int(math.floor(cpus / per + 1e-9))

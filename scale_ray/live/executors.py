@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable
 
 from . import journal
-from .cluster import COMPUTE_LABEL
+from .cluster import COMPUTE_LABEL, GPU_COMPUTE_LABEL
 from .config import PlacementError
 
 
@@ -97,7 +97,10 @@ def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
         if target is not None:
             journal.record_start(target)
         if gflop_scaled > 0:
-            sleep_s = gflop_scaled / float(ctx.get_node_labels()[COMPUTE_LABEL])
+            labels = ctx.get_node_labels()  # a GPU run at the node's GPU speed, if it has one
+            key = GPU_COMPUTE_LABEL if GPU_COMPUTE_LABEL in labels and \
+                ctx.get_assigned_resources().get("GPU") else COMPUTE_LABEL
+            sleep_s = gflop_scaled / float(labels[key])
             if len(meta) > 6 and meta[6]:  # emulated inputs from parents on other nodes
                 ran_on = ray.get([r for r, _ in meta[6]])
                 sleep_s += max((tr for (nd, _), (_, tr) in zip(ran_on, meta[6]) if nd != node),
@@ -146,6 +149,25 @@ def _server_actor_class() -> Any:
             return self._bodies[key](meta, *args, **kwargs)
 
     return ray.remote(ScaleServer)
+
+
+def node_task_options(prim: Any) -> dict[str, Any]:
+    """Ray's resource model (``LiveConfig.model: nodes``): the options of the Ray task that runs
+    ``prim``, asking Ray for exactly the demands the scheduler tracks (``Primitive.ray_demands``:
+    CPUs, GPUs, memory, custom resources, accelerator type), so Ray never queues it on a node
+    the scheduler thought free."""
+    d = dict(prim.ray_demands)
+    out: dict[str, Any] = {"num_cpus": d.pop("CPU", 0.0), "num_gpus": d.pop("GPU", 0.0)}
+    mem = d.pop("memory", 0.0)
+    if mem > 0:
+        out["memory"] = int(round(mem * 1e9))
+    custom = {k: v for k, v in d.items() if not k.startswith("accelerator_type:")}
+    if custom:
+        out["resources"] = custom
+    for k in ("accelerator_type", "runtime_env"):
+        if k in prim.ray_options:
+            out[k] = prim.ray_options[k]
+    return out
 
 
 class RemoteCache:
@@ -215,21 +237,9 @@ class RemoteCache:
         return out
 
     def node_task_options(self, prim: Any) -> dict[str, Any]:
-        """Ray's resource model (``LiveConfig.model: nodes``): the options of the Ray task that
-        runs ``prim``, asking Ray for exactly the demands the scheduler tracks
-        (``Primitive.ray_demands``: CPUs, GPUs, memory, custom resources, accelerator type), so
-        Ray never queues it on a node the scheduler thought free."""
-        d = dict(prim.ray_demands)
-        out: dict[str, Any] = {"num_cpus": d.pop("CPU", 0.0), "num_gpus": d.pop("GPU", 0.0)}
-        mem = d.pop("memory", 0.0)
-        if mem > 0:
-            out["memory"] = int(round(mem * 1e9))
-        custom = {k: v for k, v in d.items() if not k.startswith("accelerator_type:")}
-        if custom:
-            out["resources"] = custom
-        for k in ("accelerator_type", "runtime_env"):
-            if k in prim.ray_options:
-                out[k] = prim.ray_options[k]
+        """Ray's resource model: :func:`node_task_options`, with the blanked variables of
+        ``worker_env_blank`` in its runtime env."""
+        out = node_task_options(prim)
         if self.runtime_env:  # its own runtime env, with the blanked variables on top
             own = dict(out.get("runtime_env") or {})
             own["env_vars"] = {**(own.get("env_vars") or {}), **self.runtime_env["env_vars"]}

@@ -33,6 +33,7 @@ from typing import Any
 
 from envs.run_model import quantile_s
 
+from .cluster import run_speed
 from .nodes import LiveServer
 from .tasks import RUNNING, LiveTask
 from .workflow import Call
@@ -74,11 +75,12 @@ class Runs:
         # the estimated run (wall s): the declared compute, or the estimator's; an emulated
         # primitive sleeps its true compute (run_gflop: with noise, not the declared) first
         prim = t.prim
-        expected = prim.compute_gflop / node.compute * ts if ts > 0 else 0.0
+        speed = run_speed(node, t.demands)  # GPU work at the node's GPU speed (model nodes)
+        expected = prim.compute_gflop / speed * ts if ts > 0 else 0.0
         estimate = expected if self.estimator is None else self.estimator.duration(
             prim.kind, node.tier, expected)
         true_gflop = prim.copy_gflop if copy else prim.run_gflop
-        sleep_s = true_gflop / node.compute * ts if ts > 0 and prim.emulate else 0.0
+        sleep_s = true_gflop / speed * ts if ts > 0 and prim.emulate else 0.0
         transfer = 0.0
         if ts > 0 and prim.emulate and self.env.mdp.transfer_delays_start and t.parents:
             # emulated inputs, as the simulator's transfer_delays_start: the largest

@@ -13,7 +13,7 @@ from envs.workload import WorkflowError, WorkflowSpec
 
 from .cluster import SLOT_RESOURCE, TIER_LABEL
 from .config import LiveConfig
-from .executors import wrap_body
+from .executors import node_task_options, wrap_body
 from .handles import NothingToRun, WorkflowHandle, drain_handles, summarize
 from .raydag import accept, nothing_to_run
 from .workflow import Call, CollectedWorkflow
@@ -24,7 +24,10 @@ log = logging.getLogger(__name__)
 class RayDefaultRunner:
     """The same workflows as plain Ray tasks placed by Ray's default scheduler.
 
-    For a fair comparison each task asks for what the model requires of a server: one
+    In Ray's resource model (``LiveConfig.model: nodes``, the default on plain Ray nodes) each
+    task asks Ray for exactly what the scheduler's own Ray task would (its Ray demands:
+    ``executors.node_task_options``) and Ray places it. In the slot model, for a fair
+    comparison each task asks for what the model requires of a server: one
     ``scale_slot`` (so a server runs one primitive at a time, as under the scheduler), the same
     ``task_num_cpus`` as the scheduler's tasks, and, through a label selector on ``scale.tier``,
     only tiers whose memory fits the task. A workflow's tasks are
@@ -52,6 +55,7 @@ class RayDefaultRunner:
         self._thread: threading.Thread | None = None
         self.thread_error: BaseException | None = None
         self.node_tasks: dict[str, int] = {}
+        self._model: str | None = None  # slots or nodes (_pooled)
 
     def _remote(self, fn: Callable[..., Any]) -> Any:
         rf = self._fns.get(id(fn))
@@ -91,8 +95,11 @@ class RayDefaultRunner:
         if nothing_to_run(workflow):
             return NothingToRun(name)
         wf = accept(workflow, inputs, kw_inputs, name)
+        pooled = self._pooled()
         selectors = []
         for i, t in enumerate(wf.spec.tasks):
+            if pooled:  # Ray's resource model: the task's own demands, nothing else
+                continue
             fit = [tier.name for tier in self._tiers if tier.memory_gb >= t.memory_gb]
             if not fit:
                 raise WorkflowError(f"workflow {wf.spec.name!r}: task {i} ({t.name!r}) needs "
@@ -110,21 +117,37 @@ class RayDefaultRunner:
                 kwargs = {k: ref_of[id(v)] if isinstance(v, Call) else v
                           for k, v in call.kwargs.items()}
                 prim = call.primitive
-                opts = dict(prim.ray_options)  # a Ray DAG node's options: Ray honours them
-                opts["resources"] = {**opts.get("resources", {}), SLOT_RESOURCE: 1.0}
+                if pooled:  # what the scheduler's own Ray task asks for (model nodes)
+                    opts = node_task_options(prim)
+                else:
+                    opts = dict(prim.ray_options)  # a Ray DAG node's options: Ray honours them
+                    opts["resources"] = {**opts.get("resources", {}), SLOT_RESOURCE: 1.0}
+                    opts["label_selector"] = selectors[i]
                 gflop = prim.run_gflop * ts if prim.emulate else 0.0  # its true compute
                 meta: tuple = (None, 0.0, gflop)
                 inputs = self._inputs(wf, i, status_refs) if gflop > 0 else ()
                 if inputs:
                     meta = (None, 0.0, gflop, 0, None, False, inputs)
-                v, s = self._remote(prim.fn).options(
-                    label_selector=selectors[i], name=prim.name, **opts).remote(
+                v, s = self._remote(prim.fn).options(name=prim.name, **opts).remote(
                         meta, *args, **kwargs)
                 value_refs.append(v)
                 status_refs.append(s)
                 self._running[s] = (h, i, v)
             self._done_count[h.id] = 0
         return h
+
+    def _pooled(self) -> bool:
+        """Ray's resource model (``LiveConfig.model``; ``auto``: when no alive node has
+        ``scale_slot`` servers), read once."""
+        if self._model is None:
+            model = self.cfg.model
+            if model == "auto":
+                import ray
+
+                model = "slots" if any((n.get("Resources") or {}).get(SLOT_RESOURCE, 0) >= 1
+                                       for n in ray.nodes() if n.get("Alive")) else "nodes"
+            self._model = model
+        return self._model == "nodes"
 
     def _inputs(self, wf: CollectedWorkflow, i: int, status_refs: list[Any]) -> tuple:
         """Task ``i``'s emulated inputs, as the live scheduler emulates them (env

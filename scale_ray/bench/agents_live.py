@@ -1,0 +1,255 @@
+"""``scale-ray bench live --setting agents`` (issue 46, item 6): agent requests of
+``configs/env/agents.yaml`` on a local Ray cluster of nodes with CPUs, memory and logical GPUs of
+two accelerator types (emulated run times), placed live by the node rules (``live.model:
+nodes``) and by Ray's default scheduler, each next to its twin: the node simulator
+(``envs.node_sim``) on the same requests and arrival times, Ray default's twin being Ray's hybrid
+policy as ``policies.node_rules.RayHybrid`` emulates it.
+
+Prints per policy the live and the twin's workflow response (model s: mean, p95, p99), the gain
+over Ray default live and in the twin, and the gap between them in points;
+``--json`` writes ``improvement_vs_ray_default`` and ``max_twin_gap_points`` with every number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from envs.agents import AgentTask, load_agents, node_specs, sample_request
+from envs.config import EnvConfig, replace
+from envs.config_files import read_yaml, resolve_config_path
+from envs.node_sim import NodeSimulator, arrival_rate
+from envs.nodes import NodeSpec
+from envs.workflow import TaskSpec, WorkflowSpec
+from policies.node_rules import node_policy
+
+CONFIG = "configs/env/agents.yaml"
+REFERENCE = "ray-default"
+
+
+def requests(cfg, nodes: list[NodeSpec], n: int, seed: int) -> list[tuple[float, list[AgentTask]]]:
+    """``n`` requests and their arrival times (model s) at the rate of ``cfg.gpu_load``."""
+    rate = arrival_rate(cfg, nodes)
+    rng = np.random.default_rng(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += float(rng.exponential(1.0 / rate))
+        out.append((t, sample_request(cfg, rng)))
+    return out
+
+
+def collected(tasks: list[AgentTask], name: str) -> Any:
+    """A request as the live scheduler's workflow: emulated bodies with the calls' Ray demands
+    (num_cpus, num_gpus, memory) and computes (seconds at speed 1)."""
+    from scale_ray.live.workflow import (Call, CollectedWorkflow, Primitive, emulated_body,
+                                         expected_emulated_values)
+
+    spec = WorkflowSpec(tuple(TaskSpec(t.compute, dict(t.demands).get("memory", 0.0), 0.0,
+                                       t.parents, t.name) for t in tasks), name)
+    calls: list[Any] = []
+    for i, t in enumerate(tasks):
+        d = dict(t.demands)
+        opts = {"num_cpus": d.get("CPU", 0.0)} | ({"num_gpus": d["GPU"]} if "GPU" in d else {})
+        prim = Primitive(emulated_body, t.compute, d.get("memory", 0.0), 0.0, t.name,
+                         ray_options=opts, emulate=True)
+        calls.append(Call(prim, (i, *(calls[p] for p in t.parents)), {}))
+    kids = spec.children()
+    return CollectedWorkflow(spec, tuple(calls), tuple(i for i, k in enumerate(kids) if not k),
+                             tuple(expected_emulated_values(spec)))
+
+
+class AgentsCluster:
+    """A local Ray cluster of ``nodes`` (logical CPUs, GPUs, memory, an accelerator marker; the
+    labels the emulated bodies read their speed from), its own temp dir and ports."""
+
+    def __init__(self, nodes: list[NodeSpec]):
+        self.nodes = nodes
+        self._cluster: Any = None
+        self.temp_dir = ""
+
+    def __enter__(self) -> "AgentsCluster":
+        import tempfile
+
+        import ray
+        from ray.cluster_utils import Cluster
+
+        from scale_ray.live.cluster import COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL
+        from scale_ray.live.raylocal import prepare_local_ray
+
+        prepare_local_ray()
+        self.temp_dir = tempfile.mkdtemp(prefix="sca_", dir="/tmp")
+        self._cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "include_dashboard": False, "temp_dir": self.temp_dir})
+        for nd in self.nodes:
+            r = dict(nd.resources)
+            labels = {TIER_LABEL: nd.name, COMPUTE_LABEL: f"{nd.cpu_speed:g}"}
+            if r.get("GPU"):
+                labels[GPU_COMPUTE_LABEL] = f"{nd.gpu_speed:g}"
+            self._cluster.add_node(
+                wait=False, num_cpus=r.get("CPU", 0), num_gpus=r.get("GPU", 0),
+                memory=int(r.get("memory", 0) * 1e9), object_store_memory=100 * 10 ** 6,
+                resources={f"accelerator_type:{nd.accelerator}": 1} if nd.accelerator else {},
+                labels=labels)
+        self._cluster.wait_for_nodes()
+        ray.init(address=self._cluster.address, include_dashboard=False, log_to_driver=False)
+        self.warm()
+        return self
+
+    def warm(self, per_node: int = 16) -> float:
+        """Start the workers the runs will use before any run is timed: on every node as many
+        CPU tasks at once as it has CPUs (at most ``per_node``) and, on a GPU node, four
+        quarter-GPU tasks (Ray keeps GPU workers apart). On these 2 cores a cold worker start
+        took up to 34 s under load: a rule that packs work onto few nodes paid it again and
+        again (live EFT 63.6 model s vs its twin's 13.2 with 6 warm workers a node), a rule that
+        spreads it (Ray's) hardly (14.8 vs 14.6). Real nodes start a worker in about a
+        second, and keep up to one idle worker per CPU, as here after this warm-up."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        @ray.remote(num_cpus=1)
+        def hold(s: float) -> None:
+            time.sleep(s)
+
+        t0 = time.perf_counter()
+        refs = []
+        for n in ray.nodes():
+            res = n.get("Resources") or {}
+            if not n.get("Alive") or not res.get("CPU"):
+                continue
+            pin = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            refs += [hold.options(scheduling_strategy=pin).remote(3.0)
+                     for _ in range(min(per_node, int(res["CPU"])))]
+            if res.get("GPU"):
+                refs += [hold.options(scheduling_strategy=pin, num_gpus=0.25).remote(3.0)
+                         for _ in range(4)]
+        ray.get(refs)
+        return time.perf_counter() - t0
+
+    def __exit__(self, *exc: Any) -> None:
+        import shutil
+
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        if self._cluster is not None:
+            self._cluster.shutdown()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def live_run(runner: Any, reqs: list[tuple[float, list[AgentTask]]], ts: float,
+             timeout_s: float) -> dict[str, Any]:
+    """Submit every request at its arrival time (wall = model x ``ts``), wait for all."""
+    with runner:
+        t0 = time.perf_counter()
+        for k, (t, tasks) in enumerate(reqs):
+            delay = t0 + t * ts - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            runner.submit(collected(tasks, f"request{k}"))
+        if not runner.drain(timeout=timeout_s):
+            raise RuntimeError(f"{runner.summary().get('policy')}: requests still running after "
+                               f"{timeout_s:.0f} s")
+        return runner.summary()
+
+
+def run_agents(args: Any) -> int:
+    from policies import get_policy
+    from scale_ray.live import LiveScheduler
+    from scale_ray.live.ray_default import RayDefaultRunner
+
+    raw = read_yaml(resolve_config_path(args.agents_config))
+    cfg = load_agents(raw | {"gpu_load": args.gpu_load} if args.gpu_load else raw)
+    nodes = node_specs(cfg, args.nodes)
+    ts = args.time_scale
+    rules = list(dict.fromkeys(args.rules))
+    gpu_speeds = {nd.accelerator: nd.gpu_speed / nd.cpu_speed for nd in nodes if nd.accelerator}
+    env = replace(EnvConfig(), mdp={"transfer_delays_start": False})
+    live_cfg = {"model": "nodes", "time_scale": ts, "server_compute": 1.0,
+                "gpu_speeds": gpu_speeds, "hedge": "off"}
+    out: dict[str, Any] = {"setting": "agents", "nodes": args.nodes, "gpu_load": cfg.gpu_load,
+                           "workflows": args.workflows, "time_scale": ts, "runs": []}
+    shapes = {nd.name: sum(1 for m in nodes if m.name == nd.name) for nd in nodes}
+    print(f"agents live: {args.nodes} nodes {shapes}, GPU load {cfg.gpu_load:g}, "
+          f"{args.workflows} requests per run, time_scale {ts:g}, {args.runs} run(s), "
+          f"rules {rules} vs {REFERENCE}", flush=True)
+    with AgentsCluster(nodes):
+        for r in range(args.runs):
+            seed = args.seed + r
+            reqs = requests(cfg, nodes, args.workflows, seed)
+            row: dict[str, Any] = {"seed": seed, "live": {}, "twin": {}}
+            names = [REFERENCE] + rules
+            for name in (names if r % 2 == 0 else names[::-1]):  # alternate who runs first
+                if name == REFERENCE:
+                    runner = RayDefaultRunner(env, {**live_cfg})
+                else:
+                    runner = LiveScheduler(get_policy("eft"), env, {**live_cfg, "node_rule": name})
+                t0 = time.perf_counter()
+                s = live_run(runner, reqs, ts, args.timeout_s)
+                row["live"][name] = {k: s[k] for k in (
+                    "mean_workflow_response_model_s", "p95_workflow_response_model_s",
+                    "p99_workflow_response_model_s", "workflows_completed")} | {
+                    "wall_s": time.perf_counter() - t0,
+                    "thread_cpu_s": s.get("thread_cpu_s")}
+                twin = NodeSimulator(cfg, nodes).run(
+                    node_policy("ray" if name == REFERENCE else name), seed,
+                    arrivals=reqs)
+                row["twin"][name] = {(k[:-2] + "_model_s" if k.endswith("response_s") else k): v
+                                     for k, v in twin.items()}
+                print(f"  run {r + 1} {name:12s} live mean {s['mean_workflow_response_model_s']:.2f} "
+                      f"twin {twin['mean_workflow_response_s']:.2f} model s "
+                      f"({time.perf_counter() - t0:.0f} s wall)", flush=True)
+            out["runs"].append(row)
+    summarize(out, rules)
+    print(format_agents(out))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def summarize(out: dict[str, Any], rules: list[str]) -> None:
+    """Per rule: gains over Ray default (live, twin; % of its mean), the gap (points), p95."""
+    key, p95 = "mean_workflow_response_model_s", "p95_workflow_response_model_s"
+    table, gaps = {}, []
+    for name in rules:
+        live = [1 - r["live"][name][key] / r["live"][REFERENCE][key] for r in out["runs"]]
+        twin = [1 - r["twin"][name][key] / r["twin"][REFERENCE][key] for r in out["runs"]]
+        p95_live = [r["live"][name][p95] / r["live"][REFERENCE][p95] - 1 for r in out["runs"]]
+        gap = max(abs(a - b) for a, b in zip(live, twin)) * 100
+        gaps.append(gap)
+        table[name] = {"gain_live_pct": [100 * g for g in live],
+                       "gain_twin_pct": [100 * g for g in twin],
+                       "p95_vs_ray_default_live_pct": [100 * g for g in p95_live],
+                       "twin_gap_points": gap}
+    out["improvement_vs_ray_default"] = {n: float(np.mean(t["gain_live_pct"]))
+                                         for n, t in table.items()}
+    out["max_twin_gap_points"] = max(gaps) if gaps else math.nan
+    out["table"] = table
+
+
+def format_agents(out: dict[str, Any]) -> str:
+    lines = ["", f"{'policy':12s} {'run':>3s} {'live mean':>9s} {'p95':>7s} {'p99':>7s} "
+                 f"{'twin mean':>9s} {'p95':>7s} {'p99':>7s}   (workflow response, model s)"]
+    for k, r in enumerate(out["runs"]):
+        for name in r["live"]:
+            lv, tw = r["live"][name], r["twin"][name]
+            lines.append(f"{name:12s} {k + 1:3d} {lv['mean_workflow_response_model_s']:9.2f} "
+                         f"{lv['p95_workflow_response_model_s']:7.2f} "
+                         f"{lv['p99_workflow_response_model_s']:7.2f} "
+                         f"{tw['mean_workflow_response_model_s']:9.2f} "
+                         f"{tw['p95_workflow_response_model_s']:7.2f} "
+                         f"{tw['p99_workflow_response_model_s']:7.2f}")
+    lines.append("")
+    for name, t in out["table"].items():
+        lines.append(f"{name}: mean vs Ray default live " + " / ".join(
+            f"{-g:+.1f} %" for g in t["gain_live_pct"]) + ", twin " + " / ".join(
+            f"{-g:+.1f} %" for g in t["gain_twin_pct"]) + f"; gap {t['twin_gap_points']:.1f} "
+            f"points; p95 vs Ray default live " + " / ".join(
+            f"{g:+.1f} %" for g in t["p95_vs_ray_default_live_pct"]))
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""The live scheduler in Ray's resource model (live.model: nodes) without a cluster: whole nodes
+in the decision core's NodeTable, runs holding their Ray demands until released, GPU work at a
+node's GPU speed, and the Ray task options that ask Ray for exactly what is tracked."""
+
+from __future__ import annotations
+
+from envs.config import build
+from policies import get_policy
+from scale_ray.config import load_env
+from scale_ray.live import LiveConfig, LiveScheduler, collect
+from scale_ray.live.cluster import NodeInfo, run_speed, server_caps
+from scale_ray.live.discovery import discover
+from scale_ray.live.executors import node_task_options
+from scale_ray.live.handles import WorkflowHandle
+from scale_ray.live.nodes import LiveServer
+from scale_ray.live.workflow import Primitive, emulated_body
+
+
+def _node(nid: str, res: dict, gpu_compute: float = 0.0) -> NodeInfo:
+    return NodeInfo(nid, 1, 1.0, res.get("memory", 0.0) / 1e9, nid, 0.0, 0.0,
+                    server_caps(res, 1), gpu_compute)
+
+
+def _sched(servers):
+    env = load_env(None, servers=4)
+    sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0))
+    sched._nodes.pooled = True  # as the first node refresh sets it on plain Ray nodes
+    sched._set_alive(servers)
+    return sched
+
+
+def _admit(sched, prims):
+    wf = collect([p.bind(i) for i, p in enumerate(prims)])
+    sched._admit(WorkflowHandle(0, wf, 0.0))
+    return wf
+
+
+def test_half_gpu_tasks_share_a_gpu_node_and_the_third_waits_for_a_release():
+    gpu = LiveServer(0, _node("gpu", {"CPU": 4, "GPU": 1, "memory": 16e9}), 0)
+    cpu = LiveServer(1, _node("cpu", {"CPU": 2, "memory": 8e9}), 0)
+    sched = _sched([gpu, cpu])
+    half = Primitive(emulated_body, 1.0, ray_options={"num_gpus": 0.5, "num_cpus": 1})
+    _admit(sched, [half, half, half])
+    started = []
+
+    def start(t, srv):
+        started.append((t.idx, srv.sid))
+        srv.take(t, 10.0)
+
+    pl = sched.placement
+    pl.round(lambda: 0.0, None, start)
+    assert started == [(0, 0), (1, 0)]  # two share the GPU; none fits the CPU node
+    first = next(iter(gpu.running))
+    pl.release(gpu, first, 1.0)
+    pl.round(lambda: 1.0, None, start)
+    assert started[-1] == (2, 0) and len(gpu.running) == 2
+
+
+def test_num_cpus_2_and_12_gib_fit_a_whole_node_and_hold_it():
+    node = LiveServer(0, _node("c2", {"CPU": 2, "memory": 16e9}), 0)
+    sched = _sched([node])
+    two = Primitive(emulated_body, 1.0, ray_options={"num_cpus": 2})
+    big = Primitive(emulated_body, 1.0, ray_options={"memory": 12 * 1024 ** 3, "num_cpus": 0})
+    _admit(sched, [two, big, two])
+    started = []
+    sched.placement.round(lambda: 0.0, None,
+                          lambda t, s: started.append(t.idx) or s.take(t, 5.0))
+    assert started == [0, 1]  # both CPUs and 12.9 of 16 GB are held; the second 2-CPU waits
+
+
+def test_gpu_work_runs_at_the_nodes_gpu_speed_and_eft_picks_the_faster_gpu():
+    slow = LiveServer(0, _node("a10g", {"CPU": 4, "GPU": 1}), 0)
+    fast = LiveServer(1, _node("a100", {"CPU": 4, "GPU": 1}, gpu_compute=2.6), 0)
+    assert run_speed(fast.node, (("GPU", 1.0),)) == 2.6 and run_speed(fast.node, ()) == 1.0
+    sched = _sched([slow, fast])
+    _admit(sched, [Primitive(emulated_body, 4.0, ray_options={"num_gpus": 1}),
+                   Primitive(emulated_body, 4.0, ray_options={"num_cpus": 1})])
+    started = []
+    sched.placement.round(lambda: 0.0, None,
+                          lambda t, s: started.append((t.idx, s.sid)) or s.take(t, 5.0))
+    assert started == [(0, 1), (1, 0)]  # GPU work to the A100; CPU work: equal speed, first
+
+
+def test_the_ray_task_asks_ray_for_exactly_the_tracked_demands():
+    p = Primitive(emulated_body, 1.0, memory_gb=2.0, ray_options={
+        "num_gpus": 0.25, "memory": 12 * 1024 ** 3, "resources": {"tok": 2},
+        "accelerator_type": "A100"})
+    assert dict(p.ray_demands) == {"CPU": 1.0, "GPU": 0.25, "memory": 12 * 1024 ** 3 / 1e9,
+                                   "tok": 2.0, "accelerator_type:A100": 0.001}
+    assert node_task_options(p) == {"num_cpus": 1.0, "num_gpus": 0.25,
+                                    "memory": 12 * 1024 ** 3, "resources": {"tok": 2.0},
+                                    "accelerator_type": "A100"}
+    zero = Primitive(emulated_body, 1.0, ray_options={"num_cpus": 0})
+    assert zero.ray_demands == () and node_task_options(zero)["num_cpus"] == 0.0
+
+
+def test_discovery_gives_whole_nodes_gpu_speeds_by_accelerator():
+    raw = [{"NodeID": "a", "Alive": True, "Resources": {
+        "CPU": 8, "GPU": 1, "accelerator_type:A100": 1, "memory": 32e9}}]
+    cfg = build(LiveConfig, {"server_compute": 2.0, "gpu_speeds": {"A100": 3.0}})
+    (a,), source = discover(raw, (), cfg)
+    assert source == "ray" and (a.slots, a.compute, a.gpu_compute, a.memory_gb) == (1, 2.0, 6.0,
+                                                                                   32.0)
