@@ -23,6 +23,8 @@ import numpy as np
 from .config_base import ConfigError, build, rng
 from .nodes import NodeSpec, check_demands
 
+ORDERS = ("fifo", "hop", "upward_rank")
+
 __all__ = ["AgentsConfig", "NodeTypeConfig", "AgentTask", "load_agents", "node_specs",
            "sample_request"]
 
@@ -77,15 +79,15 @@ class AgentsConfig:
                             "arrival rate x expected GPU-seconds / the cluster's GPU speed"))
     horizon_s: float = field(default=600.0, metadata=rng(gt=0, doc="arrivals stop here"))
     order: str = field(default="fifo", metadata=rng(doc="ready order: fifo (oldest request "
-                                                        "first) or hop (longest path first)"))
+                       "first), hop (longest path first) or upward_rank (HEFT's)"))
     preferred_head: bool = field(default=False, metadata=rng(doc="Ray default: the driver's "
                                  "node (node 0) is preferred, as Ray prefers the local node"))
 
     def __post_init__(self) -> None:
         if not self.nodes:
             raise ConfigError("nodes: at least one node shape")
-        if self.order not in ("fifo", "hop"):
-            raise ConfigError(f"order: {self.order!r} is not allowed; choose fifo or hop")
+        if self.order not in ORDERS:
+            raise ConfigError(f"order: {self.order!r} is not allowed; choose one of {list(ORDERS)}")
         if self.fanout[0] > self.fanout[1]:
             raise ConfigError(f"fanout: {list(self.fanout)} must be [lo, hi] with lo <= hi")
         for name, c in (("llm", self.llm), ("tool", self.tool)):

@@ -7,7 +7,8 @@ Semantics: requests arrive as a Poisson process (the rate that gives ``gpu_load`
 task is ready when its parents finished (no transfer time: agent calls pass small messages). At
 every instant where something happened (an arrival, a task's end) one placement round runs:
 ready tasks in the configured order (``fifo``: the oldest request first, then the longest hop
-path; ``hop``: the longest path first), each placed where the policy picks; a task no node can
+path; ``hop``: the longest path first; ``upward_rank``: HEFT's, the longest path of mean run
+times first), each placed where the policy picks; a task no node can
 start now waits without asking (``ask_only_startable``), a pick that does not fit now is a
 wait (the policy chose to wait for a node), neither blocks the tasks behind it.
 
@@ -84,6 +85,9 @@ class NodeSimulator:
         self.cfg = cfg
         self.nodes = node_specs(cfg, nodes) if isinstance(nodes, int) else list(nodes)
         self.rate = rate if rate is not None else arrival_rate(cfg, self.nodes)
+        gpu = [nd.gpu_speed for nd in self.nodes if nd.resources.get("GPU")]
+        self._gpu_mean = sum(gpu) / len(gpu) if gpu else 1.0
+        self._cpu_mean = sum(nd.cpu_speed for nd in self.nodes) / len(self.nodes)
         table = NodeTable(self.nodes)
         for t in (cfg.llm, cfg.tool):  # every call the workload can make fits some node
             for g in t.gpu:
@@ -115,13 +119,13 @@ class NodeSimulator:
         requests: list[Request] = []
         tasks: list[NodeTask] = []
         queue = core.queue
-        fifo = self.cfg.order == "fifo"
+        order = self.cfg.order
         now = 0.0
         busy = {"cpu": 0.0, "gpu": 0.0}
 
         def ready(t: NodeTask) -> None:
             t.state = READY
-            t.key = orders.task_key("fifo" if fifo else "hop", t.rank, t.wf.arrival, t.wf.id, 0.0)
+            t.key = orders.task_key(order, t.rank, t.wf.arrival, t.wf.id, 0.0)
             queue.push(t.key, t.id, t)
 
         def ask(t: NodeTask) -> int:
@@ -177,7 +181,12 @@ class NodeSimulator:
         for i, s in enumerate(spec):
             for p in s.parents:
                 kids[p].append(i)
-        ranks = orders.hop_ranks(kids)
+        if self.cfg.order == "upward_rank":  # HEFT's: mean run time over the kind's nodes
+            ranks = orders.upward_ranks(
+                [s.compute / (self._gpu_mean if "GPU" in dict(s.demands) else self._cpu_mean)
+                 for s in spec], [0.0] * len(spec), kids, 1.0, math.inf, 0.0)
+        else:
+            ranks = orders.hop_ranks(kids)
         for i, s in enumerate(spec):
             t = NodeTask(len(tasks), wf, i, s.name, s.demands, s.compute)
             t.rank = ranks[i]

@@ -184,26 +184,14 @@ class NodeTable:
     def fits_total(self, i: int, demands: tuple) -> bool:
         """Whether node ``i`` could ever hold ``demands`` (its totals)."""
         c = self.compile(demands)
-        if c is None:
-            return False
-        tot = self.total[i]
-        for j, v in c.pairs:
-            if tot[j] + EPS < v:
-                return False
-        return _gpu_fits(self._gpu_total[i], c.gpu) if c.gpu else True
+        return c is not None and _covers(self.total[i], self._gpu_total[i], c)
 
     def fits_now(self, i: int, demands: tuple) -> bool:
         """The valid pick: node ``i`` accepts work and its free resources cover ``demands``."""
         if not (0 <= i < self.n and self.accept_l[i]):
             return False
         c = self.compile(demands)
-        if c is None:
-            return False
-        free = self.free[i]
-        for j, v in c.pairs:
-            if free[j] + EPS < v:
-                return False
-        return _gpu_fits(self.gpus[i], c.gpu) if c.gpu else True
+        return c is not None and _covers(self.free[i], self.gpus[i], c)
 
     def _demand_state(self, demands: tuple, memory_gb: float = 0.0) -> int:
         """0: no accepting node could ever hold it; 1: one could, none can now; 2: one can now
@@ -291,10 +279,17 @@ class NodeTable:
                 free[j] += v
             for k, v in tg:
                 gpus[k] += v
-            if all(free[j] + EPS >= v for j, v in c.pairs) and (
-                    not c.gpu or _gpu_fits(gpus, c.gpu)):
+            if _covers(free, gpus, c):
                 return max(end, now)
         return math.inf
+
+
+def _covers(have: list[float], gpus: list[float], c: _Compiled) -> bool:
+    """Whether ``have`` (by resource index) and the GPU instances ``gpus`` cover ``c``."""
+    for j, v in c.pairs:
+        if have[j] + EPS < v:
+            return False
+    return _gpu_fits(gpus, c.gpu) if c.gpu else True
 
 
 def _gpu_fits(instances: list[float], amount: float) -> bool:

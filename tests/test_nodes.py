@@ -243,3 +243,19 @@ def test_headroom_default_needs_a_win_everywhere_with_p95_no_worse():
             row("c", 16, -6, 1, 2), row("c", 64, -6, 1, -1)]  # p95 worse at 16
     assert choose_default(rows) == "a"
     assert choose_default([r for r in rows if r["policy"] != "a"]) == "eft"
+
+
+def test_heft_order_runs_the_longest_mean_path_first():
+    """Two roots on one 1-CPU node: A (1 s, child C 1 s) and B (20 s). fifo and hop put A first
+    (more hops below it): A 0-1, B 1-21, C 21-22, task responses 1, 21, 22. HEFT's upward rank
+    (mean run time along the path: A 2, B 20) puts B first: B 0-20, A 20-21, C 21-22."""
+    one = _d(num_cpus=1)
+    req = _req(("A", one, 1.0, ()), ("B", one, 20.0, ()), ("C", one, 1.0, (0,)))
+    nodes = [NodeSpec("c", {"CPU": 1, "memory": 16})]
+    cpu_llm = {"gpu": [0], "cpu": [1], "memory_gb": [1, 1], "compute_s": 1.0}
+    got = {}
+    for order in ("fifo", "hop", "upward_rank"):
+        sim = NodeSimulator(_cfg(order=order, llm=cpu_llm), nodes, rate=1.0)
+        got[order] = sim.run(eft, 0, arrivals=[(0.0, req)])["mean_task_response_s"]
+    assert got["fifo"] == got["hop"] == pytest.approx((1 + 21 + 22) / 3)
+    assert got["upward_rank"] == pytest.approx((20 + 21 + 22) / 3)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.agents import load_agents
+from envs.agents import ORDERS, load_agents
 from envs.config_base import replace
 from envs.config_files import read_yaml, resolve_config_path
 from envs.node_sim import NodeSimulator
@@ -27,7 +27,7 @@ from policies.node_rules import NODE_POLICIES, node_policy
 from scale_ray.evaluation import ci95_half_width
 
 DEFAULT_POLICIES = ("eft", "gpu_rule", "reserve", "eft_bestfit", "eft_spread", "eft_wait", "ray",
-                    "random")
+                    "random", "eft@upward_rank")
 METRICS = ("mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_response_s")
 
 
@@ -37,20 +37,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--loads", nargs="+", type=float, default=[0.6, 0.8],
                    help="offered GPU loads (gpu_load)")
     p.add_argument("--episodes", type=int, default=30, help="paired episodes (seeds 0..E-1)")
-    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
-                   choices=sorted(NODE_POLICIES), help="node rules to compare (eft and ray "
-                   "are always run: the references)")
+    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), type=_rule,
+                   help=f"node rules to compare ({', '.join(sorted(NODE_POLICIES))}; RULE@ORDER "
+                   f"with another ready order, e.g. eft@upward_rank: HEFT); eft and ray are "
+                   f"always run: the references")
     p.add_argument("--horizon-s", type=float, default=None, help="arrivals stop here "
                    "(default: the config's horizon_s)")
     p.add_argument("--workers", type=int, default=2, help="processes")
     p.add_argument("--json", default=None, help="write every episode and the table here")
 
 
+def _rule(text: str) -> str:
+    rule, _, order = text.partition("@")
+    if rule not in NODE_POLICIES or (order and order not in ORDERS):
+        raise argparse.ArgumentTypeError(f"{text!r}: RULE[@ORDER], RULE one of "
+                                         f"{sorted(NODE_POLICIES)}, ORDER one of {list(ORDERS)}")
+    return text
+
+
 def _episode(job: tuple) -> dict[str, Any]:
     cfg, n, load, policy, seed = job
-    sim = NodeSimulator(replace(cfg, gpu_load=load), n)
+    rule, _, order = policy.partition("@")  # eft@upward_rank: HEFT (its order, then EFT)
+    sim = NodeSimulator(replace(cfg, gpu_load=load, **({"order": order} if order else {})), n)
     t0 = time.perf_counter()
-    m = sim.run(node_policy(policy), seed)
+    m = sim.run(node_policy(rule), seed)
     return m | {"nodes": n, "load": load, "policy": policy, "episode": seed,
                 "seconds": time.perf_counter() - t0}
 

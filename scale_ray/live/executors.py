@@ -151,6 +151,9 @@ def _server_actor_class() -> Any:
     return ray.remote(ScaleServer)
 
 
+PINNED_MAX = 4096  # pinned variants kept (RemoteCache.pinned), the oldest dropped first
+
+
 def node_task_options(prim: Any) -> dict[str, Any]:
     """Ray's resource model (``LiveConfig.model: nodes``): the options of the Ray task that runs
     ``prim``, asking Ray for exactly the demands the scheduler tracks (``Primitive.ray_demands``:
@@ -220,6 +223,8 @@ class RemoteCache:
             rf = self.get(fn).options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False), name=name,
                 **(options or {}))
+            if len(self._pinned) >= PINNED_MAX:  # tasks' own demands vary (memory): bounded
+                del self._pinned[next(iter(self._pinned))]
             self._pinned[key] = rf
         return rf
 
