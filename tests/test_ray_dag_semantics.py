@@ -384,6 +384,8 @@ CASES = [_basic, _with_options, _with_options_as_ray, _twelve_gib, _func_dag, _m
          _input_node_several_values, _no_input_node_ignores_inputs, _empty_outputs,
          _empty_outputs_with_input]
 IDS = [c.__name__.lstrip("_") for c in CASES]
+# cases a server of the slot model (one CPU, scale_slot nodes) refuses: Ray's resource model only
+NEEDS_RESOURCE_MODEL = {_with_options_as_ray}
 
 
 @pytest.fixture(scope="module")

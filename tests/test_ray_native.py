@@ -304,9 +304,15 @@ def test_live_scheduler_runs_ray_dags_on_a_plain_cluster(plain_cluster):
     from policies import get_policy
     from scale_ray.live import LiveScheduler
 
+    # the slot model (live.model: slots): a server per CPU, one CPU each: num_cpus=2 is refused
+    with LiveScheduler(get_policy("eft"), config={"model": "slots"}) as sched:
+        assert sorted(s.node.tier for s in sched.alive_servers) == ["cpu1-gpu1", "cpu2", "cpu2"]
+        with pytest.raises(Unschedulable, match="num_cpus|CPU"):
+            sched.submit(inc.options(num_cpus=2).bind(1))
+    # by default (Ray's resource model) a server is a whole node, as Ray runs tasks
     with LiveScheduler(get_policy("eft")) as sched:
         tiers = sorted(s.node.tier for s in sched.alive_servers)
-        assert tiers == ["cpu1-gpu1", "cpu2", "cpu2"]
+        assert tiers == ["cpu1-gpu1", "cpu2"]
         assert sched.submit(inc.bind(inc.bind(1))).result(timeout=60) == 3
         with InputNode() as inp:
             a = inc.bind(inp)
@@ -322,18 +328,20 @@ def test_live_scheduler_runs_ray_dags_on_a_plain_cluster(plain_cluster):
         assert {h.task_nodes[0] for h in hs} == {plain_cluster["gpu"]}
         with pytest.raises(Unschedulable, match="tpu"):
             sched.submit(inc.options(resources={"tpu": 1}).bind(1))
-        with pytest.raises(Unschedulable, match="num_cpus|CPU"):
-            sched.submit(inc.options(num_cpus=2).bind(1))  # a server has one CPU
+        h = sched.submit(inc.options(num_cpus=2).bind(1))  # the 2-CPU node runs it
+        assert h.result(timeout=60) == 2 and h.task_nodes[0] != plain_cluster["gpu"]
+        with pytest.raises(Unschedulable, match=r"CPU=3 \(the most any node has: 2\)"):
+            sched.submit(inc.options(num_cpus=3).bind(1))
         # a node that joins is picked up from what Ray reports, one that leaves is dropped
         extra = plain_cluster["cluster"].add_node(num_cpus=1)
         deadline = time.time() + 60
-        while len(sched.alive_servers) < 4 and time.time() < deadline:
-            time.sleep(0.2)
-        assert len(sched.alive_servers) == 4
-        plain_cluster["cluster"].remove_node(extra)
-        while len(sched.alive_servers) > 3 and time.time() < deadline + 60:
+        while len(sched.alive_servers) < 3 and time.time() < deadline:
             time.sleep(0.2)
         assert len(sched.alive_servers) == 3
+        plain_cluster["cluster"].remove_node(extra)
+        while len(sched.alive_servers) > 2 and time.time() < deadline + 60:
+            time.sleep(0.2)
+        assert len(sched.alive_servers) == 2
         assert sched.submit(inc.bind(inc.bind(1))).result(timeout=60) == 3
     with LiveScheduler(get_policy("eft"), config={"servers": "scale"}) as sched:
         with pytest.raises(NoServers, match="scale_slot"):

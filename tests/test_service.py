@@ -705,12 +705,15 @@ def test_client_submits_a_ray_dag_and_refuses_what_no_server_can_run(service):
 def test_client_gives_rays_value_or_refusal_for_every_ray_dag_case(service):
     """tests/test_ray_dag_semantics.py's cases (Ray's own DAG tests and docs) and the mixed
     @primitive / Ray DAGs, through the service's client (issue 44)."""
-    from test_ray_dag_semantics import CASES, _check, mixed_cases
+    from test_ray_dag_semantics import CASES, NEEDS_RESOURCE_MODEL, _check, mixed_cases
 
     from scale_ray import client
+    from scale_ray.live.config import Unschedulable
 
     for case in CASES:
         dag, args, kwargs, expected = case()
+        if case in NEEDS_RESOURCE_MODEL:  # this service's servers are scale_slot slots
+            expected = (Unschedulable, "CPU=2")
         _check(expected, lambda: client.submit(dag, *args, **kwargs).result(timeout=60))
     for dag, args, kwargs, expected in mixed_cases():
         assert client.submit(dag, *args, **kwargs).result(timeout=60) == expected

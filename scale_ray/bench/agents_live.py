@@ -99,14 +99,12 @@ class AgentsCluster:
         self.warm()
         return self
 
-    def warm(self, per_node: int = 16) -> float:
-        """Start the workers the runs will use before any run is timed: on every node as many
-        CPU tasks at once as it has CPUs (at most ``per_node``) and, on a GPU node, four
-        quarter-GPU tasks (Ray keeps GPU workers apart). On these 2 cores a cold worker start
-        took up to 34 s under load: a rule that packs work onto few nodes paid it again and
-        again (live EFT 63.6 model s vs its twin's 13.2 with 6 warm workers a node), a rule that
-        spreads it (Ray's) hardly (14.8 vs 14.6). Real nodes start a worker in about a
-        second, and keep up to one idle worker per CPU, as here after this warm-up."""
+    def warm(self, per_node: int = 6) -> float:
+        """Start workers before any run is timed: on every node ``per_node`` CPU tasks at once
+        and, on a GPU node, four quarter-GPU tasks (Ray keeps GPU workers apart). A cold start
+        here took 42 s for a request that takes 5.6 s warm; whoever ran first paid it. More
+        warm workers did not help: with 16 a node, Ray default's run took 132.9 model s against
+        14.8 with 6 (results/resource_model/README.md)."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -121,10 +119,10 @@ class AgentsCluster:
             if not n.get("Alive") or not res.get("CPU"):
                 continue
             pin = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-            refs += [hold.options(scheduling_strategy=pin).remote(3.0)
+            refs += [hold.options(scheduling_strategy=pin).remote(1.0)
                      for _ in range(min(per_node, int(res["CPU"])))]
             if res.get("GPU"):
-                refs += [hold.options(scheduling_strategy=pin, num_gpus=0.25).remote(3.0)
+                refs += [hold.options(scheduling_strategy=pin, num_gpus=0.25).remote(1.0)
                          for _ in range(4)]
         ray.get(refs)
         return time.perf_counter() - t0

@@ -126,8 +126,8 @@ class NodeSet:
                      len(nodes), sum(self.cfg.slots_per_node or n.slots for n in nodes))
             self.source = source
             self.pooled = source == "ray" and resolved_model(self.cfg, source) == "nodes"
-            if self.pooled:
-                self.actors = False  # each task is its own Ray task with its own demands
+            # in Ray's resource model each task is its own Ray task with its own demands
+            self.actors = self.cfg.executor == "actor" and not self.pooled
         alive_ids = {n.node_id for n in nodes}
         added: list[LiveServer] = []
         gone: list[LiveServer] = []

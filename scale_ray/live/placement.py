@@ -9,7 +9,7 @@ of its Ray options against each server's capacities: ``NodeInfo.caps``), and ask
 only when some accepting idle server fits the task (``ask_only_startable``); a task that fits
 no accepting server is set aside until the server set changes or a server's actor answers.
 
-In Ray's resource model (``LiveConfig.model: nodes``, :meth:`LivePlacement.use_nodes`) the core's
+In Ray's resource model (``LiveConfig.model: nodes``, :meth:`LivePlacement.use_model`) the core's
 table is an ``envs.nodes.NodeTable`` of the whole nodes: a task may start where its full Ray
 demands fit what is free, the node rule (``policies.node_rules``) picks, and every run holds
 its demands until it ends (:meth:`LivePlacement.release`).
@@ -64,11 +64,17 @@ class LivePlacement:
     def table(self) -> ServerTable | NodeTable:
         return self.core.servers
 
-    def use_nodes(self, rule: str) -> None:
-        """Ray's resource model from now on: servers are whole nodes, placed by the node rule
-        ``rule`` (``policies.node_rules``); :meth:`set_alive` builds the node table."""
-        self.pooled = True
-        self.rule = node_policy(rule)
+    def use_model(self, pooled: bool, rule: str) -> None:
+        """Ray's resource model (``pooled``: servers are whole nodes, placed by the node rule
+        ``rule``, ``policies.node_rules``) or the slot model from now on; :meth:`set_alive`
+        builds the table. Queued tasks switch their demands with it (the model follows where
+        the servers come from, which an empty cluster does not tell yet)."""
+        self.pooled = pooled
+        self.rule = node_policy(rule) if pooled else None
+        q = self.queue
+        for entries in (q.heap, q.deferred, q.blocked):
+            for e in entries:
+                e[2].pooled = pooled
 
     # ------------------------------------------------------------------ servers
     def set_alive(self, alive: list[LiveServer]) -> None:

@@ -427,11 +427,12 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
     def _set_alive(self, alive: list[LiveServer]) -> None:
         """The servers the policy sees (in this order)."""
         self.alive_servers = alive
-        if self._nodes.pooled and not self.placement.pooled:  # Ray's resource model
-            self.placement.use_nodes(self.cfg.node_rule)
-            log.info("live scheduler: Ray's resource model (live.model: nodes): whole nodes, "
-                     "tasks placed by the node rule %s; the policy %s decides in the slot model "
-                     "only", self.cfg.node_rule, self.policy.name)
+        if self._nodes.pooled != self.placement.pooled:  # the model follows the servers' source
+            self.placement.use_model(self._nodes.pooled, self.cfg.node_rule)
+            if self._nodes.pooled:
+                log.info("live scheduler: Ray's resource model (live.model: nodes): whole nodes, "
+                         "tasks placed by the node rule %s; the policy %s decides in the slot "
+                         "model only", self.cfg.node_rule, self.policy.name)
         self.placement.set_alive(alive)
 
     def _dispatch(self) -> None:
