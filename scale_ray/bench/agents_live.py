@@ -6,14 +6,17 @@ nodes``) and by Ray's default scheduler, each next to its twin: the node simulat
 policy as ``policies.node_rules.RayHybrid`` emulates it.
 
 Prints per policy the live and the twin's workflow response (model s: mean, p95, p99), the gain
-over Ray default live and in the twin, and the gap between them in points;
-``--json`` writes ``improvement_vs_ray_default`` and ``max_twin_gap_points`` with every number.
+over Ray default live and in the twin (value / Ray default's − 1), and the gap between them in
+points; ``--json`` writes ``rel_diff_vs_ray_default`` and ``max_twin_gap_points`` with every
+number.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
+import tempfile
 import time
 from typing import Any
 
@@ -25,7 +28,15 @@ from envs.config_files import read_yaml, resolve_config_path
 from envs.node_sim import NodeSimulator, arrival_rate
 from envs.nodes import NodeSpec
 from envs.workflow import TaskSpec, WorkflowSpec
+from policies import get_policy
 from policies.node_rules import node_policy
+from scale_ray.live import LiveScheduler
+from scale_ray.live.cluster import COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL
+from scale_ray.live.ray_default import RayDefaultRunner
+from scale_ray.live.raylocal import prepare_local_ray
+from scale_ray.live.workflow import (Call, CollectedWorkflow, Primitive, emulated_body,
+                                     expected_emulated_values)
+from scale_ray.relative import rel
 
 CONFIG = "configs/env/agents.yaml"
 REFERENCE = "ray-default"
@@ -45,9 +56,6 @@ def requests(cfg, nodes: list[NodeSpec], n: int, seed: int) -> list[tuple[float,
 def collected(tasks: list[AgentTask], name: str) -> Any:
     """A request as the live scheduler's workflow: emulated bodies with the calls' Ray demands
     (num_cpus, num_gpus, memory) and computes (seconds at speed 1)."""
-    from scale_ray.live.workflow import (Call, CollectedWorkflow, Primitive, emulated_body,
-                                         expected_emulated_values)
-
     spec = WorkflowSpec(tuple(TaskSpec(t.compute, dict(t.demands).get("memory", 0.0), 0.0,
                                        t.parents, t.name) for t in tasks), name)
     calls: list[Any] = []
@@ -72,13 +80,8 @@ class AgentsCluster:
         self.temp_dir = ""
 
     def __enter__(self) -> "AgentsCluster":
-        import tempfile
-
         import ray
         from ray.cluster_utils import Cluster
-
-        from scale_ray.live.cluster import COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL
-        from scale_ray.live.raylocal import prepare_local_ray
 
         prepare_local_ray()
         self.temp_dir = tempfile.mkdtemp(prefix="sca_", dir="/tmp")
@@ -128,8 +131,6 @@ class AgentsCluster:
         return time.perf_counter() - t0
 
     def __exit__(self, *exc: Any) -> None:
-        import shutil
-
         import ray
 
         if ray.is_initialized():
@@ -156,10 +157,6 @@ def live_run(runner: Any, reqs: list[tuple[float, list[AgentTask]]], ts: float,
 
 
 def run_agents(args: Any) -> int:
-    from policies import get_policy
-    from scale_ray.live import LiveScheduler
-    from scale_ray.live.ray_default import RayDefaultRunner
-
     raw = read_yaml(resolve_config_path(args.agents_config))
     cfg = load_agents(raw | {"gpu_load": args.gpu_load} if args.gpu_load else raw)
     nodes = node_specs(cfg, args.nodes)
@@ -212,21 +209,21 @@ def run_agents(args: Any) -> int:
 
 
 def summarize(out: dict[str, Any], rules: list[str]) -> None:
-    """Per rule: gains over Ray default (live, twin; % of its mean), the gap (points), p95."""
+    """Per rule and run: ``rel_diff_vs_ray_default`` = its mean / Ray default's − 1, live and in
+    the twin, the same for p95 live, and the gap between live and twin (points); the means over
+    runs in ``rel_diff_vs_ray_default`` and the largest gap in ``max_twin_gap_points``."""
     key, p95 = "mean_workflow_response_model_s", "p95_workflow_response_model_s"
     table, gaps = {}, []
     for name in rules:
-        live = [1 - r["live"][name][key] / r["live"][REFERENCE][key] for r in out["runs"]]
-        twin = [1 - r["twin"][name][key] / r["twin"][REFERENCE][key] for r in out["runs"]]
+        live = [r["live"][name][key] / r["live"][REFERENCE][key] - 1 for r in out["runs"]]
+        twin = [r["twin"][name][key] / r["twin"][REFERENCE][key] - 1 for r in out["runs"]]
         p95_live = [r["live"][name][p95] / r["live"][REFERENCE][p95] - 1 for r in out["runs"]]
         gap = max(abs(a - b) for a, b in zip(live, twin)) * 100
         gaps.append(gap)
-        table[name] = {"gain_live_pct": [100 * g for g in live],
-                       "gain_twin_pct": [100 * g for g in twin],
-                       "p95_vs_ray_default_live_pct": [100 * g for g in p95_live],
-                       "twin_gap_points": gap}
-    out["improvement_vs_ray_default"] = {n: float(np.mean(t["gain_live_pct"]))
-                                         for n, t in table.items()}
+        table[name] = {"rel_diff_live": live, "rel_diff_twin": twin,
+                       "p95_rel_diff_live": p95_live, "twin_gap_points": gap}
+    out["rel_diff_vs_ray_default"] = {n: float(np.mean(t["rel_diff_live"]))
+                                      for n, t in table.items()}
     out["max_twin_gap_points"] = max(gaps) if gaps else math.nan
     out["table"] = table
 
@@ -246,8 +243,7 @@ def format_agents(out: dict[str, Any]) -> str:
     lines.append("")
     for name, t in out["table"].items():
         lines.append(f"{name}: mean vs Ray default live " + " / ".join(
-            f"{-g:+.1f} %" for g in t["gain_live_pct"]) + ", twin " + " / ".join(
-            f"{-g:+.1f} %" for g in t["gain_twin_pct"]) + f"; gap {t['twin_gap_points']:.1f} "
-            f"points; p95 vs Ray default live " + " / ".join(
-            f"{g:+.1f} %" for g in t["p95_vs_ray_default_live_pct"]))
+            rel(g) for g in t["rel_diff_live"]) + ", twin " + " / ".join(
+            rel(g) for g in t["rel_diff_twin"]) + f"; gap {t['twin_gap_points']:.1f} points; "
+            "p95 vs Ray default live " + " / ".join(rel(g) for g in t["p95_rel_diff_live"]))
     return "\n".join(lines)

@@ -50,6 +50,7 @@ from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target,
 from scale_ray.live.workflow import emulated_body
 from scale_ray.relative import rel
 
+from .agents_live import run_agents
 from .twin import (NO_TWIN, REFERENCE, add_runtime_arguments, add_setting_arguments, calibrated,
                    compare, format_calibrated, format_rows, format_why, headline, live_model,
                    predict, resolve_setting, runtime_env, setting_env, why)
@@ -94,8 +95,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--nodes", type=int, default=8, help="nodes of agents.yaml's shapes")
     g.add_argument("--gpu-load", type=float, default=None, help="offered GPU load (default: "
                    "the config's gpu_load)")
-    g.add_argument("--rules", nargs="+", default=["eft"], help="node rules placed live "
-                   "(policies/node_rules.py)")
+    g.add_argument("--rules", nargs="+", default=["eft_spread", "eft"], help="node rules "
+                   "placed live (policies/node_rules.py; eft_spread: live.node_rule's default)")
     g.add_argument("--runs", type=int, default=2, help="runs (seeds from --seed)")
     g.add_argument("--agents-config", default="configs/env/agents.yaml")
     g.add_argument("--timeout-s", type=float, default=900.0, help="per run and policy")
@@ -377,8 +378,6 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
 
 def run(args: argparse.Namespace) -> int:
     if args.setting == "agents":
-        from .agents_live import run_agents
-
         if args.time_scale is None:
             args.time_scale = 0.5
         return run_agents(args)

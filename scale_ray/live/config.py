@@ -44,10 +44,12 @@ class LiveConfig:
             "hard-pinned there, placed by node_rule; slots: the paper's servers, one task each "
             "(slots_per_node, scale_slot); auto: nodes when the servers come from what Ray "
             "reports (servers: ray), slots for scale server nodes"))
-    node_rule: str = field(default="eft", metadata=rng(
-        doc="model nodes: the placement rule (policies/node_rules.py: eft, gpu_rule, reserve, "
-            "eft_bestfit, eft_spread, eft_wait, random); the policy given to the scheduler "
-            "decides in the slot model only"))
+    node_rule: str = field(default="eft_spread", metadata=rng(
+        doc="model nodes: the placement rule (policies/node_rules.py: eft_spread, eft, gpu_rule, "
+            "reserve, eft_bestfit, eft_wait, random); eft_spread is EFT with ties spread by "
+            "CPU/memory use, as equal as EFT in the simulator but live it reuses warm Ray "
+            "workers where EFT's first fit packs runs onto few nodes (results/resource_model/"
+            "README.md); the policy given to the scheduler decides in the slot model only"))
     slots_per_node: int | None = field(default=None, metadata=rng(
         ge=1, le=1024, doc="servers per node; default: the node's scale_slot resource, or for a "
                            "plain Ray node its CPUs / task_num_cpus"))
