@@ -235,8 +235,8 @@ def test_headroom_default_needs_a_win_everywhere_with_p95_no_worse():
     from scale_ray.bench.headroom import choose_default
 
     def row(p, n, mean, ci, p95):
-        return {"policy": p, "nodes": n, "load": 0.6, "mean_vs_eft_pct": mean,
-                "mean_vs_eft_ci": ci, "p95_vs_eft_pct": p95}
+        return {"policy": p, "nodes": n, "load": 0.6, "mean_rel_diff_vs_eft": mean / 100,
+                "mean_rel_diff_vs_eft_ci95": ci / 100, "p95_rel_diff_vs_eft": p95 / 100}
     rows = [row("eft", 16, 0, 0, 0), row("eft", 64, 0, 0, 0),
             row("a", 16, -3, 1, -1), row("a", 64, -2, 1, 0),
             row("b", 16, -5, 1, -1), row("b", 64, -0.5, 1, -1),  # CI includes 0 at 64

@@ -25,6 +25,7 @@ from envs.config_files import read_yaml, resolve_config_path
 from envs.node_sim import NodeSimulator
 from policies.node_rules import NODE_POLICIES, node_policy
 from scale_ray.evaluation import ci95_half_width
+from scale_ray.relative import rel
 
 DEFAULT_POLICIES = ("eft", "gpu_rule", "reserve", "eft_bestfit", "eft_spread", "eft_wait", "ray",
                     "random", "eft@upward_rank")
@@ -66,12 +67,14 @@ def _episode(job: tuple) -> dict[str, Any]:
 
 
 def _rel(rows: dict, policy: str, ref: str, metric: str, seeds: list[int]) -> tuple[float, float]:
+    """The mean over paired episodes of value / reference − 1, and its 95 % half-width."""
     d = [rows[(policy, s)][metric] / rows[(ref, s)][metric] - 1.0 for s in seeds]
-    return 100 * float(np.mean(d)), 100 * ci95_half_width(d)
+    return float(np.mean(d)), ci95_half_width(d)
 
 
 def table(episodes: list[dict[str, Any]], policies: list[str]) -> list[dict[str, Any]]:
-    """Per (nodes, load, policy): the means of the metrics and the paired differences (%)."""
+    """Per (nodes, load, policy): the means of the metrics and the paired differences
+    (``{mean,p95,p99}_rel_diff_vs_{eft,ray}`` and their ``_ci95`` half-widths)."""
     out = []
     for n, load in sorted({(e["nodes"], e["load"]) for e in episodes}):
         rows = {(e["policy"], e["episode"]): e for e in episodes
@@ -83,7 +86,8 @@ def table(episodes: list[dict[str, Any]], policies: list[str]) -> list[dict[str,
                 r[m] = float(np.mean([rows[(p, s)][m] for s in seeds]))
             for ref in ("eft", "ray"):
                 for m, tag in ((METRICS[0], "mean"), (METRICS[1], "p95"), (METRICS[2], "p99")):
-                    r[f"{tag}_vs_{ref}_pct"], r[f"{tag}_vs_{ref}_ci"] = _rel(rows, p, ref, m, seeds)
+                    r[f"{tag}_rel_diff_vs_{ref}"], r[f"{tag}_rel_diff_vs_{ref}_ci95"] = _rel(
+                        rows, p, ref, m, seeds)
             r["gpu_utilization"] = float(np.mean([rows[(p, s)]["gpu_utilization"] for s in seeds]))
             r["seconds_per_episode"] = float(np.mean([rows[(p, s)]["seconds"] for s in seeds]))
             out.append(r)
@@ -99,12 +103,31 @@ def choose_default(rows: list[dict[str, Any]]) -> str:
         mine = [r for r in rows if r["policy"] == p]
         if len(mine) != len(cells):
             continue
-        if all(r["mean_vs_eft_pct"] + r["mean_vs_eft_ci"] < 0 and r["p95_vs_eft_pct"] <= 0
-               for r in mine):
-            gain = float(np.mean([r["mean_vs_eft_pct"] for r in mine]))
+        if all(r["mean_rel_diff_vs_eft"] + r["mean_rel_diff_vs_eft_ci95"] < 0
+               and r["p95_rel_diff_vs_eft"] <= 0 for r in mine):
+            gain = float(np.mean([r["mean_rel_diff_vs_eft"] for r in mine]))
             if gain < best_gain:
                 best, best_gain = p, gain
     return best
+
+
+def format_table(rows: list[dict[str, Any]], episodes: int) -> str:
+    """The table per (size, load): means, and differences vs EFT and Ray as ``rel`` prints them,
+    ± the 95 % half-width in points."""
+    lines = []
+    for n, load in sorted({(r["nodes"], r["load"]) for r in rows}):
+        lines += ["", f"N = {n} nodes, GPU load {load:g}, {episodes} paired episodes (workflow "
+                      f"response, model seconds; value / reference - 1, ± 95 % CI in points)",
+                  f"{'rule':15s} {'mean':>6s} {'p95':>6s} {'p99':>6s} {'mean vs EFT':>22s} "
+                  f"{'p95 vs EFT':>22s} {'mean vs Ray':>22s} {'p95 vs Ray':>22s}"]
+        for r in (r for r in rows if r["nodes"] == n and r["load"] == load):
+            def f(tag: str, ref: str) -> str:
+                return (f"{rel(r[f'{tag}_rel_diff_vs_{ref}'])} ± "
+                        f"{100 * r[f'{tag}_rel_diff_vs_{ref}_ci95']:.1f}")
+            lines.append(f"{r['policy']:15s} {r[METRICS[0]]:6.2f} {r[METRICS[1]]:6.2f} "
+                         f"{r[METRICS[2]]:6.2f} {f('mean', 'eft'):>22s} {f('p95', 'eft'):>22s} "
+                         f"{f('mean', 'ray'):>22s} {f('p95', 'ray'):>22s}")
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,17 +151,7 @@ def run(args: argparse.Namespace) -> int:
             if k % max(1, len(jobs) // 10) == 0:
                 print(f"  {k}/{len(jobs)} episodes, {time.perf_counter() - t0:.0f} s", flush=True)
     rows = table(episodes, policies)
-    for n, load in sorted({(r["nodes"], r["load"]) for r in rows}):
-        print(f"\nN = {n} nodes, GPU load {load:g}, {args.episodes} paired episodes "
-              f"(workflow response, model seconds; differences in %, +- 95 % CI)")
-        print(f"{'rule':12s} {'mean':>7s} {'p95':>7s} {'p99':>7s} {'mean vs EFT':>15s} "
-              f"{'p95 vs EFT':>15s} {'mean vs Ray':>15s} {'p95 vs Ray':>15s}")
-        for r in (r for r in rows if r["nodes"] == n and r["load"] == load):
-            def f(tag: str, ref: str) -> str:
-                return f"{r[f'{tag}_vs_{ref}_pct']:+6.1f} +-{r[f'{tag}_vs_{ref}_ci']:4.1f}"
-            print(f"{r['policy']:12s} {r[METRICS[0]]:7.2f} {r[METRICS[1]]:7.2f} "
-                  f"{r[METRICS[2]]:7.2f} {f('mean', 'eft'):>15s} {f('p95', 'eft'):>15s} "
-                  f"{f('mean', 'ray'):>15s} {f('p95', 'ray'):>15s}")
+    print(format_table(rows, args.episodes))
     default = choose_default(rows)
     print(f"\ndefault rule (beats EFT at every size and load, p95 no worse; else eft): {default}")
     print(f"total {time.perf_counter() - t0:.0f} s")
