@@ -25,7 +25,8 @@ Each keeps its own clock and executor; the rules live here only.
 
 Ray's resource model (``envs.nodes``): a :class:`envs.nodes.NodeTable` in place of the
 :class:`ServerTable` (``pooled``) runs every task whose demands fit a node's free resources; its
-``fits_now`` is the valid pick and its ``_demand_state`` steps 2 and 3 (every task has demands).
+``fits_now`` is the valid pick and its ``_demand_state`` steps 2 and 3 (every task has demands);
+a round there sets aside at most :data:`NODE_LOOK` tasks that fit no node now.
 
 Demands beyond memory (the live scheduler: a task's Ray options, e.g. GPUs): a table given
 per-server capacities (:meth:`ServerTable.set_caps`) also checks each task's ``demands``
@@ -51,6 +52,12 @@ READY, RUNNING, DONE, WAITING = range(4)  # task states shared by every driver o
 
 # What next_task found when it returns no task to ask about.
 EMPTY, HOL_WAIT = 0, 1
+
+# Ray's resource model: a round stops after this many ready tasks that fit no node now were set
+# aside (the rest keep their place for the next round), so a round under a backlog of any size
+# costs O(NODE_LOOK) and not O(backlog); a smaller task deeper in the queue than that waits for
+# the next round. Like a batch scheduler's backfill depth (Slurm's bf_max_job_test).
+NODE_LOOK = 64
 
 
 class Rules(NamedTuple):
@@ -348,6 +355,7 @@ class DecisionCore:
         self.forced_waits = 0
         self.waits = 0
         self.decisions = 0
+        self._looked = 0  # tasks set aside this round in Ray's resource model (NODE_LOOK)
 
     def next_task(self) -> tuple[Any, int]:
         """``(task, EMPTY)``: the next task to ask the policy about (it stays on top of the
@@ -373,6 +381,10 @@ class DecisionCore:
                     queue.block_head()
                     continue
                 if fit == 1 and self._only_startable:
+                    if servers.pooled and not self._hol:
+                        if self._looked >= NODE_LOOK:
+                            return None, EMPTY  # the rest keep their place (NODE_LOOK)
+                        self._looked += 1
                     self.forced_waits += 1
                     if self._hol:
                         return None, HOL_WAIT
@@ -423,6 +435,7 @@ class DecisionCore:
         reason)`` for a task left unplaced (reason ``wait``, or ``blocked`` behind a
         head-of-line wait). Deferred tasks are requeued at the end (the caller's clock moves
         before the next round)."""
+        self._looked = 0
         while True:
             task, why = self.next_task()
             if task is None:

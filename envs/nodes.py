@@ -138,6 +138,8 @@ class NodeTable:
         self.caps: list = []  # not None: the core checks every task's demands
         self._compiled: dict[tuple, _Compiled | None] = {}
         self._state: dict[tuple, int] = {}  # demand -> _demand_state, until the next change
+        self._ever: dict[tuple, bool] = {}  # demand -> an accepting node could ever hold it
+        self._bound: tuple[list[float], float, int] | None = None  # see _free_bound
         mem = self.index.get(MEMORY)
         self._mem_i = mem
         self.max_accept_mem = max((t[mem] for t in self.total), default=0.0) if mem is not None \
@@ -193,20 +195,69 @@ class NodeTable:
         c = self.compile(demands)
         return c is not None and _covers(self.free[i], self.gpus[i], c)
 
+    def fitting(self, demands: tuple) -> list[int]:
+        """The nodes where ``demands`` fit now (:meth:`fits_now` over all nodes, the demand
+        compiled once)."""
+        c = self.compile(demands)
+        if c is None:
+            return []
+        acc, free, gpus = self.accept_l, self.free, self.gpus
+        return [i for i in range(self.n) if acc[i] and _covers(free[i], gpus[i], c)]
+
     def _demand_state(self, demands: tuple, memory_gb: float = 0.0) -> int:
         """0: no accepting node could ever hold it; 1: one could, none can now; 2: one can now
-        (cached until the next start, finish or accepting change)."""
+        (cached until the next start, finish or accepting change). A demand beyond the most any
+        accepting node has free (:meth:`_free_bound`) is 1 without a scan of the nodes: a
+        backlog of tasks that do not fit costs O(resources) each, not O(nodes)."""
         s = self._state.get(demands)
-        if s is None:
+        if s is not None:
+            return s
+        ever = self._ever.get(demands)
+        if ever is None:
+            ever = self._ever[demands] = any(
+                self.accept_l[i] and self.fits_total(i, demands) for i in range(self.n))
+        c = self.compile(demands)
+        if not ever or c is None:
             s = 0
-            for i in range(self.n):
-                if self.accept_l[i] and self.fits_total(i, demands):
-                    if self.fits_now(i, demands):
-                        s = 2
-                        break
+        else:  # inlined: this runs for every task a backlog sets aside
+            best, part, whole = self._bound or self._free_bound()
+            s = 2
+            for j, v in c.pairs:
+                if best[j] + EPS < v:
                     s = 1
-            self._state[demands] = s
+                    break
+            if s == 2 and c.gpu and not (part + EPS >= c.gpu if c.gpu < 1.0 - EPS
+                                         else whole >= int(round(c.gpu))):
+                s = 1
+            if s == 2:
+                acc, free, gpus = self.accept_l, self.free, self.gpus
+                if not any(acc[i] and _covers(free[i], gpus[i], c) for i in range(self.n)):
+                    s = 1
+                    self._bound = None  # it was loose (after starts): exact again next time
+        self._state[demands] = s
         return s
+
+    def _free_bound(self) -> tuple[list[float], float, int]:
+        """Over accepting nodes: at least the most free of each resource, the largest free part
+        of one GPU, the most whole free GPUs: a necessary test of fitting now. Exact when
+        computed; a start leaves it as it was (an upper bound still), a finish raises it to the
+        node's free, a scan that finds no node where it passed drops it (computed again).
+        O(nodes x resources) per computation, so not after every start and finish."""
+        if self._bound is None:
+            best = [0.0] * len(self.names)
+            part, whole = 0.0, 0
+            for i in range(self.n):
+                if not self.accept_l[i]:
+                    continue
+                for j, v in enumerate(self.free[i]):
+                    if v > best[j]:
+                        best[j] = v
+                g = self.gpus[i]
+                if g:
+                    part = max(part, max(g))
+                    whole = max(whole, sum(1 for f in g if f >= 1.0 - EPS))
+            self._bound = (best, part, whole)
+        return self._bound
 
     # ---------------------------------------------------------------- state changes
     def start(self, i: int, task: Any, demands: tuple, until: float) -> None:
@@ -221,7 +272,7 @@ class NodeTable:
             task_gpu = ()
         self.running[i][task] = until
         self._held[task] = (i, c, task_gpu)
-        self._state.clear()
+        self._state.clear()  # the bound stays: an upper bound still
 
     def finish(self, task: Any) -> int:
         """``task`` ended: its resources are free again; returns its node (-1: it held none
@@ -238,11 +289,21 @@ class NodeTable:
             g[k] += v
         del self.running[i][task]
         self._state.clear()
+        if self._bound is not None and self.accept_l[i]:  # only node i has more free now
+            best, part, whole = self._bound
+            for j, v in enumerate(free):
+                if v > best[j]:
+                    best[j] = v
+            if g:
+                self._bound = (best, max(part, max(g)),
+                               max(whole, sum(1 for f in g if f >= 1.0 - EPS)))
         return i
 
     def set_accepting(self, i: int, accepting: bool) -> None:
         self.accept_l[i] = accepting
         self._state.clear()
+        self._ever.clear()
+        self._bound = None
 
     # ---------------------------------------------------------------- what policies read
     def speed(self, i: int, demands: tuple) -> float:

@@ -52,10 +52,8 @@ def _finish_scan(table: NodeTable, task, allow: Callable[[int], bool] | None = N
     c = table.compile(d)
     gpu_work = c is not None and c.gpu_work
     speeds = table.gpu_speed if gpu_work else table.cpu_speed
-    for i in range(table.n):
+    for i in table.fitting(d):
         if allow is not None and not allow(i):
-            continue
-        if not table.fits_now(i, d):
             continue
         run = task.compute / speeds[i]
         if run < best - 1e-12:
@@ -139,7 +137,7 @@ def eft_spread(table: NodeTable, task, now: float, rng: np.random.Generator) -> 
 
 
 def random_fit(table: NodeTable, task, now: float, rng: np.random.Generator) -> int:
-    fit = [i for i in range(table.n) if table.fits_now(i, task.demands)]
+    fit = table.fitting(task.demands)
     return fit[int(rng.integers(0, len(fit)))] if fit else -1
 
 

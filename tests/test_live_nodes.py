@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from envs.config import build
 from policies import get_policy
+from scale_ray.bench.agents_live import decision_overhead
 from scale_ray.config import load_env
 from scale_ray.live import LiveConfig, LiveScheduler, collect
 from scale_ray.live.cluster import NodeInfo, run_speed, server_caps
@@ -101,3 +102,35 @@ def test_discovery_gives_whole_nodes_gpu_speeds_by_accelerator():
     (a,), source = discover(raw, (), cfg)
     assert source == "ray" and (a.slots, a.compute, a.gpu_compute, a.memory_gb) == (1, 2.0, 6.0,
                                                                                    32.0)
+
+
+def test_a_round_runs_only_after_something_changed():
+    """In Ray's resource model the scheduler places at events, as its twin does: a round with
+    nothing new (no task ready, no run ended, no node change) is skipped; a release runs one."""
+    node = LiveServer(0, _node("c", {"CPU": 1, "memory": 8e9}), 0)
+    sched = _sched([node])
+    one = Primitive(emulated_body, 1.0, ray_options={"num_cpus": 1})
+    _admit(sched, [one, one])
+    pl = sched.placement
+    rounds, started = [], []
+    run_round = pl.core.run_round
+    pl.core.run_round = lambda *a: rounds.append(1) or run_round(*a)
+
+    def start(t, srv):
+        started.append(t)
+        srv.take(t, 10.0)
+
+    pl.round(lambda: 0.0, None, start)
+    pl.round(lambda: 0.1, None, start)  # nothing changed: no round
+    assert len(rounds) == 1 and len(started) == 1
+    pl.release(node, started[0], 1.0)
+    pl.round(lambda: 1.0, None, start)
+    assert len(rounds) == 2 and len(started) == 2
+
+
+def test_the_decision_path_bench_runs_every_task_of_its_burst():
+    """`bench live --setting agents`'s decision path without Ray: every request of the burst
+    finishes through the scheduler's own rounds and completions (it raises otherwise)."""
+    r = decision_overhead(4, 12, seed=3)
+    assert r["requests"] == 12 and r["tasks"] >= 12 and r["cpu_ms_per_task"] > 0
+    assert r["max_ready_backlog"] >= 1

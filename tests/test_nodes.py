@@ -141,6 +141,60 @@ def test_the_core_defers_what_fits_later_and_blocks_what_never_fits():
     assert core.forced_waits == 1 and [e[2].id for e in core.queue.blocked] == [0]
 
 
+def test_demand_state_with_its_free_bound_equals_a_scan_of_every_node():
+    """The cached bound on free resources (loose after starts, raised by finishes, exact again
+    after a miss) never changes the answer: after random starts, ends and accepting changes,
+    ``_demand_state`` equals "fits some accepting node now / ever" scanned node by node."""
+    rng = np.random.default_rng(1)
+    specs = [NodeSpec("cpu", {"CPU": 8, "memory": 32}), NodeSpec("a10g", {"CPU": 4, "memory": 16,
+             "GPU": 1}, accelerator="A10G"), NodeSpec("gpu2", {"CPU": 8, "memory": 64, "GPU": 2})]
+    t = NodeTable(specs * 3)
+    shapes = [_d(num_cpus=c, num_gpus=g, memory_gb=m) for c in (0, 1, 2, 4, 8)
+              for g in (0, 0.25, 0.5, 1, 2) for m in (0, 4, 20)] + [
+        _d(num_cpus=1, num_gpus=1, accelerator_type="A10G")]
+    running, checked = [], 0
+    for step in range(2000):
+        d = shapes[int(rng.integers(len(shapes)))]
+        ever = any(t.accept_l[i] and t.fits_total(i, d) for i in range(t.n))
+        now = any(t.fits_now(i, d) for i in range(t.n))
+        assert t._demand_state(d) == (2 if now else 1 if ever else 0), (step, d)
+        checked += now
+        r = rng.random()
+        if r < 0.5 and now:
+            i = t.fitting(d)[int(rng.integers(len(t.fitting(d))))]
+            running.append(f"t{step}")
+            t.start(i, running[-1], d, 1.0)
+        elif r < 0.9 and running:
+            t.finish(running.pop(int(rng.integers(len(running)))))
+        elif r >= 0.97:
+            t.set_accepting(int(rng.integers(t.n)), bool(rng.random() < 0.7))
+    assert checked > 200  # both answers were exercised
+
+
+def test_a_round_sets_aside_at_most_node_look_tasks_that_do_not_fit_now():
+    """Under a backlog that fits no node now, a round looks at NODE_LOOK of them and stops: a
+    task that fits, queued behind more than that, waits for the next round (bounded cost per
+    round); one queued within NODE_LOOK starts (backfill)."""
+    from envs.decision import NODE_LOOK
+
+    def run(waiting: int) -> list[int]:
+        t = NodeTable([NodeSpec("c", {"CPU": 2, "memory": 8})])
+        t.start(0, "x", _d(num_cpus=1), 5.0)
+        core = DecisionCore(t, Rules(False, True, True))
+        for k in range(waiting):
+            w = _T(_d(num_cpus=2), tid=k)
+            core.queue.push(w.key, w.id, w)
+        small = _T(_d(num_cpus=1), tid=waiting)
+        core.queue.push(small.key, small.id, small)
+        started = []
+        core.run_round(lambda k: 0, lambda k, i: started.append(k.id) or
+                       t.start(i, k, k.demands, 1.0))
+        return started
+
+    assert run(NODE_LOOK) == [NODE_LOOK]
+    assert run(NODE_LOOK + 1) == []
+
+
 # ---------------------------------------------------------------- the simulator
 def test_a_request_on_two_nodes_matches_its_timeline_by_hand():
     """plan (0.5 GPU, 2 s) -> two tools (2 CPUs, 3 s each) -> answer (0.5 GPU, 1 s) on a GPU node

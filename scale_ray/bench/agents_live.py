@@ -9,10 +9,17 @@ Prints per policy the live and the twin's workflow response (model s: mean, p95,
 over Ray default live and in the twin (value / Ray default's − 1), and the gap between them in
 points; ``--json`` writes ``rel_diff_vs_ray_default`` and ``max_twin_gap_points`` with every
 number.
+
+The overhead part (not with ``--skip-overhead``): a burst of requests submitted at once on the
+same nodes, the first rule against Ray default (:func:`live_overhead`: throughput, the scheduler
+thread's CPU per task, Ray default's submission CPU per task), and the scheduler's decision path
+without Ray at ``--overhead-nodes`` nodes (:func:`decision_overhead`: this machine holds only 8
+raylets), in ``overhead``.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import shutil
@@ -25,13 +32,16 @@ import numpy as np
 from envs.agents import AgentTask, load_agents, node_specs, sample_request
 from envs.config import EnvConfig, replace
 from envs.config_files import read_yaml, resolve_config_path
+from envs.decision import RUNNING
 from envs.node_sim import NodeSimulator, arrival_rate
 from envs.nodes import NodeSpec
 from envs.workflow import TaskSpec, WorkflowSpec
 from policies import get_policy
 from policies.node_rules import node_policy
-from scale_ray.live import LiveScheduler
-from scale_ray.live.cluster import COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL
+from scale_ray.live import LiveConfig, LiveScheduler
+from scale_ray.live.cluster import COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL, NodeInfo, run_speed
+from scale_ray.live.handles import WorkflowHandle
+from scale_ray.live.nodes import LiveServer
 from scale_ray.live.ray_default import RayDefaultRunner
 from scale_ray.live.raylocal import prepare_local_ray
 from scale_ray.live.workflow import (Call, CollectedWorkflow, Primitive, emulated_body,
@@ -140,6 +150,15 @@ class AgentsCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
+def live_settings(nodes: list[NodeSpec], ts: float) -> tuple[EnvConfig, dict[str, Any]]:
+    """The env and the live config of every run: Ray's resource model, the nodes' GPU speeds
+    relative to their CPU speed, emulated run times at time scale ``ts``, no hedging."""
+    gpu_speeds = {nd.accelerator: nd.gpu_speed / nd.cpu_speed for nd in nodes if nd.accelerator}
+    env = replace(EnvConfig(), mdp={"transfer_delays_start": False})
+    return env, {"model": "nodes", "time_scale": ts, "server_compute": 1.0,
+                 "gpu_speeds": gpu_speeds, "hedge": "off"}
+
+
 def live_run(runner: Any, reqs: list[tuple[float, list[AgentTask]]], ts: float,
              timeout_s: float) -> dict[str, Any]:
     """Submit every request at its arrival time (wall = model x ``ts``), wait for all."""
@@ -162,10 +181,7 @@ def run_agents(args: Any) -> int:
     nodes = node_specs(cfg, args.nodes)
     ts = args.time_scale
     rules = list(dict.fromkeys(args.rules))
-    gpu_speeds = {nd.accelerator: nd.gpu_speed / nd.cpu_speed for nd in nodes if nd.accelerator}
-    env = replace(EnvConfig(), mdp={"transfer_delays_start": False})
-    live_cfg = {"model": "nodes", "time_scale": ts, "server_compute": 1.0,
-                "gpu_speeds": gpu_speeds, "hedge": "off"}
+    env, live_cfg = live_settings(nodes, ts)
     out: dict[str, Any] = {"setting": "agents", "nodes": args.nodes, "gpu_load": cfg.gpu_load,
                            "workflows": args.workflows, "time_scale": ts, "runs": []}
     shapes = {nd.name: sum(1 for m in nodes if m.name == nd.name) for nd in nodes}
@@ -199,6 +215,13 @@ def run_agents(args: Any) -> int:
                       f"twin {twin['mean_workflow_response_s']:.2f} model s "
                       f"({time.perf_counter() - t0:.0f} s wall)", flush=True)
             out["runs"].append(row)
+        if not args.skip_overhead:
+            out["overhead"] = live_overhead(cfg, nodes, args.overhead_requests, args.repeats,
+                                            rules[0], args.seed, args.timeout_s)
+    if not args.skip_overhead:
+        out["overhead"]["decision_only"] = [
+            decision_overhead(n, args.overhead_requests * n // args.nodes, args.seed, rules[0],
+                              args.agents_config) for n in args.overhead_nodes]
     summarize(out, rules)
     print(format_agents(out))
     if args.json:
@@ -240,6 +263,19 @@ def format_agents(out: dict[str, Any]) -> str:
                          f"{tw['mean_workflow_response_model_s']:9.2f} "
                          f"{tw['p95_workflow_response_model_s']:7.2f} "
                          f"{tw['p99_workflow_response_model_s']:7.2f}")
+    o = out.get("overhead")
+    if o:
+        lines += ["", f"overhead, a burst of {o['requests']} requests ({o['tasks']} tasks) at once "
+                  f"on {out['nodes']} nodes, medians of {o['repeats']}: scheduler "
+                  f"({o['rule']}) {o['scheduler_tasks_per_s']:.0f} tasks/s, Ray default "
+                  f"{o['ray_default_tasks_per_s']:.0f} (ratio {o['throughput_ratio']:.2f}); "
+                  f"scheduler thread CPU {o['scheduler_cpu_ms_per_task']:.2f} ms a task; Ray "
+                  f"default's submission CPU {o['ray_default_submit_cpu_ms_per_task']:.2f} ms a "
+                  "task (the Ray client calls every run pays)"]
+        for d in o.get("decision_only", []):
+            lines.append(f"  decision path without Ray at {d['nodes']} nodes ({d['requests']} "
+                         f"requests, {d['tasks']} tasks, ready backlog up to "
+                         f"{d['max_ready_backlog']}): {d['cpu_ms_per_task']:.3f} ms CPU a task")
     lines.append("")
     for name, t in out["table"].items():
         lines.append(f"{name}: mean vs Ray default live " + " / ".join(
@@ -247,3 +283,115 @@ def format_agents(out: dict[str, Any]) -> str:
             rel(g) for g in t["rel_diff_twin"]) + f"; gap {t['twin_gap_points']:.1f} points; "
             "p95 vs Ray default live " + " / ".join(rel(g) for g in t["p95_rel_diff_live"]))
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- overhead
+OVERHEAD_TS = 0.001  # the burst's time scale: 1 model s of emulated run = 1 ms wall
+
+
+def live_overhead(cfg: Any, nodes: list[NodeSpec], n_requests: int, repeats: int, rule: str,
+                  seed: int, timeout_s: float) -> dict[str, Any]:
+    """``n_requests`` agent requests submitted at once (emulated run times at
+    :data:`OVERHEAD_TS`), placed by the scheduler (node rule ``rule``) and by Ray default on the
+    running cluster, alternated ``repeats`` times; medians. The scheduler's cost is its thread's
+    CPU (its own work and the Ray client calls it makes) per task; Ray default's is the CPU of
+    the driver's submission (one ``.options().remote()`` per task), what any run pays."""
+    rng = np.random.default_rng(seed)
+    reqs = [sample_request(cfg, rng) for _ in range(n_requests)]
+    tasks = sum(len(r) for r in reqs)
+    env, live_cfg = live_settings(nodes, OVERHEAD_TS)
+    rows: dict[str, list[float]] = {"ray_tp": [], "ray_cpu": [], "sched_tp": [], "sched_cpu": []}
+    for r in range(repeats):
+        for name in (REFERENCE, rule) if r % 2 == 0 else (rule, REFERENCE):
+            runner = RayDefaultRunner(env, dict(live_cfg)) if name == REFERENCE else \
+                LiveScheduler(get_policy("eft"), env, {**live_cfg, "node_rule": rule})
+            wfs = [collected(t, f"burst{k}") for k, t in enumerate(reqs)]
+            with runner:
+                c0, t0 = time.thread_time(), time.perf_counter()
+                for w in wfs:
+                    runner.submit(w)
+                submit_cpu = time.thread_time() - c0
+                if not runner.drain(timeout=timeout_s):
+                    raise RuntimeError(f"overhead burst: {name} still running after "
+                                       f"{timeout_s:.0f} s")
+                wall = time.perf_counter() - t0
+                s = runner.summary()
+            if name == REFERENCE:
+                rows["ray_tp"].append(tasks / wall)
+                rows["ray_cpu"].append(1e3 * submit_cpu / tasks)
+            else:
+                rows["sched_tp"].append(tasks / wall)
+                rows["sched_cpu"].append(1e3 * s["thread_cpu_s"] / max(1, s["tasks_started"]))
+        print(f"  overhead round {r + 1}: Ray default {rows['ray_tp'][-1]:.0f} tasks/s, "
+              f"{rule} {rows['sched_tp'][-1]:.0f} tasks/s, scheduler CPU "
+              f"{rows['sched_cpu'][-1]:.2f} ms a task", flush=True)
+    med = {k: float(np.median(v)) for k, v in rows.items()}
+    return {"requests": n_requests, "tasks": tasks, "repeats": repeats, "rule": rule,
+            "time_scale": OVERHEAD_TS, "ray_default_tasks_per_s": med["ray_tp"],
+            "scheduler_tasks_per_s": med["sched_tp"],
+            "throughput_ratio": med["sched_tp"] / med["ray_tp"],
+            "scheduler_cpu_ms_per_task": med["sched_cpu"],
+            "ray_default_submit_cpu_ms_per_task": med["ray_cpu"], "raw": rows}
+
+
+def _server(i: int, spec: Any) -> LiveServer:
+    res = dict(spec.resources)
+    caps = tuple(sorted((k, float(v)) for k, v in res.items() if k != "memory" and v > 0))
+    if spec.accelerator:
+        caps = tuple(sorted(caps + ((f"accelerator_type:{spec.accelerator}", 1.0),)))
+    info = NodeInfo(f"n{i}", 1, spec.cpu_speed, res.get("memory", 0.0), spec.name, 0.0, 0.0,
+                    caps, spec.gpu_speed if res.get("GPU") else 0.0)
+    return LiveServer(i, info, 0)
+
+
+def decision_overhead(n_nodes: int, n_requests: int, seed: int = 0, rule: str = "eft_spread",
+                      config: str = CONFIG) -> dict[str, Any]:
+    """The scheduler's own CPU per task without Ray, at any number of nodes: a
+    :class:`LiveScheduler` in node mode over ``n_nodes`` nodes of the config's shapes admits a
+    burst of ``n_requests`` requests; its rounds (``LivePlacement.round``: the decision core,
+    the ``NodeTable``, the node rule ``rule``) run as live, a start holds the node's resources
+    as a run does, and runs end in order of their emulated run time through the scheduler's own
+    completion path (``_finish``). Left out: only Ray's part of a run (``.remote()``,
+    ``ray.wait``, ``ray.get``), which :func:`live_overhead` measures."""
+    cfg = load_agents(read_yaml(resolve_config_path(config)))
+    specs = node_specs(cfg, n_nodes)
+    rng = np.random.default_rng(seed)
+    reqs = [sample_request(cfg, rng) for _ in range(n_requests)]
+    env = replace(EnvConfig(), mdp={"transfer_delays_start": False})
+    sched = LiveScheduler(get_policy("eft", env), env,
+                          LiveConfig(model="nodes", node_rule=rule, time_scale=1.0, hedge="off"))
+    sched._nodes.pooled = True  # as the first refresh sets it on plain Ray nodes
+    servers = [_server(i, s) for i, s in enumerate(specs)]
+    sched._set_alive(servers)
+    clock = [0.0]
+    ends: list[tuple[float, int, Any]] = []
+
+    def start(t: Any, srv: LiveServer, _wall: float) -> None:  # what _submit records, no Ray
+        until = clock[0] + t.prim.compute_gflop / run_speed(srv.node, t.demands)
+        srv.take(t, until)
+        t.server, t.state, t.started = srv, RUNNING, clock[0]
+        heapq.heappush(ends, (until, t.gid, t))
+
+    sched._submit = start  # the round's start callback
+    handles = [WorkflowHandle(k, collected(tasks, f"request{k}"), 0.0)
+               for k, tasks in enumerate(reqs)]
+    t0 = time.thread_time()  # from admission on: the user's DAG building is not counted
+    for h in handles:
+        sched._admit(h)
+    started = backlog_max = 0
+    now = time.perf_counter
+    while True:
+        sched.placement.round(now, sched._ask, lambda t, srv: start(t, srv, 0.0))
+        backlog_max = max(backlog_max, len(sched.placement.queue.heap))
+        if not ends:
+            break
+        clock[0], _, t = heapq.heappop(ends)
+        started += 1
+        sched._finish(t, t.server.node.node_id, 0.0)
+    cpu = time.thread_time() - t0
+    done = sum(1 for h in handles if h.done())
+    if done != n_requests:
+        raise RuntimeError(f"decision overhead: {done} of {n_requests} requests finished")
+    return {"nodes": n_nodes, "requests": n_requests, "tasks": started, "rule": rule,
+            "cpu_s": cpu, "cpu_ms_per_task": 1e3 * cpu / max(1, started),
+            "max_ready_backlog": backlog_max}

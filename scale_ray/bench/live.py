@@ -100,6 +100,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--runs", type=int, default=2, help="runs (seeds from --seed)")
     g.add_argument("--agents-config", default="configs/env/agents.yaml")
     g.add_argument("--timeout-s", type=float, default=900.0, help="per run and policy")
+    g.add_argument("--overhead-requests", type=int, default=150, help="the overhead part's "
+                   "burst of requests on the live nodes (--skip-overhead: none); the decision "
+                   "path without Ray gets as many per node")
+    g.add_argument("--overhead-nodes", type=int, nargs="*", default=[64, 256],
+                   help="node counts of the decision path measured without Ray")
     p.add_argument("--trace-dir", default=None,
                    help="write each quality run's live trace (live_POLICY.jsonl) and its twin's "
                         "(twin_POLICY.jsonl) here, for scale-ray explain")

@@ -130,7 +130,7 @@ class Completions:
                 continue
             tk.key = self._key(self.order, tk, wf.arrival_wall)
             if tk.state == READY:
-                self.placement.queue.push(tk.key, tk.gid, tk)
+                self.placement.rekey(tk)
 
     def _lose(self, t: LiveTask, why: str, lost_output: bool = False) -> None:
         srv = self._free(t)

@@ -13,6 +13,7 @@ runs only when the scheduler says so.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
@@ -22,6 +23,7 @@ from .config import PlacementError
 
 
 # Ray errors that mean "the run was lost, not the primitive's fault": retried by the scheduler.
+@functools.cache
 def system_errors() -> tuple[type, ...]:
     import ray.exceptions as rex
 

@@ -51,6 +51,10 @@ class LivePlacement:
         # Ray's resource model (LiveConfig.model: nodes): a NodeTable, placed by a node rule
         self.pooled = False
         self.rule: Callable[..., int] | None = None
+        # Ray's resource model: a round only after something changed (a task became ready or
+        # was re-keyed, a run ended, the node set or an actor changed), as the simulator runs
+        # one at each event; the node rules read no clock between events
+        self.changed = True
         self._rng = np.random.default_rng(0)
         self.max_memory = 0.0  # largest memory of an alive server (offered or not)
         # the compute (GFLOP) the policy is shown for a task; default its declared compute
@@ -71,6 +75,7 @@ class LivePlacement:
         the servers come from, which an empty cluster does not tell yet)."""
         self.pooled = pooled
         self.rule = node_policy(rule) if pooled else None
+        self.changed = True
         q = self.queue
         for entries in (q.heap, q.deferred, q.blocked):
             for e in entries:
@@ -81,6 +86,7 @@ class LivePlacement:
         """The servers the policy sees, in this order (a node-set change)."""
         self.alive = alive
         self._pos = {id(s): i for i, s in enumerate(alive)}
+        self.changed = True
         self.max_memory = max((s.node.memory_gb for s in alive), default=0.0)
         if self.pooled:  # the nodes' resources; the runs already on them hold theirs
             table = NodeTable([node_spec(s.node) for s in alive])
@@ -103,6 +109,7 @@ class LivePlacement:
     def set_offered(self, srv: LiveServer, offered: bool) -> None:
         """``srv``'s actor answered (True) or is starting again (False)."""
         srv.offered = offered
+        self.changed = True
         i = self._pos.get(id(srv))
         if i is not None:
             self.table.set_accepting(i, offered)
@@ -117,6 +124,7 @@ class LivePlacement:
         model, the node's resources it held) free again."""
         if srv.release(t, now) and self.pooled:
             self.table.finish(t)
+            self.changed = True
 
     def sync(self, now: float) -> None:
         """The table at wall time ``now``: busy servers' remaining model seconds and power."""
@@ -147,6 +155,13 @@ class LivePlacement:
         t.state = READY
         t.pooled = self.pooled  # its demands: the full Ray request in Ray's resource model
         self.queue.push(t.key, t.gid, t)
+        self.changed = True
+
+    def rekey(self, t: LiveTask) -> None:
+        """Ready ``t`` has a new order key (a dynamic order): queued again under it (the queue
+        drops the older entry when it reaches the top)."""
+        self.queue.push(t.key, t.gid, t)
+        self.changed = True
 
     def views(self, t: LiveTask, now: float) -> tuple[TaskView, list[ServerView]]:
         """The task and the alive servers as the encoder's plain descriptions at wall time
@@ -189,6 +204,9 @@ class LivePlacement:
         ``start(task, server)`` runs a valid pick (its server is marked busy here)."""
         table = self.table
         if self.pooled:
+            if not self.changed:
+                return
+            self.changed = False
             rule, rng = self.rule, self._rng
 
             def ask_node(t: LiveTask) -> int:
