@@ -22,28 +22,75 @@ and every task demanding ``{slot: 1}`` (tests/test_nodes.py checks :class:`NodeT
 
 :class:`NodeTable` is the server table of :class:`envs.decision.DecisionCore` in this model
 (``pooled``): its ``fits_now`` replaces "idle and the memory fits". NumPy-free, stdlib only.
+
+Label selectors (Ray's ``label_selector`` option, :func:`parse_selector`): a node has labels
+(``NodeSpec.labels``; live: what Ray reports); a task's selector ``{key: expr}`` with ``expr`` one
+of ``v``, ``!v``, ``in(a,b)``, ``!in(a,b)`` is part of its demands as a pair
+``("label:key=expr", 1)``, so it keys every cache as a resource does; a node fits such a task
+only where every term matches its labels: ``in`` needs the key with one of the values, ``!``
+(not in) fails only where the key has one of them (a node without the key matches), as Ray's
+label scheduling does.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["NodeSpec", "NodeTable", "demands_of", "check_demands", "EPS"]
+__all__ = ["NodeSpec", "NodeTable", "demands_of", "check_demands", "parse_selector", "EPS"]
 
 EPS = 1e-9
 GPU = "GPU"
 MEMORY = "memory"
 ACCEL_PREFIX = "accelerator_type:"
+LABEL_PREFIX = "label:"
+# Ray's syntax (ray/_private/label_utils.py): a label value, and a selector value
+_VALUE = r"[a-zA-Z0-9](?:[a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?"
+_SELECTOR = re.compile(rf"!?(?:in\(({_VALUE}(?:, ?{_VALUE})*)\)|({_VALUE}))")
+_KEY = re.compile(rf"(?:[a-z0-9](?:[a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_VALUE}")
+
+
+def parse_selector(selector: Mapping[str, str] | None, where: str = "label_selector"
+                   ) -> tuple[tuple[str, str], ...]:
+    """Ray's ``label_selector`` option, checked with Ray's syntax: sorted ``(key, expr)`` pairs.
+    Raises ValueError naming the key and what is allowed."""
+    if selector is None:
+        return ()
+    if not isinstance(selector, Mapping):
+        raise ValueError(f"{where}: must be a mapping of label key to selector, got "
+                         f"{type(selector).__name__}")
+    out = []
+    for k, v in selector.items():
+        if not isinstance(k, str) or not _KEY.fullmatch(k):
+            raise ValueError(f"{where}: key {k!r} is not a Ray label key ([prefix/]name, up to "
+                             "63 alphanumerics, '-', '_', '.')")
+        if not isinstance(v, str) or not _SELECTOR.fullmatch(v):
+            raise ValueError(f"{where}[{k!r}]: {v!r} is not a Ray label selector (one of: value, "
+                             "!value, in(a,b), !in(a,b))")
+        out.append((k, v))
+    return tuple(sorted(out))
+
+
+def selector_matches(key: str, expr: str, labels: Mapping[str, str]) -> bool:
+    """Whether a node with ``labels`` matches the selector term ``{key: expr}`` (Ray's
+    semantics: module docstring)."""
+    m = _SELECTOR.fullmatch(expr)
+    values = [v.strip() for v in (m.group(1) or m.group(2)).split(",")] if m else []
+    if expr.startswith("!"):
+        return labels.get(key) not in values
+    return key in labels and labels[key] in values
 
 
 def demands_of(num_cpus: float = 1.0, num_gpus: float = 0.0, memory_gb: float = 0.0,
                resources: Mapping[str, float] | None = None,
-               accelerator_type: str | None = None) -> tuple[tuple[str, float], ...]:
+               accelerator_type: str | None = None,
+               label_selector: Mapping[str, str] | None = None) -> tuple[tuple[str, float], ...]:
     """A task's demands from Ray's task options (``memory`` in GB here, bytes in Ray), as sorted
     ``(resource, amount)`` pairs with zero amounts left out. ``accelerator_type`` becomes a
-    demand of 0.001 of ``accelerator_type:<name>``, as Ray does."""
+    demand of 0.001 of ``accelerator_type:<name>``, as Ray does; each ``label_selector`` term a
+    pair ``("label:key=expr", 1)``."""
     d: dict[str, float] = {}
     for k, v in (("CPU", num_cpus), (GPU, num_gpus), (MEMORY, memory_gb)):
         if v:
@@ -56,8 +103,14 @@ def demands_of(num_cpus: float = 1.0, num_gpus: float = 0.0, memory_gb: float = 
             d[k] = float(v)
     if accelerator_type:
         d[ACCEL_PREFIX + accelerator_type] = 0.001
+    d.update(selector_demands(parse_selector(label_selector)))
     check_demands(d)
     return tuple(sorted(d.items()))
+
+
+def selector_demands(selector: tuple[tuple[str, str], ...]) -> dict[str, float]:
+    """A parsed selector as demand pairs (``label:key=expr``: 1)."""
+    return {f"{LABEL_PREFIX}{k}={v}": 1.0 for k, v in selector}
 
 
 def check_demands(d: Mapping[str, float], where: str = "demands") -> None:
@@ -93,10 +146,12 @@ class NodeSpec:
 
 class _Compiled:
     """A demand tuple against one table's resource index: the non-GPU pairs by index, the GPU
-    amount, and the kind of work."""
-    __slots__ = ("pairs", "gpu", "gpu_work", "memory")
+    amount, the kind of work, and the nodes its label selector allows (None: any)."""
+    __slots__ = ("pairs", "gpu", "gpu_work", "memory", "allowed")
 
-    def __init__(self, pairs: list[tuple[int, float]], gpu: float, memory: float):
+    def __init__(self, pairs: list[tuple[int, float]], gpu: float, memory: float,
+                 allowed: frozenset[int] | None = None):
+        self.allowed = allowed
         self.pairs = pairs
         self.gpu = gpu
         self.gpu_work = gpu > 0
@@ -153,47 +208,61 @@ class NodeTable:
         except KeyError:
             pass
         pairs, gpu, mem, ok = [], 0.0, 0.0, True
+        allowed: frozenset[int] | None = None
         for k, v in demands:
             if k == GPU:
                 gpu = v
+            elif k.startswith(LABEL_PREFIX):  # a label selector term: the nodes it allows
+                key, _, expr = k[len(LABEL_PREFIX):].partition("=")
+                match = frozenset(i for i, nd in enumerate(self.nodes)
+                                  if selector_matches(key, expr, nd.labels))
+                allowed = match if allowed is None else allowed & match
             elif k in self.index:
                 pairs.append((self.index[k], v))
                 if k == MEMORY:
                     mem = v
             elif v > 0:
                 ok = False
-        c = _Compiled(pairs, gpu, mem) if ok else None
+        c = _Compiled(pairs, gpu, mem, allowed) if ok else None
         self._compiled[demands] = c
         return c
 
     def missing(self, demands: tuple[tuple[str, float], ...]) -> str | None:
         """Why no node could ever hold ``demands`` (the resource named, with the most any node
         has), or None when some node could."""
+        if any(self.fits_total(i, demands) for i in range(self.n)):
+            return None
+        labels = [k for k, _ in demands if k.startswith(LABEL_PREFIX)]
+        c = self.compile(demands)
+        if labels and c is not None and not c.allowed:
+            terms = ", ".join(f"{k[len(LABEL_PREFIX):].replace('=', ': ', 1)}" for k in labels)
+            return f"label_selector {{{terms}}} (no node's labels match it)"
+        resources = [(k, v) for k, v in demands if not k.startswith(LABEL_PREFIX)]
+        nodes = range(self.n) if c is None or c.allowed is None else sorted(c.allowed)
         best: dict[str, float] = {}
-        for i in range(self.n):
-            if self.fits_total(i, demands):
-                return None
+        for i in nodes:
             r = self.nodes[i].all_resources()
-            for k, _ in demands:
+            for k, _ in resources:
                 best[k] = max(best.get(k, 0.0), r.get(k, 0.0))
-        for k, v in demands:
+        where = "any node" if len(nodes) == self.n else "any node its label_selector allows"
+        for k, v in resources:
             if best.get(k, 0.0) + EPS < v:
-                return f"{k}={v:g} (the most any node has: {best.get(k, 0.0):g})"
-        return "the combination " + ", ".join(f"{k}={v:g}" for k, v in demands) + \
-            " (no single node has all of it)"
+                return f"{k}={v:g} (the most {where} has: {best.get(k, 0.0):g})"
+        return "the combination " + ", ".join(f"{k}={v:g}" for k, v in resources) + \
+            f" (no single node {'it allows ' if labels else ''}has all of it)"
 
     # ---------------------------------------------------------------- the rules
     def fits_total(self, i: int, demands: tuple) -> bool:
         """Whether node ``i`` could ever hold ``demands`` (its totals)."""
         c = self.compile(demands)
-        return c is not None and _covers(self.total[i], self._gpu_total[i], c)
+        return c is not None and _covers(self.total[i], self._gpu_total[i], c, i)
 
     def fits_now(self, i: int, demands: tuple) -> bool:
         """The valid pick: node ``i`` accepts work and its free resources cover ``demands``."""
         if not (0 <= i < self.n and self.accept_l[i]):
             return False
         c = self.compile(demands)
-        return c is not None and _covers(self.free[i], self.gpus[i], c)
+        return c is not None and _covers(self.free[i], self.gpus[i], c, i)
 
     def fitting(self, demands: tuple) -> list[int]:
         """The nodes where ``demands`` fit now (:meth:`fits_now` over all nodes, the demand
@@ -202,7 +271,7 @@ class NodeTable:
         if c is None:
             return []
         acc, free, gpus = self.accept_l, self.free, self.gpus
-        return [i for i in range(self.n) if acc[i] and _covers(free[i], gpus[i], c)]
+        return [i for i in range(self.n) if acc[i] and _covers(free[i], gpus[i], c, i)]
 
     def _demand_state(self, demands: tuple, memory_gb: float = 0.0) -> int:
         """0: no accepting node could ever hold it; 1: one could, none can now; 2: one can now
@@ -231,7 +300,7 @@ class NodeTable:
                 s = 1
             if s == 2:
                 acc, free, gpus = self.accept_l, self.free, self.gpus
-                if not any(acc[i] and _covers(free[i], gpus[i], c) for i in range(self.n)):
+                if not any(acc[i] and _covers(free[i], gpus[i], c, i) for i in range(self.n)):
                     s = 1
                     self._bound = None  # it was loose (after starts): exact again next time
         self._state[demands] = s
@@ -340,13 +409,16 @@ class NodeTable:
                 free[j] += v
             for k, v in tg:
                 gpus[k] += v
-            if _covers(free, gpus, c):
+            if _covers(free, gpus, c, i):
                 return max(end, now)
         return math.inf
 
 
-def _covers(have: list[float], gpus: list[float], c: _Compiled) -> bool:
-    """Whether ``have`` (by resource index) and the GPU instances ``gpus`` cover ``c``."""
+def _covers(have: list[float], gpus: list[float], c: _Compiled, i: int) -> bool:
+    """Whether node ``i``, with ``have`` (by resource index) and the GPU instances ``gpus``,
+    covers ``c`` (and its label selector allows node ``i``)."""
+    if c.allowed is not None and i not in c.allowed:
+        return False
     for j, v in c.pairs:
         if have[j] + EPS < v:
             return False

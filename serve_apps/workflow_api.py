@@ -18,7 +18,7 @@ A submitted workflow is the live DAG format (docs/live.md) with, per task, the f
   of ``parents``; ``args``/``kwargs`` are JSON values.
 * results are returned as JSON (a value JSON cannot hold is answered as its ``repr``).
 * Ray's demands (``num_cpus``, ``num_gpus``, ``memory`` in bytes, ``resources``,
-  ``accelerator_type``), validated as ``@ray.remote`` options are: the task goes only to a server
+  ``accelerator_type``, ``label_selector``), validated as ``@ray.remote`` options are: the task goes only to a server
   that has them (a task no server has is a 422 naming what is missing) and its Ray task asks
   Ray for them; a marked tool's own options are the defaults.
 
@@ -90,6 +90,10 @@ class WorkflowTaskIn(BaseModel):
         Field(None, max_length=32, description="Ray custom resources, name -> amount")
     accelerator_type: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = \
         Field(None, description="Ray's accelerator_type (e.g. A100)")
+    label_selector: dict[Annotated[str, StringConstraints(min_length=1, max_length=317)],
+                         Annotated[str, StringConstraints(min_length=1, max_length=400)]] | None = \
+        Field(None, max_length=16, description="Ray's label_selector: label key -> value, !value, "
+                                               "in(a,b) or !in(a,b) (Ray's resource model)")
 
     def ray_options(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in RAY_DEMANDS if getattr(self, k) is not None}

@@ -4,6 +4,8 @@ node's GPU speed, and the Ray task options that ask Ray for exactly what is trac
 
 from __future__ import annotations
 
+import pytest
+
 from envs.config import build
 from policies import get_policy
 from scale_ray.bench.agents_live import decision_overhead
@@ -14,7 +16,7 @@ from scale_ray.live.discovery import discover
 from scale_ray.live.executors import node_task_options
 from scale_ray.live.handles import WorkflowHandle
 from scale_ray.live.nodes import LiveServer
-from scale_ray.live.workflow import Primitive, emulated_body
+from scale_ray.live.workflow import Primitive, WorkflowError, emulated_body
 
 
 def _node(nid: str, res: dict, gpu_compute: float = 0.0) -> NodeInfo:
@@ -134,3 +136,21 @@ def test_the_decision_path_bench_runs_every_task_of_its_burst():
     r = decision_overhead(4, 12, seed=3)
     assert r["requests"] == 12 and r["tasks"] >= 12 and r["cpu_ms_per_task"] > 0
     assert r["max_ready_backlog"] >= 1
+
+
+def test_a_label_selector_from_ray_options_places_on_matching_nodes_and_asks_ray_for_it():
+    a = LiveServer(0, NodeInfo("a", 1, 1.0, 16.0, "a", caps=(("CPU", 8.0),),
+                               labels=(("zone", "a"),)), 0)
+    b = LiveServer(1, NodeInfo("b", 1, 1.0, 16.0, "b", caps=(("CPU", 8.0),),
+                               labels=(("zone", "b"),)), 0)
+    sched = _sched([a, b])
+    sel = Primitive(emulated_body, 1.0, ray_options={"label_selector": {"zone": "b"}})
+    _admit(sched, [sel, sel])
+    started = []
+    sched.placement.round(lambda: 0.0, None, lambda t, srv: started.append(srv.sid) or
+                          srv.take(t, 10.0))
+    assert started == [1, 1]  # node a is emptier and first, but its labels do not match
+    opts = node_task_options(sel)
+    assert opts["label_selector"] == {"zone": "b"} and "resources" not in opts
+    with pytest.raises(WorkflowError, match=r"label_selector\['zone'\]"):
+        Primitive(emulated_body, 1.0, ray_options={"label_selector": {"zone": "in()"}})

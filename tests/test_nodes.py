@@ -12,7 +12,7 @@ from envs.config_base import ConfigError
 from envs.decision import DecisionCore, Rules, ServerTable
 from envs.config import FeatureConfig
 from envs.node_sim import NodeSimulator
-from envs.nodes import NodeSpec, NodeTable, demands_of
+from envs.nodes import NodeSpec, NodeTable, demands_of, parse_selector, selector_matches
 from policies import node_rules
 from policies.node_rules import RayHybrid, eft, eft_wait, node_policy
 
@@ -193,6 +193,40 @@ def test_a_round_sets_aside_at_most_node_look_tasks_that_do_not_fit_now():
 
     assert run(NODE_LOOK) == [NODE_LOOK]
     assert run(NODE_LOOK + 1) == []
+
+
+def test_label_selectors_follow_rays_syntax_and_matching():
+    """Ray's label_selector: value, !value, in(a,b), !in(a,b); ``in`` needs the key, ``!``
+    matches a node without it; bad syntax is refused naming the key."""
+    assert parse_selector({"zone": "in(a, b)", "market": "!spot"}) == (
+        ("market", "!spot"), ("zone", "in(a, b)"))
+    cases = [("A100", {"t": "A100"}, True), ("A100", {}, False), ("!A100", {}, True),
+             ("!A100", {"t": "A100"}, False), ("in(a,b)", {"t": "b"}, True),
+             ("in(a,b)", {"t": "c"}, False), ("in(a,b)", {}, False),
+             ("!in(a,b)", {"t": "c"}, True), ("!in(a,b)", {"t": "a"}, False)]
+    for expr, labels, want in cases:
+        assert selector_matches("t", expr, labels) is want, (expr, labels)
+    for bad in ("in()", "!!a", "in(a,", "-a", ""):
+        with pytest.raises(ValueError, match=r"label_selector\['t'\]"):
+            parse_selector({"t": bad})
+    with pytest.raises(ValueError, match="not a Ray label key"):
+        parse_selector({"bad key": "a"})
+
+
+def test_a_selector_limits_where_a_task_fits_and_a_refusal_names_it():
+    t = NodeTable([NodeSpec("a", {"CPU": 4}, labels={"zone": "a"}),
+                   NodeSpec("b", {"CPU": 8}, labels={"zone": "b", "spot": "yes"}),
+                   NodeSpec("c", {"CPU": 8})])
+    assert t.fitting(_d(num_cpus=2, label_selector={"zone": "a"})) == [0]
+    assert t.fitting(_d(num_cpus=2, label_selector={"zone": "!a"})) == [1, 2]
+    assert t.fitting(_d(num_cpus=2, label_selector={"zone": "!a", "spot": "!yes"})) == [2]
+    d = _d(num_cpus=6, label_selector={"zone": "a"})
+    assert t._demand_state(d) == 0
+    assert t.missing(d) == "CPU=6 (the most any node its label_selector allows has: 4)"
+    assert "label_selector {zone: in(x, y)} (no node's labels match it)" == t.missing(
+        _d(num_cpus=1, label_selector={"zone": "in(x, y)"}))
+    t.start(0, "x", _d(num_cpus=3), 1.0)
+    assert t._demand_state(_d(num_cpus=2, label_selector={"zone": "a"})) == 1  # waits for a
 
 
 # ---------------------------------------------------------------- the simulator

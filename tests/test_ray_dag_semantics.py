@@ -391,9 +391,9 @@ NEEDS_RESOURCE_MODEL = {_with_options_as_ray}
 @pytest.fixture(scope="module")
 def local_ray():
     no_ray_connection()
-    # one node as a laptop's: 2 CPUs, one (logical) GPU, 16 GB of Ray memory
+    # one node as a laptop's: 2 CPUs, one (logical) GPU, 16 GB of Ray memory, a label
     ray.init(address="local", num_cpus=2, num_gpus=1, _memory=16 * 10 ** 9,
-             include_dashboard=False, log_to_driver=False)
+             labels={"zone": "local"}, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:
@@ -578,3 +578,14 @@ def test_a_task_no_node_could_hold_is_refused_naming_the_resource(sched):
         sched.submit(one.options(memory=20 * 10 ** 9).bind())
     with pytest.raises(Unschedulable, match="custom=1"):
         sched.submit(one.options(resources={"custom": 1}).bind())
+    with pytest.raises(Unschedulable, match=r"label_selector \{zone: elsewhere\}"):
+        sched.submit(one.options(label_selector={"zone": "elsewhere"}).bind())
+
+
+def test_a_label_selector_runs_where_the_node_labels_match_as_in_ray(sched):
+    """Ray's label_selector (the node is labelled zone=local): plain Ray and the scheduler both
+    run the task; the scheduler's Ray task carries the selector, so Ray checks it too."""
+    task = one.options(label_selector={"zone": "local"})
+    assert ray.get(task.remote()) == sched.submit(task.bind()).result(timeout=60) == 1
+    other = one.options(label_selector={"zone": "!elsewhere"})
+    assert ray.get(other.remote()) == sched.submit(other.bind()).result(timeout=60) == 1

@@ -916,3 +916,13 @@ def test_ray_demands_over_http_become_the_tasks_demands_non_ascii_names_included
     assert b.demands == () and a.emulate and b.emulate  # no tool: the emulated body
     from serve_apps.workflow_api import RAY_DEMANDS, WorkflowTaskIn
     assert set(RAY_DEMANDS) <= set(WorkflowTaskIn.model_fields)  # every demand is a field
+
+
+def test_a_label_selector_over_http_is_a_demand_and_a_bad_one_names_the_task_and_key():
+    wf = _parse(_doc([{"name": "a", "compute_gflop": 1, "label_selector": {"zone": "in(a, b)"}}]))
+    p = wf.calls[0].primitive
+    assert ("label:zone=in(a, b)", 1.0) in p.ray_demands
+    assert p.ray_options["label_selector"] == {"zone": "in(a, b)"}
+    with pytest.raises(RequestError) as e:
+        _parse(_doc([{"name": "a", "compute_gflop": 1, "label_selector": {"zone": "in()"}}]))
+    assert "label_selector['zone']" in str(e.value) and "in(a,b)" in str(e.value)

@@ -340,7 +340,8 @@ def _server(i: int, spec: Any) -> LiveServer:
     if spec.accelerator:
         caps = tuple(sorted(caps + ((f"accelerator_type:{spec.accelerator}", 1.0),)))
     info = NodeInfo(f"n{i}", 1, spec.cpu_speed, res.get("memory", 0.0), spec.name, 0.0, 0.0,
-                    caps, spec.gpu_speed if res.get("GPU") else 0.0)
+                    caps, spec.gpu_speed if res.get("GPU") else 0.0,
+                    tuple(sorted(spec.labels.items())))
     return LiveServer(i, info, 0)
 
 

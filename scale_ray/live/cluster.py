@@ -56,6 +56,7 @@ class NodeInfo:
     # accelerator_type:*, custom resources; scale_ray.live.discovery.server_caps)
     caps: tuple[tuple[str, float], ...] = ()
     gpu_compute: float = 0.0  # its speed for GPU work (Ray's resource model); 0: ``compute``
+    labels: tuple[tuple[str, str], ...] = ()  # its Ray labels (label selectors; nodes model)
 
 
 def node_spec(node: NodeInfo) -> NodeSpec:
@@ -63,7 +64,8 @@ def node_spec(node: NodeInfo) -> NodeSpec:
     (``envs.nodes``): its Ray resources (memory in GB) and its speed for every kind of work
     (``NodeInfo.compute``)."""
     return NodeSpec(node.tier, dict(node.caps) | {"memory": node.memory_gb},
-                    cpu_speed=node.compute, gpu_speed=node.gpu_compute or node.compute)
+                    cpu_speed=node.compute, gpu_speed=node.gpu_compute or node.compute,
+                    labels=dict(node.labels))
 
 
 def run_speed(node: NodeInfo, demands: tuple[tuple[str, float], ...]) -> float:

@@ -80,7 +80,8 @@ def parse_plain_node(raw: dict[str, Any], cfg: LiveConfig, compute: float,
         gpu = cfg.gpu_speeds.get(acc[0], 1.0) if acc and res.get("GPU") else 1.0
         base = (cfg.server_compute or compute) * speed
         return NodeInfo(raw["NodeID"], 1, base, float(res.get("memory", 0) or 0) / 1e9, tier,
-                        0.0, 0.0, server_caps(res, 1), base * gpu if gpu != 1.0 else 0.0)
+                        0.0, 0.0, server_caps(res, 1), base * gpu if gpu != 1.0 else 0.0,
+                        tuple(sorted((str(k), str(v)) for k, v in labels.items())))
     cpus = float(res.get("CPU", 0) or 0)
     per = cfg.task_num_cpus if cfg.task_num_cpus > 0 else 1.0
     slots = cfg.slots_per_node or int(math.floor(cpus / per + 1e-9))

@@ -159,17 +159,17 @@ PINNED_MAX = 4096  # pinned variants kept (RemoteCache.pinned), the oldest dropp
 def node_task_options(prim: Any) -> dict[str, Any]:
     """Ray's resource model (``LiveConfig.model: nodes``): the options of the Ray task that runs
     ``prim``, asking Ray for exactly the demands the scheduler tracks (``Primitive.ray_demands``:
-    CPUs, GPUs, memory, custom resources, accelerator type), so Ray never queues it on a node
-    the scheduler thought free."""
+    CPUs, GPUs, memory, custom resources, accelerator type, label selector), so Ray never queues
+    it on a node the scheduler thought free."""
     d = dict(prim.ray_demands)
     out: dict[str, Any] = {"num_cpus": d.pop("CPU", 0.0), "num_gpus": d.pop("GPU", 0.0)}
     mem = d.pop("memory", 0.0)
     if mem > 0:
         out["memory"] = int(round(mem * 1e9))
-    custom = {k: v for k, v in d.items() if not k.startswith("accelerator_type:")}
+    custom = {k: v for k, v in d.items() if not k.startswith(("accelerator_type:", "label:"))}
     if custom:
         out["resources"] = custom
-    for k in ("accelerator_type", "runtime_env"):
+    for k in ("accelerator_type", "label_selector", "runtime_env"):
         if k in prim.ray_options:
             out[k] = prim.ray_options[k]
     return out

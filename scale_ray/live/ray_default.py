@@ -122,7 +122,7 @@ class RayDefaultRunner:
                 else:
                     opts = dict(prim.ray_options)  # a Ray DAG node's options: Ray honours them
                     opts["resources"] = {**opts.get("resources", {}), SLOT_RESOURCE: 1.0}
-                    opts["label_selector"] = selectors[i]
+                    opts["label_selector"] = {**opts.get("label_selector", {}), **selectors[i]}
                 gflop = prim.run_gflop * ts if prim.emulate else 0.0  # its true compute
                 meta: tuple = (None, 0.0, gflop)
                 inputs = self._inputs(wf, i, status_refs) if gflop > 0 else ()

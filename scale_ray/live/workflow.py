@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from envs.config import ResourceMappingConfig
 from envs.loaders import load_dags
 from envs.loaders.livedag import parse_dag
+from envs.nodes import parse_selector, selector_demands
 from envs.runtime import kind_of_name
 from envs.workload import TaskSpec, WorkflowError, WorkflowSpec
 
@@ -63,8 +64,9 @@ class Primitive:
         output_gb: size of the result (GB), for the transfer-delay feature.
         name: label in traces and errors (default: the function name).
         ray_options: Ray's task options (:data:`RAY_OPTIONS`): ``num_cpus``, ``num_gpus``,
-            ``memory``, ``resources``, ``accelerator_type`` are demands (the task only goes to a
-            server that has them, and its Ray task asks Ray for them), ``runtime_env`` travels
+            ``memory``, ``resources``, ``accelerator_type``, ``label_selector`` are demands (the
+            task only goes to a server that has them, and its Ray task asks Ray for them; label
+            selectors in Ray's resource model only), ``runtime_env`` travels
             with the Ray task. Ray's retry options are accepted and ignored (this scheduler
             re-runs lost tasks); anything else is a :class:`WorkflowError`.
         emulate: sleep the emulated run time before the body (an emulated heterogeneous
@@ -151,7 +153,8 @@ class Primitive:
 
 
 # Ray task options a primitive accepts: demands and the runtime env (Primitive.ray_options).
-RAY_OPTIONS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "runtime_env")
+RAY_OPTIONS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "label_selector",
+               "runtime_env")
 # Ray options accepted and ignored: the scheduler places, names and re-runs tasks itself.
 _IGNORED_RAY_OPTIONS = ("max_retries", "retry_exceptions", "name", "max_calls", "_metadata",
                         "enable_task_events")
@@ -234,6 +237,12 @@ def _check_ray_options(name: str, options: Mapping[str, Any] | None
                 raise WorkflowError(f"primitive {name!r}: Ray option accelerator_type must be a "
                                     f"non-empty string, got {value!r}")
             demands[f"accelerator_type:{value}"] = 0.001  # as Ray asks for it
+        elif key == "label_selector":  # Ray's syntax; the nodes whose labels match (envs.nodes)
+            try:
+                value = dict(parse_selector(value))
+            except ValueError as e:
+                raise WorkflowError(f"primitive {name!r}: Ray option {e}") from None
+            demands.update(selector_demands(tuple(value.items())))
         elif key == "runtime_env":
             if not isinstance(value, Mapping):
                 raise WorkflowError(f"primitive {name!r}: Ray option runtime_env must be a "
