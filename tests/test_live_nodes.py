@@ -12,10 +12,12 @@ from scale_ray.bench.agents_live import decision_overhead
 from scale_ray.config import load_env
 from scale_ray.live import LiveConfig, LiveScheduler, collect
 from scale_ray.live.cluster import NodeInfo, run_speed, server_caps
+from scale_ray.live.config import Unschedulable
 from scale_ray.live.discovery import discover
 from scale_ray.live.executors import node_task_options
 from scale_ray.live.handles import WorkflowHandle
 from scale_ray.live.nodes import LiveServer
+from scale_ray.live.refusals import check_fits
 from scale_ray.live.workflow import Primitive, WorkflowError, emulated_body
 
 
@@ -154,3 +156,12 @@ def test_a_label_selector_from_ray_options_places_on_matching_nodes_and_asks_ray
     assert opts["label_selector"] == {"zone": "b"} and "resources" not in opts
     with pytest.raises(WorkflowError, match=r"label_selector\['zone'\]"):
         Primitive(emulated_body, 1.0, ray_options={"label_selector": {"zone": "in()"}})
+
+
+def test_the_slot_model_refuses_a_label_selector_by_name():
+    slot = LiveServer(0, NodeInfo("s", 1, 1.0, 8.0, "small", caps=(("CPU", 1.0),),
+                                  labels=(("zone", "a"),)), 0)
+    wf = collect([Primitive(emulated_body, 1.0,
+                            ray_options={"label_selector": {"zone": "a"}}).bind()])
+    with pytest.raises(Unschedulable, match="label_selector, which the slot model"):
+        check_fits(wf, [slot], [], LiveConfig(), "scale")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from envs.nodes import NodeTable
+from envs.nodes import LABEL_PREFIX, NodeTable
 
 from .cluster import node_spec
 from .config import LiveConfig, NoServers, Unschedulable
@@ -44,6 +44,11 @@ def check_fits(wf: Any, alive: Sequence[Any], tiers: Sequence[Any], cfg: LiveCon
     limit = live_max if tier_max is None else tier_max
     for i, call in enumerate(wf.calls):
         prim = call.primitive
+        if any(k.startswith(LABEL_PREFIX) for k, _ in prim.demands):
+            raise Unschedulable(
+                f"workflow {name!r}: task {i} ({prim.name!r}) has a label_selector, which the "
+                f"slot model (scale_slot servers) does not place by; plain Ray nodes (live.model: "
+                f"nodes) honour it")
         if prim.memory_gb > limit:
             more = "" if tier_max is None else (f", largest tier the autoscaler may add: "
                                                 f"{tier_max:g} GB")
