@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = ["NodeSpec", "NodeTable", "demands_of", "check_demands", "parse_selector", "EPS"]
 
@@ -186,6 +186,9 @@ class NodeTable:
         self.cpu_speed = [nd.cpu_speed for nd in self.nodes]
         self.gpu_speed = [nd.gpu_speed for nd in self.nodes]
         self.has_gpu = [bool(g) for g in self.gpus]
+        # (task, node, its run at the node's speed) -> the run to plan with (live: the run-time
+        # estimator's, learned per kind and node shape); None: compute / speed
+        self.estimate: Callable[[Any, int, float], float] | None = None
         self.accept_l = [True] * self.n
         self.running: list[dict[Any, float]] = [{} for _ in range(self.n)]  # task -> end
         self._held: dict[Any, tuple] = {}  # task -> (node, compiled demand, GPU taken)
@@ -379,6 +382,12 @@ class NodeTable:
         """Node ``i``'s speed for a task with ``demands`` (GPU work when it asks for a GPU)."""
         c = self.compile(demands)
         return self.gpu_speed[i] if c is not None and c.gpu_work else self.cpu_speed[i]
+
+    def run_time(self, i: int, task: Any) -> float:
+        """``task``'s run on node ``i``: its compute over the node's speed for its kind, or what
+        :attr:`estimate` makes of that."""
+        run = task.compute / self.speed(i, task.demands)
+        return run if self.estimate is None else self.estimate(task, i, run)
 
     def utilization(self, i: int, names: Iterable[str] = ("CPU", MEMORY)) -> float:
         """Ray's critical resource utilization of node ``i``: the highest used fraction over

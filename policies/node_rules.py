@@ -48,14 +48,10 @@ def _finish_scan(table: NodeTable, task, allow: Callable[[int], bool] | None = N
                  ) -> tuple[float, list[int]]:
     """The least run time among the nodes ``task`` fits now (and ``allow``), and those nodes."""
     best, arg = math.inf, []
-    d = task.demands
-    c = table.compile(d)
-    gpu_work = c is not None and c.gpu_work
-    speeds = table.gpu_speed if gpu_work else table.cpu_speed
-    for i in table.fitting(d):
+    for i in table.fitting(task.demands):
         if allow is not None and not allow(i):
             continue
-        run = task.compute / speeds[i]
+        run = table.run_time(i, task)
         if run < best - 1e-12:
             best, arg = run, [i]
         elif run <= best + 1e-12:
@@ -75,7 +71,7 @@ def eft_wait(table: NodeTable, task, now: float, rng: np.random.Generator) -> in
     run, fit = _finish_scan(table, task)  # the nodes it fits now first: a bound to beat
     best, arg = (now + run, fit[0]) if fit else (math.inf, -1)
     for i in range(table.n):
-        r = task.compute / table.speed(i, d)
+        r = table.run_time(i, task)
         if now + r >= best - 1e-12:  # starts no earlier than now: cannot beat the best
             continue
         s = table.earliest_fit(i, d, now)

@@ -165,3 +165,28 @@ def test_the_slot_model_refuses_a_label_selector_by_name():
                             ray_options={"label_selector": {"zone": "a"}}).bind()])
     with pytest.raises(Unschedulable, match="label_selector, which the slot model"):
         check_fits(wf, [slot], [], LiveConfig(), "scale")
+
+
+def test_with_the_estimator_the_node_rule_plans_with_run_times_learned_per_node_shape():
+    """Two GPU nodes of equal configured speed. With live.estimator online, once the estimator
+    has seen kind "llm" run 2.6x faster on the a100 shape, the rule sends the call there though
+    the a10g node is listed first (and wins the tie without the estimator)."""
+    env = load_env(None, servers=4)
+    picks = []
+    for estimator in ("off", "online"):
+        gpus = [LiveServer(i, NodeInfo(f"g{i}", 1, 1.0, 16.0, shape,
+                                       caps=(("CPU", 4.0), ("GPU", 1.0))), 0)
+                for i, shape in enumerate(("a10g", "a100"))]
+        sched = LiveScheduler(get_policy("eft", env), env,
+                              LiveConfig(time_scale=1.0, estimator=estimator))
+        sched._nodes.pooled = True
+        sched._set_alive(gpus)
+        if sched.estimator is not None:
+            for _ in range(5):
+                sched.estimator.observe("llm", "a100", 1.0, 2.6)
+                sched.estimator.observe("llm", "a10g", 2.6, 2.6)
+        llm = Primitive(emulated_body, 2.6, kind="llm", ray_options={"num_gpus": 1})
+        _admit(sched, [llm])
+        sched.placement.round(lambda: 0.0, None, lambda t, srv: picks.append(srv.node.tier) or
+                              srv.take(t, 10.0))
+    assert picks == ["a10g", "a100"]

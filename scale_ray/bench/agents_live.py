@@ -150,13 +150,21 @@ class AgentsCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def live_settings(nodes: list[NodeSpec], ts: float) -> tuple[EnvConfig, dict[str, Any]]:
-    """The env and the live config of every run: Ray's resource model, the nodes' GPU speeds
-    relative to their CPU speed, emulated run times at time scale ``ts``, no hedging."""
-    gpu_speeds = {nd.accelerator: nd.gpu_speed / nd.cpu_speed for nd in nodes if nd.accelerator}
+def live_settings(nodes: list[NodeSpec], ts: float, speeds: str = "known"
+                  ) -> tuple[EnvConfig, dict[str, Any]]:
+    """The env and the live config of every run: Ray's resource model, emulated run times at
+    time scale ``ts``, no hedging; ``speeds`` ``known``: the nodes' GPU speeds relative to their
+    CPU speed are configured (``gpu_speeds``), ``learned``: none is (every node speed 1) and the
+    run-time estimator learns them per kind and node shape from completions."""
     env = replace(EnvConfig(), mdp={"transfer_delays_start": False})
-    return env, {"model": "nodes", "time_scale": ts, "server_compute": 1.0,
-                 "gpu_speeds": gpu_speeds, "hedge": "off"}
+    cfg: dict[str, Any] = {"model": "nodes", "time_scale": ts, "server_compute": 1.0,
+                           "hedge": "off"}
+    if speeds == "known":
+        cfg["gpu_speeds"] = {nd.accelerator: nd.gpu_speed / nd.cpu_speed
+                             for nd in nodes if nd.accelerator}
+    else:
+        cfg["estimator"] = "online"
+    return env, cfg
 
 
 def live_run(runner: Any, reqs: list[tuple[float, list[AgentTask]]], ts: float,
@@ -181,13 +189,14 @@ def run_agents(args: Any) -> int:
     nodes = node_specs(cfg, args.nodes)
     ts = args.time_scale
     rules = list(dict.fromkeys(args.rules))
-    env, live_cfg = live_settings(nodes, ts)
+    env, live_cfg = live_settings(nodes, ts, args.speeds)
     out: dict[str, Any] = {"setting": "agents", "nodes": args.nodes, "gpu_load": cfg.gpu_load,
+                           "speeds": args.speeds,
                            "workflows": args.workflows, "time_scale": ts, "runs": []}
     shapes = {nd.name: sum(1 for m in nodes if m.name == nd.name) for nd in nodes}
     print(f"agents live: {args.nodes} nodes {shapes}, GPU load {cfg.gpu_load:g}, "
           f"{args.workflows} requests per run, time_scale {ts:g}, {args.runs} run(s), "
-          f"rules {rules} vs {REFERENCE}", flush=True)
+          f"rules {rules} vs {REFERENCE}, node speeds {args.speeds}", flush=True)
     with AgentsCluster(nodes):
         for r in range(args.runs):
             seed = args.seed + r

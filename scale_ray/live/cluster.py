@@ -75,6 +75,19 @@ def run_speed(node: NodeInfo, demands: tuple[tuple[str, float], ...]) -> float:
     return node.compute
 
 
+def emulated_speed(node: NodeInfo, demands: tuple[tuple[str, float], ...]) -> float:
+    """The speed an emulated run on ``node`` really has: the node's ``scale.gpu_compute`` (GPU
+    work) or ``scale.compute`` label where Ray reports one (an emulated cluster states its truth
+    there, and Ray default's emulated runs read the same labels), else :func:`run_speed`."""
+    labels = dict(node.labels)
+    gpu = any(k == "GPU" and v > 0 for k, v in demands)
+    key = GPU_COMPUTE_LABEL if gpu and GPU_COMPUTE_LABEL in labels else COMPUTE_LABEL
+    try:
+        return float(labels[key])
+    except (KeyError, ValueError):
+        return run_speed(node, demands)
+
+
 def node_resources(tier: TierConfig, slots: int) -> dict[str, float]:
     """Custom resources advertising ``slots`` servers of ``tier``."""
     return {SLOT_RESOURCE: float(slots), COMPUTE_RESOURCE: float(tier.compute),

@@ -33,7 +33,7 @@ from typing import Any
 
 from envs.run_model import quantile_s
 
-from .cluster import run_speed
+from .cluster import emulated_speed, run_speed
 from .nodes import LiveServer
 from .tasks import RUNNING, LiveTask
 from .workflow import Call
@@ -80,7 +80,8 @@ class Runs:
         estimate = expected if self.estimator is None else self.estimator.duration(
             prim.kind, node.tier, expected)
         true_gflop = prim.copy_gflop if copy else prim.run_gflop
-        sleep_s = true_gflop / speed * ts if ts > 0 and prim.emulate else 0.0
+        sleep_s = true_gflop / emulated_speed(node, t.demands) * ts if ts > 0 and prim.emulate \
+            else 0.0
         transfer = 0.0
         if ts > 0 and prim.emulate and self.env.mdp.transfer_delays_start and t.parents:
             # emulated inputs, as the simulator's transfer_delays_start: the largest

@@ -56,6 +56,9 @@ class LivePlacement:
         # one at each event; the node rules read no clock between events
         self.changed = True
         self._rng = np.random.default_rng(0)
+        # Ray's resource model with LiveConfig.estimator online: the node rules plan with the
+        # estimator's run per kind and node shape (the configured speeds are its prior)
+        self.estimator: Any = None
         self.max_memory = 0.0  # largest memory of an alive server (offered or not)
         # the compute (GFLOP) the policy is shown for a task; default its declared compute
         self.shown: Callable[[Any], float] = lambda t: t.prim.compute_gflop
@@ -90,6 +93,10 @@ class LivePlacement:
         self.max_memory = max((s.node.memory_gb for s in alive), default=0.0)
         if self.pooled:  # the nodes' resources; the runs already on them hold theirs
             table = NodeTable([node_spec(s.node) for s in alive])
+            if self.estimator is not None:
+                est = self.estimator
+                table.estimate = lambda t, i, run: est.duration(t.prim.kind, alive[i].node.tier,
+                                                                 run)
             for i, s in enumerate(alive):
                 table.set_accepting(i, s.offered)
                 for t, until in s.running.items():

@@ -130,6 +130,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         if self.estimator is not None:
             est = self.estimator
             self.placement.shown = lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)
+            self.placement.estimator = est
         self.node_tasks: dict[str, int] = {}
         # a fair share between submit(tenant=...) tenants (LiveConfig.fair_share)
         self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
