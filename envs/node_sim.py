@@ -12,6 +12,11 @@ times first), each placed where the policy picks; a task no node can
 start now waits without asking (``ask_only_startable``), a pick that does not fit now is a
 wait (the policy chose to wait for a node), neither blocks the tasks behind it.
 
+Learned speeds (``learn_speeds``): the node rules plan as the live scheduler does with no speed
+configured and ``live.estimator: online``: every node's speed is 1 to them, and the run-time
+estimator (``envs.estimator``) learns each kind's run per node shape from the runs that finished;
+the runs themselves take compute / the node's true speed.
+
 Randomness: arrivals, requests and the policy's own draws come from separate generators spawned
 from one seed, so every policy sees the same requests (paired comparisons).
 
@@ -29,8 +34,10 @@ import numpy as np
 from . import order as orders
 from .agents import AgentsConfig, expected_gpu_seconds, node_specs, sample_request
 from .decision import DONE, READY, WAITING, DecisionCore, Rules
+from .estimator import RuntimeEstimator
 from .events import ARRIVAL, FINISH, EventQueue
 from .nodes import NodeSpec, NodeTable
+from .runtime import kind_of_name
 
 __all__ = ["NodeTask", "NodeSimulator", "arrival_rate", "Policy"]
 
@@ -81,8 +88,9 @@ class NodeSimulator:
     """One episode per :meth:`run` of ``cfg``'s workload on ``nodes`` (module docstring)."""
 
     def __init__(self, cfg: AgentsConfig, nodes: Sequence[NodeSpec] | int,
-                 rate: float | None = None):
+                 rate: float | None = None, learn_speeds: bool = False):
         self.cfg = cfg
+        self.learn_speeds = learn_speeds
         self.nodes = node_specs(cfg, nodes) if isinstance(nodes, int) else list(nodes)
         self.rate = rate if rate is not None else arrival_rate(cfg, self.nodes)
         gpu = [nd.gpu_speed for nd in self.nodes if nd.resources.get("GPU")]
@@ -106,6 +114,11 @@ class NodeSimulator:
         r_arr, r_wl = np.random.default_rng(arr_ss), np.random.default_rng(wl_ss)
         r_pol = np.random.default_rng(pol_ss)
         table = NodeTable(self.nodes)
+        est = RuntimeEstimator() if self.learn_speeds else None
+        shapes = [nd.name for nd in self.nodes]
+        if est is not None:  # speed 1 everywhere to the rules, then what the estimator learned
+            table.estimate = lambda t, i, _run: est.duration(kind_of_name(t.name), shapes[i],
+                                                             t.compute)
         core = DecisionCore(table, Rules(head_of_line_blocking=False, ask_only_startable=True,
                                          mask_infeasible=True))
         events = EventQueue()
@@ -153,6 +166,8 @@ class NodeSimulator:
             else:  # FINISH
                 t = b
                 table.finish(t)
+                if est is not None:  # the run it took against its run at speed 1
+                    est.observe(kind_of_name(t.name), shapes[t.node], now - t.start, t.compute)
                 t.state, t.finish = DONE, now
                 d = dict(t.demands)
                 busy["gpu"] += (now - t.start) * d.get("GPU", 0.0)

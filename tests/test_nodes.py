@@ -251,6 +251,21 @@ def test_a_request_on_two_nodes_matches_its_timeline_by_hand():
     assert m2["waits"] == 0
 
 
+def test_learned_speeds_start_blind_and_follow_the_estimator():
+    """With no speed known (learn_speeds: speed 1 to the rule) EFT sends the first call to the
+    first node (a tie); its run shows that node at half the prior speed, so the next call goes
+    to the unexplored node, which runs at 3x the prior: every later call stays there. Known
+    speeds: all four on the fast node. (A node is only learned by running there: one slower than
+    the prior is left for good, one faster is found only when a call lands on it.)"""
+    nodes = [NodeSpec("slow", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=0.5),
+             NodeSpec("fast", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=3.0)]
+    calls = [(10.0 * k, [AgentTask("plan", _d(num_cpus=1, num_gpus=1), 3.0, ())])
+             for k in range(4)]
+    means = [NodeSimulator(_cfg(), nodes, rate=1.0, learn_speeds=learn).run(
+        eft, 0, arrivals=calls)["mean_workflow_response_s"] for learn in (False, True)]
+    assert means == [pytest.approx(1.0), pytest.approx((6.0 + 1.0 * 3) / 4)]
+
+
 def test_eft_wait_waits_for_a_faster_node_and_its_guard_bounds_the_wait():
     t = NodeTable([NodeSpec("slow", {"CPU": 1, "GPU": 1}), NodeSpec("fast", {"CPU": 1, "GPU": 1},
                                                                     gpu_speed=4.0)])

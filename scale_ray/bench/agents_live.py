@@ -215,9 +215,9 @@ def run_agents(args: Any) -> int:
                     "p99_workflow_response_model_s", "workflows_completed")} | {
                     "wall_s": time.perf_counter() - t0,
                     "thread_cpu_s": s.get("thread_cpu_s")}
-                twin = NodeSimulator(cfg, nodes).run(
-                    node_policy("ray" if name == REFERENCE else name), seed,
-                    arrivals=reqs)
+                twin = NodeSimulator(  # learned speeds: the twin learns them as live does
+                    cfg, nodes, learn_speeds=args.speeds == "learned" and name != REFERENCE).run(
+                    node_policy("ray" if name == REFERENCE else name), seed, arrivals=reqs)
                 row["twin"][name] = {(k[:-2] + "_model_s" if k.endswith("response_s") else k): v
                                      for k, v in twin.items()}
                 print(f"  run {r + 1} {name:12s} live mean {s['mean_workflow_response_model_s']:.2f} "

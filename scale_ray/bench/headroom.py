@@ -3,7 +3,9 @@
 paired episodes (same seeds, same requests), workflow response mean / p95 / p99, each rule's
 difference from EFT and from Ray's emulated default with 95 % t-intervals, and the default it
 chooses: the rule with the lowest mean whose gain over EFT excludes 0 at every size and load
-with p95 no worse, else EFT.
+with p95 no worse, else EFT. ``RULE:learned``: the rule knows no node speed and plans with what
+the run-time estimator learned (``NodeSimulator(learn_speeds=True)``), as live with
+``live.estimator: online`` and no speeds configured.
 
     scale-ray bench headroom --nodes 16 64 --loads 0.6 0.8 --episodes 30 --json OUT.json
 """
@@ -40,8 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--episodes", type=int, default=30, help="paired episodes (seeds 0..E-1)")
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), type=_rule,
                    help=f"node rules to compare ({', '.join(sorted(NODE_POLICIES))}; RULE@ORDER "
-                   f"with another ready order, e.g. eft@upward_rank: HEFT); eft and ray are "
-                   f"always run: the references")
+                   f"with another ready order, e.g. eft@upward_rank: HEFT; RULE:learned with "
+                   f"no speed known, learned online: envs/node_sim.py); eft and ray are always "
+                   f"run: the references")
     p.add_argument("--horizon-s", type=float, default=None, help="arrivals stop here "
                    "(default: the config's horizon_s)")
     p.add_argument("--workers", type=int, default=2, help="processes")
@@ -49,17 +52,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _rule(text: str) -> str:
-    rule, _, order = text.partition("@")
-    if rule not in NODE_POLICIES or (order and order not in ORDERS):
-        raise argparse.ArgumentTypeError(f"{text!r}: RULE[@ORDER], RULE one of "
-                                         f"{sorted(NODE_POLICIES)}, ORDER one of {list(ORDERS)}")
+    head, _, speeds = text.partition(":")
+    rule, _, order = head.partition("@")
+    if rule not in NODE_POLICIES or (order and order not in ORDERS) or speeds not in ("", "learned"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: RULE[@ORDER][:learned], RULE one of {sorted(NODE_POLICIES)}, ORDER one "
+            f"of {list(ORDERS)}; :learned: the rule knows no speed, the estimator learns them")
     return text
 
 
 def _episode(job: tuple) -> dict[str, Any]:
     cfg, n, load, policy, seed = job
-    rule, _, order = policy.partition("@")  # eft@upward_rank: HEFT (its order, then EFT)
-    sim = NodeSimulator(replace(cfg, gpu_load=load, **({"order": order} if order else {})), n)
+    head, _, speeds = policy.partition(":")  # eft:learned: no speed known, the estimator's
+    rule, _, order = head.partition("@")  # eft@upward_rank: HEFT (its order, then EFT)
+    sim = NodeSimulator(replace(cfg, gpu_load=load, **({"order": order} if order else {})), n,
+                        learn_speeds=speeds == "learned")
     t0 = time.perf_counter()
     m = sim.run(node_policy(rule), seed)
     return m | {"nodes": n, "load": load, "policy": policy, "episode": seed,

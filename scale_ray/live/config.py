@@ -113,7 +113,9 @@ class LiveConfig:
     estimator: Literal["off", "online"] = field(default="off", metadata=rng(
         doc="online: learn run times per (primitive kind, node tier) from completions "
             "(envs.estimator): the policy sees the estimates instead of the declared "
-            "compute_gflop, and busy servers their estimated remaining time"))
+            "compute_gflop, and busy servers their estimated remaining time; in Ray's "
+            "resource model the node rule plans with the estimated run on each node shape "
+            "(the configured speeds are the prior)"))
     hedge: Literal["off", "marked", "all"] = field(default="marked", metadata=rng(
         doc="backup copies of straggling runs (scale_ray.live.hedging): marked: primitives "
             "that say hedge=True (a DAG document's hedge field); all: every task; off: none"))
