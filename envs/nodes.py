@@ -383,6 +383,25 @@ class NodeTable:
         c = self.compile(demands)
         return self.gpu_speed[i] if c is not None and c.gpu_work else self.cpu_speed[i]
 
+    def dominant_share(self, demands: tuple) -> float:
+        """The largest fraction of an average node that ``demands`` hold, over the resources
+        (a tenant's fair share counts run time x this: resource-seconds, as DRF weighs
+        resources); 1 with no nodes."""
+        if not self.n:
+            return 1.0
+        c = self.compile(demands)
+        if c is None:
+            return 1.0
+        share = 0.0
+        for j, v in c.pairs:
+            mean = sum(t[j] for t in self.total) / self.n
+            if mean > 0 and not self.names[j].startswith(ACCEL_PREFIX):
+                share = max(share, v / mean)
+        if c.gpu:
+            mean = sum(sum(g) for g in self._gpu_total) / self.n
+            share = max(share, c.gpu / mean if mean > 0 else 0.0)
+        return share
+
     def run_time(self, i: int, task: Any) -> float:
         """``task``'s run on node ``i``: its compute over the node's speed for its kind, or what
         :attr:`estimate` makes of that."""

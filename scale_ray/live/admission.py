@@ -42,7 +42,12 @@ class Admission:
         tags = None
         if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
             in_order = sorted(range(len(gflop)), key=lambda i: (-ranks[i], i))
-            tags = self._fair.admit(h.tenant, [g / mean_c for g in gflop], in_order,
+            works = [g / mean_c for g in gflop]
+            if self.placement.pooled:  # resource-seconds: x the share of an average node held
+                table = self.placement.table
+                works = [w * table.dominant_share(c.primitive.ray_demands)
+                         for w, c in zip(works, h.workflow.calls)]
+            tags = self._fair.admit(h.tenant, works, in_order,
                                     (t.share for t, _ in self._running.values()))
         done = h.resumed_tasks or {}  # finished before a restart (Durable.resume)
         for i, call in enumerate(h.workflow.calls):

@@ -4,7 +4,8 @@ scheduler service's tenants): start-time fair queuing by *work*, tagged per task
 Each task gets a *start tag*. A tenant's workflow that arrives is laid out in the configured
 order (``envs.order``: its tasks by descending rank) as a sequence of work: its first task's tag
 is ``S = max(V, F_g)`` and each next task's tag is the previous one's plus that task's work ``w``
-(compute at the servers' mean speed, model s); ``F_g`` (the tenant's finish tag) moves to the end
+(compute at the servers' mean speed, model s; in Ray's resource model times the largest share of
+an average node its demands hold, ``NodeTable.dominant_share``: resource-seconds); ``F_g`` (the tenant's finish tag) moves to the end
 of the sequence. ``V``, the virtual time, is the smallest tag of a task running now (or, with
 nothing running, the largest tag ever started). Ready tasks go by tag first, then by the
 configured order.
