@@ -217,3 +217,26 @@ def test_the_fair_share_counts_resource_seconds_in_rays_resource_model():
         tags[tenant] = sorted(t.share for t in h.live_record.tasks)
     assert tags["cpu"][-1] < tags["gpu"][1]
     assert tags["gpu"][1] - tags["gpu"][0] == 16 * (tags["cpu"][1] - tags["cpu"][0])
+
+
+def test_the_node_table_keeps_model_seconds_so_eft_wait_compares_like_with_like():
+    """At time scale 0.5 a run expected to end 4 wall s from now ends 8 model s from now, so a
+    call of 8 model s on the idle slow node (ends at 8) beats waiting for the fast node (8 + 0.8):
+    eft_wait starts it now, as its twin would. With wall times in the table it compared 4 + 0.8
+    with 8 and waited."""
+    fast = LiveServer(0, _node("fast", {"CPU": 1, "memory": 8e9}), 0)
+    slow = LiveServer(1, _node("slow", {"CPU": 1, "memory": 8e9}), 0)
+    env = load_env(None, servers=4)
+    sched = LiveScheduler(get_policy("eft", env), env,
+                          LiveConfig(time_scale=0.5, node_rule="eft_wait"))
+    sched._nodes.pooled = True
+    sched._set_alive([fast, slow])
+    pl = sched.placement
+    pl.table.cpu_speed[:] = [10.0, 1.0]
+    _admit(sched, [Primitive(emulated_body, 1.0)])
+    pl.round(lambda: 100.0, None, lambda t, srv: srv.take(t, 104.0))  # on fast, 4 wall s left
+    assert len(fast.running) == 1
+    started = []
+    _admit(sched, [Primitive(emulated_body, 8.0)])
+    pl.round(lambda: 100.0, None, lambda t, srv: started.append(srv.sid) or srv.take(t, 108.0))
+    assert started == [1]

@@ -99,8 +99,8 @@ class LivePlacement:
                                                                  run)
             for i, s in enumerate(alive):
                 table.set_accepting(i, s.offered)
-                for t, until in s.running.items():
-                    table.start(i, t, t.demands, until)
+                for t, until in s.running.items():  # expected ends, wall -> model s
+                    table.start(i, t, t.demands, until / self._ts)
             self.core.servers = table
             self.queue.requeue_blocked()
             return
@@ -216,13 +216,15 @@ class LivePlacement:
             self.changed = False
             rule, rng = self.rule, self._rng
 
+            ts = self._ts  # the table's times are model s, as the rules' run times
+
             def ask_node(t: LiveTask) -> int:
-                return rule(table, t, now(), rng)
+                return rule(table, t, now() / ts, rng)
 
             def start_node(t: LiveTask, i: int) -> None:
                 srv = self.alive[i]
                 start(t, srv)
-                table.start(i, t, t.demands, srv.running.get(t, now()))
+                table.start(i, t, t.demands, srv.running.get(t, now()) / ts)
 
             self.core.run_round(ask_node, start_node)
             return
