@@ -2,7 +2,7 @@
 stops mid-run and starts again with the same storage resumes its workflows (finished primitives
 are not run again, the one that was running runs again and reads ``attempt() == 1``),
 idempotent submits, failed workflows that stay failed, and a damaged journal that is reported,
-never fatal. The service's kill -9 / redeploy tests are in tests/test_service.py."""
+never fatal; in the slot model and in Ray's resource model. The service's kill -9 / redeploy tests are in tests/test_service.py."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+import ray
 from processes import no_ray_connection
 
 from policies import get_policy
 from scale_ray.config import load_env
 from scale_ray.live import LiveConfig, LiveScheduler, WorkflowFailed, attempt, primitive
-from scale_ray.live.cluster import LocalHeteroCluster
+from scale_ray.live.cluster import SLOT_RESOURCE, LocalHeteroCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -36,12 +37,21 @@ def boom(x, marks):
     raise ValueError("no such city")
 
 
-@pytest.fixture(scope="module")
-def env():
+@pytest.fixture(scope="module", params=["slots", "nodes"])
+def env(request):
+    """A scale_slot cluster (the slot model), then a plain Ray node of 3 CPUs (Ray's resource
+    model: one whole-node server, every task that fits at once)."""
     no_ray_connection()
     env = load_env(None, ["cluster.servers=3"])
-    with LocalHeteroCluster(env.cluster):
+    if request.param == "slots":
+        with LocalHeteroCluster(env.cluster):
+            yield env
+        return
+    ray.init(address="local", num_cpus=3, include_dashboard=False, log_to_driver=False)
+    try:
         yield env
+    finally:
+        ray.shutdown()
 
 
 def _marks(d: Path) -> list[str]:
@@ -66,6 +76,8 @@ def test_a_restarted_driver_resumes_without_running_finished_tasks_again(env, tm
     bad = s1.submit(boom.bind(1, str(marks)), key="req-2")
     with pytest.raises(WorkflowFailed):
         bad.result(timeout=60)
+    slots = any(n["Resources"].get(SLOT_RESOURCE) for n in ray.nodes() if n["Alive"])
+    assert s1.placement.pooled is not slots  # a plain node: Ray's resource model
     _wait_for(marks / "b.0")  # a finished, b is running: the driver stops now
     s1.shutdown()
     assert s1.journal_size()["workflows"] == 2
