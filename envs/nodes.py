@@ -46,6 +46,7 @@ GPU = "GPU"
 MEMORY = "memory"
 ACCEL_PREFIX = "accelerator_type:"
 LABEL_PREFIX = "label:"
+CACHE_MAX = 1 << 16  # demand tuples a table keeps compiled (live: each task may have its own)
 # Ray's syntax (ray/_private/label_utils.py): a label value, and a selector value
 _VALUE = r"[a-zA-Z0-9](?:[a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?"
 _SELECTOR = re.compile(rf"!?(?:in\(({_VALUE}(?:, ?{_VALUE})*)\)|({_VALUE}))")
@@ -227,6 +228,9 @@ class NodeTable:
             elif v > 0:
                 ok = False
         c = _Compiled(pairs, gpu, mem, allowed) if ok else None
+        if len(self._compiled) >= CACHE_MAX:  # a long-lived table, tasks of their own demands
+            self._compiled.clear()
+            self._ever.clear()
         self._compiled[demands] = c
         return c
 

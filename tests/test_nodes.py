@@ -12,7 +12,8 @@ from envs.config_base import ConfigError
 from envs.decision import DecisionCore, Rules, ServerTable
 from envs.config import FeatureConfig
 from envs.node_sim import NodeSimulator
-from envs.nodes import NodeSpec, NodeTable, demands_of, parse_selector, selector_matches
+from envs.nodes import (CACHE_MAX, NodeSpec, NodeTable, demands_of, parse_selector,
+                        selector_matches)
 from policies import node_rules
 from policies.node_rules import RayHybrid, eft, eft_wait, node_policy
 
@@ -362,3 +363,14 @@ def test_heft_order_runs_the_longest_mean_path_first():
         got[order] = sim.run(eft, 0, arrivals=[(0.0, req)])["mean_task_response_s"]
     assert got["fifo"] == got["hop"] == pytest.approx((1 + 21 + 22) / 3)
     assert got["upward_rank"] == pytest.approx((20 + 21 + 22) / 3)
+
+
+def test_a_long_lived_table_keeps_its_demand_caches_bounded():
+    """Live, every task may bring its own demand tuple (its own memory): the compiled demands
+    and their "could ever fit" answers stay below CACHE_MAX entries and answers stay right."""
+    t = NodeTable([NodeSpec("c", {"CPU": 4, "memory": 16})])
+    for k in range(CACHE_MAX + 10):
+        d = _d(num_cpus=1, memory_gb=1 + k * 1e-6)
+        assert t._demand_state(d) == 2
+    assert len(t._compiled) <= CACHE_MAX and len(t._ever) <= CACHE_MAX
+    assert t._demand_state(_d(num_cpus=8)) == 0
