@@ -39,7 +39,8 @@ from envs.workflow import TaskSpec, WorkflowSpec
 from policies import get_policy
 from policies.node_rules import node_policy
 from scale_ray.live import LiveConfig, LiveScheduler
-from scale_ray.live.cluster import COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL, NodeInfo, run_speed
+from scale_ray.live.cluster import (COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL, NodeInfo,
+                                   run_speed, server_caps)
 from scale_ray.live.handles import WorkflowHandle
 from scale_ray.live.nodes import LiveServer
 from scale_ray.live.ray_default import RayDefaultRunner
@@ -344,12 +345,10 @@ def live_overhead(cfg: Any, nodes: list[NodeSpec], n_requests: int, repeats: int
 
 
 def _server(i: int, spec: Any) -> LiveServer:
-    res = dict(spec.resources)
-    caps = tuple(sorted((k, float(v)) for k, v in res.items() if k != "memory" and v > 0))
-    if spec.accelerator:
-        caps = tuple(sorted(caps + ((f"accelerator_type:{spec.accelerator}", 1.0),)))
+    """A node of ``spec`` as discovery would see it (whole: Ray's resource model)."""
+    res = spec.all_resources()  # with the accelerator marker Ray adds
     info = NodeInfo(f"n{i}", 1, spec.cpu_speed, res.get("memory", 0.0), spec.name, 0.0, 0.0,
-                    caps, spec.gpu_speed if res.get("GPU") else 0.0,
+                    server_caps(res, 1), spec.gpu_speed if res.get("GPU") else 0.0,
                     tuple(sorted(spec.labels.items())))
     return LiveServer(i, info, 0)
 

@@ -103,10 +103,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--overhead-requests", type=int, default=150, help="the overhead part's "
                    "burst of requests on the live nodes (--skip-overhead: none); the decision "
                    "path without Ray gets as many per node")
-    g.add_argument("--speeds", choices=("known", "learned"), default="known",
-                   help="known: the nodes' GPU speeds are configured (live.gpu_speeds); learned: "
-                        "none is, the run-time estimator learns them (live.estimator: online); "
-                        "the twin knows them either way")
+    g.add_argument("--speeds", choices=("known", "learned"), default="known", help="known: "
+                   "live.gpu_speeds set; learned: none, live and twin learn them (estimator)")
     g.add_argument("--overhead-nodes", type=int, nargs="*", default=[64, 256],
                    help="node counts of the decision path measured without Ray")
     p.add_argument("--trace-dir", default=None,
