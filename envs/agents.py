@@ -22,8 +22,8 @@ import numpy as np
 
 from .config_base import ConfigError, build, rng
 from .nodes import NodeSpec, check_demands
+from .order import ORDERS
 
-ORDERS = ("fifo", "hop", "upward_rank")
 
 __all__ = ["AgentsConfig", "NodeTypeConfig", "AgentTask", "load_agents", "node_specs",
            "sample_request"]
@@ -78,8 +78,11 @@ class AgentsConfig:
     gpu_load: float = field(default=0.6, metadata=rng(gt=0, lt=1, doc="offered GPU load: "
                             "arrival rate x expected GPU-seconds / the cluster's GPU speed"))
     horizon_s: float = field(default=600.0, metadata=rng(gt=0, doc="arrivals stop here"))
-    order: str = field(default="fifo", metadata=rng(doc="ready order: fifo (oldest request "
-                       "first), hop (longest path first) or upward_rank (HEFT's)"))
+    order: str = field(default="fifo", metadata=rng(doc="ready order (envs.order): fifo "
+                       "(oldest request first), hop (longest path first), upward_rank (HEFT's), "
+                       "edf, srpt or las; work in seconds at each kind's mean node speed"))
+    edf_factor: float = field(default=2.0, metadata=rng(gt=0, doc="edf: deadline = arrival + "
+                              "factor x the critical path on the fastest nodes"))
     preferred_head: bool = field(default=False, metadata=rng(doc="Ray default: the driver's "
                                  "node (node 0) is preferred, as Ray prefers the local node"))
 

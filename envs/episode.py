@@ -69,14 +69,14 @@ class WorkflowRecord:
 
 
 def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
-                   speed_by_memory: Sequence[tuple[float, float]], order: str,
+                   speed_by_memory: Sequence[tuple[float, float]], order: orders.Order,
                    mean_compute: float, bandwidth_gb_s: float, latency_s: float,
-                   edf_factor: float = 2.0, shown: Sequence[float] | None = None
+                   shown: Sequence[float] | None = None
                    ) -> tuple[WorkflowRecord, list[TaskRecord]]:
     """Workflow ``wid`` arriving at ``t`` with task ids from ``base``: linked tasks, each keyed
-    for the ready queue by ``order`` (:mod:`envs.order`), and the critical-path lower bound
-    (each task on the fastest tier, ``speed_by_memory`` ordered by speed, whose memory fits
-    it). ``shown``: the computes deciders see (``envs.runtime`` hints; default the spec's):
+    for the ready queue by ``order`` (:class:`envs.order.Order`), and the critical-path lower
+    bound (each task on the fastest tier, ``speed_by_memory`` ordered by speed, whose memory
+    fits it). ``shown``: the computes deciders see (``envs.runtime`` hints; default the spec's):
     the tasks' ``compute`` and the order keys use them, the lower bound the spec's."""
     specs = spec.tasks
     n = len(specs)
@@ -98,32 +98,28 @@ def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
     parents = [ts.parents for ts in specs]
     wf.lower_bound = orders.lower_bound_s([ts.compute_gflop for ts in specs], mems, parents,
                                           speed_by_memory)
-    rank = orders.ranks(order, comp, [ts.output_gb for ts in specs],
-                        kids, mean_compute, bandwidth_gb_s, latency_s)
-    work = sum(comp) / mean_compute if order == "srpt" else 0.0
-    bound = wf.lower_bound
-    if shown is not None and order == "edf":  # its deadline from what deciders see
-        bound = orders.lower_bound_s(comp, mems, parents, speed_by_memory)
-    wf.level = level = orders.initial_level(order, t, bound, work, edf_factor)
-    key = orders.task_key
+    rank = order.ranks(comp, [ts.output_gb for ts in specs], kids, mean_compute,
+                       bandwidth_gb_s, latency_s)
+    wf.level = level = order.level(t, comp, mems, parents, speed_by_memory, mean_compute)
+    key = order.key
     for i, task in enumerate(new):
         task.rank = rank[i]
-        task.key = key(order, rank[i], t, wid, level)
+        task.key = key(rank[i], t, wid, level)
     return wf, new
 
 
-def rekey(wf: WorkflowRecord, order: str, task: TaskRecord, run_s: float, mean_compute: float,
-          push: Any) -> None:
+def rekey(wf: WorkflowRecord, order: orders.Order, task: TaskRecord, run_s: float,
+          mean_compute: float, push: Any) -> None:
     """A dynamic order (``srpt``, ``las``): ``task`` of ``wf`` finished after ``run_s``
     seconds; the workflow's level moves, every unfinished task gets its new key and the ready
     ones are pushed again (``push(task)``; the queue drops their older entries)."""
-    wf.level = level = orders.finished(order, wf.level, task.compute, run_s, mean_compute)
-    key = orders.task_key
+    wf.level = level = order.finished(wf.level, task.compute, run_s, mean_compute)
+    key = order.key
     for tk in wf.tasks:
         st = tk.state
         if st == DONE:
             continue
-        tk.key = key(order, tk.rank, wf.arrival, wf.id, level)
+        tk.key = key(tk.rank, wf.arrival, wf.id, level)
         if st == READY:
             push(tk)
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .simulator import Simulator
 
 # Immutable or configuration attributes: shared as they are.
-_SHARED = frozenset({"cfg", "n_slots", "_bw", "_lat", "_speed_by_memory", "_mean_compute",
+_SHARED = frozenset({"cfg", "n_slots", "_bw", "_lat", "_speed_by_memory", "_mean_compute", "order",
                      "objective", "_start_reward", "_penalty_rate", "_hol", "_rules",
                      "_transfer_delays", "_mask_infeasible", "_backlog", "_max_decisions",
                      "_t_cap"})

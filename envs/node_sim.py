@@ -48,7 +48,8 @@ Policy = Callable[[NodeTable, "NodeTask", float, np.random.Generator], int]
 class NodeTask:
     """A task of a request in the decision core's terms (state, key, demands, waits)."""
     __slots__ = ("id", "wf", "idx", "name", "demands", "compute", "memory_gb", "children",
-                 "parents_left", "state", "key", "waits", "rank", "start", "finish", "node")
+                 "parents_left", "state", "key", "waits", "rank", "work", "start", "finish",
+                 "node")
 
     def __init__(self, tid: int, wf: "Request", idx: int, name: str, demands: tuple,
                  compute: float):
@@ -61,18 +62,20 @@ class NodeTask:
         self.key: tuple = ()
         self.waits = 0
         self.rank = 0
+        self.work = 0.0  # seconds at its kind's mean node speed (the order's work estimate)
         self.start = self.finish = math.nan
         self.node = -1
 
 
 class Request:
-    __slots__ = ("id", "arrival", "tasks", "done", "finish")
+    __slots__ = ("id", "arrival", "tasks", "done", "finish", "level")
 
     def __init__(self, rid: int, arrival: float):
         self.id, self.arrival = rid, arrival
         self.tasks: list[NodeTask] = []
         self.done = 0
         self.finish = math.nan
+        self.level = 0.0  # its order level (envs.order: deadline, work left, attained service)
 
 
 def arrival_rate(cfg: AgentsConfig, nodes: Sequence[NodeSpec], seed: int = 12345) -> float:
@@ -96,6 +99,10 @@ class NodeSimulator:
         gpu = [nd.gpu_speed for nd in self.nodes if nd.resources.get("GPU")]
         self._gpu_mean = sum(gpu) / len(gpu) if gpu else 1.0
         self._cpu_mean = sum(nd.cpu_speed for nd in self.nodes) / len(self.nodes)
+        self._gpu_max = max(gpu, default=1.0)
+        self._cpu_max = max(nd.cpu_speed for nd in self.nodes)
+        #: the ready-task order (envs.order), in seconds at each kind's mean node speed
+        self.order = orders.Order(cfg.order, cfg.edf_factor)
         table = NodeTable(self.nodes)
         for t in (cfg.llm, cfg.tool):  # every call the workload can make fits some node
             for g in t.gpu:
@@ -132,13 +139,13 @@ class NodeSimulator:
         requests: list[Request] = []
         tasks: list[NodeTask] = []
         queue = core.queue
-        order = self.cfg.order
+        order = self.order
         now = 0.0
         busy = {"cpu": 0.0, "gpu": 0.0}
 
         def ready(t: NodeTask) -> None:
             t.state = READY
-            t.key = orders.task_key(order, t.rank, t.wf.arrival, t.wf.id, 0.0)
+            t.key = order.key(t.rank, t.wf.arrival, t.wf.id, t.wf.level)
             queue.push(t.key, t.id, t)
 
         def ask(t: NodeTask) -> int:
@@ -176,6 +183,11 @@ class NodeSimulator:
                 wf.done += 1
                 if wf.done == len(wf.tasks):
                     wf.finish = now
+                elif order.dynamic:  # srpt / las: the request's level moves; re-key its ready
+                    wf.level = order.finished(wf.level, t.work, now - t.start, 1.0)
+                    for tk in wf.tasks:
+                        if tk.state == READY:
+                            ready(tk)
                 for c in t.children:
                     c.parents_left -= 1
                     if c.parents_left == 0:
@@ -196,15 +208,19 @@ class NodeSimulator:
         for i, s in enumerate(spec):
             for p in s.parents:
                 kids[p].append(i)
-        if self.cfg.order == "upward_rank":  # HEFT's: mean run time over the kind's nodes
-            ranks = orders.upward_ranks(
-                [s.compute / (self._gpu_mean if "GPU" in dict(s.demands) else self._cpu_mean)
-                 for s in spec], [0.0] * len(spec), kids, 1.0, math.inf, 0.0)
-        else:
-            ranks = orders.hop_ranks(kids)
+        gpu = ["GPU" in dict(s.demands) for s in spec]
+        # seconds at the kind's mean node speed (HEFT's upward rank, srpt's work) and at its
+        # fastest (edf's critical-path bound)
+        work = [s.compute / (self._gpu_mean if g else self._cpu_mean) for s, g in zip(spec, gpu)]
+        order = self.order
+        ranks = order.ranks(work, [0.0] * len(spec), kids, 1.0, math.inf, 0.0)
+        fastest = [s.compute / (self._gpu_max if g else self._cpu_max) for s, g in zip(spec, gpu)]
+        wf.level = order.level(now, fastest if order.name == "edf" else work, [0.0] * len(spec),
+                               [s.parents for s in spec], ((1.0, math.inf),), 1.0)
         for i, s in enumerate(spec):
             t = NodeTask(len(tasks), wf, i, s.name, s.demands, s.compute)
             t.rank = ranks[i]
+            t.work = work[i]
             t.parents_left = len(s.parents)
             tasks.append(t)
             wf.tasks.append(t)

@@ -1,8 +1,9 @@
-"""The order in which ready tasks are placed (``mdp.order``): one module for the simulator,
-``/v1/schedule``, the live library and the scheduler service.
+"""The order in which ready tasks are placed (``mdp.order``): one module for the simulator, the
+node simulator, ``/v1/schedule``, the live library and the scheduler service.
 
-Every driver keys a ready task with :func:`task_key` and pushes it on the decision core's
-:class:`envs.decision.ReadyQueue` (smallest key first, then the task id). The orders:
+Every driver owns an :class:`Order`, keys a ready task with :meth:`Order.key` and pushes it on
+the decision core's :class:`envs.decision.ReadyQueue` (smallest key first, then the task id).
+The orders:
 
 =============  ===================================================================  ==========
 order          key (smaller first)                                                   changes
@@ -25,14 +26,18 @@ A key is a tuple ``(level, arrival, workflow, -rank)`` (``fifo``: ``(arrival, wo
 -rank)``; ``hop`` / ``upward_rank``: ``(-rank, arrival)``, the paper's exact key). ``level``
 is the workflow's deadline, remaining work or attained service. *Dynamic* orders (``srpt``,
 ``las``) change a workflow's level when one of its tasks finishes; the driver then pushes its
-ready tasks again with fresh keys (:func:`finished`): the queue drops an entry whose key is no
-longer its task's key, so nothing is rebuilt at a decision.
+ready tasks again with fresh keys (:meth:`Order.finished`): the queue drops an entry whose key
+is no longer its task's key, so nothing is rebuilt at a decision.
+
+:class:`Order` holds the rules (rank, level, key, level after a finish); each driver owns one
+and calls it, in model seconds.
 
 NumPy-free, stdlib only.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 ORDERS = ("hop", "upward_rank", "fifo", "edf", "srpt", "las")
@@ -143,72 +148,69 @@ def lower_bound_s(compute_gflop: Sequence[float], memory_gb: Sequence[float],
     return max(longest, default=0.0)
 
 
-def ranks(order: str, compute_gflop: Sequence[float], output_gb: Sequence[float],
-          children: Sequence[Sequence[int]], mean_gflop_s: float, bandwidth_gb_s: float,
-          latency_s: float) -> list[float]:
-    """The within-workflow rank the order's key uses (HEFT's upward rank for ``upward_rank``,
-    else the hop count)."""
-    if order == "upward_rank":
-        return upward_ranks(compute_gflop, output_gb, children, mean_gflop_s, bandwidth_gb_s,
-                            latency_s)
-    return hop_ranks(children)
+@dataclass(frozen=True)
+class Order:
+    """One driver's ready-task order (``mdp.order`` with its ``edf_factor``): the within-workflow
+    rank, the workflow's level, a task's key and the level after a finish, in one place for the
+    simulator, the node simulator, the live scheduler and ``/v1/schedule``. Times are model
+    seconds in every driver (the live scheduler converts wall time first)."""
 
+    name: str = PAPER_ORDER
+    edf_factor: float = 2.0
 
-def initial_level(order: str, arrival: float, lower_bound_s: float, work_s: float,
-                  edf_factor: float) -> float:
-    """A workflow's level when it arrives: ``edf`` its deadline, ``srpt`` its estimated work
-    (``work_s``: GFLOP / :func:`mean_compute`), ``las`` 0; unused by the other orders."""
-    if order == "edf":
-        return arrival + edf_factor * lower_bound_s
-    if order == "srpt":
-        return work_s
-    return 0.0
+    def __post_init__(self) -> None:
+        if self.name not in ORDERS:
+            raise ValueError(f"order: {self.name!r} is not allowed; choose one of {list(ORDERS)}")
 
+    @property
+    def dynamic(self) -> bool:
+        """Whether a finish moves its workflow's level (``srpt``, ``las``): the driver then
+        re-keys the workflow's unfinished tasks."""
+        return self.name in DYNAMIC
 
-def level_of_listed(order: str, arrival: float, attained_s: float,
-                    compute_gflop: Sequence[float], memory_gb: Sequence[float],
-                    children: Sequence[Sequence[int]], mean_gflop_s: float,
-                    servers: Sequence[tuple[float, float]], edf_factor: float) -> float:
-    """A workflow's level from a snapshot that lists only its unfinished tasks (``/v1/schedule``):
-    ``srpt`` their work, ``las`` the ``attained_s`` the caller reports, ``edf`` arrival + factor x
-    their critical-path lower bound (:func:`lower_bound_s` on ``servers``, fastest first;
-    topological positions as :func:`hop_ranks`)."""
-    if order == "srpt":
-        return sum(compute_gflop) / mean_gflop_s
-    if order == "las":
-        return attained_s
-    if order == "edf":
-        parents: list[list[int]] = [[] for _ in compute_gflop]
-        for i, cs in enumerate(children):
-            for c in cs:
-                parents[c].append(i)
-        bound = lower_bound_s(compute_gflop, memory_gb, parents, servers)
-        return initial_level("edf", arrival, bound, 0.0, edf_factor)
-    return 0.0
+    def ranks(self, compute_gflop: Sequence[float], output_gb: Sequence[float],
+              children: Sequence[Sequence[int]], mean_gflop_s: float, bandwidth_gb_s: float,
+              latency_s: float) -> list[float]:
+        """The within-workflow rank the key uses (HEFT's upward rank for ``upward_rank``, else
+        the hop count); tasks in topological positions (:func:`hop_ranks`)."""
+        if self.name == "upward_rank":
+            return upward_ranks(compute_gflop, output_gb, children, mean_gflop_s,
+                                bandwidth_gb_s, latency_s)
+        return hop_ranks(children)
 
+    def level(self, arrival: float, compute_gflop: Sequence[float], memory_gb: Sequence[float],
+              parents: Sequence[Sequence[int]], servers: Sequence[tuple[float, float]],
+              mean_gflop_s: float, attained_s: float = 0.0) -> float:
+        """A workflow's level from its unfinished tasks (all of them when it arrives):
+        ``edf`` arrival + factor x their critical-path lower bound (:func:`lower_bound_s` on
+        ``servers``, fastest first), ``srpt`` their estimated work (GFLOP / ``mean_gflop_s``),
+        ``las`` the service ``attained_s`` so far; 0 for the static orders."""
+        if self.name == "edf":
+            return arrival + self.edf_factor * lower_bound_s(compute_gflop, memory_gb, parents,
+                                                             servers)
+        if self.name == "srpt":
+            return sum(compute_gflop) / mean_gflop_s
+        if self.name == "las":
+            return attained_s
+        return 0.0
 
-def task_key(order: str, rank: float, arrival: float, workflow: object, level: float) -> tuple:
-    """The ready-queue key of a task of rank ``rank`` (:func:`ranks`) in a workflow that
-    arrived at ``arrival`` (``workflow``: its id, a tie breaker of one type per driver) and is
-    at ``level`` (:func:`initial_level`, then :func:`finished`)."""
-    if order == "hop" or order == "upward_rank":
-        return (-rank, arrival)
-    if order == "fifo":
-        return (arrival, workflow, -rank)
-    return (level, arrival, workflow, -rank)
+    def key(self, rank: float, arrival: float, workflow: object, level: float) -> tuple:
+        """The ready-queue key of a task of ``rank`` in a workflow that arrived at ``arrival``
+        (``workflow``: its id, a tie breaker of one type per driver) at ``level``."""
+        name = self.name
+        if name == "hop" or name == "upward_rank":
+            return (-rank, arrival)
+        if name == "fifo":
+            return (arrival, workflow, -rank)
+        return (level, arrival, workflow, -rank)
 
-
-def finished(order: str, level: float, compute_gflop: float, run_s: float,
-             mean_gflop_s: float) -> float:
-    """A workflow's new level after one of its tasks (``compute_gflop``, ran ``run_s``
-    seconds) finished: ``srpt`` loses the task's estimated work, ``las`` gains its run time."""
-    if order == "srpt":
-        return level - compute_gflop / mean_gflop_s
-    if order == "las":
-        return level + run_s
-    return level
-
-
-def describe(order: str, edf_factor: float) -> str:
-    """One line for logs and result rows."""
-    return f"edf (factor {edf_factor:g})" if order == "edf" else order
+    def finished(self, level: float, compute_gflop: float, run_s: float,
+                 mean_gflop_s: float) -> float:
+        """The workflow's level after one of its tasks (``compute_gflop``, ran ``run_s``
+        seconds) finished: ``srpt`` loses the task's estimated work, ``las`` gains its run
+        time; the others keep it."""
+        if self.name == "srpt":
+            return level - compute_gflop / mean_gflop_s
+        if self.name == "las":
+            return level + run_s
+        return level

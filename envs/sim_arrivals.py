@@ -40,8 +40,8 @@ class Arrivals:
             kinds = rt.kinds(spec)
             shown = rt.shown(spec, kinds)
         wf, new = build_workflow(spec, len(self.workflows), len(self.tasks), t,
-                                 self._speed_by_memory, self._order,
-                                 self._mean_compute, self._bw, self._lat, self._edf_factor, shown)
+                                 self._speed_by_memory, self.order,
+                                 self._mean_compute, self._bw, self._lat, shown)
         if rt is not None:
             rt.arrive(new, spec, kinds, shown)
         self.workflows.append(wf)

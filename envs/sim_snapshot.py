@@ -103,8 +103,8 @@ class SnapshotLoading:
                                   tuple(own) + tuple(m + p for p in t.parents)))
         spec, pos = topological(specs, w)  # pos: listed index -> spec index
         wfo, new = build_workflow(spec, len(self.workflows), len(self.tasks), -wf.age_s,
-                                  self._speed_by_memory, self._order, self._mean_compute,
-                                  self._bw, self._lat, self._edf_factor)
+                                  self._speed_by_memory, self.order, self._mean_compute,
+                                  self._bw, self._lat)
         wfo.n = size + m
         wfo.done = size - len(listed) + m
         self.workflows.append(wfo)

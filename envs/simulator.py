@@ -80,9 +80,9 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         counts = c.tier_counts()
         self._mean_compute = orders.mean_compute(
             t.compute for t in c.tiers for _ in range(counts.get(t.name, 0)))
-        self._order = config.mdp.order or orders.PAPER_ORDER
-        self._edf_factor = config.mdp.edf_factor
-        self._dynamic = self._order in orders.DYNAMIC
+        #: the ready-task order (envs.order): ranks, levels, keys, re-keys on finish
+        self.order = orders.Order(config.mdp.order or orders.PAPER_ORDER, config.mdp.edf_factor)
+        self._dynamic = self.order.dynamic
         # Hot-path copies of config values (the config itself stays the source of truth).
         mdp = config.mdp
         #: the reward, the wait penalty and the planner's cost (envs.objective)
@@ -260,7 +260,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
             wf.finish = t
             self.open_workflows -= 1
         elif self._dynamic:  # srpt / las: the workflow's key moves (its children's too)
-            rekey(wf, self._order, task, t - self.run_start[slot], self._mean_compute,
+            rekey(wf, self.order, task, t - self.run_start[slot], self._mean_compute,
                   self._make_ready)
         if self.trace is not None:
             self._emit({"t": t, "event": "finish", "task": task.id, "server": self._sid_l[slot]})

@@ -41,8 +41,8 @@ class ReadyRow:
         return self.row.memory_gb
 
 
-def _workflow_ranks(wi: int, wf, ordering: str, mean_compute: float, enc: EncoderSettings
-                    ) -> tuple[list[int], list[float]]:
+def _workflow_ranks(wi: int, wf, order: orders.Order, mean_compute: float,
+                    enc: EncoderSettings) -> tuple[list[int], list[float]]:
     """(successor counts, the order's rank) of a workflow's listed tasks; validates the DAG."""
     loc = ("body", "workflows", wi, "tasks")
     index: dict = {}
@@ -66,19 +66,19 @@ def _workflow_ranks(wi: int, wf, ordering: str, mean_compute: float, enc: Encode
         if t.running and t.parents:
             raise RequestError((*loc, j, "running"),
                                f"task {t.id!r} is running but lists unfinished parents")
-    order = kahn_order(children)
-    if len(order) != n:
-        placed = set(order)
+    topo = kahn_order(children)
+    if len(topo) != n:
+        placed = set(topo)
         bad = next(j for j in range(n) if j not in placed)
         raise RequestError((*loc, bad, "parents"), f"the parents of workflow {wf.id!r} form a cycle")
     # envs.order's ranks want children after parents: renumber in Kahn order
-    pos = {j: i for i, j in enumerate(order)}
-    kids = [[pos[c] for c in children[j]] for j in order]
-    tasks = [wf.tasks[j] for j in order]
-    r = orders.ranks(ordering, [t.compute_gflop for t in tasks], [t.output_gb for t in tasks], kids,
-                     mean_compute, enc.bandwidth_gb_s, enc.latency_s)
+    pos = {j: i for i, j in enumerate(topo)}
+    kids = [[pos[c] for c in children[j]] for j in topo]
+    tasks = [wf.tasks[j] for j in topo]
+    r = order.ranks([t.compute_gflop for t in tasks], [t.output_gb for t in tasks], kids,
+                    mean_compute, enc.bandwidth_gb_s, enc.latency_s)
     rank = [0.0] * n
-    for i, j in enumerate(order):
+    for i, j in enumerate(topo):
         rank[j] = r[i]
     return [len(c) for c in children], rank, kids, tasks
 
@@ -94,6 +94,7 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
                            f"{total} tasks is more than the limit of {max_tasks} per request")
     wf_ids: set = set()
     enc = lp.encoder
+    order = orders.Order(enc.order, enc.edf_factor)
     acc = servers.accepting
     mean_compute = orders.mean_compute(servers.compute[acc].tolist() if acc.any()
                                        else servers.compute.tolist())
@@ -112,11 +113,14 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
         if size < len(wf.tasks):
             raise RequestError(("body", "workflows", wi, "size"),
                                f"{size} is smaller than the {len(wf.tasks)} listed tasks")
-        successors, rank, kids, listed = _workflow_ranks(wi, wf, enc.order, mean_compute, enc)
-        level = orders.level_of_listed(enc.order, wf.arrival_s, wf.attained_s,
-                                       [t.compute_gflop for t in listed],
-                                       [t.memory_gb for t in listed], kids, mean_compute,
-                                       speeds, enc.edf_factor)
+        successors, rank, kids, listed = _workflow_ranks(wi, wf, order, mean_compute, enc)
+        parents: list[list[int]] = [[] for _ in listed]
+        for i, cs in enumerate(kids):
+            for c in cs:
+                parents[c].append(i)
+        level = order.level(wf.arrival_s, [t.compute_gflop for t in listed],
+                            [t.memory_gb for t in listed], parents, speeds, mean_compute,
+                            wf.attained_s)
         ratio = (size - len(wf.tasks)) / size
         if req.now_s is not None and req.now_s < wf.arrival_s:
             raise RequestError(("body", "workflows", wi, "arrival_s"),
@@ -136,7 +140,7 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
                 slot, out = -1, 0.0
             row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, successors[j], ratio, slot,
                           out, workflow_age_s=age)
-            key = orders.task_key(enc.order, rank[j], wf.arrival_s, wi, level) + (wi, j)
+            key = order.key(rank[j], wf.arrival_s, wi, level) + (wi, j)
             ready.append(ReadyRow(key, wf, t, row, inputs, t.waits, wi, j))
     ready.sort(key=lambda r: r.key)
     return servers, ready

@@ -365,6 +365,24 @@ def test_heft_order_runs_the_longest_mean_path_first():
     assert got["upward_rank"] == pytest.approx((20 + 21 + 22) / 3)
 
 
+def test_every_order_keys_requests_in_the_node_simulator_as_in_the_slot_one():
+    """One 1-CPU node. Request 1 at t=0: a chain X1 (2 s) -> X2 (2 s); request 2 at t=1: T (1 s).
+    At t=2 X1 ends and X2 and T are ready. fifo and hop run X2 first (2-4, T 4-5: responses 4
+    and 4). las (request 1 has attained 2 s, request 2 none: re-keyed on X1's finish), srpt (2 s
+    of work left against 1) and edf (deadlines 0 + 2 x 4 = 8 against 1 + 2 x 1 = 3) run T
+    first (2-3, X2 3-5: responses 5 and 2)."""
+    one = _d(num_cpus=1)
+    chain = _req(("X1", one, 2.0, ()), ("X2", one, 2.0, (0,)))
+    short = _req(("T", one, 1.0, ()))
+    nodes = [NodeSpec("c", {"CPU": 1, "memory": 16})]
+    cpu_llm = {"gpu": [0], "cpu": [1], "memory_gb": [1, 1], "compute_s": 1.0}
+    for order, mean in (("fifo", 4.0), ("hop", 4.0), ("las", 3.5), ("srpt", 3.5),
+                        ("edf", 3.5)):
+        sim = NodeSimulator(_cfg(order=order, llm=cpu_llm), nodes, rate=1.0)
+        m = sim.run(eft, 0, arrivals=[(0.0, chain), (1.0, short)])
+        assert m["mean_workflow_response_s"] == pytest.approx(mean), order
+
+
 def test_a_long_lived_table_keeps_its_demand_caches_bounded():
     """Live, every task may bring its own demand tuple (its own memory): the compiled demands
     and their "could ever fit" answers stay below CACHE_MAX entries and answers stay right."""

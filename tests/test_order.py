@@ -210,7 +210,7 @@ def test_the_live_scheduler_keys_its_queue_with_the_same_module(order, first):
 
     env = load_env(None, [f"mdp.order={order}"] if order else [], servers=4)
     sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0))
-    assert sched.order == (order or orders.SERVING_ORDER)
+    assert sched.order.name == (order or orders.SERVING_ORDER)
     old, young = WorkflowHandle(0, from_spec(PAIR), 0.0), WorkflowHandle(1, from_spec(CHAIN), 0.0)
     old.submitted_wall, young.submitted_wall = 100.0, 105.0
     for h in (old, young):  # old: shallow, 2 GFLOP; young: a 3-chain, 12 GFLOP, rank 2
@@ -238,7 +238,41 @@ def test_edf_has_one_lower_bound_memory_aware_in_every_driver():
     assert orders.speed_for(32.0, servers) == 2.0 and orders.speed_for(100.0, servers) == 4.0
     spec = WorkflowSpec((TaskSpec(8.0, 32.0, 0.0), TaskSpec(8.0, 8.0, 0.0, (0,))), "mem")
     assert orders.lower_bound_s([8.0, 8.0], [32.0, 8.0], [(), (0,)], servers) == 6.0
-    wf, _ = build_workflow(spec, 0, 0, 1.0, servers, "edf", 3.0, 10.0, 0.01, edf_factor=2.0)
+    edf = orders.Order("edf", edf_factor=2.0)
+    wf, _ = build_workflow(spec, 0, 0, 1.0, servers, edf, 3.0, 10.0, 0.01)
     assert wf.lower_bound == 6.0 and wf.level == 1.0 + 2.0 * 6.0
-    assert orders.level_of_listed("edf", 1.0, 0.0, [8.0, 8.0], [32.0, 8.0], [[1], []], 3.0,
-                                  servers, 2.0) == wf.level
+    assert edf.level(1.0, [8.0, 8.0], [32.0, 8.0], [[], [0]], servers, 3.0) == wf.level
+
+
+def test_live_levels_are_in_model_seconds_as_in_the_simulator():
+    """One time unit: at ``time_scale`` 0.5 a workflow submitted 5 wall seconds after the start
+    arrived at 10 model seconds; its ``edf`` deadline is 10 + factor x the simulator's bound
+    (model seconds), and under ``las`` a run of 1 wall second attains 2 model seconds."""
+    from policies import get_policy
+    from scale_ray.config import load_env
+    from scale_ray.live import LiveConfig, LiveScheduler
+    from scale_ray.live.handles import WorkflowHandle
+    from scale_ray.live.workflow import from_spec
+    from envs.episode import build_workflow
+
+    for name in ("edf", "las"):
+        env = load_env(None, [f"mdp.order={name}"], servers=4)
+        sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.5))
+        h = WorkflowHandle(0, from_spec(CHAIN), 0.0)
+        h.submitted_wall = sched.clock_origin + 5.0
+        sched._admit(h)
+        wf = h.live_record
+        assert wf.arrival == pytest.approx(10.0)
+        if name == "edf":
+            servers = orders.by_speed((s.node.compute, s.node.memory_gb)
+                                      for s in sched.alive_servers) or orders.by_speed(
+                (t.compute, t.memory_gb) for t in env.cluster.tiers)
+            sim_wf, _ = build_workflow(CHAIN, 0, 0, 10.0, servers, sched.order, 1.0, 1.0, 0.0)
+            assert wf.level == pytest.approx(sim_wf.level)
+            assert wf.level == pytest.approx(10.0 + env.mdp.edf_factor * sim_wf.lower_bound)
+        else:
+            t = wf.tasks[0]
+            t.started = 100.0
+            sched._rekey(wf, t, 101.0)
+            assert wf.level == pytest.approx(2.0)
+            assert wf.tasks[1].key[0] == pytest.approx(2.0)

@@ -112,7 +112,7 @@ def simulator_request(sim: Simulator) -> dict:
                          "parents": [p.id for p in tk.parents if p.state != DONE],
                          "inputs": [{"server": p.sid, "output_gb": p.output} for p in done]})
         workflows.append({"id": wid, "arrival_s": wf.arrival, "size": wf.n, "tasks": rows,
-                          "attained_s": wf.level if sim._order == "las" else 0.0})
+                          "attained_s": wf.level if sim.order.name == "las" else 0.0})
     return {"workflows": workflows, "servers": servers}
 
 

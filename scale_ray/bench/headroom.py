@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.agents import ORDERS, load_agents
+from envs.agents import load_agents
+from envs.order import ORDERS
 from envs.config_base import replace
 from envs.config_files import read_yaml, resolve_config_path
 from envs.node_sim import NodeSimulator

@@ -24,21 +24,18 @@ class Admission:
 
     def _admit(self, h: WorkflowHandle) -> None:
         spec = h.workflow.spec
-        wf = h.live_record = LiveWorkflow(h, h.submitted_wall)
+        # the order's times are model seconds, as in the simulator (envs.order.Order)
+        wf = h.live_record = LiveWorkflow(h, h.submitted_wall, self._model_time(h.submitted_wall))
         order, c = self.order, self.env.cluster
         servers = [(s.node.compute, s.node.memory_gb) for s in self.alive_servers] or [
             (t.compute, t.memory_gb) for t in self._tiers]
         mean_c = self._mean_compute = orders.mean_compute(c for c, _ in servers)
         gflop, kids = [ts.compute_gflop for ts in spec.tasks], spec.children()
-        ranks = orders.ranks(order, gflop, [ts.output_gb for ts in spec.tasks], kids, mean_c,
-                             c.bandwidth_gb_s, c.latency_s)
+        ranks = order.ranks(gflop, [ts.output_gb for ts in spec.tasks], kids, mean_c,
+                            c.bandwidth_gb_s, c.latency_s)
         wf.wid = self._next_gid
-        ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0  # levels in wall seconds
-        wf.level = orders.initial_level(
-            order, h.submitted_wall,
-            orders.lower_bound_s(gflop, [t.memory_gb for t in spec.tasks],
-                                 [t.parents for t in spec.tasks], orders.by_speed(servers)) * ts,
-            sum(gflop) / mean_c * ts, self.env.mdp.edf_factor)
+        wf.level = order.level(wf.arrival, gflop, [t.memory_gb for t in spec.tasks],
+                               [t.parents for t in spec.tasks], orders.by_speed(servers), mean_c)
         tags = None
         if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
             in_order = sorted(range(len(gflop)), key=lambda i: (-ranks[i], i))
@@ -56,7 +53,7 @@ class Admission:
             t.rank = ranks[i]
             if tags is not None:
                 t.share = tags[i]
-            t.key = self._key(order, t, h.submitted_wall)
+            t.key = self._key(t)
             t.parents = [wf.tasks[p] for p in spec.tasks[i].parents]
             t.waiting_for = {p.idx for p in t.parents if p.state != DONE}
             t.runs = h.prior_runs.get(i, 0)
@@ -81,11 +78,11 @@ class Admission:
         if wf.done == len(wf.tasks) and not h.done():  # every task finished before a restart
             h.record_completion(time.perf_counter())
 
-    def _key(self, order: str, t: LiveTask, submitted: float) -> tuple:
-        """A task's ready-queue key: the order's (``envs.order``), behind its fair-share start
-        tag when ``fair_share`` is on."""
+    def _key(self, t: LiveTask) -> tuple:
+        """A task's ready-queue key: the order's (``envs.order.Order``), behind its fair-share
+        start tag when ``fair_share`` is on."""
         wf = t.wf
-        key = orders.task_key(order, t.rank, submitted, wf.wid, wf.level)
+        key = self.order.key(t.rank, wf.arrival, wf.wid, wf.level)
         return key if self._fair is None else (t.share, *key)
 
 

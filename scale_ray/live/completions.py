@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from envs import order as orders
 
 from .config import TaskLostError, WorkflowCancelled
 from .executors import is_lost_output, system_errors
@@ -103,7 +102,7 @@ class Completions:
             return
         if first_time:
             wf.handle.record_task_done(t.idx, t.value_ref, node, now)
-            if self.order in orders.DYNAMIC and wf.done < len(wf.tasks):
+            if self.order.dynamic and wf.done < len(wf.tasks):
                 self._rekey(wf, t, now)
         else:  # a re-run of a task whose output was lost: only its ref changes
             wf.handle.result_refs[t.idx] = t.value_ref
@@ -123,12 +122,12 @@ class Completions:
         its unfinished tasks get new keys and the ready ones are pushed again (the queue drops
         the older entries)."""
         ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0
-        wf.level = level = orders.finished(self.order, wf.level, t.prim.compute_gflop * ts,
-                                           now - t.started, self._mean_compute)
+        wf.level = self.order.finished(wf.level, t.prim.compute_gflop, (now - t.started) / ts,
+                                       self._mean_compute)
         for tk in wf.tasks:
             if tk.state == DONE:
                 continue
-            tk.key = self._key(self.order, tk, wf.arrival_wall)
+            tk.key = self._key(tk)
             if tk.state == READY:
                 self.placement.rekey(tk)
 

@@ -141,8 +141,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
     def _bind_policy(self, policy: Policy) -> None:
         # the ready-task order (envs.order): the config's, else what the policy needs, else the
         # serving default; a conflict raises (a swap to such a policy is refused)
-        self.order = orders.resolve(self.env.mdp.order, policy.order, policy.name,
-                                    orders.SERVING_ORDER)
+        self.order = orders.Order(orders.resolve(self.env.mdp.order, policy.order, policy.name,
+                                                 orders.SERVING_ORDER), self.env.mdp.edf_factor)
         self.policy = policy
         # the encoder constants the policy was trained with (an artifact records them), as Serve
         self.features = getattr(policy, "features", None) or self.env.features
@@ -337,7 +337,11 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
 
     # ------------------------------------------------------------------ loop
     def _now_model(self) -> float:
-        dt = time.perf_counter() - self.clock_origin
+        return self._model_time(time.perf_counter())
+
+    def _model_time(self, wall: float) -> float:
+        """Model seconds since the start (``time_scale`` wall seconds each) at ``wall``."""
+        dt = wall - self.clock_origin
         return dt / self.cfg.time_scale if self.cfg.time_scale > 0 else dt
 
     def _emit(self, ev: dict[str, Any]) -> None:

@@ -66,13 +66,14 @@ class LiveTask:
 
 
 class LiveWorkflow:
-    __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall", "wid", "level")
+    __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall", "arrival", "wid", "level")
 
-    def __init__(self, handle: WorkflowHandle, arrival_wall: float):
+    def __init__(self, handle: WorkflowHandle, arrival_wall: float, arrival: float):
         self.handle = handle
         self.tasks: list[LiveTask] = []
         self.done = 0
         self.failed = False
         self.arrival_wall = arrival_wall
+        self.arrival = arrival  # model seconds since the scheduler started (the order's time)
         self.wid = 0  # admission number (the order's tie breaker)
         self.level = 0.0  # its order level (envs.order: deadline, work left, attained service)
