@@ -153,3 +153,27 @@ def test_dag_format_forced(tmp_path, capsys):
     assert "graph_eval.json: record 0 (id 0): missing field 'output'" in line
     assert main(["eval", "--dag-format", "nestful"]) == 2
     assert error_lines(capsys) == ["scale-ray: error: --dag-format: only with --dags"]
+
+
+def test_run_workflows_takes_its_live_settings_from_a_config_not_a_second_default(tmp_path):
+    """``--time-scale`` has no default of its own: the emulation config (configs/live/
+    emulate.yaml) says 0.1, LiveConfig's default stays 1.0 for the library, the flag and
+    ``--live-set`` override in that order, and the flag's help is the config field's doc."""
+    import argparse
+
+    from scale_ray.commands import run_workflows
+    from scale_ray.live.config import LiveConfig
+
+    p = argparse.ArgumentParser()
+    run_workflows.add_arguments(p)
+    ts = next(a for a in p._actions if a.dest == "time_scale")
+    assert ts.default is None and "wall s per model s of emulated work" in ts.help
+    assert LiveConfig().time_scale == 1.0
+    assert run_workflows._live_config(p.parse_args([])).time_scale == 0.1
+    assert run_workflows._live_config(p.parse_args(["--time-scale", "0.5"])).time_scale == 0.5
+    assert run_workflows._live_config(p.parse_args(
+        ["--time-scale", "0.5", "--live-set", "time_scale=0.2"])).time_scale == 0.2
+    own = tmp_path / "live.yaml"
+    own.write_text("time_scale: 0.3\nmax_retries: 5\n")
+    cfg = run_workflows._live_config(p.parse_args(["--live-config", str(own)]))
+    assert (cfg.time_scale, cfg.max_retries) == (0.3, 5)

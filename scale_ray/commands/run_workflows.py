@@ -9,12 +9,14 @@ own placement with ``ray-default``) and prints response-time statistics.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
 from pathlib import Path
 
 from envs.config import DAG_FORMATS, build
+from envs.config_files import read_yaml, resolve_config_path
 from envs.trace import JsonlTraceWriter
 from policies import default_policy, get_policy
 from scale_ray.config import load_env
@@ -29,6 +31,8 @@ from scale_ray.live.workflow import load_dag_file
 from scale_ray.relative import rel
 
 log = logging.getLogger(__name__)
+#: the live settings of emulated runs (time_scale 0.1; LiveConfig keeps the library's defaults)
+EMULATE_CONFIG = "configs/live/emulate.yaml"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,8 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="arrivals per model second (default: from --load)")
     p.add_argument("--load", type=float, default=0.6,
                    help="offered compute load when --rate is not given (0.6 = 60%%)")
-    p.add_argument("--time-scale", type=float, default=0.1,
-                   help="wall seconds per model second of emulated work")
+    p.add_argument("--live-config", default=EMULATE_CONFIG,
+                   help="YAML of the live scheduler's settings (LiveConfig keys, validated as "
+                        "every live section; unset keys keep LiveConfig's defaults; default: "
+                        "%(default)s)")
+    p.add_argument("--time-scale", type=float, default=None,
+                   help="the same as --live-set time_scale=X, "
+                        f"{_field_doc(LiveConfig, 'time_scale')} (default: --live-config's)")
     p.add_argument("--dag", default=None,
                    help="DAG file to replay instead of random DAGs, in any format `scale-ray eval "
                         "--dags` reads (live JSON/YAML, WfFormat, WorFBench, FlowBench, DAGBench, "
@@ -86,9 +95,18 @@ def _dag_resources(env):
     return load_env(WORKLOAD_CONFIG_DIR / "base.yaml").workload.resources
 
 
+def _field_doc(cls, name: str) -> str:
+    """A config field's ``doc``, for a CLI flag that sets it (one description, in the config)."""
+    return next(f.metadata["doc"] for f in dataclasses.fields(cls) if f.name == name)
+
+
 def _live_config(args: argparse.Namespace):
-    data = {"time_scale": args.time_scale, **parse_overrides(args.live_set)}
-    return build(LiveConfig, data, "live")
+    """``--live-config``'s settings, then ``--time-scale``, then ``--live-set`` (validated as
+    every ``live`` section)."""
+    data = read_yaml(resolve_config_path(args.live_config))
+    if args.time_scale is not None:
+        data["time_scale"] = args.time_scale
+    return build(LiveConfig, {**data, **parse_overrides(args.live_set)}, "live")
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
