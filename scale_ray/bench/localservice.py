@@ -49,6 +49,20 @@ class LocalService:
                 **deployment_options}
         serve.run(application(self.args, **opts), name="scheduler", route_prefix="/")
 
+    def wait_accepting(self, timeout_s: float = 300.0) -> float:
+        """Wait until the service offers every server it lists (their actors answered); the
+        wall seconds it took. A stream started earlier measures actor start-up, not placement."""
+        t0 = time.monotonic()
+        while True:
+            servers = client.cluster()["servers"]
+            offered = sum(bool(s.get("accepting")) for s in servers)
+            if servers and offered == len(servers):
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout_s:
+                raise TimeoutError(f"the service offers {offered} of its {len(servers)} servers "
+                                   f"after {timeout_s:.0f} s")
+            time.sleep(0.2)
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"

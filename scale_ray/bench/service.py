@@ -4,8 +4,8 @@ Ray's own placement.
 On one local heterogeneous multi-node cluster (``--nodes`` servers N, tiers 2:5:1):
 
 1. the scheduler service (``serve_apps.scheduler``, ``--policy``) is deployed with a trace;
-2. ``--clients`` separate driver processes (:mod:`scale_ray.bench.service_client`) submit their
-   share of one Poisson stream of ``--clients x --workflows`` emulated workflows (offered load
+2. ``--clients`` separate driver processes (:mod:`scale_ray.bench.service_client`) connect; once
+   all have and the service offers every server, they submit their share of one Poisson stream of ``--clients x --workflows`` emulated workflows (offered load
    ``--load``) with ``scale_ray.client.submit``; at ``--kill-at`` of the arrival span the bench
    kills a node that is running a primitive (never the service's own node), and at each
    ``--kill-replica-at`` fraction it ``kill -9``s the service's replica, which Serve replaces
@@ -134,12 +134,12 @@ def read_trace(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
-def client_jobs(specs: list, times: np.ndarray, clients: int, start_epoch: float,
-                time_scale: float, workdir: Path) -> list[tuple[Path, Path]]:
+def client_jobs(specs: list, times: np.ndarray, clients: int, time_scale: float,
+                workdir: Path) -> list[tuple[Path, Path]]:
     """Round-robin shares of one stream, as the clients' input files; (input, output) paths."""
     out = []
     for c in range(clients):
-        job = {"start_epoch": start_epoch, "time_scale": time_scale,
+        job = {"time_scale": time_scale,
                "workflows": [{"t": float(times[i]), "dag": dag_record(specs[i])}
                              for i in range(c, len(specs), clients)]}
         inp, res = workdir / f"client{c}.json", workdir / f"client{c}.out.json"
@@ -158,6 +158,29 @@ def spawn_clients(address: str, jobs: list[tuple[Path, Path]], timeout_s: float
             for i, o in jobs]
 
 
+def start_together(svc: LocalService, jobs: list[tuple[Path, Path]], procs: list,
+                   timeout_s: float) -> float:
+    """The stream's wall-clock start, once every client is connected and the service offers
+    every server (its actors answered); written to each client's ``.go`` file. Returns it."""
+    t0 = time.monotonic()
+    for _, out in jobs:
+        ready = Path(str(out) + ".ready")
+        while not ready.exists():
+            bad = [p.returncode for p in procs if p.poll() is not None]
+            if bad or time.monotonic() - t0 > timeout_s:
+                raise RuntimeError(f"a client did not connect (exit codes {bad}, "
+                                   f"{time.monotonic() - t0:.0f} s)")
+            time.sleep(0.05)
+    clients_s = time.monotonic() - t0
+    svc.wait_accepting(timeout_s)
+    start = time.time() + 1.0
+    for inp, _ in jobs:
+        Path(str(inp) + ".go").write_text(repr(start))
+    log.info("clients connected after %.1f s, every server offered after %.1f s; stream starts",
+             clients_s, time.monotonic() - t0)
+    return start
+
+
 def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(xs, q)) if xs else float("nan")
 
@@ -165,9 +188,9 @@ def _pct(xs: list[float], q: float) -> float:
 def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argparse.Namespace,
                 workdir: Path) -> dict[str, Any]:
     ts = args.time_scale
-    start = time.time() + 5.0  # the clients connect first
-    jobs = client_jobs(specs, times, args.clients, start, ts, workdir)
+    jobs = client_jobs(specs, times, args.clients, ts, workdir)
     procs = spawn_clients(svc.cluster.address, jobs, args.timeout)
+    start = start_together(svc, jobs, procs, args.timeout)
     span = float(times[-1]) * (ts or 1.0)
     plan = sorted([(start + f * span, "replica") for f in args.kill_replica_at]
                   + ([(start + args.kill_at * span, "node")] if args.kill_at >= 0 else []))
@@ -233,7 +256,9 @@ def service_run(cluster: LocalHeteroCluster, policy: str, env_config: str | None
     storage = str(workdir / "journal") if args.storage == "session" else args.storage
     svc = LocalService(cluster, {
         "policy": policy, "env_config": env_config, "trace": str(workdir / "service-trace.jsonl"),
-        "live": {"time_scale": args.time_scale, "storage": storage,
+        # actor_idle_s: no actor is reaped while the clients connect (Ray default's workers
+        # are warm too: warm_up); the reaper frees idle CPUs for an autoscaler, not measured here
+        "live": {"time_scale": args.time_scale, "storage": storage, "actor_idle_s": 600.0,
                  "estimator": getattr(args, "estimator", "off"),
                  "hedge": getattr(args, "hedge", "off")},
         # hint-free and noisy: the documents declare the nominal compute, which the service

@@ -4,8 +4,11 @@ times, then waits for every workflow and writes what it saw as JSON.
 
     python -m scale_ray.bench.service_client --address ADDR --input IN.json --output OUT.json
 
-``IN.json``: ``{"start_epoch": wall-clock start (time.time()), "time_scale": S,
-"workflows": [{"t": model s, "dag": live DAG record}]}``. Workflows get emulated bodies.
+``IN.json``: ``{"time_scale": S, "workflows": [{"t": model s, "dag": live DAG record}]}``.
+Workflows get emulated bodies. A start barrier: once connected (Ray and the service's handle)
+the client writes ``OUT.json.ready`` and waits for ``IN.json.go``, which holds the wall-clock
+start (``time.time()``) of every client: a client that started slowly (imports, Ray's driver
+start on a busy machine) would otherwise submit its first workflows late, all at once.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
              for k, w in enumerate(job["workflows"])]
     ray.init(address=args.address, log_to_driver=False)
     client.cluster(args.app)  # connect the handle before the clock starts
-    start, ts = job["start_epoch"], job["time_scale"] or 1.0
+    start, ts = wait_for_start(args.input, args.output, args.timeout), job["time_scale"] or 1.0
     handles, out = [], []
     for tm, spec in specs:
         delay = start + tm * ts - time.time()
@@ -54,6 +57,18 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.output).write_text(json.dumps(out))
     ray.shutdown()
     return 0
+
+
+def wait_for_start(inp: str, out: str, timeout_s: float) -> float:
+    """Say this client is ready (``OUT.ready``), then wait for the start time in ``IN.go``."""
+    Path(out + ".ready").write_text("ready")
+    go = Path(inp + ".go")
+    deadline = time.monotonic() + timeout_s
+    while not go.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{go}: no start time after {timeout_s:.0f} s")
+        time.sleep(0.05)
+    return float(go.read_text())
 
 
 if __name__ == "__main__":
