@@ -6,9 +6,9 @@ Semantics: requests arrive as a Poisson process (the rate that gives ``gpu_load`
 :func:`arrival_rate`) until ``horizon_s``; the run continues until every request finished. A
 task is ready when its parents finished (no transfer time: agent calls pass small messages). At
 every instant where something happened (an arrival, a task's end) one placement round runs:
-ready tasks in the configured order (``fifo``: the oldest request first, then the longest hop
-path; ``hop``: the longest path first; ``upward_rank``: HEFT's, the longest path of mean run
-times first), each placed where the policy picks; a task no node can
+ready tasks in the configured order (``envs.order.Order``; ``fifo``: the oldest request first,
+then the longest hop path; ``upward_rank``: HEFT's; ``edf``, ``srpt``, ``las`` on run times at
+each kind's mean node speed), each placed where the policy picks; a task no node can
 start now waits without asking (``ask_only_startable``), a pick that does not fit now is a
 wait (the policy chose to wait for a node), neither blocks the tasks behind it.
 
@@ -116,89 +116,7 @@ class NodeSimulator:
             ) -> dict[str, Any]:
         """One episode under ``policy``; its metrics. ``arrivals``: explicit ``(time, tasks)``
         requests (``envs.agents.AgentTask`` lists) instead of the Poisson process."""
-        ss = np.random.SeedSequence(seed)
-        arr_ss, wl_ss, pol_ss = ss.spawn(3)
-        r_arr, r_wl = np.random.default_rng(arr_ss), np.random.default_rng(wl_ss)
-        r_pol = np.random.default_rng(pol_ss)
-        table = NodeTable(self.nodes)
-        est = RuntimeEstimator() if self.learn_speeds else None
-        shapes = [nd.name for nd in self.nodes]
-        if est is not None:  # speed 1 everywhere to the rules, then what the estimator learned
-            table.estimate = lambda t, i, _run: est.duration(kind_of_name(t.name), shapes[i],
-                                                             t.compute)
-        core = DecisionCore(table, Rules(head_of_line_blocking=False, ask_only_startable=True,
-                                         mask_infeasible=True))
-        events = EventQueue()
-        if arrivals is None:
-            events.push(float(r_arr.exponential(1.0 / self.rate)), ARRIVAL, None, None)
-            explicit: list = []
-        else:
-            explicit = sorted(arrivals, key=lambda a: a[0])[::-1]
-            if explicit:
-                events.push(explicit[-1][0], ARRIVAL, None, None)
-        requests: list[Request] = []
-        tasks: list[NodeTask] = []
-        queue = core.queue
-        order = self.order
-        now = 0.0
-        busy = {"cpu": 0.0, "gpu": 0.0}
-
-        def ready(t: NodeTask) -> None:
-            t.state = READY
-            t.key = order.key(t.rank, t.wf.arrival, t.wf.id, t.wf.level)
-            queue.push(t.key, t.id, t)
-
-        def ask(t: NodeTask) -> int:
-            return policy(table, t, now, r_pol)
-
-        def start(t: NodeTask, i: int) -> None:
-            run_s = t.compute / table.speed(i, t.demands)
-            t.state, t.start, t.node = 2, now, i  # RUNNING
-            table.start(i, t, t.demands, now + run_s)
-            events.push(now + run_s, FINISH, i, t)
-
-        while events:
-            now, kind, _, a, b = events.pop()
-            if kind == ARRIVAL:
-                if arrivals is None:
-                    spec = sample_request(self.cfg, r_wl)
-                    nxt = now + float(r_arr.exponential(1.0 / self.rate))
-                    if nxt < self.cfg.horizon_s:
-                        events.push(nxt, ARRIVAL, None, None)
-                else:
-                    spec = explicit.pop()[1]
-                    if explicit:
-                        events.push(explicit[-1][0], ARRIVAL, None, None)
-                self._admit(spec, now, requests, tasks, ready)
-            else:  # FINISH
-                t = b
-                table.finish(t)
-                if est is not None:  # the run it took against its run at speed 1
-                    est.observe(kind_of_name(t.name), shapes[t.node], now - t.start, t.compute)
-                t.state, t.finish = DONE, now
-                d = dict(t.demands)
-                busy["gpu"] += (now - t.start) * d.get("GPU", 0.0)
-                busy["cpu"] += (now - t.start) * d.get("CPU", 0.0)
-                wf = t.wf
-                wf.done += 1
-                if wf.done == len(wf.tasks):
-                    wf.finish = now
-                elif order.dynamic:  # srpt / las: the request's level moves; re-key its ready
-                    wf.level = order.finished(wf.level, t.work, now - t.start, 1.0)
-                    for tk in wf.tasks:
-                        if tk.state == READY:
-                            ready(tk)
-                for c in t.children:
-                    c.parents_left -= 1
-                    if c.parents_left == 0:
-                        ready(c)
-            if events and events.peek() == now:
-                continue  # every event of this instant first
-            core.run_round(ask, start)
-        left = sum(1 for t in tasks if t.state != DONE)
-        if left:
-            raise RuntimeError(f"{left} tasks never ran (a bug: every task fits some node)")
-        return _metrics(requests, tasks, now, busy, self.nodes, core)
+        return _Episode(self, policy, seed, arrivals).run()
 
     def _admit(self, spec: list, now: float, requests: list, tasks: list,
                ready: Callable[[NodeTask], None]) -> None:
@@ -230,6 +148,107 @@ class NodeSimulator:
         for t in wf.tasks:
             if t.parents_left == 0:
                 ready(t)
+
+class _Episode:
+    """One :meth:`NodeSimulator.run`: the node table and the decision core over it, the event
+    queue, the requests and tasks so far, and what happens at each event."""
+
+    def __init__(self, sim: NodeSimulator, policy: Policy, seed: int,
+                 arrivals: Sequence[tuple[float, list]] | None):
+        self.sim, self.policy, self.cfg = sim, policy, sim.cfg
+        arr_ss, wl_ss, pol_ss = np.random.SeedSequence(seed).spawn(3)
+        self.r_arr, self.r_wl = np.random.default_rng(arr_ss), np.random.default_rng(wl_ss)
+        self.r_pol = np.random.default_rng(pol_ss)
+        self.table = table = NodeTable(sim.nodes)
+        self.est = est = RuntimeEstimator() if sim.learn_speeds else None
+        self.shapes = shapes = [nd.name for nd in sim.nodes]
+        if est is not None:  # speed 1 everywhere to the rules, then what the estimator learned
+            table.estimate = lambda t, i, _run: est.duration(kind_of_name(t.name), shapes[i],
+                                                             t.compute)
+        self.core = DecisionCore(table, Rules(head_of_line_blocking=False,
+                                              ask_only_startable=True, mask_infeasible=True))
+        self.events = EventQueue()
+        self.scripted = arrivals is not None
+        if arrivals is None:
+            self.events.push(float(self.r_arr.exponential(1.0 / sim.rate)), ARRIVAL, None, None)
+            self.explicit: list = []
+        else:
+            self.explicit = sorted(arrivals, key=lambda a: a[0])[::-1]
+            if self.explicit:
+                self.events.push(self.explicit[-1][0], ARRIVAL, None, None)
+        self.requests: list[Request] = []
+        self.tasks: list[NodeTask] = []
+        self.order = sim.order
+        self.now = 0.0
+        self.busy = {"cpu": 0.0, "gpu": 0.0}
+
+    def run(self) -> dict[str, Any]:
+        events, core = self.events, self.core
+        while events:
+            now, kind, _, _, t = events.pop()
+            self.now = now
+            if kind == ARRIVAL:
+                self.arrive()
+            else:  # FINISH
+                self.finish(t)
+            if events and events.peek() == now:
+                continue  # every event of this instant first
+            core.run_round(self.ask, self.start)
+        left = sum(1 for t in self.tasks if t.state != DONE)
+        if left:
+            raise RuntimeError(f"{left} tasks never ran (a bug: every task fits some node)")
+        return _metrics(self.requests, self.tasks, self.now, self.busy, self.sim.nodes, core)
+
+    def ready(self, t: NodeTask) -> None:
+        t.state = READY
+        t.key = self.order.key(t.rank, t.wf.arrival, t.wf.id, t.wf.level)
+        self.core.queue.push(t.key, t.id, t)
+
+    def ask(self, t: NodeTask) -> int:
+        return self.policy(self.table, t, self.now, self.r_pol)
+
+    def start(self, t: NodeTask, i: int) -> None:
+        now = self.now
+        run_s = t.compute / self.table.speed(i, t.demands)
+        t.state, t.start, t.node = 2, now, i  # RUNNING
+        self.table.start(i, t, t.demands, now + run_s)
+        self.events.push(now + run_s, FINISH, i, t)
+
+    def arrive(self) -> None:
+        now, events = self.now, self.events
+        if not self.scripted:
+            spec = sample_request(self.cfg, self.r_wl)
+            nxt = now + float(self.r_arr.exponential(1.0 / self.sim.rate))
+            if nxt < self.cfg.horizon_s:
+                events.push(nxt, ARRIVAL, None, None)
+        else:
+            spec = self.explicit.pop()[1]
+            if self.explicit:
+                events.push(self.explicit[-1][0], ARRIVAL, None, None)
+        self.sim._admit(spec, now, self.requests, self.tasks, self.ready)
+
+    def finish(self, t: NodeTask) -> None:
+        now = self.now
+        self.table.finish(t)
+        if self.est is not None:  # the run it took against its run at speed 1
+            self.est.observe(kind_of_name(t.name), self.shapes[t.node], now - t.start, t.compute)
+        t.state, t.finish = DONE, now
+        d = dict(t.demands)
+        self.busy["gpu"] += (now - t.start) * d.get("GPU", 0.0)
+        self.busy["cpu"] += (now - t.start) * d.get("CPU", 0.0)
+        wf, order = t.wf, self.order
+        wf.done += 1
+        if wf.done == len(wf.tasks):
+            wf.finish = now
+        elif order.dynamic:  # srpt / las: the request's level moves; re-key its ready tasks
+            wf.level = order.finished(wf.level, t.work, now - t.start, 1.0)
+            for tk in wf.tasks:
+                if tk.state == READY:
+                    self.ready(tk)
+        for c in t.children:
+            c.parents_left -= 1
+            if c.parents_left == 0:
+                self.ready(c)
 
 
 def _metrics(requests: list[Request], tasks: list[NodeTask], end: float, busy: dict,

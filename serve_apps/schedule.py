@@ -42,8 +42,10 @@ class ReadyRow:
 
 
 def _workflow_ranks(wi: int, wf, order: orders.Order, mean_compute: float,
-                    enc: EncoderSettings) -> tuple[list[int], list[float]]:
-    """(successor counts, the order's rank) of a workflow's listed tasks; validates the DAG."""
+                    enc: EncoderSettings
+                    ) -> tuple[list[int], list[float], list[list[int]], list]:
+    """(successor counts, the order's rank) of a workflow's listed tasks, then their parents and
+    the tasks themselves in topological positions (for the order's level); validates the DAG."""
     loc = ("body", "workflows", wi, "tasks")
     index: dict = {}
     for j, t in enumerate(wf.tasks):
@@ -80,7 +82,11 @@ def _workflow_ranks(wi: int, wf, order: orders.Order, mean_compute: float,
     rank = [0.0] * n
     for i, j in enumerate(topo):
         rank[j] = r[i]
-    return [len(c) for c in children], rank, kids, tasks
+    parents: list[list[int]] = [[] for _ in tasks]  # in Kahn positions, for the order's level
+    for i, cs in enumerate(kids):
+        for c in cs:
+            parents[c].append(i)
+    return [len(c) for c in children], rank, parents, tasks
 
 
 def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks: int
@@ -113,11 +119,7 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
         if size < len(wf.tasks):
             raise RequestError(("body", "workflows", wi, "size"),
                                f"{size} is smaller than the {len(wf.tasks)} listed tasks")
-        successors, rank, kids, listed = _workflow_ranks(wi, wf, order, mean_compute, enc)
-        parents: list[list[int]] = [[] for _ in listed]
-        for i, cs in enumerate(kids):
-            for c in cs:
-                parents[c].append(i)
+        successors, rank, parents, listed = _workflow_ranks(wi, wf, order, mean_compute, enc)
         level = order.level(wf.arrival_s, [t.compute_gflop for t in listed],
                             [t.memory_gb for t in listed], parents, speeds, mean_compute,
                             wf.attained_s)
