@@ -63,11 +63,11 @@ class JournalView:
 
     def cached_size(self) -> dict[str, Any] | None:
         """The journal's size, walked at most every ``every_s`` (None without a journal)."""
-        if self.sched.journal is None:
+        if self.sched.durable.journal is None:
             return None
         now = time.monotonic()
         if self._size is None or now - self._at > self.every_s:
-            self._size, self._at = self.sched.journal_size(), now
+            self._size, self._at = self.sched.durable.size(), now
         return self._size
 
     def tenant_counts(self, held: int, is_mine: Any) -> dict[str, Any]:
@@ -75,11 +75,11 @@ class JournalView:
         workflows it holds (``held``), and how many of its own (``is_mine(workflow id)``)
         could not be restored or had a problem. No path, no other tenant's count."""
         s = self.sched
-        if s.journal is None:
+        if s.durable.journal is None:
             return {"on": False}
         return {"on": True, "workflows": held,
-                "unrestorable": sum(1 for w in list(s.unrestorable) if is_mine(w)),
-                "problems": sum(1 for p in list(s.journal_problems)
+                "unrestorable": sum(1 for w in list(s.durable.unrestorable) if is_mine(w)),
+                "problems": sum(1 for p in list(s.durable.journal_problems)
                                 if p.startswith("workflow ") and is_mine(p[9:].split(":", 1)[0]))}
 
     def view(self, tenant: str) -> dict[str, Any]:
@@ -87,4 +87,5 @@ class JournalView:
         size = self.cached_size()
         if size is None:
             return {"storage": None}
-        return {**size, "problems": len(s.journal_problems), "unrestorable": len(s.unrestorable)}
+        d = s.durable
+        return {**size, "problems": len(d.journal_problems), "unrestorable": len(d.unrestorable)}

@@ -140,7 +140,7 @@ class Workflows:
                 meta: dict | None = None) -> dict:
         """Queue (and journal) an accepted workflow; a known ``key`` returns its workflow."""
         n = len(wf.calls)
-        known = self.sched.known(tenant, key)
+        known = self.sched.durable.known(tenant, key)
         if known is not None and known.jid in self.workflows:
             return self._duplicate(known, tenant)
         self._check_quota(tenant, n)
@@ -218,7 +218,7 @@ class Workflows:
             if h.done() and h.finished_wall is not None and now - h.finished_wall > ttl \
                     and any(r is not None for r in h.result_refs):
                 h.result_refs = [None] * len(h.result_refs)
-                self.sched.compact(h)
+                self.sched.durable.compact(h)
         done = [k for k, h in self.workflows.items() if h.done()]
         extra = len(done) - self.tuning.retain_finished
         if extra > 0:
@@ -235,7 +235,7 @@ class Workflows:
         if h is not None and self.owner.get(wid) == tenant:
             return h
         if self.ids.check(wid, tenant) == "gone":
-            why = self.sched.unrestorable.get(wid) or (
+            why = self.sched.durable.unrestorable.get(wid) or (
                 "the journal does not hold it (live.storage is off, or it was forgotten after "
                 f"retain_finished={self.tuning.retain_finished})")
             raise UnknownWorkflow(

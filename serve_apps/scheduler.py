@@ -140,9 +140,9 @@ class SchedulerService(Workflows):
         self.resumed_at = time.time()
         log.info("scheduler service %s: %d servers, policy %s, journal %s: %d workflows resumed "
                  "(%d unfinished), %d unrestorable", self.incarnation, len(self.sched.alive_servers),
-                 policy.name, self.sched.journal.uri if self.sched.journal else "off",
+                 policy.name, getattr(self.sched.durable.journal, "uri", "off"),
                  len(self.resumed), sum(not h.done() for h in self.resumed),
-                 len(self.sched.unrestorable))
+                 len(self.sched.durable.unrestorable))
         ready.announce(log, "SCALE scheduler service",
                        "POST /v1/workflows; API docs at /docs")
 
@@ -257,7 +257,7 @@ class SchedulerService(Workflows):
                     rec["result"], rec["result_expired"] = None, True
                 else:
                     rec["result"] = jsonable(self._values(h))
-                    self.sched.compact(h)  # fetched: the journal keeps its record only
+                    self.sched.durable.compact(h)  # fetched: the journal keeps its record only
             return rec
         return await self._off_loop(make)
 
@@ -382,7 +382,7 @@ class SchedulerService(Workflows):
         """The output values (Python objects) of a completed workflow."""
         h = self._lookup(wid, tenant)
         out = await self._off_loop(self._values, h)
-        await self._off_loop(self.sched.compact, h)  # fetched: the journal keeps its record only
+        await self._off_loop(self.sched.durable.compact, h)  # fetched: the journal keeps its record only
         return out
 
     async def exception(self, wid: str, tenant: str = "job:?") -> bytes | None:

@@ -80,11 +80,12 @@ def test_a_restarted_driver_resumes_without_running_finished_tasks_again(env, tm
     assert s1.placement.pooled is not slots  # a plain node: Ray's resource model
     _wait_for(marks / "b.0")  # a finished, b is running: the driver stops now
     s1.shutdown()
-    assert s1.journal_size()["workflows"] == 2
+    assert s1.durable.size()["workflows"] == 2
 
     s2 = LiveScheduler(get_policy("eft", env), env, cfg).start()
     resumed = {x.key: x for x in s2.resume()}
-    assert set(resumed) == {"req-1", "req-2"} and not s2.unrestorable and not s2.journal_problems
+    assert set(resumed) == {"req-1", "req-2"}
+    assert not s2.durable.unrestorable and not s2.durable.journal_problems
     again = s2.submit(step.bind(0, "other", str(marks)), key="req-1")
     assert again is resumed["req-1"]  # the key still names the resumed workflow
     # failed before the restart: failed still, with the primitive's own exception, not re-run
@@ -95,10 +96,10 @@ def test_a_restarted_driver_resumes_without_running_finished_tasks_again(env, tm
     # a ran once (its journaled result fed b), b ran again as attempt 1, c once; boom once
     assert _marks(marks) == ["a.0", "b.0", "b.1", "boom.0", "c.0"]
     assert again.task_attempts == [0, 0, 0]  # no loss counted against max_retries
-    s2.compact(again)  # fetched: only its record stays
-    size = s2.journal_size()
+    s2.durable.compact(again)  # fetched: only its record stays
+    size = s2.durable.size()
     s2.forget([again, resumed["req-2"]])
-    assert s2.journal_size()["workflows"] == 0 < size["workflows"]
+    assert s2.durable.size()["workflows"] == 0 < size["workflows"]
     s2.shutdown()
 
 
@@ -117,5 +118,5 @@ def test_a_damaged_journal_is_reported_and_skipped(env, tmp_path):
     with LiveScheduler(get_policy("eft", env), env, cfg) as s2:
         (back,) = s2.resume()
         assert back.result(timeout=60) == 3
-        assert other.jid in s2.unrestorable and len(s2.journal_problems) == 2
+        assert other.jid in s2.durable.unrestorable and len(s2.durable.journal_problems) == 2
     assert _marks(marks) == ["x.0", "x.1", "y.0", "z.0"]

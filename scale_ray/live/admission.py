@@ -1,6 +1,6 @@
 """What enters the live scheduler: a submitted workflow (:class:`Admission`: its tasks' order
 keys from ``envs.order``, behind their fair-share start tags when ``fair_share`` is on, their
-dependencies, the tasks that finished before a restart (``Durable.resume``), the ready ones
+dependencies, the tasks that finished before a restart (``Durability.resume``), the ready ones
 queued for placement) and a change of the node set (:class:`NodeEvents`: servers added, servers
 gone with their runs lost, server actors that answered).
 
@@ -46,7 +46,7 @@ class Admission:
                          for w, c in zip(works, h.workflow.calls)]
             tags = self._fair.admit(h.tenant, works, in_order,
                                     (t.share for t, _ in self._running.values()))
-        done = h.resumed_tasks or {}  # finished before a restart (Durable.resume)
+        done = h.resumed_tasks or {}  # finished before a restart (Durability.resume)
         for i, call in enumerate(h.workflow.calls):
             t = LiveTask(self._next_gid, i, wf, call)
             self._next_gid += 1

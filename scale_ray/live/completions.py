@@ -173,7 +173,7 @@ class Completions:
             elif t.state == RUNNING and t.server is not None:
                 self._stop_runs(t)
         wf.handle.record_completion(time.perf_counter(), err)
-        self._journal_failed(wf.handle)
+        self.durable.failed(wf.handle)
 
     # ------------------------------------------------------------------ stopping runs
     def _stop_runs(self, t: LiveTask) -> None:

@@ -1,15 +1,18 @@
 """The live scheduler's journal side (``LiveConfig.storage``; :mod:`scale_ray.live.journal`):
 record what ``submit`` accepted, let every run record its result before it reports done, end and
-compact finished workflows, and :meth:`Durable.resume` what an earlier scheduler with the same
-storage left unfinished. Idempotent submits (``submit(key=...)``) work with or without a journal.
+compact finished workflows, and :meth:`Durability.resume` what an earlier scheduler with the
+same storage left unfinished. Idempotent submits (``submit(key=...)``) work with or without a
+journal.
 
-:class:`Durable` is a part of :class:`scale_ray.live.scheduler.LiveScheduler` (a mixin over its
-``cfg``, ``_lock``, ``_handles``, ``_inbox`` and ``record_task_done`` paths).
+:class:`Durability` is a part :class:`scale_ray.live.scheduler.LiveScheduler` owns
+(``sched.durable``); it holds the journal and the idempotency keys, and reaches the scheduler
+only through the two callables it is given (adopt a resumed workflow's handle, queue it).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -35,25 +38,41 @@ def pickle_loader(sub: Submission) -> CollectedWorkflow:
     return as_collected(cloudpickle.loads(sub.payload), name=sub.name)
 
 
-class Durable:
-    """Journal and idempotency keys of a LiveScheduler (scheduler-thread safe where noted)."""
+class Durability:
+    """Journal and idempotency keys of a LiveScheduler (thread safe where noted).
 
-    journal: Journal | None
+    Args:
+        storage: ``LiveConfig.storage`` (:func:`scale_ray.live.journal.resolve_storage`).
+        adopt: ``adopt(workflow, submitted_wall, submission) -> handle``: the scheduler makes
+            a resumed workflow's handle its own (calling :meth:`register`).
+        enqueue: ``enqueue(handle)``: queue a resumed, unfinished workflow for admission.
+    """
 
-    def _init_durable(self) -> None:
-        self.journal = None
+    def __init__(self, storage: str | None,
+                 adopt: Callable[[CollectedWorkflow, float, Submission], WorkflowHandle],
+                 enqueue: Callable[[WorkflowHandle], None]):
+        self._storage, self._adopt, self._enqueue = storage, adopt, enqueue
+        self.journal: Journal | None = None
         self._keys: dict[tuple[str, str], WorkflowHandle] = {}
+        self._lock = threading.Lock()  # the keys (any thread)
         self.unrestorable: dict[str, str] = {}  # workflow id -> why the journal cannot restore it
         self.journal_problems: list[str] = []
         self._epoch = time.time() - time.perf_counter()  # epoch s = perf_counter s + this
         self._io: ThreadPoolExecutor | None = None
 
-    def _open_journal(self) -> None:
-        uri = resolve_storage(self.cfg.storage)
+    def open(self) -> None:
+        """Open the journal (once; ``storage`` off: none)."""
+        uri = resolve_storage(self._storage)
         if uri is not None and self.journal is None:
             self.journal = Journal(uri)
             self._io = ThreadPoolExecutor(1, thread_name_prefix="scale-journal")
             log.info("live scheduler: journal at %s", uri)
+
+    def close(self) -> None:
+        """Write the last end records (at shutdown)."""
+        if self._io is not None:
+            self._io.shutdown(wait=True)
+            self._io = None
 
     # ------------------------------------------------------------------ submit
     def known(self, tenant: str, key: str | None) -> WorkflowHandle | None:
@@ -63,7 +82,7 @@ class Durable:
         with self._lock:
             return self._keys.get((tenant, key))
 
-    def _record_submission(self, wf: CollectedWorkflow, tenant: str, key: str | None,
+    def record_submission(self, wf: CollectedWorkflow, tenant: str, key: str | None,
                            record: Submission | None) -> Submission | None:
         """The journal entry of an accepted workflow, written before its handle exists (the
         service's ``record``, else its pickled calls); None without a journal or record."""
@@ -77,21 +96,22 @@ class Durable:
         self.journal.submit(record)
         return record
 
-    def _register(self, h: WorkflowHandle, sub: Submission | None, tenant: str,
-                  key: str | None) -> WorkflowHandle | None:
-        """Under ``self._lock``: the handle of an earlier submit with this key (then ``h`` is
-        dropped), else None after recording ``h``'s key."""
+    def register(self, h: WorkflowHandle, sub: Submission | None, tenant: str,
+                 key: str | None) -> WorkflowHandle | None:
+        """The handle of an earlier submit with this key (then ``h`` is dropped), else None
+        after recording ``h``'s key (any thread)."""
         if key is not None:
-            hit = self._keys.get((tenant, key))
-            if hit is not None:
-                return hit
-            self._keys[(tenant, key)] = h
+            with self._lock:
+                hit = self._keys.get((tenant, key))
+                if hit is not None:
+                    return hit
+                self._keys[(tenant, key)] = h
         h.key = key
         if sub is not None:
             h.jid, h.journal_fmt = sub.id, sub.fmt
         return None
 
-    def _run_target(self, t: Any) -> tuple | None:
+    def run_target(self, t: Any) -> tuple | None:
         """What a run of task ``t`` writes to the journal (None: nothing)."""
         h = t.wf.handle
         if self.journal is None or h.jid is None:
@@ -99,7 +119,7 @@ class Durable:
         return self.journal.target(h.jid, t.idx, h.journal_fmt, t.runs)
 
     # ------------------------------------------------------------------ finish, compact, forget
-    def _end_info(self, h: WorkflowHandle) -> tuple[dict[str, Any], bytes]:
+    def end_info(self, h: WorkflowHandle) -> tuple[dict[str, Any], bytes]:
         """The end record of a finished workflow, and (a ``pickle`` one that failed) its
         primitive's exception, pickled."""
         err = None if h.error is None else root_cause(h.error)
@@ -119,22 +139,23 @@ class Durable:
                 "task_finish": [None if f is None else f + ep for f in h.task_finish_wall],
                 "task_nodes": list(h.task_nodes)}, blob
 
-    def _journal_failed(self, h: WorkflowHandle) -> None:
+    def failed(self, h: WorkflowHandle) -> None:
         """A workflow that failed or was cancelled: never run again after a restart."""
         if self.journal is not None and h.jid is not None:
-            info, blob = self._end_info(h)
+            info, blob = self.end_info(h)
             if self._io is not None:
-                self._io.submit(self._safe, self.journal.end, h.jid, info, blob)
+                self._io.submit(self.safe, self.journal.end, h.jid, info, blob)
             else:
-                self._safe(self.journal.end, h.jid, info, blob)
+                self.safe(self.journal.end, h.jid, info, blob)
 
     def compact(self, h: WorkflowHandle) -> None:
         """A finished workflow's results were fetched or expired: its journal keeps its record
         (state, times) and drops the results (a later restart shows it ``result_expired``)."""
         if self.journal is not None and h.jid is not None and h.done():
-            self._safe(self.journal.end, h.jid, *self._end_info(h))
+            self.safe(self.journal.end, h.jid, *self.end_info(h))
 
-    def _journal_forget(self, handles: list[WorkflowHandle]) -> None:
+    def forget(self, handles: list[WorkflowHandle]) -> None:
+        """Finished ``handles`` leave the scheduler: their keys and journal entries go."""
         with self._lock:
             for h in handles:
                 if h.key is not None and self._keys.get((h.tenant, h.key)) is h:
@@ -142,23 +163,22 @@ class Durable:
         if self.journal is not None:
             for h in handles:
                 if h.jid is not None:
-                    self._safe(self.journal.remove, h.jid)
+                    self.safe(self.journal.remove, h.jid)
 
-    def _safe(self, fn: Callable, *args: Any) -> None:
+    def safe(self, fn: Callable, *args: Any) -> None:
         try:
             fn(*args)
         except Exception:  # noqa: BLE001 - storage trouble must not stop scheduling
             log.exception("journal %s: %s failed", self.journal.uri if self.journal else "?",
                           getattr(fn, "__name__", fn))
 
-    def journal_size(self) -> dict[str, Any] | None:
+    def size(self) -> dict[str, Any] | None:
         return None if self.journal is None else self.journal.size()
 
     # ------------------------------------------------------------------ resume
     def resume(self, loader: Loader | None = None) -> list[WorkflowHandle]:
-        """Continue every workflow the journal holds (call after ``start()``, before new
-        submits). Finished tasks are not run again: their journaled results feed their
-        children; a task that was running runs again (its body sees ``attempt() > 0``).
+        """Continue every workflow the journal holds (``LiveScheduler.resume``). Finished tasks
+        are not run again: their journaled results feed their children; a task that was running runs again (its body sees ``attempt() > 0``).
         Finished workflows come back done (their results, if compacted, are gone). Returns
         the handles (``h.jid`` the journal id, ``h.key``, ``h.tenant`` as submitted); what could
         not be restored is in :attr:`unrestorable`, every skipped entry in
@@ -166,8 +186,6 @@ class Durable:
         documents); ``pickle`` ones are unpickled."""
         import ray
 
-        if self._thread is None:
-            raise RuntimeError("LiveScheduler.resume: call start() first")
         if self.journal is None:
             return []
         loaded = self.journal.load()
@@ -185,11 +203,7 @@ class Durable:
                 self.journal_problems.append(f"workflow {sub.id}: {why}")
                 log.warning("journal: workflow %s: %s", sub.id, why)
                 continue
-            with self._lock:
-                h = WorkflowHandle(len(self._handles), wf, min(now, sub.submitted - ep))
-                h.tenant = sub.tenant
-                self._register(h, sub, sub.tenant, sub.key)
-                self._handles.append(h)
+            h = self._adopt(wf, min(now, sub.submitted - ep), sub)
             if e.end is not None:  # finished before: its record, no results
                 fin = e.end.get("task_finish") or []
                 nodes = e.end.get("task_nodes") or []
@@ -202,7 +216,7 @@ class Durable:
                 h.resumed_tasks = {i: (ray.put(v), node, t - ep) for i, (v, node, t) in
                               e.results.items() if 0 <= i < len(wf.calls)}
                 h.prior_runs = dict(e.runs)
-                self._inbox.put(h)
+                self._enqueue(h)
             out.append(h)
         log.info("live scheduler: resumed %d workflows from %s (%d unrestorable, %d problems)",
                  len(out), self.journal.uri, len(loaded.unrestorable), len(loaded.problems))

@@ -92,7 +92,7 @@ class Runs:
             sleep_s += transfer * ts
         attempt = t.runs
         # every emulated run polls for ray.cancel (a hedged loser, a cancelled workflow)
-        meta = (node.node_id, sleep_s, 0.0, attempt, self._run_target(t), True)
+        meta = (node.node_id, sleep_s, 0.0, attempt, self.durable.run_target(t), True)
         t.runs += 1
         value_ref, status_ref = self._nodes.run(srv, prim, meta, args, kwargs)
         # what the policy sees: the estimate plus the emulated transfer, never the true run

@@ -3,10 +3,9 @@
 One scheduler thread owns all state (ready set, its record of what runs where, handles). Each
 round it: takes new submissions; collects finished tasks (``ray.wait``); reads the live node set
 (``ray.nodes()``, at most every ``node_refresh_s`` and at once after any lost task); then runs
-one placement round of the decision core (``envs.decision``, through
-:mod:`scale_ray.live.placement`): ready tasks in the configured order (``envs.order``), each encoded
-with the live servers by the one encoder, the policy asked, and the task run on the chosen server
-with its parents' results passed as object refs. A server runs one primitive at a time
+one placement round of the decision core (:mod:`scale_ray.live.placement`): ready tasks in the
+order (``envs.order.Order``), each encoded with the live servers by the one encoder, the policy
+asked, the task run on the chosen server with its parents' results passed as object refs. A server runs one primitive at a time
 (``scale_slot`` servers per node).
 
 Executors (``executor="actor"``, default: a call of the server's actor; ``"task"``: a Ray task
@@ -27,7 +26,8 @@ this scheduler says so; a stale result of a lost run is ignored, so no task comp
 Results of primitives themselves raising propagate to the workflow's handle unchanged.
 
 Times: traces and ``*_model_s`` metrics are in model seconds (wall seconds / ``time_scale``),
-response times without suffix are wall-clock seconds measured by the driver.
+response times without suffix are wall-clock seconds measured by the driver. The journal and
+idempotency keys: a part, ``self.durable`` (:mod:`scale_ray.live.durability`).
 """
 
 from __future__ import annotations
@@ -47,13 +47,12 @@ from envs import order as orders
 from envs.config import EnvConfig, build
 from envs.estimator import RuntimeEstimator
 from envs.workload import WorkflowSpec
-from policies.base import Policy
+from policies.base import Policy, is_planner
 from policies.guard import guard_summary, make_guard
-from policies.base import is_planner
 
 from .admission import Admission, NodeEvents
 from .completions import Completions
-from .durability import Durable
+from .durability import Durability, Loader
 from .journal import Submission
 from .config import LiveConfig
 from .executors import RemoteCache
@@ -76,7 +75,7 @@ WAKE_LOOK = 256  # waiting tasks looked at to wake reaped servers (NodeSet.wake)
 TraceSink = Callable[[dict[str, Any]], None]
 
 
-class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
+class LiveScheduler(Admission, NodeEvents, Completions, Runs):
     """Places workflow primitives as Ray tasks with ``policy`` (see the module docstring).
 
     Args:
@@ -93,8 +92,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
     def __init__(self, policy: Policy, env: EnvConfig | None = None,
                  config: LiveConfig | dict | None = None, trace: TraceSink | None = None):
         self.env = env or EnvConfig()
-        self.cfg: LiveConfig = build(LiveConfig, config, "live") if not isinstance(
-            config, LiveConfig) else config
+        self.cfg = config if isinstance(config, LiveConfig) else build(LiveConfig, config, "live")
         self._bind_policy(policy)
         self.trace = trace
         self._tiers = tuple(self.env.cluster.tiers)
@@ -126,15 +124,15 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         self.clock_origin = time.perf_counter()  # model time 0 (the service reads it too)
         self._hints = AutoscaleHints(self.cfg, self.counters)
         # run times learned per (kind, tier) from completions (LiveConfig.estimator)
-        self.estimator = RuntimeEstimator() if self.cfg.estimator == "online" else None
-        if self.estimator is not None:
-            est = self.estimator
+        self.estimator = est = RuntimeEstimator() if self.cfg.estimator == "online" else None
+        if est is not None:
             self.placement.shown = lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)
             self.placement.estimator = est
         self.node_tasks: dict[str, int] = {}
         # a fair share between submit(tenant=...) tenants (LiveConfig.fair_share)
         self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
-        self._init_durable()  # the journal (LiveConfig.storage) and idempotency keys
+        #: the journal (LiveConfig.storage) and idempotency keys (scale_ray.live.durability)
+        self.durable = Durability(self.cfg.storage, self._adopt, self._inbox.put)
         self._init_runs()  # hedged copies of stragglers (LiveConfig.hedge)
         self._latencies: list[float] = []  # ms of the policy's answers since the last take
 
@@ -160,7 +158,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         if self._thread is not None:
             return self
         self.clock_origin = time.perf_counter()  # model time 0 (the service reads it too)
-        self._open_journal()
+        self.durable.open()
         self.policy.reset(None)
         self._emit({"t": 0.0, "event": "episode", "bandwidth_gb_s": self.env.cluster.bandwidth_gb_s,
                     "latency_s": self.env.cluster.latency_s,
@@ -193,9 +191,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
             self._thread.join(timeout)
             self._thread = None
         self._nodes.stop_actors()
-        if self._io is not None:  # the journal's last end records
-            self._io.shutdown(wait=True)
-            self._io = None
+        self.durable.close()  # the journal's last end records
         self._emit({"t": self._now_model(), "event": "end", "truncated": bool(self.pending()),
                     "metrics": self.summary()})
 
@@ -233,21 +229,22 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         if nothing_to_run(workflow):
             return NothingToRun(name)
         tenant = tenant or ""
-        hit = self.known(tenant, key)
+        durable = self.durable
+        hit = durable.known(tenant, key)
         if hit is not None:
             return hit
         wf = accept(workflow, inputs, kw_inputs, name)
         self._check_fits(wf)
-        sub = self._record_submission(wf, tenant, key, record)
+        sub = durable.record_submission(wf, tenant, key, record)
         with self._lock:
             h = WorkflowHandle(len(self._handles), wf, time.perf_counter())
             h.tenant = tenant
-            hit = self._register(h, sub, tenant, key)
+            hit = durable.register(h, sub, tenant, key)
             if hit is None:
                 self._handles.append(h)
         if hit is not None:  # the same key raced in: one workflow
-            if sub is not None and self.journal is not None and sub.id != hit.jid:
-                self._safe(self.journal.remove, sub.id)
+            if sub is not None and durable.journal is not None and sub.id != hit.jid:
+                durable.safe(durable.journal.remove, sub.id)
             return hit
         self._inbox.put(h)
         return h
@@ -286,7 +283,22 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs, Durable):
         gone = {id(h) for h in handles if h.done()}
         with self._lock:
             self._handles = [h for h in self._handles if id(h) not in gone]
-        self._journal_forget([h for h in handles if id(h) in gone])
+        self.durable.forget([h for h in handles if id(h) in gone])
+
+    def resume(self, loader: Loader | None = None) -> list[WorkflowHandle]:
+        """After ``start()``, before new submits: ``Durability.resume`` (the journal's work)."""
+        if self._thread is None:
+            raise RuntimeError("LiveScheduler.resume: call start() first")
+        return self.durable.resume(loader)
+
+    def _adopt(self, wf: CollectedWorkflow, submitted: float, sub: Submission) -> WorkflowHandle:
+        # a resumed workflow's handle, registered as if submitted again
+        with self._lock:
+            h = WorkflowHandle(len(self._handles), wf, submitted)
+            h.tenant = sub.tenant
+            self.durable.register(h, sub, sub.tenant, sub.key)
+            self._handles.append(h)
+        return h
 
     def take_decision_latencies(self) -> list[float]:
         """The policy's answer times (ms, guard included) since the last call (any thread)."""
