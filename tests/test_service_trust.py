@@ -194,13 +194,15 @@ def test_cluster_view_shows_an_http_tenant_counts_only():
 def test_the_journal_counts_an_http_tenant_sees_are_its_own():
     from serve_apps.durable import JournalView
 
-    sched = SimpleNamespace(journal=object(), unrestorable={"a-1-x": "gone", "b-2-y": "gone"},
-                            journal_problems=["workflow a-3-z: task 1's result unreadable",
-                                              "workflow b-4-w: end entry unreadable",
-                                              "something else"])
-    got = JournalView(sched).tenant_counts(5, lambda wid: wid.startswith("a-"))
+    durable = SimpleNamespace(journal=object(), unrestorable={"a-1-x": "gone", "b-2-y": "gone"},
+                              journal_problems=["workflow a-3-z: task 1's result unreadable",
+                                                "workflow b-4-w: end entry unreadable",
+                                                "something else"])
+    got = JournalView(SimpleNamespace(durable=durable)).tenant_counts(
+        5, lambda wid: wid.startswith("a-"))
     assert got == {"on": True, "workflows": 5, "unrestorable": 1, "problems": 1}
-    assert JournalView(SimpleNamespace(journal=None)).tenant_counts(0, bool) == {"on": False}
+    off = SimpleNamespace(durable=SimpleNamespace(journal=None))
+    assert JournalView(off).tenant_counts(0, bool) == {"on": False}
 
 
 # ------------------------------------------------------------------------------- real service
