@@ -194,7 +194,7 @@ class Workflows:
             if load is not None:
                 load[0] -= 1
                 load[1] -= tasks
-        journal = getattr(self.sched, "journal", None)
+        journal = self.sched.durable.journal
         if journal is not None and h.jid is not None and h.error is None:
             # the journal keeps the outputs' results only, folded with the others (a failed or
             # cancelled one the scheduler folds itself): its files stop counting per task

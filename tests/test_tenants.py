@@ -150,8 +150,8 @@ def test_finished_workflows_keep_only_their_outputs_and_expire():
     svc = _service({}, result_ttl_s=5.0, retain_finished=100)
     svc.workflows, svc.owner = {}, {}
     compacted = []
-    svc.sched = type("S", (), {"forget": lambda self, hs: None,
-                               "compact": lambda self, h: compacted.append(h)})()
+    durable = type("D", (), {"journal": None, "compact": lambda self, h: compacted.append(h)})()
+    svc.sched = type("S", (), {"forget": lambda self, hs: None, "durable": durable})()
     h = H()
     svc._inflight = {"t": [1, 3]}
     svc._done("t", 3, h)
