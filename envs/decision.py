@@ -343,7 +343,7 @@ class DecisionCore:
     """A :class:`ReadyQueue` and a :class:`ServerTable` under :class:`Rules` (module docstring).
 
     Counters: ``forced_waits`` (waits made without asking), ``waits`` (picks that did not start
-    their task), ``decisions`` (policy answers).
+    their task), ``decisions`` (policy answers), ``look_stops`` (rounds ``node_look`` ended).
     """
 
     def __init__(self, servers: ServerTable, rules: Rules):
@@ -356,6 +356,9 @@ class DecisionCore:
         self.waits = 0
         self.decisions = 0
         self._looked = 0  # tasks set aside this round in Ray's resource model (NODE_LOOK)
+        #: the most tasks a round in Ray's resource model sets aside (NODE_LOOK; 0: no bound)
+        self.node_look = NODE_LOOK
+        self.look_stops = 0  # rounds that node_look ended with tasks left unlooked at
 
     def next_task(self) -> tuple[Any, int]:
         """``(task, EMPTY)``: the next task to ask the policy about (it stays on top of the
@@ -382,7 +385,8 @@ class DecisionCore:
                     continue
                 if fit == 1 and self._only_startable:
                     if servers.pooled and not self._hol:
-                        if self._looked >= NODE_LOOK:
+                        if self._looked >= self.node_look > 0:
+                            self.look_stops += 1
                             return None, EMPTY  # the rest keep their place (NODE_LOOK)
                         self._looked += 1
                     self.forced_waits += 1

@@ -33,7 +33,7 @@ import numpy as np
 
 from . import order as orders
 from .agents import AgentsConfig, expected_gpu_seconds, node_specs, sample_request
-from .decision import DONE, READY, WAITING, DecisionCore, Rules
+from .decision import DONE, NODE_LOOK, READY, WAITING, DecisionCore, Rules
 from .estimator import RuntimeEstimator
 from .events import ARRIVAL, FINISH, EventQueue
 from .nodes import NodeSpec, NodeTable
@@ -91,9 +91,11 @@ class NodeSimulator:
     """One episode per :meth:`run` of ``cfg``'s workload on ``nodes`` (module docstring)."""
 
     def __init__(self, cfg: AgentsConfig, nodes: Sequence[NodeSpec] | int,
-                 rate: float | None = None, learn_speeds: bool = False):
+                 rate: float | None = None, learn_speeds: bool = False,
+                 node_look: int = NODE_LOOK):
         self.cfg = cfg
         self.learn_speeds = learn_speeds
+        self.node_look = node_look  # DecisionCore.node_look (0: a round looks at every task)
         self.nodes = node_specs(cfg, nodes) if isinstance(nodes, int) else list(nodes)
         self.rate = rate if rate is not None else arrival_rate(cfg, self.nodes)
         gpu = [nd.gpu_speed for nd in self.nodes if nd.resources.get("GPU")]
@@ -167,6 +169,7 @@ class _Episode:
                                                              t.compute)
         self.core = DecisionCore(table, Rules(head_of_line_blocking=False,
                                               ask_only_startable=True, mask_infeasible=True))
+        self.core.node_look = sim.node_look
         self.events = EventQueue()
         self.scripted = arrivals is not None
         if arrivals is None:
@@ -270,4 +273,5 @@ def _metrics(requests: list[Request], tasks: list[NodeTask], end: float, busy: d
         "makespan_s": end,
         "decisions": core.decisions,
         "waits": core.waits,
+        "look_stops": core.look_stops,  # rounds NODE_LOOK ended early (DecisionCore.node_look)
     }

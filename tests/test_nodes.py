@@ -175,13 +175,14 @@ def test_demand_state_with_its_free_bound_equals_a_scan_of_every_node():
 def test_a_round_sets_aside_at_most_node_look_tasks_that_do_not_fit_now():
     """Under a backlog that fits no node now, a round looks at NODE_LOOK of them and stops: a
     task that fits, queued behind more than that, waits for the next round (bounded cost per
-    round); one queued within NODE_LOOK starts (backfill)."""
+    round); one queued within NODE_LOOK starts (backfill). ``node_look`` 0: no bound."""
     from envs.decision import NODE_LOOK
 
-    def run(waiting: int) -> list[int]:
+    def run(waiting: int, look: int = NODE_LOOK) -> list[int]:
         t = NodeTable([NodeSpec("c", {"CPU": 2, "memory": 8})])
         t.start(0, "x", _d(num_cpus=1), 5.0)
         core = DecisionCore(t, Rules(False, True, True))
+        core.node_look = look
         for k in range(waiting):
             w = _T(_d(num_cpus=2), tid=k)
             core.queue.push(w.key, w.id, w)
@@ -194,6 +195,8 @@ def test_a_round_sets_aside_at_most_node_look_tasks_that_do_not_fit_now():
 
     assert run(NODE_LOOK) == [NODE_LOOK]
     assert run(NODE_LOOK + 1) == []
+    assert run(NODE_LOOK + 1, look=0) == [NODE_LOOK + 1]
+    assert run(3, look=2) == []
 
 
 def test_label_selectors_follow_rays_syntax_and_matching():

@@ -25,6 +25,7 @@ from envs.agents import load_agents
 from envs.order import ORDERS
 from envs.config_base import replace
 from envs.config_files import read_yaml, resolve_config_path
+from envs.decision import NODE_LOOK
 from envs.node_sim import NodeSimulator
 from policies.node_rules import NODE_POLICIES, node_policy
 from scale_ray.evaluation import ci95_half_width
@@ -49,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon-s", type=float, default=None, help="arrivals stop here "
                    "(default: the config's horizon_s)")
     p.add_argument("--workers", type=int, default=2, help="processes")
+    p.add_argument("--node-look", type=int, default=NODE_LOOK,
+                   help="tasks a round sets aside at most (envs.decision.NODE_LOOK; 0: no bound)")
     p.add_argument("--json", default=None, help="write every episode and the table here")
 
 
@@ -63,11 +66,11 @@ def _rule(text: str) -> str:
 
 
 def _episode(job: tuple) -> dict[str, Any]:
-    cfg, n, load, policy, seed = job
+    cfg, n, load, policy, seed, look = job
     head, _, speeds = policy.partition(":")  # eft:learned: no speed known, the estimator's
     rule, _, order = head.partition("@")  # eft@upward_rank: HEFT (its order, then EFT)
     sim = NodeSimulator(replace(cfg, gpu_load=load, **({"order": order} if order else {})), n,
-                        learn_speeds=speeds == "learned")
+                        learn_speeds=speeds == "learned", node_look=look)
     t0 = time.perf_counter()
     m = sim.run(node_policy(rule), seed)
     return m | {"nodes": n, "load": load, "policy": policy, "episode": seed,
@@ -146,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
     policies = list(dict.fromkeys(["eft", "ray"] + list(args.policies)))
     if args.episodes < 2:
         raise ValueError("--episodes: at least 2 (paired intervals)")
-    jobs = [(cfg, n, load, p, s) for n in args.nodes for load in args.loads
+    if args.node_look < 0:
+        raise ValueError(f"--node-look: {args.node_look} must be >= 0 (0: no bound)")
+    jobs = [(cfg, n, load, p, s, args.node_look) for n in args.nodes for load in args.loads
             for s in range(args.episodes) for p in policies]
     print(f"headroom: {len(jobs)} episodes ({len(policies)} rules x {len(args.nodes)} sizes x "
           f"{len(args.loads)} loads x {args.episodes} seeds) on {args.workers} processes",
@@ -166,8 +171,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"config": args.config, "nodes": args.nodes, "loads": args.loads,
-                       "episodes": args.episodes, "default": default, "table": rows,
-                       "per_episode": episodes}, fh, indent=1,
+                       "episodes": args.episodes, "node_look": args.node_look,
+                       "default": default, "table": rows, "per_episode": episodes}, fh, indent=1,
                       default=lambda o: None if isinstance(o, float) and math.isnan(o) else o)
         print(f"wrote {args.json}")
     return 0
