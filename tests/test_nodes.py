@@ -352,6 +352,25 @@ def test_headroom_default_needs_a_win_everywhere_with_p95_no_worse():
     assert choose_default([r for r in rows if r["policy"] != "a"]) == "eft"
 
 
+def test_headroom_pairs_a_run_with_an_earlier_one_by_episode(tmp_path):
+    """--paired-with: the same (nodes, load, rule, seed) of two runs, value / earlier - 1
+    averaged over the pairs (10 % and 30 % higher: +20 %), episodes missing in either skipped."""
+    import json
+
+    from scale_ray.bench.headroom import paired_with
+
+    def ep(seed, mean, stops=0):
+        return {"nodes": 16, "load": 0.9, "policy": "eft", "episode": seed, "look_stops": stops,
+                "mean_workflow_response_s": mean, "p95_workflow_response_s": mean,
+                "p99_workflow_response_s": mean}
+    earlier = tmp_path / "a.json"
+    earlier.write_text(json.dumps({"node_look": 64, "per_episode": [ep(0, 10.0, 5), ep(1, 10.0, 7)]}))
+    lines = paired_with([ep(0, 11.0), ep(1, 13.0), ep(2, 99.0)], str(earlier))
+    assert "(node_look 64)" in lines[0] and len(lines) == 2
+    assert "(2 episodes)" in lines[1] and "mean +20.0 % higher" in lines[1]
+    assert "look_stops 0 vs 6" in lines[1]
+
+
 def test_heft_order_runs_the_longest_mean_path_first():
     """Two roots on one 1-CPU node: A (1 s, child C 1 s) and B (20 s). fifo and hop put A first
     (more hops below it): A 0-1, B 1-21, C 21-22, task responses 1, 21, 22. HEFT's upward rank

@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon-s", type=float, default=None, help="arrivals stop here "
                    "(default: the config's horizon_s)")
     p.add_argument("--workers", type=int, default=2, help="processes")
+    p.add_argument("--paired-with", default=None, metavar="JSON",
+                   help="also print this run against the same episodes of an earlier run's "
+                        "--json (e.g. another --node-look)")
     p.add_argument("--node-look", type=int, default=NODE_LOOK,
                    help="tasks a round sets aside at most (envs.decision.NODE_LOOK; 0: no bound)")
     p.add_argument("--json", default=None, help="write every episode and the table here")
@@ -103,6 +106,31 @@ def table(episodes: list[dict[str, Any]], policies: list[str]) -> list[dict[str,
             r["seconds_per_episode"] = float(np.mean([rows[(p, s)]["seconds"] for s in seeds]))
             out.append(r)
     return out
+
+
+def paired_with(episodes: list[dict[str, Any]], path: str) -> list[str]:
+    """This run against the episodes of another run's JSON (``--paired-with``; the same
+    nodes, load, rule and seed): per (size, load, rule) the mean of value / that run's - 1 for
+    the mean, p95 and p99 workflow response, ± the 95 % half-width, and both runs' mean
+    ``look_stops`` (rounds ``node_look`` ended)."""
+    with open(path) as fh:
+        other = json.load(fh)
+    ref = {(e["nodes"], e["load"], e["policy"], e["episode"]): e for e in other["per_episode"]}
+    lines = [f"against {path} (node_look {other.get('node_look')}), paired episodes:"]
+    for n, load, p in sorted({(e["nodes"], e["load"], e["policy"]) for e in episodes}):
+        mine = [e for e in episodes if (e["nodes"], e["load"], e["policy"]) == (n, load, p)
+                and (n, load, p, e["episode"]) in ref]
+        if not mine:
+            continue
+        theirs = [ref[(n, load, p, e["episode"])] for e in mine]
+        parts = []
+        for m, tag in ((METRICS[0], "mean"), (METRICS[1], "p95"), (METRICS[2], "p99")):
+            d = [a[m] / b[m] - 1.0 for a, b in zip(mine, theirs)]
+            parts.append(f"{tag} {rel(float(np.mean(d)))} ± {100 * ci95_half_width(d):.1f}")
+        stops = [float(np.mean([e.get("look_stops", 0) for e in x])) for x in (mine, theirs)]
+        lines.append(f"  N = {n}, load {load:g}, {p} ({len(mine)} episodes): " + ", ".join(parts)
+                     + f"; look_stops {stops[0]:.0f} vs {stops[1]:.0f}")
+    return lines
 
 
 def choose_default(rows: list[dict[str, Any]]) -> str:
@@ -168,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
     default = choose_default(rows)
     print(f"\ndefault rule (beats EFT at every size and load, p95 no worse; else eft): {default}")
     print(f"total {time.perf_counter() - t0:.0f} s")
+    if args.paired_with:
+        print("\n".join(paired_with(episodes, args.paired_with)))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"config": args.config, "nodes": args.nodes, "loads": args.loads,
