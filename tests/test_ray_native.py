@@ -351,20 +351,31 @@ def test_live_scheduler_runs_ray_dags_on_a_plain_cluster(plain_cluster):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_fair_share_lets_a_second_tenant_past_a_flood(plain_cluster):
+    """Tenant a floods 60 one-task workflows, then tenant b submits one. Read from the trace
+    (so the test does not depend on when b's submit reached the scheduler): with the fair share
+    at most one of a's queued tasks (a tie goes to the older workflow) starts between b's
+    arrival and b's start; without it, oldest first, every a task queued at b's arrival does."""
     from envs.workflow import TaskSpec, WorkflowSpec
     from policies import get_policy
     from scale_ray.live import LiveScheduler
 
     one = WorkflowSpec((TaskSpec(1.0, 0.0, 0.0, ()),), "one")
     for fair in (True, False):
-        with LiveScheduler(get_policy("eft"), config={"fair_share": fair,
-                                                      "time_scale": 0.2}) as sched:
-            flood = [sched.submit(one, tenant="a") for _ in range(24)]
+        events: list[dict] = []
+        with LiveScheduler(get_policy("eft"), config={"fair_share": fair, "time_scale": 0.2},
+                           trace=events.append) as sched:
+            flood = [sched.submit(one, tenant="a") for _ in range(60)]
             late = sched.submit(one, tenant="b")
-            assert sched.drain(timeout=120)
-            ends = sorted(h.finished_wall for h in flood)
-            before = sum(1 for t in ends if t < late.finished_wall)
-            if fair:  # b's workflow starts with the next free server, ahead of a's backlog
-                assert before <= 6, before
-            else:  # oldest first: it waits for the whole flood
-                assert before >= 20, before
+            assert sched.drain(timeout=180)
+        arrived = {e["workflow"]: e for e in events if e["event"] == "arrival"}
+        starts = {e["task"]: e["t"] for e in events if e["event"] == "start"}
+        b = arrived[late.id]
+        b_start = starts[b["tasks"][0]["task"]]
+        queued = [starts[tk["task"]] for h in flood for tk in arrived[h.id]["tasks"]
+                  if starts[tk["task"]] >= b["t"]]
+        assert len(queued) >= 6, len(queued)  # a backlog of a's was waiting when b arrived
+        overtook = sum(1 for t in queued if t < b_start)
+        if fair:  # b's workflow starts with the next free server, ahead of a's backlog
+            assert overtook <= 1, (overtook, len(queued))
+        else:  # oldest first: it waits for the whole flood
+            assert overtook == len(queued), (overtook, len(queued))
