@@ -108,6 +108,15 @@ def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
     return wf, new
 
 
+def arrival_event(t: float, wid: int, tasks: list[TaskRecord], kinds: bool) -> dict[str, Any]:
+    """The trace's ``arrival`` event (envs.trace) of workflow ``wid`` with ``tasks``; ``kinds``:
+    with each task's run-time kind and the compute deciders see (a run-time model)."""
+    return {"t": t, "event": "arrival", "workflow": wid, "tasks": [
+        {"task": tk.id, "compute_gflop": tk.nominal, "memory_gb": tk.memory_gb,
+         "output_gb": tk.output, "parents": [p.id for p in tk.parents]}
+        | ({"kind": tk.kind, "shown_gflop": tk.compute} if kinds else {}) for tk in tasks]}
+
+
 def rekey(wf: WorkflowRecord, order: orders.Order, task: TaskRecord, run_s: float,
           mean_compute: float, push: Any) -> None:
     """A dynamic order (``srpt``, ``las``): ``task`` of ``wf`` finished after ``run_s``

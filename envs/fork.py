@@ -11,7 +11,8 @@ forward; the original must not notice. ``copy.deepcopy`` would copy every task o
 * the event heap, the decision core (its ready queue with the deferred and blocked lists, and its
   server table: arrays, lists, feature matrix), the running tasks;
 * the simulator's own per-slot numpy arrays and Python lists;
-* the three random generators (their states), the arrival process and the workload source;
+* the arrivals (``envs.sim_arrivals.Arrivals.copy``: their generators, process and source) and
+  the dynamics generator (its state);
 * counters and the clock (plain values).
 
 The fork has no trace sink. Continuing the fork with the same actions gives exactly the
@@ -47,16 +48,16 @@ _VALUE_LISTS = frozenset({"srv_tier", "_sid_l", "_idle_w_l", "_busy_w_l", "_pres
                           "run_start"})
 _ARRAYS = frozenset({"srv_id", "idle_w", "busy_w", "present"})
 # Handled one by one below (the core's names in the simulator are bound again to the copy).
-_SPECIAL = frozenset({"trace", "rng_arrivals", "rng_workload", "rng_dynamics", "core", "servers",
+_SPECIAL = frozenset({"trace", "arrivals", "rng_dynamics", "core", "servers",
                       "_queue", "compute", "memory", "busy_until", "accepting", "_compute_l",
                       "_memory_l", "_accept_l", "_busy_l", "_feat", "_idle_pf_l", "_busy_pf_l",
                       "running", "_slot_of", "event_q",
-                      "tasks", "workflows", "current", "_source", "_arrivals", "_scripted",
+                      "tasks", "workflows", "current",
                       "_rt", "_overhead", "_stragglers", "hedge_stats"})
 _PLAIN = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
 
 
-def _copy_rng(src: np.random.Generator, into: np.random.Generator | None) -> np.random.Generator:
+def copy_rng(src: np.random.Generator, into: np.random.Generator | None) -> np.random.Generator:
     """An independent generator in ``src``'s state (``into`` reused when given: cheaper)."""
     if into is None:
         into = np.random.Generator(type(src.bit_generator)())
@@ -64,7 +65,7 @@ def _copy_rng(src: np.random.Generator, into: np.random.Generator | None) -> np.
     return into
 
 
-def _copy_source(src, rng_workload: np.random.Generator):
+def copy_source(src):
     """The workload source with its own buffers (lists are copied, templates shared)."""
     out = copy.copy(src)
     for k, v in vars(out).items():
@@ -114,13 +115,9 @@ class Forking:
                                 f"this module does not know how to copy; add it to envs/fork.py")
         nd["trace"] = None
         r = rngs or (None, None, None)
-        new.rng_arrivals = _copy_rng(self.rng_arrivals, r[0])
-        new.rng_workload = _copy_rng(self.rng_workload, r[1])
-        new.rng_dynamics = _copy_rng(self.rng_dynamics, r[2])
+        new.arrivals = self.arrivals.copy(r[:2])
+        new.rng_dynamics = copy_rng(self.rng_dynamics, r[2])
         new._slot_of = dict(self._slot_of)
-        new._source = _copy_source(self._source, new.rng_workload)
-        new._arrivals = self._arrivals.copy(new.rng_arrivals)
-        new._scripted = None if self._scripted is None else list(self._scripted)
         tasks = self._copy_work(new)
 
         def m(task):
@@ -203,13 +200,4 @@ class Forking:
     def drop_arrivals(self) -> None:
         """No more workflows arrive (a planner's rollout that ignores future work)."""
         self.event_q.drop(ARRIVAL)
-        self._scripted = []
-        self.arrivals_done = True
-
-    def forget_drawn_future(self) -> None:
-        """Drop the arrival gaps and workflows drawn ahead, so the next arrivals follow the
-        generators' states (a planner that samples the future sets those states first)."""
-        self._arrivals.forget_drawn()
-        forget = getattr(self._source, "forget_drawn", None)
-        if forget is not None:
-            forget()
+        self.arrivals.stop()

@@ -24,7 +24,6 @@ spawned from one seed, so the same seed gives the same workload under every poli
 from __future__ import annotations
 
 import heapq
-import math
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -35,7 +34,8 @@ from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  #
 from .encoding import encode_task, task_dim
 from .objective import Objective
 from . import order as orders
-from .episode import TaskRecord, WorkflowRecord, episode_metrics, rekey
+from .episode import (TaskRecord, WorkflowRecord, arrival_event, build_workflow, episode_metrics,
+                      rekey)
 from .run_model import OVERDUE_S, RunModel, compute_range
 from .fork import Forking
 from .events import (ADD, ARRIVAL, FAIL, FINISH, HEDGE, JOIN, LEAVE, REMOVE, EventQueue,
@@ -45,7 +45,7 @@ from .sim_snapshot import SnapshotLoading
 from .sim_view import StateView
 from .sim_arrivals import Arrivals
 from .sim_cluster import ClusterDynamics
-from .workload import ArrivalProcess, WorkflowSpec, make_source
+from .workload import WorkflowSpec
 
 __all__ = ["Simulator", "StepResult", "READY", "RUNNING", "DONE", "WAITING"]  # task states:
 # envs.decision's (WAITING = parents unfinished)
@@ -60,7 +60,7 @@ class StepResult(NamedTuple):
     truncated: bool
 
 
-class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, StateView):
+class Simulator(ClusterDynamics, Hedging, Forking, SnapshotLoading, StateView):
     """One episode at a time of the workflow/cluster model. See the module docstring.
 
     Args:
@@ -112,8 +112,6 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
         # the fourth stream (run-time noise) leaves the first three as they always were
         arr_ss, dag_ss, dyn_ss, run_ss = ss.spawn(4)
-        self.rng_arrivals = np.random.Generator(np.random.PCG64(arr_ss))
-        self.rng_workload = np.random.Generator(np.random.PCG64(dag_ss))
         self.rng_dynamics = np.random.Generator(np.random.PCG64(dyn_ss))
         cfg = self.cfg
         n = self.n_slots
@@ -123,7 +121,6 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         # clock, the events and what only it needs per slot.
         self.bind_core(DecisionCore(ServerTable(n, cfg.features), self._rules))
         self._reset_records(n)
-        self._source = make_source(cfg.workload)
         self._rt = RunModel(cfg.runtime, np.random.Generator(np.random.PCG64(run_ss)),
                             compute_range(cfg.workload.compute_gflop)) \
             if cfg.runtime.active else None
@@ -133,10 +130,9 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
                     "transfer_delays_start": cfg.mdp.transfer_delays_start,
                     "tiers": [{"name": t.name, "compute": t.compute, "memory_gb": t.memory_gb}
                               for t in cfg.cluster.tiers]})
-        n0 = cfg.cluster.servers
-        self._arrivals = ArrivalProcess(cfg.workload.arrival_rate_16 * n0 / 16.0,
-                                        cfg.workload.rate_schedule, cfg.workload.horizon_s,
-                                        self.rng_arrivals)
+        #: where workflows come from (envs.sim_arrivals): their times, their DAGs, their generators
+        self.arrivals = Arrivals(cfg, np.random.Generator(np.random.PCG64(arr_ss)),
+                                 np.random.Generator(np.random.PCG64(dag_ss)), arrivals)
         for tier, count in cfg.cluster.tier_counts().items():
             for _ in range(count):
                 self._add_server(cfg.cluster.tier(tier))
@@ -149,12 +145,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
             self.event_q.push(self.rng_dynamics.exponential(1 / d.join_rate_s), JOIN, None, None)
         if d.leave_rate_s > 0:
             self.event_q.push(self.rng_dynamics.exponential(1 / d.leave_rate_s), LEAVE, None, None)
-        self._scripted: list[tuple[float, WorkflowSpec]] | None = None
-        if arrivals is not None:
-            self._scripted = sorted(arrivals, key=lambda tw: tw[0])[::-1]  # pop() from the end
-            if any(t < 0 or not math.isfinite(t) for t, _ in self._scripted):
-                raise ValueError("arrivals: times must be finite and >= 0")
-        self._schedule_next_arrival(0.0)
+        self._schedule_next_arrival()
         self._select()
 
     def _reset_records(self, n: int) -> None:
@@ -180,7 +171,6 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         self.current: TaskRecord | None = None
         self.outstanding = 0
         self.open_workflows = 0
-        self.arrivals_done = False
         self.decisions = 0
         self.invalid = 0
         self.lost = 0
@@ -235,6 +225,39 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
                 self._pending_penalty += self.objective.penalty(dt, self.outstanding,
                                                                 self.open_workflows)
             self.t = t
+
+    def _schedule_next_arrival(self) -> None:
+        nxt = self.arrivals.next_time(self.t)
+        if nxt is not None:
+            self.event_q.push(nxt, ARRIVAL, None, None)
+
+    def _on_arrival(self, _a: Any, _b: Any) -> None:
+        """A workflow arrives: its tasks are built (keyed by the order) and its sources queued."""
+        spec = self.arrivals.next_workflow()
+        rt = self._rt
+        kinds = shown = None
+        if rt is not None:  # deciders see hints or estimates (envs.run_model)
+            kinds = rt.kinds(spec)
+            shown = rt.shown(spec, kinds)
+        wf, new = build_workflow(spec, len(self.workflows), len(self.tasks), self.t,
+                                 self._speed_by_memory, self.order,
+                                 self._mean_compute, self._bw, self._lat, shown)
+        if rt is not None:
+            rt.arrive(new, spec, kinds, shown)
+        self.workflows.append(wf)
+        self.tasks.extend(new)
+        self.outstanding += len(new)
+        self.open_workflows += 1
+        if self.trace is not None:
+            self._emit(arrival_event(self.t, wf.id, new, rt is not None))
+        for task in new:
+            if task.pending == 0:
+                self._make_ready(task)
+        self._schedule_next_arrival()
+
+    def _make_ready(self, task: TaskRecord) -> None:
+        task.state = READY
+        self._queue.push(task.key, task.id, task)
 
     def _on_finish(self, slot: int, token_task: tuple[int, TaskRecord]) -> None:
         token, task = token_task
@@ -304,7 +327,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
             self.current = None
             if self._stragglers:  # nothing to place now: back up stragglers (envs.hedging)
                 self._hedge_launch()
-            if self.outstanding == 0 and self.arrivals_done:
+            if self.outstanding == 0 and self.arrivals.done:
                 self.terminated = True
                 self._emit_end()
                 return
