@@ -10,7 +10,7 @@ forward; the original must not notice. ``copy.deepcopy`` would copy every task o
   may name the original's objects, which nothing reads once a task is done);
 * the event heap, the decision core (its ready queue with the deferred and blocked lists, and its
   server table: arrays, lists, feature matrix), the running tasks;
-* the simulator's own per-slot numpy arrays and Python lists;
+* the per-slot records (``envs.slots.Slots.copy``: which server, what it runs, since when);
 * the arrivals (``envs.sim_arrivals.Arrivals.copy``: their generators, process and source) and
   the dynamics generator (its state);
 * counters and the clock (plain values).
@@ -20,7 +20,8 @@ original's future (tests/test_lookahead.py), and stepping the fork leaves the or
 With run-time noise (``runtime``, envs/run_model.py) the fork cannot see the truth: its running
 tasks end at their estimated ends and its new runs take their estimates.
 
-Attributes unknown to this module that hold a mutable value make :meth:`Forking.fork` raise
+Each part copies itself; every other attribute of the simulator must be a plain value (copied)
+or configuration (``_CONFIG``, shared). Any other value makes :meth:`Forking.fork` raise
 ``TypeError`` naming the attribute, so a new piece of simulator state cannot be shared silently.
 """
 
@@ -38,22 +39,8 @@ from .events import ARRIVAL, FINISH, HEDGE
 if TYPE_CHECKING:
     from .simulator import Simulator
 
-# Immutable or configuration attributes: shared as they are.
-_SHARED = frozenset({"cfg", "n_slots", "_bw", "_lat", "_speed_by_memory", "_mean_compute", "order",
-                     "objective", "_start_reward", "_penalty_rate", "_hol", "_rules",
-                     "_transfer_delays", "_mask_infeasible", "_backlog", "_max_decisions",
-                     "_t_cap"})
-# Lists of plain values (numbers, strings, bools): a shallow list copy is a full copy.
-_VALUE_LISTS = frozenset({"srv_tier", "_sid_l", "_idle_w_l", "_busy_w_l", "_present_l",
-                          "run_start"})
-_ARRAYS = frozenset({"srv_id", "idle_w", "busy_w", "present"})
-# Handled one by one below (the core's names in the simulator are bound again to the copy).
-_SPECIAL = frozenset({"trace", "arrivals", "rng_dynamics", "core", "servers",
-                      "_queue", "compute", "memory", "busy_until", "accepting", "_compute_l",
-                      "_memory_l", "_accept_l", "_busy_l", "_feat", "_idle_pf_l", "_busy_pf_l",
-                      "running", "_slot_of", "event_q",
-                      "tasks", "workflows", "current",
-                      "_rt", "_overhead", "_stragglers", "hedge_stats"})
+# The configuration (and objects made from it once per simulator): shared as it is.
+_CONFIG = frozenset({"cfg", "order", "objective", "_start_reward", "_speed_by_memory", "_rules"})
 _PLAIN = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
 
 
@@ -97,40 +84,37 @@ class Forking:
         of new ones (their states are overwritten with this one's); a planner reuses them across
         forks.
         """
-        d = self.__dict__
         new = object.__new__(type(self))
-        nd = new.__dict__
-        for k, v in d.items():
-            if k in _SHARED or k in _SPECIAL:
-                nd[k] = v
-            elif k in _VALUE_LISTS:
-                nd[k] = v.copy()
-            elif k in _ARRAYS:
-                nd[k] = v.copy()
-            elif isinstance(v, _PLAIN) or (isinstance(v, tuple)
-                                           and all(isinstance(x, _PLAIN) for x in v)):
-                nd[k] = v
-            else:
-                raise TypeError(f"envs.fork: Simulator.{k} ({type(v).__name__}) is mutable state "
-                                f"this module does not know how to copy; add it to envs/fork.py")
-        nd["trace"] = None
         r = rngs or (None, None, None)
+        # the parts, each copied by its own copy(); then every other attribute must be a plain
+        # value (copied) or configuration (shared)
+        new.trace = None
         new.arrivals = self.arrivals.copy(r[:2])
         new.rng_dynamics = copy_rng(self.rng_dynamics, r[2])
-        new._slot_of = dict(self._slot_of)
         tasks = self._copy_work(new)
 
         def m(task):
             return tasks[task.id] if task is not None else None
 
-        new.running = [m(t) for t in self.running]
         new.current = m(self.current)
+        new.bind_slots(self.slots.copy(m))
         core = object.__new__(DecisionCore)
         core.__dict__.update(self.core.__dict__)  # rules and counters (plain values)
         core.servers = self.core.servers.copy()
         core.queue = self.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
         new.bind_core(core)
         self._copy_runs(new, tasks)
+        nd = new.__dict__
+        for k, v in self.__dict__.items():
+            if k in nd:
+                continue
+            if k in _CONFIG or isinstance(v, _PLAIN) or (
+                    isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v)):
+                nd[k] = v
+            else:
+                raise TypeError(f"envs.fork: Simulator.{k} ({type(v).__name__}) is mutable state "
+                                f"this module does not know how to copy; make it part of a copied "
+                                f"part or add it to envs/fork.py")
         return new
 
     def _copy_work(self, new: "Simulator") -> list[TaskRecord]:

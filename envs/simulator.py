@@ -45,6 +45,7 @@ from .sim_snapshot import SnapshotLoading
 from .sim_view import StateView
 from .sim_arrivals import Arrivals
 from .sim_cluster import ClusterDynamics
+from .slots import Slots
 from .workload import WorkflowSpec
 
 __all__ = ["Simulator", "StepResult", "READY", "RUNNING", "DONE", "WAITING"]  # task states:
@@ -150,20 +151,7 @@ class Simulator(ClusterDynamics, Hedging, Forking, SnapshotLoading, StateView):
 
     def _reset_records(self, n: int) -> None:
         """A new episode's per-slot records, tasks, workflows and counters."""
-        self.srv_id = np.full(n, -1, dtype=np.int64)
-        self.srv_tier = [""] * n
-        self.idle_w = np.zeros(n)
-        self.busy_w = np.zeros(n)
-        self.present = np.zeros(n, dtype=bool)    # alive (possibly draining); accepting: core
-        self._sid_l = [-1] * n
-        self._idle_w_l = [0.0] * n
-        self._busy_w_l = [0.0] * n
-        self._present_l = [False] * n
-        self.running: list[TaskRecord | None] = [None] * n
-        self.run_start = [0.0] * n                # when the slot's current run began
-        self._slot_of: dict[int, int] = {}
-        self._next_server_id = 0
-        self._present_count = 0
+        self.bind_slots(Slots(n))
         self._pending_penalty = 0.0
         self.event_q = EventQueue()  # every pending event (envs.events)
         self.tasks: list[TaskRecord] = []
@@ -193,6 +181,16 @@ class Simulator(ClusterDynamics, Hedging, Forking, SnapshotLoading, StateView):
         self._feat = srv.features.matrix
         self._idle_pf_l, self._busy_pf_l = srv.idle_pf_l, srv.busy_pf_l
 
+    def bind_slots(self, slots: Slots) -> None:
+        """Keep per-slot records in ``slots`` (a fork's copy; envs.slots); the simulator's names
+        for them are the same objects (the event loop reads them without an attribute hop)."""
+        self.slots = slots
+        self.srv_id, self.srv_tier, self.present = slots.srv_id, slots.srv_tier, slots.present
+        self.idle_w, self.busy_w = slots.idle_w, slots.busy_w
+        self._sid_l, self._present_l = slots.sid_l, slots.present_l
+        self._idle_w_l, self._busy_w_l = slots.idle_w_l, slots.busy_w_l
+        self.running, self.run_start, self._slot_of = slots.running, slots.run_start, slots.slot_of
+
     @property
     def forced_waits(self) -> int:
         """Waits made without asking (``mdp.ask_only_startable``)."""
@@ -220,7 +218,7 @@ class Simulator(ClusterDynamics, Hedging, Forking, SnapshotLoading, StateView):
     def _tick(self, t: float) -> None:
         if t > self.t:
             dt = t - self.t
-            self.alive_seconds += dt * self._present_count
+            self.alive_seconds += dt * self.slots.count
             if self._penalty_rate:
                 self._pending_penalty += self.objective.penalty(dt, self.outstanding,
                                                                 self.open_workflows)
