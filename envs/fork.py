@@ -168,8 +168,7 @@ class Forking:
         new._rt = None if rt is None else rt.copy()  # its runs take their estimates
         new._overhead = 0.0  # and no unseen overhead (runtime.overhead_s)
         hidden = self.finish_hidden
-        new.hedge_stats = list(self.hedge_stats)
-        new._stragglers = [(tok, tasks[tk.id]) for tok, tk in self._stragglers if tk.state != DONE]
+        new.hedges = self.hedges.copy(lambda tk: tasks[tk.id], new._rt)
 
         def run(ev: tuple) -> tuple:
             t, kind, seq, slot, (tok, task) = ev

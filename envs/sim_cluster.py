@@ -12,7 +12,7 @@ import numpy as np
 
 from .config import ServerEventConfig, TierConfig
 from .decision import READY
-from .events import ADD, FAIL, JOIN, LEAVE
+from .events import ADD, FAIL, JOIN, LEAVE, REMOVE
 
 
 class ClusterDynamics:
@@ -23,6 +23,22 @@ class ClusterDynamics:
         """Whether each slot runs a task now, (n_slots,) bool (a copy; the decision loop keeps a
         list)."""
         return np.array(self._busy_l, dtype=bool)
+
+    def _start_cluster(self) -> None:
+        """An episode's first servers (``cluster``) and its server events (``dynamics``)."""
+        cfg = self.cfg
+        for tier, count in cfg.cluster.tier_counts().items():
+            for _ in range(count):
+                self._add_server(cfg.cluster.tier(tier))
+        for ev in cfg.dynamics.events:
+            kind = {"add": ADD, "remove": REMOVE, "fail": FAIL}[ev.kind]
+            for _ in range(ev.count):
+                self.event_q.push(ev.t, kind, ev, None)
+        d = cfg.dynamics
+        if d.join_rate_s > 0:
+            self.event_q.push(self.rng_dynamics.exponential(1 / d.join_rate_s), JOIN, None, None)
+        if d.leave_rate_s > 0:
+            self.event_q.push(self.rng_dynamics.exponential(1 / d.leave_rate_s), LEAVE, None, None)
 
     def _add_server(self, tier: TierConfig) -> None:
         slot, sid = self.slots.add(tier)
@@ -61,7 +77,15 @@ class ClusterDynamics:
         sid = int(self.srv_id[slot])
         tier = self.srv_tier[slot]
         if task is not None and task.copy_slot >= 0:  # hedged: only this run is lost
-            self._hedge_lose_one(task, slot)
+            if slot == task.slot:
+                task.slot, task.sid = task.copy_slot, self._sid_l[task.copy_slot]
+            task.copy_slot = -1
+            self.busy_seconds += self.t - self.run_start[slot]
+            self.hedges.lost(self.t - self.run_start[slot])
+            self.running[slot] = None
+            self.servers.finish(slot)
+            self._emit({"t": self.t, "event": "cancel", "task": task.id, "server": sid,
+                        "reason": "server_fail"})
         elif task is not None:
             self.busy_seconds += self.t - self.run_start[slot]
             task.state = READY

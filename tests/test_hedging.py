@@ -62,18 +62,18 @@ def test_a_fork_hedges_on_its_own():
     sim = Simulator(env)
     sim.reset(4)
     eft = get_policy("eft", env)
-    while sim.current is not None and not sim._stragglers and sim.decisions < 3000:
+    while sim.current is not None and not sim.hedges.stragglers and sim.decisions < 3000:
         sim.step(eft.act(sim.observe()))
-        if sim.hedge_stats[0] > 3:
+        if sim.hedges.stats[0] > 3:
             break
-    before = list(sim.hedge_stats)
+    before = list(sim.hedges.stats)
     f = sim.fork()
     for _ in range(200):
         if f.current is None:
             break
         f.step(eft.act(f.observe()))
-    assert sim.hedge_stats == before  # the fork's copies never count in the original
-    assert f._stragglers is not sim._stragglers and f.hedge_stats is not sim.hedge_stats
+    assert sim.hedges.stats == before  # the fork's copies never count in the original
+    assert f.hedges.stragglers is not sim.hedges.stragglers and f.hedges.stats is not sim.hedges.stats
     assert all(tk.copy_slot < 0 or sim.running[tk.copy_slot] is tk
                for tk in sim.tasks if tk.state == 1)  # the original's copies run where it says
 
