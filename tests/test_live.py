@@ -718,7 +718,7 @@ class TestSharedCluster:
         with LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.0, max_retries=1)) as sched:
             def lose_every_run(t, srv, now):  # emulate a node dying under every run
                 sched._lose(t, "node died (injected)")
-            sched._submit = lose_every_run
+            sched.runs.submit = lose_every_run
             h = sched.submit(const.bind(1))
             assert h.wait(30)
         with pytest.raises(WorkflowFailed, match=r"was lost 2 times \(max_retries=1\)"):
