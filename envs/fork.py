@@ -20,14 +20,16 @@ original's future (tests/test_lookahead.py), and stepping the fork leaves the or
 With run-time noise (``runtime``, envs/run_model.py) the fork cannot see the truth: its running
 tasks end at their estimated ends and its new runs take their estimates.
 
-Each part copies itself; every other attribute of the simulator must be a plain value (copied)
-or configuration (``_CONFIG``, shared). Any other value makes :meth:`Forking.fork` raise
-``TypeError`` naming the attribute, so a new piece of simulator state cannot be shared silently.
+Each part copies itself; every other attribute of the simulator must be immutable
+(:func:`immutable`: plain values, the frozen configuration, the order and the objective), and is
+shared. Any other value makes :meth:`Forking.fork` raise ``TypeError`` naming the attribute, so
+a new piece of simulator state cannot be shared silently. No attribute is named here.
 """
 
 from __future__ import annotations
 
 import copy
+from types import MethodType
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -39,9 +41,21 @@ from .events import ARRIVAL, FINISH, HEDGE
 if TYPE_CHECKING:
     from .simulator import Simulator
 
-# The configuration (and objects made from it once per simulator): shared as it is.
-_CONFIG = frozenset({"cfg", "order", "objective", "_start_reward", "_speed_by_memory", "_rules"})
 _PLAIN = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
+
+
+def immutable(v: object) -> bool:
+    """Whether ``v`` can be shared by a simulator and its fork: a plain value, a tuple of such,
+    a frozen dataclass (the configuration, the order), an object whose class says it is never
+    written after construction (``IMMUTABLE = True``: the objective), or a method of one."""
+    if isinstance(v, _PLAIN):
+        return True
+    if isinstance(v, tuple):
+        return all(immutable(x) for x in v)
+    if isinstance(v, MethodType):
+        return immutable(v.__self__)
+    params = getattr(type(v), "__dataclass_params__", None)
+    return (params is not None and params.frozen) or getattr(type(v), "IMMUTABLE", False)
 
 
 def copy_rng(src: np.random.Generator, into: np.random.Generator | None) -> np.random.Generator:
@@ -108,13 +122,12 @@ class Forking:
         for k, v in self.__dict__.items():
             if k in nd:
                 continue
-            if k in _CONFIG or isinstance(v, _PLAIN) or (
-                    isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v)):
+            if immutable(v):
                 nd[k] = v
             else:
                 raise TypeError(f"envs.fork: Simulator.{k} ({type(v).__name__}) is mutable state "
-                                f"this module does not know how to copy; make it part of a copied "
-                                f"part or add it to envs/fork.py")
+                                f"this module does not know how to copy; keep it in a part that "
+                                f"copies itself (envs/fork.py)")
         return new
 
     def _copy_work(self, new: "Simulator") -> list[TaskRecord]:

@@ -41,8 +41,8 @@ class SnapshotLoading:
         for i, s in enumerate(servers):
             self.slots.set_power(i, s.idle_w, s.busy_w)
             srv.set_server(i, s.compute, s.memory_gb, s.idle_w, s.busy_w, s.accepting)
-        self._speed_by_memory = sorted(((s.compute, s.memory_gb) for s in servers),
-                                       key=lambda x: -x[0])
+        self._speed_by_memory = tuple(sorted(((s.compute, s.memory_gb) for s in servers),
+                                             key=lambda x: -x[0]))
         busy_by_task = [False] * n
         ids: list[list[int]] = []
         for w, wf in enumerate(workflows):

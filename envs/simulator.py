@@ -76,8 +76,8 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         c = config.cluster
         self._bw, self._lat = c.bandwidth_gb_s, c.latency_s
         # Critical-path lower bound: run time on the fastest tier whose memory fits.
-        self._speed_by_memory = [(t.compute, t.memory_gb)
-                                 for t in sorted(c.tiers, key=lambda t: -t.compute)]
+        self._speed_by_memory = tuple((t.compute, t.memory_gb)
+                                      for t in sorted(c.tiers, key=lambda t: -t.compute))
         counts = c.tier_counts()
         self._mean_compute = orders.mean_compute(
             t.compute for t in c.tiers for _ in range(counts.get(t.name, 0)))
