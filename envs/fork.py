@@ -100,8 +100,8 @@ class Forking:
         """
         new = object.__new__(type(self))
         r = rngs or (None, None, None)
-        # the parts, each copied by its own copy(); then every other attribute must be a plain
-        # value (copied) or configuration (shared)
+        # the parts, each copied by its own copy(); then every other attribute must be
+        # immutable (shared)
         new.trace = None
         new.arrivals = self.arrivals.copy(r[:2])
         new.rng_dynamics = copy_rng(self.rng_dynamics, r[2])
