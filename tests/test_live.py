@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 
 import numpy as np
@@ -670,7 +671,9 @@ class TestSharedCluster:
         with caplog.at_level(logging.WARNING, logger="scale_ray.live.scheduler"):
             with LiveScheduler(get_policy("eft", env), env, cfg, trace=events.append) as sched:
                 n_nodes = len(live_nodes())
-                assert f"{n_nodes} of {2 * n_nodes} server actors not ready" in caplog.text
+                # the unstartable half, and any startable one still starting on a busy machine
+                m = re.search(r"(\d+) of (\d+) server actors not ready", caplog.text)
+                assert m and n_nodes <= int(m[1]) <= 2 * n_nodes == int(m[2]), caplog.text
                 hs = [sched.submit(spec) for _ in range(4)]
                 assert sched.drain(timeout=60)
                 ready = {s.sid for s in sched.alive_servers if s.offered}
