@@ -5,9 +5,12 @@ run loses that run only, and a fork hedges on its own."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace as NS
 
 import pytest
 
+from envs.decision import DONE, RUNNING
+from envs.hedging import Hedges
 from envs.trace import verify_trace
 from envs.simulator import Simulator
 from policies import get_policy
@@ -155,11 +158,6 @@ def test_the_hedges_part_copies_stragglers_in_order_on_the_fastest_idle_fitting_
     """``Hedges.launch`` on a hand-built table: each straggler still running, in the order seen,
     gets the fastest accepting idle server its memory fits (busy for the next one); one that
     fits no idle server waits; finished, restarted or copied ones are dropped."""
-    from types import SimpleNamespace as NS
-
-    from envs.decision import DONE, RUNNING
-    from envs.hedging import Hedges
-
     table = NS(accept_l=[True, True, True, False], busy_l=[False, False, True, False],
                memory_l=[16.0, 64.0, 64.0, 64.0], compute_l=[4.0, 2.0, 8.0, 9.0])
     h = Hedges(rt=None)

@@ -1,10 +1,12 @@
-"""envs.slots.Slots: the simulator's per-slot records, their two views kept equal, the copy a
-fork takes independent of the original."""
+"""The simulator's parts on their own: envs.slots.Slots (the per-slot records, their two views
+kept equal, the copy a fork takes independent of the original) and envs.sim_arrivals.Arrivals
+(where workflows come from)."""
 
 import numpy as np
 import pytest
 
-from envs.config import TierConfig
+from envs.config import EnvConfig, TierConfig
+from envs.sim_arrivals import Arrivals
 from envs.slots import Slots
 
 TIER = TierConfig(name="a", compute=2.0, memory_gb=8.0, idle_w=10.0, busy_w=50.0, ratio=1.0)
@@ -45,3 +47,36 @@ def test_a_copy_maps_running_tasks_and_shares_nothing_mutable():
     for k, v in vars(s).items():
         if isinstance(v, (list, dict, np.ndarray)):
             assert getattr(c, k) is not v, k
+
+
+def test_arrivals_part_copies_stops_and_resamples_independently():
+    """envs.sim_arrivals.Arrivals: a copy draws the same future from its own generators; stop
+    ends it; resample draws from the given generator states, forgetting what was drawn ahead;
+    scripted arrivals come in time order and bad times are refused."""
+    def make(seed, scripted=None):
+        return Arrivals(EnvConfig(), np.random.default_rng(seed), np.random.default_rng(seed + 1),
+                        scripted)
+
+    a = make(1)
+    t1 = a.next_time(0.0)
+    c = a.copy()
+    assert c.rng_arrivals is not a.rng_arrivals and c.process is not a.process
+    times_c = [c.next_time(t1) for _ in range(3)]
+    assert [a.next_time(t1) for _ in range(3)] == times_c  # the same future, drawn apart
+    assert c.next_workflow().name == a.next_workflow().name
+    states = (np.random.default_rng(7).bit_generator.state,
+              np.random.default_rng(8).bit_generator.state)
+    a.resample(states)
+    c.resample(states)
+    b = make(99)  # other generators set to the same states: the same next arrival
+    b.resample(states)
+    assert a.next_time(5.0) == c.next_time(5.0) == b.next_time(5.0)
+    c.stop()
+    assert c.done and c.next_time(0.0) is None and not a.done
+    wf = make(0).next_workflow()
+    s = make(0, [(2.0, wf), (1.0, wf)])
+    assert s.next_time(0.0) == 1.0 and s.next_workflow() is wf and s.next_time(1.0) == 2.0
+    s.next_workflow()
+    assert s.next_time(2.0) is None and s.done
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        make(0, [(-1.0, wf)])
