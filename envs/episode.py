@@ -13,6 +13,7 @@ from .decision import DONE, READY, WAITING
 from .workload import WorkflowSpec
 
 if TYPE_CHECKING:  # annotations only: the simulator imports this module
+    from .config import EnvConfig
     from .simulator import Simulator
 
 
@@ -108,6 +109,24 @@ def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
     return wf, new
 
 
+def episode_event(cfg: "EnvConfig") -> dict[str, Any]:
+    """The trace's first event (envs.trace): the network and the tiers."""
+    c = cfg.cluster
+    return {"t": 0.0, "event": "episode", "bandwidth_gb_s": c.bandwidth_gb_s,
+            "latency_s": c.latency_s, "transfer_delays_start": cfg.mdp.transfer_delays_start,
+            "tiers": [{"name": t.name, "compute": t.compute, "memory_gb": t.memory_gb}
+                      for t in c.tiers]}
+
+
+def arrival_event(t: float, wid: int, tasks: list[TaskRecord], kinds: bool) -> dict[str, Any]:
+    """The trace's ``arrival`` event (envs.trace) of workflow ``wid`` with ``tasks``; ``kinds``:
+    with each task's run-time kind and the compute deciders see (a run-time model)."""
+    return {"t": t, "event": "arrival", "workflow": wid, "tasks": [
+        {"task": tk.id, "compute_gflop": tk.nominal, "memory_gb": tk.memory_gb,
+         "output_gb": tk.output, "parents": [p.id for p in tk.parents]}
+        | ({"kind": tk.kind, "shown_gflop": tk.compute} if kinds else {}) for tk in tasks]}
+
+
 def rekey(wf: WorkflowRecord, order: orders.Order, task: TaskRecord, run_s: float,
           mean_compute: float, push: Any) -> None:
     """A dynamic order (``srpt``, ``las``): ``task`` of ``wf`` finished after ``run_s``
@@ -162,5 +181,5 @@ def episode_metrics(sim: "Simulator") -> dict[str, Any]:
         "invalid_rate": sim.invalid / sim.decisions if sim.decisions else 0.0,
         "lost_tasks": sim.lost,
         "truncated": sim.truncated,
-    } | (sim.hedge_metrics() if sim.cfg.runtime.hedge != "off" else {}) | (
+    } | (sim.hedges.metrics() if sim.cfg.runtime.hedge != "off" else {}) | (
         {"busy_server_s": float(busy)} if sim.cfg.runtime.active else {})

@@ -10,8 +10,9 @@ forward; the original must not notice. ``copy.deepcopy`` would copy every task o
   may name the original's objects, which nothing reads once a task is done);
 * the event heap, the decision core (its ready queue with the deferred and blocked lists, and its
   server table: arrays, lists, feature matrix), the running tasks;
-* the simulator's own per-slot numpy arrays and Python lists;
-* the three random generators (their states), the arrival process and the workload source;
+* the per-slot records (``envs.slots.Slots.copy``: which server, what it runs, since when);
+* the arrivals (``envs.sim_arrivals.Arrivals.copy``: their generators, process and source) and
+  the dynamics generator (its state);
 * counters and the clock (plain values).
 
 The fork has no trace sink. Continuing the fork with the same actions gives exactly the
@@ -19,13 +20,16 @@ original's future (tests/test_lookahead.py), and stepping the fork leaves the or
 With run-time noise (``runtime``, envs/run_model.py) the fork cannot see the truth: its running
 tasks end at their estimated ends and its new runs take their estimates.
 
-Attributes unknown to this module that hold a mutable value make :meth:`Forking.fork` raise
-``TypeError`` naming the attribute, so a new piece of simulator state cannot be shared silently.
+Each part copies itself; every other attribute of the simulator must be immutable
+(:func:`immutable`: plain values, the frozen configuration, the order and the objective), and is
+shared. Any other value makes :meth:`Forking.fork` raise ``TypeError`` naming the attribute, so
+a new piece of simulator state cannot be shared silently. No attribute is named here.
 """
 
 from __future__ import annotations
 
 import copy
+from types import MethodType
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -37,26 +41,24 @@ from .events import ARRIVAL, FINISH, HEDGE
 if TYPE_CHECKING:
     from .simulator import Simulator
 
-# Immutable or configuration attributes: shared as they are.
-_SHARED = frozenset({"cfg", "n_slots", "_bw", "_lat", "_speed_by_memory", "_mean_compute", "order",
-                     "objective", "_start_reward", "_penalty_rate", "_hol", "_rules",
-                     "_transfer_delays", "_mask_infeasible", "_backlog", "_max_decisions",
-                     "_t_cap"})
-# Lists of plain values (numbers, strings, bools): a shallow list copy is a full copy.
-_VALUE_LISTS = frozenset({"srv_tier", "_sid_l", "_idle_w_l", "_busy_w_l", "_present_l",
-                          "run_start"})
-_ARRAYS = frozenset({"srv_id", "idle_w", "busy_w", "present"})
-# Handled one by one below (the core's names in the simulator are bound again to the copy).
-_SPECIAL = frozenset({"trace", "rng_arrivals", "rng_workload", "rng_dynamics", "core", "servers",
-                      "_queue", "compute", "memory", "busy_until", "accepting", "_compute_l",
-                      "_memory_l", "_accept_l", "_busy_l", "_feat", "_idle_pf_l", "_busy_pf_l",
-                      "running", "_slot_of", "event_q",
-                      "tasks", "workflows", "current", "_source", "_arrivals", "_scripted",
-                      "_rt", "_overhead", "_stragglers", "hedge_stats"})
 _PLAIN = (int, float, bool, str, type(None), np.integer, np.floating, np.bool_)
 
 
-def _copy_rng(src: np.random.Generator, into: np.random.Generator | None) -> np.random.Generator:
+def immutable(v: object) -> bool:
+    """Whether ``v`` can be shared by a simulator and its fork: a plain value, a tuple of such,
+    a frozen dataclass (the configuration, the order), an object whose class says it is never
+    written after construction (``IMMUTABLE = True``: the objective), or a method of one."""
+    if isinstance(v, _PLAIN):
+        return True
+    if isinstance(v, tuple):
+        return all(immutable(x) for x in v)
+    if isinstance(v, MethodType):
+        return immutable(v.__self__)
+    params = getattr(type(v), "__dataclass_params__", None)
+    return (params is not None and params.frozen) or getattr(type(v), "IMMUTABLE", False)
+
+
+def copy_rng(src: np.random.Generator, into: np.random.Generator | None) -> np.random.Generator:
     """An independent generator in ``src``'s state (``into`` reused when given: cheaper)."""
     if into is None:
         into = np.random.Generator(type(src.bit_generator)())
@@ -64,7 +66,7 @@ def _copy_rng(src: np.random.Generator, into: np.random.Generator | None) -> np.
     return into
 
 
-def _copy_source(src, rng_workload: np.random.Generator):
+def copy_source(src):
     """The workload source with its own buffers (lists are copied, templates shared)."""
     out = copy.copy(src)
     for k, v in vars(out).items():
@@ -96,44 +98,36 @@ class Forking:
         of new ones (their states are overwritten with this one's); a planner reuses them across
         forks.
         """
-        d = self.__dict__
         new = object.__new__(type(self))
-        nd = new.__dict__
-        for k, v in d.items():
-            if k in _SHARED or k in _SPECIAL:
-                nd[k] = v
-            elif k in _VALUE_LISTS:
-                nd[k] = v.copy()
-            elif k in _ARRAYS:
-                nd[k] = v.copy()
-            elif isinstance(v, _PLAIN) or (isinstance(v, tuple)
-                                           and all(isinstance(x, _PLAIN) for x in v)):
-                nd[k] = v
-            else:
-                raise TypeError(f"envs.fork: Simulator.{k} ({type(v).__name__}) is mutable state "
-                                f"this module does not know how to copy; add it to envs/fork.py")
-        nd["trace"] = None
         r = rngs or (None, None, None)
-        new.rng_arrivals = _copy_rng(self.rng_arrivals, r[0])
-        new.rng_workload = _copy_rng(self.rng_workload, r[1])
-        new.rng_dynamics = _copy_rng(self.rng_dynamics, r[2])
-        new._slot_of = dict(self._slot_of)
-        new._source = _copy_source(self._source, new.rng_workload)
-        new._arrivals = self._arrivals.copy(new.rng_arrivals)
-        new._scripted = None if self._scripted is None else list(self._scripted)
+        # the parts, each copied by its own copy(); then every other attribute must be
+        # immutable (shared)
+        new.trace = None
+        new.arrivals = self.arrivals.copy(r[:2])
+        new.rng_dynamics = copy_rng(self.rng_dynamics, r[2])
         tasks = self._copy_work(new)
 
         def m(task):
             return tasks[task.id] if task is not None else None
 
-        new.running = [m(t) for t in self.running]
         new.current = m(self.current)
+        new.bind_slots(self.slots.copy(m))
         core = object.__new__(DecisionCore)
         core.__dict__.update(self.core.__dict__)  # rules and counters (plain values)
         core.servers = self.core.servers.copy()
         core.queue = self.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
         new.bind_core(core)
         self._copy_runs(new, tasks)
+        nd = new.__dict__
+        for k, v in self.__dict__.items():
+            if k in nd:
+                continue
+            if immutable(v):
+                nd[k] = v
+            else:
+                raise TypeError(f"envs.fork: Simulator.{k} ({type(v).__name__}) is mutable state "
+                                f"this module does not know how to copy; keep it in a part that "
+                                f"copies itself (envs/fork.py)")
         return new
 
     def _copy_work(self, new: "Simulator") -> list[TaskRecord]:
@@ -187,8 +181,7 @@ class Forking:
         new._rt = None if rt is None else rt.copy()  # its runs take their estimates
         new._overhead = 0.0  # and no unseen overhead (runtime.overhead_s)
         hidden = self.finish_hidden
-        new.hedge_stats = list(self.hedge_stats)
-        new._stragglers = [(tok, tasks[tk.id]) for tok, tk in self._stragglers if tk.state != DONE]
+        new.hedges = self.hedges.copy(lambda tk: tasks[tk.id], new._rt)
 
         def run(ev: tuple) -> tuple:
             t, kind, seq, slot, (tok, task) = ev
@@ -203,13 +196,4 @@ class Forking:
     def drop_arrivals(self) -> None:
         """No more workflows arrive (a planner's rollout that ignores future work)."""
         self.event_q.drop(ARRIVAL)
-        self._scripted = []
-        self.arrivals_done = True
-
-    def forget_drawn_future(self) -> None:
-        """Drop the arrival gaps and workflows drawn ahead, so the next arrivals follow the
-        generators' states (a planner that samples the future sets those states first)."""
-        self._arrivals.forget_drawn()
-        forget = getattr(self._source, "forget_drawn", None)
-        if forget is not None:
-            forget()
+        self.arrivals.stop()

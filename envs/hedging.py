@@ -18,113 +18,82 @@ the cancelled runs, whichever they were), next to ``busy_server_s``. Traced: the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from .decision import RUNNING
-from .events import FINISH, HEDGE
+from .decision import DONE, RUNNING
 
 if TYPE_CHECKING:
+    from .decision import ServerTable
     from .episode import TaskRecord
+    from .run_model import RunModel
 
-__all__ = ["Hedging"]
+__all__ = ["Hedges"]
 
 
-class Hedging:
-    """The simulator's backup copies (module docstring); a mixin of
-    :class:`envs.simulator.Simulator`, whose state it reads and writes."""
+class Hedges:
+    """The simulator's backup copies (module docstring; ``sim.hedges``, a part its fork copies):
+    the stragglers not yet copied and the counters. The simulator starts and cancels the runs (it
+    owns the slots); this part decides when a run is a straggler and where its copy goes."""
 
-    def _hedge_arm(self, task: "TaskRecord", slot: int, exec_start: float) -> None:
-        """At a hedgeable task's start: its straggler event at the estimated quantile."""
-        rt = self._rt
-        q = rt.quantile_s(task, self._compute_l[slot], self.srv_tier[slot], rt.cfg.hedge_quantile)
-        self.event_q.push(exec_start + q, HEDGE, slot, (task.token, task))
+    def __init__(self, rt: "RunModel") -> None:
+        self.rt = rt
+        self.stragglers: list[tuple[int, "TaskRecord"]] = []  # (token, task) past the quantile
+        self.stats = [0, 0, 0.0, 0.0]  # copies, copy wins, copy server-s, wasted server-s
 
-    def _on_straggler(self, slot: int, token_task: tuple[int, "TaskRecord"]) -> None:
-        token, task = token_task
+    def due(self, task: "TaskRecord", compute: float, tier: str, exec_start: float) -> float:
+        """When a hedgeable run started at ``exec_start`` on a server of ``compute`` and ``tier``
+        becomes a straggler: the estimated ``hedge_quantile`` of its run time."""
+        rt = self.rt
+        return exec_start + rt.quantile_s(task, compute, tier, rt.cfg.hedge_quantile)
+
+    def seen(self, token: int, task: "TaskRecord") -> None:
+        """Its straggler event fired: still the same run, and not yet copied, it waits for a
+        server."""
         if task.token == token and task.state == RUNNING and task.copy_slot < 0:
-            self._stragglers.append((token, task))
+            self.stragglers.append((token, task))
 
-    def _hedge_launch(self) -> None:
-        """Nothing is ready to place: start copies of stragglers on idle fitting servers."""
-        table = self.servers
+    def launch(self, table: "ServerTable", start_copy: Callable[["TaskRecord", int], None]
+               ) -> None:
+        """Nothing is ready to place: each straggler, in the order seen, gets a copy on the
+        fastest accepting idle server its memory fits (``start_copy(task, slot)``; that server
+        is then busy for the next); one that fits no idle server waits for the next time."""
         acc, busy, mem, comp = table.accept_l, table.busy_l, table.memory_l, table.compute_l
         keep = []
-        for token, task in self._stragglers:
+        for token, task in self.stragglers:
             if task.token != token or task.state != RUNNING or task.copy_slot >= 0:
                 continue  # finished, lost or already copied
             best, best_c = -1, 0.0
-            for s in range(self.n_slots):
+            for s in range(len(acc)):
                 if acc[s] and not busy[s] and mem[s] >= task.memory_gb and comp[s] > best_c:
                     best, best_c = s, comp[s]
             if best < 0:
                 keep.append((token, task))  # no idle server fits it now: later
                 continue
-            self._hedge_copy(task, best)
-        self._stragglers = keep
+            self.stats[0] += 1
+            start_copy(task, best)
+        self.stragglers = keep
 
-    def _hedge_copy(self, task: "TaskRecord", slot: int) -> None:
-        t = self.t
-        sid = self._sid_l[slot]
-        estimate, run_s = self._rt.run_times(task, self._compute_l[slot], self.srv_tier[slot],
-                                             copy=True)
-        delay = 0.0
-        if self._transfer_delays:
-            delay = max((p.output / self._bw + self._lat for p in task.parents if p.sid != sid),
-                        default=0.0)
-        task.copy_slot = slot
-        self._busy_l[slot] = True
-        self.busy_until[slot] = t + delay + estimate
-        self._feat[slot, 3] = self._busy_pf_l[slot]
-        self.running[slot] = task
-        self.run_start[slot] = t
-        self.hedge_stats[0] += 1
-        self.event_q.push(t + delay + run_s + self._overhead, FINISH, slot, (task.token, task))
-        if self.trace is not None:
-            ev = {"t": t, "event": "start", "task": task.id, "server": sid, "hedge": True,
-                  "estimate_s": estimate, "run_s": run_s}
-            if delay:
-                ev["transfer_s"] = delay
-            self._emit(ev)
-
-    def _hedge_settle(self, task: "TaskRecord", slot: int) -> None:
-        """``task`` finished on ``slot`` while a copy ran: cancel the other run, free its server;
-        the finishing run's server holds the result."""
-        other = task.copy_slot if slot != task.copy_slot else task.slot
-        won_by_copy = slot == task.copy_slot
-        task.copy_slot = -1
-        t = self.t
-        st = self.hedge_stats
+    def settled(self, won_by_copy: bool, copy_s: float, cancelled_s: float) -> None:
+        """A hedged task finished: the copy's run lasted ``copy_s``, the cancelled run
+        ``cancelled_s`` server-seconds."""
+        st = self.stats
         st[1] += won_by_copy
-        # copies' server-seconds: the copy's run (finished or cancelled)
-        copy_slot = slot if won_by_copy else other
-        st[2] += t - self.run_start[copy_slot]
-        st[3] += t - self.run_start[other]
-        self.busy_seconds += t - self.run_start[other]
-        self._busy_l[other] = False
-        self._feat[other, 3] = self._idle_pf_l[other]
-        self.busy_until[other] = t
-        self.running[other] = None
-        if won_by_copy:
-            task.slot, task.sid = slot, self._sid_l[slot]
-        if self.trace is not None:
-            self._emit({"t": t, "event": "cancel", "task": task.id, "server": self._sid_l[other]})
-        if self._present_l[other] and not self._accept_l[other]:  # draining: leave now
-            self._drop_server(other, "server_remove")
+        st[2] += copy_s
+        st[3] += cancelled_s
 
-    def _hedge_lose_one(self, task: "TaskRecord", slot: int) -> None:
-        """A server failed under one of ``task``'s two runs: that run is lost, the other goes on."""
-        if slot == task.slot:
-            task.slot, task.sid = task.copy_slot, self._sid_l[task.copy_slot]
-        task.copy_slot = -1
-        self.busy_seconds += self.t - self.run_start[slot]
-        self.hedge_stats[3] += self.t - self.run_start[slot]
-        self.running[slot] = None
-        self.servers.finish(slot)
-        self._emit({"t": self.t, "event": "cancel", "task": task.id, "server": self._sid_l[slot],
-                   "reason": "server_fail"})
+    def lost(self, run_s: float) -> None:
+        """One of a hedged task's two runs was lost with its server after ``run_s`` s."""
+        self.stats[3] += run_s
 
-    def hedge_metrics(self) -> dict[str, Any]:
+    def metrics(self) -> dict[str, Any]:
         """The episode's hedging counters (module docstring)."""
-        copies, wins, copy_s, waste_s = self.hedge_stats
+        copies, wins, copy_s, waste_s = self.stats
         return {"hedge_copies": int(copies), "hedge_wins": int(wins),
                 "hedge_copy_server_s": float(copy_s), "hedge_waste_server_s": float(waste_s)}
+
+    def copy(self, task: Callable[["TaskRecord"], "TaskRecord"], rt: "RunModel") -> "Hedges":
+        """An independent copy using ``rt``; ``task`` maps a task to the copy's."""
+        out = Hedges(rt)
+        out.stragglers = [(tok, task(tk)) for tok, tk in self.stragglers if tk.state != DONE]
+        out.stats = list(self.stats)
+        return out

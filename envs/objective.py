@@ -62,6 +62,7 @@ class Objective:
 
     __slots__ = ("name", "per_workflow", "w1", "t0_s", "w2", "t0c_s", "w3", "e0_j",
                  "invalid_penalty", "penalty_rate")
+    IMMUTABLE = True  # never written after __init__: a simulator's fork shares it (envs.fork)
 
     def __init__(self, name: str, reward) -> None:
         if name not in OBJECTIVES:

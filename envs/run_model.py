@@ -42,6 +42,14 @@ def compute_range(dist) -> tuple[float, float]:
     return lo, max(hi, 2 * lo)
 
 
+def show_overdue(busy_until: np.ndarray, busy: Sequence[bool], t: float) -> None:
+    """``runtime.overhead_s`` without a run model: a busy server past its expected end shows
+    ``OVERDUE_S`` left (as the live scheduler shows it), never an end in the past."""
+    floor = t + OVERDUE_S
+    b = np.fromiter(busy, bool, len(busy_until))
+    busy_until[b & (busy_until < floor)] = floor
+
+
 def quantile_s(est: RuntimeEstimator | None, kind: str, tier: str, expected_s: float,
                q: float) -> float:
     """The ``q``-quantile of a run the hint puts at ``expected_s`` (what hedging waits for, in the
@@ -163,6 +171,18 @@ class RunModel:
         est = self.estimator
         if est is not None and self.truth:
             est.observe(task.kind, tier, actual_s, task.hint / compute)
+
+    def show_busy(self, busy_until: np.ndarray, busy: Sequence[bool], running: Sequence,
+                  compute: Sequence[float], tiers: Sequence[str], t: float) -> None:
+        """Every busy server still busy as deciders see it: an overdue run (past its estimated
+        end) shows its expected residual time (:meth:`residual_s`), at least ``OVERDUE_S``."""
+        floor = t + OVERDUE_S
+        b = np.fromiter(busy, bool, len(busy_until))
+        for slot in np.flatnonzero(b & (busy_until < floor)).tolist():
+            run = running[slot]
+            left = OVERDUE_S if run is None else self.residual_s(
+                run, compute[slot], tiers[slot], t - run.start)
+            busy_until[slot] = t + max(left, OVERDUE_S)
 
     def refresh(self, task) -> None:
         """What deciders see of ``task`` now (the estimator may have learned since)."""

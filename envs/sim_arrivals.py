@@ -1,63 +1,79 @@
-"""Workflow arrivals of the simulator (a mixin of :class:`envs.simulator.Simulator`): the next
-arrival (Poisson or a scripted list), a workflow's tasks built and their ready ones queued."""
+"""Where the simulator's workflows come from (``sim.arrivals``, a part the simulator owns and its
+fork copies): the arrival times (Poisson at ``workload.arrival_rate_16`` × N / 16 with the rate
+schedule, up to the horizon, or a scripted list of ``(time_s, workflow)``) and the workflows
+(the workload source), each drawn from its own random generator, so that arrivals never depend on
+what a policy did."""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Sequence
 
-from .decision import READY
-from .episode import TaskRecord, build_workflow
-from .events import ARRIVAL
-from .workload import WorkflowSpec
+import numpy as np
+
+from .config import EnvConfig
+from .fork import copy_rng, copy_source
+from .workload import ArrivalProcess, WorkflowSpec, make_source
 
 
 class Arrivals:
-    """Arrival events and new workflows of the simulator (see the module docstring)."""
+    """The next arrival's time (:meth:`next_time`) and workflow (:meth:`next_workflow`) of one
+    episode; ``done`` once no more will come."""
 
-    def _schedule_next_arrival(self, t: float) -> None:
-        if self._scripted is not None:
-            nxt = self._scripted[-1][0] if self._scripted else None
+    def __init__(self, cfg: EnvConfig, rng_arrivals: np.random.Generator,
+                 rng_workload: np.random.Generator,
+                 scripted: Sequence[tuple[float, WorkflowSpec]] | None = None) -> None:
+        w = cfg.workload
+        self.rng_arrivals, self.rng_workload = rng_arrivals, rng_workload
+        self.source = make_source(w)
+        self.process = ArrivalProcess(w.arrival_rate_16 * cfg.cluster.servers / 16.0,
+                                      w.rate_schedule, w.horizon_s, rng_arrivals)
+        self.scripted: list[tuple[float, WorkflowSpec]] | None = None
+        if scripted is not None:
+            self.scripted = sorted(scripted, key=lambda tw: tw[0])[::-1]  # pop() from the end
+            if any(t < 0 or not math.isfinite(t) for t, _ in self.scripted):
+                raise ValueError("arrivals: times must be finite and >= 0")
+        self.done = False
+
+    def next_time(self, t: float) -> float | None:
+        """When the next workflow arrives after ``t``; None (and ``done``) when none will."""
+        if self.scripted is not None:
+            nxt = self.scripted[-1][0] if self.scripted else None
         else:
-            nxt = self._arrivals.next_time(t)
+            nxt = self.process.next_time(t)
         if nxt is None:
-            self.arrivals_done = True
-        else:
-            self.event_q.push(nxt, ARRIVAL, None, None)
+            self.done = True
+        return nxt
 
-    def _on_arrival(self, _a: Any, _b: Any) -> None:
-        if self._scripted is not None:
-            spec = self._scripted.pop()[1]
-        else:
-            spec = self._source.next_workflow(self.rng_workload)
-        self._spawn_workflow(spec)
-        self._schedule_next_arrival(self.t)
+    def next_workflow(self) -> WorkflowSpec:
+        """The workflow arriving now (call once per arrival :meth:`next_time` announced)."""
+        if self.scripted is not None:
+            return self.scripted.pop()[1]
+        return self.source.next_workflow(self.rng_workload)
 
-    def _spawn_workflow(self, spec: WorkflowSpec) -> None:
-        t = self.t
-        rt = self._rt
-        kinds = shown = None
-        if rt is not None:  # deciders see hints or estimates (envs.run_model)
-            kinds = rt.kinds(spec)
-            shown = rt.shown(spec, kinds)
-        wf, new = build_workflow(spec, len(self.workflows), len(self.tasks), t,
-                                 self._speed_by_memory, self.order,
-                                 self._mean_compute, self._bw, self._lat, shown)
-        if rt is not None:
-            rt.arrive(new, spec, kinds, shown)
-        self.workflows.append(wf)
-        self.tasks.extend(new)
-        self.outstanding += len(new)
-        self.open_workflows += 1
-        if self.trace is not None:
-            self._emit({"t": t, "event": "arrival", "workflow": wf.id, "tasks": [
-                {"task": tk.id, "compute_gflop": tk.nominal, "memory_gb": tk.memory_gb,
-                 "output_gb": tk.output, "parents": [p.id for p in tk.parents]}
-                | ({"kind": tk.kind, "shown_gflop": tk.compute} if rt is not None else {})
-                for tk in new]})
-        for task in new:
-            if task.pending == 0:
-                self._make_ready(task)
+    def copy(self, rngs: Sequence[np.random.Generator | None] = (None, None)) -> "Arrivals":
+        """An independent copy in this one's state; ``rngs``: two generators (arrivals,
+        workload) it may take over (their states are overwritten)."""
+        out = object.__new__(Arrivals)
+        out.rng_arrivals = copy_rng(self.rng_arrivals, rngs[0])
+        out.rng_workload = copy_rng(self.rng_workload, rngs[1])
+        out.source = copy_source(self.source)
+        out.process = self.process.copy(out.rng_arrivals)
+        out.scripted = None if self.scripted is None else list(self.scripted)
+        out.done = self.done
+        return out
 
-    def _make_ready(self, task: TaskRecord) -> None:
-        task.state = READY
-        self._queue.push(task.key, task.id, task)
+    def stop(self) -> None:
+        """No more workflows come (the caller drops the pending arrival event)."""
+        self.scripted = []
+        self.done = True
+
+    def resample(self, states: tuple[dict, dict]) -> None:
+        """Draw what comes next from generators in ``states`` (arrivals, workload): the gaps and
+        workflows drawn ahead are forgotten (a planner that samples the future)."""
+        self.rng_arrivals.bit_generator.state = states[0]
+        self.rng_workload.bit_generator.state = states[1]
+        self.process.forget_drawn()
+        forget = getattr(self.source, "forget_drawn", None)
+        if forget is not None:
+            forget()

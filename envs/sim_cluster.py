@@ -1,7 +1,7 @@
 """The simulator's cluster dynamics (a mixin of :class:`envs.simulator.Simulator`): servers
 that join, drain and leave, or fail and lose their running task, and the slots they take.
 The decision core's server table (``envs.decision.ServerTable``) holds what the rules and the
-encoder read; these methods keep it and the simulator's own per-slot records in step."""
+encoder read, the simulator's ``slots`` (envs.slots) the rest; these methods keep both in step."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from .config import ServerEventConfig, TierConfig
 from .decision import READY
-from .events import ADD, FAIL, JOIN, LEAVE
+from .events import ADD, FAIL, JOIN, LEAVE, REMOVE
 
 
 class ClusterDynamics:
@@ -24,30 +24,25 @@ class ClusterDynamics:
         list)."""
         return np.array(self._busy_l, dtype=bool)
 
-    @property
-    def _n_present(self) -> int:
-        return self._present_count
+    def _start_cluster(self) -> None:
+        """An episode's first servers (``cluster``) and its server events (``dynamics``)."""
+        cfg = self.cfg
+        for tier, count in cfg.cluster.tier_counts().items():
+            for _ in range(count):
+                self._add_server(cfg.cluster.tier(tier))
+        for ev in cfg.dynamics.events:
+            kind = {"add": ADD, "remove": REMOVE, "fail": FAIL}[ev.kind]
+            for _ in range(ev.count):
+                self.event_q.push(ev.t, kind, ev, None)
+        d = cfg.dynamics
+        if d.join_rate_s > 0:
+            self.event_q.push(self.rng_dynamics.exponential(1 / d.join_rate_s), JOIN, None, None)
+        if d.leave_rate_s > 0:
+            self.event_q.push(self.rng_dynamics.exponential(1 / d.leave_rate_s), LEAVE, None, None)
 
     def _add_server(self, tier: TierConfig) -> None:
-        free = np.flatnonzero(~self.present)
-        if free.size == 0:
-            raise RuntimeError(f"no free server slot: the observation is padded to {self.n_slots} "
-                               f"servers (set env.n_max higher)")
-        slot = int(free[0])
-        sid = self._next_server_id
-        self._next_server_id += 1
-        self.srv_id[slot] = sid
-        self.srv_tier[slot] = tier.name
-        self.idle_w[slot] = tier.idle_w
-        self.busy_w[slot] = tier.busy_w
-        self.present[slot] = True
-        self._sid_l[slot] = sid
-        self._idle_w_l[slot] = tier.idle_w
-        self._busy_w_l[slot] = tier.busy_w
-        self._present_l[slot] = True
+        slot, sid = self.slots.add(tier)
         self.servers.set_server(slot, tier.compute, tier.memory_gb, tier.idle_w, tier.busy_w)
-        self._slot_of[sid] = slot
-        self._present_count += 1
         self._emit({"t": self.t, "event": "server_add", "server": sid, "tier": tier.name,
                     "compute": tier.compute, "memory_gb": tier.memory_gb})
         if self.cfg.dynamics.fail_rate_per_server_s > 0:
@@ -56,15 +51,8 @@ class ClusterDynamics:
         self._queue.requeue_blocked()  # a task that fit nowhere may fit here
 
     def _drop_server(self, slot: int, event: str) -> None:
-        sid = int(self.srv_id[slot])
-        self.present[slot] = False
-        self._sid_l[slot] = -1
-        self._present_l[slot] = False
         self.servers.clear(slot)
-        self.srv_id[slot] = -1
-        del self._slot_of[sid]
-        self._present_count -= 1
-        self._emit({"t": self.t, "event": event, "server": sid})
+        self._emit({"t": self.t, "event": event, "server": self.slots.drop(slot)})
 
     def _pick_server(self, ev: ServerEventConfig | None, server: int | None) -> int | None:
         """Slot targeted by a remove/fail: a given id, else a random accepting server (of a tier)."""
@@ -89,7 +77,15 @@ class ClusterDynamics:
         sid = int(self.srv_id[slot])
         tier = self.srv_tier[slot]
         if task is not None and task.copy_slot >= 0:  # hedged: only this run is lost
-            self._hedge_lose_one(task, slot)
+            if slot == task.slot:
+                task.slot, task.sid = task.copy_slot, self._sid_l[task.copy_slot]
+            task.copy_slot = -1
+            self.busy_seconds += self.t - self.run_start[slot]
+            self.hedges.lost(self.t - self.run_start[slot])
+            self.running[slot] = None
+            self.servers.finish(slot)
+            self._emit({"t": self.t, "event": "cancel", "task": task.id, "server": sid,
+                        "reason": "server_fail"})
         elif task is not None:
             self.busy_seconds += self.t - self.run_start[slot]
             task.state = READY
@@ -123,7 +119,7 @@ class ClusterDynamics:
         tiers = self.cfg.cluster.tiers
         w = np.array([t.ratio for t in tiers], dtype=float)
         tier = tiers[int(self.rng_dynamics.choice(len(tiers), p=w / w.sum()))]
-        if self._n_present < self.n_slots:
+        if self.slots.count < self.n_slots:
             self._add_server(tier)
         self.event_q.push(self.t + self.rng_dynamics.exponential(1 / self.cfg.dynamics.join_rate_s),
                    JOIN, None, None)

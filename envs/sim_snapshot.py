@@ -39,11 +39,10 @@ class SnapshotLoading:
         self._mean_compute = mean_compute or orders.mean_compute(acc)
         srv = self.servers
         for i, s in enumerate(servers):
-            self.idle_w[i], self.busy_w[i] = s.idle_w, s.busy_w
-            self._idle_w_l[i], self._busy_w_l[i] = s.idle_w, s.busy_w
+            self.slots.set_power(i, s.idle_w, s.busy_w)
             srv.set_server(i, s.compute, s.memory_gb, s.idle_w, s.busy_w, s.accepting)
-        self._speed_by_memory = sorted(((s.compute, s.memory_gb) for s in servers),
-                                       key=lambda x: -x[0])
+        self._speed_by_memory = tuple(sorted(((s.compute, s.memory_gb) for s in servers),
+                                             key=lambda x: -x[0]))
         busy_by_task = [False] * n
         ids: list[list[int]] = []
         for w, wf in enumerate(workflows):

@@ -28,6 +28,17 @@ class StateView:
     """Read-only properties of :class:`envs.simulator.Simulator` (a mixin; module docstring)."""
 
     @property
+    def forced_waits(self) -> int:
+        """Waits made without asking (``mdp.ask_only_startable``)."""
+        return self.core.forced_waits
+
+    @property
+    def current_waits(self) -> int:
+        """How often the policy's pick for the current task did not start it (its waits so far;
+        what ``policies.guard`` bounds)."""
+        return 0 if self.current is None else self.current.waits
+
+    @property
     def now(self) -> float:
         """The clock (model seconds)."""
         return self.t
@@ -104,4 +115,4 @@ class StateView:
     def stragglers(self) -> Sequence[tuple[int, Any]]:
         """(token, task) of the runs past their hedge quantile not yet copied
         (``envs.hedging``)."""
-        return getattr(self, "_stragglers", ())
+        return self.hedges.stragglers

@@ -24,7 +24,6 @@ spawned from one seed, so the same seed gives the same workload under every poli
 from __future__ import annotations
 
 import heapq
-import math
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -35,17 +34,19 @@ from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  #
 from .encoding import encode_task, task_dim
 from .objective import Objective
 from . import order as orders
-from .episode import TaskRecord, WorkflowRecord, episode_metrics, rekey
-from .run_model import OVERDUE_S, RunModel, compute_range
+from .episode import (TaskRecord, WorkflowRecord, arrival_event, build_workflow, episode_event,
+                      episode_metrics, rekey)
+from .run_model import RunModel, compute_range, show_overdue
 from .fork import Forking
 from .events import (ADD, ARRIVAL, FAIL, FINISH, HEDGE, JOIN, LEAVE, REMOVE, EventQueue,
                      Kind)  # noqa: F401 (Kind: re-exported for readers)
-from .hedging import Hedging
+from .hedging import Hedges
 from .sim_snapshot import SnapshotLoading
 from .sim_view import StateView
 from .sim_arrivals import Arrivals
 from .sim_cluster import ClusterDynamics
-from .workload import ArrivalProcess, WorkflowSpec, make_source
+from .slots import Slots
+from .workload import WorkflowSpec
 
 __all__ = ["Simulator", "StepResult", "READY", "RUNNING", "DONE", "WAITING"]  # task states:
 # envs.decision's (WAITING = parents unfinished)
@@ -60,7 +61,7 @@ class StepResult(NamedTuple):
     truncated: bool
 
 
-class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, StateView):
+class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
     """One episode at a time of the workflow/cluster model. See the module docstring.
 
     Args:
@@ -75,8 +76,8 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         c = config.cluster
         self._bw, self._lat = c.bandwidth_gb_s, c.latency_s
         # Critical-path lower bound: run time on the fastest tier whose memory fits.
-        self._speed_by_memory = [(t.compute, t.memory_gb)
-                                 for t in sorted(c.tiers, key=lambda t: -t.compute)]
+        self._speed_by_memory = tuple((t.compute, t.memory_gb)
+                                      for t in sorted(c.tiers, key=lambda t: -t.compute))
         counts = c.tier_counts()
         self._mean_compute = orders.mean_compute(
             t.compute for t in c.tiers for _ in range(counts.get(t.name, 0)))
@@ -112,8 +113,6 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
         # the fourth stream (run-time noise) leaves the first three as they always were
         arr_ss, dag_ss, dyn_ss, run_ss = ss.spawn(4)
-        self.rng_arrivals = np.random.Generator(np.random.PCG64(arr_ss))
-        self.rng_workload = np.random.Generator(np.random.PCG64(dag_ss))
         self.rng_dynamics = np.random.Generator(np.random.PCG64(dyn_ss))
         cfg = self.cfg
         n = self.n_slots
@@ -123,56 +122,21 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         # clock, the events and what only it needs per slot.
         self.bind_core(DecisionCore(ServerTable(n, cfg.features), self._rules))
         self._reset_records(n)
-        self._source = make_source(cfg.workload)
         self._rt = RunModel(cfg.runtime, np.random.Generator(np.random.PCG64(run_ss)),
                             compute_range(cfg.workload.compute_gflop)) \
             if cfg.runtime.active else None
-        self._stragglers: list = []  # (token, task) past their hedge quantile (envs.hedging)
-        self.hedge_stats = [0, 0, 0.0, 0.0]  # copies, copy wins, copy server-s, wasted server-s
-        self._emit({"t": 0.0, "event": "episode", "bandwidth_gb_s": self._bw, "latency_s": self._lat,
-                    "transfer_delays_start": cfg.mdp.transfer_delays_start,
-                    "tiers": [{"name": t.name, "compute": t.compute, "memory_gb": t.memory_gb}
-                              for t in cfg.cluster.tiers]})
-        n0 = cfg.cluster.servers
-        self._arrivals = ArrivalProcess(cfg.workload.arrival_rate_16 * n0 / 16.0,
-                                        cfg.workload.rate_schedule, cfg.workload.horizon_s,
-                                        self.rng_arrivals)
-        for tier, count in cfg.cluster.tier_counts().items():
-            for _ in range(count):
-                self._add_server(cfg.cluster.tier(tier))
-        for ev in cfg.dynamics.events:
-            kind = {"add": ADD, "remove": REMOVE, "fail": FAIL}[ev.kind]
-            for _ in range(ev.count):
-                self.event_q.push(ev.t, kind, ev, None)
-        d = cfg.dynamics
-        if d.join_rate_s > 0:
-            self.event_q.push(self.rng_dynamics.exponential(1 / d.join_rate_s), JOIN, None, None)
-        if d.leave_rate_s > 0:
-            self.event_q.push(self.rng_dynamics.exponential(1 / d.leave_rate_s), LEAVE, None, None)
-        self._scripted: list[tuple[float, WorkflowSpec]] | None = None
-        if arrivals is not None:
-            self._scripted = sorted(arrivals, key=lambda tw: tw[0])[::-1]  # pop() from the end
-            if any(t < 0 or not math.isfinite(t) for t, _ in self._scripted):
-                raise ValueError("arrivals: times must be finite and >= 0")
-        self._schedule_next_arrival(0.0)
+        self.hedges = Hedges(self._rt)  # backup copies of stragglers (envs.hedging)
+        self._emit(episode_event(cfg))
+        #: where workflows come from (envs.sim_arrivals): their times, their DAGs, their generators
+        self.arrivals = Arrivals(cfg, np.random.Generator(np.random.PCG64(arr_ss)),
+                                 np.random.Generator(np.random.PCG64(dag_ss)), arrivals)
+        self._start_cluster()
+        self._schedule_next_arrival()
         self._select()
 
     def _reset_records(self, n: int) -> None:
         """A new episode's per-slot records, tasks, workflows and counters."""
-        self.srv_id = np.full(n, -1, dtype=np.int64)
-        self.srv_tier = [""] * n
-        self.idle_w = np.zeros(n)
-        self.busy_w = np.zeros(n)
-        self.present = np.zeros(n, dtype=bool)    # alive (possibly draining); accepting: core
-        self._sid_l = [-1] * n
-        self._idle_w_l = [0.0] * n
-        self._busy_w_l = [0.0] * n
-        self._present_l = [False] * n
-        self.running: list[TaskRecord | None] = [None] * n
-        self.run_start = [0.0] * n                # when the slot's current run began
-        self._slot_of: dict[int, int] = {}
-        self._next_server_id = 0
-        self._present_count = 0
+        self.bind_slots(Slots(n))
         self._pending_penalty = 0.0
         self.event_q = EventQueue()  # every pending event (envs.events)
         self.tasks: list[TaskRecord] = []
@@ -180,7 +144,6 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         self.current: TaskRecord | None = None
         self.outstanding = 0
         self.open_workflows = 0
-        self.arrivals_done = False
         self.decisions = 0
         self.invalid = 0
         self.lost = 0
@@ -203,10 +166,15 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         self._feat = srv.features.matrix
         self._idle_pf_l, self._busy_pf_l = srv.idle_pf_l, srv.busy_pf_l
 
-    @property
-    def forced_waits(self) -> int:
-        """Waits made without asking (``mdp.ask_only_startable``)."""
-        return self.core.forced_waits
+    def bind_slots(self, slots: Slots) -> None:
+        """Keep per-slot records in ``slots`` (a fork's copy; envs.slots); the simulator's names
+        for them are the same objects (the event loop reads them without an attribute hop)."""
+        self.slots = slots
+        self.srv_id, self.srv_tier, self.present = slots.srv_id, slots.srv_tier, slots.present
+        self.idle_w, self.busy_w = slots.idle_w, slots.busy_w
+        self._sid_l, self._present_l = slots.sid_l, slots.present_l
+        self._idle_w_l, self._busy_w_l = slots.idle_w_l, slots.busy_w_l
+        self.running, self.run_start, self._slot_of = slots.running, slots.run_start, slots.slot_of
 
     # ---------------------------------------------------------------- events
     def _emit(self, event: dict[str, Any]) -> None:
@@ -230,11 +198,44 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
     def _tick(self, t: float) -> None:
         if t > self.t:
             dt = t - self.t
-            self.alive_seconds += dt * self._present_count
+            self.alive_seconds += dt * self.slots.count
             if self._penalty_rate:
                 self._pending_penalty += self.objective.penalty(dt, self.outstanding,
                                                                 self.open_workflows)
             self.t = t
+
+    def _schedule_next_arrival(self) -> None:
+        nxt = self.arrivals.next_time(self.t)
+        if nxt is not None:
+            self.event_q.push(nxt, ARRIVAL, None, None)
+
+    def _on_arrival(self, _a: Any, _b: Any) -> None:
+        """A workflow arrives: its tasks are built (keyed by the order) and its sources queued."""
+        spec = self.arrivals.next_workflow()
+        rt = self._rt
+        kinds = shown = None
+        if rt is not None:  # deciders see hints or estimates (envs.run_model)
+            kinds = rt.kinds(spec)
+            shown = rt.shown(spec, kinds)
+        wf, new = build_workflow(spec, len(self.workflows), len(self.tasks), self.t,
+                                 self._speed_by_memory, self.order,
+                                 self._mean_compute, self._bw, self._lat, shown)
+        if rt is not None:
+            rt.arrive(new, spec, kinds, shown)
+        self.workflows.append(wf)
+        self.tasks.extend(new)
+        self.outstanding += len(new)
+        self.open_workflows += 1
+        if self.trace is not None:
+            self._emit(arrival_event(self.t, wf.id, new, rt is not None))
+        for task in new:
+            if task.pending == 0:
+                self._make_ready(task)
+        self._schedule_next_arrival()
+
+    def _make_ready(self, task: TaskRecord) -> None:
+        task.state = READY
+        self._queue.push(task.key, task.id, task)
 
     def _on_finish(self, slot: int, token_task: tuple[int, TaskRecord]) -> None:
         token, task = token_task
@@ -265,7 +266,7 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         if self.trace is not None:
             self._emit({"t": t, "event": "finish", "task": task.id, "server": self._sid_l[slot]})
         if task.copy_slot >= 0:  # a hedged task: cancel its other run (envs.hedging)
-            self._hedge_settle(task, slot)
+            self._settle_copy(task, slot)
         heap = self._queue.heap
         for child in task.children:
             if child.first_parent is None:
@@ -290,8 +291,8 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
                 self.current = task
                 if self._rt is not None:
                     self._runtime_view(task)
-                elif self._overhead:
-                    self._overdue_view()
+                elif self._overhead:  # a busy server past its expected end shows OVERDUE_S
+                    show_overdue(self.busy_until, self._busy_l, self.t)
                 return
             if why == HOL_WAIT:  # a forced wait under head-of-line blocking: time passes
                 self._wait()
@@ -302,9 +303,9 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
                     return
                 continue
             self.current = None
-            if self._stragglers:  # nothing to place now: back up stragglers (envs.hedging)
-                self._hedge_launch()
-            if self.outstanding == 0 and self.arrivals_done:
+            if self.hedges.stragglers:  # nothing to place now: back up stragglers
+                self.hedges.launch(self.servers, self._start_copy)
+            if self.outstanding == 0 and self.arrivals.done:
                 self.terminated = True
                 self._emit_end()
                 return
@@ -323,32 +324,10 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
 
     def _runtime_view(self, task: TaskRecord) -> None:
         """What deciders see at this decision (``runtime`` active): the task's current estimate,
-        and every busy server still busy: an overdue run (past its estimated end) shows its
-        expected residual time (``RunModel.residual_s``), at least ``OVERDUE_S``."""
-        rt = self._rt
-        rt.refresh(task)
-        bu = self.busy_until
-        t = self.t
-        floor = t + OVERDUE_S
-        busy = np.fromiter(self._busy_l, bool, self.n_slots)
-        for slot in np.flatnonzero(busy & (bu < floor)).tolist():
-            run = self.running[slot]
-            left = OVERDUE_S if run is None else rt.residual_s(
-                run, self._compute_l[slot], self.srv_tier[slot], t - run.start)
-            bu[slot] = t + max(left, OVERDUE_S)
-
-    def _overdue_view(self) -> None:
-        """``runtime.overhead_s`` without a run model: a busy server past its expected end
-        shows ``OVERDUE_S`` left (as the live scheduler shows it), never an end in the past."""
-        bu, floor = self.busy_until, self.t + OVERDUE_S
-        busy = np.fromiter(self._busy_l, bool, self.n_slots)
-        bu[busy & (bu < floor)] = floor
-
-    @property
-    def current_waits(self) -> int:
-        """How often the policy's pick for the current task did not start it (its waits so far;
-        what ``policies.guard`` bounds)."""
-        return 0 if self.current is None else self.current.waits
+        and every busy server still busy (``RunModel.show_busy``)."""
+        self._rt.refresh(task)
+        self._rt.show_busy(self.busy_until, self._busy_l, self.running, self._compute_l,
+                           self.srv_tier, self.t)
 
     def step(self, slot: int) -> StepResult:
         """Apply the agent's pick for the current task. See the module docstring."""
@@ -375,6 +354,60 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
             self.current = None
             self._emit_end()
         return StepResult(reward - self._pending_penalty, valid, self.terminated, self.truncated)
+
+    def _occupy(self, slot: int, task: TaskRecord, until: float, ends: float) -> None:
+        """A run of ``task`` starts on ``slot`` now: busy until ``until`` as deciders see it; its
+        finish event at ``ends`` (plus the unseen overhead)."""
+        self._busy_l[slot] = True  # ServerTable.start, inlined (hot path)
+        self.busy_until[slot] = until
+        self._feat[slot, 3] = self._busy_pf_l[slot]
+        self.running[slot] = task
+        self.run_start[slot] = self.t
+        self.event_q.push(ends + self._overhead, FINISH, slot, (task.token, task))
+
+    def _start_copy(self, task: TaskRecord, slot: int) -> None:
+        """A backup copy of running ``task`` starts on idle ``slot`` (envs.hedging)."""
+        t = self.t
+        sid = self._sid_l[slot]
+        estimate, run_s = self._rt.run_times(task, self._compute_l[slot], self.srv_tier[slot],
+                                             copy=True)
+        delay = 0.0
+        if self._transfer_delays:
+            delay = max((p.output / self._bw + self._lat for p in task.parents if p.sid != sid),
+                        default=0.0)
+        task.copy_slot = slot
+        self._occupy(slot, task, t + delay + estimate, t + delay + run_s)
+        if self.trace is not None:
+            ev = {"t": t, "event": "start", "task": task.id, "server": sid, "hedge": True,
+                  "estimate_s": estimate, "run_s": run_s}
+            if delay:
+                ev["transfer_s"] = delay
+            self._emit(ev)
+
+    def _settle_copy(self, task: TaskRecord, slot: int) -> None:
+        """``task`` finished on ``slot`` while its other run went on: that run is cancelled and
+        its server freed; the finishing run's server holds the result."""
+        other = task.copy_slot if slot != task.copy_slot else task.slot
+        won_by_copy = slot == task.copy_slot
+        task.copy_slot = -1
+        t = self.t
+        start = self.run_start
+        self.hedges.settled(won_by_copy, t - start[slot if won_by_copy else other],
+                            t - start[other])
+        self.busy_seconds += t - start[other]
+        self._busy_l[other] = False
+        self._feat[other, 3] = self._idle_pf_l[other]
+        self.busy_until[other] = t
+        self.running[other] = None
+        if won_by_copy:
+            task.slot, task.sid = slot, self._sid_l[slot]
+        if self.trace is not None:
+            self._emit({"t": t, "event": "cancel", "task": task.id, "server": self._sid_l[other]})
+        if self._present_l[other] and not self._accept_l[other]:  # draining: leave now
+            self._drop_server(other, "server_remove")
+
+    def _on_straggler(self, _slot: int, token_task: tuple[int, TaskRecord]) -> None:
+        self.hedges.seen(*token_task)
 
     def _wait(self) -> None:
         """A wait: the clock moves by wait_dt_s, or to the next event with that switch on."""
@@ -403,14 +436,10 @@ class Simulator(Arrivals, ClusterDynamics, Hedging, Forking, SnapshotLoading, St
         task.sid = sid
         task.start = t
         task.token += 1
-        self._busy_l[slot] = True  # ServerTable.start, inlined (hot path)
-        self.busy_until[slot] = t + delay + exec_s
-        self._feat[slot, 3] = self._busy_pf_l[slot]
-        self.running[slot] = task
-        self.run_start[slot] = t
-        self.event_q.push(t + delay + run_s + self._overhead, FINISH, slot, (task.token, task))
+        self._occupy(slot, task, t + delay + exec_s, t + delay + run_s)
         if task.hedgeable:  # runtime.hedge: watch for a straggler (envs.hedging)
-            self._hedge_arm(task, slot, t + delay)
+            due = self.hedges.due(task, self._compute_l[slot], self.srv_tier[slot], t + delay)
+            self.event_q.push(due, HEDGE, slot, (task.token, task))
         if self.trace is not None:
             ev = {"t": t, "event": "start", "task": task.id, "server": sid}
             if delay:

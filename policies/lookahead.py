@@ -360,9 +360,7 @@ class Lookahead(Policy):
             if cfg.future == "none":
                 f.drop_arrivals()
             elif future is not None:
-                f.rng_arrivals.bit_generator.state = future[0]
-                f.rng_workload.bit_generator.state = future[1]
-                f.forget_drawn_future()
+                f.arrivals.resample(future)
             res = dict(self._reserved)
             if slot == DEFER:
                 slot = defer_slot

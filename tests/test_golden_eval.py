@@ -1,6 +1,6 @@
 """Evaluation numbers do not move under refactoring: episode 0 at N = 16 of several settings
 (paper, unmasked, realistic with the lookahead planner, backlog features, no head-of-line
-blocking, advance-to-next-event), replayed and compared exactly with what the same command
+blocking, advance-to-next-event, run-time noise with hedging under server failures), replayed and compared exactly with what the same command
 printed before the decision core existed (tests/data/golden_eval.json, commit fae517d)."""
 from __future__ import annotations
 

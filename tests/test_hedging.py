@@ -5,9 +5,12 @@ run loses that run only, and a fork hedges on its own."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace as NS
 
 import pytest
 
+from envs.decision import DONE, RUNNING
+from envs.hedging import Hedges
 from envs.trace import verify_trace
 from envs.simulator import Simulator
 from policies import get_policy
@@ -62,18 +65,18 @@ def test_a_fork_hedges_on_its_own():
     sim = Simulator(env)
     sim.reset(4)
     eft = get_policy("eft", env)
-    while sim.current is not None and not sim._stragglers and sim.decisions < 3000:
+    while sim.current is not None and not sim.hedges.stragglers and sim.decisions < 3000:
         sim.step(eft.act(sim.observe()))
-        if sim.hedge_stats[0] > 3:
+        if sim.hedges.stats[0] > 3:
             break
-    before = list(sim.hedge_stats)
+    before = list(sim.hedges.stats)
     f = sim.fork()
     for _ in range(200):
         if f.current is None:
             break
         f.step(eft.act(f.observe()))
-    assert sim.hedge_stats == before  # the fork's copies never count in the original
-    assert f._stragglers is not sim._stragglers and f.hedge_stats is not sim.hedge_stats
+    assert sim.hedges.stats == before  # the fork's copies never count in the original
+    assert f.hedges.stragglers is not sim.hedges.stragglers and f.hedges.stats is not sim.hedges.stats
     assert all(tk.copy_slot < 0 or sim.running[tk.copy_slot] is tk
                for tk in sim.tasks if tk.state == 1)  # the original's copies run where it says
 
@@ -149,3 +152,43 @@ def test_gantt_and_explain_read_a_hedged_trace(tmp_path):
                             + [dict(running, server=running["server"] + 1)]))
     with pytest.raises(ValueError, match="started while already running"):
         load_schedule(path)
+
+
+def test_the_hedges_part_copies_stragglers_in_order_on_the_fastest_idle_fitting_server():
+    """``Hedges.launch`` on a hand-built table: each straggler still running, in the order seen,
+    gets the fastest accepting idle server its memory fits (busy for the next one); one that
+    fits no idle server waits; finished, restarted or copied ones are dropped."""
+    table = NS(accept_l=[True, True, True, False], busy_l=[False, False, True, False],
+               memory_l=[16.0, 64.0, 64.0, 64.0], compute_l=[4.0, 2.0, 8.0, 9.0])
+    h = Hedges(rt=None)
+
+    def task(mem, state=RUNNING, token=1, copy_slot=-1):
+        return NS(memory_gb=mem, state=state, token=token, copy_slot=copy_slot)
+
+    small, big, bigger, done, old, copied = (task(8.0), task(32.0), task(32.0),
+                                             task(8.0, DONE), task(8.0), task(8.0, copy_slot=0))
+    for t in (done, small, old, big, copied, bigger):
+        h.seen(1, t)
+    ids = [id(t) for _, t in h.stragglers]
+    assert ids == [id(small), id(old), id(big), id(bigger)]  # DONE, already copied: not seen
+    old.token = 2  # lost and started again since: that run is not the straggler
+    started = []
+
+    def start_copy(t, slot):
+        started.append((t, slot))
+        table.busy_l[slot] = True
+
+    h.launch(table, start_copy)
+    # slot 2 (speed 8) is busy and slot 3 (speed 9) not accepting: small takes slot 0 (4 >
+    # 2), old is a later run (token 2), big takes slot 1, bigger fits no idle server now
+    assert [(id(t), slot) for t, slot in started] == [(id(small), 0), (id(big), 1)]
+    assert [(tok, id(t)) for tok, t in h.stragglers] == [(1, id(bigger))] and h.stats[0] == 2
+    h.settled(True, 1.5, 2.5)
+    h.lost(0.5)
+    assert h.metrics() == {"hedge_copies": 2, "hedge_wins": 1, "hedge_copy_server_s": 1.5,
+                           "hedge_waste_server_s": 3.0}
+    c = h.copy(lambda t: ("copy", t), rt=None)
+    assert [(tok, x[0], id(x[1])) for tok, x in c.stragglers] == [(1, "copy", id(bigger))]
+    assert c.stats == h.stats
+    c.stats[0] += 1
+    assert h.stats[0] == 2

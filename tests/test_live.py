@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 
 import numpy as np
@@ -670,11 +671,19 @@ class TestSharedCluster:
         with caplog.at_level(logging.WARNING, logger="scale_ray.live.scheduler"):
             with LiveScheduler(get_policy("eft", env), env, cfg, trace=events.append) as sched:
                 n_nodes = len(live_nodes())
-                assert f"{n_nodes} of {2 * n_nodes} server actors not ready" in caplog.text
+                # the unstartable half, and any startable one still starting on a busy machine
+                m = re.search(r"(\d+) of (\d+) server actors not ready", caplog.text)
+                assert m and n_nodes <= int(m[1]) <= 2 * n_nodes == int(m[2]), caplog.text
                 hs = [sched.submit(spec) for _ in range(4)]
                 assert sched.drain(timeout=60)
-                ready = {s.sid for s in sched.alive_servers if s.offered}
-        assert len(ready) == n_nodes
+                deadline = time.time() + 60  # a startable actor still starting answers later
+                while (len([s for s in sched.alive_servers if s.offered]) < n_nodes
+                       and time.time() < deadline):
+                    time.sleep(0.2)
+                offered = [s for s in sched.alive_servers if s.offered]
+                ready = {s.sid for s in offered}
+        # one per node: the second actor of a node never starts, so it is never offered
+        assert len(ready) == n_nodes == len({s.node.node_id for s in offered})
         assert all([h.get(i) for i in range(3)] == list(from_spec(spec).expected) for h in hs)
         used = {ev["server"] for ev in events if ev["event"] == "start"}
         assert used and used <= ready
@@ -718,7 +727,7 @@ class TestSharedCluster:
         with LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.0, max_retries=1)) as sched:
             def lose_every_run(t, srv, now):  # emulate a node dying under every run
                 sched._lose(t, "node died (injected)")
-            sched._submit = lose_every_run
+            sched.runs.submit = lose_every_run
             h = sched.submit(const.bind(1))
             assert h.wait(30)
         with pytest.raises(WorkflowFailed, match=r"was lost 2 times \(max_retries=1\)"):

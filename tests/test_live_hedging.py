@@ -1,4 +1,4 @@
-"""Hedged copies of stragglers in the live scheduler (issue 31, scale_ray/live/hedging.py): the
+"""Hedged copies of stragglers in the live scheduler (issue 31, scale_ray/live/runs.py): the
 first run wins, the loser is cancelled and its server freed, unmarked primitives never run
 twice, the trace has both runs and no double booking. One 3-node local cluster for the module;
 the validation tests need no cluster."""
@@ -61,11 +61,11 @@ def test_a_copy_goes_to_the_fastest_idle_server_that_fits():
 
     class T:  # what _copy_server reads of a task
         memory_gb, demands = 16.0, ()
-    assert sched._copy_server(T()) is servers[2]  # the large one
+    assert sched.runs.copy_server(T()) is servers[2]  # the large one
     servers[2].take(object(), 0.0)
-    assert sched._copy_server(T()) is servers[1]  # busy: the next fastest that fits
+    assert sched.runs.copy_server(T()) is servers[1]  # busy: the next fastest that fits
     T.memory_gb = 40.0
-    assert sched._copy_server(T()) is None  # only the busy large server has 40 GB
+    assert sched.runs.copy_server(T()) is None  # only the busy large server has 40 GB
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def _run(env, cfg: LiveConfig, prim: Primitive):
         assert sched.drain(timeout=30)
         # the loser's server is free again once it returned (cancelled runs stop early)
         deadline = time.monotonic() + 10
-        while sched._losers and time.monotonic() < deadline:
+        while sched.runs.losers and time.monotonic() < deadline:
             time.sleep(0.05)
         counters = dict(sched.counters)
         busy = [s.sid for s in sched.alive_servers if s.task is not None]
@@ -152,7 +152,7 @@ def test_a_node_lost_under_one_run_drops_that_run_only(gone):
     gone server frees it."""
     from envs.workflow import TaskSpec, WorkflowSpec
     from scale_ray.live.handles import WorkflowHandle
-    from scale_ray.live.hedging import _Run
+    from scale_ray.live.runs import _Run
     from scale_ray.live.tasks import RUNNING
     from scale_ray.live.workflow import from_spec
 
@@ -173,7 +173,7 @@ def test_a_node_lost_under_one_run_drops_that_run_only(gone):
     b.take(t, 0.1)
     sched._running.update({"ref-a": (t, 1), "ref-b": (t, 1)})
     lost_srv, kept = (a, b) if gone == "original" else (b, a)
-    sched._server_gone(lost_srv, "node gone")
+    sched.runs.server_gone(lost_srv, "node gone")
     assert t.state == RUNNING and t.copy is None and t.server is kept
     assert t.is_copy == (gone == "original")
     assert lost_srv.task is None and kept.task is t
@@ -184,9 +184,9 @@ def test_a_node_lost_under_one_run_drops_that_run_only(gone):
     # a cancelled run (a loser) on a server that leaves: forgotten, the server freed
     c = servers[0]
     c.take(t, 0.1)
-    sched._losers["ref-c"] = (t, _Run(c, "val-c", "ref-c", 0.0, 0.1, 0.0, 0.1))
-    sched._server_gone(c, "node gone")
-    assert not sched._losers and c.task is None and t.state == RUNNING
+    sched.runs.losers["ref-c"] = (t, _Run(c, "val-c", "ref-c", 0.0, 0.1, 0.0, 0.1))
+    sched.runs.server_gone(c, "node gone")
+    assert not sched.runs.losers and c.task is None and t.state == RUNNING
 
 
 @pytest.mark.slow

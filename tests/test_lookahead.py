@@ -40,7 +40,7 @@ def state(sim: Simulator) -> dict:
             "deferred": [i for _, i, _ in sim.core.queue.deferred],
             "blocked": [i for _, i, _ in sim.core.queue.blocked],
             "rng": [g.bit_generator.state["state"] for g in
-                    (sim.rng_arrivals, sim.rng_workload, sim.rng_dynamics)],
+                    (sim.arrivals.rng_arrivals, sim.arrivals.rng_workload, sim.rng_dynamics)],
             "metrics": sim.metrics(), "feat": sim.servers.features.matrix.tolist(), "slot_of": dict(sim._slot_of)}
 
 
@@ -113,6 +113,22 @@ def test_fork_refuses_unknown_mutable_state():
     sim.some_new_list = []
     with pytest.raises(TypeError, match="some_new_list"):
         sim.fork()
+
+
+def test_fork_shares_only_immutable_values_and_names_no_attribute():
+    """What a fork shares is decided by type (envs.fork.immutable), not by a list of names: the
+    frozen configuration, the order, the objective and its methods; never a list, a dict, a
+    tuple holding one, or a method of a mutable object."""
+    from envs.fork import immutable
+
+    sim = Simulator(env())
+    for v in (sim.cfg, sim.order, sim.objective, sim._start_reward, sim._speed_by_memory,
+              sim._rules, 1.5, ("a", (1, 2.0))):
+        assert immutable(v), v
+    for v in ([], {}, (1, []), sim.slots, sim.event_q, sim.arrivals, [].append, np.zeros(2)):
+        assert not immutable(v), v
+    f = sim.fork()
+    assert f.cfg is sim.cfg and f.objective is sim.objective and f.slots is not sim.slots
 
 
 @pytest.mark.parametrize("source,extra", [

@@ -487,6 +487,10 @@ def test_replica_killed_mid_primitive_resumes_every_workflow(service, tmp_path):
                         ).json()["state"] == "completed"  # finished, result not fetched yet
         _wait_for(marks / "b.0")
         before = client.cluster()
+        deadline = time.time() + 30  # the journal's size is walked at most every 5 s
+        while before["journal"]["workflows"] < 2 and time.time() < deadline:
+            time.sleep(0.5)
+            before = client.cluster()
         assert before["journal"]["workflows"] >= 2 and before["journal"]["problems"] == 0
         killed_at = service.kill_replica()
         assert h.result(timeout=120) == 4  # waits across the restart

@@ -100,7 +100,7 @@ class NodeEvents:
                         "tier": n.tier, "compute": n.compute, "memory_gb": n.memory_gb,
                         "node": n.node_id, "slot": srv.slot})
         for srv in gone:
-            self._server_gone(srv, f"node {srv.node.node_id[:12]} is gone")
+            self.runs.server_gone(srv, f"node {srv.node.node_id[:12]} is gone")
             self._emit({"t": self._now_model(), "event": "server_fail", "server": srv.sid,
                         "node": srv.node.node_id})
         if added or gone:  # (a task that fit nowhere may fit a new node: queued again)

@@ -23,25 +23,25 @@ class Completions:
     """Completions, losses, failures and cancels (scheduler thread only)."""
 
     def _collect(self, ray: Any, timeout: float) -> None:
-        if not self._running and not self._losers:
+        if not self._running and not self.runs.losers:
             return
         # One wait per round: other runs that finished meanwhile come back on the next rounds
         # at once (a second zero-timeout wait over every running ref cost ~0.3 ms per task on a
         # busy machine). The status refs are tiny and live in this process's memory store, so
         # there is nothing to fetch.
         refs = list(self._running)
-        if self._losers:  # cancelled runs of hedged tasks: their servers are busy until they return
-            refs += list(self._losers)
+        if self.runs.losers:  # cancelled runs of hedged tasks: their servers are busy until they return
+            refs += list(self.runs.losers)
         done, _ = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)
         errors = system_errors()
         for ref in done:
-            if ref in self._losers:
-                self._loser_returned(ray, ref)
+            if ref in self.runs.losers:
+                self.runs.loser_returned(ray, ref)
                 continue
             t, token = self._running.pop(ref)
             if token != t.token or t.state != RUNNING:
                 continue  # stale: the run was already declared lost
-            self._ended(t, ref)  # a hedged task's copy returned: it is the task's run now
+            self.runs.ended(t, ref)  # a hedged task's copy returned: it is the task's run now
             try:
                 node, run_s = ray.get(ref)
             except errors as e:
@@ -55,18 +55,18 @@ class Completions:
                     self._nodes.start_actor(srv, probe=True)
                 if t.state == RUNNING and t.server is srv:  # the refresh did not already
                     if t.copy is not None:  # its other run goes on (hedging)
-                        self._drop_run(t)
+                        self.runs.drop_run(t)
                     else:
                         self._lose(t, f"{type(e).__name__}: "
                                       f"{str(e).splitlines()[0] if str(e) else ''}",
                                    lost_output=is_lost_output(e))
                 continue
             except Exception as e:  # the primitive raised (or a placement check failed)
-                self._settle(ray, t)
+                self.runs.settle(ray, t)
                 self._free(t)
                 self._fail(t.wf, e)
                 continue
-            self._settle(ray, t)  # a hedged task: the other run is cancelled
+            self.runs.settle(ray, t)  # a hedged task: the other run is cancelled
             self._finish(t, node, run_s)
 
     def _free(self, t: LiveTask) -> LiveServer | None:
@@ -208,14 +208,14 @@ class Completions:
 
         now = time.perf_counter()
         for ref, (t, srv, deadline) in list(self._stopping.items()):
-            if ref not in self._running and ref not in self._losers:
+            if ref not in self._running and ref not in self.runs.losers:
                 del self._stopping[ref]  # it returned: its server was freed then
                 continue
             if now < deadline:
                 continue
             del self._stopping[ref]
             self._running.pop(ref, None)
-            loser = self._losers.pop(ref, None)
+            loser = self.runs.losers.pop(ref, None)
             self.counters["servers_replaced"] += 1
             if self._actor_run(t):
                 self._nodes.drop_actor(srv)
@@ -227,7 +227,7 @@ class Completions:
                 except Exception:  # noqa: BLE001 - ended meanwhile
                     pass
             if loser is not None:
-                self._end_loser(t, loser[1], "cancel_timeout")
+                self.runs.end_loser(t, loser[1], "cancel_timeout")
                 continue
             if t.copy is not None and t.copy.status == ref:
                 t.copy = None

@@ -117,7 +117,7 @@ class LiveConfig:
             "resource model the node rule plans with the estimated run on each node shape "
             "(the configured speeds are the prior)"))
     hedge: Literal["off", "marked", "all"] = field(default="marked", metadata=rng(
-        doc="backup copies of straggling runs (scale_ray.live.hedging): marked: primitives "
+        doc="backup copies of straggling runs (scale_ray.live.runs): marked: primitives "
             "that say hedge=True (a DAG document's hedge field); all: every task; off: none"))
     hedge_quantile: float = field(default=0.9, metadata=rng(
         gt=0, lt=1, doc="a hedgeable run that passed this quantile of its estimated run time "

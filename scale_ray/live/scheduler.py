@@ -26,8 +26,9 @@ this scheduler says so; a stale result of a lost run is ignored, so no task comp
 Results of primitives themselves raising propagate to the workflow's handle unchanged.
 
 Times: traces and ``*_model_s`` metrics are in model seconds (wall seconds / ``time_scale``),
-response times without suffix are wall-clock seconds measured by the driver. The journal and
-idempotency keys: a part, ``self.durable`` (:mod:`scale_ray.live.durability`).
+response times without suffix are wall-clock seconds measured by the driver. Parts: the journal
+(``self.durable``, :mod:`scale_ray.live.durability`), runs and their copies (``self.runs``,
+:mod:`scale_ray.live.runs`), the placement round (``self.placement``), the nodes (``_nodes``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import numpy as np
 
 from envs import order as orders
 from envs.config import EnvConfig, build
+from envs.episode import episode_event
 from envs.estimator import RuntimeEstimator
 from envs.workload import WorkflowSpec
 from policies.base import Policy, is_planner
@@ -58,7 +60,7 @@ from .config import LiveConfig
 from .executors import RemoteCache
 from .fairshare import FairShare
 from .handles import NothingToRun, WorkflowHandle, drain_handles, summarize
-from .hedging import Runs
+from .runs import Runs
 from .hints import AutoscaleHints
 from .nodes import NodeSet, LiveServer
 from .refusals import check_fits
@@ -75,7 +77,7 @@ WAKE_LOOK = 256  # waiting tasks looked at to wake reaped servers (NodeSet.wake)
 TraceSink = Callable[[dict[str, Any]], None]
 
 
-class LiveScheduler(Admission, NodeEvents, Completions, Runs):
+class LiveScheduler(Admission, NodeEvents, Completions):
     """Places workflow primitives as Ray tasks with ``policy`` (see the module docstring).
 
     Args:
@@ -133,7 +135,9 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs):
         self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
         #: the journal (LiveConfig.storage) and idempotency keys (scale_ray.live.durability)
         self.durable = Durability(self.cfg.storage, self._adopt, self._inbox.put)
-        self._init_runs()  # hedged copies of stragglers (LiveConfig.hedge)
+        self.runs = Runs(self.cfg, self.env, est, self.durable, self._nodes, self.placement,
+                         self._running, self.counters, self._fair, lambda: self.alive_servers,
+                         self._lose, self._now_model, self._emit)
         self._latencies: list[float] = []  # ms of the policy's answers since the last take
 
     def _bind_policy(self, policy: Policy) -> None:
@@ -160,12 +164,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs):
         self.clock_origin = time.perf_counter()  # model time 0 (the service reads it too)
         self.durable.open()
         self.policy.reset(None)
-        self._emit({"t": 0.0, "event": "episode", "bandwidth_gb_s": self.env.cluster.bandwidth_gb_s,
-                    "latency_s": self.env.cluster.latency_s,
-                    "transfer_delays_start": self.env.mdp.transfer_delays_start,
-                    "time_scale": self.cfg.time_scale, "policy": self.policy.name,
-                    "tiers": [{"name": t.name, "compute": t.compute, "memory_gb": t.memory_gb}
-                              for t in self._tiers]})
+        self._emit(episode_event(self.env) | {"time_scale": self.cfg.time_scale,
+                                               "policy": self.policy.name})
         self._refresh(force=True)
         nodes = self._nodes
         if nodes.probes:
@@ -371,8 +371,8 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs):
                                        and not queue.blocked)
                 self._refresh()
                 self._dispatch()
-                if self._stragglers or self._due:
-                    self._launch_copies(time.perf_counter())
+                if self.runs.stragglers or self.runs.due:
+                    self.runs.launch_copies(time.perf_counter())
                 self._hints.update(self.placement, self.alive_servers)
                 nodes = self._nodes
                 if nodes.actors:
@@ -390,7 +390,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs):
                                    self.alive_servers)
                 if self._stopping:
                     self._check_stopping()
-                if self._running or self._losers:
+                if self._running or self.runs.losers:
                     self._collect(ray, timeout=self.cfg.wait_s)
                 elif queue.heap or queue.blocked:
                     time.sleep(self.cfg.wait_s)
@@ -460,7 +460,7 @@ class LiveScheduler(Admission, NodeEvents, Completions, Runs):
         if self._planner is not None:
             self._planner.new_round()
         self.placement.round(time.perf_counter, self._ask,
-                             lambda t, srv: self._submit(t, srv, time.perf_counter()))
+                             lambda t, srv: self.runs.submit(t, srv, time.perf_counter()))
         core = self.placement.core
         self.counters["decisions"], self.counters["waits"] = core.decisions, core.waits
         if self._planner is not None:

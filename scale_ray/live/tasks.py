@@ -42,7 +42,7 @@ class LiveTask:
         self.transfer_wall = 0.0  # wall s of its latest run's emulated input transfer
         self.runs = 0  # runs started, before a restart too (journal): the next run's attempt()
         self.status: Any = None  # the status ref of its latest run
-        self.copy: Any = None  # the other run of a hedged task (scale_ray.live.hedging._Run)
+        self.copy: Any = None  # the other run of a hedged task (scale_ray.live.runs._Run)
         self.is_copy = False  # its run is a hedged copy (the original is ``copy``)
         self.share = 0.0  # its fair-share start tag (scale_ray.live.fairshare)
         self.pooled = False  # Ray's resource model (LiveConfig.model: nodes): full Ray demands

@@ -75,7 +75,7 @@ class Primitive:
         kind: what the run-time estimator learns under (default: the name without an instance
             number, ``search_3`` -> ``search``).
         hedge: a straggling run may get a backup copy on an idle server, the first result wins
-            (``LiveConfig.hedge``; :mod:`scale_ray.live.hedging`). Only for a body that is safe
+            (``LiveConfig.hedge``; :mod:`scale_ray.live.runs`). Only for a body that is safe
             to run twice; a real body may poll ``ray.get_runtime_context().is_canceled()`` to
             stop once the other run won.
         http: HTTP clients of the scheduler service may name it (``module:function``) when the

@@ -21,20 +21,27 @@ every run, copies included). Traced: the copy's ``start`` has ``"hedge": true``;
 run ends with ``cancel`` when its server is free again (``"reason": "server_fail"`` for a
 dropped lost run).
 
-:class:`Runs` is a part of :class:`scale_ray.live.scheduler.LiveScheduler` (a mixin over its
-scheduler-thread state).
+:class:`Runs` is a part of :class:`scale_ray.live.scheduler.LiveScheduler` (``sched.runs``),
+used on its scheduler thread only; what it needs of the rest comes in through its constructor.
 """
 
 from __future__ import annotations
 
 import heapq
 import time
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from envs.run_model import quantile_s
 
+from envs.config import EnvConfig
+from envs.estimator import RuntimeEstimator
+
 from .cluster import emulated_speed, run_speed
-from .nodes import LiveServer
+from .config import LiveConfig
+from .durability import Durability
+from .fairshare import FairShare
+from .nodes import LiveServer, NodeSet
+from .placement import LivePlacement
 from .tasks import RUNNING, LiveTask
 from .workflow import Call
 
@@ -53,17 +60,40 @@ class _Run:
 
 
 class Runs:
-    """Starting runs, hedging them, settling the two runs of a hedged task (scheduler thread)."""
+    """Starting runs, hedging them, settling the two runs of a hedged task (scheduler thread).
 
-    def _init_runs(self) -> None:
-        self._stragglers: list[tuple[float, int, int, LiveTask]] = []  # heap: (due wall s, gid, token, t)
-        self._due: list[tuple[int, LiveTask]] = []  # past due, waiting for an idle fitting server
-        self._losers: dict[Any, tuple[LiveTask, _Run]] = {}  # cancelled runs, until they return
-        self.counters.update(hedge_copies=0, hedge_wins=0, hedge_copy_s=0.0, hedge_waste_s=0.0,
-                             run_s=0.0)
+    Args:
+        cfg, env: the live and environment configuration.
+        estimator: the run-time estimator (None: the declared computes).
+        durable: the journal part (what a run is recorded as: ``run_target``).
+        nodes: the node set (``run`` starts a call on a server).
+        placement: the placement round's state (``pooled``, ``release`` frees a server).
+        running: the scheduler's runs in flight, status ref -> (task, token); written here.
+        counters: the scheduler's counters; the hedging ones are added.
+        fair: the fair share (None: off).
+        servers: the servers offered now (a callable: the set changes).
+        lose: the scheduler's "this run was lost" (the task is placed again).
+        now_model: the model clock; emit: the trace sink.
+    """
+
+    def __init__(self, cfg: LiveConfig, env: EnvConfig, estimator: RuntimeEstimator | None,
+                 durable: Durability, nodes: NodeSet, placement: LivePlacement,
+                 running: dict[Any, tuple[LiveTask, int]], counters: dict[str, Any],
+                 fair: FairShare | None, servers: Callable[[], Sequence[LiveServer]],
+                 lose: Callable[[LiveTask, str], None], now_model: Callable[[], float],
+                 emit: Callable[[dict[str, Any]], None]) -> None:
+        self.cfg, self.env, self.estimator, self.durable = cfg, env, estimator, durable
+        self._nodes, self.placement, self._running = nodes, placement, running
+        self.counters, self._fair, self._servers, self._lose = counters, fair, servers, lose
+        self._now_model, self._emit = now_model, emit
+        self.stragglers: list[tuple[float, int, int, LiveTask]] = []  # heap: (due wall s, gid, token, t)
+        self.due: list[tuple[int, LiveTask]] = []  # past due, waiting for an idle fitting server
+        self.losers: dict[Any, tuple[LiveTask, _Run]] = {}  # cancelled runs, until they return
+        counters.update(hedge_copies=0, hedge_wins=0, hedge_copy_s=0.0, hedge_waste_s=0.0,
+                        run_s=0.0)
 
     # ------------------------------------------------------------------ starting runs
-    def _launch(self, t: LiveTask, srv: LiveServer, now: float, copy: bool) -> tuple[_Run, dict]:
+    def launch(self, t: LiveTask, srv: LiveServer, now: float, copy: bool) -> tuple[_Run, dict]:
         """Start a run of ``t`` on ``srv`` (its parents' results passed as object refs); returns
         the run and its trace event."""
         call = t.call
@@ -112,9 +142,9 @@ class Runs:
             ev.update(attempt=attempt, workflow_id=t.wf.handle.jid or t.wf.handle.id, index=t.idx)
         return run, ev
 
-    def _submit(self, t: LiveTask, srv: LiveServer, now: float) -> None:
+    def submit(self, t: LiveTask, srv: LiveServer, now: float) -> None:
         """Run ``t`` on ``srv`` (the policy's pick)."""
-        run, ev = self._launch(t, srv, now, copy=False)
+        run, ev = self.launch(t, srv, now, copy=False)
         t.value_ref, t.status, t.server, t.started = run.value_ref, run.status, srv, now
         t.expected = run.expected  # what the estimator compares the run (less its transfer) with
         t.transfer_wall = run.transfer_wall
@@ -125,50 +155,50 @@ class Runs:
         if self._fair is not None:
             self._fair.started(t.share)
         self._emit(ev)
-        self._arm(t, run)
+        self.arm(t, run)
 
     # ------------------------------------------------------------------ hedging
-    def _hedgeable(self, t: LiveTask) -> bool:
+    def hedgeable(self, t: LiveTask) -> bool:
         if self.placement.pooled:  # not yet in Ray's resource model (docs/live.md)
             return False
         mode = self.cfg.hedge
         return mode == "all" or (mode == "marked" and t.prim.hedge)
 
-    def _arm(self, t: LiveTask, run: _Run) -> None:
+    def arm(self, t: LiveTask, run: _Run) -> None:
         """At a hedgeable run's start: when it becomes a straggler."""
-        if not self._hedgeable(t) or run.expected <= 0:
+        if not self.hedgeable(t) or run.expected <= 0:
             return
         q = quantile_s(self.estimator, t.prim.kind, run.server.node.tier, run.expected,
                        self.cfg.hedge_quantile)
-        heapq.heappush(self._stragglers, (run.started + run.transfer_wall + q, t.gid, t.token, t))
+        heapq.heappush(self.stragglers, (run.started + run.transfer_wall + q, t.gid, t.token, t))
 
-    def _launch_copies(self, now: float) -> None:
+    def launch_copies(self, now: float) -> None:
         """After a placement round: copies of stragglers on idle fitting servers."""
-        heap = self._stragglers
+        heap = self.stragglers
         while heap and heap[0][0] <= now:
             _, _, token, t = heapq.heappop(heap)
-            self._due.append((token, t))
-        if not self._due:
+            self.due.append((token, t))
+        if not self.due:
             return
         keep = []
-        for token, t in self._due:
+        for token, t in self.due:
             if t.token != token or t.state != RUNNING or t.copy is not None or t.wf.failed:
                 continue  # finished, lost, cancelled or already copied
-            srv = self._copy_server(t)
+            srv = self.copy_server(t)
             if srv is None:
                 keep.append((token, t))  # no idle server fits it now: later
                 continue
-            run, ev = self._launch(t, srv, now, copy=True)
+            run, ev = self.launch(t, srv, now, copy=True)
             t.copy = run
             self._running[run.status] = (t, t.token)
             self.counters["hedge_copies"] += 1
             self._emit(ev)
-        self._due = keep
+        self.due = keep
 
-    def _copy_server(self, t: LiveTask) -> LiveServer | None:
+    def copy_server(self, t: LiveTask) -> LiveServer | None:
         """The fastest accepting idle server that fits ``t`` (memory and Ray demands)."""
         best = None
-        for s in self.alive_servers:
+        for s in self._servers():
             if (s.task is None and s.offered and s.node.memory_gb >= t.memory_gb
                     and all(s.node.caps.get(k, 0.0) >= v - 1e-9 for k, v in t.demands)
                     and (best is None or s.node.compute > best.node.compute)):
@@ -176,7 +206,7 @@ class Runs:
         return best
 
     # ------------------------------------------------------------------ the two runs
-    def _swap(self, t: LiveTask) -> None:
+    def swap(self, t: LiveTask) -> None:
         """Make ``t.copy`` the task's run (the run it replaces becomes ``t.copy``)."""
         c = t.copy
         old = _Run(t.server, t.value_ref, t.status, t.started, t.expected, t.transfer_wall, 0.0)
@@ -185,12 +215,12 @@ class Runs:
         t.copy = old
         t.is_copy = not t.is_copy
 
-    def _ended(self, t: LiveTask, ref: Any) -> None:
+    def ended(self, t: LiveTask, ref: Any) -> None:
         """``ref`` (a run of ``t``) returned: make it the task's run."""
         if t.copy is not None and ref == t.copy.status:
-            self._swap(t)
+            self.swap(t)
 
-    def _settle(self, ray: Any, t: LiveTask) -> None:
+    def settle(self, ray: Any, t: LiveTask) -> None:
         """``t``'s run finished (or raised) first: cancel the other, whose server stays busy
         until it returns."""
         other = t.copy
@@ -206,16 +236,16 @@ class Runs:
                 self.estimator.observe(t.prim.kind, other.server.node.tier,
                                        now - other.started - other.transfer_wall, other.expected)
         self._running.pop(other.status, None)
-        self._losers[other.status] = (t, other)
+        self.losers[other.status] = (t, other)
         try:
             ray.cancel(other.status)
         except Exception:  # noqa: BLE001 - already finished: its return frees the server
             pass
 
-    def _loser_returned(self, ray: Any, ref: Any) -> None:
+    def loser_returned(self, ray: Any, ref: Any) -> None:
         """A cancelled run returned: its server is free. Its outcome is read (and dropped), so
         that Ray does not report a cancelled run's error as unhandled."""
-        t, run = self._losers.pop(ref)
+        t, run = self.losers.pop(ref)
         try:
             ray.get(ref, timeout=0)
         except Exception:  # noqa: BLE001 - RunCancelled, TaskCancelledError, a lost node...
@@ -223,9 +253,9 @@ class Runs:
                 ray.get(run.value_ref, timeout=0)
             except Exception:  # noqa: BLE001 - the same error: read, so not reported
                 pass
-        self._end_loser(t, run, None)
+        self.end_loser(t, run, None)
 
-    def _end_loser(self, t: LiveTask, run: _Run, reason: str | None) -> None:
+    def end_loser(self, t: LiveTask, run: _Run, reason: str | None) -> None:
         now = time.perf_counter()
         srv = run.server
         wasted = now - run.started
@@ -240,7 +270,7 @@ class Runs:
             ev["reason"] = reason
         self._emit(ev)
 
-    def _drop_run(self, t: LiveTask) -> None:
+    def drop_run(self, t: LiveTask) -> None:
         """``t``'s run was lost while its other run goes on: that one carries the task."""
         srv = t.server
         now = time.perf_counter()
@@ -249,27 +279,27 @@ class Runs:
             self.counters["hedge_copy_s"] += now - t.started
         if srv is not None:
             self.placement.release(srv, t, now)
-        self._swap(t)
+        self.swap(t)
         t.copy = None
         self._emit({"t": self._now_model(), "event": "cancel", "task": t.gid,
                     "server": srv.sid if srv else -1, "reason": "server_fail"})
 
-    def _server_gone(self, srv: LiveServer, why: str) -> None:
+    def server_gone(self, srv: LiveServer, why: str) -> None:
         """``srv`` left the cluster: its run is lost (or dropped, when the task's other run goes
         on; or forgotten, a cancelled run)."""
-        for ref, (lt, run) in list(self._losers.items()):
+        for ref, (lt, run) in list(self.losers.items()):
             if run.server is srv:
-                del self._losers[ref]
-                self._end_loser(lt, run, "server_fail")
+                del self.losers[ref]
+                self.end_loser(lt, run, "server_fail")
         for t in list(srv.running):  # one in the slot model; every run of the node's in Ray's
             if t.state != RUNNING:
                 continue
             if t.copy is not None:
                 if t.copy.server is srv:
                     self._running.pop(t.copy.status, None)
-                    self._swap(t)
+                    self.swap(t)
                 else:
                     self._running.pop(t.status, None)
-                self._drop_run(t)
+                self.drop_run(t)
                 continue
             self._lose(t, why)
