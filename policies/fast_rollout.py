@@ -201,9 +201,8 @@ class Rollouts:
         if run.busy[first] and reserve:
             run.res[self.cur] = self._reservation(self.cur, first, run.sid_l[first])
         cur = run.step(self.cur, first)
-        step, place, eft = run.step, run.place, run.eft
         while cur >= 0 and run.t < t_end:
-            cur = step(cur, place(cur) if run.res else eft(cur, ()))  # no reservation: EFT
+            cur = run.step(cur, run.place(cur))
         now = max(run.t, t_end)
         mc = self.sim.mean_compute
         st, fin, bu, tslot, compute = run.st, run.fin, run.bu, run.tslot, self.compute
