@@ -197,265 +197,243 @@ class Rollouts:
         """The cost (``envs.objective.completion_cost``) of placing the current task on slot
         ``first`` (a busy one: it waits, reserved unless ``reserve`` is False) and rolling EFT
         out until ``t_end``: the planner's forked rollout, exactly."""
-        run = _Rollout(self)
-        if run.busy[first] and reserve:
-            run.res[self.cur] = self._reservation(self.cur, first, run.sid_l[first])
-        cur = run.step(self.cur, first)
-        while cur >= 0 and run.t < t_end:
-            cur = run.step(cur, run.place(cur))
-        now = max(run.t, t_end)
-        mc = self.sim.mean_compute
-        st, fin, bu, tslot, compute = run.st, run.fin, run.bu, run.tslot, self.compute
+        sim, cl = self.sim, self.cl
+        n = sim.n_slots
+        cdec_s, mdec_s = self.dec.cdec, self.dec.mdec
+        srv, rules = sim.servers, sim.core.rules
+        acc, mem_l, comp_l, sid_l = srv.accept_l, srv.memory_l, srv.compute_l, sim.server_ids
+        f = sim.cfg.features
+        tu, clip32 = f.time_unit, float(F32(f.clip))
+        inv_tu = F32(1.0 / tu)
+        mdp = sim.cfg.mdp
+        hol, only_startable = rules.head_of_line_blocking, rules.ask_only_startable
+        mask_inf, tds = rules.mask_infeasible, sim.transfer_delays
+        wait_dt, next_event = mdp.wait_dt_s, mdp.advance_to_next_event
+        t_cap, max_dec = sim.time_cap, sim.max_decisions
+        max_accept = sim.servers.max_accept_mem
+        ccd, cmd, cmr, cls = cl.cdec, cl.mdec, cl.mraw, cl.cls
+        K = len(ccd)
+        rk = range(K)
+        key, tid, children, parents = self.key, self.tid, self.children, self.parents
+        compute, mem, tc_l, tm_l, trp = self.compute, self.mem, self.tc, self.tm, self.trp
+
+        st, pend = list(self.st0), list(self.pend0)
+        tslot, tsid = list(self.slot0), list(self.sid0)
+        tr_l, ps_l, hasfp = self.tr0.copy(), self.ps0.copy(), self.hasfp0.copy()
+        fin = [0.0] * len(st)
+        idle, busy, bu = self.idle0.copy(), self.busy0.copy(), self.bu0.copy()
+        events = self.events0.copy()
+        heap, deferred = self.heap0.copy(), self.deferred0.copy()
+        dheap = self.deferred_heap0
+        t, seq, decisions, outstanding = sim.t, sim.events.seq, sim.decisions, sim.outstanding
+        res = dict(self.res0)
+        cur = self.cur
+        if busy[first] and reserve:
+            res[cur] = self._reservation(cur, first, sid_l[first])
+
+        def advance_to(target: float) -> None:
+            nonlocal t, outstanding, heap, deferred, dheap
+            while events and events[0][0] <= target:
+                te, _, s, i = heappop(events)
+                if te > t:
+                    t = te
+                st[i] = DONE
+                fin[i] = t
+                busy[s] = False
+                idle[cls[s]] |= 1 << s
+                outstanding -= 1
+                for c in children[i]:
+                    if not hasfp[c]:
+                        hasfp[c] = True
+                        tr_l[c] = trp[i]
+                        ps_l[c] = s
+                    pend[c] -= 1
+                    if pend[c] == 0:
+                        st[c] = READY
+                        heappush(heap, (key[c], tid[c], c))
+            if target > t:
+                t = target
+            if deferred:  # ReadyQueue.requeue_deferred
+                if dheap and len(deferred) > len(heap):
+                    for e in heap:
+                        heappush(deferred, e)
+                    heap = deferred
+                else:
+                    for e in deferred:
+                        heappush(heap, e)
+                deferred, dheap = [], False
+
+        def wait() -> None:
+            if next_event and events:
+                advance_to(events[0][0])
+            else:
+                advance_to(t + wait_dt)
+
+        def next_task() -> int:  # DecisionCore.next_task: a task, -1 (none) or -2 (HOL wait)
+            nonlocal heap, deferred, dheap
+            idle_mem = None
+            while heap:
+                i = heap[0][2]
+                if st[i] != READY:
+                    heappop(heap)
+                    continue
+                m = mem[i]
+                if m > max_accept:  # blocked: no server set change can bring it back here
+                    heappop(heap)
+                    continue
+                if only_startable:
+                    if idle_mem is None:
+                        idle_mem = -1.0
+                        for k in rk:
+                            if idle[k]:
+                                idle_mem = cmr[k]
+                                break
+                    if m > idle_mem:
+                        if hol:
+                            return -2
+                        if idle_mem < 0.0:  # ReadyQueue.defer_all
+                            for e in deferred:
+                                heappush(heap, e)
+                            deferred, heap, dheap = heap, [], True
+                            return -1
+                        deferred.append(heappop(heap))
+                        dheap = False
+                        continue
+                return i
+            return -1
+
+        def select() -> int:  # Simulator._select
+            while True:
+                i = next_task()
+                if i >= 0:
+                    return i
+                if i == -2:
+                    wait()
+                    if t > t_cap:
+                        return -1
+                    continue
+                if outstanding == 0:
+                    return -1
+                if deferred:
+                    wait()
+                elif events:
+                    advance_to(events[0][0])
+                else:
+                    return -1
+                if t > t_cap:
+                    return -1
+
+        def step(i: int, s: int) -> int:  # Simulator.step
+            nonlocal decisions, seq, dheap
+            decisions += 1
+            if acc[s] and not busy[s] and mem_l[s] >= mem[i]:
+                heappop(heap)
+                sid = sid_l[s]
+                exec_s = compute[i] / comp_l[s]
+                delay = 0.0
+                if tds:  # max(..., default=0.0) over the parents on another server
+                    for p, psid, d in parents[i]:
+                        if d > delay and (tsid[p] if p >= 0 else psid) != sid:
+                            delay = d
+                st[i] = RUNNING
+                tslot[i] = s
+                tsid[i] = sid
+                busy[s] = True
+                idle[cls[s]] ^= 1 << s
+                until = t + delay + exec_s
+                bu[s] = until
+                seq += 1
+                heappush(events, (until, seq, s, i))
+            elif not hol:
+                deferred.append(heappop(heap))
+                dheap = False
+            else:
+                wait()
+            nxt = select()
+            if nxt >= 0 and (decisions >= max_dec or t > t_cap):
+                return -1
+            return nxt
+
+        def remaining(s: int) -> float:  # heuristics.remaining_s
+            return decoded_remaining(bu[s] - t, inv_tu, tu, clip32)
+
+        def eft(i: int, excl) -> int:  # heuristics.eft_act on the rollout's lists; -1: again
+            # without exclusions (every fitting server is reserved for another task)
+            tc, tm, tr, ps = tc_l[i], tm_l[i], tr_l[i], ps_l[i]
+            tmem = mem[i] if mask_inf else -1.0
+            if not events or events[0][0] - t > 1e-7:  # every busy server is certainly busy
+                best = None
+                xb = 0
+                for s in excl:
+                    xb |= 1 << s
+                for k in rk:
+                    b = idle[k]
+                    if not b or cmr[k] < tmem:
+                        continue
+                    m = cmd[k]
+                    if m * _TOL < tm:
+                        continue
+                    if xb:
+                        b &= ~xb
+                        if not b:
+                            continue
+                    if ps >= 0 and b >> ps & 1:  # the parent's server: no transfer
+                        run = tc / ccd[k]
+                        if tds:
+                            run = run + 0.0
+                        c = (run + (1e-6 * 0.0 + 1e-9 * m), ps)
+                        if best is None or c < best:
+                            best = c
+                        b ^= 1 << ps
+                        if not b:
+                            continue
+                    s = (b & -b).bit_length() - 1
+                    run = tc / ccd[k]
+                    if tds:
+                        run = run + tr
+                    c = (run + (1e-6 * tr + 1e-9 * m), s)
+                    if best is None or c < best:
+                        best = c
+                if best is not None:
+                    return best[1]
+            # eft_ranking's full scan: the one rule (heuristics.eft_scan) on the rollout's lists
+            idl, busy_fit = eft_scan(range(n), acc, mem_l, busy, cdec_s, mdec_s,
+                                     (tc, tm, tmem, tr, ps), tds, excl,
+                                     lambda s: sees_busy(bu[s] - t, inv_tu, tu, clip32))
+            if idl:
+                return min(idl)[1]
+            if not busy_fit:
+                return -1 if excl else 0
+            return soonest_free(busy_fit, remaining)
+
+        cur = step(cur, first)
+        while cur >= 0 and t < t_end:
+            s = -1
+            if res:  # lookahead._reserved_slot
+                r = res.get(cur)
+                if r is not None:
+                    if r[1]:
+                        s = r[0]
+                        if not busy[s]:  # it starts there: the reservation ends
+                            del res[cur]
+                    else:
+                        del res[cur]
+            if s < 0:
+                excl = ()
+                if res:  # lookahead._exclusions
+                    excl = set()
+                    for j, r in list(res.items()):
+                        if st[j] != READY or not r[2]:
+                            del res[j]
+                        elif j != cur:
+                            excl.add(r[0])
+                s = eft(cur, excl)
+                if s < 0:
+                    s = eft(cur, ())
+            cur = step(cur, s)
+
+        now = max(t, t_end)
+        mc = sim.mean_compute
         comps = [fin[i] if x == DONE else bu[tslot[i]] if x == RUNNING else now + compute[i] / mc
                  for i, x in enumerate(st)]
         return completion_cost(self.objective, zip(self.wf, comps))
-
-
-class _Rollout:
-    """One candidate's rollout: copies of the present's lists (:class:`Rollouts`) and the
-    simulator's rules on them, one method per rule, each named after the simulator's."""
-
-    def __init__(self, ro: Rollouts) -> None:
-        sim, cl = ro.sim, ro.cl
-        self.ro = ro
-        self.n = sim.n_slots
-        self.cdec_s, self.mdec_s = ro.dec.cdec, ro.dec.mdec
-        srv, rules = sim.servers, sim.core.rules
-        self.acc, self.mem_l, self.comp_l = srv.accept_l, srv.memory_l, srv.compute_l
-        self.sid_l = sim.server_ids
-        f = sim.cfg.features
-        self.tu, self.clip32 = f.time_unit, float(F32(f.clip))
-        self.inv_tu = F32(1.0 / f.time_unit)
-        mdp = sim.cfg.mdp
-        self.hol, self.only_startable = rules.head_of_line_blocking, rules.ask_only_startable
-        self.mask_inf, self.tds = rules.mask_infeasible, sim.transfer_delays
-        self.wait_dt, self.next_event = mdp.wait_dt_s, mdp.advance_to_next_event
-        self.t_cap, self.max_dec = sim.time_cap, sim.max_decisions
-        self.max_accept = srv.max_accept_mem
-        self.ccd, self.cmd, self.cmr, self.cls = cl.cdec, cl.mdec, cl.mraw, cl.cls
-        self.st, self.pend = list(ro.st0), list(ro.pend0)
-        self.tslot, self.tsid = list(ro.slot0), list(ro.sid0)
-        self.tr_l, self.ps_l, self.hasfp = ro.tr0.copy(), ro.ps0.copy(), ro.hasfp0.copy()
-        self.fin = [0.0] * len(self.st)
-        self.idle, self.busy, self.bu = ro.idle0.copy(), ro.busy0.copy(), ro.bu0.copy()
-        self.events = ro.events0.copy()
-        self.heap, self.deferred = ro.heap0.copy(), ro.deferred0.copy()
-        self.dheap = ro.deferred_heap0
-        self.t, self.seq, self.decisions = sim.t, sim.events.seq, sim.decisions
-        self.outstanding = sim.outstanding
-        self.res = dict(ro.res0)
-
-    def advance_to(self, target: float) -> None:  # Simulator._advance_to (finishes only)
-        events, st, fin, busy, idle, cls = (self.events, self.st, self.fin, self.busy, self.idle,
-                                            self.cls)
-        ro = self.ro
-        children, hasfp, tr_l, ps_l, trp, pend = (ro.children, self.hasfp, self.tr_l, self.ps_l,
-                                                  ro.trp, self.pend)
-        heap, key, tid = self.heap, ro.key, ro.tid
-        t = self.t
-        while events and events[0][0] <= target:
-            te, _, s, i = heappop(events)
-            if te > t:
-                t = te
-            st[i] = DONE
-            fin[i] = t
-            busy[s] = False
-            idle[cls[s]] |= 1 << s
-            self.outstanding -= 1
-            for c in children[i]:
-                if not hasfp[c]:
-                    hasfp[c] = True
-                    tr_l[c] = trp[i]
-                    ps_l[c] = s
-                pend[c] -= 1
-                if pend[c] == 0:
-                    st[c] = READY
-                    heappush(heap, (key[c], tid[c], c))
-        self.t = target if target > t else t
-        if self.deferred:  # ReadyQueue.requeue_deferred
-            if self.dheap and len(self.deferred) > len(heap):
-                for e in heap:
-                    heappush(self.deferred, e)
-                self.heap = self.deferred
-            else:
-                for e in self.deferred:
-                    heappush(heap, e)
-            self.deferred, self.dheap = [], False
-
-    def wait(self) -> None:  # Simulator._wait
-        if self.next_event and self.events:
-            self.advance_to(self.events[0][0])
-        else:
-            self.advance_to(self.t + self.wait_dt)
-
-    def next_task(self) -> int:  # DecisionCore.next_task: a task, -1 (none) or -2 (HOL wait)
-        st, mem, max_accept = self.st, self.ro.mem, self.max_accept
-        idle_mem = None
-        heap = self.heap
-        while heap:
-            i = heap[0][2]
-            if st[i] != READY:
-                heappop(heap)
-                continue
-            m = mem[i]
-            if m > max_accept:  # blocked: no server set change can bring it back here
-                heappop(heap)
-                continue
-            if self.only_startable:
-                if idle_mem is None:
-                    idle_mem = -1.0
-                    for k, b in enumerate(self.idle):
-                        if b:
-                            idle_mem = self.cmr[k]
-                            break
-                if m > idle_mem:
-                    if self.hol:
-                        return -2
-                    if idle_mem < 0.0:  # ReadyQueue.defer_all
-                        for e in self.deferred:
-                            heappush(heap, e)
-                        self.deferred, self.heap, self.dheap = heap, [], True
-                        return -1
-                    self.deferred.append(heappop(heap))
-                    self.dheap = False
-                    continue
-            return i
-        return -1
-
-    def select(self) -> int:  # Simulator._select
-        while True:
-            i = self.next_task()
-            if i >= 0:
-                return i
-            if i == -2:
-                self.wait()
-                if self.t > self.t_cap:
-                    return -1
-                continue
-            if self.outstanding == 0:
-                return -1
-            if self.deferred:
-                self.wait()
-            elif self.events:
-                self.advance_to(self.events[0][0])
-            else:
-                return -1
-            if self.t > self.t_cap:
-                return -1
-
-    def step(self, i: int, s: int) -> int:  # Simulator.step: the next task, or -1 (the end)
-        self.decisions += 1
-        ro = self.ro
-        if self.acc[s] and not self.busy[s] and self.mem_l[s] >= ro.mem[i]:
-            heappop(self.heap)
-            sid = self.sid_l[s]
-            exec_s = ro.compute[i] / self.comp_l[s]
-            delay = 0.0
-            if self.tds:  # max(..., default=0.0) over the parents on another server
-                tsid = self.tsid
-                for p, psid, d in ro.parents[i]:
-                    if d > delay and (tsid[p] if p >= 0 else psid) != sid:
-                        delay = d
-            self.st[i] = RUNNING
-            self.tslot[i] = s
-            self.tsid[i] = sid
-            self.busy[s] = True
-            self.idle[self.cls[s]] ^= 1 << s
-            until = self.t + delay + exec_s
-            self.bu[s] = until
-            self.seq += 1
-            heappush(self.events, (until, self.seq, s, i))
-        elif not self.hol:
-            self.deferred.append(heappop(self.heap))
-            self.dheap = False
-        else:
-            self.wait()
-        nxt = self.select()
-        if nxt >= 0 and (self.decisions >= self.max_dec or self.t > self.t_cap):
-            return -1
-        return nxt
-
-    def place(self, cur: int) -> int:
-        """The rollout's pick for ``cur``: its reserved slot (lookahead._reserved_slot), else
-        EFT avoiding the slots reserved for other ready tasks (lookahead._exclusions)."""
-        res = self.res
-        if res:
-            r = res.get(cur)
-            if r is not None:
-                if r[1]:
-                    if not self.busy[r[0]]:  # it starts there: the reservation ends
-                        del res[cur]
-                    return r[0]
-                del res[cur]
-        excl = ()
-        if res:
-            excl = set()
-            for j, r in list(res.items()):
-                if self.st[j] != READY or not r[2]:
-                    del res[j]
-                elif j != cur:
-                    excl.add(r[0])
-        s = self.eft(cur, excl)
-        return self.eft(cur, ()) if s < 0 else s
-
-    def remaining(self, s: int) -> float:  # heuristics.remaining_s
-        return decoded_remaining(self.bu[s] - self.t, self.inv_tu, self.tu, self.clip32)
-
-    def eft(self, i: int, excl) -> int:
-        """heuristics.eft_act on the rollout's lists; -1: again without exclusions (every
-        fitting server is reserved for another task)."""
-        ro = self.ro
-        tc, tm, tr, ps = ro.tc[i], ro.tm[i], self.tr_l[i], self.ps_l[i]
-        tmem = ro.mem[i] if self.mask_inf else -1.0
-        events, t = self.events, self.t
-        if not events or events[0][0] - t > 1e-7:  # every busy server is certainly busy
-            s = self._eft_idle(tc, tm, tr, ps, tmem, excl)
-            if s >= 0:
-                return s
-        # eft_ranking's full scan: the one rule (heuristics.eft_scan) on the rollout's lists
-        bu, inv_tu, tu, clip32 = self.bu, self.inv_tu, self.tu, self.clip32
-        idl, busy_fit = eft_scan(range(self.n), self.acc, self.mem_l, self.busy, self.cdec_s,
-                                 self.mdec_s, (tc, tm, tmem, tr, ps), self.tds, excl,
-                                 lambda s: sees_busy(bu[s] - t, inv_tu, tu, clip32))
-        if idl:
-            return min(idl)[1]
-        if not busy_fit:
-            return -1 if excl else 0
-        return soonest_free(busy_fit, self.remaining)
-
-    def _eft_idle(self, tc: float, tm: float, tr: float, ps: int, tmem: float, excl) -> int:
-        """EFT among idle servers, one per class (the lowest idle slot; the task's parent's
-        slot too: no transfer there), as eft_scan ranks them; -1 when none fits."""
-        idle, ccd, cmd, cmr, tds = self.idle, self.ccd, self.cmd, self.cmr, self.tds
-        best = None
-        xb = 0
-        for s in excl:
-            xb |= 1 << s
-        for k, b in enumerate(idle):
-            if not b or cmr[k] < tmem:
-                continue
-            m = cmd[k]
-            if m * _TOL < tm:
-                continue
-            if xb:
-                b &= ~xb
-                if not b:
-                    continue
-            if ps >= 0 and b >> ps & 1:  # the parent's server: no transfer
-                run = tc / ccd[k]
-                if tds:
-                    run = run + 0.0
-                c = (run + (1e-6 * 0.0 + 1e-9 * m), ps)
-                if best is None or c < best:
-                    best = c
-                b ^= 1 << ps
-                if not b:
-                    continue
-            s = (b & -b).bit_length() - 1
-            run = tc / ccd[k]
-            if tds:
-                run = run + tr
-            c = (run + (1e-6 * tr + 1e-9 * m), s)
-            if best is None or c < best:
-                best = c
-        return -1 if best is None else best[1]
