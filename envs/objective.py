@@ -33,10 +33,10 @@ from typing import Iterable
 
 OBJECTIVES = ("workflow", "task")
 #: paired/summary metric name -> the episode metric key (envs.episode.episode_metrics)
-METRICS = {"workflow": "mean_workflow_response_s", "task": "mean_response_s",
+METRICS = {"workflow": "mean_workflow_response_s", "task": "mean_task_response_s",
            "workflow_p95": "p95_workflow_response_s", "workflow_p99": "p99_workflow_response_s"}
 #: the same over every arrived task / workflow (unfinished ones at their age at the end)
-CENSORED = {"workflow": "censored_workflow_response_s", "task": "censored_response_s",
+CENSORED = {"workflow": "censored_workflow_response_s", "task": "censored_task_response_s",
             "workflow_p95": "censored_p95_workflow_response_s",
             "workflow_p99": "censored_p99_workflow_response_s"}
 DEFAULT_METRIC = "workflow"

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 # Keys of one result row (the --json schema of `scale-ray eval`).
 ROW_KEYS = ("policy", "servers", "episodes", "mean_workflow_response_s",
             "p95_workflow_response_s", "p99_workflow_response_s", "censored_workflow_response_s",
-            "mean_response_s", "std_response_s", "censored_response_s", "p95_response_s",
+            "mean_task_response_s", "std_task_response_s", "censored_task_response_s",
+            "p95_task_response_s",
             "completed_tasks", "slowdown", "utilization", "invalid_rate", "guard_overrides",
             "guard_override_rate")
 
@@ -221,12 +222,12 @@ def aggregate(episodes: Iterable[dict[str, Any]], policy: str, servers: int) -> 
         vals = [e[key] for e in eps if e[key] is not None and not math.isnan(e[key])]
         return float(np.mean(vals)) if vals else math.nan
 
-    resp = [e["mean_response_s"] for e in eps if not math.isnan(e["mean_response_s"])]
+    resp = [e["mean_task_response_s"] for e in eps if not math.isnan(e["mean_task_response_s"])]
     return {
         "policy": policy, "servers": servers, "episodes": len(eps),
-        "mean_response_s": mean("mean_response_s"),
-        "std_response_s": float(np.std(resp, ddof=1)) if len(resp) > 1 else 0.0,
-        "censored_response_s": mean("censored_response_s"),
+        "mean_task_response_s": mean("mean_task_response_s"),
+        "std_task_response_s": float(np.std(resp, ddof=1)) if len(resp) > 1 else 0.0,
+        "censored_task_response_s": mean("censored_task_response_s"),
         "mean_workflow_response_s": mean("mean_workflow_response_s"),
         "p95_workflow_response_s": mean("p95_workflow_response_s"),
         "p99_workflow_response_s": mean("p99_workflow_response_s"),
@@ -234,7 +235,7 @@ def aggregate(episodes: Iterable[dict[str, Any]], policy: str, servers: int) -> 
         "censored_p95_workflow_response_s": mean("censored_p95_workflow_response_s"),
         "censored_p99_workflow_response_s": mean("censored_p99_workflow_response_s"),
         "completed_workflows": mean("completed_workflows"),
-        "p95_response_s": mean("p95_response_s"),
+        "p95_task_response_s": mean("p95_task_response_s"),
         "completed_tasks": mean("completed_tasks"),
         "slowdown": mean("slowdown"),
         "utilization": mean("utilization"),
@@ -438,11 +439,11 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
             f"{'util':>7}{'invalid':>9}{'guard':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        resp = f"{r['mean_response_s']:.3f}±{r['std_response_s']:.3f}"
+        resp = f"{r['mean_task_response_s']:.3f}±{r['std_task_response_s']:.3f}"
         lines.append(f"{label[r['policy']]:<{w}}{r['servers']:>6}{r['episodes']:>5}"
                      f"{r['mean_workflow_response_s']:>10.3f}{r['p95_workflow_response_s']:>8.2f}"
                      f"{r['p99_workflow_response_s']:>8.2f}{r['censored_workflow_response_s']:>8.2f}"
-                     f"{resp:>22}{r['p95_response_s']:>8.3f}"
+                     f"{resp:>22}{r['p95_task_response_s']:>8.3f}"
                      f"{r['completed_tasks']:>9.1f}{r['slowdown']:>10.3f}{r['utilization']:>7.3f}"
                      f"{r['invalid_rate']:>9.3f}{r.get('guard_overrides', 0.0):>8.1f}")
     return "\n".join(lines)

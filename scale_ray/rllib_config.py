@@ -37,7 +37,7 @@ def _episode_metrics_callback():
             m = (info or {}).get("episode_metrics")
             if not m:
                 return
-            for key, src in ((RESPONSE_KEY, "mean_response_s"), (COMPLETED_KEY, "completed_tasks"),
+            for key, src in ((RESPONSE_KEY, "mean_task_response_s"), (COMPLETED_KEY, "completed_tasks"),
                              (INVALID_KEY, "invalid_rate")):
                 v = m.get(src)
                 if v is not None and not (isinstance(v, float) and math.isnan(v)):

@@ -9,13 +9,13 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
-RESPONSE_KEY = "scale/mean_response_s"
+RESPONSE_KEY = "scale/mean_task_response_s"
 COMPLETED_KEY = "scale/completed_tasks"
 INVALID_KEY = "scale/invalid_rate"
 
 
 METRIC_COLUMNS = ("iteration", "env_steps", "time_s", "iter_s", "episodes", "episode_return",
-                  "mean_response_s", "completed_tasks", "invalid_rate", "lr", "total_loss",
+                  "mean_task_response_s", "completed_tasks", "invalid_rate", "lr", "total_loss",
                   "policy_loss", "vf_loss", "entropy", "srr_decorrelation", "srr_kl", "srr_ramp",
                   "z_mean_abs_offdiag_cov", "z_mean_kl", "qf_loss", "alpha")
 
@@ -43,7 +43,7 @@ def extract_metrics(result: Mapping[str, Any], iteration: int, elapsed_s: float)
         "iter_s": _num(result.get("time_this_iter_s")),
         "episodes": _num(er.get("num_episodes_lifetime")),
         "episode_return": _num(er.get("episode_return_mean")),
-        "mean_response_s": _num(er.get(RESPONSE_KEY)),
+        "mean_task_response_s": _num(er.get(RESPONSE_KEY)),
         "completed_tasks": _num(er.get(COMPLETED_KEY)),
         "invalid_rate": _num(er.get(INVALID_KEY)),
         "lr": _num(lr),
@@ -68,7 +68,7 @@ def progress_line(row: Mapping[str, float], total: int) -> str:
 
     return (f"iter {row['iteration']:>4}/{total} steps {f('env_steps', '.0f')} "
             f"({f('iter_s', '.1f')}s) return {f('episode_return', '.2f')} "
-            f"resp {f('mean_response_s', '.2f')}s lr {f('lr', '.2e')} loss {f('total_loss', '.3f')} "
+            f"resp {f('mean_task_response_s', '.2f')}s lr {f('lr', '.2e')} loss {f('total_loss', '.3f')} "
             f"pi {f('policy_loss', '.3f')} vf {f('vf_loss', '.3f')} ent {f('entropy', '.3f')} "
             f"srr[dec {f('srr_decorrelation', '.3f')} kl {f('srr_kl', '.3f')} "
             f"ramp {f('srr_ramp', '.2f')}]")

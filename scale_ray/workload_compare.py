@@ -46,9 +46,9 @@ def compare_family(family: str, policy: str, servers: Sequence[int], episodes: i
         unscaled_eft = next(x for x in per["neither"][0] if x["policy"] == "eft" and x["servers"] == n)
         row: dict[str, Any] = {"family": family, "servers": n, "episodes": episodes,
                                "workload_scale": env.features.workload_scale,
-                               "eft_censored_s": ref["censored_response_s"],
-                               "eft_p95_s": ref["p95_response_s"],
-                               "eft_unscaled_censored_s": unscaled_eft["censored_response_s"]}
+                               "eft_censored_s": ref["censored_task_response_s"],
+                               "eft_p95_s": ref["p95_task_response_s"],
+                               "eft_unscaled_censored_s": unscaled_eft["censored_task_response_s"]}
         for label, _, _ in VARIANTS:
             r = next(x for x in per[label][0] if x["policy"] == policy and x["servers"] == n)
             eps = [e for e in per[label][1] if e["policy"] == policy and e["servers"] == n]
@@ -56,11 +56,11 @@ def compare_family(family: str, policy: str, servers: Sequence[int], episodes: i
                                                                if e["servers"] == n], "eft",
                                                     "task")
                           if p["servers"] == n)
-            row[label] = {"censored_s": r["censored_response_s"],
-                          "ratio": r["censored_response_s"] / ref["censored_response_s"],
+            row[label] = {"censored_s": r["censored_task_response_s"],
+                          "ratio": r["censored_task_response_s"] / ref["censored_task_response_s"],
                           "censored_rel_diff": paired["censored_rel_diff"],
                           "censored_ci95": paired["censored_ci95_half_width"],
-                          "p95_s": r["p95_response_s"], "completed_tasks": r["completed_tasks"],
+                          "p95_s": r["p95_task_response_s"], "completed_tasks": r["completed_tasks"],
                           "eft_completed_tasks": ref["completed_tasks"],
                           "guard_overrides": r["guard_overrides"],
                           "truncated_episodes": r["truncated_episodes"]}

@@ -98,7 +98,7 @@ def test_episode_end_reports_metrics_and_terminal_obs_is_in_space():
     assert term and not trunc
     assert env.observation_space.contains(obs)
     m = info["episode_metrics"]
-    assert m["completed_tasks"] == m["arrived_tasks"] > 0 and m["mean_response_s"] > 0
+    assert m["completed_tasks"] == m["arrived_tasks"] > 0 and m["mean_task_response_s"] > 0
 
 
 def test_always_waiting_policy_is_truncated_not_endless():

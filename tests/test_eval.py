@@ -29,7 +29,7 @@ def test_eval_cli_json_schema(tmp_path):
     assert [(r["policy"], r["servers"]) for r in res] == [("eft", 4), ("eft", 8), ("random", 4), ("random", 8)]
     for r in res:
         assert set(ROW_KEYS) <= set(r) and r["episodes"] == 2
-        assert r["mean_response_s"] > 0 and 0 < r["utilization"] <= 1
+        assert r["mean_task_response_s"] > 0 and 0 < r["utilization"] <= 1
     assert len(list(traces.glob("*.jsonl"))) == 8
 
 
@@ -39,7 +39,7 @@ def test_trace_recomputes_eval_metrics(tmp_path):
     env = load_env(None, SHORT, servers=8)
     m = run_episode(env, "heft", 0, 3, tmp_path / "t.jsonl")
     re = verify_trace(read_trace(tmp_path / "t.jsonl"))
-    for key in ("mean_response_s", "p95_response_s", "mean_workflow_response_s", "slowdown", "utilization"):
+    for key in ("mean_task_response_s", "p95_task_response_s", "mean_workflow_response_s", "slowdown", "utilization"):
         assert m[key] == pytest.approx(re[key], rel=1e-9)
 
 
@@ -48,7 +48,7 @@ def test_fixed_seeds_are_common_across_policies_and_reproducible():
     a = run_episode(env.with_servers(8), "eft", 1, 0)
     b = run_episode(env.with_servers(8), "eft", 1, 0)
     c = run_episode(env.with_servers(8), "random", 1, 0)
-    assert a["mean_response_s"] == b["mean_response_s"]
+    assert a["mean_task_response_s"] == b["mean_task_response_s"]
     assert a["arrived_tasks"] == c["arrived_tasks"]  # same workload under another policy
 
 
@@ -128,11 +128,11 @@ def test_trained_policy_evaluation_does_not_depend_on_workers(tmp_path):
 def test_paired_differences_against_hand_computation():
     from scale_ray.evaluation import paired_differences
 
-    eps = [{"policy": "eft", "servers": 16, "episode": k, "mean_response_s": v}
+    eps = [{"policy": "eft", "servers": 16, "episode": k, "mean_task_response_s": v}
            for k, v in enumerate([4.0, 5.0, 8.0])]
-    eps += [{"policy": "a", "servers": 16, "episode": k, "mean_response_s": v}
+    eps += [{"policy": "a", "servers": 16, "episode": k, "mean_task_response_s": v}
             for k, v in enumerate([3.0, 5.5, 8.0])]
-    eps += [{"policy": "a", "servers": 48, "episode": 0, "mean_response_s": 1.0}]  # no reference
+    eps += [{"policy": "a", "servers": 48, "episode": 0, "mean_task_response_s": 1.0}]  # no reference
     (row,) = paired_differences(eps, "eft", "task")  # the paper's metric, by name
     d = np.array([3.0 / 4.0 - 1, 5.5 / 5.0 - 1, 0.0])
     assert row["policy"] == "a" and row["servers"] == 16 and row["episodes"] == 3
@@ -159,8 +159,8 @@ def test_ci95_half_width_is_the_t_interval():
 def test_paired_output_flags_unequal_completed_tasks():
     from scale_ray.evaluation import format_paired, paired_differences
 
-    eps = [{"policy": p, "servers": 16, "episode": k, "mean_response_s": 4.0 + k,
-            "completed_tasks": done, "censored_response_s": cens * (4.0 + k)}
+    eps = [{"policy": p, "servers": 16, "episode": k, "mean_task_response_s": 4.0 + k,
+            "completed_tasks": done, "censored_task_response_s": cens * (4.0 + k)}
            for p, done, cens in (("eft", 100, 1.0), ("a", 90, 1.5), ("b", 100, 1.0)) for k in range(2)]
     rows = paired_differences(eps, "eft", "task")
     by = {r["policy"]: r for r in rows}
@@ -204,8 +204,8 @@ def test_sampled_evaluation_is_reproducible_per_episode_and_differs_from_greedy(
     env = load_env(None, SHORT)
     rows_a, eps_a = evaluate(env, [f"sample:{untrained}", untrained], [8], 3, base_seed=2, workers=1)
     rows_b, _ = evaluate(env, [f"sample:{untrained}"], [8], 3, base_seed=2, workers=1)
-    assert rows_a[0]["mean_response_s"] == rows_b[0]["mean_response_s"]
+    assert rows_a[0]["mean_task_response_s"] == rows_b[0]["mean_task_response_s"]
     sampled = [e for e in eps_a if e["policy"].startswith("sample:")]
     greedy = [e for e in eps_a if not e["policy"].startswith("sample:")]
     assert [e["arrived_tasks"] for e in sampled] == [e["arrived_tasks"] for e in greedy]
-    assert [e["mean_response_s"] for e in sampled] != [e["mean_response_s"] for e in greedy]
+    assert [e["mean_task_response_s"] for e in sampled] != [e["mean_task_response_s"] for e in greedy]

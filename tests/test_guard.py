@@ -96,7 +96,7 @@ def test_guard_turns_a_livelock_into_a_complete_episode():
     assert g.counts["infeasible"] > 0 and g.counts["wait_budget"] + g.counts["slower_wait"] > 0
     # waits while a fitting server is idle are bounded by max_waits per task
     eft = _run(env, make_heuristic("eft", env), None)
-    assert safe["mean_response_s"] < 3 * eft["mean_response_s"]
+    assert safe["mean_task_response_s"] < 3 * eft["mean_task_response_s"]
 
 
 def test_switch_off_reproduces_the_raw_policy_and_traces_record_overrides(tmp_path):
@@ -113,7 +113,7 @@ def test_switch_off_reproduces_the_raw_policy_and_traces_record_overrides(tmp_pa
     while sim.current is not None:
         sim.step(policy.act(sim.observe()))
     raw = sim.metrics()
-    for k in ("mean_response_s", "censored_response_s", "completed_tasks", "invalid_rate"):
+    for k in ("mean_task_response_s", "censored_task_response_s", "completed_tasks", "invalid_rate"):
         assert off[k] == raw[k]
     assert off["guard_overrides"] == 0
     on = run_episode(env, art, 0, 5, trace_path=tmp_path / "t.jsonl")  # default: guarded

@@ -455,7 +455,7 @@ def test_eft_episode_trace_verifies(family):
     assert not m["truncated"]
     assert m["completed_tasks"] == m["arrived_tasks"] > 0
     recomputed = verify_trace(events)
-    assert math.isclose(recomputed["mean_response_s"], m["mean_response_s"], rel_tol=1e-9)
+    assert math.isclose(recomputed["mean_task_response_s"], m["mean_task_response_s"], rel_tol=1e-9)
 
 
 def test_cli_list_workloads():

@@ -174,7 +174,7 @@ def test_planner_completes_an_episode_with_valid_decisions(tmp_path):
         if sim._busy_l[a]:
             assert pol._reserved[task.id][0] == a
         sim.step(a)
-    assert sim.metrics()["mean_response_s"] == m["mean_response_s"]
+    assert sim.metrics()["mean_task_response_s"] == m["mean_task_response_s"]
     assert pol.stats["planned"] > 0 and pol.stats["rollouts"] >= 2 * pol.stats["planned"]
 
 
@@ -199,10 +199,10 @@ def test_planner_is_deterministic_and_one_candidate_is_eft():
     cfg = env(horizon=40.0)
     a = run_episode(cfg, "lookahead:future=sampled", 1)
     b = run_episode(cfg, "lookahead:future=sampled", 1)
-    assert a["mean_response_s"] == b["mean_response_s"]
+    assert a["mean_task_response_s"] == b["mean_task_response_s"]
     # one candidate, no wait: EFT's choice every time, no rollout
     one = run_episode(cfg, "lookahead:candidates=1,wait=false", 1)
-    assert one["mean_response_s"] == run_episode(cfg, "eft", 1)["mean_response_s"]
+    assert one["mean_task_response_s"] == run_episode(cfg, "eft", 1)["mean_task_response_s"]
 
 
 def test_registration_guard_and_lockstep():
@@ -216,8 +216,8 @@ def test_registration_guard_and_lockstep():
     with pytest.raises(ValueError):
         get_policy("sample:lookahead", cfg)
     seq = run_episodes_lockstep(cfg, "lookahead", [0, 1])
-    assert [m["mean_response_s"] for m in seq] == [
-        run_episode(cfg, "lookahead", k)["mean_response_s"] for k in (0, 1)]
+    assert [m["mean_task_response_s"] for m in seq] == [
+        run_episode(cfg, "lookahead", k)["mean_task_response_s"] for k in (0, 1)]
 
 
 @pytest.mark.parametrize("spec,key", [

@@ -45,7 +45,7 @@ def test_completion_cost_sums_tasks_or_workflow_last_completions():
 
 def test_metric_names_and_errors():
     assert objective.metric_key("workflow") == "mean_workflow_response_s"
-    assert objective.metric_key("task") == "mean_response_s"
+    assert objective.metric_key("task") == "mean_task_response_s"
     with pytest.raises(ValueError, match=r"--metric: 'slowness' is not one of"):
         objective.metric_key("slowness")
     reward = EnvConfig().reward
@@ -67,7 +67,7 @@ def test_the_start_reward_is_the_papers_equation_2():
 
 
 def test_paired_comparison_defaults_to_mean_workflow_response():
-    eps = [{"policy": p, "servers": 16, "episode": k, "mean_response_s": 5.0,
+    eps = [{"policy": p, "servers": 16, "episode": k, "mean_task_response_s": 5.0,
             "mean_workflow_response_s": w, "completed_workflows": 10,
             "censored_workflow_response_s": w}
            for p, ws in (("eft", [10.0, 20.0]), ("a", [9.0, 18.0])) for k, w in enumerate(ws)]

@@ -24,11 +24,11 @@ def test_mean_ci_matches_hand_computation():
 
 
 def test_gap_is_per_seed_pair():
-    rows = [{"label": "SCALE/s1", "servers": 48, "mean_response_s": 6.0, "completed_tasks": 90.0},
-            {"label": "SCALE/s2", "servers": 48, "mean_response_s": 7.0, "completed_tasks": 100.0},
-            {"label": "CrossAttn/s1", "servers": 48, "mean_response_s": 6.5, "completed_tasks": 100.0},
-            {"label": "CrossAttn/s2", "servers": 48, "mean_response_s": 7.0, "completed_tasks": 100.0},
-            {"label": "eft", "servers": 48, "mean_response_s": 5.0, "completed_tasks": 100.0}]
+    rows = [{"label": "SCALE/s1", "servers": 48, "mean_task_response_s": 6.0, "completed_tasks": 90.0},
+            {"label": "SCALE/s2", "servers": 48, "mean_task_response_s": 7.0, "completed_tasks": 100.0},
+            {"label": "CrossAttn/s1", "servers": 48, "mean_task_response_s": 6.5, "completed_tasks": 100.0},
+            {"label": "CrossAttn/s2", "servers": 48, "mean_task_response_s": 7.0, "completed_tasks": 100.0},
+            {"label": "eft", "servers": 48, "mean_task_response_s": 5.0, "completed_tasks": 100.0}]
     g = gaps(rows, BUDGETS["smoke"].__class__(**{**BUDGETS["smoke"].__dict__, "sizes": (48,)}))["48"]
     assert g["gap_per_seed"] == pytest.approx([1 - 6.0 / 6.5, 0.0])
     assert g["scale_mean"] == pytest.approx(6.5) and g["scale_vs_eft"] == pytest.approx(0.3)

@@ -67,13 +67,13 @@ def test_random_actions_respect_every_constraint(seed, servers, switches, dynami
     assert sim.current is None, "episode did not end"
     recomputed = verify_trace(events)
     reported = sim.metrics()
-    for key in ("completed_tasks", "mean_response_s", "censored_response_s",
-                "mean_workflow_response_s", "utilization", "p95_response_s", "slowdown"):
+    for key in ("completed_tasks", "mean_task_response_s", "censored_task_response_s",
+                "mean_workflow_response_s", "utilization", "p95_task_response_s", "slowdown"):
         a, b = reported[key], recomputed[key]
         assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-9), key
     if sim.terminated:
         assert reported["completed_tasks"] == reported["arrived_tasks"]
-        a, b = reported["censored_response_s"], reported["mean_response_s"]
+        a, b = reported["censored_task_response_s"], reported["mean_task_response_s"]
         assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12)
 
 
@@ -92,6 +92,6 @@ def test_a_truncated_episode_counts_its_unfinished_tasks_in_the_censored_mean():
     assert sim.truncated and 0 < m["completed_tasks"] < m["arrived_tasks"]
     # by hand: done tasks at their response, the others at their age when the episode was cut
     ages = [(tk.finish if tk.state == DONE else sim.t) - tk.wf.arrival for tk in sim.tasks]
-    assert m["censored_response_s"] == pytest.approx(np.mean(ages))
-    assert verify_trace(events)["censored_response_s"] == pytest.approx(m["censored_response_s"])
-    assert m["censored_response_s"] != pytest.approx(m["mean_response_s"])
+    assert m["censored_task_response_s"] == pytest.approx(np.mean(ages))
+    assert verify_trace(events)["censored_task_response_s"] == pytest.approx(m["censored_task_response_s"])
+    assert m["censored_task_response_s"] != pytest.approx(m["mean_task_response_s"])

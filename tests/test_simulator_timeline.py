@@ -50,12 +50,12 @@ def test_chain_with_invalid_pick():
     assert times(events, "start") == [(0, 1, 0.0), (1, 1, pytest.approx(1.1))]
     assert times(events, "finish") == [(0, 1, 1.0), (1, 1, pytest.approx(1.6))]
     m = sim.metrics()
-    assert m["mean_response_s"] == pytest.approx((1.0 + 1.6) / 2)
+    assert m["mean_task_response_s"] == pytest.approx((1.0 + 1.6) / 2)
     assert m["mean_workflow_response_s"] == pytest.approx(1.6)
     assert m["slowdown"] == pytest.approx(1.6 / 1.5)          # lower bound 1.0 + 0.5 on large
     assert m["utilization"] == pytest.approx(1.5 / (2 * 1.6))  # busy 1.5 s over 2 servers x 1.6 s
     assert m["invalid_rate"] == pytest.approx(1 / 3)
-    assert verify_trace(events)["mean_response_s"] == pytest.approx(m["mean_response_s"])
+    assert verify_trace(events)["mean_task_response_s"] == pytest.approx(m["mean_task_response_s"])
 
 
 @pytest.mark.parametrize("delays", [False, True])
@@ -113,7 +113,7 @@ def test_failure_loses_task_and_reruns_it():
     assert kinds == [("start", 0.0), ("lost", 0.5), ("server_fail", 0.5), ("start", 0.5),
                      ("finish", 4.5), ("end", 4.5)]
     m = sim.metrics()
-    assert m["lost_tasks"] == 1 and m["mean_response_s"] == pytest.approx(4.5)
+    assert m["lost_tasks"] == 1 and m["mean_task_response_s"] == pytest.approx(4.5)
     assert m["utilization"] == pytest.approx(4.5 / (4.5 + 0.5))
     assert verify_trace(events)["utilization"] == pytest.approx(m["utilization"])
 

@@ -230,7 +230,7 @@ def test_the_snapshot_planner_completes_an_episode_with_valid_decisions(tmp_path
         a = pol.act_state(sim)
         assert sim._accept_l[a] and sim._memory_l[a] >= task.memory_gb
         sim.step(a)
-    assert sim.metrics()["mean_response_s"] == m["mean_response_s"]
+    assert sim.metrics()["mean_task_response_s"] == m["mean_task_response_s"]
     sticky = get_policy("lookahead:reservations=until_start", cfg, seed=0)
     sim.reset(episode_seed(0, 0))
     while sim.current is not None:

@@ -33,7 +33,7 @@ def test_heuristics_and_the_simulator_are_unchanged_by_the_scale():
     scaled = replace(env, features={"workload_scale": 5.0})
     for policy in ("eft", "heft", "eft-wait"):
         a, b = run_episode(env, policy, 0, 1), run_episode(scaled, policy, 0, 1)
-        for key in ("mean_response_s", "p95_response_s", "completed_tasks", "invalid_rate"):
+        for key in ("mean_task_response_s", "p95_task_response_s", "completed_tasks", "invalid_rate"):
             assert a[key] == b[key], (policy, key)
 
 

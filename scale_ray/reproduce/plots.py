@@ -23,7 +23,7 @@ def write_plots(out: Path, runs: list[dict], results: dict) -> None:
         with f.open(newline="") as fh:
             rows = list(csv.DictReader(fh))
         lbl = f"{r['method']} s{r['seed']}"
-        for ax, key in ((axes[0], "episode_return"), (axes[1], "mean_response_s")):
+        for ax, key in ((axes[0], "episode_return"), (axes[1], "mean_task_response_s")):
             # iterations in which no episode ended report nan: connect the points that exist
             pts = [(float(x["env_steps"]), float(x[key])) for x in rows
                    if x.get(key) not in (None, "") and math.isfinite(float(x[key]))]
@@ -40,8 +40,8 @@ def write_plots(out: Path, runs: list[dict], results: dict) -> None:
     # Left: the paper's action space, mean over every arrived task (`resp all`: unfinished tasks
     # at their age, so a policy that strands tasks is not flattered). Right: never-fitting
     # servers masked at inference, where every policy completes every task.
-    panels = [("table4", "censored_response_s", "paper action space (resp all)"),
-              ("table4_masked", "mean_response_s", "never-fitting servers masked")]
+    panels = [("table4", "censored_task_response_s", "paper action space (resp all)"),
+              ("table4_masked", "mean_task_response_s", "never-fitting servers masked")]
     panels = [p for p in panels if results.get(p[0])]
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5), squeeze=False)
     labels = sorted({r["label"] for key, _, _ in panels for r in results[key]})

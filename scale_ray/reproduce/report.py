@@ -39,15 +39,16 @@ def gaps(table4: list[dict], budget: Budget) -> dict[str, Any]:
     for n in budget.sizes:
         rows = [r for r in table4 if r["servers"] == n]
 
-        def by_seed(method: str, key: str = "mean_response_s") -> dict[str, float]:
+        def by_seed(method: str, key: str = "mean_task_response_s") -> dict[str, float]:
             return {r["label"].split("/s")[1]: r.get(key, math.nan) for r in rows
                     if r["label"].startswith(method + "/")}
 
         sc, ca = by_seed("SCALE"), by_seed("CrossAttn")
-        eft = next((r["mean_response_s"] for r in rows if r["label"] == "eft"), math.nan)
+        eft = next((r["mean_task_response_s"] for r in rows if r["label"] == "eft"), math.nan)
         pairs = [1 - sc[s] / ca[s] for s in sc if s in ca and ca[s] > 0]
         # the same on the censored mean (every arrived task; unfinished ones at their age)
-        sc_c, ca_c = by_seed("SCALE", "censored_response_s"), by_seed("CrossAttn", "censored_response_s")
+        sc_c = by_seed("SCALE", "censored_task_response_s")
+        ca_c = by_seed("CrossAttn", "censored_task_response_s")
         pairs_c = [1 - sc_c[s] / ca_c[s] for s in sc_c if s in ca_c and ca_c[s] > 0]
         # response means are over completed tasks: compare them only where both finished alike
         done = {r["label"]: r.get("completed_tasks", math.nan) for r in rows}
@@ -119,9 +120,9 @@ def paired_matrix(paired: list[dict]) -> list[str]:
 def render_markdown(res: dict) -> str:
     b = res["budget"]
     main_cols = [("label", "policy", -1), ("servers", "N", -1), ("completed_tasks", "tasks", 1),
-                 ("mean_response_s", "resp s", 3), ("std_response_s", "± std", 3),
-                 ("censored_response_s", "resp all s", 3),
-                 ("mean_workflow_response_s", "wf resp s", 3), ("p95_response_s", "p95 s", 3),
+                 ("mean_task_response_s", "resp s", 3), ("std_task_response_s", "± std", 3),
+                 ("censored_task_response_s", "resp all s", 3),
+                 ("mean_workflow_response_s", "wf resp s", 3), ("p95_task_response_s", "p95 s", 3),
                  ("slowdown", "slowdown", 3), ("invalid_rate", "invalid", 3)]
     parts = [f"Budget `{b['name']}` (PPO iterations {b['ppo_iterations']}, "
              f"{b['ppo_iterations'] * 1024} env steps per method; SCALE/CrossAttn seeds {b['seeds']}; "
