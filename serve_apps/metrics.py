@@ -158,9 +158,9 @@ class ServiceMetrics:
             self.response.observe(s, tags={"tenant": label(tenant), "policy": policy})
         queued: dict[str, int] = defaultdict(int)
         unfinished: dict[str, int] = defaultdict(int)
-        for wid, h in list(svc.workflows.items()):
+        for wid, h in svc.registry.items():
             if not h.done():
-                tenant = svc.owner.get(wid, "?")
+                tenant = svc.registry.owner.get(wid, "?")
                 unfinished[tenant] += 1
                 queued[tenant] += sum(1 for f in h.task_finish_wall if f is None)
         for tenant in self._tenants | set(unfinished):  # a tenant that drained reads 0

@@ -3,16 +3,19 @@ record), registering it for its tenant, releasing finished ones, and looking an 
 anything not this tenant's, 410 for what an earlier replica accepted and the journal could not
 restore), and what ``GET /v1/cluster`` shows a tenant (:func:`tenant_view`: counts only).
 
-:class:`Workflows` is a part of :class:`serve_apps.scheduler.SchedulerService` (a mixin over its
-``sched``, ``tuning``, ``ids``, ``workflows``, ``owner``, ``_inflight`` and locks).
+:class:`Workflows` is a part of :class:`serve_apps.scheduler.SchedulerService`
+(``svc.registry``): it owns the accepted handles, their tenants and the per-tenant in-flight
+counts, and reaches the rest of the service only through what its constructor names.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 import time
-from typing import Any, Iterable, Mapping
+from concurrent.futures import Executor
+from typing import Any, Callable, Iterable, Mapping
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -113,14 +116,38 @@ async def unknown_handler(_: Request, exc: UnknownWorkflow) -> JSONResponse:
 
 
 class Workflows:
-    """Accept, register, release and look up workflows (see the module docstring)."""
+    """Accept, register, release and look up workflows (see the module docstring).
 
-    def _check_quota(self, tenant: str, tasks: int) -> None:
+    ``sched``: the LiveScheduler; ``tuning``: returns the current ``SchedulerTuning`` (a
+    reconfigure swaps it); ``ids``: the replica's ``IdSigner``; ``metrics``: ``refused`` and
+    ``finished`` counters; ``pool``: where the journal folds finished workflows;
+    ``incarnation``: this replica's id (named in a 410)."""
+
+    def __init__(self, sched: Any, tuning: Callable[[], Any], ids: Any, metrics: Any,
+                 pool: Executor | None, incarnation: str) -> None:
+        self.sched, self._tuning, self.ids, self.metrics = sched, tuning, ids, metrics
+        self._pool, self.incarnation = pool, incarnation
+        self.handles: dict[str, WorkflowHandle] = {}  # workflow id -> handle
+        self.owner: dict[str, str] = {}  # workflow id -> tenant
+        self.inflight: dict[str, list[int]] = {}  # tenant -> [workflows, tasks] unfinished
+        self._load_lock = threading.Lock()  # in-flight counts (done callbacks: scheduler thread)
+        self._reg_lock = threading.Lock()  # handles / owner: accepts run in the pool
+
+    @property
+    def tuning(self) -> Any:
+        return self._tuning()
+
+    def items(self) -> list[tuple[str, WorkflowHandle]]:
+        """(id, handle) of every workflow held, a copy (safe while accepts run)."""
+        with self._reg_lock:
+            return list(self.handles.items())
+
+    def check_quota(self, tenant: str, tasks: int) -> None:
         t = self.tuning
         with self._load_lock:
-            mine = self._inflight.get(tenant, [0, 0])
-            total_w = sum(v[0] for v in self._inflight.values())
-            total_t = sum(v[1] for v in self._inflight.values())
+            mine = self.inflight.get(tenant, [0, 0])
+            total_w = sum(v[0] for v in self.inflight.values())
+            total_t = sum(v[1] for v in self.inflight.values())
         for have, cap, what in ((mine[0] + 1, t.max_inflight_per_tenant,
                                  "unfinished workflows of this tenant"),
                                 (mine[1] + tasks, t.max_queued_tasks_per_tenant,
@@ -136,14 +163,14 @@ class Workflows:
                                    f"of {cap}; retry after {t.retry_after_s} s", "quota",
                                    status=429, headers={"Retry-After": str(t.retry_after_s)})
 
-    def _accept(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None = None,
+    def accept(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None = None,
                 meta: dict | None = None) -> dict:
         """Queue (and journal) an accepted workflow; a known ``key`` returns its workflow."""
         n = len(wf.calls)
         known = self.sched.durable.known(tenant, key)
-        if known is not None and known.jid in self.workflows:
+        if known is not None and known.jid in self.handles:
             return self._duplicate(known, tenant)
-        self._check_quota(tenant, n)
+        self.check_quota(tenant, n)
         wid = self.ids.new(tenant)
         sub = Submission(id=wid, fmt=fmt, payload=payload, name=wf.spec.name, tenant=tenant,
                          key=key, meta=meta or {})
@@ -156,9 +183,9 @@ class Workflows:
             raise err from None
         if h.jid != wid:  # the same key raced in
             return self._duplicate(h, tenant)
-        self._register(wid, h, tenant)
+        self.register(wid, h, tenant)
         audit("submit", tenant, wid, tasks=n, name=h.name)
-        if len(self.workflows) % 100 == 99:
+        if len(self.handles) % 100 == 99:
             self._prune()
         return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
 
@@ -169,13 +196,13 @@ class Workflows:
         return {"id": h.jid, "name": h.name, "tasks": len(h.workflow.calls), "state": state(h),
                 "duplicate": True}
 
-    def _register(self, wid: str, h: WorkflowHandle, tenant: str) -> None:
+    def register(self, wid: str, h: WorkflowHandle, tenant: str) -> None:
         n = len(h.workflow.calls)
         with self._reg_lock:
-            self.workflows[wid] = h
+            self.handles[wid] = h
             self.owner[wid] = tenant
         with self._load_lock:
-            load = self._inflight.setdefault(tenant, [0, 0])
+            load = self.inflight.setdefault(tenant, [0, 0])
             load[0] += 1
             load[1] += n
         if not h.done():  # (a resumed workflow that finished before the restart: counted then)
@@ -190,7 +217,7 @@ class Workflows:
             if i not in keep:
                 h.result_refs[i] = None
         with self._load_lock:
-            load = self._inflight.get(tenant)
+            load = self.inflight.get(tenant)
             if load is not None:
                 load[0] -= 1
                 load[1] -= tasks
@@ -214,23 +241,23 @@ class Workflows:
     def _prune_locked(self) -> None:
         now = time.perf_counter()
         ttl = self.tuning.result_ttl_s
-        for h in self.workflows.values():  # results past their TTL are released
+        for h in self.handles.values():  # results past their TTL are released
             if h.done() and h.finished_wall is not None and now - h.finished_wall > ttl \
                     and any(r is not None for r in h.result_refs):
                 h.result_refs = [None] * len(h.result_refs)
                 self.sched.durable.compact(h)
-        done = [k for k, h in self.workflows.items() if h.done()]
+        done = [k for k, h in self.handles.items() if h.done()]
         extra = len(done) - self.tuning.retain_finished
         if extra > 0:
-            old = [self.workflows.pop(k) for k in done[:extra]]
+            old = [self.handles.pop(k) for k in done[:extra]]
             for k in done[:extra]:
                 self.owner.pop(k, None)
             self.sched.forget(old)
 
-    def _lookup(self, wid: str, tenant: str) -> WorkflowHandle:
+    def lookup(self, wid: str, tenant: str) -> WorkflowHandle:
         """The tenant's workflow ``wid``; 404 for any other id (another tenant's, malformed,
         never issued, forgotten, any string), 410 for its own from an earlier replica."""
-        h = self.workflows.get(wid)
+        h = self.handles.get(wid)
         shown = repr(wid[:100] + ("..." if len(wid) > 100 else ""))
         if h is not None and self.owner.get(wid) == tenant:
             return h

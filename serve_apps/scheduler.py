@@ -41,7 +41,6 @@ import asyncio
 import json
 import logging
 import os
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -97,7 +96,7 @@ def _respond(content: Any) -> Response:
 @serve.deployment(num_replicas=1, max_ongoing_requests=1000, health_check_period_s=2,
                   ray_actor_options={"num_cpus": 0})
 @serve.ingress(api)
-class SchedulerService(Workflows):
+class SchedulerService:
     """One LiveScheduler behind HTTP and a handle; see the module docstring."""
 
     def __init__(self, args: Mapping[str, Any] | SchedulerArgs | None = None):
@@ -115,15 +114,10 @@ class SchedulerService(Workflows):
                                    log)
         policy = self.holder.current
         self._trace_file = open(self.args.trace, "a", buffering=1) if self.args.trace else None
-        self.workflows: dict[str, WorkflowHandle] = {}
-        self.owner: dict[str, str] = {}  # workflow id -> tenant
         self.tenants = Tenants(load_tokens())
         for var in SECRET_VARS:  # read once; nothing this replica starts inherits them
             os.environ.pop(var, None)
         self.ids = IdSigner(self.incarnation)
-        self._load_lock = threading.Lock()  # in-flight counts (done callbacks: scheduler thread)
-        self._reg_lock = threading.Lock()  # self.workflows / owner: accepts run in the pool
-        self._inflight: dict[str, list[int]] = {}  # tenant -> [workflows, tasks] unfinished
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="scheduler-io")
         # (fair share and the journal are on unless the config says otherwise: parse_args)
         self.sched = LiveScheduler(policy, self.env, self.args.live,
@@ -132,11 +126,14 @@ class SchedulerService(Workflows):
         errors.LIMITS.max_body_bytes = self.tuning.max_body_bytes
         self.scheduler_at = time.time()
         self.journal = JournalView(self.sched)
-        self.metrics = ServiceMetrics(self).start()  # ray.util.metrics (serve_apps.metrics)
+        self.metrics = ServiceMetrics(self)  # ray.util.metrics (serve_apps.metrics)
+        self.registry = Workflows(self.sched, lambda: self.tuning, self.ids, self.metrics,
+                                  self._pool, self.incarnation)
+        self.metrics.start()
         self.resumed = self.sched.resume(lambda sub: rebuild(sub, self.allow, self.tuning,
                                                              *self._doc))
         for h in self.resumed:
-            self._register(h.jid, h, h.tenant)
+            self.registry.register(h.jid, h, h.tenant)
         self.resumed_at = time.time()
         log.info("scheduler service %s: %d servers, policy %s, journal %s: %d workflows resumed "
                  "(%d unfinished), %d unrestorable", self.incarnation, len(self.sched.alive_servers),
@@ -248,7 +245,7 @@ class SchedulerService(Workflows):
         return vals[0] if len(vals) == 1 else vals
 
     async def _record(self, wid: str, tenant: str, wait_s: float, with_result: bool) -> dict:
-        h = self._lookup(wid, tenant)
+        h = self.registry.lookup(wid, tenant)
         await self._await_done(h, wait_s)
         def make() -> dict:  # per-task lists: off the event loop for large workflows
             rec = record(wid, h, self.t0, self.sched.cfg.time_scale)
@@ -271,8 +268,9 @@ class SchedulerService(Workflows):
         from .registry import HTTP_CALLER, mask_tasks, tenant_view
 
         snap = await asyncio.wrap_future(self.sched.status())
-        items = list(self.workflows.items())
-        mine = {k: h for k, h in items if self.owner.get(k) == tenant}
+        items = self.registry.items()
+        owner = self.registry.owner
+        mine = {k: h for k, h in items if owner.get(k) == tenant}
         counts: dict[str, int] = {}
         for h in mine.values():
             s = state(h)
@@ -280,7 +278,7 @@ class SchedulerService(Workflows):
         others = sum(1 for k, h in items if k not in mine and not h.done())
         servers = mask_tasks(snap["servers"], {id(h): k for k, h in mine.items()},
                              self.sched.handles())
-        resumed = sum(1 for h in self.resumed if self.owner.get(h.jid) == tenant)
+        resumed = sum(1 for h in self.resumed if owner.get(h.jid) == tenant)
         uptime = time.perf_counter() - self.t0
         if HTTP_CALLER.get():
             describe = getattr(self.holder.current, "describe", None)
@@ -323,7 +321,7 @@ class SchedulerService(Workflows):
             req = parse_body(body, WorkflowIn, ct)
             self._check_bounds(req, tenant)
             wf = emulate(to_workflow(req, self.allow, t.max_tasks), body, *self._doc)
-            return self._accept(wf, tenant, "json", body, key, {"content_type": ct})
+            return self.registry.accept(wf, tenant, "json", body, key, {"content_type": ct})
         accepted = await self._off_loop(accept)
         out = _respond(accepted)
         out.status_code = 200 if accepted.get("duplicate") else 201
@@ -363,7 +361,7 @@ class SchedulerService(Workflows):
             def accept() -> dict:
                 wf = as_collected(cloudpickle.loads(payload), name=name)
                 self._check_bounds(wf, tenant)
-                return self._accept(emulate(wf, payload, *self._doc), tenant, "pickle", payload,
+                return self.registry.accept(emulate(wf, payload, *self._doc), tenant, "pickle", payload,
                                     key)
             return await self._off_loop(accept)
         except RequestError as e:  # the client raises it as NoServers / Unschedulable / quota
@@ -380,7 +378,7 @@ class SchedulerService(Workflows):
 
     async def values(self, wid: str, tenant: str = "job:?") -> Any:
         """The output values (Python objects) of a completed workflow."""
-        h = self._lookup(wid, tenant)
+        h = self.registry.lookup(wid, tenant)
         out = await self._off_loop(self._values, h)
         await self._off_loop(self.sched.durable.compact, h)  # fetched: the journal keeps its record only
         return out
@@ -390,7 +388,7 @@ class SchedulerService(Workflows):
         or the exception does not pickle): the Python client raises it as its own type."""
         from ray import cloudpickle
 
-        h = self._lookup(wid, tenant)
+        h = self.registry.lookup(wid, tenant)
         if h.error is None:
             return None
         try:
@@ -402,7 +400,7 @@ class SchedulerService(Workflows):
         return await self._cancel(wid, tenant)
 
     async def _cancel(self, wid: str, tenant: str) -> dict:
-        h = self._lookup(wid, tenant)
+        h = self.registry.lookup(wid, tenant)
         was_running = await asyncio.wrap_future(self.sched.cancel(h))
         audit("cancel", tenant, wid, was_running=bool(was_running))
         return {"id": wid, "cancelled": bool(was_running), "state": state(h)}

@@ -57,9 +57,9 @@ def test_audit_lines_land_in_the_replica_log_and_never_a_token(serve_log):
         with pytest.raises(RequestError):
             svc._tenant(_Req(auth, "10.9.9.9"))
     assert svc._tenant(_Req(f"Bearer {TOK}", "10.9.9.9")) == "team-a"
-    svc._inflight = {"team-a": [10 ** 6, 0]}
+    svc.registry.inflight = {"team-a": [10 ** 6, 0]}
     with pytest.raises(RequestError):
-        svc._check_quota("team-a", 1)
+        svc.registry.check_quota("team-a", 1)
     audit("submit", "team-a", "inc-0123-abcd", tasks=3, name="w")
     audit("cancel", "team-a", "inc-0123-abcd", was_running=True)
     audit("refuse", "evil\ntenant", reason="too_large", field="a\nb")  # cannot forge a line
@@ -107,8 +107,10 @@ def _fake_service(names: bool):
     sched = SimpleNamespace(counters={"decisions": 4}, guard_overrides=lambda: 0,
                             take_decision_latencies=lambda: [1.0],
                             load=lambda: {"ready_tasks": 1, "running_tasks": 1, "servers": 2})
-    return SimpleNamespace(sched=sched, workflows={"w1": H(False), "w2": H(False)},
-                           owner={"w1": "team-secret", "w2": "other-team"},
+    handles = {"w1": H(False), "w2": H(False)}
+    registry = SimpleNamespace(items=lambda: list(handles.items()),
+                               owner={"w1": "team-secret", "w2": "other-team"})
+    return SimpleNamespace(sched=sched, registry=registry,
                            journal=SimpleNamespace(cached_size=lambda: None),
                            args=SimpleNamespace(metrics_tenant_names=names))
 

@@ -99,18 +99,16 @@ class _Req:
 
 
 def _service(tokens, **tuning):
+    from serve_apps.registry import Workflows
     from serve_apps.scheduler import SchedulerService, SchedulerTuning
 
     cls = SchedulerService.func_or_class
     svc = object.__new__(cls)
     svc.tenants = Tenants(tokens)
     svc.tuning = SchedulerTuning(**tuning)
-    svc._inflight = {}
-    import threading
-    svc._load_lock = threading.Lock()
-    svc._reg_lock = threading.Lock()
     svc.metrics = type("M", (), {"refused": lambda self, t, r: None,
                                  "finished": lambda self, t, p, h: None})()
+    svc.registry = Workflows(None, lambda: svc.tuning, None, svc.metrics, None, "inc1")
     return svc
 
 
@@ -125,14 +123,15 @@ def test_the_service_answers_401_403_and_429():
     with pytest.raises(RequestError) as e:
         _service({})._tenant(_Req(None, "10.1.1.1"))
     assert e.value.status == 403
-    svc._inflight = {"team-a": [2, 4]}
+    reg = svc.registry
+    reg.inflight = {"team-a": [2, 4]}
     with pytest.raises(RequestError) as e:
-        svc._check_quota("team-a", 1)
+        reg.check_quota("team-a", 1)
     assert e.value.status == 429 and e.value.headers == {"Retry-After": "5"}
     assert "unfinished workflows of this tenant" in e.value.msg
-    svc._check_quota("team-b", 5)  # another tenant is not held back by team-a's count
+    reg.check_quota("team-b", 5)  # another tenant is not held back by team-a's count
     with pytest.raises(RequestError, match="tasks of all unfinished workflows"):
-        svc._check_quota("team-b", 7)
+        reg.check_quota("team-b", 7)
 
 
 def test_finished_workflows_keep_only_their_outputs_and_expire():
@@ -147,20 +146,23 @@ def test_finished_workflows_keep_only_their_outputs_and_expire():
         def done(self):
             return True
 
-    svc = _service({}, result_ttl_s=5.0, retain_finished=100)
-    svc.workflows, svc.owner = {}, {}
+    from serve_apps.registry import Workflows
+    from serve_apps.scheduler import SchedulerTuning
+
     compacted = []
     durable = type("D", (), {"journal": None, "compact": lambda self, h: compacted.append(h)})()
-    svc.sched = type("S", (), {"forget": lambda self, hs: None, "durable": durable})()
+    sched = type("S", (), {"forget": lambda self, hs: None, "durable": durable})()
+    tuning = SchedulerTuning(result_ttl_s=5.0, retain_finished=100)
+    reg = Workflows(sched, lambda: tuning, None, None, None, "inc1")
     h = H()
-    svc._inflight = {"t": [1, 3]}
-    svc._done("t", 3, h)
-    assert h.result_refs == [None, None, "r2"] and svc._inflight["t"] == [0, 0]
-    svc.workflows["x"] = h
-    svc._prune()  # finished 10 s ago, TTL 5 s: its result is released, its record stays
-    assert h.result_refs == [None, None, None] and "x" in svc.workflows
+    reg.inflight = {"t": [1, 3]}
+    reg._done("t", 3, h)
+    assert h.result_refs == [None, None, "r2"] and reg.inflight["t"] == [0, 0]
+    reg.handles["x"] = h
+    reg._prune()  # finished 10 s ago, TTL 5 s: its result is released, its record stays
+    assert h.result_refs == [None, None, None] and "x" in reg.handles
     assert compacted == [h]  # the journal drops its results too (once)
-    svc._prune()
+    reg._prune()
     assert compacted == [h]
 
 
