@@ -41,7 +41,7 @@ integer tie breaker (the task id).
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Generator, NamedTuple
 
 import numpy as np
 
@@ -438,7 +438,19 @@ class DecisionCore:
         ``start(task, slot)`` for a valid pick (it must mark the server busy), ``waited(task,
         reason)`` for a task left unplaced (reason ``wait``, or ``blocked`` behind a
         head-of-line wait). Deferred tasks are requeued at the end (the caller's clock moves
-        before the next round)."""
+        before the next round). :meth:`round` is the same round as a generator."""
+        steps = self.round(start, waited)
+        try:
+            task = next(steps)
+            while True:
+                task = steps.send(ask(task))
+        except StopIteration:
+            pass
+
+    def round(self, start: Callable[[Any, int], None],
+              waited: Callable[[Any, str], None] | None = None) -> Generator[Any, int, None]:
+        """:meth:`run_round` for a caller that is asked instead of asking (a gym env stepping
+        one pick at a time): it yields each task to place and is sent the pick."""
         self._looked = 0
         while True:
             task, why = self.next_task()
@@ -446,7 +458,7 @@ class DecisionCore:
                 if why == HOL_WAIT and waited is not None:
                     self._report_hol(waited)
                 break
-            slot = ask(task)
+            slot = yield task
             if self.resolve(task, slot):
                 start(task, slot)
                 continue

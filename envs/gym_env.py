@@ -1,5 +1,5 @@
-"""Gymnasium adapter over :class:`envs.simulator.Simulator` (the only module of ``envs`` that
-imports gymnasium; RLlib registration happens in :func:`register_rllib`)."""
+"""Gymnasium adapter over :class:`envs.simulator.Simulator` (with ``envs.node_env``, the only
+modules of ``envs`` that import gymnasium; RLlib registration happens in :func:`register_rllib`)."""
 
 from __future__ import annotations
 

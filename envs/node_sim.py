@@ -20,14 +20,15 @@ the runs themselves take compute / the node's true speed.
 Randomness: arrivals, requests and the policy's own draws come from separate generators spawned
 from one seed, so every policy sees the same requests (paired comparisons).
 
-The slot-model :class:`envs.simulator.Simulator` (the paper's servers, the gym env, SCALE) is not
-yet this model; docs/simulator.md says where each stands.
+A learned policy steps an episode through :meth:`NodeSimulator.episode` (``.decisions()``, a
+generator over the decision core's :meth:`~envs.decision.DecisionCore.round`): the gym env
+``envs.node_env``. The slot-model :class:`envs.simulator.Simulator` is the paper's model.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 import numpy as np
 
@@ -120,6 +121,12 @@ class NodeSimulator:
         requests (``envs.agents.AgentTask`` lists) instead of the Poisson process."""
         return _Episode(self, policy, seed, arrivals).run()
 
+    def episode(self, seed: int, arrivals: Sequence[tuple[float, list]] | None = None
+                ) -> "_Episode":
+        """One episode to step by hand (``.decisions()``; ``.table``, ``.now``, ``.area``):
+        the gym env's (``envs.node_env``). Its policy's own draws use ``.r_pol``."""
+        return _Episode(self, None, seed, arrivals)
+
     def _admit(self, spec: list, now: float, requests: list, tasks: list,
                ready: Callable[[NodeTask], None]) -> None:
         wf = Request(len(requests), now)
@@ -155,7 +162,7 @@ class _Episode:
     """One :meth:`NodeSimulator.run`: the node table and the decision core over it, the event
     queue, the requests and tasks so far, and what happens at each event."""
 
-    def __init__(self, sim: NodeSimulator, policy: Policy, seed: int,
+    def __init__(self, sim: NodeSimulator, policy: Policy | None, seed: int,
                  arrivals: Sequence[tuple[float, list]] | None):
         self.sim, self.policy, self.cfg = sim, policy, sim.cfg
         arr_ss, wl_ss, pol_ss = np.random.SeedSequence(seed).spawn(3)
@@ -184,11 +191,26 @@ class _Episode:
         self.order = sim.order
         self.now = 0.0
         self.busy = {"cpu": 0.0, "gpu": 0.0}
+        self.open = 0  # requests arrived and not finished
+        self.area = 0.0  # the integral of ``open`` over time so far (request-seconds)
 
     def run(self) -> dict[str, Any]:
+        """The whole episode under the policy; its metrics."""
+        steps = self.decisions()
+        try:
+            task = next(steps)
+            while True:
+                task = steps.send(self.ask(task))
+        except StopIteration as done:
+            return done.value
+
+    def decisions(self) -> Generator[NodeTask, int, dict[str, Any]]:
+        """The episode as a generator (a gym env steps it, ``envs.node_env``): yields each task
+        to place, is sent the node index picked, returns the metrics."""
         events, core = self.events, self.core
         while events:
             now, kind, _, _, t = events.pop()
+            self.area += (now - self.now) * self.open
             self.now = now
             if kind == ARRIVAL:
                 self.arrive()
@@ -196,7 +218,7 @@ class _Episode:
                 self.finish(t)
             if events and events.peek() == now:
                 continue  # every event of this instant first
-            core.run_round(self.ask, self.start)
+            yield from core.round(self.start)
         left = sum(1 for t in self.tasks if t.state != DONE)
         if left:
             raise RuntimeError(f"{left} tasks never ran (a bug: every task fits some node)")
@@ -229,6 +251,7 @@ class _Episode:
             if self.explicit:
                 events.push(self.explicit[-1][0], ARRIVAL, None, None)
         self.sim._admit(spec, now, self.requests, self.tasks, self.ready)
+        self.open += 1
 
     def finish(self, t: NodeTask) -> None:
         now = self.now
@@ -243,6 +266,7 @@ class _Episode:
         wf.done += 1
         if wf.done == len(wf.tasks):
             wf.finish = now
+            self.open -= 1
         elif order.dynamic:  # srpt / las: the request's level moves; re-key its ready tasks
             wf.level = order.finished(wf.level, t.work, now - t.start, 1.0)
             for tk in wf.tasks:

@@ -194,6 +194,7 @@ class NodeTable:
         self.running: list[dict[Any, float]] = [{} for _ in range(self.n)]  # task -> end
         self._held: dict[Any, tuple] = {}  # task -> (node, compiled demand, GPU taken)
         self._gpu_total = [list(g) for g in self.gpus]
+        self.gpu_total = [float(sum(g)) for g in self.gpus]  # GPUs per node (read-only)
         self.caps: list = []  # not None: the core checks every task's demands
         self._compiled: dict[tuple, _Compiled | None] = {}
         self._state: dict[tuple, int] = {}  # demand -> _demand_state, until the next change
