@@ -20,13 +20,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .config_base import ConfigError, build, rng
+from .config_base import ConfigError, build, rng, to_dict
+from .config_files import read_yaml, resolve_config_path
 from .nodes import NodeSpec, check_demands
 from .order import ORDERS
 
 
-__all__ = ["AgentsConfig", "NodeTypeConfig", "AgentTask", "load_agents", "node_specs",
-           "sample_request"]
+__all__ = ["AgentsConfig", "NodeTypeConfig", "AgentTask", "NodeEnvSpec", "load_agents",
+           "load_agents_config", "node_specs", "sample_request"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,35 @@ class AgentsConfig:
 def load_agents(data: Mapping[str, Any]) -> AgentsConfig:
     """The validated config from a mapping (the YAML file's content)."""
     return build(AgentsConfig, data)
+
+
+def load_agents_config(src: str | Mapping[str, Any],
+                       overrides: Mapping[str, Any] | None = None) -> AgentsConfig:
+    """An agents config from a YAML path (the repository's configs/ or any path) or a
+    mapping (with ``file``: that file's keys, then the mapping's), with ``overrides`` of its
+    top-level keys."""
+    raw = dict(src) if isinstance(src, Mapping) else read_yaml(resolve_config_path(src))
+    if "file" in raw:
+        raw = read_yaml(resolve_config_path(raw.pop("file"))) | raw
+    raw.update(overrides or {})
+    return load_agents(raw)
+
+
+@dataclass(frozen=True)
+class NodeEnvSpec:
+    """The env of a training run in Ray's resource model (``cluster_model: nodes``): the
+    agents config and the training cluster's size (``envs.node_env`` builds it)."""
+    agents: AgentsConfig
+    nodes: int = 16
+
+    def env_config(self, seed: int | None = None) -> dict[str, Any]:
+        """``envs.node_env.NodeSelectEnv``'s config (RLlib's env_config)."""
+        return {"agents": to_dict(self.agents), "nodes": self.nodes,
+                **({"seed": seed} if seed is not None else {})}
+
+    @classmethod
+    def load(cls, agents: str | Mapping[str, Any], nodes: int) -> "NodeEnvSpec":
+        return cls(load_agents_config(agents), nodes)
 
 
 def node_specs(cfg: AgentsConfig, n: int) -> list[NodeSpec]:

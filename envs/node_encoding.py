@@ -5,8 +5,8 @@ Every feature is divided by a fixed constant (never by N or batch statistics, so
 on 16 nodes reads 64 or 256 the same way) and clipped to ``[0, CLIP]``.
 
 Task features (:data:`TASK_FEATURES`): its compute (seconds at speed 1), its CPU, GPU and memory
-demands, whether it is GPU work, its request's completion ratio and age, its children, and the
-ready tasks per node (the backlog).
+demands, whether it is GPU work, its request's completion ratio and age, its children. (What a
+node policy is given, ``envs.node_sim.Policy``: the table, the task and the clock.)
 
 Node features (:data:`NODE_FEATURES`), for this task on each node: its run there (compute / the
 node's speed for the task's kind), how long until it fits there (0: now; :data:`CLIP`: never),
@@ -30,7 +30,7 @@ __all__ = ["TASK_FEATURES", "NODE_FEATURES", "TASK_DIM", "NODE_DIM", "CLIP", "TI
            "encode_task", "encode_nodes"]
 
 TASK_FEATURES = ("compute_s", "cpu", "gpu", "memory_gb", "gpu_work", "completion_ratio",
-                 "request_age_s", "children", "ready_per_node")
+                 "request_age_s", "children")
 NODE_FEATURES = ("run_s", "start_in_s", "fits_now", "free_cpu", "free_gpu", "free_memory",
                  "speed", "running", "has_gpu")
 TASK_DIM, NODE_DIM = len(TASK_FEATURES), len(NODE_FEATURES)
@@ -43,14 +43,14 @@ RUNNING_UNIT = 16.0
 CHILDREN_UNIT = 8.0
 
 
-def encode_task(task: Any, now: float, ready: int, n_nodes: int) -> np.ndarray:
-    """The task's features (:data:`TASK_FEATURES`); ``ready``: ready tasks in the queue."""
+def encode_task(task: Any, now: float) -> np.ndarray:
+    """The task's features (:data:`TASK_FEATURES`)."""
     d = dict(task.demands)
     wf = task.wf
     x = np.array([task.compute / TIME_UNIT_S, d.get("CPU", 0.0) / CPU_UNIT, d.get(GPU, 0.0),
                   d.get(MEMORY, 0.0) / MEMORY_UNIT_GB, float(GPU in d),
                   wf.done / max(len(wf.tasks), 1), (now - wf.arrival) / TIME_UNIT_S,
-                  len(task.children) / CHILDREN_UNIT, ready / max(n_nodes, 1)],
+                  len(task.children) / CHILDREN_UNIT],
                  dtype=np.float32)
     return np.minimum(np.maximum(x, 0.0), CLIP, out=x)
 

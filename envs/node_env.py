@@ -10,13 +10,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from .agents import AgentsConfig, load_agents
+from .agents import load_agents_config
 from .config_base import ConfigError
-from .config_files import read_yaml, resolve_config_path
 from .node_encoding import CLIP, NODE_DIM, TASK_DIM, TIME_UNIT_S, encode_nodes, encode_task
 from .node_sim import NodeSimulator
 
 NODE_ENV_ID = "scale_ray/NodeSelect-v0"
+RLLIB_NODE_ENV_NAME = "scale_node_select"
 DEFAULT_AGENTS = "configs/env/agents.yaml"
 _KEYS = ("agents", "nodes", "n_max", "gpu_load", "horizon_s", "seed")
 
@@ -63,7 +63,9 @@ class NodeSelectEnv(gym.Env):
         unknown = sorted(set(data) - set(_KEYS))
         if unknown:
             raise ConfigError(f"node env: unknown keys {unknown}; allowed: {list(_KEYS)}")
-        self.agents = _agents(data)
+        self.agents = load_agents_config(data.get("agents", DEFAULT_AGENTS),
+                                          {k: data[k] for k in ("gpu_load", "horizon_s")
+                                           if data.get(k) is not None})
         nodes = data.get("nodes", 16)
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
             raise ConfigError(f"node env.nodes: must be an integer >= 1, got {nodes!r}")
@@ -134,7 +136,7 @@ class NodeSelectEnv(gym.Env):
     def _observe(self) -> dict[str, np.ndarray]:
         ep = self.episode
         mask = encode_nodes(ep.table, self.task, ep.now, self._nodes)
-        task = encode_task(self.task, ep.now, len(ep.core.queue), ep.table.n)
+        task = encode_task(self.task, ep.now)
         return {"task": task, "servers": self._nodes.copy(), "action_mask": mask}
 
     def _empty(self) -> dict[str, np.ndarray]:
@@ -143,17 +145,16 @@ class NodeSelectEnv(gym.Env):
                 "action_mask": np.zeros(self.n_max, np.float32)}
 
 
-def _agents(data: Mapping[str, Any]) -> AgentsConfig:
-    src = data.get("agents", DEFAULT_AGENTS)
-    raw = dict(src) if isinstance(src, Mapping) else read_yaml(resolve_config_path(src))
-    for key in ("gpu_load", "horizon_s"):
-        if data.get(key) is not None:
-            raw[key] = data[key]
-    return load_agents(raw)
-
-
 def register() -> str:
     """Register :data:`NODE_ENV_ID` with gymnasium (idempotent); returns the id."""
     if NODE_ENV_ID not in gym.registry:
         gym.register(NODE_ENV_ID, entry_point=NodeSelectEnv)
     return NODE_ENV_ID
+
+
+def register_rllib() -> str:
+    """Register the env with RLlib's ``register_env`` (imports ray); returns the name."""
+    from ray.tune.registry import register_env
+
+    register_env(RLLIB_NODE_ENV_NAME, lambda ctx: NodeSelectEnv(ctx))
+    return RLLIB_NODE_ENV_NAME

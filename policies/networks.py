@@ -58,6 +58,9 @@ class ModelConfig:
     task_features: int = field(default=TASK_DIM, metadata=rng(
         ge=1, le=64, doc="width of the task feature vector (set from the env: 5, or 7 with "
                          "features.backlog)"))
+    server_features: int = field(default=SERVER_DIM, metadata=rng(
+        ge=1, le=64, doc="width of a server's feature vector (set from the env: 5 for the "
+                         "slot model's servers, envs.node_encoding.NODE_DIM for nodes)"))
 
     def __post_init__(self) -> None:
         if self.d_model % self.heads:
@@ -131,7 +134,7 @@ class CrossAttentionPointerNet(nn.Module):
         self.cfg = cfg = model_config(cfg)
         d = cfg.d_model
         self.task_mlp = mlp([cfg.task_features, cfg.embed_hidden, d])
-        self.server_mlp = mlp([SERVER_DIM, cfg.embed_hidden, d])
+        self.server_mlp = mlp([cfg.server_features, cfg.embed_hidden, d])
         self.blocks = nn.ModuleList(CrossAttentionBlock(d, cfg.heads, cfg.ffn_hidden)
                                     for _ in range(cfg.layers))
         self.w_q = nn.Linear(d, d, bias=False)
@@ -188,7 +191,7 @@ class StructuredMLPNet(nn.Module):
         d, n = cfg.d_model, cfg.n_servers
         self.n_servers = n
         self.task_mlp = mlp([cfg.task_features, cfg.embed_hidden, d])
-        self.server_mlp = mlp([SERVER_DIM, cfg.embed_hidden, d])
+        self.server_mlp = mlp([cfg.server_features, cfg.embed_hidden, d])
         self.trunk = nn.Sequential(nn.Linear(d * (n + 1), cfg.mlp_hidden), nn.ReLU(),
                                    nn.Linear(cfg.mlp_hidden, d), nn.ReLU())
         self.actor = nn.Linear(d, n)

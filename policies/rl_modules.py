@@ -52,6 +52,8 @@ def _net_from_config(module: RLModule) -> nn.Module:
         mc["n_servers"] = int(module.observation_space["servers"].shape[0])
     if mc.get("task_features") is None:
         mc["task_features"] = int(module.observation_space["task"].shape[0])
+    if mc.get("server_features") is None:
+        mc["server_features"] = int(module.observation_space["servers"].shape[-1])
     return build_network(kind, mc)
 
 

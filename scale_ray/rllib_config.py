@@ -15,7 +15,10 @@ from __future__ import annotations
 import math
 
 from envs.config import ConfigError, EnvConfig, to_dict
-from envs.encoding import TASK_DIM, task_dim
+from envs.agents import NodeEnvSpec
+from envs.encoding import SERVER_DIM, TASK_DIM, task_dim
+from envs.node_encoding import NODE_DIM
+from envs.node_encoding import TASK_DIM as NODE_TASK_DIM
 
 from .train_config import TrainConfig, cosine_lr
 from .train_metrics import COMPLETED_KEY, INVALID_KEY, RESPONSE_KEY
@@ -50,22 +53,35 @@ def build_algo_config(cfg: TrainConfig, env: EnvConfig, total_iterations: int | 
     """The RLlib AlgorithmConfig of a train config (new API stack)."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from envs.gym_env import register_rllib
     from policies.rl_modules import MODULES
 
-    env_name = register_rllib()
-    env_config = {**to_dict(env), "seed": cfg.run.seed}
+    if isinstance(env, NodeEnvSpec):  # Ray's resource model (envs.node_env)
+        from envs.node_env import register_rllib as register_nodes
+
+        env_name = register_nodes()
+        env_config = env.env_config(cfg.run.seed)
+    else:
+        from envs.gym_env import register_rllib
+
+        env_name = register_rllib()
+        env_config = {**to_dict(env), "seed": cfg.run.seed}
     iterations = total_iterations or cfg.run.iterations
     ro = cfg.rollout
     n_envs = max(1, ro.num_env_runners) * ro.num_envs_per_env_runner
     frag = ro.rollout_fragment_length or max(1, cfg.steps_per_iteration // n_envs)
     model_cfg = {"network": cfg.network, **to_dict(cfg.model)}
-    # the task embedding's input width follows the env's observation (features.backlog: 7)
-    width = task_dim(env.features)
+    # the embeddings' input widths follow the env's observation (features.backlog: 7; nodes)
+    width, server_width = ((NODE_TASK_DIM, NODE_DIM) if isinstance(env, NodeEnvSpec)
+                           else (task_dim(env.features), SERVER_DIM))
     if cfg.model.task_features not in (TASK_DIM, width):
         raise ConfigError(f"model.task_features: {cfg.model.task_features} does not match the "
                           f"env's task features ({width}); leave it out, it is set from the env")
+    if cfg.model.server_features not in (SERVER_DIM, server_width):
+        raise ConfigError(f"model.server_features: {cfg.model.server_features} does not match "
+                          f"the env's server features ({server_width}); leave it out, it is "
+                          "set from the env")
     model_cfg["task_features"] = width
+    model_cfg["server_features"] = server_width
     ac = _ALGORITHMS[cfg.algorithm](cfg, iterations, model_cfg,
                                     _per_learner(max(1, cfg.learners.num_learners)))
     ac = (ac.environment(env_name, env_config=env_config)

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from envs.agents import NodeEnvSpec
 from envs.config import ConfigError, EnvConfig, build, to_dict
 from policies import ARTIFACTS_DIR, shipped_policies
 from policies.artifact import save_policy
@@ -85,11 +86,16 @@ def export_policy(algo, cfg: TrainConfig, env: EnvConfig, path: Path, iteration:
         net = next(iter(lg.foreach_learner(_export))).get()
     else:
         net = export_network(algo.get_module(DEFAULT_MODULE_ID))
+    common = {"name": cfg.name, "algorithm": cfg.label, "version": f"{cfg.name}-iter{iteration}",
+              "iterations": iteration, "env_steps": env_steps, "seed": cfg.run.seed,
+              "srr": to_dict(cfg.srr)}
+    if isinstance(env, NodeEnvSpec):  # Ray's resource model: envs.node_encoding's features
+        return save_policy(path, net, {**common, "cluster_model": "nodes",
+                                       "train_servers": env.nodes, "order": env.agents.order,
+                                       "env": env.env_config()})
     return save_policy(path, net, {
-        "name": cfg.name, "algorithm": cfg.label, "train_servers": env.cluster.servers,
-        "features": env.features, "version": f"{cfg.name}-iter{iteration}",
-        "iterations": iteration, "env_steps": env_steps, "seed": cfg.run.seed,
-        "order": env.mdp.order or "hop", "srr": to_dict(cfg.srr),
+        **common, "train_servers": env.cluster.servers, "features": env.features,
+        "order": env.mdp.order or "hop",
         "env": to_dict(env)})  # the encoder settings the policy was trained with (Serve reads them)
 
 
@@ -170,11 +176,14 @@ def _run_config(cfg: TrainConfig, env: EnvConfig, out: Path, iterations: int | N
     if resume and cfg_file.exists():
         saved = json.loads(cfg_file.read_text())
         cfg = build(TrainConfig, saved["train"], "train")
-        return (cfg, load_env(saved["env"]),
-                int(saved.get("schedule_iterations", cfg.run.iterations)))
+        e = saved["env"]
+        env = (NodeEnvSpec.load(e["agents"], e["nodes"]) if cfg.cluster_model == "nodes"
+               else load_env(e))
+        return cfg, env, int(saved.get("schedule_iterations", cfg.run.iterations))
     schedule_iterations = iterations or cfg.run.iterations
     out.mkdir(parents=True, exist_ok=True)
-    cfg_file.write_text(json.dumps({"train": to_dict(cfg), "env": to_dict(env),
+    saved_env = env.env_config() if isinstance(env, NodeEnvSpec) else to_dict(env)
+    cfg_file.write_text(json.dumps({"train": to_dict(cfg), "env": saved_env,
                                     "schedule_iterations": schedule_iterations}, indent=2))
     return cfg, env, schedule_iterations
 

@@ -86,9 +86,8 @@ def test_node_features_on_a_hand_built_table():
     table.finish("other")
     encode_nodes(table, call, now=3.0, out=out)
     assert out[1][col["fits_now"]] == 1 and out[1][col["start_in_s"]] == 0
-    task = encode_task(call, now=23.0, ready=4, n_nodes=2)
-    assert task[5] == 0.5 and task[6] == pytest.approx(2.3) and task[-1] == 2.0
-    assert task[7] == pytest.approx(2 / 8)
+    task = encode_task(call, now=23.0)
+    assert task[5] == 0.5 and task[6] == pytest.approx(2.3) and task[7] == pytest.approx(2 / 8)
     assert ((task >= 0) & (task <= CLIP)).all()
 
 
@@ -118,3 +117,35 @@ def test_the_same_node_reads_the_same_at_any_cluster_size():
         rows[n] = obs["servers"][0]
         assert math.isfinite(float(obs["servers"].sum()))
     np.testing.assert_array_equal(rows[16], rows[256])
+
+
+def test_the_guard_keeps_a_learned_node_policy_from_waiting_without_bound():
+    """A network that always picks a node the task does not fit (a wait): the guard keeps a
+    wait only while something runs and at most MAX_WAITS times per task, then EFT places it;
+    the episode ends and every task ran."""
+    import numpy as np
+
+    from envs.node_sim import NodeSimulator
+    from policies.node_learned import LearnedNodePolicy
+    from policies.node_rules import MAX_WAITS
+
+    class Stubborn:
+        def act(self, obs):
+            free = obs["servers"][:, 2]  # fits_now
+            return int(np.argmin(free))  # a node it does not fit now whenever there is one
+
+    pol = object.__new__(LearnedNodePolicy)
+    pol.policy, pol.overrides = Stubborn(), 0
+    pol._nodes = np.zeros((0, len(NODE_FEATURES)), dtype=np.float32)
+    sim = NodeSimulator(NodeSelectEnv(SMALL).agents, 8)
+    seen = []
+    orig = sim._admit
+
+    def admit(spec, now, requests, tasks, ready):
+        orig(spec, now, requests, tasks, ready)
+        seen[:] = tasks
+    sim._admit = admit
+    m = sim.run(pol, seed=3)
+    assert m["tasks"] == len(seen) > 0 and pol.overrides > 0
+    assert max(t.waits for t in seen) <= MAX_WAITS
+    assert m["mean_workflow_response_s"] > sim.run(eft, 3)["mean_workflow_response_s"]

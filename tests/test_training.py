@@ -452,3 +452,48 @@ def test_metrics_of_an_interrupted_run_are_cut_back_to_the_checkpoint_on_resume(
     assert [float(r["total_loss"]) for r in rows[5:]] == [1.0, 1.0, 1.0]
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(ln)["iteration"] for ln in lines] == list(range(1, 9))
+
+
+def test_the_node_model_trains_the_pointer_network_with_node_features():
+    """cluster_model nodes (issue 46): the env is NodeSelectEnv, the network's input widths are
+    the node encoder's, and only PPO with the cross-attention network is accepted."""
+    from envs.agents import NodeEnvSpec
+    from envs.node_encoding import NODE_DIM, TASK_DIM as NODE_TASK_DIM
+    from scale_ray.rllib_config import build_algo_config
+
+    cfg, env = load_train_config(REPO_ROOT / "configs/train/scale_nodes.yaml",
+                                 {"env": {"horizon_s": 30.0}, "nodes": 8})
+    assert isinstance(env, NodeEnvSpec) and env.nodes == 8 and env.agents.horizon_s == 30.0
+    ac = build_algo_config(cfg, env)
+    mc = ac.rl_module_spec.model_config
+    assert (mc["task_features"], mc["server_features"]) == (NODE_TASK_DIM, NODE_DIM)
+    assert ac.env == "scale_node_select" and ac.env_config["nodes"] == 8
+    for bad in ({"algorithm": "dqn"}, {"network": "mlp"}):
+        with pytest.raises(ConfigError, match="cluster_model: nodes"):
+            load_train_config(REPO_ROOT / "configs/train/scale_nodes.yaml", bad)
+
+
+@pytest.mark.slow
+def test_node_model_training_exports_a_policy_the_node_simulator_runs_guarded(tmp_path,
+                                                                              local_ray):
+    from envs.node_sim import NodeSimulator
+    from policies.artifact import ArtifactError
+    from policies.node_learned import LearnedNodePolicy
+    from scale_ray.training import train
+
+    cfg, env = load_train_config(REPO_ROOT / "configs/train/scale_nodes.yaml",
+                                 {"env": {"horizon_s": 30.0}, "nodes": 8,
+                                  "ppo": SMALL["ppo"], "run": {"checkpoint_every": 1}})
+    out = tmp_path / "nodes"
+    first = train(cfg, env, out, iterations=1, echo=lambda s: None)
+    assert first["iterations"] == 1
+    assert train(cfg, env, out, iterations=2, resume=True, echo=lambda s: None)["iterations"] == 2
+    meta = json.loads((out / "policy" / "policy.json").read_text())
+    assert meta["cluster_model"] == "nodes" and meta["train_servers"] == 8
+    pol = LearnedNodePolicy(out / "policy")
+    for n in (8, 32):  # zero-shot on another size: the same network, any number of nodes
+        m = NodeSimulator(env.agents, n).run(pol, seed=0)
+        assert m["tasks"] > 0 and math.isfinite(m["mean_workflow_response_s"])
+    with pytest.raises(ArtifactError, match="cluster_model slots"):
+        from policies.artifact import save_untrained
+        LearnedNodePolicy(save_untrained(tmp_path / "slots"))

@@ -27,6 +27,7 @@ from envs.config_base import replace
 from envs.config_files import read_yaml, resolve_config_path
 from envs.decision import NODE_LOOK
 from envs.node_sim import NodeSimulator
+from policies.node_learned import LearnedNodePolicy
 from policies.node_rules import NODE_POLICIES, node_policy
 from scale_ray.evaluation import ci95_half_width
 from scale_ray.relative import rel
@@ -55,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "--json (e.g. another --node-look)")
     p.add_argument("--node-look", type=int, default=NODE_LOOK,
                    help="tasks a round sets aside at most (envs.decision.NODE_LOOK; 0: no bound)")
+    p.add_argument("--learned", action="append", default=[], metavar="NAME=ARTIFACT",
+                   help="also a trained node policy (cluster_model: nodes), guarded "
+                        "(policies.node_learned), labelled NAME (repeatable)")
     p.add_argument("--json", default=None, help="write every episode and the table here")
 
 
@@ -69,15 +73,33 @@ def _rule(text: str) -> str:
 
 
 def _episode(job: tuple) -> dict[str, Any]:
-    cfg, n, load, policy, seed, look = job
-    head, _, speeds = policy.partition(":")  # eft:learned: no speed known, the estimator's
-    rule, _, order = head.partition("@")  # eft@upward_rank: HEFT (its order, then EFT)
+    cfg, n, load, policy, seed, look, learned = job
+    if policy in learned:  # a trained network (policies.node_learned), guarded
+        rule, order, speeds = policy, "", ""
+        decide = LearnedNodePolicy(learned[policy])
+    else:
+        head, _, speeds = policy.partition(":")  # eft:learned: no speed known, estimated
+        rule, _, order = head.partition("@")  # eft@upward_rank: HEFT (its order, then EFT)
+        decide = node_policy(rule)
     sim = NodeSimulator(replace(cfg, gpu_load=load, **({"order": order} if order else {})), n,
                         learn_speeds=speeds == "learned", node_look=look)
     t0 = time.perf_counter()
-    m = sim.run(node_policy(rule), seed)
-    return m | {"nodes": n, "load": load, "policy": policy, "episode": seed,
-                "seconds": time.perf_counter() - t0}
+    m = sim.run(decide, seed)
+    extra = {"guard_overrides": decide.overrides} if policy in learned else {}
+    return m | extra | {"nodes": n, "load": load, "policy": policy, "episode": seed,
+                        "seconds": time.perf_counter() - t0}
+
+
+def _learned(specs: list[str]) -> dict[str, str]:
+    out = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path or name in NODE_POLICIES:
+            raise ValueError(f"--learned {spec!r}: NAME=ARTIFACT with a NAME that is not a rule "
+                             f"({sorted(NODE_POLICIES)})")
+        LearnedNodePolicy(path)  # a wrong artifact fails here, naming it, not in a worker
+        out[name] = path
+    return out
 
 
 def _rel(rows: dict, policy: str, ref: str, metric: str, seeds: list[int]) -> tuple[float, float]:
@@ -174,12 +196,13 @@ def run(args: argparse.Namespace) -> int:
     if args.horizon_s is not None:
         raw["horizon_s"] = args.horizon_s
     cfg = load_agents(raw)
-    policies = list(dict.fromkeys(["eft", "ray"] + list(args.policies)))
+    learned = _learned(args.learned)
+    policies = list(dict.fromkeys(["eft", "ray"] + list(args.policies) + list(learned)))
     if args.episodes < 2:
         raise ValueError("--episodes: at least 2 (paired intervals)")
     if args.node_look < 0:
         raise ValueError(f"--node-look: {args.node_look} must be >= 0 (0: no bound)")
-    jobs = [(cfg, n, load, p, s, args.node_look) for n in args.nodes for load in args.loads
+    jobs = [(cfg, n, load, p, s, args.node_look, learned) for n in args.nodes for load in args.loads
             for s in range(args.episodes) for p in policies]
     print(f"headroom: {len(jobs)} episodes ({len(policies)} rules x {len(args.nodes)} sizes x "
           f"{len(args.loads)} loads x {args.episodes} seeds) on {args.workers} processes",
