@@ -58,7 +58,10 @@ def encode_task(task: Any, now: float) -> np.ndarray:
 def encode_nodes(table: NodeTable, task: Any, now: float, out: np.ndarray) -> np.ndarray:
     """Each node's features for ``task`` into the first ``table.n`` rows of ``out`` (n_max x
     :data:`NODE_DIM`, float32; the padding rows are zeroed), and the action mask: 1 where the
-    task could ever run (an accepting node whose total resources hold it)."""
+    task fits now (the valid picks). Waits are left out of the action space: a wait costs no
+    time at its step, so under a per-step discount a policy learns to put costs off by waiting
+    (a first run of configs/train/scale_nodes.yaml did: no episode ended in 62,000 steps),
+    and EFT, which never waits, is not beaten by waiting here (results/resource_model)."""
     n = table.n
     out[:] = 0.0
     mask = np.zeros(out.shape[0], dtype=np.float32)
@@ -78,9 +81,9 @@ def encode_nodes(table: NodeTable, task: Any, now: float, out: np.ndarray) -> np
         if math.isinf(start):
             row[0] = row[1] = CLIP
             continue
-        mask[i] = 1.0
         row[0] = table.run_time(i, task) / TIME_UNIT_S
         row[1] = (start - now) / TIME_UNIT_S
-        row[2] = float(start <= now)
+        if start <= now:
+            row[2] = mask[i] = 1.0
     np.minimum(np.maximum(out, 0.0, out=out), CLIP, out=out)
     return mask

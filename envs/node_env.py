@@ -31,15 +31,17 @@ class NodeSelectEnv(gym.Env):
     no node now wait without asking (docs/simulator.md, "Ray's resource model").
 
     ## Action Space
-    ``Discrete(n_max)``: a node. A node the call does not fit now is a wait: the call is set
-    aside until the next event (a finish or an arrival), and the next ready call is asked
-    about. When no event is left to wait for, the pick is replaced by the first node it fits
-    (counted as ``forced_picks``): the episode cannot wait without bound.
+    ``Discrete(n_max)``: a node. The mask offers the nodes the call fits now; a pick outside it
+    is a wait: the call is set aside until the next event (a finish or an arrival), and the
+    next ready call is asked about. When no event is left to wait for, the pick is replaced by
+    the first node it fits (counted as ``forced_picks``): the episode cannot wait without
+    bound.
 
     ## Observation Space
     ``Dict``: ``task`` (:data:`envs.node_encoding.TASK_DIM`,), ``servers`` (n_max,
-    :data:`envs.node_encoding.NODE_DIM`), ``action_mask`` (n_max,): 1 where the call could ever
-    run (its demands fit the node's totals). Features in ``envs.node_encoding``.
+    :data:`envs.node_encoding.NODE_DIM`), ``action_mask`` (n_max,): 1 where the call fits now
+    (``envs.node_encoding.encode_nodes`` says why waits are left out). Features in
+    ``envs.node_encoding``.
 
     ## Rewards
     Minus the request-seconds spent in the system since the last decision, in units of 10 s:

@@ -73,7 +73,7 @@ def test_node_features_on_a_hand_built_table():
     out = np.full((5, len(NODE_FEATURES)), 7.0, dtype=np.float32)
     mask = encode_nodes(table, call, now=3.0, out=out)
     col = {k: i for i, k in enumerate(NODE_FEATURES)}
-    assert mask.tolist() == [0, 1, 0, 0, 0]  # only the GPU node could ever run it
+    assert not mask.any()  # only the GPU node could ever run it, and it is busy
     gpu = out[1]
     assert gpu[col["run_s"]] == pytest.approx(5.0 / 2.5 / TIME_UNIT_S)
     assert gpu[col["start_in_s"]] == pytest.approx(10.0 / TIME_UNIT_S)  # free at 13 s
@@ -84,8 +84,9 @@ def test_node_features_on_a_hand_built_table():
     assert out[0][col["free_cpu"]] == 1.0 and out[0][col["speed"]] > 0
     assert not out[3:].any()  # padding
     table.finish("other")
-    encode_nodes(table, call, now=3.0, out=out)
+    mask = encode_nodes(table, call, now=3.0, out=out)
     assert out[1][col["fits_now"]] == 1 and out[1][col["start_in_s"]] == 0
+    assert mask.tolist() == [0, 1, 0, 0, 0]  # the valid picks: the nodes it fits now
     task = encode_task(call, now=23.0)
     assert task[5] == 0.5 and task[6] == pytest.approx(2.3) and task[7] == pytest.approx(2 / 8)
     assert ((task >= 0) & (task <= CLIP)).all()
