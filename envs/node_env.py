@@ -147,16 +147,13 @@ class NodeSelectEnv(gym.Env):
                 "action_mask": np.zeros(self.n_max, np.float32)}
 
 
-def register() -> str:
-    """Register :data:`NODE_ENV_ID` with gymnasium (idempotent); returns the id."""
-    if NODE_ENV_ID not in gym.registry:
-        gym.register(NODE_ENV_ID, entry_point=NodeSelectEnv)
-    return NODE_ENV_ID
-
-
 def register_rllib() -> str:
     """Register the env with RLlib's ``register_env`` (imports ray); returns the name."""
     from ray.tune.registry import register_env
 
     register_env(RLLIB_NODE_ENV_NAME, lambda ctx: NodeSelectEnv(ctx))
     return RLLIB_NODE_ENV_NAME
+
+
+if NODE_ENV_ID not in gym.registry:
+    gym.register(id=NODE_ENV_ID, entry_point="envs.node_env:NodeSelectEnv")

@@ -93,7 +93,10 @@ def test_node_features_on_a_hand_built_table():
 
 
 def test_the_env_passes_gymnasiums_checker_and_refuses_bad_input():
-    env = NodeSelectEnv({**SMALL, "n_max": 12})
+    import gymnasium as gym
+
+    env = gym.make("scale_ray/NodeSelect-v0", config={**SMALL, "n_max": 12}).unwrapped
+    assert isinstance(env, NodeSelectEnv)
     check_env(env, skip_render_check=True)
     obs, _ = env.reset(seed=0)
     assert obs["servers"].shape == (12, len(NODE_FEATURES)) and not obs["action_mask"][8:].any()
