@@ -128,11 +128,11 @@ class NodeSelectEnv(gym.Env):
             self.task = self._steps.send(a)
         except StopIteration as done:
             self.task = None
-            reward = -(ep.area - self._area) / TIME_UNIT_S
             info["episode_metrics"] = {**done.value, "forced_picks": self.forced_picks}
-            return self._empty(), reward, True, False, info
         reward = -(ep.area - self._area) / TIME_UNIT_S
         self._area = ep.area
+        if self.task is None:
+            return self._empty(), reward, True, False, info
         return self._observe(), reward, False, False, info
 
     def _observe(self) -> dict[str, np.ndarray]:
