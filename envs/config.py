@@ -157,10 +157,43 @@ DAG_FORMATS: tuple[str, ...] = typing.get_args(DagFormat)
 
 
 @dataclass(frozen=True)
+class ProgramsConfig:
+    """The agent-program generator (``workload.source: programs``, envs/program_source.py):
+    ReAct loops, plan-and-execute fan-outs that may re-plan, and routers that branch. Assumed
+    shapes and sizes (docs/workloads.md), not measured."""
+    react: float = field(default=0.5, metadata=rng(ge=0, doc="weight of ReAct loops"))
+    plan: float = field(default=0.3, metadata=rng(ge=0, doc="weight of plan-and-execute programs"))
+    branch: float = field(default=0.2, metadata=rng(ge=0, doc="weight of routers that branch"))
+    react_steps_mean: float = field(default=4.0, metadata=rng(
+        ge=1, le=100, doc="mean think-act steps of a ReAct loop (geometric, at least 1)"))
+    max_steps: int = field(default=20, metadata=rng(ge=1, le=1000, doc="most ReAct steps"))
+    fanout_min: int = field(default=2, metadata=rng(ge=1, le=1000, doc="fewest parallel calls "
+                                                    "of a plan's fan-out"))
+    fanout_max: int = field(default=6, metadata=rng(ge=1, le=1000, doc="most parallel calls of "
+                                                    "a plan's fan-out (uniform)"))
+    replan_prob: float = field(default=0.5, metadata=rng(
+        ge=0, le=1, doc="a plan re-plans after a fan-out with this probability (another fan-out)"))
+    max_replans: int = field(default=2, metadata=rng(ge=0, le=100, doc="most re-plans of a plan"))
+    llm_gflop: DistConfig = field(default=DistConfig("normal", 6.0, 2.0, 1.0), metadata=rng(
+        doc="a model call's compute, GFLOP"))
+    tool_gflop: DistConfig = field(default=DistConfig("normal", 2.0, 1.0, 0.5), metadata=rng(
+        doc="a tool call's compute, GFLOP"))
+
+    def __post_init__(self) -> None:
+        if self.react + self.plan + self.branch <= 0:
+            raise ConfigError("workload.programs: react, plan and branch weights are all 0; "
+                              "give at least one a positive weight")
+        if self.fanout_min > self.fanout_max:
+            raise ConfigError(f"workload.programs.fanout_min ({self.fanout_min}) exceeds "
+                              f"fanout_max ({self.fanout_max})")
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """Workflow arrivals and the random DAG generator (docs/simulator.md)."""
     source: str = field(default="random", metadata=rng(
-        doc="'random' for the paper's generator, or a real-DAG family name (envs.loaders)"))
+        doc="'random' for the paper's generator, 'programs' for agent programs "
+            "(envs/program_source.py), or a real-DAG family name (envs.loaders)"))
     order: Literal["sample", "replay"] = field(default="sample", metadata=rng(
         doc="real-DAG sources: 'sample' draws workflows with replacement, 'replay' takes them in "
             "file order"))
@@ -187,6 +220,8 @@ class WorkloadConfig:
         doc="source 'dags': DAG files or directories (searched recursively), any supported format"))
     dag_format: DagFormat = field(default="auto", metadata=rng(
         doc="source 'dags': 'auto' detects each file's format from its content, or force one"))
+    programs: ProgramsConfig = field(default_factory=ProgramsConfig, metadata=rng(
+        doc="source 'programs': the agent-program generator's shapes and sizes"))
     on_invalid: Literal["raise", "skip"] | None = field(default=None, metadata=rng(
         doc="an invalid record or file: 'raise' aborts naming it, 'skip' skips and counts it "
             "(logged at WARNING); default: the family's own rule ('raise' for 'dags')"))
@@ -272,6 +307,11 @@ class MdpConfig:
             doc="the order ready tasks are placed in (envs/order.py): hop (the paper's), "
                 "upward_rank (HEFT), fifo (oldest workflow first), edf, srpt, las; unset: what "
                 "the policy needs, else hop (the live library, Serve and the service: fifo)"))
+    submission: Literal["dag", "program", "per_call"] = field(default="dag", metadata=rng(
+        doc="what the order may read of a workflow (envs/programs.py): dag, the whole DAG at "
+            "arrival (the paper's); program, each call once it exists, as a call of its program "
+            "(edf's bound and srpt's work estimated from finished programs); per_call, each call "
+            "alone, a one-task workflow arriving when it is ready"))
     edf_factor: float = field(default=2.0, metadata=rng(
         ge=0, le=1000, doc="order edf: deadline = arrival + this x the critical-path lower bound"))
     first_level: Literal["hop", "upward_rank"] | None = field(default=None, metadata=rng(

@@ -56,7 +56,7 @@ class TaskRecord:
 
 
 class WorkflowRecord:
-    __slots__ = ("id", "arrival", "n", "done", "lower_bound", "finish", "level", "tasks")
+    __slots__ = ("id", "arrival", "n", "done", "lower_bound", "finish", "level", "tasks", "kind")
 
     def __init__(self, wid: int, arrival: float, n: int, lower_bound: float):
         self.id = wid
@@ -67,6 +67,7 @@ class WorkflowRecord:
         self.finish = math.nan
         self.level = 0.0            # its order level (envs.order: deadline, work left, service)
         self.tasks: list[TaskRecord] = []
+        self.kind = ""              # its program kind (the spec's name; envs.programs learns per kind)
 
 
 def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,

@@ -117,6 +117,7 @@ class Forking:
         core.servers = self.core.servers.copy()
         core.queue = self.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
         new.bind_core(core)
+        new.submission = self.submission.copy()
         self._copy_runs(new, tasks)
         nd = new.__dict__
         for k, v in self.__dict__.items():
@@ -151,6 +152,7 @@ class Forking:
                 wc = wnew(WorkflowRecord)
                 wc.id, wc.arrival, wc.n, wc.done = w.id, w.arrival, w.n, w.done
                 wc.lower_bound, wc.finish, wc.level = w.lower_bound, w.finish, w.level
+                wc.kind = w.kind
                 wc.tasks = w.tasks  # the originals; relinked to the copies below
                 wf_map[w.id] = wc
                 workflows[w.id] = wc

@@ -38,6 +38,7 @@ from .episode import (TaskRecord, WorkflowRecord, arrival_event, build_workflow,
                       episode_metrics, rekey)
 from .run_model import RunModel, compute_range, show_overdue
 from .fork import Forking
+from .programs import Submission
 from .events import (ADD, ARRIVAL, FAIL, FINISH, HEDGE, JOIN, LEAVE, REMOVE, EventQueue,
                      Kind)  # noqa: F401 (Kind: re-exported for readers)
 from .hedging import Hedges
@@ -48,8 +49,7 @@ from .sim_cluster import ClusterDynamics
 from .slots import Slots
 from .workload import WorkflowSpec
 
-__all__ = ["Simulator", "StepResult", "READY", "RUNNING", "DONE", "WAITING"]  # task states:
-# envs.decision's (WAITING = parents unfinished)
+__all__ = ["Simulator", "StepResult", "READY", "RUNNING", "DONE", "WAITING"]  # WAITING: not ready
 
 TraceSink = Callable[[dict[str, Any]], None]
 
@@ -83,7 +83,6 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
             t.compute for t in c.tiers for _ in range(counts.get(t.name, 0)))
         #: the ready-task order (envs.order): ranks, levels, keys, re-keys on finish
         self.order = orders.Order(config.mdp.order or orders.PAPER_ORDER, config.mdp.edf_factor)
-        self._dynamic = self.order.dynamic
         # Hot-path copies of config values (the config itself stays the source of truth).
         mdp = config.mdp
         #: the reward, the wait penalty and the planner's cost (envs.objective)
@@ -122,6 +121,10 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         # clock, the events and what only it needs per slot.
         self.bind_core(DecisionCore(ServerTable(n, cfg.features), self._rules))
         self._reset_records(n)
+        #: what the order may read of a workflow (mdp.submission, envs.programs)
+        sub = self.submission = Submission(cfg.mdp.submission, self.order,
+                                           self._speed_by_memory, self._mean_compute)
+        self._dynamic, self._hidden, self._per_call = sub.dynamic, sub.hidden, sub.per_call
         self._rt = RunModel(cfg.runtime, np.random.Generator(np.random.PCG64(run_ss)),
                             compute_range(cfg.workload.compute_gflop)) \
             if cfg.runtime.active else None
@@ -220,6 +223,9 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         wf, new = build_workflow(spec, len(self.workflows), len(self.tasks), self.t,
                                  self._speed_by_memory, self.order,
                                  self._mean_compute, self._bw, self._lat, shown)
+        wf.kind = spec.name  # the order sees the calls that exist, not the DAG (envs.programs)
+        if self._hidden:
+            self.submission.arrived(wf, new, self.t)
         if rt is not None:
             rt.arrive(new, spec, kinds, shown)
         self.workflows.append(wf)
@@ -260,9 +266,10 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         if wf.done == wf.n:
             wf.finish = t
             self.open_workflows -= 1
+            if self._hidden:
+                self.submission.completed(wf)
         elif self._dynamic:  # srpt / las: the workflow's key moves (its children's too)
-            rekey(wf, self.order, task, t - self.run_start[slot], self._mean_compute,
-                  self._make_ready)
+            self.submission.finished(wf, task, t - self.run_start[slot], self._make_ready, rekey)
         if self.trace is not None:
             self._emit({"t": t, "event": "finish", "task": task.id, "server": self._sid_l[slot]})
         if task.copy_slot >= 0:  # a hedged task: cancel its other run (envs.hedging)
@@ -274,6 +281,8 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
             child.pending -= 1
             if child.pending == 0:  # _make_ready(child), inlined (hot path)
                 child.state = READY
+                if self._per_call:  # submitted now, alone (envs.programs)
+                    child.key = self.submission.call_key(child, t)
                 heapq.heappush(heap, (child.key, child.id, child))
         if self._present_l[slot] and not self._accept_l[slot]:  # draining: leave now
             self._drop_server(slot, "server_remove")
@@ -297,10 +306,7 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
             if why == HOL_WAIT:  # a forced wait under head-of-line blocking: time passes
                 self._wait()
                 if self.t > t_cap:
-                    self.current = None
-                    self.truncated = True
-                    self._emit_end()
-                    return
+                    return self._truncate()
                 continue
             self.current = None
             if self.hedges.stragglers:  # nothing to place now: back up stragglers
@@ -314,13 +320,9 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
             elif self.event_q:
                 self._advance_to(self.event_q.peek())
             else:  # tasks outstanding, nothing can change: they fit no server that will exist
-                self.truncated = True
-                self._emit_end()
-                return
+                return self._truncate()
             if self.t > t_cap:
-                self.truncated = True
-                self._emit_end()
-                return
+                return self._truncate()
 
     def _runtime_view(self, task: TaskRecord) -> None:
         """What deciders see at this decision (``runtime`` active): the task's current estimate,
@@ -350,9 +352,7 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         self._select()
         if self.current is not None and (self.decisions >= self._max_decisions
                                          or self.t > self._t_cap):
-            self.truncated = True
-            self.current = None
-            self._emit_end()
+            self._truncate()
         return StepResult(reward - self._pending_penalty, valid, self.terminated, self.truncated)
 
     def _occupy(self, slot: int, task: TaskRecord, until: float, ends: float) -> None:
@@ -460,13 +460,14 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
             return {"task": np.zeros(task_dim(f), np.float32), "servers": np.zeros((n, 5), np.float32),
                     "action_mask": np.zeros(n, np.float32)}
         wf = task.wf
+        # the DAG's successors and completion, or only what exists (mdp.submission)
+        kids, done = self.submission.shown(task)
         if self._backlog:
-            vec = task_vector(f, task.compute, task.memory_gb, len(task.children), wf.done / wf.n,
+            vec = task_vector(f, task.compute, task.memory_gb, kids, done,
                               task.output, self._queue.ready_count(task.id),
                               int(self.accepting.sum()), self.t - wf.arrival)
         else:
-            vec = encode_task(task.compute, task.memory_gb, len(task.children), wf.done / wf.n,
-                              task.output, f)
+            vec = encode_task(task.compute, task.memory_gb, kids, done, task.output, f)
         fp = task.first_parent
         transfer, parent_slot = 0.0, None
         if fp is not None:
@@ -476,6 +477,12 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
                                     self._mask_infeasible)
 
     # ---------------------------------------------------------------- metrics
+    def _truncate(self) -> None:
+        """End the episode cut short (time cap, decision cap, or work no server will fit)."""
+        self.current = None
+        self.truncated = True
+        self._emit_end()
+
     def _emit_end(self) -> None:
         if self.trace is not None:
             self._emit({"t": self.t, "event": "end", "truncated": self.truncated,

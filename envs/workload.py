@@ -2,7 +2,8 @@
 (numpy + stdlib).
 
 :func:`make_source` turns ``workload.source`` into a :class:`WorkflowSource`: ``random`` is the
-paper's generator (:class:`RandomDagSource`); every other name is a real-DAG family or ``dags``,
+paper's generator (:class:`RandomDagSource`), ``programs`` the agent-program generator
+(``envs.program_source``); every other name is a real-DAG family or ``dags``,
 from the registry of ``envs.loaders`` (:data:`envs.loaders.SOURCES`). The workflow model itself
 (:class:`WorkflowSpec`, :class:`TaskSpec`, :func:`topological_spec`, :class:`ListSource`) lives in
 ``envs.workflow``; it is imported here for the modules that use it from ``envs.workload``.
@@ -20,6 +21,7 @@ import numpy as np
 
 from .config import DistConfig, WorkloadConfig
 from .loaders import SOURCES as LOADER_SOURCES
+from .program_source import ProgramSource
 from .workflow import (ListSource, TaskSpec, WorkflowError, WorkflowSource, WorkflowSpec,
                        topological_spec)
 
@@ -108,7 +110,7 @@ def _parent_table() -> list[tuple[int, ...]]:
 
 # Workload sources by ``workload.source``: the paper's generator and the loaders' families.
 SOURCES: dict[str, Callable[[WorkloadConfig], WorkflowSource]] = {
-    "random": RandomDagSource, **LOADER_SOURCES,
+    "random": RandomDagSource, "programs": ProgramSource, **LOADER_SOURCES,
 }
 
 
@@ -118,6 +120,17 @@ def make_source(cfg: WorkloadConfig) -> WorkflowSource:
         raise WorkflowError(f"workload.source: unknown source {cfg.source!r}; "
                             f"known: {sorted(SOURCES)}")
     return SOURCES[cfg.source](cfg)
+
+
+def sample_workflows(cfg: WorkloadConfig, n: int = 2000, seed: int = 0) -> Sequence[WorkflowSpec]:
+    """What ``cfg``'s source offers: a list source's workflows, else ``n`` drawn from one
+    generator of ``seed`` (what ``--load`` measures the mean work of)."""
+    src = make_source(cfg)
+    fixed = getattr(src, "workflows", None)
+    if fixed:
+        return fixed
+    rng = np.random.default_rng(seed)
+    return [src.next_workflow(rng) for _ in range(n)]
 
 
 class ArrivalProcess:

@@ -155,6 +155,11 @@ class Lookahead(Policy):
     def __init__(self, env: EnvConfig | None = None, config: LookaheadConfig | None = None,
                  seed: int | None = None):
         self.env = env or EnvConfig()
+        if self.env.mdp.submission != "dag":
+            raise ValueError(f"lookahead: mdp.submission is {self.env.mdp.submission!r}; the "
+                             f"planner's rollouts run the whole DAG, calls that do not exist yet "
+                             f"under 'program' and 'per_call' (envs/programs.py): use "
+                             f"mdp.submission=dag or a rule (eft)")
         self.config = config or LookaheadConfig()
         self._seed = seed
         self._dec = EftServerView()

@@ -20,6 +20,7 @@ import numpy as np
 
 from envs import order as orders
 from envs.objective import CENSORED, DEFAULT_METRIC, metric_key
+from envs.programs import split_submission
 from envs.config import EnvConfig, replace
 from envs.simulator import Simulator
 from envs.trace import JsonlTraceWriter
@@ -59,8 +60,12 @@ def env_for_policy(env: EnvConfig, policy: Any) -> EnvConfig:
 def split_order(spec: str, env: EnvConfig) -> tuple[str, EnvConfig]:
     """``POLICY@ORDER`` (``eft@fifo``): the policy spec and the env with ``mdp.order`` set to
     ORDER (``envs.order.ORDERS``), so one evaluation compares orders on the same episodes; a
-    spec without a known order suffix is returned as it is."""
-    base, order = orders.split_spec(spec)
+    spec without a known order suffix is returned as it is. A ``+MODE`` suffix
+    (``eft@fifo+per_call``) sets ``mdp.submission`` the same way (``envs.programs``)."""
+    base, mode = split_submission(spec)
+    if mode is not None and env.mdp.submission != mode:
+        env = replace(env, mdp={"submission": mode})
+    base, order = orders.split_spec(base)
     if order is None or env.mdp.order == order:
         return base, env
     return base, replace(env, mdp={"order": order})

@@ -22,6 +22,7 @@ import numpy as np
 from envs.config import EnvConfig, FeatureConfig, load_env_config, to_dict
 from envs.decision import ServerTable, task_vector
 from envs import order as orders
+from envs.programs import require_dag
 from policies import HEURISTICS, Policy, get_policy
 from policies.guard import Guard, GuardConfig, make_guard
 from policies.base import is_planner
@@ -117,7 +118,7 @@ def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bo
     features = getattr(policy, "features", None) or env.features
     if workload_scale is not None:
         features = replace(features, workload_scale=workload_scale)
-    mdp = env.mdp
+    mdp = require_dag(env, "the placement service").mdp
     encoder = EncoderSettings(
         features=features, bandwidth_gb_s=env.cluster.bandwidth_gb_s, latency_s=env.cluster.latency_s,
         mask_infeasible=mdp.mask_infeasible if mask_infeasible is None else mask_infeasible,

@@ -6,13 +6,12 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 
 from envs.config import DAG_FORMATS, replace
 from envs.objective import DEFAULT_METRIC, METRICS
 from envs.loaders import dags_workflows
 from envs.loaders.dags import arrival_rate_for_load, capacity_gflop_s
-from envs.workload import make_source
+from envs.workload import make_source, sample_workflows
 from policies import default_policy
 from policies.guard import GuardConfig, load_guard_config
 from scale_ray.config import DEFAULT_ENV_CONFIG, load_env
@@ -156,9 +155,7 @@ def dags_env(args: argparse.Namespace):
             print(f"dags: features.workload_scale = {k:g} (mean task compute / 4 GFLOP; "
                   f"--set features.workload_scale=K to choose)")
     if args.load is not None:
-        wfs = getattr(src, "workflows", None) or [
-            src.next_workflow(np.random.default_rng(0)) for _ in range(2000)]
-        rate = arrival_rate_for_load(env, args.load, wfs)
+        rate = arrival_rate_for_load(env, args.load, sample_workflows(env.workload))
         env = replace(env, workload={"arrival_rate_16": rate})
         c16 = capacity_gflop_s(env, 16)
         print(f"--load {args.load:g}: lambda16 = {rate:.4g} workflows/s (W = "

@@ -37,8 +37,8 @@ import logging
 import queue
 import threading
 import time
-from itertools import chain, islice
 from concurrent.futures import Future
+from itertools import chain, islice
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
@@ -48,6 +48,7 @@ from envs import order as orders
 from envs.config import EnvConfig, build
 from envs.episode import episode_event
 from envs.estimator import RuntimeEstimator
+from envs.programs import require_dag
 from envs.workload import WorkflowSpec
 from policies.base import Policy, is_planner
 from policies.guard import guard_summary, make_guard
@@ -73,7 +74,6 @@ from .workflow import Call, CollectedWorkflow
 log = logging.getLogger(__name__)
 
 WAKE_LOOK = 256  # waiting tasks looked at to wake reaped servers (NodeSet.wake)
-
 TraceSink = Callable[[dict[str, Any]], None]
 
 
@@ -93,7 +93,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
 
     def __init__(self, policy: Policy, env: EnvConfig | None = None,
                  config: LiveConfig | dict | None = None, trace: TraceSink | None = None):
-        self.env = env or EnvConfig()
+        self.env = require_dag(env or EnvConfig(), "the live scheduler")
         self.cfg = config if isinstance(config, LiveConfig) else build(LiveConfig, config, "live")
         self._bind_policy(policy)
         self.trace = trace
