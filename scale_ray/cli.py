@@ -33,6 +33,7 @@ BENCH: dict[str, tuple[str, str]] = {
     "backlog": ("scale_ray.bench.backlog", "cost of a placement round with no free server vs the ready backlog"),
     "headroom": ("scale_ray.bench.headroom", "node rules vs EFT and Ray's default in Ray's resource model (agents.yaml)"),
     "runtime": ("scale_ray.bench.runtime", "what noisy, undeclared run times cost; hints, estimator and hedging"),
+    "programs": ("scale_ray.bench.programs", "program-aware scheduling vs the same calls submitted one by one"),
 }
 
 
