@@ -25,7 +25,9 @@ class Admission:
     def _admit(self, h: WorkflowHandle) -> None:
         spec = h.workflow.spec
         # the order's times are model seconds, as in the simulator (envs.order.Order)
-        wf = h.live_record = LiveWorkflow(h, h.submitted_wall, self._model_time(h.submitted_wall))
+        prog = h.program  # a step of an agent program arrives when its program did
+        wf = h.live_record = LiveWorkflow(h, h.submitted_wall, self._model_time(
+            h.submitted_wall) if prog is None else prog.arrival)
         order, c = self.order, self.env.cluster
         servers = [(s.node.compute, s.node.memory_gb) for s in self.alive_servers] or [
             (t.compute, t.memory_gb) for t in self._tiers]
@@ -36,6 +38,8 @@ class Admission:
         wf.wid = self._next_gid
         wf.level = order.level(wf.arrival, gflop, [t.memory_gb for t in spec.tasks],
                                [t.parents for t in spec.tasks], orders.by_speed(servers), mean_c)
+        if prog is not None:  # its program's tie breaker and service (scale_ray.live.programs)
+            prog.admitted(wf, order, self._next_gid)
         tags = None
         if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
             in_order = sorted(range(len(gflop)), key=lambda i: (-ranks[i], i))

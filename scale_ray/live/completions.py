@@ -102,6 +102,8 @@ class Completions:
             return
         if first_time:
             wf.handle.record_task_done(t.idx, t.value_ref, node, now)
+            if wf.handle.program is not None:  # the service its program attained (las)
+                wf.handle.program.ran((now - t.started) / (self.cfg.time_scale or 1.0))
             if self.order.dynamic and wf.done < len(wf.tasks):
                 self._rekey(wf, t, now)
         else:  # a re-run of a task whose output was lost: only its ref changes

@@ -50,6 +50,7 @@ class WorkflowHandle:
         self.journal_fmt = "pickle"
         self.resumed_tasks: dict[int, tuple[Any, str, float]] | None = None  # done before a restart
         self.prior_runs: dict[int, int] = {}  # task -> runs started before a restart
+        self.program: Any = None  # the agent program it is a step of (scale_ray.live.programs)
 
     # -- set by the scheduler thread
     def record_task_done(self, i: int, ref: Any, node: str, now: float) -> None:

@@ -67,6 +67,8 @@ from .nodes import NodeSet, LiveServer
 from .refusals import check_fits
 from .placement import LivePlacement
 from .planning import LivePlanner
+from .programs import Program
+from .status import status_of
 from .tasks import READY, RUNNING, LiveTask
 from .raydag import accept, nothing_to_run
 from .workflow import Call, CollectedWorkflow
@@ -204,7 +206,8 @@ class LiveScheduler(Admission, NodeEvents, Completions):
     # ------------------------------------------------------------------ public API
     def submit(self, workflow: Call | Sequence[Call] | WorkflowSpec | CollectedWorkflow | Any,
                *inputs: Any, name: str = "", tenant: str | None = None, key: str | None = None,
-               record: Submission | None = None, **kw_inputs: Any) -> WorkflowHandle | NothingToRun:
+               record: Submission | None = None, program: Program | None = None,
+               **kw_inputs: Any) -> WorkflowHandle | NothingToRun:
         """Validate ``workflow`` and queue it; returns its handle at once.
 
         ``workflow``: calls of primitives, a Ray DAG (``@ray.remote`` functions' ``.bind()``;
@@ -215,7 +218,8 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         ``key``: an idempotency key: a submit with the ``key`` (and ``tenant``) of a workflow this
         scheduler still holds returns that workflow's handle, running nothing new (also after
         a restart with the same journal, :meth:`resume`). ``record``: what the journal keeps
-        of it (a service's document; default: the pickled workflow).
+        of it (a service's document; default: the pickled workflow). ``program``: it is a step of
+        that agent program (:meth:`program`; ``Program.submit`` passes it).
 
         Raises (nothing runs): :class:`~scale_ray.live.workflow.WorkflowTypeError` for anything
         else; :class:`WorkflowError` for a cycle or an unknown parent (DAG files);
@@ -238,7 +242,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         sub = durable.record_submission(wf, tenant, key, record)
         with self._lock:
             h = WorkflowHandle(len(self._handles), wf, time.perf_counter())
-            h.tenant = tenant
+            h.tenant, h.program = tenant, program
             hit = durable.register(h, sub, tenant, key)
             if hit is None:
                 self._handles.append(h)
@@ -248,6 +252,12 @@ class LiveScheduler(Admission, NodeEvents, Completions):
             return hit
         self._inbox.put(h)
         return h
+
+    def program(self, name: str = "", tenant: str | None = None) -> Program:
+        """An agent program: steps submitted one at a time (``Program.submit``), each waiting on
+        the last one's answer, ordered as one request that arrived now
+        (:mod:`scale_ray.live.programs`)."""
+        return Program(self, name, tenant, self._now_model())
 
     def call_soon(self, fn: Callable[[], Any]) -> Future:
         """Run ``fn()`` on the scheduler thread between two rounds (after every submission made
@@ -423,22 +433,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
                 return
 
     def _status(self) -> dict[str, Any]:
-        q = self.placement.queue
-        servers = []
-        for s in self.alive_servers:
-            t = s.task
-            servers.append({
-                "server": s.sid, "node": s.node.node_id, "slot": s.slot, "tier": s.node.tier,
-                "compute": s.node.compute, "memory_gb": s.node.memory_gb,
-                "accepting": s.offered, "busy": t is not None, "running": len(s.running),
-                "task": None if t is None else {"workflow": t.wf.handle.id, "task": t.idx,
-                                                "name": t.prim.name}})
-        return {"servers": servers, "policy": self.policy.name,
-                "estimator": None if self.estimator is None else self.estimator.summary(),
-                "ready_tasks": sum(1 for e in q.heap if e[2].state == READY),
-                "set_aside_tasks": sum(1 for e in q.blocked if e[2].state == READY),
-                "running_tasks": len(self._running), "workflows_pending": self.pending(),
-                "counters": dict(self.counters)}
+        return status_of(self)
 
     # ------------------------------------------------------------------ placement
     def _set_alive(self, alive: list[LiveServer]) -> None:

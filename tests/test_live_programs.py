@@ -1,0 +1,95 @@
+"""Agent programs in the live scheduler (scale_ray/live/programs.py): steps submitted one at a time
+are ordered as one request. The unit tests need no cluster; the live ones share one 1-server
+local cluster."""
+
+from __future__ import annotations
+
+import pytest
+from processes import no_ray_connection
+
+from envs.order import Order
+from policies import get_policy
+from scale_ray.config import load_env
+from scale_ray.live import LiveConfig, LiveScheduler, Primitive
+from scale_ray.live.cluster import LocalHeteroCluster
+from scale_ray.live.programs import Program, ProgramClosed
+from scale_ray.live.workflow import emulated_body
+
+ONE = ["cluster.servers=1", "mdp.order=fifo",
+       "cluster.tiers=[{name: only, compute: 1.0, memory_gb: 32, count: 1}]"]
+TS = 0.25  # wall s per model s
+
+
+class _Rec:
+    wid, level = 0, 0.0
+
+
+class _Sched:
+    def __init__(self):
+        self.calls = []
+
+    def submit(self, *a, **kw):
+        self.calls.append((a, kw))
+        return "not a handle"
+
+
+def test_program_keys_its_steps_and_closes():
+    sched = _Sched()
+    prog = Program(sched, "react", "team-a", 12.5)
+    prog.submit("wf", 1, x=2)
+    (args, kw), = sched.calls
+    assert args == ("wf", 1) and kw == {"name": "react", "tenant": "team-a", "program": prog,
+                                         "x": 2}
+    first, second = _Rec(), _Rec()
+    prog.admitted(first, Order("fifo"), 40)
+    prog.ran(3.0)
+    prog.admitted(second, Order("las"), 97)
+    assert (first.wid, second.wid) == (40, 40)  # the first step's admission number
+    assert second.level == 3.0  # las: the service the program attained before the step
+    with prog:
+        pass
+    assert prog.closed and prog.response_s is None  # no step finished (none was a handle)
+    with pytest.raises(ProgramClosed, match="closed"):
+        prog.submit("wf")
+
+
+@pytest.fixture(scope="module")
+def one_server():
+    no_ray_connection()
+    env = load_env(None, ONE)
+    c = LocalHeteroCluster(env.cluster).start()
+    try:
+        yield env
+    finally:
+        c.shutdown()
+
+
+def _prim(name: str, gflop: float) -> Primitive:
+    return Primitive(emulated_body, compute_gflop=gflop, name=name, emulate=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("as_program", [True, False])
+def test_a_later_step_goes_before_a_newer_request_only_as_a_program(one_server, as_program):
+    env = one_server
+    with LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=TS)) as sched:
+        prog = sched.program("agent")
+        first = prog.submit([_prim("think", 1.0).bind(0)])
+        first.result(timeout=60)  # the agent reads the answer, then...
+        blocker = sched.submit([_prim("blocker", 2.0).bind(0)], "blocker")  # the server busy
+        newer = sched.submit([_prim("other", 1.0).bind(0)], "newer")  # a newer request waits
+        step = (prog.submit if as_program else sched.submit)([_prim("act", 1.0).bind(0)])
+        prog.close()
+        for h in (blocker, newer, step):
+            h.result(timeout=60)
+        assert prog.wait(timeout=30)
+        # fifo: the step keeps its program's arrival (older than the newer request's) only as a
+        # step of the program; submitted alone it arrives last and runs last
+        assert (step.finished_wall < newer.finished_wall) == as_program
+        assert step.live_record.arrival == (prog.arrival if as_program else
+                                            step.live_record.arrival)
+        if as_program:
+            assert step.live_record.wid == first.live_record.wid
+            assert prog.response_s == pytest.approx(step.finished_wall - prog.started_wall)
+        else:
+            assert step.live_record.arrival > newer.live_record.arrival
