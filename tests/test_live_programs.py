@@ -93,3 +93,18 @@ def test_a_later_step_goes_before_a_newer_request_only_as_a_program(one_server, 
             assert prog.response_s == pytest.approx(step.finished_wall - prog.started_wall)
         else:
             assert step.live_record.arrival > newer.live_record.arrival
+
+
+@pytest.mark.slow
+def test_bench_agents_submit_call_by_call_in_both_modes(one_server):
+    from envs.workflow import TaskSpec, WorkflowSpec
+    from scale_ray.bench.programs_live import run_live
+    env = one_server
+    # think -> (tool, tool) -> answer: 4 GFLOP in all, 1 GFLOP/s: at least 4 model s each
+    fan = WorkflowSpec((TaskSpec(1.0, 1.0, 0.0), TaskSpec(1.0, 1.0, 0.0, (0,)),
+                        TaskSpec(1.0, 1.0, 0.0, (0,)), TaskSpec(1.0, 1.0, 0.0, (1, 2))), "fan")
+    for mode in ("per_call", "program"):
+        resp = run_live(env, [fan, fan], [0.0, 0.5], TS, mode, timeout_s=120)
+        assert len(resp) == 2 and all(r >= 4.0 for r in resp), (mode, resp)
+        # one server, 8 s of work from t = 0: the last request ends after 8 model s
+        assert max(r + t for r, t in zip(resp, (0.0, 0.5))) >= 8.0

@@ -51,14 +51,14 @@ from scale_ray.live.workflow import emulated_body
 from scale_ray.relative import rel
 
 from .agents_live import run_agents
+from .programs_live import run_programs
 from .twin import (NO_TWIN, REFERENCE, add_runtime_arguments, add_setting_arguments, calibrated,
                    compare, format_calibrated, format_rows, format_why, headline, live_model,
                    predict, resolve_setting, runtime_env, setting_env, why)
 
 log = logging.getLogger(__name__)
 
-# The quality targets the bench prints (issue 26 for the realistic setting): --policy's mean
-# workflow response this much below Ray default's, per setting.
+# quality targets (issue 26): --policy's mean workflow response this % below Ray default's
 TARGET_VS_RAY_DEFAULT = {"paper": 20, "realistic": 35}
 
 
@@ -79,7 +79,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chain", type=int, default=100, help="hops of the latency chain")
     p.add_argument("--repeats", type=int, default=5, help="overhead measurements per side")
     p.add_argument("--seed", type=int, default=0)
-
     p.add_argument("--executor", choices=EXECUTORS, default=LiveConfig().executor,
                    help="executor of the headline numbers and the quality runs (the overhead "
                         "part measures both)")
@@ -384,6 +383,8 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.setting == "programs":  # agents submitting call by call (bench/programs_live.py)
+        return run_programs(args)
     if args.setting == "agents":
         if args.time_scale is None:
             args.time_scale = 0.5
