@@ -255,6 +255,7 @@ class ServiceWorkflow:
 
 def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
            app: str = DEFAULT_APP, tenant: str | None = None, key: str | None = None,
+           program: ServiceWorkflow | str | None = None,
            **kw_inputs: Any) -> ServiceWorkflow | NothingToRun:
     """Submit a workflow to the scheduler service ``app``; returns once the service accepted it.
 
@@ -272,7 +273,11 @@ def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
     ``key``: an idempotency key (1 to 200 printable ASCII characters; default: a new random
     one): a submit with the key of a workflow the service still holds returns that workflow.
     The call is retried with its key while the service's replica is being replaced, so a
-    submit cut off by a restart never makes two workflows."""
+    submit cut off by a restart never makes two workflows.
+
+    ``program``: an earlier workflow of the tenant (or its id) whose agent program this one
+    continues: an agent that submits each step as it learns it passes its first step, and the
+    service orders the steps as one request (scale_ray/live/programs.py)."""
     if nothing_to_run(workflow):  # MultiOutputNode([]): Ray's [] at once, nothing to send
         return NothingToRun(name)
     t0 = time.perf_counter()
@@ -280,7 +285,9 @@ def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
     payload = _payload(wf)
     tenant = tenant or job_tenant()
     key = key if key is not None else uuid.uuid4().hex
-    accepted = _retrying(app, "submit", payload, wf.spec.name, tenant=tenant, key=key)
+    prog = program.id if isinstance(program, ServiceWorkflow) else program
+    accepted = _retrying(app, "submit", payload, wf.spec.name, tenant=tenant, key=key,
+                         program=prog)
     if "refused" in accepted:  # the service's typed refusal, raised here as itself
         raise _refusal(accepted)
     return ServiceWorkflow(app, accepted, time.perf_counter() - t0, tenant)

@@ -24,6 +24,7 @@ from envs.workflow import WorkflowError
 from scale_ray.live.config import NoServers
 from scale_ray.live.handles import WorkflowHandle
 from scale_ray.live.journal import Submission
+from scale_ray.live.programs import program_of
 
 from . import errors
 from .schemas import RequestError
@@ -164,18 +165,21 @@ class Workflows:
                                    status=429, headers={"Retry-After": str(t.retry_after_s)})
 
     def accept(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None = None,
-                meta: dict | None = None) -> dict:
-        """Queue (and journal) an accepted workflow; a known ``key`` returns its workflow."""
+                meta: dict | None = None, program: str | None = None) -> dict:
+        """Queue (and journal) an accepted workflow; a known ``key`` returns its workflow.
+        ``program``: the id of the tenant's earlier workflow whose agent program this one
+        continues (404 / 410 as :meth:`lookup`)."""
         n = len(wf.calls)
         known = self.sched.durable.known(tenant, key)
         if known is not None and known.jid in self.handles:
             return self._duplicate(known, tenant)
         self.check_quota(tenant, n)
+        prog = None if program is None else program_of(self.sched, self._earlier(program, tenant))
         wid = self.ids.new(tenant)
         sub = Submission(id=wid, fmt=fmt, payload=payload, name=wf.spec.name, tenant=tenant,
                          key=key, meta=meta or {})
         try:
-            h = self.sched.submit(wf, tenant=tenant, key=key, record=sub)
+            h = self.sched.submit(wf, tenant=tenant, key=key, record=sub, program=prog)
         except WorkflowError as e:
             err = refusal(e)
             audit("refuse", tenant, reason=err.kind)
@@ -188,6 +192,15 @@ class Workflows:
         if len(self.handles) % 100 == 99:
             self._prune()
         return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
+
+    def _earlier(self, wid: str, tenant: str) -> WorkflowHandle:
+        """The workflow a new one names as its ``program``: 404 / 410 on ``body.program``."""
+        try:
+            return self.lookup(wid, tenant)
+        except UnknownWorkflow as e:
+            raise RequestError(("body", "program"), f"program: {e.msg}",
+                               "workflow_lost" if e.gone else "not_found",
+                               status=410 if e.gone else 404) from None
 
     @staticmethod
     def _duplicate(h: WorkflowHandle, tenant: str) -> dict:

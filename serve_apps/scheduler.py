@@ -321,7 +321,8 @@ class SchedulerService:
             req = parse_body(body, WorkflowIn, ct)
             self._check_bounds(req, tenant)
             wf = emulate(to_workflow(req, self.allow, t.max_tasks), body, *self._doc)
-            return self.registry.accept(wf, tenant, "json", body, key, {"content_type": ct})
+            return self.registry.accept(wf, tenant, "json", body, key, {"content_type": ct},
+                                        req.program)
         accepted = await self._off_loop(accept)
         out = _respond(accepted)
         out.status_code = 200 if accepted.get("duplicate") else 201
@@ -351,9 +352,10 @@ class SchedulerService:
     # ---------------------------------------------------------------- handle API
     # (``tenant``: the calling Ray job's, ``job:<id>``, unless the client names one)
     async def submit(self, payload: bytes, name: str = "", tenant: str = "job:?",
-                     key: str | None = None) -> dict:
+                     key: str | None = None, program: str | None = None) -> dict:
         """``scale_ray.client.submit``: a cloudpickled Call / list of Calls / WorkflowSpec;
-        ``key``: its idempotency key (a retried submit returns the first one's workflow)."""
+        ``key``: its idempotency key (a retried submit returns the first one's workflow);
+        ``program``: the earlier workflow whose agent program it continues."""
         from ray import cloudpickle
 
         try:
@@ -361,8 +363,8 @@ class SchedulerService:
             def accept() -> dict:
                 wf = as_collected(cloudpickle.loads(payload), name=name)
                 self._check_bounds(wf, tenant)
-                return self.registry.accept(emulate(wf, payload, *self._doc), tenant, "pickle", payload,
-                                    key)
+                return self.registry.accept(emulate(wf, payload, *self._doc), tenant, "pickle",
+                                            payload, key, None, program)
             return await self._off_loop(accept)
         except RequestError as e:  # the client raises it as NoServers / Unschedulable / quota
             return {"refused": e.kind, "message": e.msg,

@@ -118,6 +118,10 @@ class WorkflowIn(BaseModel):
 
     name: Name = "workflow"
     tasks: list[WorkflowTaskIn] = Field(min_length=1)
+    program: Name | None = Field(None, description=(
+        "the id of an earlier workflow of this tenant: this one is the next step of the same "
+        "agent program and is ordered as part of that request (its arrival; "
+        "scale_ray/live/programs.py); unknown or another tenant's: 404"))
 
 
 def emulate(wf: CollectedWorkflow, payload: bytes, shown_gflop: float | None,

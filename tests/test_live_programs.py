@@ -108,3 +108,66 @@ def test_bench_agents_submit_call_by_call_in_both_modes(one_server):
         assert len(resp) == 2 and all(r >= 4.0 for r in resp), (mode, resp)
         # one server, 8 s of work from t = 0: the last request ends after 8 model s
         assert max(r + t for r, t in zip(resp, (0.0, 0.5))) >= 8.0
+
+
+def test_the_service_continues_the_program_of_an_earlier_workflow_of_the_same_tenant():
+    from envs.workflow import TaskSpec, WorkflowSpec
+    from scale_ray.live.handles import WorkflowHandle
+    from scale_ray.live.workflow import from_spec
+    from serve_apps.registry import Workflows
+    from serve_apps.schemas import RequestError
+    from serve_apps.tenants import IdSigner
+
+    class Sched:  # what Workflows.accept and program_of use of the LiveScheduler
+        durable = type("D", (), {"known": lambda self, t, k: None, "journal": None})()
+        policy = type("P", (), {"name": "eft"})()
+
+        def __init__(self):
+            self.programs = []
+
+        def program(self, name, tenant):
+            self.programs.append(Program(self, name, tenant, 50.0))
+            return self.programs[-1]
+
+        def submit(self, wf, tenant, key, record, program):
+            h = WorkflowHandle(0, wf, 0.0)
+            h.jid, h.tenant, h.program = record.id, tenant, program
+            return h
+
+    metrics = type("M", (), {"refused": lambda self, t, r: None,
+                             "finished": lambda self, t, p, h: None})()
+    tuning = type("T", (), {"max_inflight_per_tenant": 100, "max_queued_tasks_per_tenant": 100,
+                            "max_inflight_workflows": 100, "max_queued_tasks": 100,
+                            "retry_after_s": 5, "retain_finished": 100})()
+    sched = Sched()
+    reg = Workflows(sched, lambda: tuning, IdSigner("inc1", b"k" * 32), metrics, None, "inc1")
+    wf = from_spec(WorkflowSpec((TaskSpec(1.0, 1.0, 0.0),), "step"))
+    first = reg.accept(wf, "team-a", "json", b"{}")
+    assert reg.handles[first["id"]].program is None  # alone until a later step names it
+    second = reg.accept(wf, "team-a", "json", b"{}", program=first["id"])
+    third = reg.accept(wf, "team-a", "json", b"{}", program=second["id"])
+    h1, h2, h3 = (reg.handles[x["id"]] for x in (first, second, third))
+    assert h1.program is h2.program is h3.program is sched.programs[0]
+    assert len(sched.programs) == 1 and sched.programs[0].tenant == "team-a"
+    # another tenant cannot continue team-a's program, nor name an unknown id: 404, nothing queued
+    for tenant, wid in (("team-b", first["id"]), ("team-a", "inc1-00-00")):
+        with pytest.raises(RequestError) as e:
+            reg.accept(wf, tenant, "json", b"{}", program=wid)
+        assert (e.value.status, e.value.loc) == (404, ["body", "program"])
+    assert len(reg.handles) == 3
+
+
+def test_the_http_body_names_a_program_by_id_and_nothing_else():
+    from fastapi.exceptions import RequestValidationError
+
+    from serve_apps.errors import parse_body
+    from serve_apps.workflow_api import WorkflowIn
+    task = b'"tasks": [{"name": "a", "compute_gflop": 1}]'
+    assert parse_body(b'{' + task + b'}', WorkflowIn).program is None
+    assert parse_body(b'{' + task + b', "program": "inc1-ab-cd"}', WorkflowIn).program == \
+        "inc1-ab-cd"
+    for bad in (b'5', b'""', b'"' + b"x" * 201 + b'"', b'["a"]'):
+        with pytest.raises(RequestValidationError) as e:
+            parse_body(b'{' + task + b', "program": ' + bad + b'}', WorkflowIn)
+        assert any(err["loc"][-1] == "program" or "program" in err["loc"]
+                   for err in e.value.errors()), bad

@@ -366,6 +366,16 @@ def test_http_api(service):
         rec = http.get(f"/v1/workflows/{wid}", params={"wait_s": 30}).json()
         assert rec["state"] == "completed" and rec["result"] == 7 and rec["error"] is None
         assert all(t["node"] and t["finished_s"] >= rec["submitted_s"] for t in rec["tasks"])
+        # an agent's next step continues the first one's program (issue 47); a program id that
+        # is not this tenant's workflow is a 404 naming body.program, nothing queued
+        r = http.post("/v1/workflows", json={"tasks": [{"name": "next", "compute_gflop": 1}],
+                                             "program": wid})
+        assert r.status_code == 201, r.text
+        nxt = http.get(f"/v1/workflows/{r.json()['id']}", params={"wait_s": 30}).json()
+        assert nxt["state"] == "completed" and nxt["result"] == 1
+        r = http.post("/v1/workflows", json={"tasks": [{"name": "next", "compute_gflop": 1}],
+                                             "program": "0badc0de-3"})
+        assert r.status_code == 404 and r.json()["detail"][0]["loc"] == ["body", "program"]
         # cancel a long one while it runs
         wid = http.post("/v1/workflows", json={"tasks": [
             {"name": "long", "compute_gflop": 3000}]}).json()["id"]  # (max_task_run_s 3600)
@@ -698,7 +708,12 @@ def test_client_submits_a_ray_dag_and_refuses_what_no_server_can_run(service):
     def inc(x):
         return x + 1
 
-    assert client.submit(inc.bind(inc.bind(1))).result(timeout=60) == 3
+    first = client.submit(inc.bind(inc.bind(1)))
+    assert first.result(timeout=60) == 3
+    # the agent's next step, as a step of the same program (issue 47); an unknown one: refused
+    assert client.submit(inc.bind(3), program=first).result(timeout=60) == 4
+    with pytest.raises(client.WorkflowError, match="program"):
+        client.submit(inc.bind(3), program="0badc0de-3")
     with pytest.raises(client.Unschedulable, match="GPU"):
         client.submit(inc.options(num_gpus=1).bind(1))  # refused at submit, nothing queued
     assert client.cluster()["ready_tasks"] == 0

@@ -31,6 +31,24 @@ from typing import Any
 from .handles import WorkflowHandle
 
 
+_LINK = threading.Lock()
+
+
+def program_of(sched: Any, h: WorkflowHandle) -> "Program":
+    """The agent program workflow ``h`` is a step of; made for it when it has none, so a later
+    step can continue a workflow submitted on its own (the scheduler service's ``program``
+    field): the program's arrival and tie breaker are ``h``'s."""
+    with _LINK:
+        if h.program is None:
+            prog = sched.program(h.name, h.tenant or None)
+            rec = h.live_record  # admitted: its arrival and admission number
+            if rec is not None:
+                prog.arrival, prog.wid = rec.arrival, rec.wid
+            prog.handles.append(h)
+            h.program = prog
+        return h.program
+
+
 class ProgramClosed(RuntimeError):
     """A step submitted to a closed program."""
 
