@@ -177,7 +177,8 @@ class Workflows:
         prog = None if program is None else program_of(self.sched, self._earlier(program, tenant))
         wid = self.ids.new(tenant)
         sub = Submission(id=wid, fmt=fmt, payload=payload, name=wf.spec.name, tenant=tenant,
-                         key=key, meta=meta or {})
+                         key=key, meta=(meta or {}) | ({} if program is None else
+                                                        {"program": program}))
         try:
             h = self.sched.submit(wf, tenant=tenant, key=key, record=sub, program=prog)
         except WorkflowError as e:

@@ -103,6 +103,35 @@ def test_a_restarted_driver_resumes_without_running_finished_tasks_again(env, tm
     s2.shutdown()
 
 
+def test_a_resumed_program_keeps_its_steps_together(env, tmp_path):
+    marks, gate = tmp_path / "marks", tmp_path / "gate"
+    marks.mkdir()
+    cfg = LiveConfig(time_scale=0.0, storage=str(tmp_path / "journal"))
+    s1 = LiveScheduler(get_policy("eft", env), env, cfg).start()
+    prog = s1.program("agent")
+    assert prog.submit(step.bind(1, "think", str(marks))).result(timeout=60) == 2
+    prog.submit(step.bind(2, "act", str(marks), str(gate)))  # the agent's next step, running
+    alone = s1.submit(step.bind(5, "alone", str(marks)))
+    assert alone.result(timeout=60) == 6
+    _wait_for(marks / "act.0")
+    s1.shutdown()
+
+    s2 = LiveScheduler(get_policy("eft", env), env, cfg).start()
+    by_name = {}
+    for h in s2.resume():
+        by_name.setdefault(h.workflow.calls[0].args[1], h)
+    think, act, other = by_name["think"], by_name["act"], by_name["alone"]
+    # the journal linked the step to its program's first step: one program again, its arrival
+    # the first step's; a workflow submitted alone stays alone
+    assert act.program is not None and act.program is think.program
+    assert act.program.handles == [think] and other.program is None
+    assert act.program.started_wall == think.submitted_wall <= act.submitted_wall
+    gate.write_text("")
+    assert act.result(timeout=60) == 3
+    assert act.live_record.arrival == act.program.arrival
+    s2.shutdown()
+
+
 def test_a_damaged_journal_is_reported_and_skipped(env, tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()

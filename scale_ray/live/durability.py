@@ -49,7 +49,8 @@ class Durability:
     """
 
     def __init__(self, storage: str | None,
-                 adopt: Callable[[CollectedWorkflow, float, Submission], WorkflowHandle],
+                 adopt: Callable[[CollectedWorkflow, float, Submission, WorkflowHandle | None],
+                                 WorkflowHandle],
                  enqueue: Callable[[WorkflowHandle], None]):
         self._storage, self._adopt, self._enqueue = storage, adopt, enqueue
         self.journal: Journal | None = None
@@ -83,16 +84,19 @@ class Durability:
             return self._keys.get((tenant, key))
 
     def record_submission(self, wf: CollectedWorkflow, tenant: str, key: str | None,
-                           record: Submission | None) -> Submission | None:
+                          record: Submission | None, program: Any = None) -> Submission | None:
         """The journal entry of an accepted workflow, written before its handle exists (the
-        service's ``record``, else its pickled calls); None without a journal or record."""
+        service's ``record``, else its pickled calls, with the journal id of ``program``'s first
+        step: a resume links them again); None without a journal or record."""
         if self.journal is None:
             return record
         if record is None:
             from ray import cloudpickle
 
+            first = program.handles[0].jid if program is not None and program.handles else None
             record = Submission(id=uuid.uuid4().hex, fmt="pickle", payload=cloudpickle.dumps(wf),
-                                name=wf.spec.name, tenant=tenant, key=key)
+                                name=wf.spec.name, tenant=tenant, key=key,
+                                meta={} if first is None else {"program": first})
         self.journal.submit(record)
         return record
 
@@ -192,8 +196,10 @@ class Durability:
         self.unrestorable.update(loaded.unrestorable)
         self.journal_problems.extend(loaded.problems)
         out = []
+        adopted: dict[str, WorkflowHandle] = {}
         now, ep = time.perf_counter(), self._epoch
-        for e in loaded.entries:
+        # in submission order: a program's earlier step is adopted before the steps naming it
+        for e in sorted(loaded.entries, key=lambda e: e.submission.submitted):
             sub = e.submission
             try:
                 wf = (loader or pickle_loader)(sub)
@@ -203,7 +209,9 @@ class Durability:
                 self.journal_problems.append(f"workflow {sub.id}: {why}")
                 log.warning("journal: workflow %s: %s", sub.id, why)
                 continue
-            h = self._adopt(wf, min(now, sub.submitted - ep), sub)
+            # a step of an agent program: the workflow it continued, resumed before it
+            after = adopted.get(sub.meta.get("program")) if sub.meta else None
+            h = adopted[sub.id] = self._adopt(wf, min(now, sub.submitted - ep), sub, after)
             if e.end is not None:  # finished before: its record, no results
                 fin = e.end.get("task_finish") or []
                 nodes = e.end.get("task_nodes") or []

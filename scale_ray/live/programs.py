@@ -19,7 +19,8 @@ tenant), keyed as a part of its program: the program's start is its arrival (``f
 deadline counts from it), the program's admission number its tie breaker, and under ``las`` the
 service the program attained before the step is its level (the step's own calls add theirs as
 they finish). ``srpt`` and ``edf``'s bound see the step, not the program's future.
-The journal keeps each step as a workflow; a program does not survive a restart as one.
+The journal keeps each step as a workflow with the id of the one it continued (the service's
+``program``), and a resume links them again (``LiveScheduler._adopt``).
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ def program_of(sched: Any, h: WorkflowHandle) -> "Program":
     field): the program's arrival and tie breaker are ``h``'s."""
     with _LINK:
         if h.program is None:
-            prog = sched.program(h.name, h.tenant or None)
-            rec = h.live_record  # admitted: its arrival and admission number
+            prog = sched.program(h.name, h.tenant or None, h.submitted_wall)
+            rec = h.live_record  # admitted: its admission number
             if rec is not None:
-                prog.arrival, prog.wid = rec.arrival, rec.wid
+                prog.wid = rec.wid
             prog.handles.append(h)
             h.program = prog
         return h.program
@@ -56,11 +57,12 @@ class ProgramClosed(RuntimeError):
 class Program:
     """Steps of one agent request (module docstring). Made by ``LiveScheduler.program``."""
 
-    def __init__(self, sched: Any, name: str, tenant: str | None, arrival_model_s: float):
+    def __init__(self, sched: Any, name: str, tenant: str | None, arrival_model_s: float,
+                 started_wall: float | None = None):
         self.sched = sched
         self.name = name
         self.tenant = tenant
-        self.started_wall = time.perf_counter()
+        self.started_wall = time.perf_counter() if started_wall is None else started_wall
         #: model seconds: every step's arrival for the order
         self.arrival = arrival_model_s
         #: the order's tie breaker: set when its first step is admitted (scheduler thread)

@@ -67,7 +67,7 @@ from .nodes import NodeSet, LiveServer
 from .refusals import check_fits
 from .placement import LivePlacement
 from .planning import LivePlanner
-from .programs import Program
+from .programs import Program, program_of
 from .status import status_of
 from .tasks import READY, RUNNING, LiveTask
 from .raydag import accept, nothing_to_run
@@ -239,7 +239,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
             return hit
         wf = accept(workflow, inputs, kw_inputs, name)
         self._check_fits(wf)
-        sub = durable.record_submission(wf, tenant, key, record)
+        sub = durable.record_submission(wf, tenant, key, record, program)
         with self._lock:
             h = WorkflowHandle(len(self._handles), wf, time.perf_counter())
             h.tenant, h.program = tenant, program
@@ -253,11 +253,13 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         self._inbox.put(h)
         return h
 
-    def program(self, name: str = "", tenant: str | None = None) -> Program:
+    def program(self, name: str = "", tenant: str | None = None,
+                started_wall: float | None = None) -> Program:
         """An agent program: steps submitted one at a time (``Program.submit``), each waiting on
-        the last one's answer, ordered as one request that arrived now
-        (:mod:`scale_ray.live.programs`)."""
-        return Program(self, name, tenant, self._now_model())
+        the last one's answer, ordered as one request that arrived now (or at ``started_wall``,
+        ``time.perf_counter`` s) (:mod:`scale_ray.live.programs`)."""
+        start = time.perf_counter() if started_wall is None else started_wall
+        return Program(self, name, tenant, self._model_time(start), start)
 
     def call_soon(self, fn: Callable[[], Any]) -> Future:
         """Run ``fn()`` on the scheduler thread between two rounds (after every submission made
@@ -301,11 +303,14 @@ class LiveScheduler(Admission, NodeEvents, Completions):
             raise RuntimeError("LiveScheduler.resume: call start() first")
         return self.durable.resume(loader)
 
-    def _adopt(self, wf: CollectedWorkflow, submitted: float, sub: Submission) -> WorkflowHandle:
-        # a resumed workflow's handle, registered as if submitted again
+    def _adopt(self, wf: CollectedWorkflow, submitted: float, sub: Submission,
+               after: WorkflowHandle | None = None) -> WorkflowHandle:
+        # a resumed workflow's handle, registered as if submitted again (``after``: the
+        # workflow whose agent program it continued)
         with self._lock:
             h = WorkflowHandle(len(self._handles), wf, submitted)
             h.tenant = sub.tenant
+            h.program = None if after is None else program_of(self, after)
             self.durable.register(h, sub, sub.tenant, sub.key)
             self._handles.append(h)
         return h
