@@ -18,11 +18,17 @@ response (tests/test_langgraph_agent.py compares programs with per-call submissi
 
 from __future__ import annotations
 
+import argparse
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence, TypedDict
 
+from policies import get_policy
 from scale_ray.agent_steps import Steps
+from scale_ray.config import load_env
+from scale_ray.live import LiveConfig, LiveScheduler
+from scale_ray.live.cluster import LocalHeteroCluster
 from scale_ray.live.workflow import primitive
+from scale_ray.relative import rel
 
 #: tool calls the scripted model makes before it answers, by the question's length
 MAX_TOOL_CALLS = 3
@@ -98,3 +104,47 @@ def run_agents(sched: Any, questions: Sequence[str], per_call: bool = False,
     """One agent per question, all at once (a thread each, as concurrent users)."""
     with ThreadPoolExecutor(max(1, len(questions))) as pool:
         return list(pool.map(lambda q: ask(sched, q, per_call, **steps_options), questions))
+
+
+def compare(sched: Any, questions: Sequence[str], rounds: int = 1) -> dict[str, Any]:
+    """The same agents as programs and call by call, alternating ``rounds`` times: each way's
+    mean response (wall s, as the agents see them) and program / per_call - 1."""
+    out: dict[str, list[float]] = {"program": [], "per_call": []}
+    for _ in range(rounds):
+        for mode in ("program", "per_call"):
+            done = run_agents(sched, questions, per_call=mode == "per_call")
+            out[mode] += [steps.response_s for _, steps in done]
+    means = {m: sum(v) / len(v) for m, v in out.items()}
+    return {"agents": len(questions), "rounds": rounds, "mean_response_s": means,
+            "program_vs_per_call_rel_diff": means["program"] / means["per_call"] - 1}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m scale_ray.langgraph_agent``: concurrent LangGraph agents on a local cluster,
+    as programs and call by call (``--help``)."""
+    p = argparse.ArgumentParser(prog="python -m scale_ray.langgraph_agent",
+                                description=main.__doc__)
+    p.add_argument("--agents", type=int, default=12, help="agents at once (one question each)")
+    p.add_argument("--servers", type=int, default=2, help="local servers (4 GFLOP/s each)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of both ways")
+    p.add_argument("--time-scale", type=float, default=0.1, help="wall s per model s")
+    args = p.parse_args(argv)
+    if args.agents < 1 or args.servers < 1 or args.rounds < 1:
+        p.error("--agents, --servers and --rounds must be >= 1")
+    env = load_env(None, [f"cluster.servers={args.servers}", "mdp.order=fifo",
+                          f"cluster.tiers=[{{name: only, compute: 4.0, memory_gb: 32, "
+                          f"count: {args.servers}}}]"])
+    questions = [f"question {i} " + "?" * (i % MAX_TOOL_CALLS) for i in range(args.agents)]
+    with LocalHeteroCluster(env.cluster):
+        cfg = LiveConfig(time_scale=args.time_scale)
+        with LiveScheduler(get_policy("eft", env), env, cfg) as sched:
+            r = compare(sched, questions, args.rounds)
+    m = r["mean_response_s"]
+    print(f"{args.agents} LangGraph agents on {args.servers} servers, {args.rounds} rounds: mean "
+          f"response {m['program']:.3f} s as programs, {m['per_call']:.3f} s call by call: "
+          f"{rel(r['program_vs_per_call_rel_diff'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
