@@ -4,7 +4,8 @@ ordered as one request.
 A ReAct agent asks the model, reads the answer, calls the tool it chose, asks again: it cannot
 submit its DAG up front. Submitted as unrelated workflows, each step would be a new arrival, and
 oldest-first (``fifo``) would put a long program's later steps behind every newer request's first
-call (results/programs/README.md: +4.3 % mean, +7.6 % p99 workflow response in the simulator).
+call (results/programs/README.md: program-aware ``fifo`` −4.3 % mean, −7.6 % p99 workflow
+response vs per call, simulated).
 A :class:`Program` groups the steps::
 
     with sched.program("react") as prog:              # LiveScheduler.program
