@@ -125,8 +125,8 @@ def test_the_service_continues_the_program_of_an_earlier_workflow_of_the_same_te
         def __init__(self):
             self.programs = []
 
-        def program(self, name, tenant):
-            self.programs.append(Program(self, name, tenant, 50.0))
+        def program(self, name, tenant, started_wall=None):
+            self.programs.append(Program(self, name, tenant, 50.0, started_wall))
             return self.programs[-1]
 
         def submit(self, wf, tenant, key, record, program):
@@ -149,6 +149,7 @@ def test_the_service_continues_the_program_of_an_earlier_workflow_of_the_same_te
     h1, h2, h3 = (reg.handles[x["id"]] for x in (first, second, third))
     assert h1.program is h2.program is h3.program is sched.programs[0]
     assert len(sched.programs) == 1 and sched.programs[0].tenant == "team-a"
+    assert sched.programs[0].started_wall == h1.submitted_wall  # it began with the first step
     # another tenant cannot continue team-a's program, nor name an unknown id: 404, nothing queued
     for tenant, wid in (("team-b", first["id"]), ("team-a", "inc1-00-00")):
         with pytest.raises(RequestError) as e:
