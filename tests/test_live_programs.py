@@ -86,9 +86,8 @@ def test_a_later_step_goes_before_a_newer_request_only_as_a_program(one_server, 
         # fifo: the step keeps its program's arrival (older than the newer request's) only as a
         # step of the program; submitted alone it arrives last and runs last
         assert (step.finished_wall < newer.finished_wall) == as_program
-        assert step.live_record.arrival == (prog.arrival if as_program else
-                                            step.live_record.arrival)
         if as_program:
+            assert step.live_record.arrival == prog.arrival
             assert step.live_record.wid == first.live_record.wid
             assert prog.response_s == pytest.approx(step.finished_wall - prog.started_wall)
         else:
@@ -150,12 +149,20 @@ def test_the_service_continues_the_program_of_an_earlier_workflow_of_the_same_te
     assert h1.program is h2.program is h3.program is sched.programs[0]
     assert len(sched.programs) == 1 and sched.programs[0].tenant == "team-a"
     assert sched.programs[0].started_wall == h1.submitted_wall  # it began with the first step
-    # another tenant cannot continue team-a's program, nor name an unknown id: 404, nothing queued
-    for tenant, wid in (("team-b", first["id"]), ("team-a", "inc1-00-00")):
+    # another tenant cannot continue team-a's program, nor name an unknown, forged or non-ASCII
+    # id: 404 naming body.program, nothing queued
+    forged = first["id"].rsplit("-", 1)[0] + "-" + "0" * 16
+    for tenant, wid in (("team-b", first["id"]), ("team-a", "inc1-00-00"), ("team-a", forged),
+                        ("team-a", "inc1-\u00e9\u00fc-\u00f6"), ("team-a", "x" * 5000)):
         with pytest.raises(RequestError) as e:
             reg.accept(wf, tenant, "json", b"{}", program=wid)
-        assert (e.value.status, e.value.loc) == (404, ["body", "program"])
+        assert (e.value.status, e.value.loc) == (404, ["body", "program"]), wid[:20]
     assert len(reg.handles) == 3
+    # over quota: a 429 before the program is looked at, nothing queued
+    tuning.max_inflight_per_tenant = 3
+    with pytest.raises(RequestError) as e:
+        reg.accept(wf, "team-a", "json", b"{}", program=first["id"])
+    assert e.value.status == 429 and len(reg.handles) == 3
 
 
 def test_the_http_body_names_a_program_by_id_and_nothing_else():
