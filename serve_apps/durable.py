@@ -9,11 +9,12 @@ from typing import Any
 
 from scale_ray.live.durability import pickle_loader
 from scale_ray.live.journal import Submission
+from scale_ray.live.programs import StepResult
 from scale_ray.live.workflow import CollectedWorkflow
 
 from .errors import parse_body
 from .schemas import RequestError
-from .workflow_api import AllowList, WorkflowIn, emulate, to_workflow
+from .workflow_api import AllowList, AppendIn, WorkflowIn, emulate, to_workflow
 
 MAX_KEY_CHARS = 200
 
@@ -27,9 +28,12 @@ def rebuild(sub: Submission, allow: AllowList, tuning: Any, shown_gflop: float |
     that removed one of its primitives makes it unrestorable, with the reason); then the
     service's emulation (:func:`~serve_apps.workflow_api.emulate`, the same draws)."""
     if sub.fmt == "json":
+        # an append's parents in earlier steps: their journal ids (resolved when it is queued)
+        earlier = {k: StepResult(jid, i) for k, (jid, i) in (sub.meta.get("earlier") or {}).items()}
         try:
-            wf = to_workflow(parse_body(sub.payload, WorkflowIn, sub.meta.get("content_type")),
-                             allow, tuning.max_tasks)
+            wf = to_workflow(parse_body(sub.payload, AppendIn if sub.meta.get("append")
+                                        else WorkflowIn, sub.meta.get("content_type")),
+                             allow, tuning.max_tasks, earlier)
         except RequestError as e:
             raise ValueError(f"{'.'.join(map(str, e.loc))}: {e.msg}") from None
     else:

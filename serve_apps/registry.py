@@ -24,7 +24,7 @@ from envs.workflow import WorkflowError
 from scale_ray.live.config import NoServers
 from scale_ray.live.handles import WorkflowHandle
 from scale_ray.live.journal import Submission
-from scale_ray.live.programs import program_of
+from scale_ray.live.programs import StepResult, program_of
 
 from . import errors
 from .schemas import RequestError
@@ -133,6 +133,7 @@ class Workflows:
         self.inflight: dict[str, list[int]] = {}  # tenant -> [workflows, tasks] unfinished
         self._load_lock = threading.Lock()  # in-flight counts (done callbacks: scheduler thread)
         self._reg_lock = threading.Lock()  # handles / owner: accepts run in the pool
+        self._append_lock = threading.Lock()
 
     @property
     def tuning(self) -> Any:
@@ -193,6 +194,39 @@ class Workflows:
         if len(self.handles) % 100 == 99:
             self._prune()
         return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
+
+    def append(self, wid: str, tenant: str, req: Any, payload: bytes, key: str | None,
+               meta: dict, build: Callable[[dict[str, StepResult]], Any]) -> dict:
+        """``POST /v1/workflows/{wid}/tasks``: the request's tasks as the next step of the
+        program ``wid`` is a step of (``build(earlier)`` makes its calls; ``earlier``: the
+        parents it names in earlier steps), journaled with those references before it is
+        acknowledged; ``req.close`` closes the program. 404 / 410 for ``wid`` as
+        :meth:`lookup`, 409 for a closed program or a failed parent, 422 naming the field for
+        a name the program has, a parent it lacks or one that is not its step's output."""
+        if not req.tasks and not req.close:
+            raise RequestError(("body", "tasks"), "an append needs tasks, or close: true", "empty")
+        known = self.sched.durable.known(tenant, key)
+        if known is not None and known.jid in self.handles:  # a retried append
+            return self._duplicate(known, tenant)
+        with self._append_lock:  # (names unique in a program: one append at a time)
+            prog = program_of(self.sched, self.lookup(wid, tenant))
+            pid = prog.handles[0].jid
+            if prog.closed:
+                raise RequestError(("path", "id"), f"the program of workflow {wid!r} is closed "
+                                   f"(an append with close: true ended it)", "program_closed",
+                                   status=409)
+            out: dict[str, Any] = {"program": pid, "closed": bool(req.close)}
+            if req.tasks:
+                earlier = _earlier_tasks(prog, req.tasks)
+                refs = {k: [r.jid, r.index] for k, r in earlier.items()}
+                out |= self.accept(build(earlier), tenant, "json", payload, key,
+                                   meta | {"append": True, "earlier": refs}, wid)
+                out["waiting_for"] = sorted({r.jid for r in earlier.values()
+                                             if not r.handle.done()})
+            if req.close:
+                prog.close()
+                audit("close", tenant, pid)
+            return out
 
     def _earlier(self, wid: str, tenant: str) -> WorkflowHandle:
         """The workflow a new one names as its ``program``: 404 / 410 on ``body.program``."""
@@ -257,7 +291,7 @@ class Workflows:
         ttl = self.tuning.result_ttl_s
         for h in self.handles.values():  # results past their TTL are released
             if h.done() and h.finished_wall is not None and now - h.finished_wall > ttl \
-                    and any(r is not None for r in h.result_refs):
+                    and not h.pins and any(r is not None for r in h.result_refs):
                 h.result_refs = [None] * len(h.result_refs)
                 self.sched.durable.compact(h)
         done = [k for k, h in self.handles.items() if h.done()]
@@ -285,3 +319,41 @@ class Workflows:
         raise UnknownWorkflow(f"no workflow {shown} of this tenant (unknown, or finished and "
                               f"forgotten after retain_finished={self.tuning.retain_finished})",
                               gone=False)
+
+
+def _earlier_tasks(prog: Any, tasks: list[Any]) -> dict[str, StepResult]:
+    """The parents ``tasks`` (an append's) name outside themselves: each an output of one earlier
+    step of ``prog`` (see :meth:`Workflows.append` for the errors)."""
+    have: dict[str, list[tuple[WorkflowHandle, int]]] = {}
+    for h in prog.handles:
+        for i, t in enumerate(h.workflow.spec.tasks):
+            have.setdefault(t.name, []).append((h, i))
+    mine = {t.name for t in tasks}
+    out: dict[str, StepResult] = {}
+    for k, t in enumerate(tasks):
+        if t.name in have:
+            raise RequestError(("body", "tasks", k, "name"), f"the program already has a task "
+                               f"{t.name!r} (workflow {have[t.name][0][0].jid}); names are "
+                               f"unique in a program", "duplicate_name")
+        for p in t.parents:
+            if p in mine or p in out:
+                continue
+            where = have.get(p, [])
+            loc = ("body", "tasks", k, "parents")
+            if len(where) != 1:
+                raise RequestError(loc, f"parent {p[:200]!r} is " + (
+                    "neither a task of this body nor of the program's earlier steps" if not where
+                    else f"a task of {len(where)} earlier steps; name it in one"),
+                    "unknown_parent" if not where else "ambiguous_parent")
+            h, i = where[0]
+            if i not in h.workflow.outputs:
+                raise RequestError(loc, f"parent {p!r} has children in its step (workflow "
+                                   f"{h.jid}): only a step's outputs can be an append's "
+                                   f"parents", "not_an_output")
+            if h.done() and (h.error is not None or h.result_refs[i] is None):
+                raise RequestError(loc, f"parent {p!r} (workflow {h.jid}) " + (
+                    f"did not complete ({state(h)})" if h.error is not None
+                    else "completed and its result is no longer held (result_ttl_s)"),
+                    "parent_failed", status=409)
+            out[p] = StepResult(h, i)
+    return out

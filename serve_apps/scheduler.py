@@ -69,8 +69,8 @@ from .bounds import check_args, check_tasks
 from .durable import JournalView, check_key, rebuild
 from .metrics import ServiceMetrics
 from .registry import UnknownWorkflow, Workflows, unknown_handler
-from .workflow_api import (AllowList, WorkflowIn, emulate, jsonable, record, root_cause,
-                           state, to_workflow)
+from .workflow_api import (AllowList, AppendIn, WorkflowIn, emulate, jsonable, record,
+                           root_cause, state, to_workflow)
 
 log = logging.getLogger("ray.serve")
 
@@ -83,7 +83,7 @@ api = FastAPI(title="SCALE scheduler service", version="1",
                           "replica.", docs_url=None, redoc_url=None)
 errors.install(api)
 apidocs.install(api)  # /docs with local assets (no CDN)
-apidocs.add_models(api, [WorkflowIn])  # the body of POST /v1/workflows (read as bytes)
+apidocs.add_models(api, [WorkflowIn, AppendIn])  # the bodies (read as bytes)
 
 
 api.add_exception_handler(UnknownWorkflow, unknown_handler)
@@ -200,14 +200,15 @@ class SchedulerService:
         HTTP_CALLER.set(True)  # (this request's task only: _cluster shows it counts only)
         return tenant
 
-    def _check_bounds(self, wf: WorkflowIn | Any, tenant: str) -> None:
-        """The per-task caps (serve_apps.bounds) of a request (``WorkflowIn``: its fields and
-        JSON arguments) or of a handle submit's calls; a 422 naming the field, audited."""
+    def _check_bounds(self, wf: WorkflowIn | AppendIn | Any, tenant: str) -> None:
+        """The per-task caps (serve_apps.bounds) of a request (``WorkflowIn``, ``AppendIn``: its
+        fields and JSON arguments) or of a handle submit's calls; a 422 naming the field,
+        audited."""
         servers = list(self.sched.alive_servers)
         slowest = min((s.node.compute for s in servers), default=None)
         t = self.tuning
         try:
-            if isinstance(wf, WorkflowIn):
+            if isinstance(wf, (WorkflowIn, AppendIn)):
                 for i, task in enumerate(wf.tasks):
                     check_args(("body", "tasks", i), task.args, task.kwargs, t)
                 tasks = [(("body", "tasks", i), x.compute_gflop, x.memory_need_gb())
@@ -326,6 +327,30 @@ class SchedulerService:
         accepted = await self._off_loop(accept)
         out = _respond(accepted)
         out.status_code = 200 if accepted.get("duplicate") else 201
+        return out
+
+    @api.post("/v1/workflows/{wid}/tasks", status_code=201,
+              summary="append the next calls of an agent program (parents may name earlier "
+                      "steps' outputs), or close it", openapi_extra=apidocs.body(AppendIn))
+    @resolved_annotations
+    async def post_tasks(self, request: Request, wid: str) -> Response:
+        """A step of the program workflow ``wid`` belongs to (registry ``Workflows.append``;
+        docs/agents.md); a step waiting on a running earlier step is ``waiting_for`` it."""
+        tenant = self._tenant(request)
+        body = await request.body()
+        ct = request.headers.get("content-type")
+        key = check_key(request.headers.get("idempotency-key"))
+
+        def accept() -> dict:
+            req = parse_body(body, AppendIn, ct)
+            self._check_bounds(req, tenant)
+            return self.registry.append(wid, tenant, req, body, key, {"content_type": ct},
+                                        lambda earlier: emulate(to_workflow(
+                                            req, self.allow, self.tuning.max_tasks, earlier),
+                                            body, *self._doc))
+        accepted = await self._off_loop(accept)
+        out = _respond(accepted)
+        out.status_code = 200 if accepted.get("duplicate") or "id" not in accepted else 201
         return out
 
     @api.get("/v1/workflows/{wid}", summary="state, per-task node and times, result or error")

@@ -41,6 +41,7 @@ from envs.loaders.livedag import LIMITS as DAG_LIMITS
 from envs.loaders.livedag import parse_dag_workflow
 from envs.workflow import WorkflowError
 from scale_ray.live.handles import WorkflowHandle, root_cause
+from scale_ray.live.programs import StepResult
 from scale_ray.live.workflow import (RAY_OPTIONS, Call, CollectedWorkflow, Primitive,
                                      emulated_body, expected_emulated_values)
 
@@ -124,6 +125,21 @@ class WorkflowIn(BaseModel):
         "scale_ray/live/programs.py); unknown or another tenant's: 404"))
 
 
+class AppendIn(BaseModel):
+    """``POST /v1/workflows/{id}/tasks`` body: the next calls of the agent program workflow
+    ``id`` is a step of."""
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [
+        {"name": "act", "tasks": [{"name": "search", "compute_gflop": 2,
+                                   "parents": ["plan"]}], "close": True}]})
+
+    name: Name = "step"
+    tasks: list[WorkflowTaskIn] = Field(default_factory=list, description=(
+        "tasks with new names; ``parents`` may name tasks of this body or outputs (tasks "
+        "without children in their step) of the program's earlier steps, finished or not"))
+    close: StrictBool = Field(False, description="no more steps: the program ends when its "
+                                                 "steps are done; a later append is a 409")
+
+
 def emulate(wf: CollectedWorkflow, payload: bytes, shown_gflop: float | None,
             noise_sigma: float) -> CollectedWorkflow:
     """The service's :class:`~serve_apps.scheduler_config.Emulation` on an accepted workflow (its
@@ -153,8 +169,12 @@ def emulate(wf: CollectedWorkflow, payload: bytes, shown_gflop: float | None,
     return wf
 
 
-def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedWorkflow:
-    """The validated request as calls; a bad DAG is a :class:`RequestError` naming the field."""
+def to_workflow(req: WorkflowIn | AppendIn, allow: AllowList, max_tasks: int,
+                earlier: dict[str, StepResult] | None = None) -> CollectedWorkflow:
+    """The validated request as calls; a bad DAG is a :class:`RequestError` naming the field.
+    ``earlier``: parents outside the request (an append's: tasks of earlier steps), passed to
+    their children as :class:`~scale_ray.live.programs.StepResult` arguments."""
+    earlier = earlier or {}
     if len(req.tasks) > max_tasks:
         raise RequestError(("body", "tasks"), f"{len(req.tasks)} tasks; this service accepts at "
                                               f"most max_tasks={max_tasks} per workflow", "too_long")
@@ -163,8 +183,10 @@ def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedW
               for i, t in enumerate(req.tasks) if t.primitive is not None}
     try:
         spec = parse_dag_workflow({"name": req.name, "tasks": [
-            t.model_dump(include={"name", "compute_gflop", "output_gb", "parents", "hedge"})
-            | {"memory_gb": t.memory_need_gb()} | ({"kind": t.kind} if t.kind else {})
+            t.model_dump(include={"name", "compute_gflop", "output_gb", "hedge"})
+            | {"memory_gb": t.memory_need_gb(), "parents": [p for p in t.parents
+                                                           if p not in earlier]}
+            | ({"kind": t.kind} if t.kind else {})
             for t in req.tasks]}, 0, "request")
     except WorkflowError as e:
         raise RequestError(("body", "tasks"), str(e), "invalid_dag") from None
@@ -174,7 +196,8 @@ def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedW
     for k, ts in enumerate(spec.tasks):
         i, rec = recs[ts.name]
         # parent values in the order the request lists the parents
-        parent_calls = [calls[index[p]] for p in dict.fromkeys(rec.parents)]
+        parent_calls = [calls[index[p]] if p in index else earlier[p]
+                        for p in dict.fromkeys(rec.parents)]
         fn = bodies.get(i)
         # the marked tool's own Ray options and emulation, the request's demands over them
         options = {**(fn.ray_options if fn is not None else {}), **rec.ray_options()}
@@ -191,8 +214,8 @@ def to_workflow(req: WorkflowIn, allow: AllowList, max_tasks: int) -> CollectedW
             emulated = False
             calls.append(Call(prim, (*rec.args, *parent_calls), rec.kwargs))
     sinks = tuple(i for i, kids in enumerate(spec.children()) if not kids)
-    return CollectedWorkflow(spec, tuple(calls), sinks,
-                             tuple(expected_emulated_values(spec)) if emulated else None)
+    return CollectedWorkflow(spec, tuple(calls), sinks, tuple(expected_emulated_values(spec))
+                             if emulated and not earlier else None)
 
 
 # ------------------------------------------------------------------------------- answers
@@ -251,4 +274,14 @@ def record(wid: str, h: WorkflowHandle, t0: float, time_scale: float) -> dict[st
                    "response_s": None if fin[i] is None else fin[i] - h.submitted_wall,
                    "attempts": h.task_attempts[i]} for i, t in enumerate(spec.tasks)],
         "time_scale": time_scale,
+        "program": None if h.program is None else program_record(h.program),
     }
+
+
+def program_record(prog: Any) -> dict[str, Any]:
+    """The agent program of a workflow, as ``GET /v1/workflows/{id}`` shows it: its id (its
+    first step's), its steps' ids (the last 1,000), whether it is closed, its response (start
+    to its last step's end, once closed and done)."""
+    steps = [h.jid for h in prog.handles]
+    return {"id": steps[0] if steps else None, "steps": steps[-1000:], "closed": prog.closed,
+            "response_s": prog.response_s}

@@ -18,6 +18,7 @@ from policies import get_policy
 from scale_ray.config import load_env
 from scale_ray.live import LiveConfig, LiveScheduler, WorkflowFailed, attempt, primitive
 from scale_ray.live.cluster import SLOT_RESOURCE, LocalHeteroCluster
+from scale_ray.live.programs import StepResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -124,11 +125,42 @@ def test_a_resumed_program_keeps_its_steps_together(env, tmp_path):
     # the journal linked the step to its program's first step: one program again, its arrival
     # the first step's; a workflow submitted alone stays alone
     assert act.program is not None and act.program is think.program
-    assert act.program.handles == [think] and other.program is None
+    assert act.program.handles == [think, act] and other.program is None
     assert act.program.started_wall == think.submitted_wall <= act.submitted_wall
     gate.write_text("")
     assert act.result(timeout=60) == 3
     assert act.live_record.arrival == act.program.arrival
+    s2.shutdown()
+
+
+def test_a_held_step_survives_a_restart_and_gets_its_input(env, tmp_path):
+    """A step naming a running step's result (``StepResult``) waits for it; the driver stops
+    before it ran; after the restart it waits for the resumed step and gets its value."""
+    marks, gate = tmp_path / "marks", tmp_path / "gate"
+    marks.mkdir()
+    cfg = LiveConfig(time_scale=0.0, storage=str(tmp_path / "journal"))
+    s1 = LiveScheduler(get_policy("eft", env), env, cfg).start()
+    prog = s1.program("agent")
+    plan = prog.submit(step.bind(1, "plan", str(marks), str(gate)))
+    act = prog.submit(step.bind(StepResult(plan, 0), "act", str(marks)))
+    _wait_for(marks / "plan.0")
+    assert not act.done() and act.live_record is None  # held: the scheduler has not seen it
+    s1.shutdown()
+
+    s2 = LiveScheduler(get_policy("eft", env), env, cfg).start()
+    back = {h.workflow.calls[0].args[1]: h for h in s2.resume()}
+    assert back["act"].program is back["plan"].program and back["plan"].pins == 1
+    gate.write_text("")
+    assert back["act"].result(timeout=60) == 3  # plan's 2, + 1
+    assert _marks(marks) == ["act.0", "plan.0", "plan.1"]
+    assert back["plan"].pins == 0
+    # an earlier step that fails fails the step that names it; the cause is named
+    prog = s2.program("agent")
+    bad = prog.submit(boom.bind(1, str(marks)))
+    after = prog.submit(step.bind(StepResult(bad, 0), "never", str(marks)))
+    with pytest.raises(WorkflowFailed, match="failed"):
+        after.result(timeout=60)
+    assert not (marks / "never.0").exists()
     s2.shutdown()
 
 

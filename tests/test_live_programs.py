@@ -109,15 +109,14 @@ def test_bench_agents_submit_call_by_call_in_both_modes(one_server):
         assert max(r + t for r, t in zip(resp, (0.0, 0.5))) >= 8.0
 
 
-def test_the_service_continues_the_program_of_an_earlier_workflow_of_the_same_tenant():
-    from envs.workflow import TaskSpec, WorkflowSpec
+def _registry():
+    """serve_apps.registry.Workflows over a fake LiveScheduler (what accept, append and
+    program_of use of it) and its tuning."""
     from scale_ray.live.handles import WorkflowHandle
-    from scale_ray.live.workflow import from_spec
     from serve_apps.registry import Workflows
-    from serve_apps.schemas import RequestError
     from serve_apps.tenants import IdSigner
 
-    class Sched:  # what Workflows.accept and program_of use of the LiveScheduler
+    class Sched:
         durable = type("D", (), {"known": lambda self, t, k: None, "journal": None})()
         policy = type("P", (), {"name": "eft"})()
 
@@ -130,16 +129,27 @@ def test_the_service_continues_the_program_of_an_earlier_workflow_of_the_same_te
 
         def submit(self, wf, tenant, key, record, program):
             h = WorkflowHandle(0, wf, 0.0)
-            h.jid, h.tenant, h.program = record.id, tenant, program
+            h.jid, h.tenant, h.record = record.id, tenant, record
+            if program is not None:
+                program.add(h)
             return h
 
     metrics = type("M", (), {"refused": lambda self, t, r: None,
                              "finished": lambda self, t, p, h: None})()
     tuning = type("T", (), {"max_inflight_per_tenant": 100, "max_queued_tasks_per_tenant": 100,
                             "max_inflight_workflows": 100, "max_queued_tasks": 100,
-                            "retry_after_s": 5, "retain_finished": 100})()
+                            "retry_after_s": 5, "retain_finished": 100, "max_tasks": 100})()
     sched = Sched()
     reg = Workflows(sched, lambda: tuning, IdSigner("inc1", b"k" * 32), metrics, None, "inc1")
+    return sched, reg, tuning
+
+
+def test_the_service_continues_the_program_of_an_earlier_workflow_of_the_same_tenant():
+    from envs.workflow import TaskSpec, WorkflowSpec
+    from scale_ray.live.workflow import from_spec
+    from serve_apps.schemas import RequestError
+
+    sched, reg, tuning = _registry()
     wf = from_spec(WorkflowSpec((TaskSpec(1.0, 1.0, 0.0),), "step"))
     first = reg.accept(wf, "team-a", "json", b"{}")
     assert reg.handles[first["id"]].program is None  # alone until a later step names it
@@ -179,3 +189,72 @@ def test_the_http_body_names_a_program_by_id_and_nothing_else():
             parse_body(b'{' + task + b', "program": ' + bad + b'}', WorkflowIn)
         assert any(err["loc"][-1] == "program" or "program" in err["loc"]
                    for err in e.value.errors()), bad
+
+
+def test_appends_name_earlier_outputs_and_every_malformed_one_is_a_4xx():
+    import json
+
+    from scale_ray.live.programs import StepResult
+    from serve_apps.errors import parse_body
+    from serve_apps.registry import UnknownWorkflow
+    from serve_apps.schemas import RequestError
+    from serve_apps.workflow_api import AllowList, AppendIn, WorkflowIn, to_workflow
+
+    sched, reg, _ = _registry()
+
+    def doc(tasks, **kw):
+        return json.dumps({"tasks": tasks, **kw}).encode()
+
+    first = reg.accept(to_workflow(parse_body(doc([
+        {"name": "plan", "compute_gflop": 1}, {"name": "draft", "compute_gflop": 1,
+                                               "parents": ["plan"]}]), WorkflowIn),
+        AllowList([]), 100), "team-a", "json", b"{}")["id"]
+
+    def append(body, tenant="team-a", wid=first):
+        req = parse_body(body, AppendIn)
+        return reg.append(wid, tenant, req, body, None, {}, lambda earlier: to_workflow(
+            req, AllowList([]), 100, earlier))
+
+    def refused(body, status, loc, tenant="team-a", wid=first):
+        with pytest.raises(RequestError) as e:
+            append(body, tenant, wid)
+        assert (e.value.status, e.value.loc) == (status, loc), e.value.msg
+        return e.value.msg
+
+    # a fan-out after the draft, joined in the same append: parent values in listed order
+    out = append(doc([{"name": "s1", "compute_gflop": 1, "parents": ["draft"]},
+                      {"name": "s2", "compute_gflop": 1, "parents": ["draft"]},
+                      {"name": "join", "compute_gflop": 1, "parents": ["s2", "s1"]}]))
+    h1, h2 = reg.handles[first], reg.handles[out["id"]]
+    assert out["program"] == first and out["waiting_for"] == [first] and out["tasks"] == 3
+    assert h2.program is h1.program and h1.program.handles == [h1, h2]
+    s1 = h2.workflow.calls[[t.name for t in h2.workflow.spec.tasks].index("s1")]
+    (arg,) = [a for a in s1.args if isinstance(a, StepResult)]
+    assert arg.handle is h1 and arg.index == 1  # draft: the first step's second task
+    assert h2.record.meta == {"program": first, "append": True, "earlier": {"draft": [first, 1]}}
+    assert h2.workflow.spec.tasks[0].parents == ()  # the earlier parent is an argument
+    # malformed appends: 404 for the id, 422 naming the field, nothing queued
+    assert "unique" in refused(doc([{"name": "s1", "compute_gflop": 1}]), 422,
+                               ["body", "tasks", 0, "name"])
+    assert "neither" in refused(doc([{"name": "x", "compute_gflop": 1, "parents": ["nope"]}]),
+                                422, ["body", "tasks", 0, "parents"])
+    assert "outputs" in refused(doc([{"name": "x", "compute_gflop": 1, "parents": ["plan"]}]),
+                                422, ["body", "tasks", 0, "parents"])
+    refused(doc([{"name": "x", "compute_gflop": 1, "parents": ["y", "join"]},
+                 {"name": "y", "compute_gflop": 1, "parents": ["x"]}]), 422, ["body", "tasks"])
+    refused(doc([]), 422, ["body", "tasks"])
+    for tenant, wid in (("team-b", first), ("team-a", "inc1-00-00"), ("team-a", "x" * 5000)):
+        with pytest.raises(UnknownWorkflow) as e:  # the app's 404 naming path.id
+            append(doc([{"name": "x", "compute_gflop": 1}]), tenant, wid)
+        assert not e.value.gone
+    assert len(reg.handles) == 2
+    # a parent whose step failed: 409
+    h1.record_completion(1.0, RuntimeError("boom"))
+    assert "did not complete" in refused(doc([{"name": "x", "compute_gflop": 1,
+                                               "parents": ["draft"]}]), 409,
+                                         ["body", "tasks", 0, "parents"])
+    # close (from any step's id), then nothing more: 409
+    assert append(doc([], close=True), wid=out["id"]) == {"program": first, "closed": True}
+    assert h1.program.closed
+    assert "closed" in refused(doc([{"name": "x", "compute_gflop": 1}]), 409, ["path", "id"])
+    assert len(reg.handles) == 2

@@ -432,6 +432,54 @@ def test_http_api(service):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_an_appended_step_waits_for_its_parent_and_survives_a_replica_kill(service):
+    """POST /v1/workflows/{id}/tasks (issue 47): a step naming a running step's output is held
+    until it finishes, is journaled before the 201, and a kill -9 of the replica loses it not."""
+    import httpx
+
+    with httpx.Client(base_url=service.url, timeout=60) as http:
+        plan = http.post("/v1/workflows", json={"name": "agent", "tasks": [
+            {"name": "plan", "compute_gflop": 300}]}).json()["id"]  # seconds of work
+        r = http.post(f"/v1/workflows/{plan}/tasks", json={"name": "act", "tasks": [
+            {"name": "act", "compute_gflop": 1, "parents": ["plan"]}]})
+        assert r.status_code == 201, r.text
+        act = r.json()
+        assert act["program"] == plan and act["waiting_for"] == [plan]
+        rec = http.get(f"/v1/workflows/{act['id']}").json()
+        assert rec["state"] == "queued" and rec["program"]["steps"] == [plan, act["id"]]
+        # malformed appends over HTTP: 422 naming the field, 404 for another id
+        r = http.post(f"/v1/workflows/{plan}/tasks", json={"tasks": [
+            {"name": "x", "compute_gflop": 1, "parents": ["nope"]}]})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "tasks", 0,
+                                                                        "parents"]
+        assert http.post("/v1/workflows/0badc0de-3/tasks", json={"close": True}
+                         ).status_code == 404
+        service.kill_replica()
+        deadline, rec = time.time() + 180, None
+        while time.time() < deadline:  # the new replica resumes both steps
+            try:
+                r = http.get(f"/v1/workflows/{act['id']}", params={"wait_s": 20})
+            except httpx.HTTPError:
+                r = None
+            if r is not None and r.status_code == 200 and r.json()["state"] == "completed":
+                rec = r.json()
+                break
+            time.sleep(0.5)
+        assert rec is not None and rec["result"] == 2  # 0 + 1 + plan's 1 (emulated bodies)
+        # the program continues on the new replica, then closes
+        r = http.post(f"/v1/workflows/{act['id']}/tasks", json={"tasks": [
+            {"name": "answer", "compute_gflop": 1, "parents": ["act"]}], "close": True})
+        assert r.status_code == 201 and r.json()["closed"], r.text
+        rec = http.get(f"/v1/workflows/{r.json()['id']}", params={"wait_s": 30}).json()
+        assert rec["result"] == 3 and rec["program"]["closed"]
+        assert rec["program"]["response_s"] >= rec["response_s"] > 0
+        r = http.post(f"/v1/workflows/{plan}/tasks", json={"tasks": [
+            {"name": "late", "compute_gflop": 1}]})
+        assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["path", "id"]
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_policy_swap_keeps_scheduling_and_a_bad_one_is_reported(service):
     from scale_ray import client

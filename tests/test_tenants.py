@@ -142,6 +142,7 @@ def test_finished_workflows_keep_only_their_outputs_and_expire():
             self.result_refs = ["r0", "r1", "r2"]
             self.workflow = type("W", (), {"outputs": (2,)})()
             self.finished_wall = _time.perf_counter() - 10.0
+            self.pins = 0  # held steps waiting on its results (scale_ray.live.programs.hold)
 
         def done(self):
             return True
@@ -154,12 +155,15 @@ def test_finished_workflows_keep_only_their_outputs_and_expire():
     sched = type("S", (), {"forget": lambda self, hs: None, "durable": durable})()
     tuning = SchedulerTuning(result_ttl_s=5.0, retain_finished=100)
     reg = Workflows(sched, lambda: tuning, None, None, None, "inc1")
-    h = H()
+    h, pinned = H(), H()
     reg.inflight = {"t": [1, 3]}
     reg._done("t", 3, h)
     assert h.result_refs == [None, None, "r2"] and reg.inflight["t"] == [0, 0]
     reg.handles["x"] = h
+    pinned.pins = 1
+    reg.handles["y"] = pinned  # a held step still waits on it: kept past the TTL
     reg._prune()  # finished 10 s ago, TTL 5 s: its result is released, its record stays
+    assert pinned.result_refs == ["r0", "r1", "r2"]
     assert h.result_refs == [None, None, None] and "x" in reg.handles
     assert compacted == [h]  # the journal drops its results too (once)
     reg._prune()

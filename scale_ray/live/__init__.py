@@ -30,7 +30,7 @@ from .config import (EXECUTORS, LiveConfig, NoServers, PlacementError, TaskLostE
                      Unschedulable)
 from .handles import WorkflowFailed, WorkflowHandle, summarize
 from .journal import attempt
-from .programs import Program, ProgramClosed
+from .programs import EarlierStepFailed, Program, ProgramClosed, StepResult
 from .ray_default import RayDefaultRunner
 from .scheduler import LiveScheduler
 from .raydag import as_collected
@@ -41,4 +41,5 @@ __all__ = ["Call", "Primitive", "primitive", "collect", "from_spec", "load_dag_f
            "WorkflowError", "LiveConfig", "EXECUTORS", "LiveScheduler", "RayDefaultRunner",
            "WorkflowHandle", "WorkflowFailed", "summarize", "TaskLostError", "PlacementError",
            "LocalHeteroCluster", "NodeInfo", "live_nodes", "NoServers", "Unschedulable",
-           "WorkflowTypeError", "as_collected", "attempt", "Program", "ProgramClosed"]
+           "WorkflowTypeError", "as_collected", "attempt", "Program", "ProgramClosed",
+           "StepResult", "EarlierStepFailed"]

@@ -243,5 +243,13 @@ class Completions:
         if h.done():
             return False
         self._emit({"t": self._now_model(), "event": "cancel", "workflow": h.id})
-        self._fail(h.live_record, WorkflowCancelled(f"workflow {h.id} ({h.name!r}) was cancelled"))
+        self._fail_held(h, WorkflowCancelled(f"workflow {h.id} ({h.name!r}) was cancelled"))
         return True
+
+    def _fail_held(self, h: WorkflowHandle, err: BaseException) -> None:
+        """Fail ``h``, admitted or not yet (a held step: ``programs.hold``)."""
+        if h.live_record is not None:
+            return self._fail(h.live_record, err)
+        if not h.done():
+            h.record_completion(time.perf_counter(), err)
+            self.durable.failed(h)

@@ -55,6 +55,7 @@ class Durability:
         self._storage, self._adopt, self._enqueue = storage, adopt, enqueue
         self.journal: Journal | None = None
         self._keys: dict[tuple[str, str], WorkflowHandle] = {}
+        self._by_jid: dict[str, WorkflowHandle] = {}  # journal id -> handle (held steps' lookup)
         self._lock = threading.Lock()  # the keys (any thread)
         self.unrestorable: dict[str, str] = {}  # workflow id -> why the journal cannot restore it
         self.journal_problems: list[str] = []
@@ -113,7 +114,14 @@ class Durability:
         h.key = key
         if sub is not None:
             h.jid, h.journal_fmt = sub.id, sub.fmt
+            with self._lock:
+                self._by_jid[sub.id] = h
         return None
+
+    def handle(self, jid: str) -> WorkflowHandle | None:
+        """The handle of journal id ``jid`` this scheduler holds (any thread)."""
+        with self._lock:
+            return self._by_jid.get(jid)
 
     def run_target(self, t: Any) -> tuple | None:
         """What a run of task ``t`` writes to the journal (None: nothing)."""
@@ -154,8 +162,9 @@ class Durability:
 
     def compact(self, h: WorkflowHandle) -> None:
         """A finished workflow's results were fetched or expired: its journal keeps its record
-        (state, times) and drops the results (a later restart shows it ``result_expired``)."""
-        if self.journal is not None and h.jid is not None and h.done():
+        (state, times) and drops the results (a later restart shows it ``result_expired``);
+        not while a held step waits on them (``h.pins``, :func:`scale_ray.live.programs.hold`)."""
+        if self.journal is not None and h.jid is not None and h.done() and not h.pins:
             self.safe(self.journal.end, h.jid, *self.end_info(h))
 
     def forget(self, handles: list[WorkflowHandle]) -> None:
@@ -164,6 +173,8 @@ class Durability:
             for h in handles:
                 if h.key is not None and self._keys.get((h.tenant, h.key)) is h:
                     del self._keys[(h.tenant, h.key)]
+                if h.jid is not None and self._by_jid.get(h.jid) is h:
+                    del self._by_jid[h.jid]
         if self.journal is not None:
             for h in handles:
                 if h.jid is not None:

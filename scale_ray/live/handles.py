@@ -51,6 +51,7 @@ class WorkflowHandle:
         self.resumed_tasks: dict[int, tuple[Any, str, float]] | None = None  # done before a restart
         self.prior_runs: dict[int, int] = {}  # task -> runs started before a restart
         self.program: Any = None  # the agent program it is a step of (scale_ray.live.programs)
+        self.pins = 0  # held steps waiting on its results: the journal keeps them (programs.hold)
 
     # -- set by the scheduler thread
     def record_task_done(self, i: int, ref: Any, node: str, now: float) -> None:
@@ -82,6 +83,12 @@ class WorkflowHandle:
         fn(self)
 
     # -- public
+    def index(self, call: Call | int) -> int | None:
+        """The position of ``call`` (a call of this workflow, or an index) in its calls."""
+        if isinstance(call, int):
+            return call if 0 <= call < len(self.workflow.calls) else None
+        return self._index.get(id(call))
+
     def done(self) -> bool:
         return self._done.is_set()
 

@@ -22,18 +22,113 @@ service the program attained before the step is its level (the step's own calls 
 they finish). ``srpt`` and ``edf``'s bound see the step, not the program's future.
 The journal keeps each step as a workflow with the id of the one it continued (the service's
 ``program``), and a resume links them again (``LiveScheduler._adopt``).
+
+A step may name an earlier step's result without waiting for it: a :class:`StepResult` as a
+direct argument of one of its calls (the service's ``POST /v1/workflows/{id}/tasks`` with a parent
+in an earlier step makes one). The step is then *held* (:func:`hold`): the scheduler sees it only
+once every step it names is done, as an agent's next call appears only once the call it depends
+on returned; the named result is passed as an object ref. A failed or cancelled earlier step
+fails it. While it waits the earlier step's journaled results are pinned (``pins``: a fetch or a
+result TTL does not compact them), so a restart restores it and its inputs.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .handles import WorkflowHandle
 
 
 _LINK = threading.Lock()
+
+
+class StepResult:
+    """A call argument: the result of task ``index`` (an int, or the call) of an earlier step
+    ``step`` of the same program (its handle; after a restart the step's journal id, resolved
+    when the step is released). Only the handle's journal id and the index are pickled."""
+
+    __slots__ = ("jid", "index", "handle")
+
+    def __init__(self, step: WorkflowHandle | str, index: Any):
+        self.handle = step if isinstance(step, WorkflowHandle) else None
+        self.jid = step.jid if isinstance(step, WorkflowHandle) else str(step)
+        i = index if self.handle is None else self.handle.index(index)
+        if not isinstance(i, int):
+            raise KeyError(f"{index!r} is not a call of the step it names")
+        self.index = i
+
+    def __getstate__(self) -> tuple:
+        return (self.jid, self.index)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.jid, self.index = state
+        self.handle = None
+
+    def __repr__(self) -> str:
+        return f"StepResult({self.jid or 'step'}, {self.index})"
+
+
+class EarlierStepFailed(RuntimeError):
+    """A held step named the result of a step that failed, was cancelled, or whose result is
+    no longer held."""
+
+
+def step_inputs(wf: Any) -> list[tuple[int, StepResult]]:
+    """(call index, StepResult) for every StepResult passed directly to one of ``wf``'s calls."""
+    return [(i, a) for i, c in enumerate(wf.calls)
+            for a in (*c.args, *c.kwargs.values()) if isinstance(a, StepResult)]
+
+
+def hold(h: WorkflowHandle, needs: list[tuple[int, StepResult]],
+         lookup: Callable[[str], WorkflowHandle | None], release: Callable[[WorkflowHandle], None],
+         fail: Callable[[WorkflowHandle, BaseException], None]) -> None:
+    """Queue step ``h`` (``release``) once every earlier step its ``needs`` name is done, their
+    results in place of the StepResults; ``fail`` it if one of them failed or is unknown
+    (``lookup``: a journal id's handle). Their results stay pinned until ``h`` is done."""
+    for _, r in needs:
+        if r.handle is None:
+            r.handle = lookup(r.jid)
+            if r.handle is None:
+                return fail(h, EarlierStepFailed(
+                    f"step {h.name!r} names a result of workflow {r.jid}, which this scheduler "
+                    f"does not hold (it was not resumed)"))
+    earlier = list({id(r.handle): r.handle for _, r in needs}.values())
+    for e in earlier:
+        e.pins += 1
+    h.add_done_callback(lambda _h: [setattr(e, "pins", e.pins - 1) for e in earlier])
+    left = [len(earlier)]
+    lock = threading.Lock()
+
+    def one_done(_e: WorkflowHandle) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        if h.done():  # cancelled while it waited
+            return
+        done = h.resumed_tasks or {}
+        refs: dict[int, Any] = {}
+        for i, r in needs:
+            e = r.handle
+            ref = e.result_refs[r.index] if e.error is None else None
+            if ref is None and i not in done:
+                why = ("failed" if e.error is not None else
+                       "completed, but its result is no longer held (fetched before a restart, "
+                       "or past result_ttl_s)")
+                return fail(h, EarlierStepFailed(
+                    f"step {h.name!r}: the earlier step {e.name!r} ({e.jid or e.id}) it names "
+                    f"{why}"))
+            refs[id(r)] = ref
+        for c in h.workflow.calls:
+            c.args = tuple(refs[id(a)] if isinstance(a, StepResult) else a for a in c.args)
+            c.kwargs = {k: refs[id(v)] if isinstance(v, StepResult) else v
+                        for k, v in c.kwargs.items()}
+        release(h)
+
+    for e in earlier:
+        e.add_done_callback(one_done)
 
 
 def program_of(sched: Any, h: WorkflowHandle) -> "Program":
@@ -81,11 +176,13 @@ class Program:
             if self.closed:
                 raise ProgramClosed(f"program {self.name!r} is closed: submit a step before "
                                     f"close() (or inside the `with` block)")
-            h = self.sched.submit(workflow, *inputs, name=name or self.name, tenant=self.tenant,
-                                  program=self, **kw_inputs)
-            if isinstance(h, WorkflowHandle):
-                self.handles.append(h)
-            return h
+            return self.sched.submit(workflow, *inputs, name=name or self.name,
+                                     tenant=self.tenant, program=self, **kw_inputs)
+
+    def add(self, h: WorkflowHandle) -> None:
+        """``h`` is its next step (``LiveScheduler.submit``, a resume)."""
+        h.program = self
+        self.handles.append(h)
 
     def close(self) -> None:
         """No more steps; the program ends when the steps it has are done."""

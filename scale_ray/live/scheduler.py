@@ -60,15 +60,15 @@ from .journal import Submission
 from .config import LiveConfig
 from .executors import RemoteCache
 from .fairshare import FairShare
-from .handles import NothingToRun, WorkflowHandle, drain_handles, summarize
+from .handles import NothingToRun, WorkflowHandle, drain_handles
 from .runs import Runs
 from .hints import AutoscaleHints
 from .nodes import NodeSet, LiveServer
 from .refusals import check_fits
 from .placement import LivePlacement
 from .planning import LivePlanner
-from .programs import Program, program_of
-from .status import status_of
+from .programs import Program, hold, program_of, step_inputs
+from .status import load_of, status_of, summary_of
 from .tasks import READY, RUNNING, LiveTask
 from .raydag import accept, nothing_to_run
 from .workflow import Call, CollectedWorkflow
@@ -136,7 +136,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         # a fair share between submit(tenant=...) tenants (LiveConfig.fair_share)
         self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
         #: the journal (LiveConfig.storage) and idempotency keys (scale_ray.live.durability)
-        self.durable = Durability(self.cfg.storage, self._adopt, self._inbox.put)
+        self.durable = Durability(self.cfg.storage, self._adopt, self._queue)
         self.runs = Runs(self.cfg, self.env, est, self.durable, self._nodes, self.placement,
                          self._running, self.counters, self._fair, lambda: self.alive_servers,
                          self._lose, self._now_model, self._emit)
@@ -242,16 +242,27 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         sub = durable.record_submission(wf, tenant, key, record, program)
         with self._lock:
             h = WorkflowHandle(len(self._handles), wf, time.perf_counter())
-            h.tenant, h.program = tenant, program
+            h.tenant = tenant
             hit = durable.register(h, sub, tenant, key)
             if hit is None:
                 self._handles.append(h)
+                if program is not None:
+                    program.add(h)
         if hit is not None:  # the same key raced in: one workflow
             if sub is not None and durable.journal is not None and sub.id != hit.jid:
                 durable.safe(durable.journal.remove, sub.id)
             return hit
-        self._inbox.put(h)
+        self._queue(h)
         return h
+
+    def _queue(self, h: WorkflowHandle) -> None:
+        """Admit ``h`` next round, or (a step naming an earlier step's result) once that step
+        is done (``programs.hold``)."""
+        needs = step_inputs(h.workflow)
+        if not needs:
+            return self._inbox.put(h)
+        hold(h, needs, self.durable.handle, self._inbox.put, lambda h, e: self.call_soon(
+            lambda: self._fail_held(h, e)))
 
     def program(self, name: str = "", tenant: str | None = None,
                 started_wall: float | None = None) -> Program:
@@ -287,7 +298,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
 
     def status(self) -> Future:
         """A consistent view of the servers, the queue and the counters (a Future of a dict)."""
-        return self.call_soon(self._status)
+        return self.call_soon(lambda: status_of(self))
 
     def forget(self, handles: Sequence[WorkflowHandle]) -> None:
         """Drop finished ``handles`` from :meth:`handles` and the summary (a long-running
@@ -310,9 +321,10 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         with self._lock:
             h = WorkflowHandle(len(self._handles), wf, submitted)
             h.tenant = sub.tenant
-            h.program = None if after is None else program_of(self, after)
             self.durable.register(h, sub, sub.tenant, sub.key)
             self._handles.append(h)
+            if after is not None:
+                program_of(self, after).add(h)
         return h
 
     def take_decision_latencies(self) -> list[float]:
@@ -326,10 +338,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
     def load(self) -> dict[str, int]:
         """Ready and running tasks and servers now, read without stopping the scheduler thread
         (any thread; a concurrent round may make it one off)."""
-        q = self.placement.queue
-        ready = sum(1 for e in list(q.heap) + list(q.blocked) if e[2].state == READY)
-        return {"ready_tasks": ready, "running_tasks": len(self._running),
-                "servers": len(self.alive_servers)}
+        return load_of(self, self._running)
 
     def handles(self) -> list[WorkflowHandle]:
         with self._lock:
@@ -346,15 +355,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
 
     def summary(self) -> dict[str, Any]:
         """Response-time statistics plus the scheduler's counters."""
-        out = summarize(self.handles(), self.cfg.time_scale)
-        out.update(self.counters)
-        out.update(guard_summary(self._guard))
-        out["policy"] = self.policy.name
-        out["servers_alive"] = len(self.alive_servers)
-        out["tasks_per_node"] = dict(self.node_tasks)
-        if self.estimator is not None:
-            out["estimator"] = self.estimator.summary()
-        return out
+        return summary_of(self, self._guard)
 
     # ------------------------------------------------------------------ validation
     def _check_fits(self, wf: CollectedWorkflow) -> None:
@@ -436,9 +437,6 @@ class LiveScheduler(Admission, NodeEvents, Completions):
                 h = self._inbox.get_nowait()
             except queue.Empty:
                 return
-
-    def _status(self) -> dict[str, Any]:
-        return status_of(self)
 
     # ------------------------------------------------------------------ placement
     def _set_alive(self, alive: list[LiveServer]) -> None:

@@ -1,10 +1,13 @@
 """``LiveScheduler.status()``'s answer: the servers, what they run, the queue and the counters
-(read on the scheduler thread)."""
+(read on the scheduler thread); its ``load()`` and ``summary()``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from policies.guard import guard_summary
+
+from .handles import summarize
 from .tasks import READY
 
 
@@ -26,3 +29,24 @@ def status_of(sched: Any) -> dict[str, Any]:
             "set_aside_tasks": sum(1 for e in q.blocked if e[2].state == READY),
             "running_tasks": len(sched._running), "workflows_pending": sched.pending(),
             "counters": dict(sched.counters)}
+
+
+def load_of(sched: Any, running: dict) -> dict[str, int]:
+    """``LiveScheduler.load``: ready and ``running`` tasks and servers (any thread)."""
+    q = sched.placement.queue
+    ready = sum(1 for e in list(q.heap) + list(q.blocked) if e[2].state == READY)
+    return {"ready_tasks": ready, "running_tasks": len(running),
+            "servers": len(sched.alive_servers)}
+
+
+def summary_of(sched: Any, guard: Any) -> dict[str, Any]:
+    """``LiveScheduler.summary``: response-time statistics, the counters, ``guard``'s."""
+    out = summarize(sched.handles(), sched.cfg.time_scale)
+    out.update(sched.counters)
+    out.update(guard_summary(guard))
+    out["policy"] = sched.policy.name
+    out["servers_alive"] = len(sched.alive_servers)
+    out["tasks_per_node"] = dict(sched.node_tasks)
+    if sched.estimator is not None:
+        out["estimator"] = sched.estimator.summary()
+    return out
