@@ -14,7 +14,8 @@ loop). What is exported (docs/serving.md, "Metrics"):
   ``unauthorized``, ``forbidden``), ``audit`` (the audit lines, per action and reason:
   serve_apps.tenants);
 * histograms: ``decision_latency_ms`` (the policy's answer to one placement question),
-  ``workflow_response_s`` per tenant and policy.
+  ``workflow_response_s`` per tenant and policy (an agent program's steps each count), and
+  ``program_response_s``: a closed agent program, from its start to its last step's end.
 
 The ``tenant`` label is :func:`serve_apps.tenants.tenant_label` of the tenant (``t-`` + 8 hex of
 its name's SHA-256; a failed token's ``?`` as is) unless ``SchedulerArgs.metrics_tenant_names``:
@@ -60,6 +61,8 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                             ()),
     "workflow_response_s": ("histogram", "submission to the last task's completion (wall s)",
                             ("tenant", "policy")),
+    "program_response_s": ("histogram", "an agent program's start to its last step's end, "
+                                        "once closed (wall s)", ("tenant", "policy")),
 }
 
 __all__ = ["ServiceMetrics", "PREFIX", "METRICS", "parse_prometheus", "label_for"]
@@ -90,9 +93,11 @@ class ServiceMetrics:
         self.gauges = {k: v for k, v in made.items() if METRICS[k][0] == "gauge"}
         self.counters = {k: v for k, v in made.items() if METRICS[k][0] == "counter"}
         self.latency, self.response = made["decision_latency_ms"], made["workflow_response_s"]
+        self.program_response = made["program_response_s"]
         self._lock = threading.Lock()
         self._refused: dict[tuple[str, str], int] = defaultdict(int)
         self._responses: list[tuple[str, str, float]] = []
+        self._programs: list[tuple[str, str, float]] = []
         self._last: dict[str, float] = {}
         self._last_t = time.monotonic()
         self._tenants: set[str] = set()
@@ -110,6 +115,10 @@ class ServiceMetrics:
         if h.response_s is not None:
             with self._lock:
                 self._responses.append((tenant, policy, h.response_s))
+
+    def program_finished(self, tenant: str, policy: str, response_s: float) -> None:
+        with self._lock:
+            self._programs.append((tenant, policy, response_s))
 
     # -------------------------------------------------------- the updater
     def start(self) -> "ServiceMetrics":
@@ -146,6 +155,7 @@ class ServiceMetrics:
         with self._lock:
             refused, self._refused = self._refused, defaultdict(int)
             responses, self._responses = self._responses, []
+            programs, self._programs = self._programs, []
         label = self._label
         for (tenant, reason), n in refused.items():
             self.counters["rejected"].inc(n, tags={"tenant": label(tenant), "reason": reason})
@@ -154,8 +164,9 @@ class ServiceMetrics:
                 self.counters["audit"].inc(n - self._audited.get(key, 0),
                                            tags={"action": key[0], "reason": key[1] or "-"})
                 self._audited[key] = n
-        for tenant, policy, s in responses:
-            self.response.observe(s, tags={"tenant": label(tenant), "policy": policy})
+        for hist, done in ((self.response, responses), (self.program_response, programs)):
+            for tenant, policy, s in done:
+                hist.observe(s, tags={"tenant": label(tenant), "policy": policy})
         queued: dict[str, int] = defaultdict(int)
         unfinished: dict[str, int] = defaultdict(int)
         for wid, h in svc.registry.items():

@@ -226,7 +226,18 @@ class Workflows:
             if req.close:
                 prog.close()
                 audit("close", tenant, pid)
+                self._program_done(tenant, prog)
             return out
+
+    def _program_done(self, tenant: str, prog: Any) -> None:
+        """A closed program whose steps are all done counts once in ``program_response_s``."""
+        if prog is None or prog.response_s is None:
+            return
+        with self._load_lock:
+            if prog.reported:
+                return
+            prog.reported = True
+        self.metrics.program_finished(tenant, self.sched.policy.name, prog.response_s)
 
     def _earlier(self, wid: str, tenant: str) -> WorkflowHandle:
         """The workflow a new one names as its ``program``: 404 / 410 on ``body.program``."""
@@ -269,6 +280,7 @@ class Workflows:
             if load is not None:
                 load[0] -= 1
                 load[1] -= tasks
+        self._program_done(tenant, h.program)
         journal = self.sched.durable.journal
         if journal is not None and h.jid is not None and h.error is None:
             # the journal keeps the outputs' results only, folded with the others (a failed or

@@ -135,7 +135,9 @@ def _registry():
             return h
 
     metrics = type("M", (), {"refused": lambda self, t, r: None,
-                             "finished": lambda self, t, p, h: None})()
+                             "finished": lambda self, t, p, h: None,
+                             "program_finished": lambda self, t, p, s: self.programs.append(
+                                 (t, p, s)), "programs": []})()
     tuning = type("T", (), {"max_inflight_per_tenant": 100, "max_queued_tasks_per_tenant": 100,
                             "max_inflight_workflows": 100, "max_queued_tasks": 100,
                             "retry_after_s": 5, "retain_finished": 100, "max_tasks": 100})()
@@ -254,7 +256,12 @@ def test_appends_name_earlier_outputs_and_every_malformed_one_is_a_4xx():
                                                "parents": ["draft"]}]), 409,
                                          ["body", "tasks", 0, "parents"])
     # close (from any step's id), then nothing more: 409
+    assert reg.metrics.programs == []
     assert append(doc([], close=True), wid=out["id"]) == {"program": first, "closed": True}
-    assert h1.program.closed
+    assert h1.program.closed and reg.metrics.programs == []  # a step still runs
+    h2.record_completion(3.0)  # the last step ends: the program counts once, start to end
+    assert reg.metrics.programs == [("team-a", "eft", 3.0)]
+    reg._program_done("team-a", h1.program)
+    assert len(reg.metrics.programs) == 1
     assert "closed" in refused(doc([{"name": "x", "compute_gflop": 1}]), 409, ["path", "id"])
     assert len(reg.handles) == 2

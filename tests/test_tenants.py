@@ -143,6 +143,7 @@ def test_finished_workflows_keep_only_their_outputs_and_expire():
             self.workflow = type("W", (), {"outputs": (2,)})()
             self.finished_wall = _time.perf_counter() - 10.0
             self.pins = 0  # held steps waiting on its results (scale_ray.live.programs.hold)
+            self.program = None
 
         def done(self):
             return True

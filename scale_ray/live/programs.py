@@ -167,6 +167,7 @@ class Program:
         self.attained = 0.0
         self.handles: list[WorkflowHandle] = []
         self.closed = False
+        self.reported = False  # the service's program_response_s counted it
         self._lock = threading.Lock()
 
     def submit(self, workflow: Any, *inputs: Any, name: str = "", **kw_inputs: Any) -> Any:
