@@ -42,6 +42,14 @@ plus the output-loss gaps, and the parts below sum to it exactly (to float round
 
 Cluster context of a path run's queueing (``context``): servers busy and alive at its ready
 time, tasks already ready and waiting then, tasks started after it became ready and before it.
+
+**Agent programs** (a live trace whose ``arrival`` events name a ``program`` and its
+``program_start``: steps of ``LiveScheduler.program``): a program whose steps all completed
+responds from its start to its last step's end. That is split along its *chain*: the step that
+ended last, the step that ended last before that one arrived, and so on back; the chain's steps'
+parts above, plus ``agent_s``: from each chain step's end to the next one's arrival and from
+the start to the first's (the agent reading an answer and submitting its next step; a held
+step's wait for its parent). Parts and ``agent_s`` sum to the response.
 """
 
 from __future__ import annotations
@@ -182,7 +190,9 @@ class _EpisodeReader:
         ep = self.ep
         tids = [tk["task"] for tk in ev.get("tasks") or []
                 if isinstance(tk, dict) and as_int(tk, "task") is not None]
-        ep.workflows[ev["workflow"]] = {"arrival": t, "tasks": tids, "name": ev.get("name")}
+        ep.workflows[ev["workflow"]] = {"arrival": t, "tasks": tids, "name": ev.get("name"),
+                                        "program": as_int(ev, "program"),
+                                        "program_start": as_num(ev, "program_start")}
         for tk in ev.get("tasks") or []:
             if isinstance(tk, dict) and as_int(tk, "task") is not None:
                 self.parents[tk["task"]] = [p for p in tk.get("parents") or []
@@ -368,4 +378,43 @@ def explain(path: str | Path, top: int = 5) -> dict[str, Any]:
                                      for r in records)}
     ranked = sorted(records, key=lambda r: (-r["queue_ready_s"], -r["response_s"],
                                             r["episode"], r["workflow"]))
-    return {"trace": str(path), "totals": totals, "top": ranked[:top], "workflows": records}
+    programs = program_records(eps, records)
+    if programs:
+        p_total = math.fsum(r["response_s"] for r in programs)
+        totals["programs"] = {"count": len(programs), **{k: _stats(
+            [r[k] for r in programs], p_total) for k in ("response_s", "agent_s", *PARTS)}}
+    return {"trace": str(path), "totals": totals, "top": ranked[:top], "workflows": records,
+            "programs": programs}
+
+
+def program_records(eps: list[Episode], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per agent program whose arrived steps all completed (module docstring)."""
+    done = {(r["episode"], r["workflow"]): r for r in records}
+    steps: dict[tuple[int, int], list[tuple[dict, dict | None]]] = {}
+    for ep in eps:
+        for wid, wf in ep.workflows.items():
+            if wf.get("program") is not None and wf.get("program_start") is not None:
+                steps.setdefault((ep.index, wf["program"]), []).append(
+                    (wf, done.get((ep.index, wid))))
+    out = []
+    for (epi, pid), got in sorted(steps.items()):
+        if any(r is None for _, r in got):
+            continue
+        recs = [r for _, r in got]
+        start = min(wf["program_start"] for wf, _ in got)
+        cur = max(recs, key=lambda r: (r["finish"], r["workflow"]))
+        chain, agent = [cur], 0.0
+        while True:
+            before = [r for r in recs if r["finish"] <= cur["arrival"]]
+            if not before:
+                agent += cur["arrival"] - start
+                break
+            prev = max(before, key=lambda r: (r["finish"], r["workflow"]))
+            agent += cur["arrival"] - prev["finish"]
+            chain.append(prev)
+            cur = prev
+        out.append({"episode": epi, "program": pid, "steps": len(recs),
+                    "chain": [r["workflow"] for r in chain[::-1]], "start": start,
+                    "finish": chain[0]["finish"], "response_s": chain[0]["finish"] - start,
+                    "agent_s": agent, **{p: math.fsum(r[p] for r in chain) for p in PARTS}})
+    return out

@@ -180,6 +180,48 @@ def test_live_trace(tmp_path):
     assert [r.ready for r in ep.runs] == [r.ready for r in load_schedule(trace).runs]
 
 
+def test_agent_programs_split_start_to_last_step(tmp_path, capsys):
+    """A program started at 1.0: step 0 arrives at 1.2 and runs 1.4-2.0; the agent reads the
+    answer, step 1 arrives at 2.5 and step 2 (a side call) at 2.6; step 1 ends last at 4.0,
+    step 2 at 3.0. The chain: 0 then 1; agent time 0.2 (start to step 0) + 0.5 (2.0 to 2.5)."""
+    prog = {"program": 0, "program_start": 1.0}
+    trace = write(tmp_path / "prog.jsonl", [
+        {"t": 0.0, "event": "episode", "tiers": TIERS, "time_scale": 0.1},
+        {"t": 0.0, "event": "server_add", "server": 0, "tier": "large", "compute": 4.0,
+         "memory_gb": 80.0, "node": "n"},
+        {"t": 1.2, "event": "arrival", "workflow": 0, "tasks": [task(0, 2.4, [])], **prog},
+        {"t": 1.4, "event": "start", "task": 0, "server": 0, "node": "n"},
+        {"t": 2.0, "event": "finish", "task": 0, "server": 0, "node": "n"},
+        {"t": 2.5, "event": "arrival", "workflow": 1, "tasks": [task(1, 4.0, [])], **prog},
+        {"t": 2.6, "event": "arrival", "workflow": 2, "tasks": [task(2, 1.0, [])], **prog},
+        {"t": 2.6, "event": "start", "task": 2, "server": 0, "node": "n"},
+        {"t": 3.0, "event": "finish", "task": 2, "server": 0, "node": "n"},
+        {"t": 3.0, "event": "start", "task": 1, "server": 0, "node": "n"},
+        {"t": 4.0, "event": "finish", "task": 1, "server": 0, "node": "n"},
+        {"t": 4.1, "event": "arrival", "workflow": 3, "tasks": [task(3, 1.0, [])]},  # alone
+        {"t": 4.1, "event": "start", "task": 3, "server": 0, "node": "n"},
+        {"t": 4.5, "event": "finish", "task": 3, "server": 0, "node": "n"},
+        {"t": 5.0, "event": "end", "truncated": False},
+    ])
+    rep = explain(trace)
+    (p,) = rep["programs"]
+    assert (p["program"], p["steps"], p["chain"]) == (0, 3, [0, 1])
+    assert p["response_s"] == pytest.approx(3.0, abs=1e-12)  # 1.0 to 4.0
+    assert p["agent_s"] == pytest.approx(0.7, abs=1e-12)
+    assert p["queue_ready_s"] == pytest.approx(0.2 + 0.5, abs=1e-12)  # 1.2-1.4, 2.5-3.0
+    assert p["critical_path_fastest_s"] == pytest.approx(1.6, abs=1e-12)  # 2.4 and 4 GFLOP at 4
+    assert p["slower_server_s"] == pytest.approx(0.0, abs=1e-12)
+    assert math.fsum([p["agent_s"], *(p[k] for k in PARTS)]) == pytest.approx(3.0, abs=1e-12)
+    assert rep["totals"]["programs"]["count"] == 1 and len(rep["workflows"]) == 4
+    assert main(["explain", str(trace)]) == 0
+    assert "1 agent programs" in capsys.readouterr().out
+    # a program with a step that did not complete is left out
+    events = [json.loads(x) for x in trace.read_text().splitlines()]
+    events.insert(-1, {"t": 4.6, "event": "arrival", "workflow": 4, "tasks": [task(4, 1.0, [])],
+                       **prog})
+    assert explain(write(tmp_path / "open.jsonl", events))["programs"] == []
+
+
 def tier_trace(header_tiers: bool, server_compute: bool) -> list[dict]:
     """The fastest tier (4 GFLOP/s) has 8 GB, the big one (2 GFLOP/s) 80 GB; chain 0 -> 1 -> 2 all
     on the big server: task 0 (16 GB) fits only big, task 1 (1 GB) fits fast, task 2 (100 GB)

@@ -4,7 +4,9 @@ Each completed workflow's response (its last finish - its arrival) is split alon
 critical path into run time on the best fitting tier, time lost to slower servers (by tier),
 transfer, queue-while-ready (by tier), lost-run and other time; the parts sum to the response.
 Prints the totals and the workflows that queued longest, with what the cluster was doing when
-their longest-queued path task became ready. See ``scale_ray.explain``.
+their longest-queued path task became ready; for a live trace of agent programs, each program's
+response (start to last step's end) split the same way plus the agent's turn-around. See
+``scale_ray.explain``.
 """
 
 from __future__ import annotations
@@ -64,6 +66,15 @@ def format_report(rep: dict[str, Any]) -> str:
     if tot["unbounded_runs"]:
         lines.append(f"  ({tot['unbounded_runs']} path runs lack task or tier compute: counted "
                      f"whole as run on best tier)")
+    if rep.get("programs"):
+        pt = tot["programs"]
+        lines += ["", f"{pt['count']} agent programs (all steps completed): mean response "
+                      f"{pt['response_s']['mean']:.3f} s, start to last step's end; on the chain "
+                      f"of steps that ended each:",
+                  f"  {'agent turn-around':<26}{pt['agent_s']['mean']:>z10.3f}"
+                  f"{pt['agent_s']['share']:>z9.1%}"]
+        for key, label in LABELS.items():
+            lines.append(f"  {label:<26}{pt[key]['mean']:>z10.3f}{pt[key]['share']:>z9.1%}")
     if rep["top"]:
         multi = tot["episodes"] > 1
         lines += ["", f"The {len(rep['top'])} workflows that waited longest (queue while ready "
@@ -90,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     print(format_report(rep))
     if args.json_out:
         out = Path(args.json_out)
-        data = {k: rep[k] for k in ("trace", "totals", "workflows")}
+        data = {k: rep[k] for k in ("trace", "totals", "workflows", "programs")}
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
