@@ -265,3 +265,48 @@ def test_appends_name_earlier_outputs_and_every_malformed_one_is_a_4xx():
     assert len(reg.metrics.programs) == 1
     assert "closed" in refused(doc([{"name": "x", "compute_gflop": 1}]), 409, ["path", "id"])
     assert len(reg.handles) == 2
+
+
+def test_a_held_step_is_released_with_its_inputs_once_the_steps_it_names_are_done():
+    from envs.workflow import TaskSpec, WorkflowSpec
+    from scale_ray.live.handles import WorkflowHandle
+    from scale_ray.live.programs import EarlierStepFailed, StepResult, hold, step_inputs
+    from scale_ray.live.workflow import Call, CollectedWorkflow, from_spec
+
+    def handle(tenant, jid, *args):
+        wf = from_spec(WorkflowSpec((TaskSpec(1.0, 1.0, 0.0), TaskSpec(1.0, 1.0, 0.0)), "s"))
+        if args:
+            calls = (Call(wf.calls[0].primitive, args, {"k": args[-1]}), wf.calls[1])
+            wf = CollectedWorkflow(wf.spec, calls, wf.outputs)
+        h = WorkflowHandle(0, wf, 0.0)
+        h.tenant, h.jid = tenant, jid
+        return h
+
+    a, b = handle("t", "A"), handle("t", "B")
+    released, failed = [], []
+    step = handle("t", "S", StepResult(a, 1), 5, StepResult("B", 0))
+    needs = step_inputs(step.workflow)
+    assert [(i, r.jid, r.index) for i, r in needs] == [(0, "A", 1), (0, "B", 0), (0, "B", 0)]
+    hold(step, needs, {"B": b}.get, released.append, lambda h, e: failed.append(e))
+    assert (a.pins, b.pins) == (1, 1) and not released
+    a.record_task_done(1, "ref-a1", "n", 1.0)
+    a.record_completion(1.0)
+    assert not released  # B still runs
+    b.record_task_done(0, "ref-b0", "n", 2.0)
+    b.record_completion(2.0)
+    assert released == [step] and not failed
+    assert step.workflow.calls[0].args == ("ref-a1", 5, "ref-b0")
+    assert step.workflow.calls[0].kwargs == {"k": "ref-b0"}
+    step.record_completion(3.0)
+    assert (a.pins, b.pins) == (0, 0)
+    # another tenant's step, an unknown id, a failed earlier step: failed, never released
+    for tenant, ref, done_err in (("u", StepResult(a, 1), None), ("t", StepResult("Z", 0), None),
+                                  ("t", StepResult(c := handle("t", "C"), 0), RuntimeError())):
+        s = handle(tenant, "S2", ref)
+        hold(s, step_inputs(s.workflow), {"B": b}.get, released.append,
+             lambda h, e: failed.append(e))
+        if done_err is not None:
+            c.record_completion(4.0, done_err)
+    assert len(released) == 1 and len(failed) == 3
+    assert all(isinstance(e, EarlierStepFailed) for e in failed)
+    assert "failed" in str(failed[-1]) and "tenant" in str(failed[0])

@@ -90,10 +90,10 @@ def hold(h: WorkflowHandle, needs: list[tuple[int, StepResult]],
     for _, r in needs:
         if r.handle is None:
             r.handle = lookup(r.jid)
-            if r.handle is None:
-                return fail(h, EarlierStepFailed(
-                    f"step {h.name!r} names a result of workflow {r.jid}, which this scheduler "
-                    f"does not hold (it was not resumed)"))
+        if r.handle is None or r.handle.tenant != h.tenant:
+            return fail(h, EarlierStepFailed(
+                f"step {h.name!r} names a result of workflow {r.jid}, which this scheduler "
+                f"does not hold for its tenant"))
     earlier = list({id(r.handle): r.handle for _, r in needs}.values())
     for e in earlier:
         e.pins += 1
