@@ -70,19 +70,24 @@ class Admission:
                 h.record_task_done(i, t.value_ref, node, finished)
             wf.tasks.append(t)
         h.resumed_tasks = None
-        if self.trace is not None:  # (a program's step: its program's first step and start)
-            self._emit({"t": self._now_model(), "event": "arrival", "workflow": h.id,
-                        "name": spec.name, "tasks": [
-                            {"task": t.gid, "compute_gflop": t.prim.compute_gflop,
-                             "memory_gb": t.prim.memory_gb, "output_gb": t.prim.output_gb,
-                             "parents": [p.gid for p in t.parents]} for t in wf.tasks],
-                        **({} if prog is None else {"program": prog.handles[0].id,
-                                                    "program_start": prog.arrival})})
+        if self.trace is not None:
+            self._trace_arrival(h, wf)
         for t in wf.tasks:
             if t.state != DONE and not t.waiting_for:
                 self.placement.push(t)
         if wf.done == len(wf.tasks) and not h.done():  # every task finished before a restart
             h.record_completion(time.perf_counter())
+
+    def _trace_arrival(self, h: WorkflowHandle, wf: LiveWorkflow) -> None:
+        """The trace's ``arrival`` event (a program's step: its program's first step, start)."""
+        prog = h.program
+        self._emit({"t": self._now_model(), "event": "arrival", "workflow": h.id,
+                    "name": h.workflow.spec.name, "tasks": [
+                        {"task": t.gid, "compute_gflop": t.prim.compute_gflop,
+                         "memory_gb": t.prim.memory_gb, "output_gb": t.prim.output_gb,
+                         "parents": [p.gid for p in t.parents]} for t in wf.tasks],
+                    **({} if prog is None else {"program": prog.handles[0].id,
+                                                "program_start": prog.arrival})})
 
     def _key(self, t: LiveTask) -> tuple:
         """A task's ready-queue key: the order's (``envs.order.Order``), behind its fair-share
