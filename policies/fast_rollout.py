@@ -197,243 +197,292 @@ class Rollouts:
         """The cost (``envs.objective.completion_cost``) of placing the current task on slot
         ``first`` (a busy one: it waits, reserved unless ``reserve`` is False) and rolling EFT
         out until ``t_end``: the planner's forked rollout, exactly."""
-        sim, cl = self.sim, self.cl
-        n = sim.n_slots
-        cdec_s, mdec_s = self.dec.cdec, self.dec.mdec
+        run = _Rollout(self, first, reserve)
+        step, place = run.step, run.place
+        cur = step(self.cur, first)
+        while cur >= 0 and run.t < t_end:
+            cur = step(cur, place(cur))
+        return run.cost(t_end)
+
+
+class _Rollout:
+    """One candidate's rollout (:meth:`Rollouts.cost`): copies of the present's lists, changed
+    by the simulator's rules, each method named after the rule it runs. Hot methods read what
+    they use into locals and write the scalars back (``t``, ``heap``...): a method that rebinds
+    a list stores it on ``self`` before anything else reads it."""
+
+    __slots__ = ("r", "sim", "n", "acc", "mem_l", "comp_l", "sid_l", "tu", "clip32", "inv_tu",
+                 "hol", "only_startable", "mask_inf", "tds", "wait_dt", "next_event", "t_cap",
+                 "max_dec", "max_accept", "ccd", "cmd", "cmr", "cls", "rk", "st", "pend", "tslot",
+                 "tsid", "tr_l", "ps_l", "hasfp", "fin", "idle", "busy", "bu", "events", "heap",
+                 "deferred", "dheap", "t", "seq", "decisions", "outstanding", "res")
+
+    def __init__(self, r: Rollouts, first: int, reserve: bool) -> None:
+        sim, cl = r.sim, r.cl
+        self.r, self.sim = r, sim
+        self.n = sim.n_slots
         srv, rules = sim.servers, sim.core.rules
-        acc, mem_l, comp_l, sid_l = srv.accept_l, srv.memory_l, srv.compute_l, sim.server_ids
+        self.acc, self.mem_l, self.comp_l = srv.accept_l, srv.memory_l, srv.compute_l
+        self.sid_l = sim.server_ids
         f = sim.cfg.features
-        tu, clip32 = f.time_unit, float(F32(f.clip))
-        inv_tu = F32(1.0 / tu)
-        mdp = sim.cfg.mdp
-        hol, only_startable = rules.head_of_line_blocking, rules.ask_only_startable
-        mask_inf, tds = rules.mask_infeasible, sim.transfer_delays
-        wait_dt, next_event = mdp.wait_dt_s, mdp.advance_to_next_event
-        t_cap, max_dec = sim.time_cap, sim.max_decisions
-        max_accept = sim.servers.max_accept_mem
-        ccd, cmd, cmr, cls = cl.cdec, cl.mdec, cl.mraw, cl.cls
-        K = len(ccd)
-        rk = range(K)
-        key, tid, children, parents = self.key, self.tid, self.children, self.parents
-        compute, mem, tc_l, tm_l, trp = self.compute, self.mem, self.tc, self.tm, self.trp
+        self.tu, self.clip32 = f.time_unit, float(F32(f.clip))
+        self.inv_tu = F32(1.0 / f.time_unit)
+        self.hol, self.only_startable = rules.head_of_line_blocking, rules.ask_only_startable
+        self.mask_inf, self.tds = rules.mask_infeasible, sim.transfer_delays
+        self.wait_dt, self.next_event = sim.cfg.mdp.wait_dt_s, sim.cfg.mdp.advance_to_next_event
+        self.t_cap, self.max_dec = sim.time_cap, sim.max_decisions
+        self.max_accept = srv.max_accept_mem
+        self.ccd, self.cmd, self.cmr, self.cls = cl.cdec, cl.mdec, cl.mraw, cl.cls
+        self.rk = range(len(cl.cdec))
+        self.st, self.pend = list(r.st0), list(r.pend0)
+        self.tslot, self.tsid = list(r.slot0), list(r.sid0)
+        self.tr_l, self.ps_l, self.hasfp = r.tr0.copy(), r.ps0.copy(), r.hasfp0.copy()
+        self.fin = [0.0] * len(r.st0)
+        self.idle, self.busy, self.bu = r.idle0.copy(), r.busy0.copy(), r.bu0.copy()
+        self.events = r.events0.copy()
+        self.heap, self.deferred, self.dheap = r.heap0.copy(), r.deferred0.copy(), \
+            r.deferred_heap0
+        self.t, self.seq = sim.t, sim.events.seq
+        self.decisions, self.outstanding = sim.decisions, sim.outstanding
+        self.res = dict(r.res0)
+        if self.busy[first] and reserve:
+            self.res[r.cur] = r._reservation(r.cur, first, self.sid_l[first])
 
-        st, pend = list(self.st0), list(self.pend0)
-        tslot, tsid = list(self.slot0), list(self.sid0)
-        tr_l, ps_l, hasfp = self.tr0.copy(), self.ps0.copy(), self.hasfp0.copy()
-        fin = [0.0] * len(st)
-        idle, busy, bu = self.idle0.copy(), self.busy0.copy(), self.bu0.copy()
-        events = self.events0.copy()
-        heap, deferred = self.heap0.copy(), self.deferred0.copy()
-        dheap = self.deferred_heap0
-        t, seq, decisions, outstanding = sim.t, sim.events.seq, sim.decisions, sim.outstanding
-        res = dict(self.res0)
-        cur = self.cur
-        if busy[first] and reserve:
-            res[cur] = self._reservation(cur, first, sid_l[first])
-
-        def advance_to(target: float) -> None:
-            nonlocal t, outstanding, heap, deferred, dheap
-            while events and events[0][0] <= target:
-                te, _, s, i = heappop(events)
-                if te > t:
-                    t = te
-                st[i] = DONE
-                fin[i] = t
-                busy[s] = False
-                idle[cls[s]] |= 1 << s
-                outstanding -= 1
-                for c in children[i]:
-                    if not hasfp[c]:
-                        hasfp[c] = True
-                        tr_l[c] = trp[i]
-                        ps_l[c] = s
-                    pend[c] -= 1
-                    if pend[c] == 0:
-                        st[c] = READY
-                        heappush(heap, (key[c], tid[c], c))
-            if target > t:
-                t = target
-            if deferred:  # ReadyQueue.requeue_deferred
-                if dheap and len(deferred) > len(heap):
-                    for e in heap:
-                        heappush(deferred, e)
-                    heap = deferred
-                else:
-                    for e in deferred:
-                        heappush(heap, e)
-                deferred, dheap = [], False
-
-        def wait() -> None:
-            if next_event and events:
-                advance_to(events[0][0])
+    def advance_to(self, target: float) -> None:  # Simulator: events up to target
+        events = self.events
+        if events and events[0][0] <= target:
+            self.finish_until(target)
+        if target > self.t:
+            self.t = target
+        deferred = self.deferred
+        if deferred:  # ReadyQueue.requeue_deferred
+            heap = self.heap
+            if self.dheap and len(deferred) > len(heap):
+                for e in heap:
+                    heappush(deferred, e)
+                self.heap = deferred
             else:
-                advance_to(t + wait_dt)
+                for e in deferred:
+                    heappush(heap, e)
+            self.deferred, self.dheap = [], False
 
-        def next_task() -> int:  # DecisionCore.next_task: a task, -1 (none) or -2 (HOL wait)
-            nonlocal heap, deferred, dheap
-            idle_mem = None
-            while heap:
-                i = heap[0][2]
-                if st[i] != READY:
-                    heappop(heap)
-                    continue
-                m = mem[i]
-                if m > max_accept:  # blocked: no server set change can bring it back here
-                    heappop(heap)
-                    continue
-                if only_startable:
-                    if idle_mem is None:
-                        idle_mem = -1.0
-                        for k in rk:
-                            if idle[k]:
-                                idle_mem = cmr[k]
-                                break
-                    if m > idle_mem:
-                        if hol:
-                            return -2
-                        if idle_mem < 0.0:  # ReadyQueue.defer_all
-                            for e in deferred:
-                                heappush(heap, e)
-                            deferred, heap, dheap = heap, [], True
-                            return -1
-                        deferred.append(heappop(heap))
-                        dheap = False
-                        continue
-                return i
-            return -1
+    def finish_until(self, target: float) -> None:
+        """The runs that end by ``target`` finish; children whose last parent it was are ready."""
+        events, st, fin, busy, idle, cls = (self.events, self.st, self.fin, self.busy,
+                                            self.idle, self.cls)
+        r = self.r
+        children, hasfp, tr_l, trp, ps_l, pend = (r.children, self.hasfp, self.tr_l, r.trp,
+                                                  self.ps_l, self.pend)
+        key, tid, heap = r.key, r.tid, self.heap
+        t, outstanding = self.t, self.outstanding
+        while events and events[0][0] <= target:
+            te, _, s, i = heappop(events)
+            if te > t:
+                t = te
+            st[i] = DONE
+            fin[i] = t
+            busy[s] = False
+            idle[cls[s]] |= 1 << s
+            outstanding -= 1
+            for c in children[i]:
+                if not hasfp[c]:
+                    hasfp[c] = True
+                    tr_l[c] = trp[i]
+                    ps_l[c] = s
+                pend[c] -= 1
+                if pend[c] == 0:
+                    st[c] = READY
+                    heappush(heap, (key[c], tid[c], c))
+        self.t, self.outstanding = t, outstanding
 
-        def select() -> int:  # Simulator._select
-            while True:
-                i = next_task()
-                if i >= 0:
-                    return i
-                if i == -2:
-                    wait()
-                    if t > t_cap:
-                        return -1
-                    continue
-                if outstanding == 0:
-                    return -1
-                if deferred:
-                    wait()
-                elif events:
-                    advance_to(events[0][0])
-                else:
-                    return -1
-                if t > t_cap:
-                    return -1
+    def wait(self) -> None:
+        if self.next_event and self.events:
+            self.advance_to(self.events[0][0])
+        else:
+            self.advance_to(self.t + self.wait_dt)
 
-        def step(i: int, s: int) -> int:  # Simulator.step
-            nonlocal decisions, seq, dheap
-            decisions += 1
-            if acc[s] and not busy[s] and mem_l[s] >= mem[i]:
+    def next_task(self) -> int:  # DecisionCore.next_task: a task, -1 (none) or -2 (HOL wait)
+        heap, st, mem, idle = self.heap, self.st, self.r.mem, self.idle
+        idle_mem = None
+        while heap:
+            i = heap[0][2]
+            if st[i] != READY:
                 heappop(heap)
-                sid = sid_l[s]
-                exec_s = compute[i] / comp_l[s]
-                delay = 0.0
-                if tds:  # max(..., default=0.0) over the parents on another server
-                    for p, psid, d in parents[i]:
-                        if d > delay and (tsid[p] if p >= 0 else psid) != sid:
-                            delay = d
-                st[i] = RUNNING
-                tslot[i] = s
-                tsid[i] = sid
-                busy[s] = True
-                idle[cls[s]] ^= 1 << s
-                until = t + delay + exec_s
-                bu[s] = until
-                seq += 1
-                heappush(events, (until, seq, s, i))
-            elif not hol:
-                deferred.append(heappop(heap))
-                dheap = False
-            else:
-                wait()
-            nxt = select()
-            if nxt >= 0 and (decisions >= max_dec or t > t_cap):
+                continue
+            m = mem[i]
+            if m > self.max_accept:  # blocked: no server set change can bring it back here
+                heappop(heap)
+                continue
+            if self.only_startable:
+                if idle_mem is None:
+                    idle_mem = -1.0
+                    for k in self.rk:
+                        if idle[k]:
+                            idle_mem = self.cmr[k]
+                            break
+                if m > idle_mem:
+                    if self.hol:
+                        return -2
+                    if idle_mem < 0.0:  # ReadyQueue.defer_all
+                        for e in self.deferred:
+                            heappush(heap, e)
+                        self.deferred, self.heap, self.dheap = heap, [], True
+                        return -1
+                    self.deferred.append(heappop(heap))
+                    self.dheap = False
+                    continue
+            return i
+        return -1
+
+    def select(self) -> int:  # Simulator._select
+        while True:
+            i = self.next_task()
+            if i >= 0:
+                return i
+            if i == -2:
+                self.wait()
+                if self.t > self.t_cap:
+                    return -1
+                continue
+            if self.outstanding == 0:
                 return -1
-            return nxt
+            if self.deferred:
+                self.wait()
+            elif self.events:
+                self.advance_to(self.events[0][0])
+            else:
+                return -1
+            if self.t > self.t_cap:
+                return -1
 
-        def remaining(s: int) -> float:  # heuristics.remaining_s
-            return decoded_remaining(bu[s] - t, inv_tu, tu, clip32)
+    def step(self, i: int, s: int) -> int:  # Simulator.step
+        self.decisions += 1
+        r, busy = self.r, self.busy
+        if self.acc[s] and not busy[s] and self.mem_l[s] >= r.mem[i]:
+            heappop(self.heap)
+            sid = self.sid_l[s]
+            delay = 0.0
+            if self.tds:  # max(..., default=0.0) over the parents on another server
+                tsid = self.tsid
+                for p, psid, d in r.parents[i]:
+                    if d > delay and (tsid[p] if p >= 0 else psid) != sid:
+                        delay = d
+            self.st[i] = RUNNING
+            self.tslot[i] = s
+            self.tsid[i] = sid
+            busy[s] = True
+            self.idle[self.cls[s]] ^= 1 << s
+            until = self.bu[s] = self.t + delay + r.compute[i] / self.comp_l[s]
+            self.seq = seq = self.seq + 1
+            heappush(self.events, (until, seq, s, i))
+        elif not self.hol:
+            self.deferred.append(heappop(self.heap))
+            self.dheap = False
+        else:
+            self.wait()
+        nxt = self.select()
+        if nxt >= 0 and (self.decisions >= self.max_dec or self.t > self.t_cap):
+            return -1
+        return nxt
 
-        def eft(i: int, excl) -> int:  # heuristics.eft_act on the rollout's lists; -1: again
-            # without exclusions (every fitting server is reserved for another task)
-            tc, tm, tr, ps = tc_l[i], tm_l[i], tr_l[i], ps_l[i]
-            tmem = mem[i] if mask_inf else -1.0
-            if not events or events[0][0] - t > 1e-7:  # every busy server is certainly busy
-                best = None
-                xb = 0
-                for s in excl:
-                    xb |= 1 << s
-                for k in rk:
-                    b = idle[k]
-                    if not b or cmr[k] < tmem:
-                        continue
-                    m = cmd[k]
-                    if m * _TOL < tm:
-                        continue
-                    if xb:
-                        b &= ~xb
-                        if not b:
-                            continue
-                    if ps >= 0 and b >> ps & 1:  # the parent's server: no transfer
-                        run = tc / ccd[k]
-                        if tds:
-                            run = run + 0.0
-                        c = (run + (1e-6 * 0.0 + 1e-9 * m), ps)
-                        if best is None or c < best:
-                            best = c
-                        b ^= 1 << ps
-                        if not b:
-                            continue
-                    s = (b & -b).bit_length() - 1
-                    run = tc / ccd[k]
-                    if tds:
-                        run = run + tr
-                    c = (run + (1e-6 * tr + 1e-9 * m), s)
-                    if best is None or c < best:
-                        best = c
-                if best is not None:
-                    return best[1]
-            # eft_ranking's full scan: the one rule (heuristics.eft_scan) on the rollout's lists
-            idl, busy_fit = eft_scan(range(n), acc, mem_l, busy, cdec_s, mdec_s,
-                                     (tc, tm, tmem, tr, ps), tds, excl,
-                                     lambda s: sees_busy(bu[s] - t, inv_tu, tu, clip32))
-            if idl:
-                return min(idl)[1]
-            if not busy_fit:
-                return -1 if excl else 0
-            return soonest_free(busy_fit, remaining)
-
-        cur = step(cur, first)
-        while cur >= 0 and t < t_end:
-            s = -1
-            if res:  # lookahead._reserved_slot
-                r = res.get(cur)
-                if r is not None:
-                    if r[1]:
-                        s = r[0]
-                        if not busy[s]:  # it starts there: the reservation ends
-                            del res[cur]
-                    else:
+    def place(self, cur: int) -> int:  # lookahead: the reservation, else EFT without others'
+        res = self.res
+        s = -1
+        if res:  # lookahead._reserved_slot
+            r = res.get(cur)
+            if r is not None:
+                if r[1]:
+                    s = r[0]
+                    if not self.busy[s]:  # it starts there: the reservation ends
                         del res[cur]
+                else:
+                    del res[cur]
+        if s < 0:
+            excl = ()
+            if res:  # lookahead._exclusions
+                excl = set()
+                st = self.st
+                for j, r in list(res.items()):
+                    if st[j] != READY or not r[2]:
+                        del res[j]
+                    elif j != cur:
+                        excl.add(r[0])
+            s = self.eft(cur, excl)
             if s < 0:
-                excl = ()
-                if res:  # lookahead._exclusions
-                    excl = set()
-                    for j, r in list(res.items()):
-                        if st[j] != READY or not r[2]:
-                            del res[j]
-                        elif j != cur:
-                            excl.add(r[0])
-                s = eft(cur, excl)
-                if s < 0:
-                    s = eft(cur, ())
-            cur = step(cur, s)
+                s = self.eft(cur, ())
+        return s
 
-        now = max(t, t_end)
-        mc = sim.mean_compute
+    def remaining(self, s: int) -> float:  # heuristics.remaining_s
+        return decoded_remaining(self.bu[s] - self.t, self.inv_tu, self.tu, self.clip32)
+
+    def eft(self, i: int, excl) -> int:  # heuristics.eft_act on the rollout's lists; -1: again
+        # without exclusions (every fitting server is reserved for another task)
+        r = self.r
+        tc, tm, tr, ps = r.tc[i], r.tm[i], self.tr_l[i], self.ps_l[i]
+        tmem = r.mem[i] if self.mask_inf else -1.0
+        events, t = self.events, self.t
+        if not events or events[0][0] - t > 1e-7:  # every busy server is certainly busy
+            s = self.eft_idle_class(tc, tm, tr, ps, tmem, excl)
+            if s >= 0:
+                return s
+        # eft_ranking's full scan: the one rule (heuristics.eft_scan) on the rollout's lists
+        bu, inv_tu, tu, clip32 = self.bu, self.inv_tu, self.tu, self.clip32
+        dec = r.dec
+        idl, busy_fit = eft_scan(range(self.n), self.acc, self.mem_l, self.busy, dec.cdec,
+                                 dec.mdec, (tc, tm, tmem, tr, ps), self.tds, excl,
+                                 lambda s: sees_busy(bu[s] - t, inv_tu, tu, clip32))
+        if idl:
+            return min(idl)[1]
+        if not busy_fit:
+            return -1 if excl else 0
+        return soonest_free(busy_fit, self.remaining)
+
+    def eft_idle_class(self, tc: float, tm: float, tr: float, ps: int, tmem: float,
+                       excl) -> int:
+        """EFT over the idle slots when no busy one can finish first: per server class its
+        lowest idle slot, and the task's parent's slot (no transfer); -1 when none fits."""
+        idle, cmr, cmd, ccd, tds = self.idle, self.cmr, self.cmd, self.ccd, self.tds
+        best = None
+        xb = 0
+        for s in excl:
+            xb |= 1 << s
+        for k in self.rk:
+            b = idle[k]
+            if not b or cmr[k] < tmem:
+                continue
+            m = cmd[k]
+            if m * _TOL < tm:
+                continue
+            if xb:
+                b &= ~xb
+                if not b:
+                    continue
+            if ps >= 0 and b >> ps & 1:  # the parent's server: no transfer
+                run = tc / ccd[k]
+                if tds:
+                    run = run + 0.0
+                c = (run + (1e-6 * 0.0 + 1e-9 * m), ps)
+                if best is None or c < best:
+                    best = c
+                b ^= 1 << ps
+                if not b:
+                    continue
+            s = (b & -b).bit_length() - 1
+            run = tc / ccd[k]
+            if tds:
+                run = run + tr
+            c = (run + (1e-6 * tr + 1e-9 * m), s)
+            if best is None or c < best:
+                best = c
+        return -1 if best is None else best[1]
+
+    def cost(self, t_end: float) -> float:
+        """The objective's cost of the rolled-out timeline: finished tasks at their finish, running
+        ones at their server's end, the rest at ``max(t, t_end)`` plus a mean-speed run."""
+        now = max(self.t, t_end)
+        r = self.r
+        mc, fin, bu, tslot, compute = (self.sim.mean_compute, self.fin, self.bu, self.tslot,
+                                       r.compute)
         comps = [fin[i] if x == DONE else bu[tslot[i]] if x == RUNNING else now + compute[i] / mc
-                 for i, x in enumerate(st)]
-        return completion_cost(self.objective, zip(self.wf, comps))
+                 for i, x in enumerate(self.st)]
+        return completion_cost(r.objective, zip(r.wf, comps))
