@@ -760,6 +760,9 @@ def test_client_submits_a_ray_dag_and_refuses_what_no_server_can_run(service):
     assert first.result(timeout=60) == 3
     # the agent's next step, as a step of the same program (issue 47); an unknown one: refused
     assert client.submit(inc.bind(3), program=first).result(timeout=60) == 4
+    # a step that names the first step's output (its task 1) gets its value as the argument
+    from scale_ray.live import StepResult
+    assert client.submit(inc.bind(StepResult(first, 1)), program=first).result(timeout=60) == 4
     with pytest.raises(client.WorkflowError, match="program"):
         client.submit(inc.bind(3), program="0badc0de-3")
     with pytest.raises(client.Unschedulable, match="GPU"):

@@ -46,14 +46,15 @@ _LINK = threading.Lock()
 
 class StepResult:
     """A call argument: the result of task ``index`` (an int, or the call) of an earlier step
-    ``step`` of the same program (its handle; after a restart the step's journal id, resolved
-    when the step is released). Only the handle's journal id and the index are pickled."""
+    ``step`` of the same program: its handle, or its id (a journal id, the service's workflow id,
+    a ``scale_ray.client`` handle), resolved when the step is released. Only the id and the
+    index are pickled: ``client.submit(tool.bind(StepResult(first, 1)), program=first)``."""
 
     __slots__ = ("jid", "index", "handle")
 
-    def __init__(self, step: WorkflowHandle | str, index: Any):
+    def __init__(self, step: Any, index: Any):
         self.handle = step if isinstance(step, WorkflowHandle) else None
-        self.jid = step.jid if isinstance(step, WorkflowHandle) else str(step)
+        self.jid = step.jid if isinstance(step, WorkflowHandle) else str(getattr(step, "id", step))
         i = index if self.handle is None else self.handle.index(index)
         if not isinstance(i, int):
             raise KeyError(f"{index!r} is not a call of the step it names")
