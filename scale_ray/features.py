@@ -1,5 +1,9 @@
 """Statistics of the attention feature z of a trained policy on fixed-seed episodes (paper
-Table 5): mean |off-diagonal covariance| and mean per-dimension KL to N(0, 1), at each cluster size.
+Table 5): mean |off-diagonal covariance| and mean per-dimension KL to N(0, 1), at each cluster size;
+also the mean |off-diagonal correlation| of z and the pointer's calibration (issue 48): the mean
+probability of its pick and the mean entropy of its distribution over the valid servers divided
+by the log of their number (0: certain, 1: uniform), the flattening the paper attributes to a
+larger N.
 
 The policy acts greedily; z is recorded at every decision (all decisions of ``episodes`` episodes,
 the same seeds as ``scale-ray eval``), then the statistics are taken over that batch. Used by
@@ -20,8 +24,10 @@ from policies.srr import feature_stats
 from scale_ray.evaluation import env_for_policy, episode_seed
 
 
-def collect_z(policy, env: EnvConfig, episodes: int, seed: int) -> np.ndarray:
-    """z (decisions × d) of a greedy policy over fixed-seed episodes."""
+def collect_z(policy, env: EnvConfig, episodes: int, seed: int,
+              pointer: list[tuple[float, float, int]] | None = None) -> np.ndarray:
+    """z (decisions × d) of a greedy policy over fixed-seed episodes; ``pointer`` gets, per
+    decision, (probability of the pick, normalised entropy, valid servers)."""
     net = policy.net
     env = env_for_policy(env, policy)
     zs: list[np.ndarray] = []
@@ -36,9 +42,33 @@ def collect_z(policy, env: EnvConfig, episodes: int, seed: int) -> np.ndarray:
             scores = out.scores[0].numpy().astype(np.float64)
             scores[obs["action_mask"] <= 0.5] = -np.inf
             zs.append(out.z[0].numpy().copy())
+            if pointer is not None:
+                pointer.append(calibration(scores))
             sim.step(int(np.argmax(scores)))
     d = int(getattr(net.cfg, "d_model", 0))
     return np.stack(zs) if zs else np.zeros((0, d), dtype=np.float32)
+
+
+def calibration(scores: np.ndarray) -> tuple[float, float, int]:
+    """(the softmax probability of the best valid score, the distribution's entropy / log of
+    the valid count (0 when one is valid), the valid count) of masked pointer ``scores``."""
+    s = scores[np.isfinite(scores)]
+    if s.size == 0:
+        return float("nan"), float("nan"), 0
+    p = np.exp(s - s.max())
+    p /= p.sum()
+    h = float(-(p[p > 0] * np.log(p[p > 0])).sum())
+    return float(p.max()), h / np.log(s.size) if s.size > 1 else 0.0, int(s.size)
+
+
+def mean_abs_corr(z: np.ndarray) -> float:
+    """Mean |off-diagonal correlation| of the columns of z (constant columns count 0)."""
+    c = np.cov(z.astype(np.float64), rowvar=False)
+    sd = np.sqrt(np.clip(np.diag(c), 0.0, None))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(np.outer(sd, sd) > 0, c / np.outer(sd, sd), 0.0)
+    d = r.shape[0]
+    return float((np.abs(r).sum() - np.abs(np.diag(r)).sum()) / (d * (d - 1))) if d > 1 else 0.0
 
 
 def feature_table(policy_spec: str, env: EnvConfig, servers: list[int], episodes: int,
@@ -51,12 +81,17 @@ def feature_table(policy_spec: str, env: EnvConfig, servers: list[int], episodes
                          f"from its network)")
     rows = []
     for n in servers:
-        z = collect_z(policy, env.with_servers(n), episodes, seed)
+        ptr: list[tuple[float, float, int]] = []
+        z = collect_z(policy, env.with_servers(n), episodes, seed, ptr)
+        nan = float("nan")
         if z.shape[0] < 2:  # no statistics without at least two decisions
-            nan = float("nan")
             stats = {"mean_abs_offdiag_cov": nan, "mean_kl": nan, "decorrelation": nan,
-                     "mean_var": nan, "mean_abs_mu": nan}
+                     "mean_var": nan, "mean_abs_mu": nan, "mean_abs_corr": nan}
         else:
             stats = feature_stats(torch.as_tensor(z, dtype=torch.float64))
+            stats["mean_abs_corr"] = mean_abs_corr(z)
+        p = np.array([x for x in ptr if x[2] > 0], dtype=float).reshape(-1, 3)
+        stats.update({k: float(p[:, j].mean()) if len(p) else nan for j, k in enumerate(
+            ("mean_pick_prob", "mean_entropy_norm", "mean_valid_servers"))})
         rows.append({"servers": n, "decisions": int(z.shape[0]), **stats})
     return rows

@@ -431,7 +431,25 @@ def test_features_command_reports_z_statistics(tmp_path):
         assert r["decisions"] > 0
         assert math.isfinite(r["mean_abs_offdiag_cov"]) and r["mean_abs_offdiag_cov"] >= 0
         assert math.isfinite(r["mean_kl"]) and r["mean_kl"] >= 0
+        assert 0 <= r["mean_abs_corr"] <= 1 and 0 < r["mean_pick_prob"] <= 1
+        assert 0 <= r["mean_entropy_norm"] <= 1 and 1 <= r["mean_valid_servers"] <= r["servers"]
     assert main(["features", "--policy", "eft", "--servers", "4"]) == 2  # not a trained artifact
+
+
+def test_pointer_calibration_and_feature_correlation_by_hand():
+    import numpy as np
+
+    from scale_ray.features import calibration, mean_abs_corr
+
+    p, h, n = calibration(np.array([0.0, 0.0, -np.inf, 0.0, 0.0]))  # uniform over 4 valid
+    assert (p, n) == (0.25, 4) and h == pytest.approx(1.0)
+    p, h, n = calibration(np.array([np.log(3.0), 0.0, -np.inf]))  # 3/4 and 1/4
+    assert p == pytest.approx(0.75) and n == 2
+    assert h == pytest.approx(-(0.75 * np.log(0.75) + 0.25 * np.log(0.25)) / np.log(2))
+    assert calibration(np.array([1.0, -np.inf])) == (1.0, 0.0, 1)
+    x = np.arange(10.0)
+    z = np.stack([x, 2 * x + 1, -x, np.ones(10)], axis=1)  # |corr| 1 among three, 0 with a const
+    assert mean_abs_corr(z) == pytest.approx(6 / 12)
 
 
 def test_metrics_of_an_interrupted_run_are_cut_back_to_the_checkpoint_on_resume(tmp_path):

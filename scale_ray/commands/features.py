@@ -1,5 +1,7 @@
 """`scale-ray features`: statistics of the attention feature z on fixed-seed episodes (paper
-Table 5): mean |off-diagonal covariance| and mean per-dimension KL to N(0, 1), at each cluster size.
+Table 5): mean |off-diagonal covariance| and mean per-dimension KL to N(0, 1), at each cluster size;
+the mean |off-diagonal correlation| and the pointer's calibration (pick probability, normalised
+entropy) with them.
 
 The policy acts greedily; z is recorded at every decision (all decisions of ``--episodes``
 episodes, the same seeds as ``scale-ray eval``), then the statistics are taken over that batch
@@ -35,10 +37,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--episodes: {args.episodes} must be >= 1")
     env = load_env(args.env_config, args.set)
     rows = feature_table(args.policy, env, args.servers, args.episodes, args.seed)
-    print(f"{'N':>6} {'decisions':>10} {'mean|offdiag cov|':>18} {'mean KL':>10} {'mean var':>9}")
+    print(f"{'N':>6} {'decisions':>10} {'mean|offdiag cov|':>18} {'mean KL':>10} {'mean var':>9} "
+          f"{'mean|corr|':>10} {'p(pick)':>8} {'H/logn':>7} {'valid':>7}")
     for r in rows:
         print(f"{r['servers']:>6} {r['decisions']:>10} {r['mean_abs_offdiag_cov']:>18.4f} "
-              f"{r['mean_kl']:>10.4f} {r['mean_var']:>9.4f}")
+              f"{r['mean_kl']:>10.4f} {r['mean_var']:>9.4f} {r['mean_abs_corr']:>10.4f} "
+              f"{r['mean_pick_prob']:>8.3f} {r['mean_entropy_norm']:>7.3f} "
+              f"{r['mean_valid_servers']:>7.1f}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"policy": args.policy, "episodes": args.episodes,
