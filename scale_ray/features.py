@@ -12,6 +12,9 @@ the same seeds as ``scale-ray eval``), then the statistics are taken over that b
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -95,3 +98,40 @@ def feature_table(policy_spec: str, env: EnvConfig, servers: list[int], episodes
             ("mean_pick_prob", "mean_entropy_norm", "mean_valid_servers"))})
         rows.append({"servers": n, "decisions": int(z.shape[0]), **stats})
     return rows
+
+
+#: what :func:`plot_shift` draws, per N: (row key, panel title)
+PLOTTED = (("mean_var", "variance of z (mean over dimensions)"),
+           ("mean_kl", "KL of z to N(0, 1) (mean over dimensions)"),
+           ("mean_pick_prob", "pointer: probability of its pick"),
+           ("mean_entropy_norm", "pointer: entropy / log(valid servers)"))
+
+
+def plot_shift(files: list[str], out: str) -> dict[str, list[dict[str, Any]]]:
+    """Plot ``scale-ray features --json`` files against N, one line per label (a file's name
+    without its ``_s<seed>`` part; files of one label averaged); returns the averaged rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for f in files:
+        label = re.sub(r"_s\d+", "", Path(f).stem)
+        for r in json.loads(Path(f).read_text())["results"]:
+            groups.setdefault(label, {}).setdefault(int(r["servers"]), []).append(r)
+    avg = {label: [{"servers": n, **{k: float(np.mean([r[k] for r in rs])) for k, _ in PLOTTED}}
+                   for n, rs in sorted(by_n.items())] for label, by_n in sorted(groups.items())}
+    fig, axes = plt.subplots(1, len(PLOTTED), figsize=(4.2 * len(PLOTTED), 3.6))
+    for ax, (key, title) in zip(axes, PLOTTED):
+        for label, rows in avg.items():
+            ax.plot([r["servers"] for r in rows], [r[key] for r in rows], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("servers N")
+        ax.set_title(title, fontsize=9)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return avg

@@ -67,6 +67,10 @@ def test_shipped_env_configs_load_and_inherit(repo):
     assert real.mdp.mask_infeasible and real.mdp.ask_only_startable
     assert real.reward.kind == "response"
     assert (real.reward.w1, real.reward.w2) == (paper.reward.w1, paper.reward.w2)
+    # the paper's regime as issue 48 reads it: paper.yaml with 12-decision episodes
+    regime = load_env(repo / "configs/env/paper_regime.yaml")
+    assert regime.mdp.max_decisions == 12 and regime.workload == paper.workload
+    assert regime.cluster == paper.cluster and regime.reward == paper.reward
 
 
 def test_overrides_are_validated():

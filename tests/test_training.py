@@ -434,6 +434,9 @@ def test_features_command_reports_z_statistics(tmp_path):
         assert 0 <= r["mean_abs_corr"] <= 1 and 0 < r["mean_pick_prob"] <= 1
         assert 0 <= r["mean_entropy_norm"] <= 1 and 1 <= r["mean_valid_servers"] <= r["servers"]
     assert main(["features", "--policy", "eft", "--servers", "4"]) == 2  # not a trained artifact
+    png = tmp_path / "shift.png"  # the plot of earlier --json files, seeds averaged per label
+    assert main(["features", "--plot", str(png), str(out)]) == 0 and png.stat().st_size > 1000
+    assert main(["features", "--plot", str(png)]) == 2  # no --json file to plot
 
 
 def test_pointer_calibration_and_feature_correlation_by_hand():

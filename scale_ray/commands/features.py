@@ -15,11 +15,12 @@ import json
 from pathlib import Path
 
 from scale_ray.config import load_env
-from scale_ray.features import feature_table
+from scale_ray.features import feature_table, plot_shift
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--policy", required=True, help="policy artifact directory or shipped name")
+    p.add_argument("--policy", default=None,
+                   help="policy artifact directory or shipped name (required unless --plot)")
     p.add_argument("--servers", nargs="+", type=int, default=[16, 32, 48], help="cluster sizes N")
     p.add_argument("--episodes", type=int, default=3, help="episodes per size")
     p.add_argument("--seed", type=int, default=0, help="base seed of the fixed episode set")
@@ -27,9 +28,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override an env key (repeatable)")
     p.add_argument("--json", default=None, help="write the results to this JSON file")
+    p.add_argument("--plot", nargs="+", default=None, metavar=("OUT.png", "JSON"),
+                   help="instead: plot earlier --json files against N (one line per file name "
+                        "without its _s<seed> part, seeds averaged) into OUT.png")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.plot is not None:
+        if len(args.plot) < 2:
+            raise ValueError("--plot: give OUT.png and at least one --json file of this command")
+        avg = plot_shift(args.plot[1:], args.plot[0])
+        print(f"wrote {args.plot[0]}: {', '.join(avg)}")
+        return 0
+    if args.policy is None:
+        raise ValueError("--policy: required (a trained artifact), unless --plot")
     for n in args.servers:
         if n < 1:
             raise ValueError(f"--servers: {n} must be >= 1")
