@@ -176,6 +176,12 @@ class Workflows:
             return self._duplicate(known, tenant)
         self.check_quota(tenant, n)
         prog = None if program is None else program_of(self.sched, self._earlier(program, tenant))
+        if prog is not None:  # (a program's steps together: bounded as one workflow is)
+            have, cap = sum(len(h.workflow.calls) for h in prog.handles), self.tuning.max_tasks
+            if have + n > cap:
+                raise RequestError(("body", "tasks"), f"the program would hold {have + n} tasks "
+                                   f"in all; this service accepts at most max_tasks={cap} per "
+                                   f"agent program (its steps together)", "too_long")
         wid = self.ids.new(tenant)
         sub = Submission(id=wid, fmt=fmt, payload=payload, name=wf.spec.name, tenant=tenant,
                          key=key, meta=(meta or {}) | ({} if program is None else

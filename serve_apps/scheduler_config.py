@@ -42,8 +42,8 @@ class SchedulerTuning:
     result_ttl_s: float = field(default=3600.0, metadata=rng(
         gt=0, le=1e7, doc="a completed workflow's result is released this long after it "
                           "finished (GET then says result_expired); its record stays"))
-    max_tasks: int = field(default=10_000, metadata=rng(ge=1, le=1_000_000,
-                                                         doc="tasks per submitted workflow"))
+    max_tasks: int = field(default=10_000, metadata=rng(ge=1, le=1_000_000, doc=(
+        "tasks per submitted workflow, and per agent program (its steps together)")))
     max_body_bytes: int = field(default=DEFAULT_MAX_BODY_BYTES, metadata=rng(
         ge=1024, le=1 << 30, doc="request body cap; a larger body is a 413"))
     max_inflight_workflows: int = field(default=10_000, metadata=rng(

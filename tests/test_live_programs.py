@@ -202,7 +202,7 @@ def test_appends_name_earlier_outputs_and_every_malformed_one_is_a_4xx():
     from serve_apps.schemas import RequestError
     from serve_apps.workflow_api import AllowList, AppendIn, WorkflowIn, to_workflow
 
-    sched, reg, _ = _registry()
+    sched, reg, tuning = _registry()
 
     def doc(tasks, **kw):
         return json.dumps({"tasks": tasks, **kw}).encode()
@@ -256,6 +256,11 @@ def test_appends_name_earlier_outputs_and_every_malformed_one_is_a_4xx():
                                                "parents": ["draft"]}]), 409,
                                          ["body", "tasks", 0, "parents"])
     # close (from any step's id), then nothing more: 409
+    # a program's steps together are capped as one workflow is (max_tasks): 422, nothing queued
+    tuning.max_tasks = 5
+    assert "max_tasks=5" in refused(doc([{"name": "x", "compute_gflop": 1}]), 422,
+                                    ["body", "tasks"])
+    tuning.max_tasks = 100
     assert reg.metrics.programs == []
     assert append(doc([], close=True), wid=out["id"]) == {"program": first, "closed": True}
     assert h1.program.closed and reg.metrics.programs == []  # a step still runs
