@@ -42,6 +42,7 @@ from typing import Any, Sequence
 from envs.workload import WorkflowError
 from scale_ray.live.config import NoServers, Unschedulable
 from scale_ray.live.handles import NothingToRun, WorkflowFailed
+from scale_ray.live.journal import current_step
 from scale_ray.live.raydag import accept, nothing_to_run
 from scale_ray.live.workflow import Call, CollectedWorkflow
 
@@ -293,6 +294,48 @@ def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
     return ServiceWorkflow(app, accepted, time.perf_counter() - t0, tenant)
 
 
+class ServiceProgram:
+    """An agent program in the scheduler service (:func:`program`): ``submit`` adds a step,
+    ordered as part of the program (``submit(..., program=)``)."""
+
+    def __init__(self, step: str, app: str, tenant: str):
+        self.step, self.app, self.tenant = step, app, tenant
+
+    def submit(self, workflow: Any, *inputs: Any, name: str = "", key: str | None = None,
+               **kw_inputs: Any) -> ServiceWorkflow | NothingToRun:
+        """:func:`submit` of the next step (same tenant and app); its result may name an
+        earlier step's output with ``scale_ray.live.StepResult``."""
+        return submit(workflow, *inputs, name=name, app=self.app, tenant=self.tenant, key=key,
+                      program=self.step, **kw_inputs)
+
+    def __repr__(self) -> str:
+        return f"ServiceProgram(step={self.step})"
+
+
+def program(step: ServiceWorkflow | str | None = None, app: str = DEFAULT_APP,
+            tenant: str | None = None) -> ServiceProgram:
+    """The agent program of ``step`` (an earlier workflow or its id), to add steps to. Inside a
+    primitive the service runs, with no ``step``: the program of the workflow it belongs to,
+    its tenant and app included, so a running call can submit the calls it decides on::
+
+        @primitive
+        def plan(question):
+            todo = decide(question)
+            steps = [client.program().submit(search.bind(t)) for t in todo]
+            return [s.result(timeout=300) for s in steps]
+    """
+    if step is None:
+        ctx = current_step()
+        if ctx is None:
+            raise RuntimeError("client.program(): not inside a primitive the scheduler service "
+                               "runs; name the step: client.program(handle)")
+        jid, tenant, app = ctx
+        return ServiceProgram(jid, app, tenant)
+    sid = step.id if isinstance(step, ServiceWorkflow) else step
+    tenant = tenant or (step.tenant if isinstance(step, ServiceWorkflow) else job_tenant())
+    return ServiceProgram(sid, app, tenant)
+
+
 def _refusal(acc: dict) -> Exception:
     kind, message = acc["refused"], acc["message"]
     if kind == "quota":
@@ -308,4 +351,5 @@ def cluster(app: str = DEFAULT_APP, tenant: str | None = None) -> dict:
 
 
 __all__ = ["submit", "cluster", "ServiceWorkflow", "WorkflowLost", "WorkflowFailed", "NoServers",
-           "Unschedulable", "QuotaExceeded", "job_tenant", "DEFAULT_APP"]
+           "Unschedulable", "QuotaExceeded", "job_tenant", "DEFAULT_APP", "program",
+           "ServiceProgram"]

@@ -123,6 +123,9 @@ class SchedulerService:
         self.sched = LiveScheduler(policy, self.env, self.args.live,
                                    trace=self._write_trace if self._trace_file else None).start()
         self.t0 = self.sched.clock_origin
+        # a primitive's body continues its own agent program (scale_ray.client.program())
+        app = serve.get_replica_context().app_name
+        self.sched.runs.step_context = lambda h: (h.jid, h.tenant, app)
         errors.LIMITS.max_body_bytes = self.tuning.max_body_bytes
         self.scheduler_at = time.time()
         self.journal = JournalView(self.sched)

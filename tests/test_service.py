@@ -770,6 +770,37 @@ def test_client_submits_a_ray_dag_and_refuses_what_no_server_can_run(service):
     assert client.cluster()["ready_tasks"] == 0
 
 
+@primitive(compute_gflop=1.0, emulate=False)
+def add_one(x):
+    return x + 1
+
+
+@primitive(compute_gflop=1.0, emulate=False)
+def planner(x):
+    """A running call that decides its next calls: each a step of its own agent program."""
+    from scale_ray import client
+
+    steps = [client.program().submit(add_one.bind(x + k)) for k in range(2)]
+    return [s.id for s in steps], [s.result(timeout=60) for s in steps]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_running_primitive_adds_steps_to_its_own_program(service):
+    from scale_ray import client
+
+    h = client.submit(planner.bind(10))
+    ids, values = h.result(timeout=120)
+    assert values == [11, 12]
+    prog = h.status()["program"]  # the planner's workflow and the two steps it submitted
+    assert prog["id"] == h.id and prog["steps"] == [h.id, *ids] and not prog["closed"]
+    # from the driver: the same program, by handle
+    nxt = client.program(h).submit(add_one.bind(1))
+    assert nxt.result(timeout=60) == 2 and nxt.status()["program"]["steps"][-1] == nxt.id
+    with pytest.raises(RuntimeError, match="not inside a primitive"):
+        client.program()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_client_gives_rays_value_or_refusal_for_every_ray_dag_case(service):

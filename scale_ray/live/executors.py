@@ -71,7 +71,7 @@ def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The Ray task body around a primitive: placement check, emulated run time, the call.
 
     ``meta = (expected_node_id | None, sleep_s, gflop_scaled[, attempt, journal_target,
-    cancellable[, inputs]])``: with ``gflop_scaled`` > 0 (Ray's own placement) the sleep is
+    cancellable[, inputs[, step]]])``: with ``gflop_scaled`` > 0 (Ray's own placement) the sleep is
     computed from the capacity label of the node it landed on, plus the largest transfer
     (wall s) of ``inputs`` = ``((parent status ref, transfer_s), ...)`` whose parent ran on
     another node; ``attempt`` is what
@@ -79,7 +79,8 @@ def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     writes its start marker first and its result before it returns
     (:mod:`scale_ray.live.journal`); a ``cancellable`` run (every run the live scheduler
     starts) checks during its emulated sleep whether it was cancelled (others, Ray's own
-    placement's, sleep in one piece). Returns ``(value,
+    placement's, sleep in one piece); ``step`` is what :func:`scale_ray.live.journal.current_step`
+    returns in the body (the scheduler service's workflow id, tenant and app). Returns ``(value,
     (node_id, run_s))``, ``run_s`` the seconds the run took in the worker (emulated sleep and
     body: what the run-time estimator learns, without dispatch and polling delays); the
     scheduler waits on the small second part only.
@@ -114,10 +115,12 @@ def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise RunCancelled("cancelled by the scheduler (its workflow is over, or a "
                                    "hedged copy finished first)")
         journal.set_attempt(n)
+        journal.set_step(meta[7] if len(meta) > 7 else None)
         try:
             value = fn(*args, **kwargs)
         finally:
             journal.set_attempt(0)
+            journal.set_step(None)
         run_s = time.perf_counter() - t0
         if target is not None:
             journal.record_result(target, value, node)

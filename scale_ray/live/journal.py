@@ -110,6 +110,16 @@ def set_attempt(n: int) -> None:
     _local.attempt = n
 
 
+def current_step() -> tuple | None:
+    """Inside a primitive the scheduler service runs: (its workflow's id, tenant, the service's
+    app name), what ``scale_ray.client.program()`` continues; None elsewhere."""
+    return getattr(_local, "step", None)
+
+
+def set_step(step: tuple | None) -> None:
+    _local.step = step
+
+
 def record_start(target: tuple) -> None:
     """The worker, before the primitive's body: a start marker ``s<i>.<attempt>``."""
     uri, wid, idx, _fmt, n = target

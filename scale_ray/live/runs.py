@@ -89,6 +89,9 @@ class Runs:
         self.stragglers: list[tuple[float, int, int, LiveTask]] = []  # heap: (due wall s, gid, token, t)
         self.due: list[tuple[int, LiveTask]] = []  # past due, waiting for an idle fitting server
         self.losers: dict[Any, tuple[LiveTask, _Run]] = {}  # cancelled runs, until they return
+        #: what a run's body reads as its step (``executors.wrap_body``, ``client.program()``):
+        #: ``step_context(handle)``; set by the scheduler service
+        self.step_context: Callable[[Any], tuple] | None = None
         counters.update(hedge_copies=0, hedge_wins=0, hedge_copy_s=0.0, hedge_waste_s=0.0,
                         run_s=0.0)
 
@@ -122,7 +125,8 @@ class Runs:
             sleep_s += transfer * ts
         attempt = t.runs
         # every emulated run polls for ray.cancel (a hedged loser, a cancelled workflow)
-        meta = (node.node_id, sleep_s, 0.0, attempt, self.durable.run_target(t), True)
+        step = self.step_context(t.wf.handle) if self.step_context is not None else None
+        meta = (node.node_id, sleep_s, 0.0, attempt, self.durable.run_target(t), True, None, step)
         t.runs += 1
         value_ref, status_ref = self._nodes.run(srv, prim, meta, args, kwargs)
         # what the policy sees: the estimate plus the emulated transfer, never the true run
