@@ -734,6 +734,17 @@ def test_hostile_requests_get_4xx_never_5xx(service):
         for key in ("x" * 201, "tab\tkey"):
             statuses.append(http.post("/v1/workflows", json={"tasks": [ok_task]},
                                       headers={"Idempotency-Key": key}).status_code)
+        # the same set appended to a real program (issue 47), and appends to absurd ids
+        real = http.post("/v1/workflows", json={"tasks": [{**ok_task, "name": "root"}]}
+                         ).json()["id"]  # (its task is not "a": the bodies reach every check)
+        for body, ct in posts:
+            statuses.append(http.post(f"/v1/workflows/{real}/tasks", content=body,
+                                      headers={"content-type": ct}).status_code)
+        for doc in docs + [{"tasks": [ok_task], "close": "yes"}, {"close": True, "program": real}]:
+            statuses.append(http.post(f"/v1/workflows/{real}/tasks", json=doc).status_code)
+        for path in gets[:2] + gets[-4:]:
+            statuses.append(http.post(path.split("?")[0] + "/tasks",
+                                      json={"close": True}).status_code)
         for path in gets:
             statuses.append(http.get(path).status_code)
             statuses.append(http.delete(path.split("?")[0]).status_code)

@@ -187,6 +187,28 @@ def test_task_caps_are_422_naming_the_field(service):
         client.submit(primitive(compute_gflop=5e4)(lambda: 0).bind(), tenant="a")
 
 
+def test_appends_are_the_owners_only(service):
+    """POST /v1/workflows/{id}/tasks: no token is a 401, another tenant's id a 404 (nothing
+    queued, the program unchanged), the owner's a 201."""
+    import httpx
+
+    a, b = ({"Authorization": f"Bearer {t}"} for t in (TOK_A, TOK_B))
+    step = {"tasks": [{"name": "next", "compute_gflop": 0.01, "parents": ["first"]}]}
+    with httpx.Client(base_url=service.url, timeout=30) as http:
+        wid = http.post("/v1/workflows", json={"tasks": [{"name": "first", "compute_gflop": 0.01}]},
+                        headers=a).json()["id"]
+        assert http.post(f"/v1/workflows/{wid}/tasks", json=step).status_code == 401
+        r = http.post(f"/v1/workflows/{wid}/tasks", json=step, headers=b)
+        assert r.status_code == 404 and r.json()["detail"][0]["loc"] == ["path", "id"]
+        assert http.post(f"/v1/workflows/{wid}/tasks", json={"close": True},
+                         headers=b).status_code == 404
+        r = http.post(f"/v1/workflows/{wid}/tasks", json=step, headers=a)
+        assert r.status_code == 201, r.text
+        rec = http.get(f"/v1/workflows/{r.json()['id']}", params={"wait_s": 30}, headers=a).json()
+        assert rec["state"] == "completed" and rec["program"]["steps"] == [wid, r.json()["id"]]
+        assert http.get(f"/v1/workflows/{r.json()['id']}", headers=b).status_code == 404
+
+
 @primitive(compute_gflop=0.01)
 def keywords(x, key=0, meta=0):
     return [x, key, meta]

@@ -270,6 +270,8 @@ def test_hostile_strings_bodies_and_views_over_http(service):
         for wid in ids:
             statuses.append(("get", wid[:40], http.get(f"/v1/workflows/{wid}").status_code))
             statuses.append(("del", wid[:40], http.delete(f"/v1/workflows/{wid}").status_code))
+            statuses.append(("append", wid[:40], http.post(f"/v1/workflows/{wid}/tasks",
+                                                           json={"close": True}).status_code))
         for name, value in (("authorization", b"Bearer \xc3\xa9\xff\x01"),
                             ("idempotency-key", b"\xc3\xa9"), ("idempotency-key", b"\xff" * 300),
                             ("content-type", b"application/json; x=\xff")):
@@ -277,7 +279,8 @@ def test_hostile_strings_bodies_and_views_over_http(service):
             statuses.append(("post", name, r.status_code))
         bad = [s for s in statuses if s[2] >= 500]
         assert not bad, bad
-        assert all(s[2] in (404, 422) for s in statuses if s[0] in ("get", "del")), statuses
+        assert all(s[2] in (404, 422) for s in statuses if s[0] in ("get", "del", "append")), \
+            statuses
 
         wid = http.post("/v1/workflows", json=ok).json()["id"]
         polled = http.get(f"/v1/workflows/{wid}", params={"wait_s": 30, "result": False}).json()
