@@ -76,6 +76,12 @@ class EarlierStepFailed(RuntimeError):
     no longer held."""
 
 
+def _pin(steps: list[WorkflowHandle], d: int) -> None:
+    with _LINK:
+        for e in steps:
+            e.pins += d
+
+
 def step_inputs(wf: Any) -> list[tuple[int, StepResult]]:
     """(call index, StepResult) for every StepResult passed directly to one of ``wf``'s calls."""
     return [(i, a) for i, c in enumerate(wf.calls)
@@ -96,9 +102,8 @@ def hold(h: WorkflowHandle, needs: list[tuple[int, StepResult]],
                 f"step {h.name!r} names a result of workflow {r.jid}, which this scheduler "
                 f"does not hold for its tenant"))
     earlier = list({id(r.handle): r.handle for _, r in needs}.values())
-    for e in earlier:
-        e.pins += 1
-    h.add_done_callback(lambda _h: [setattr(e, "pins", e.pins - 1) for e in earlier])
+    _pin(earlier, 1)  # (the submitting thread pins, the scheduler thread unpins)
+    h.add_done_callback(lambda _h: _pin(earlier, -1))
     left = [len(earlier)]
     lock = threading.Lock()
 
