@@ -195,7 +195,7 @@ def test_live_scheduler_observation_with_backlog_equals_the_encoder(tmp_path):
     spec = WorkflowSpec((TaskSpec(2.0, 4.0, 0.3), TaskSpec(3.0, 4.0, 0.7),
                          TaskSpec(1.0, 1.0, 0.0, (0, 1))))
     for k, submitted in enumerate((10.0, 12.0)):
-        sched._admit(WorkflowHandle(k, from_spec(spec), submitted))
+        sched.admission.admit(WorkflowHandle(k, from_spec(spec), submitted))
     t = pl.queue.heap[0][2]
     now = 13.0
     got = pl.observe(t, now)

@@ -53,7 +53,7 @@ def test_observation_fast_path_equals_the_encoder():
     spec = WorkflowSpec((TaskSpec(2.0, 4.0, 0.3), TaskSpec(3.0, 40.0, 0.7, (0,)),
                          TaskSpec(1.0, 1.0, 0.0, (0, 1))))
     handle = WorkflowHandle(0, from_spec(spec), 0.0)
-    sched._admit(handle)
+    sched.admission.admit(handle)
     first = pl.queue.heap[0][2]
     t0, t1, t2 = first.wf.tasks
     now = 100.0
@@ -118,7 +118,7 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
     pl.set_alive([slow, fast])
     spec = WorkflowSpec((TaskSpec(1.0, 1.0, 0.5), TaskSpec(8.0, 1.0, 0.5, (0,)),
                          TaskSpec(8.0, 1.0, 0.0, (1,))))
-    sched._admit(WorkflowHandle(0, from_spec(spec), 0.0))
+    sched.admission.admit(WorkflowHandle(0, from_spec(spec), 0.0))
     t0, t1, t2 = pl.queue.heap[0][2].wf.tasks
     now = 10.0
     # t0 finished on the fast server, which now runs other work for 0.5 s; t1 is ready
@@ -148,7 +148,7 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
         assert sched._planner.waiting == {t1.gid: 1}
     assert not planned and sched._planner.reused == 3  # the first ask above planned
     other = WorkflowSpec((TaskSpec(1.0, 1.0, 0.5),))
-    sched._admit(WorkflowHandle(1, from_spec(other), now))  # one more ready task
+    sched.admission.admit(WorkflowHandle(1, from_spec(other), now))  # one more ready task
     sched._planner.new_round()
     assert sched._planner.ask(t1, pl, [], now + 0.03) == 1 and len(planned) == 1
     fast.release(t0, now)  # the fast server freed: t1 starts there
@@ -585,9 +585,9 @@ class TestSharedCluster:
                     and time.time() < deadline:
                 time.sleep(0.05)
             hs += [sched.submit(s) for s in specs[4:]]
-            while sched.node_tasks.get(new, 0) == 0 and time.time() < deadline:
+            while sched.completions.node_tasks.get(new, 0) == 0 and time.time() < deadline:
                 time.sleep(0.05)
-            assert sched.node_tasks.get(new, 0) > 0, "the added node never received a task"
+            assert sched.completions.node_tasks.get(new, 0) > 0, "the added node never received a task"
             # kill a node while it runs a task
             more = [sched.submit(s) for s in _long_workflows(6, 1)]
             # three one-task workflows of 40 GFLOP (1-4 s wall): some run lasts long enough
@@ -726,7 +726,7 @@ class TestSharedCluster:
         from policies import get_policy
         with LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.0, max_retries=1)) as sched:
             def lose_every_run(t, srv, now):  # emulate a node dying under every run
-                sched._lose(t, "node died (injected)")
+                sched.completions.lose(t, "node died (injected)")
             sched.runs.submit = lose_every_run
             h = sched.submit(const.bind(1))
             assert h.wait(30)
@@ -800,7 +800,7 @@ def test_fake_autoscaler_nodes_appear_are_used_and_go_away(executor):
             specs = _long_workflows(6, 2)
             hs = [sched.submit(s) for s in specs]
             assert sched.drain(timeout=150), "workflows did not finish on autoscaled nodes"
-            used = set(sched.node_tasks)
+            used = set(sched.completions.node_tasks)
             assert all(h.error is None for h in hs)
             assert [hs[0].get(i) for i in range(4)] == list(from_spec(specs[0]).expected)
             assert len(used) >= 2, f"expected several autoscaled nodes to run tasks, got {used}"

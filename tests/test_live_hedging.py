@@ -164,20 +164,20 @@ def test_a_node_lost_under_one_run_drops_that_run_only(gone):
              (4.0, 80.0, "large", 80.0, 400.0)]
     servers = [LiveServer(i, NodeInfo(f"node{i}", 1, *tiers[i]), 0) for i in range(3)]
     sched._set_alive(servers)
-    sched._admit(WorkflowHandle(0, from_spec(WorkflowSpec((TaskSpec(1.0, 1.0, 0.0),))), 0.0))
+    sched.admission.admit(WorkflowHandle(0, from_spec(WorkflowSpec((TaskSpec(1.0, 1.0, 0.0),))), 0.0))
     t = sched.placement.queue.heap[0][2]
     a, b = servers[2], servers[1]
     t.state, t.server, t.status, t.token, t.started = RUNNING, a, "ref-a", 1, 0.0
     t.copy = _Run(b, "val-b", "ref-b", 0.5, 0.1, 0.0, 0.1)
     a.take(t, 0.1)
     b.take(t, 0.1)
-    sched._running.update({"ref-a": (t, 1), "ref-b": (t, 1)})
+    sched.running.update({"ref-a": (t, 1), "ref-b": (t, 1)})
     lost_srv, kept = (a, b) if gone == "original" else (b, a)
     sched.runs.server_gone(lost_srv, "node gone")
     assert t.state == RUNNING and t.copy is None and t.server is kept
     assert t.is_copy == (gone == "original")
     assert lost_srv.task is None and kept.task is t
-    assert list(sched._running) == ["ref-b" if gone == "original" else "ref-a"]
+    assert list(sched.running) == ["ref-b" if gone == "original" else "ref-a"]
     assert sched.counters["lost"] == 0  # not placed again: the other run goes on
     assert [e["event"] for e in events[1:]] == ["cancel"]  # after the arrival
     assert events[1]["reason"] == "server_fail" and events[1]["server"] == lost_srv.sid

@@ -29,14 +29,14 @@ def _node(nid: str, res: dict, gpu_compute: float = 0.0) -> NodeInfo:
 def _sched(servers):
     env = load_env(None, servers=4)
     sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0))
-    sched._nodes.pooled = True  # as the first node refresh sets it on plain Ray nodes
+    sched.nodes.pooled = True  # as the first node refresh sets it on plain Ray nodes
     sched._set_alive(servers)
     return sched
 
 
 def _admit(sched, prims):
     wf = collect([p.bind(i) for i, p in enumerate(prims)])
-    sched._admit(WorkflowHandle(0, wf, 0.0))
+    sched.admission.admit(WorkflowHandle(0, wf, 0.0))
     return wf
 
 
@@ -179,7 +179,7 @@ def test_with_the_estimator_the_node_rule_plans_with_run_times_learned_per_node_
                 for i, shape in enumerate(("a10g", "a100"))]
         sched = LiveScheduler(get_policy("eft", env), env,
                               LiveConfig(time_scale=1.0, estimator=estimator))
-        sched._nodes.pooled = True
+        sched.nodes.pooled = True
         sched._set_alive(gpus)
         if sched.estimator is not None:
             for _ in range(5):
@@ -201,7 +201,7 @@ def test_the_fair_share_counts_resource_seconds_in_rays_resource_model():
     env = load_env(None, servers=4)
     sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0, fair_share=True,
                                                              fair_share_quantum_s=0.0))
-    sched._nodes.pooled = True
+    sched.nodes.pooled = True
     sched._set_alive([gpu, cpu])
     g1 = Primitive(emulated_body, 1.0, ray_options={"num_gpus": 1, "num_cpus": 1})
     c1 = Primitive(emulated_body, 1.0, ray_options={"num_cpus": 1})
@@ -213,7 +213,7 @@ def test_the_fair_share_counts_resource_seconds_in_rays_resource_model():
         wf = collect([p.bind(i) for i in range(4)])
         h = WorkflowHandle(len(tags), wf, 0.0)
         h.tenant = tenant
-        sched._admit(h)
+        sched.admission.admit(h)
         tags[tenant] = sorted(t.share for t in h.live_record.tasks)
     assert tags["cpu"][-1] < tags["gpu"][1]
     assert tags["gpu"][1] - tags["gpu"][0] == 16 * (tags["cpu"][1] - tags["cpu"][0])
@@ -229,7 +229,7 @@ def test_the_node_table_keeps_model_seconds_so_eft_wait_compares_like_with_like(
     env = load_env(None, servers=4)
     sched = LiveScheduler(get_policy("eft", env), env,
                           LiveConfig(time_scale=0.5, node_rule="eft_wait"))
-    sched._nodes.pooled = True
+    sched.nodes.pooled = True
     sched._set_alive([fast, slow])
     pl = sched.placement
     pl.table.cpu_speed[:] = [10.0, 1.0]

@@ -214,7 +214,7 @@ def test_the_live_scheduler_keys_its_queue_with_the_same_module(order, first):
     old, young = WorkflowHandle(0, from_spec(PAIR), 0.0), WorkflowHandle(1, from_spec(CHAIN), 0.0)
     old.submitted_wall, young.submitted_wall = 100.0, 105.0
     for h in (old, young):  # old: shallow, 2 GFLOP; young: a 3-chain, 12 GFLOP, rank 2
-        sched._admit(h)
+        sched.admission.admit(h)
         for t in h.live_record.tasks:
             if not t.waiting_for:
                 sched.placement.push(t)
@@ -260,7 +260,7 @@ def test_live_levels_are_in_model_seconds_as_in_the_simulator():
         sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=0.5))
         h = WorkflowHandle(0, from_spec(CHAIN), 0.0)
         h.submitted_wall = sched.clock_origin + 5.0
-        sched._admit(h)
+        sched.admission.admit(h)
         wf = h.live_record
         assert wf.arrival == pytest.approx(10.0)
         if name == "edf":
@@ -273,6 +273,6 @@ def test_live_levels_are_in_model_seconds_as_in_the_simulator():
         else:
             t = wf.tasks[0]
             t.started = 100.0
-            sched._rekey(wf, t, 101.0)
+            sched.completions.rekey(wf, t, 101.0)
             assert wf.level == pytest.approx(2.0)
             assert wf.tasks[1].key[0] == pytest.approx(2.0)

@@ -369,7 +369,7 @@ def decision_overhead(n_nodes: int, n_requests: int, seed: int = 0, rule: str = 
     env = replace(EnvConfig(), mdp={"transfer_delays_start": False})
     sched = LiveScheduler(get_policy("eft", env), env,
                           LiveConfig(model="nodes", node_rule=rule, time_scale=1.0, hedge="off"))
-    sched._nodes.pooled = True  # as the first refresh sets it on plain Ray nodes
+    sched.nodes.pooled = True  # as the first refresh sets it on plain Ray nodes
     servers = [_server(i, s) for i, s in enumerate(specs)]
     sched._set_alive(servers)
     clock = [0.0]
@@ -381,12 +381,11 @@ def decision_overhead(n_nodes: int, n_requests: int, seed: int = 0, rule: str = 
         t.server, t.state, t.started = srv, RUNNING, clock[0]
         heapq.heappush(ends, (until, t.gid, t))
 
-    sched._submit = start  # the round's start callback
     handles = [WorkflowHandle(k, collected(tasks, f"request{k}"), 0.0)
                for k, tasks in enumerate(reqs)]
     t0 = time.thread_time()  # from admission on: the user's DAG building is not counted
     for h in handles:
-        sched._admit(h)
+        sched.admission.admit(h)
     started = backlog_max = 0
     now = time.perf_counter
     while True:
@@ -396,7 +395,7 @@ def decision_overhead(n_nodes: int, n_requests: int, seed: int = 0, rule: str = 
             break
         clock[0], _, t = heapq.heappop(ends)
         started += 1
-        sched._finish(t, t.server.node.node_id, 0.0)
+        sched.completions.finish(t, t.server.node.node_id, 0.0)
     cpu = time.thread_time() - t0
     done = sum(1 for h in handles if h.done())
     if done != n_requests:

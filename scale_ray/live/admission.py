@@ -4,42 +4,79 @@ dependencies, the tasks that finished before a restart (``Durability.resume``), 
 queued for placement) and a change of the node set (:class:`NodeEvents`: servers added, servers
 gone with their runs lost, server actors that answered).
 
-Both are parts of :class:`scale_ray.live.scheduler.LiveScheduler` (mixins over its
-scheduler-thread state: ``placement``, ``order``, ``_fair``, ``_next_gid``, ``_nodes``, ``cfg``).
+Both are parts of :class:`scale_ray.live.scheduler.LiveScheduler` (``sched.admission``,
+``sched.node_events``), used on its scheduler thread only; what each needs of the rest comes in
+through its constructor.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from itertools import chain, islice
+from typing import Any, Callable, Sequence
 
 from envs import order as orders
+from envs.config import EnvConfig
 
+from .fairshare import FairShare
 from .handles import WorkflowHandle
-from .tasks import DONE, LiveTask, LiveWorkflow
+from .nodes import LiveServer, NodeSet
+from .placement import LivePlacement
+from .tasks import DONE, READY, LiveTask, LiveWorkflow
+
+WAKE_LOOK = 256  # waiting tasks looked at to wake reaped servers (NodeSet.wake)
+Emit = Callable[[dict[str, Any]], None]
 
 
 class Admission:
-    """Admitting workflows (scheduler thread only)."""
+    """Admitting workflows (scheduler thread only).
 
-    def _admit(self, h: WorkflowHandle) -> None:
+    Args:
+        env: the environment configuration (bandwidth, latency; its tiers stand in for the
+            servers while none is offered).
+        order: the ready-task order now (a callable: a policy swap may change it).
+        placement: the placement round (``push``; ``pooled``, ``table`` for resource-seconds).
+        fair: the fair share (None: off).
+        running: the runs in flight, status ref -> (task, token) (their fair-share tags).
+        servers: the servers offered now (a callable: the set changes).
+        model_time: wall s (``perf_counter``) -> model s.
+        trace: the trace sink (None: no trace).
+
+    Owns the task ids (``next_gid``) and ``mean_compute``, the offered servers' mean speed at
+    the last admission (``envs.order.mean_compute``; a dynamic order's re-key uses it).
+    """
+
+    def __init__(self, env: EnvConfig, order: Callable[[], orders.Order],
+                 placement: LivePlacement, fair: FairShare | None,
+                 running: dict[Any, tuple[LiveTask, int]],
+                 servers: Callable[[], Sequence[LiveServer]],
+                 model_time: Callable[[float], float], trace: Emit | None) -> None:
+        self.env, self._order, self.placement, self._fair = env, order, placement, fair
+        self._running, self._servers, self._model_time = running, servers, model_time
+        self.trace = trace
+        self.next_gid = 0
+        self.mean_compute = 1.0
+
+    def admit(self, h: WorkflowHandle) -> None:
+        """Build ``h``'s live record (keys, parents, tasks finished before a restart) and queue
+        its ready tasks."""
         spec = h.workflow.spec
         # the order's times are model seconds, as in the simulator (envs.order.Order)
         prog = h.program  # a step of an agent program arrives when its program did
         wf = h.live_record = LiveWorkflow(h, h.submitted_wall, self._model_time(
             h.submitted_wall) if prog is None else prog.arrival)
-        order, c = self.order, self.env.cluster
-        servers = [(s.node.compute, s.node.memory_gb) for s in self.alive_servers] or [
-            (t.compute, t.memory_gb) for t in self._tiers]
-        mean_c = self._mean_compute = orders.mean_compute(c for c, _ in servers)
+        order, c = self._order(), self.env.cluster
+        servers = [(s.node.compute, s.node.memory_gb) for s in self._servers()] or [
+            (t.compute, t.memory_gb) for t in c.tiers]
+        mean_c = self.mean_compute = orders.mean_compute(c for c, _ in servers)
         gflop, kids = [ts.compute_gflop for ts in spec.tasks], spec.children()
         ranks = order.ranks(gflop, [ts.output_gb for ts in spec.tasks], kids, mean_c,
                             c.bandwidth_gb_s, c.latency_s)
-        wf.wid = self._next_gid
+        wf.wid = self.next_gid
         wf.level = order.level(wf.arrival, gflop, [t.memory_gb for t in spec.tasks],
                                [t.parents for t in spec.tasks], orders.by_speed(servers), mean_c)
         if prog is not None:  # its program's tie breaker and service (scale_ray.live.programs)
-            prog.admitted(wf, order, self._next_gid)
+            prog.admitted(wf, order, self.next_gid)
         tags = None
         if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
             in_order = sorted(range(len(gflop)), key=lambda i: (-ranks[i], i))
@@ -52,12 +89,12 @@ class Admission:
                                     (t.share for t, _ in self._running.values()))
         done = h.resumed_tasks or {}  # finished before a restart (Durability.resume)
         for i, call in enumerate(h.workflow.calls):
-            t = LiveTask(self._next_gid, i, wf, call)
-            self._next_gid += 1
+            t = LiveTask(self.next_gid, i, wf, call)
+            self.next_gid += 1
             t.rank = ranks[i]
             if tags is not None:
                 t.share = tags[i]
-            t.key = self._key(t)
+            t.key = self.key(t)
             t.parents = [wf.tasks[p] for p in spec.tasks[i].parents]
             t.waiting_for = {p.idx for p in t.parents if p.state != DONE}
             t.runs = h.prior_runs.get(i, 0)
@@ -81,7 +118,7 @@ class Admission:
     def _trace_arrival(self, h: WorkflowHandle, wf: LiveWorkflow) -> None:
         """The trace's ``arrival`` event (a program's step: its program's first step, start)."""
         prog = h.program
-        self._emit({"t": self._now_model(), "event": "arrival", "workflow": h.id,
+        self.trace({"t": self._model_time(time.perf_counter()), "event": "arrival", "workflow": h.id,
                     "name": h.workflow.spec.name, "tasks": [
                         {"task": t.gid, "compute_gflop": t.prim.compute_gflop,
                          "memory_gb": t.prim.memory_gb, "output_gb": t.prim.output_gb,
@@ -89,18 +126,33 @@ class Admission:
                     **({} if prog is None else {"program": prog.handles[0].id,
                                                 "program_start": prog.arrival})})
 
-    def _key(self, t: LiveTask) -> tuple:
+    def key(self, t: LiveTask) -> tuple:
         """A task's ready-queue key: the order's (``envs.order.Order``), behind its fair-share
         start tag when ``fair_share`` is on."""
         wf = t.wf
-        key = self.order.key(t.rank, wf.arrival, wf.wid, wf.level)
+        key = self._order().key(t.rank, wf.arrival, wf.wid, wf.level)
         return key if self._fair is None else (t.share, *key)
 
 
 class NodeEvents:
-    """Node-set changes (scheduler thread only)."""
+    """Node-set changes (scheduler thread only).
 
-    def _refresh(self, force: bool = False) -> None:
+    Args:
+        nodes: the node set (``refresh``, ``check_probes``, ``back_off``).
+        server_gone: a server is gone (its runs are lost: ``Runs.server_gone``).
+        set_alive: the servers offered from now on (``LiveScheduler.set_alive``).
+        now_model: the model clock; emit: the trace sink.
+    """
+
+    def __init__(self, nodes: NodeSet, server_gone: Callable[[LiveServer, str], None],
+                 set_alive: Callable[[list[LiveServer]], None], now_model: Callable[[], float],
+                 emit: Emit) -> None:
+        self._nodes, self._server_gone, self._set_alive = nodes, server_gone, set_alive
+        self._now_model, self._emit = now_model, emit
+
+    def refresh(self, force: bool = False) -> None:
+        """Read the node set (when due, or ``force``): servers added and gone are traced, a
+        gone server's runs lost, the offered servers updated."""
         change = self._nodes.refresh(force)
         if change is None:  # not due
             return
@@ -111,17 +163,31 @@ class NodeEvents:
                         "tier": n.tier, "compute": n.compute, "memory_gb": n.memory_gb,
                         "node": n.node_id, "slot": srv.slot})
         for srv in gone:
-            self.runs.server_gone(srv, f"node {srv.node.node_id[:12]} is gone")
+            self._server_gone(srv, f"node {srv.node.node_id[:12]} is gone")
             self._emit({"t": self._now_model(), "event": "server_fail", "server": srv.sid,
                         "node": srv.node.node_id})
         if added or gone:  # (a task that fit nowhere may fit a new node: queued again)
             self._set_alive(self._nodes.alive())
 
-    def _check_probes(self, ray: Any) -> None:
+    def check_probes(self, ray: Any) -> None:
         """Servers whose starting actor answered are offered again. A failed start forces a
         node refresh (which drops a node that is gone) and is retried, still masked, after
         ``nodes.ACTOR_RETRY_S`` (a dying node fails every start until the GCS drops it)."""
         failed = self._nodes.check_probes(ray)
         if failed:
-            self._refresh(force=True)
+            self.refresh(force=True)
             self._nodes.back_off(failed)
+
+    def tend_actors(self, ray: Any, queue: Any, alive: list[LiveServer]) -> None:
+        """A round's care of the server actors: answered probes, cold starts retried, idle
+        actors reaped, reaped servers woken for the tasks that wait (``queue``: the ready
+        queue; up to ``WAKE_LOOK`` of its tasks, so a round stays O(1) under any backlog)."""
+        nodes = self._nodes
+        if nodes.probes:
+            self.check_probes(ray)
+        if nodes.cold:
+            nodes.retry_cold()
+        nodes.reap(alive)
+        if nodes.reaped and (queue.heap or queue.deferred or queue.blocked):
+            waiting = islice(chain(queue.heap, queue.deferred, queue.blocked), WAKE_LOOK)
+            nodes.wake([e[2].prim.memory_gb for e in waiting if e[2].state == READY], alive)

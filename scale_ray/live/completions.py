@@ -2,27 +2,65 @@
 become ready), a primitive that raised (the workflow fails with its error), a lost run (placed
 again, or its lost parents first, at most ``max_retries`` times), a cancel.
 
-:class:`Completions` is a part of :class:`scale_ray.live.scheduler.LiveScheduler` (a mixin over
-its scheduler-thread state: ``_running``, ``placement``, ``_nodes``, ``counters``, ``cfg``).
+:class:`Completions` is a part of :class:`scale_ray.live.scheduler.LiveScheduler`
+(``sched.completions``), used on its scheduler thread only; what it needs of the rest comes in
+through its constructor.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable, Sequence
 
+from envs.estimator import RuntimeEstimator
+from envs.order import Order
 
-from .config import TaskLostError, WorkflowCancelled
+from .admission import Admission
+from .config import LiveConfig, TaskLostError, WorkflowCancelled
+from .durability import Durability
 from .executors import is_lost_output, system_errors
 from .handles import WorkflowHandle
-from .nodes import LiveServer
+from .nodes import LiveServer, NodeSet
+from .placement import LivePlacement
+from .runs import Runs
 from .tasks import DONE, READY, RUNNING, WAITING, LiveTask, LiveWorkflow
 
 
 class Completions:
-    """Completions, losses, failures and cancels (scheduler thread only)."""
+    """Completions, losses, failures and cancels (scheduler thread only).
 
-    def _collect(self, ray: Any, timeout: float) -> None:
+    Args:
+        cfg: the live configuration (``max_retries``, ``time_scale``, the cancel settings).
+        order: the ready-task order now (a callable: a policy swap may change it).
+        admission: the tasks' keys and the servers' mean speed (a dynamic order's re-key).
+        placement: the placement round (``push``, ``rekey``, ``release``).
+        nodes: the node set (its server actors); runs: the runs and their copies.
+        running: the runs in flight, status ref -> (task, token); written here.
+        counters: the scheduler's counters; estimator: learns run times (None: off).
+        durable: the journal part (a failed workflow is recorded).
+        refresh: re-read the node set (``NodeEvents.refresh``).
+        servers: the servers offered now (a callable: the set changes).
+        now_model: the model clock; emit: the trace sink.
+
+    Owns ``stopping`` (runs of finished workflows being cancelled: status ref -> (task,
+    server, deadline)) and ``node_tasks`` (tasks finished per node).
+    """
+
+    def __init__(self, cfg: LiveConfig, order: Callable[[], Order], admission: Admission,
+                 placement: LivePlacement, nodes: NodeSet, runs: Runs,
+                 running: dict[Any, tuple[LiveTask, int]], counters: dict[str, Any],
+                 estimator: RuntimeEstimator | None, durable: Durability,
+                 refresh: Callable[..., None], servers: Callable[[], Sequence[LiveServer]],
+                 now_model: Callable[[], float], emit: Callable[[dict[str, Any]], None]) -> None:
+        self.cfg, self._order, self._admission, self.placement = cfg, order, admission, placement
+        self._nodes, self.runs, self._running, self.counters = nodes, runs, running, counters
+        self.estimator, self.durable, self._refresh = estimator, durable, refresh
+        self._servers, self._now_model, self._emit = servers, now_model, emit
+        self.stopping: dict[Any, tuple[LiveTask, LiveServer, float]] = {}
+        self.node_tasks: dict[str, int] = {}
+
+    def collect(self, ray: Any, timeout: float) -> None:
+        """Wait up to ``timeout`` s for one run to return, and settle what returned."""
         if not self._running and not self.runs.losers:
             return
         # One wait per round: other runs that finished meanwhile come back on the next rounds
@@ -57,17 +95,17 @@ class Completions:
                     if t.copy is not None:  # its other run goes on (hedging)
                         self.runs.drop_run(t)
                     else:
-                        self._lose(t, f"{type(e).__name__}: "
+                        self.lose(t, f"{type(e).__name__}: "
                                       f"{str(e).splitlines()[0] if str(e) else ''}",
                                    lost_output=is_lost_output(e))
                 continue
             except Exception as e:  # the primitive raised (or a placement check failed)
                 self.runs.settle(ray, t)
                 self._free(t)
-                self._fail(t.wf, e)
+                self.fail(t.wf, e)
                 continue
             self.runs.settle(ray, t)  # a hedged task: the other run is cancelled
-            self._finish(t, node, run_s)
+            self.finish(t, node, run_s)
 
     def _free(self, t: LiveTask) -> LiveServer | None:
         srv = t.server
@@ -78,7 +116,9 @@ class Completions:
         t.server = None
         return srv
 
-    def _finish(self, t: LiveTask, node: str, run_s: float) -> None:
+    def finish(self, t: LiveTask, node: str, run_s: float) -> None:
+        """``t``'s run on ``node`` returned its result (it took ``run_s`` wall s in its worker):
+        it is done, its children may become ready."""
         srv = self._free(t)
         now = time.perf_counter()
         if self.estimator is not None and srv is not None:  # learn what the run took (in its
@@ -104,8 +144,8 @@ class Completions:
             wf.handle.record_task_done(t.idx, t.value_ref, node, now)
             if wf.handle.program is not None:  # the service its program attained (las)
                 wf.handle.program.ran((now - t.started) / (self.cfg.time_scale or 1.0))
-            if self.order.dynamic and wf.done < len(wf.tasks):
-                self._rekey(wf, t, now)
+            if self._order().dynamic and wf.done < len(wf.tasks):
+                self.rekey(wf, t, now)
         else:  # a re-run of a task whose output was lost: only its ref changes
             wf.handle.result_refs[t.idx] = t.value_ref
             wf.handle.task_nodes[t.idx] = node
@@ -119,21 +159,23 @@ class Completions:
         if wf.done == len(wf.tasks):
             wf.handle.record_completion(now)
 
-    def _rekey(self, wf: LiveWorkflow, t: LiveTask, now: float) -> None:
+    def rekey(self, wf: LiveWorkflow, t: LiveTask, now: float) -> None:
         """A dynamic order (``srpt``, ``las``): ``t`` finished, so its workflow's level moves;
         its unfinished tasks get new keys and the ready ones are pushed again (the queue drops
         the older entries)."""
         ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0
-        wf.level = self.order.finished(wf.level, t.prim.compute_gflop, (now - t.started) / ts,
-                                       self._mean_compute)
+        wf.level = self._order().finished(wf.level, t.prim.compute_gflop,
+                                          (now - t.started) / ts, self._admission.mean_compute)
         for tk in wf.tasks:
             if tk.state == DONE:
                 continue
-            tk.key = self._key(tk)
+            tk.key = self._admission.key(tk)
             if tk.state == READY:
                 self.placement.rekey(tk)
 
-    def _lose(self, t: LiveTask, why: str, lost_output: bool = False) -> None:
+    def lose(self, t: LiveTask, why: str, lost_output: bool = False) -> None:
+        """``t``'s run was lost (``why``): placed again (a lost parent's output first), or its
+        workflow fails after ``max_retries``."""
         srv = self._free(t)
         self.counters["lost"] += 1
         t.attempts += 1
@@ -142,12 +184,12 @@ class Completions:
                     "server": srv.sid if srv else -1, "node": srv.node.node_id if srv else None,
                     "reason": why})
         if t.attempts > self.cfg.max_retries:
-            self._fail(t.wf, TaskLostError(
+            self.fail(t.wf, TaskLostError(
                 f"task {t.idx} ({t.prim.name!r}) of workflow {t.wf.handle.id} was lost "
                 f"{t.attempts} times (max_retries={self.cfg.max_retries}); last: {why}"))
             return
         if lost_output:  # a parent's result died with its node: run those parents again
-            alive = {s.node.node_id for s in self.alive_servers}
+            alive = {s.node.node_id for s in self._servers()}
             for p in t.parents:
                 if p.state in (READY, RUNNING):  # already running again for another child
                     t.waiting_for.add(p.idx)
@@ -163,7 +205,7 @@ class Completions:
                 return
         self.placement.push(t)
 
-    def _fail(self, wf: LiveWorkflow, err: BaseException) -> None:
+    def fail(self, wf: LiveWorkflow, err: BaseException) -> None:
         """``wf`` failed (a primitive raised, a task was lost too often) or was cancelled: its
         ready tasks never start and its running runs are stopped (:meth:`_stop_runs`)."""
         if wf.failed:
@@ -191,7 +233,7 @@ class Completions:
             runs.append((t.copy.status, t.copy.server))
         force = self.cfg.cancel_force and not self._actor_run(t)
         for ref, srv in runs:
-            self._stopping[ref] = (t, srv, deadline)
+            self.stopping[ref] = (t, srv, deadline)
             self.counters["runs_cancelled"] += 1
             try:
                 ray.cancel(ref, force=force)
@@ -202,20 +244,20 @@ class Completions:
         """``t`` runs as a call of its server's actor (else as a plain Ray task)."""
         return self._nodes.actors and not t.prim.ray_options
 
-    def _check_stopping(self) -> None:
+    def check_stopping(self) -> None:
         """Runs cancelled more than ``cancel_grace_s`` ago that still run: their server is
         replaced (its actor killed and started again, masked until it answers; a plain Ray
         task's worker killed with ``ray.cancel(force=True)``) and free at once."""
         import ray
 
         now = time.perf_counter()
-        for ref, (t, srv, deadline) in list(self._stopping.items()):
+        for ref, (t, srv, deadline) in list(self.stopping.items()):
             if ref not in self._running and ref not in self.runs.losers:
-                del self._stopping[ref]  # it returned: its server was freed then
+                del self.stopping[ref]  # it returned: its server was freed then
                 continue
             if now < deadline:
                 continue
-            del self._stopping[ref]
+            del self.stopping[ref]
             self._running.pop(ref, None)
             loser = self.runs.losers.pop(ref, None)
             self.counters["servers_replaced"] += 1
@@ -239,17 +281,18 @@ class Completions:
             self._emit({"t": self._now_model(), "event": "cancel", "task": t.gid,
                         "server": srv.sid, "node": srv.node.node_id, "reason": "cancel_timeout"})
 
-    def _cancel(self, h: WorkflowHandle) -> bool:
+    def cancel(self, h: WorkflowHandle) -> bool:
+        """Cancel ``h`` (False: it had ended)."""
         if h.done():
             return False
         self._emit({"t": self._now_model(), "event": "cancel", "workflow": h.id})
-        self._fail_held(h, WorkflowCancelled(f"workflow {h.id} ({h.name!r}) was cancelled"))
+        self.fail_held(h, WorkflowCancelled(f"workflow {h.id} ({h.name!r}) was cancelled"))
         return True
 
-    def _fail_held(self, h: WorkflowHandle, err: BaseException) -> None:
+    def fail_held(self, h: WorkflowHandle, err: BaseException) -> None:
         """Fail ``h``, admitted or not yet (a held step: ``programs.hold``)."""
         if h.live_record is not None:
-            return self._fail(h.live_record, err)
+            return self.fail(h.live_record, err)
         if not h.done():
             h.record_completion(time.perf_counter(), err)
             self.durable.failed(h)

@@ -226,7 +226,7 @@ class Program:
 
     # -- the scheduler thread
     def admitted(self, wf: Any, order: Any, first_gid: int) -> None:
-        """Key a step's record ``wf`` as part of this program (``LiveScheduler._admit``)."""
+        """Key a step's record ``wf`` as part of this program (``Admission.admit``)."""
         if self.wid is None:
             self.wid = first_gid
         wf.wid = self.wid

@@ -28,7 +28,10 @@ Results of primitives themselves raising propagate to the workflow's handle unch
 Times: traces and ``*_model_s`` metrics are in model seconds (wall seconds / ``time_scale``),
 response times without suffix are wall-clock seconds measured by the driver. Parts: the journal
 (``self.durable``, :mod:`scale_ray.live.durability`), runs and their copies (``self.runs``,
-:mod:`scale_ray.live.runs`), the placement round (``self.placement``), the nodes (``_nodes``).
+:mod:`scale_ray.live.runs`), the placement round (``self.placement``), the nodes (``self.nodes``),
+admission and node events (``self.admission``, ``self.node_events``,
+:mod:`scale_ray.live.admission`), completions (``self.completions``,
+:mod:`scale_ray.live.completions`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from itertools import chain, islice
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
@@ -69,17 +71,16 @@ from .placement import LivePlacement
 from .planning import LivePlanner
 from .programs import Program, hold, program_of, step_inputs
 from .status import load_of, status_of, summary_of
-from .tasks import READY, RUNNING, LiveTask
+from .tasks import RUNNING, LiveTask
 from .raydag import accept, nothing_to_run
 from .workflow import Call, CollectedWorkflow
 
 log = logging.getLogger(__name__)
 
-WAKE_LOOK = 256  # waiting tasks looked at to wake reaped servers (NodeSet.wake)
 TraceSink = Callable[[dict[str, Any]], None]
 
 
-class LiveScheduler(Admission, NodeEvents, Completions):
+class LiveScheduler:
     """Places workflow primitives as Ray tasks with ``policy`` (see the module docstring).
 
     Args:
@@ -116,15 +117,11 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         c = self.env.cluster
         self.placement = LivePlacement(self.features, c.bandwidth_gb_s, c.latency_s,
                                        self.cfg.head_of_line_blocking, self.cfg.time_scale)
-        self._nodes = NodeSet(self.cfg, self._tiers, self._remote, self.counters,
-                              self.placement.set_offered)
+        self.nodes = NodeSet(self.cfg, self._tiers, self._remote, self.counters,
+                             self.placement.set_offered)
         self._set_alive([])
-        self._running: dict[Any, tuple[LiveTask, int]] = {}
-        # runs of finished workflows being cancelled: status ref -> (task, server, deadline)
-        self._stopping: dict[Any, tuple[LiveTask, LiveServer, float]] = {}
-        self._next_gid = 0
-        self._next_sid = 0
-        self._mean_compute = 1.0  # envs.order.mean_compute of the servers at the last admission
+        #: the runs in flight: status ref -> (task, token)
+        self.running: dict[Any, tuple[LiveTask, int]] = {}
         self.clock_origin = time.perf_counter()  # model time 0 (the service reads it too)
         self._hints = AutoscaleHints(self.cfg, self.counters)
         # run times learned per (kind, tier) from completions (LiveConfig.estimator)
@@ -132,14 +129,26 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         if est is not None:
             self.placement.shown = lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)
             self.placement.estimator = est
-        self.node_tasks: dict[str, int] = {}
         # a fair share between submit(tenant=...) tenants (LiveConfig.fair_share)
         self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
         #: the journal (LiveConfig.storage) and idempotency keys (scale_ray.live.durability)
         self.durable = Durability(self.cfg.storage, self._adopt, self._queue)
-        self.runs = Runs(self.cfg, self.env, est, self.durable, self._nodes, self.placement,
-                         self._running, self.counters, self._fair, lambda: self.alive_servers,
-                         self._lose, self._now_model, self._emit)
+        servers = lambda: self.alive_servers  # noqa: E731 - the set changes
+        self.runs = Runs(self.cfg, self.env, est, self.durable, self.nodes, self.placement,
+                         self.running, self.counters, self._fair, servers,
+                         lambda *a, **k: self.completions.lose(*a, **k), self._now_model,
+                         self._emit)
+        order = lambda: self.order  # noqa: E731 - a policy swap may change it
+        #: what enters: workflows (scale_ray.live.admission) and node-set changes
+        self.admission = Admission(self.env, order, self.placement, self._fair, self.running,
+                                   servers, self._model_time, trace)
+        self.node_events = NodeEvents(self.nodes, self.runs.server_gone, self._set_alive,
+                                      self._now_model, self._emit)
+        #: what a returned run does (scale_ray.live.completions)
+        self.completions = Completions(self.cfg, order, self.admission, self.placement,
+                                       self.nodes, self.runs, self.running, self.counters, est,
+                                       self.durable, self.node_events.refresh, servers,
+                                       self._now_model, self._emit)
         self._latencies: list[float] = []  # ms of the policy's answers since the last take
 
     def _bind_policy(self, policy: Policy) -> None:
@@ -168,14 +177,14 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         self.policy.reset(None)
         self._emit(episode_event(self.env) | {"time_scale": self.cfg.time_scale,
                                                "policy": self.policy.name})
-        self._refresh(force=True)
-        nodes = self._nodes
+        self.node_events.refresh(force=True)
+        nodes = self.nodes
         if nodes.probes:
             import ray
 
             ray.wait(list(nodes.probes), num_returns=len(nodes.probes),
                      timeout=self.cfg.actor_start_s, fetch_local=False)
-            self._check_probes(ray)
+            self.node_events.check_probes(ray)
             if nodes.probes:
                 log.warning("%d of %d server actors not ready after actor_start_s=%g s (does "
                             "every node have %g CPUs per server?); they are offered once ready",
@@ -192,7 +201,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
-        self._nodes.stop_actors()
+        self.nodes.stop_actors()
         self.durable.close()  # the journal's last end records
         self._emit({"t": self._now_model(), "event": "end", "truncated": bool(self.pending()),
                     "metrics": self.summary()})
@@ -262,7 +271,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         if not needs:
             return self._inbox.put(h)
         hold(h, needs, self.durable.handle, self._inbox.put, lambda h, e: self.call_soon(
-            lambda: self._fail_held(h, e)))
+            lambda: self.completions.fail_held(h, e)))
 
     def program(self, name: str = "", tenant: str | None = None,
                 started_wall: float | None = None) -> Program:
@@ -285,7 +294,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         """Cancel a workflow: its queued tasks never start, its running primitives finish (Ray
         cannot interrupt a running call) and their results are dropped; the handle fails with
         :class:`WorkflowCancelled`. The Future says whether it was still running."""
-        return self.call_soon(lambda: self._cancel(handle))
+        return self.call_soon(lambda: self.completions.cancel(handle))
 
     def set_policy(self, policy: Policy) -> Future:
         """Decide with ``policy`` from the next round on (its features and guard with it)."""
@@ -338,7 +347,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
     def load(self) -> dict[str, int]:
         """Ready and running tasks and servers now, read without stopping the scheduler thread
         (any thread; a concurrent round may make it one off)."""
-        return load_of(self, self._running)
+        return load_of(self, self.running)
 
     def handles(self) -> list[WorkflowHandle]:
         with self._lock:
@@ -360,8 +369,8 @@ class LiveScheduler(Admission, NodeEvents, Completions):
     # ------------------------------------------------------------------ validation
     def _check_fits(self, wf: CollectedWorkflow) -> None:
         """Refuse a workflow no server could ever run (``refusals.check_fits``)."""
-        check_fits(wf, self.alive_servers, self._tiers, self.cfg, self._nodes.source,
-                   self._nodes.pooled)
+        check_fits(wf, self.alive_servers, self._tiers, self.cfg, self.nodes.source,
+                   self.nodes.pooled)
 
     # ------------------------------------------------------------------ loop
     def _now_model(self) -> float:
@@ -383,31 +392,19 @@ class LiveScheduler(Admission, NodeEvents, Completions):
         try:
             while not self._stop.is_set():
                 queue = self.placement.queue
-                self._take_submissions(block=not self._running and not queue.heap
+                self._take_submissions(block=not self.running and not queue.heap
                                        and not queue.blocked)
-                self._refresh()
+                self.node_events.refresh()
                 self._dispatch()
                 if self.runs.stragglers or self.runs.due:
                     self.runs.launch_copies(time.perf_counter())
                 self._hints.update(self.placement, self.alive_servers)
-                nodes = self._nodes
-                if nodes.actors:
-                    if nodes.probes:
-                        self._check_probes(ray)
-                    if nodes.cold:
-                        nodes.retry_cold()
-                    nodes.reap(self.alive_servers)
-                    if nodes.reaped and (queue.heap or queue.deferred or queue.blocked):
-                        # up to WAKE_LOOK of the tasks that wait: a round stays O(1) under
-                        # a backlog of any size
-                        waiting = islice(chain(queue.heap, queue.deferred, queue.blocked),
-                                         WAKE_LOOK)
-                        nodes.wake([e[2].prim.memory_gb for e in waiting if e[2].state == READY],
-                                   self.alive_servers)
-                if self._stopping:
-                    self._check_stopping()
-                if self._running or self.runs.losers:
-                    self._collect(ray, timeout=self.cfg.wait_s)
+                if self.nodes.actors:
+                    self.node_events.tend_actors(ray, queue, self.alive_servers)
+                if self.completions.stopping:
+                    self.completions.check_stopping()
+                if self.running or self.runs.losers:
+                    self.completions.collect(ray, timeout=self.cfg.wait_s)
                 elif queue.heap or queue.blocked:
                     time.sleep(self.cfg.wait_s)
                 # CPU the scheduler thread used (includes Ray client calls it makes)
@@ -432,7 +429,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
                 except Exception as e:  # noqa: BLE001 - the caller gets it
                     fut.set_exception(e)
             else:
-                self._admit(h)
+                self.admission.admit(h)
             try:
                 h = self._inbox.get_nowait()
             except queue.Empty:
@@ -442,9 +439,10 @@ class LiveScheduler(Admission, NodeEvents, Completions):
     def _set_alive(self, alive: list[LiveServer]) -> None:
         """The servers the policy sees (in this order)."""
         self.alive_servers = alive
-        if self._nodes.pooled != self.placement.pooled:  # the model follows the servers' source
-            self.placement.use_model(self._nodes.pooled, self.cfg.node_rule)
-            if self._nodes.pooled:
+        nodes = self.nodes
+        if nodes.pooled != self.placement.pooled:  # the model follows the servers' source
+            self.placement.use_model(nodes.pooled, self.cfg.node_rule)
+            if nodes.pooled:
                 log.info("live scheduler: Ray's resource model (live.model: nodes): whole nodes, "
                          "tasks placed by the node rule %s; the policy %s decides in the slot "
                          "model only", self.cfg.node_rule, self.policy.name)
@@ -466,7 +464,7 @@ class LiveScheduler(Admission, NodeEvents, Completions):
 
     def _ask(self, t: LiveTask, obs: dict[str, np.ndarray]) -> int:
         if self._planner is not None:  # the lookahead planner: on a snapshot, never guarded
-            running = {id(x): x for x, tok in self._running.values()  # a hedged task: once
+            running = {id(x): x for x, tok in self.running.values()  # a hedged task: once
                        if x.state == RUNNING and x.token == tok}.values()
             try:
                 a = self._planner.ask(t, self.placement, running, time.perf_counter())

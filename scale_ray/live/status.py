@@ -27,7 +27,7 @@ def status_of(sched: Any) -> dict[str, Any]:
             "estimator": None if sched.estimator is None else sched.estimator.summary(),
             "ready_tasks": sum(1 for e in q.heap if e[2].state == READY),
             "set_aside_tasks": sum(1 for e in q.blocked if e[2].state == READY),
-            "running_tasks": len(sched._running), "workflows_pending": sched.pending(),
+            "running_tasks": len(sched.running), "workflows_pending": sched.pending(),
             "counters": dict(sched.counters)}
 
 
@@ -46,7 +46,7 @@ def summary_of(sched: Any, guard: Any) -> dict[str, Any]:
     out.update(guard_summary(guard))
     out["policy"] = sched.policy.name
     out["servers_alive"] = len(sched.alive_servers)
-    out["tasks_per_node"] = dict(sched.node_tasks)
+    out["tasks_per_node"] = dict(sched.completions.node_tasks)
     if sched.estimator is not None:
         out["estimator"] = sched.estimator.summary()
     return out
