@@ -18,7 +18,7 @@ from policies import get_policy
 from scale_ray.config import load_env
 from scale_ray.live import LiveConfig, LiveScheduler, WorkflowFailed, attempt, primitive
 from scale_ray.live.cluster import SLOT_RESOURCE, LocalHeteroCluster
-from scale_ray.live.programs import StepResult
+from scale_ray.live.programs import ProgramClosed, StepResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -112,6 +112,10 @@ def test_a_resumed_program_keeps_its_steps_together(env, tmp_path):
     prog = s1.program("agent")
     assert prog.submit(step.bind(1, "think", str(marks))).result(timeout=60) == 2
     prog.submit(step.bind(2, "act", str(marks), str(gate)))  # the agent's next step, running
+    prog.close()  # journaled: it stays closed
+    open_prog = s1.program("open")
+    for tag in ("open", "open2"):  # two steps: the journal links the second to the first
+        open_prog.submit(step.bind(7, tag, str(marks)))
     alone = s1.submit(step.bind(5, "alone", str(marks)))
     assert alone.result(timeout=60) == 6
     _wait_for(marks / "act.0")
@@ -127,6 +131,10 @@ def test_a_resumed_program_keeps_its_steps_together(env, tmp_path):
     assert act.program is not None and act.program is think.program
     assert act.program.handles == [think, act] and other.program is None
     assert act.program.started_wall == think.submitted_wall <= act.submitted_wall
+    assert act.program.closed and not by_name["open"].program.closed
+    with pytest.raises(ProgramClosed):
+        act.program.submit(step.bind(3, "late", str(marks)))
+    assert by_name["open"].program.submit(step.bind(8, "more", str(marks))).result(timeout=60) == 9
     gate.write_text("")
     assert act.result(timeout=60) == 3
     assert act.live_record.arrival == act.program.arrival

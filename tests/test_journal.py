@@ -91,6 +91,23 @@ def test_compaction_keeps_the_record_and_forget_removes_it(tmp_path):
     assert j.size()["workflows"] == 0 and j.load().entries == []
 
 
+def test_a_closed_program_is_journaled_until_its_first_step_is_forgotten(tmp_path):
+    j = Journal(str(tmp_path / "j"))
+    for w in ("first", "second"):
+        j.submit(Submission(id=w, fmt="json", payload=b"{}"))
+    assert j.load().closed == set()
+    j.close_program("first")
+    (tmp_path / "j" / "closed" / "second.tmp-0000").write_bytes(b"")  # a close never finished
+    assert j.load().closed == {"first"} and j.size()["entries"] == 3
+    assert not (tmp_path / "j" / "closed" / "second.tmp-0000").exists()
+    again = Journal(str(tmp_path / "j"))  # another writer (a restarted scheduler) reads it
+    assert again.load().closed == {"first"}
+    again.remove("second")
+    assert again.load().closed == {"first"}
+    again.remove("first")
+    assert again.load().closed == set() and again.size()["entries"] == 0
+
+
 def test_storage_settings_resolve():
     assert jr.resolve_storage(None) is None and jr.resolve_storage("off") is None
     assert jr.resolve_storage("session", "/tmp/ray/session_x/") == "/tmp/ray/session_x/scale_journal"

@@ -117,7 +117,8 @@ def _registry():
     from serve_apps.tenants import IdSigner
 
     class Sched:
-        durable = type("D", (), {"known": lambda self, t, k: None, "journal": None})()
+        durable = type("D", (), {"known": lambda self, t, k: None, "journal": None, "closes": [],
+                                 "close_program": lambda self, h: self.closes.append(h.jid)})()
         policy = type("P", (), {"name": "eft"})()
 
         def __init__(self):
@@ -264,6 +265,7 @@ def test_appends_name_earlier_outputs_and_every_malformed_one_is_a_4xx():
     assert reg.metrics.programs == []
     assert append(doc([], close=True), wid=out["id"]) == {"program": first, "closed": True}
     assert h1.program.closed and reg.metrics.programs == []  # a step still runs
+    assert reg.sched.durable.closes == [first]  # journaled (a resume keeps it closed)
     h2.record_completion(3.0)  # the last step ends: the program counts once, start to end
     assert reg.metrics.programs == [("team-a", "eft", 3.0)]
     reg._program_done("team-a", h1.program)

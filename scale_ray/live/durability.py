@@ -43,14 +43,16 @@ class Durability:
 
     Args:
         storage: ``LiveConfig.storage`` (:func:`scale_ray.live.journal.resolve_storage`).
-        adopt: ``adopt(workflow, submitted_wall, submission) -> handle``: the scheduler makes
-            a resumed workflow's handle its own (calling :meth:`register`).
+        adopt: ``adopt(workflow, submitted_wall, submission, after, closed) -> handle``: the
+            scheduler makes a resumed workflow's handle its own (calling :meth:`register`), a
+            step of the program of ``after`` (None: of none), whose program is closed when
+            ``closed`` (it was the first step of a program closed before the restart).
         enqueue: ``enqueue(handle)``: queue a resumed, unfinished workflow for admission.
     """
 
     def __init__(self, storage: str | None,
-                 adopt: Callable[[CollectedWorkflow, float, Submission, WorkflowHandle | None],
-                                 WorkflowHandle],
+                 adopt: Callable[[CollectedWorkflow, float, Submission, WorkflowHandle | None,
+                                  bool], WorkflowHandle],
                  enqueue: Callable[[WorkflowHandle], None]):
         self._storage, self._adopt, self._enqueue = storage, adopt, enqueue
         self.journal: Journal | None = None
@@ -180,6 +182,12 @@ class Durability:
                 if h.jid is not None:
                     self.safe(self.journal.remove, h.jid)
 
+    def close_program(self, first: WorkflowHandle) -> None:
+        """The agent program whose first step is ``first`` is closed: journaled (before the
+        caller answers anyone), so a resume keeps it closed. Storage errors raise."""
+        if self.journal is not None and first.jid is not None:
+            self.journal.close_program(first.jid)
+
     def safe(self, fn: Callable, *args: Any) -> None:
         try:
             fn(*args)
@@ -222,7 +230,8 @@ class Durability:
                 continue
             # a step of an agent program: the workflow it continued, resumed before it
             after = adopted.get(sub.meta.get("program")) if sub.meta else None
-            h = adopted[sub.id] = self._adopt(wf, min(now, sub.submitted - ep), sub, after)
+            h = adopted[sub.id] = self._adopt(wf, min(now, sub.submitted - ep), sub, after,
+                                              sub.id in loaded.closed)
             if e.end is not None:  # finished before: its record, no results
                 fin = e.end.get("task_finish") or []
                 nodes = e.end.get("task_nodes") or []

@@ -10,6 +10,8 @@ and finished ones folded into a few shared files::
     <root>/wf/<id>/s<i>.<a>      task i's run number a started (written by the worker first)
     <root>/wf/<id>/t<i>          task i finished: its result (written by the worker before the
                                  run reports done)
+    <root>/closed/<id>           the agent program whose first step is workflow <id> was
+                                 closed (no more steps; deleted with that workflow)
     <root>/done/<seq>-<writer>   finished workflows, up to SEGMENT_RECORDS (or SEGMENT_BYTES)
                                  a file: each one's submission and either its kept results
                                  (:meth:`Journal.finish`: a completed workflow's outputs; the
@@ -42,7 +44,7 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .journal_format import (FORMATS, CorruptEntry, Entry, Submission, decode, encode,
@@ -156,6 +158,7 @@ class Loaded:
     entries: list[Entry]
     unrestorable: dict[str, str]  # workflow id -> why it cannot be resumed
     problems: list[str]  # every entry skipped, and why
+    closed: set[str] = field(default_factory=set)  # closed programs, by their first step's id
 
 
 class Journal:
@@ -164,6 +167,7 @@ class Journal:
     def __init__(self, uri: str):
         self.uri = uri
         self.fs, self.root = _filesystem(uri)
+        self.fs.create_dir(f"{self.root}/closed", recursive=True)
         self.writes = 0
         self._lock = threading.RLock()  # the segments (workers write only their own task files)
         self._where: dict[str, str] | None = None  # folded workflow -> its segment (None: unread)
@@ -212,10 +216,16 @@ class Journal:
             blobs[wid] = record_blob(sub, info, payload, [])
             self._write_seg(seg, blobs)
 
+    def close_program(self, first: str) -> None:
+        """Record that the agent program whose first step is workflow ``first`` is closed."""
+        _put(self.fs, f"{self.root}/closed/{first}", b"")
+        self.writes += 1
+
     def remove(self, wid: str) -> None:
         """Forget ``wid`` entirely (it is no longer kept for GET)."""
         with self._lock:
             self._delete_dir(wid)
+            self._delete(f"{self.root}/closed/{wid}")
             seg = self._index().get(wid)
             if seg is None:
                 return
@@ -243,8 +253,8 @@ class Journal:
 
         with self._lock:
             folded = set(self._index())
-        files = [fi for sub in ("wf", "done") for fi in self.fs.get_file_info(pafs.FileSelector(
-            f"{self.root}/{sub}", recursive=True, allow_not_found=True))
+        files = [fi for sub in ("wf", "done", "closed") for fi in self.fs.get_file_info(
+            pafs.FileSelector(f"{self.root}/{sub}", recursive=True, allow_not_found=True))
             if fi.type == pafs.FileType.File]
         dirs = {fi.path[len(self.root) + 4:].split("/", 1)[0] for fi in files
                 if fi.path.startswith(f"{self.root}/wf/")}
@@ -442,7 +452,19 @@ class Journal:
                 self._merge_if_sparse(seg)
         for p in problems:
             log.warning("journal %s: %s", self.uri, p)
-        return Loaded(entries, unrestorable, problems)
+        return Loaded(entries, unrestorable, problems, self._closed())
+
+    def _closed(self) -> set[str]:
+        """The closed programs (:meth:`close_program`); leftover temporary files removed."""
+        import pyarrow.fs as pafs
+
+        out = set()
+        for fi in self.fs.get_file_info(pafs.FileSelector(f"{self.root}/closed")):
+            if ".tmp-" in fi.base_name:
+                self._delete(fi.path)
+            elif fi.type == pafs.FileType.File:
+                out.add(fi.base_name)
+        return out
 
     def _entry(self, wid: str, sub: Submission, files: dict[str, str],
                problems: list[str]) -> Entry:

@@ -192,9 +192,16 @@ class Program:
         self.handles.append(h)
 
     def close(self) -> None:
-        """No more steps; the program ends when the steps it has are done."""
+        """No more steps; the program ends when the steps it has are done. With a journal
+        (``LiveConfig.storage``) the close is journaled before this returns, so a resume keeps
+        the program closed."""
         with self._lock:
+            if self.closed:
+                return
             self.closed = True
+            first = self.handles[0] if self.handles else None
+        if first is not None:
+            self.sched.durable.close_program(first)
 
     def __enter__(self) -> "Program":
         return self

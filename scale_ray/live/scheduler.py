@@ -324,9 +324,9 @@ class LiveScheduler:
         return self.durable.resume(loader)
 
     def _adopt(self, wf: CollectedWorkflow, submitted: float, sub: Submission,
-               after: WorkflowHandle | None = None) -> WorkflowHandle:
+               after: WorkflowHandle | None = None, closed: bool = False) -> WorkflowHandle:
         # a resumed workflow's handle, registered as if submitted again (``after``: the
-        # workflow whose agent program it continued)
+        # workflow whose agent program it continued; ``closed``: its program was closed)
         with self._lock:
             h = WorkflowHandle(len(self._handles), wf, submitted)
             h.tenant = sub.tenant
@@ -334,6 +334,8 @@ class LiveScheduler:
             self._handles.append(h)
             if after is not None:
                 program_of(self, after).add(h)
+        if closed:  # (journaled already)
+            program_of(self, h).closed = True
         return h
 
     def take_decision_latencies(self) -> list[float]:
