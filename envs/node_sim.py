@@ -22,7 +22,11 @@ from one seed, so every policy sees the same requests (paired comparisons).
 
 A learned policy steps an episode through :meth:`NodeSimulator.episode` (``.decisions()``, a
 generator over the decision core's :meth:`~envs.decision.DecisionCore.round`): the gym env
-``envs.node_env``. The slot-model :class:`envs.simulator.Simulator` is the paper's model.
+``envs.node_env``. A planner (a policy with a ``plan(episode, task)`` method,
+``policies.node_lookahead``) is asked with the episode itself and tries its candidates on
+:meth:`_Episode.fork`: the present work (no new arrivals), the running tasks ending when they are
+expected to, runs taking what the rules plan with (``NodeTable.run_time``). The slot-model
+:class:`envs.simulator.Simulator` is the paper's model.
 """
 
 from __future__ import annotations
@@ -194,9 +198,10 @@ class _Episode:
         self.open = 0  # requests arrived and not finished
         self.area = 0.0  # the integral of ``open`` over time so far (request-seconds)
 
-    def run(self) -> dict[str, Any]:
-        """The whole episode under the policy; its metrics."""
-        steps = self.decisions()
+    def run(self, now_first: bool = False) -> dict[str, Any]:
+        """The whole episode under the policy (``now_first``: :meth:`decisions`'); its
+        metrics."""
+        steps = self.decisions(now_first)
         try:
             task = next(steps)
             while True:
@@ -204,10 +209,13 @@ class _Episode:
         except StopIteration as done:
             return done.value
 
-    def decisions(self) -> Generator[NodeTask, int, dict[str, Any]]:
+    def decisions(self, now_first: bool = False) -> Generator[NodeTask, int, dict[str, Any]]:
         """The episode as a generator (a gym env steps it, ``envs.node_env``): yields each task
-        to place, is sent the node index picked, returns the metrics."""
+        to place, is sent the node index picked, returns the metrics. ``now_first``: a round at
+        the present instant before the next event (a fork's rollout)."""
         events, core = self.events, self.core
+        if now_first:
+            yield from core.round(self.start)
         while events:
             now, kind, _, _, t = events.pop()
             self.area += (now - self.now) * self.open
@@ -230,7 +238,17 @@ class _Episode:
         self.core.queue.push(t.key, t.id, t)
 
     def ask(self, t: NodeTask) -> int:
+        plan = getattr(self.policy, "plan", None)
+        if plan is not None:  # a planner: it reads the episode (module docstring)
+            return plan(self, t)
         return self.policy(self.table, t, self.now, self.r_pol)
+
+    def fork(self, policy: Policy) -> "_Fork":
+        """The present as an independent episode decided by ``policy`` (module docstring):
+        copies of the unfinished requests and their tasks, the node table, the ready queue and
+        the running tasks' ends; no arrivals, no learning. ``_Fork.task(t)``: the copy of
+        ``t``."""
+        return _Fork(self, policy)
 
     def start(self, t: NodeTask, i: int) -> None:
         now = self.now
@@ -276,6 +294,51 @@ class _Episode:
             c.parents_left -= 1
             if c.parents_left == 0:
                 self.ready(c)
+
+
+class _Fork(_Episode):
+    """:meth:`_Episode.fork`'s episode: the present work only, planned run times."""
+
+    def __init__(self, ep: _Episode, policy: Policy):  # noqa: D107 - (not _Episode's)
+        self.sim, self.policy, self.cfg, self.order = ep.sim, policy, ep.cfg, ep.order
+        self.r_pol = np.random.default_rng(0)  # (the rollout policy's draws, if any)
+        self.est, self.shapes, self.scripted, self.explicit = None, ep.shapes, True, []
+        self.now, self.busy, self.area = ep.now, {"cpu": 0.0, "gpu": 0.0}, 0.0
+        copies: dict[NodeTask, NodeTask] = {}
+        self.requests = []
+        for w in ep.requests:
+            if w.done == len(w.tasks):
+                continue
+            wc = Request(w.id, w.arrival)
+            wc.done, wc.level = w.done, w.level
+            for t in w.tasks:
+                c = copies[t] = NodeTask(t.id, wc, t.idx, t.name, t.demands, t.compute)
+                c.parents_left, c.state, c.key, c.waits = t.parents_left, t.state, t.key, t.waits
+                c.rank, c.work, c.start, c.node = t.rank, t.work, t.start, t.node
+                wc.tasks.append(c)
+            for t in w.tasks:
+                copies[t].children = [copies[k] for k in t.children]
+            self.requests.append(wc)
+        self.open = len(self.requests)
+        self.tasks = list(copies.values())
+        self._copies = copies
+        self.table = ep.table.copy(copies.__getitem__)
+        self.core = DecisionCore(self.table, ep.core.rules)
+        self.core.node_look = ep.core.node_look
+        self.core.queue = ep.core.queue.copy(lambda t: copies.get(t, t))  # (finished: stale)
+        self.events = EventQueue()
+        for i, running in enumerate(self.table.running):
+            for t, end in running.items():  # when they are expected to end
+                self.events.push(max(end, self.now), FINISH, i, t)
+
+    def task(self, t: NodeTask) -> NodeTask:
+        return self._copies[t]
+
+    def start(self, t: NodeTask, i: int) -> None:
+        run_s = self.table.run_time(i, t)  # what the rules plan with (no hidden truth)
+        t.state, t.start, t.node = 2, self.now, i  # RUNNING
+        self.table.start(i, t, t.demands, self.now + run_s)
+        self.events.push(self.now + run_s, FINISH, i, t)
 
 
 def _metrics(requests: list[Request], tasks: list[NodeTask], end: float, busy: dict,

@@ -34,6 +34,7 @@ label scheduling does.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass, field
@@ -375,6 +376,22 @@ class NodeTable:
                 self._bound = (best, max(part, max(g)),
                                max(whole, sum(1 for f in g if f >= 1.0 - EPS)))
         return i
+
+    def copy(self, remap: Callable[[Any], Any]) -> "NodeTable":
+        """An independent table in this one's state, each running task replaced by
+        ``remap(task)`` (a planner's rollout, ``envs.node_sim``). The demand caches, the
+        totals and the speeds are shared (they do not change with what runs)."""
+        new = copy.copy(self)
+        new.free = [list(f) for f in self.free]
+        new.gpus = [list(g) for g in self.gpus]
+        new.accept_l = list(self.accept_l)
+        new.running = [{remap(t): end for t, end in r.items()} for r in self.running]
+        new._held = {remap(t): h for t, h in self._held.items()}
+        new._state = dict(self._state)
+        new._ever = {}  # (depends on accept_l, now the copy's)
+        b = self._bound
+        new._bound = None if b is None else (list(b[0]), b[1], b[2])
+        return new
 
     def set_accepting(self, i: int, accepting: bool) -> None:
         self.accept_l[i] = accepting

@@ -5,7 +5,9 @@ difference from EFT and from Ray's emulated default with 95 % t-intervals, and t
 chooses: the rule with the lowest mean whose gain over EFT excludes 0 at every size and load
 with p95 no worse, else EFT. ``RULE:learned``: the rule knows no node speed and plans with what
 the run-time estimator learned (``NodeSimulator(learn_speeds=True)``), as live with
-``live.estimator: online`` and no speeds configured.
+``live.estimator: online`` and no speeds configured. ``lookahead``: the rollout planner
+(``policies.node_lookahead``, EFT's ``--lookahead-k`` best nodes tried on forks); simulator only,
+so it is compared but never chosen as the default.
 
     scale-ray bench headroom --nodes 16 64 --loads 0.6 0.8 --episodes 30 --json OUT.json
 """
@@ -28,12 +30,14 @@ from envs.config_files import read_yaml, resolve_config_path
 from envs.decision import NODE_LOOK
 from envs.node_sim import NodeSimulator
 from policies.node_learned import LearnedNodePolicy
+from policies.node_lookahead import NodeLookahead
 from policies.node_rules import NODE_POLICIES, node_policy
 from scale_ray.evaluation import ci95_half_width
 from scale_ray.relative import rel
 
 DEFAULT_POLICIES = ("eft", "gpu_rule", "reserve", "eft_bestfit", "eft_spread", "eft_wait", "ray",
                     "random", "eft@upward_rank")
+PLANNER = "lookahead"  # policies.node_lookahead (not a rule: never the default)
 METRICS = ("mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_response_s")
 
 
@@ -46,8 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), type=_rule,
                    help=f"node rules to compare ({', '.join(sorted(NODE_POLICIES))}; RULE@ORDER "
                    f"with another ready order, e.g. eft@upward_rank: HEFT; RULE:learned with "
-                   f"no speed known, learned online: envs/node_sim.py); eft and ray are always "
-                   f"run: the references")
+                   f"no speed known, learned online: envs/node_sim.py; lookahead: the rollout "
+                   f"planner); eft and ray are always run: the references")
+    p.add_argument("--lookahead-k", type=int, default=4,
+                   help="nodes the lookahead planner tries per decision (1: EFT)")
     p.add_argument("--horizon-s", type=float, default=None, help="arrivals stop here "
                    "(default: the config's horizon_s)")
     p.add_argument("--workers", type=int, default=2, help="processes")
@@ -65,27 +71,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _rule(text: str) -> str:
     head, _, speeds = text.partition(":")
     rule, _, order = head.partition("@")
-    if rule not in NODE_POLICIES or (order and order not in ORDERS) or speeds not in ("", "learned"):
+    if (rule not in NODE_POLICIES and rule != PLANNER) or (order and order not in ORDERS) or speeds not in ("", "learned"):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: RULE[@ORDER][:learned], RULE one of {sorted(NODE_POLICIES)}, ORDER one "
+            f"{text!r}: RULE[@ORDER][:learned], RULE one of {sorted(NODE_POLICIES)} or "
+            f"{PLANNER}, ORDER one "
             f"of {list(ORDERS)}; :learned: the rule knows no speed, the estimator learns them")
     return text
 
 
 def _episode(job: tuple) -> dict[str, Any]:
-    cfg, n, load, policy, seed, look, learned = job
+    cfg, n, load, policy, seed, look, learned, k = job
     if policy in learned:  # a trained network (policies.node_learned), guarded
         rule, order, speeds = policy, "", ""
         decide = LearnedNodePolicy(learned[policy])
     else:
         head, _, speeds = policy.partition(":")  # eft:learned: no speed known, estimated
         rule, _, order = head.partition("@")  # eft@upward_rank: HEFT (its order, then EFT)
-        decide = node_policy(rule)
+        decide = NodeLookahead(k) if rule == PLANNER else node_policy(rule)
     sim = NodeSimulator(replace(cfg, gpu_load=load, **({"order": order} if order else {})), n,
                         learn_speeds=speeds == "learned", node_look=look)
     t0 = time.perf_counter()
     m = sim.run(decide, seed)
     extra = {"guard_overrides": decide.overrides} if policy in learned else {}
+    if isinstance(decide, NodeLookahead):
+        extra = {"rollouts": decide.rollouts, "changed_picks": decide.changed}
     return m | extra | {"nodes": n, "load": load, "policy": policy, "episode": seed,
                         "seconds": time.perf_counter() - t0}
 
@@ -156,11 +165,13 @@ def paired_with(episodes: list[dict[str, Any]], path: str) -> list[str]:
 
 
 def choose_default(rows: list[dict[str, Any]]) -> str:
-    """The rule whose mean beats EFT with the interval excluding 0 in every (size, load), p95
+    """The rule (not the planner) whose mean beats EFT with the interval excluding 0 in every (size, load), p95
     no worse (its difference <= 0), the lowest average mean among those; else ``eft``."""
     cells = {(r["nodes"], r["load"]) for r in rows}
     best, best_gain = "eft", 0.0
     for p in sorted({r["policy"] for r in rows} - {"eft"}):
+        if p.partition("@")[0].partition(":")[0] == PLANNER:
+            continue  # simulator only
         mine = [r for r in rows if r["policy"] == p]
         if len(mine) != len(cells):
             continue
@@ -202,8 +213,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--episodes: at least 2 (paired intervals)")
     if args.node_look < 0:
         raise ValueError(f"--node-look: {args.node_look} must be >= 0 (0: no bound)")
-    jobs = [(cfg, n, load, p, s, args.node_look, learned) for n in args.nodes for load in args.loads
-            for s in range(args.episodes) for p in policies]
+    if args.lookahead_k < 1:
+        raise ValueError(f"--lookahead-k: {args.lookahead_k} must be >= 1")
+    jobs = [(cfg, n, load, p, s, args.node_look, learned, args.lookahead_k) for n in args.nodes
+            for load in args.loads for s in range(args.episodes) for p in policies]
     print(f"headroom: {len(jobs)} episodes ({len(policies)} rules x {len(args.nodes)} sizes x "
           f"{len(args.loads)} loads x {args.episodes} seeds) on {args.workers} processes",
           flush=True)
@@ -225,6 +238,7 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as fh:
             json.dump({"config": args.config, "nodes": args.nodes, "loads": args.loads,
                        "episodes": args.episodes, "node_look": args.node_look,
+                       "lookahead_k": args.lookahead_k,
                        "default": default, "table": rows, "per_episode": episodes}, fh, indent=1,
                       default=lambda o: None if isinstance(o, float) and math.isnan(o) else o)
         print(f"wrote {args.json}")

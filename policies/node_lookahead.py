@@ -1,0 +1,75 @@
+"""A rollout planner in Ray's resource model (``envs.nodes``): the lookahead planner of
+``policies.lookahead`` for nodes that run every task that fits.
+
+For the task to place it takes the nodes where the task fits now, keeps the ``k`` with the
+earliest finish (EFT's ranking: the run the rules plan with, ``NodeTable.run_time``; ties by
+node index), and for each one places the task there on a fork of the episode
+(``envs.node_sim._Episode.fork``: the present work, no new arrivals, running tasks ending when
+expected) and lets the base rule (EFT) place the rest of the present work until it is done. The
+cost of a candidate is the sum of the open requests' completion times in that rollout (the
+``workflow`` objective, ``envs.objective``); the cheapest wins, EFT's own pick on a tie. With one
+candidate (or ``k = 1``) it is EFT. A task that fits nowhere now is left to the base rule (a
+wait); the planner never waits on its own, so it cannot wait without bound.
+
+It plans on the rules' view: with ``learn_speeds`` its rollouts use the estimator's run times,
+never the true ones. Cost per decision: ``k`` rollouts of the present work (``scale-ray bench
+headroom --policies lookahead`` prints each episode's seconds).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from envs.nodes import NodeTable
+
+from .node_rules import eft
+
+__all__ = ["NodeLookahead"]
+
+
+class NodeLookahead:
+    """The planner (module docstring). ``plan(episode, task)`` -> node index; as a plain rule
+    (``(table, task, now, rng)``, no episode to fork) it is the base rule."""
+
+    def __init__(self, k: int = 4, base: Callable = eft):
+        if k < 1:
+            raise ValueError(f"lookahead: k must be >= 1, got {k!r}")
+        self.k, self.base = k, base
+        self.rollouts = 0  # rollouts made so far
+        self.changed = 0  # picks that differ from the base rule's
+
+    def __call__(self, table: NodeTable, task: Any, now: float, rng: np.random.Generator) -> int:
+        return self.base(table, task, now, rng)
+
+    def candidates(self, table: NodeTable, task: Any) -> list[int]:
+        """The ``k`` nodes where ``task`` fits now with the earliest finish (ties: index)."""
+        fit = table.fitting(task.demands)
+        fit.sort(key=lambda i: (table.run_time(i, task), i))
+        return fit[:self.k]
+
+    def plan(self, ep: Any, task: Any) -> int:
+        cands = self.candidates(ep.table, task)
+        first = self.base(ep.table, task, ep.now, ep.r_pol)
+        if len(cands) <= 1:
+            return first
+        best, pick = None, first
+        for i in ([first] if first in cands else []) + [c for c in cands if c != first]:
+            cost = self.rollout(ep, task, i)
+            if best is None or cost < best - 1e-9:
+                best, pick = cost, i
+        self.changed += pick != first
+        return pick
+
+    def rollout(self, ep: Any, task: Any, node: int) -> float:
+        """The sum of the open requests' completion times when ``task`` starts on ``node`` now
+        and the base rule places the rest of the present work."""
+        self.rollouts += 1
+        fork = ep.fork(self.base)
+        copy = fork.task(task)
+        if not fork.core.resolve(copy, node):  # (a candidate fits now: never)
+            raise RuntimeError(f"lookahead: task {task.id} does not fit node {node} in its fork")
+        fork.start(copy, node)
+        fork.run(now_first=True)
+        return sum(w.finish for w in fork.requests)
