@@ -7,6 +7,9 @@ policy from waiting without bound, as everywhere a learned policy acts: a wait i
 while some task runs (a finish will come) and the task has waited fewer than
 :data:`policies.node_rules.MAX_WAITS` times; otherwise the task goes where EFT sends it
 (counted in :attr:`LearnedNodePolicy.overrides`).
+
+:func:`node_decider` names either: a rule of ``policies.node_rules`` or ``learned:PATH``, this
+policy from the artifact at PATH (``live.node_rule``, ``scale-ray bench live --rules``).
 """
 
 from __future__ import annotations
@@ -19,14 +22,17 @@ import numpy as np
 from envs.node_encoding import NODE_DIM, encode_nodes, encode_task
 from envs.nodes import NodeTable
 
-from .artifact import ArtifactError, load_policy
-from .node_rules import MAX_WAITS, eft
+from .node_rules import MAX_WAITS, eft, node_policy
+
+LEARNED = "learned:"  # node_decider's prefix for an artifact path
 
 
 class LearnedNodePolicy:
     """The artifact at ``path`` (trained with ``cluster_model: nodes``) as a node policy."""
 
     def __init__(self, path: str | Path):
+        from .artifact import ArtifactError, load_policy  # torch: only where one is used
+
         self.policy = load_policy(path)
         if self.policy.meta.get("cluster_model") != "nodes":
             raise ArtifactError(f"policy artifact {path}: trained on the paper's servers "
@@ -49,3 +55,11 @@ class LearnedNodePolicy:
             return pick
         self.overrides += 1
         return eft(table, task, now, rng)
+
+
+def node_decider(spec: str) -> Any:
+    """A fresh node policy: ``learned:PATH`` (a :class:`LearnedNodePolicy`, guarded; a wrong
+    artifact raises naming it) or a rule's name (``policies.node_rules.node_policy``)."""
+    if spec.startswith(LEARNED):
+        return LearnedNodePolicy(spec[len(LEARNED):])
+    return node_policy(spec)

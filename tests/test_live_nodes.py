@@ -240,3 +240,39 @@ def test_the_node_table_keeps_model_seconds_so_eft_wait_compares_like_with_like(
     _admit(sched, [Primitive(emulated_body, 8.0)])
     pl.round(lambda: 100.0, None, lambda t, srv: started.append(srv.sid) or srv.take(t, 108.0))
     assert started == [1]
+
+
+def test_a_learned_node_policy_places_live_tasks_guarded_and_a_bad_one_is_named():
+    """``live.node_rule: learned:PATH``: the trained node policy (policies/node_learned.py)
+    decides every live placement in Ray's resource model, on the live node table."""
+    from envs.config_base import ConfigError
+    from policies.artifact import ArtifactError
+    from policies.node_learned import LearnedNodePolicy
+
+    path = "results/resource_model/scale_nodes/policy"
+    servers = [LiveServer(i, _node(f"n{i}", {"CPU": 2, "GPU": 1, "memory": 16e9}, 1.0 + i), 0)
+               for i in range(3)]
+    env = load_env(None, servers=4)
+    sched = LiveScheduler(get_policy("eft", env), env,
+                          LiveConfig(time_scale=1.0, node_rule=f"learned:{path}"))
+    sched.nodes.pooled = True
+    sched._set_alive(servers)
+    rule = sched.placement.rule
+    assert isinstance(rule, LearnedNodePolicy)
+    asked = []
+    act = rule.policy.act
+    rule.policy.act = lambda obs: asked.append(obs["action_mask"].copy()) or act(obs)
+    gpu = Primitive(emulated_body, 1.0, ray_options={"num_gpus": 1, "num_cpus": 1})
+    _admit(sched, [gpu] * 4)
+    started = []
+    sched.placement.round(lambda: 0.0, None,
+                          lambda t, srv: (started.append(srv.sid), srv.take(t, 10.0)))
+    assert sorted(started) == [0, 1, 2] and len(asked) == 3  # it chose each; the 4th fits nowhere
+    assert [int(m[:3].sum()) for m in asked] == [3, 2, 1]  # valid picks only: where it fits now
+    with pytest.raises(ConfigError, match="node_rule"):
+        LiveConfig(node_rule="learned:")
+    bad = LiveScheduler(get_policy("eft", env), env,
+                        LiveConfig(time_scale=1.0, node_rule="learned:/no/such/artifact"))
+    bad.nodes.pooled = True
+    with pytest.raises((ArtifactError, FileNotFoundError), match="no/such/artifact"):
+        bad._set_alive(servers)

@@ -37,7 +37,7 @@ from envs.node_sim import NodeSimulator, arrival_rate
 from envs.nodes import NodeSpec
 from envs.workflow import TaskSpec, WorkflowSpec
 from policies import get_policy
-from policies.node_rules import node_policy
+from policies.node_learned import node_decider
 from scale_ray.live import LiveConfig, LiveScheduler
 from scale_ray.live.cluster import (COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL, NodeInfo,
                                    run_speed, server_caps)
@@ -218,7 +218,7 @@ def run_agents(args: Any) -> int:
                     "thread_cpu_s": s.get("thread_cpu_s")}
                 twin = NodeSimulator(  # learned speeds: the twin learns them as live does
                     cfg, nodes, learn_speeds=args.speeds == "learned" and name != REFERENCE).run(
-                    node_policy("ray" if name == REFERENCE else name), seed, arrivals=reqs)
+                    node_decider("ray" if name == REFERENCE else name), seed, arrivals=reqs)
                 row["twin"][name] = {(k[:-2] + "_model_s" if k.endswith("response_s") else k): v
                                      for k, v in twin.items()}
                 print(f"  run {r + 1} {name:12s} live mean {s['mean_workflow_response_model_s']:.2f} "

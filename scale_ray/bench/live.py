@@ -95,7 +95,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu-load", type=float, default=None, help="offered GPU load (default: "
                    "the config's gpu_load)")
     g.add_argument("--rules", nargs="+", default=["eft_spread", "eft"], help="node rules "
-                   "placed live (policies/node_rules.py; eft_spread: live.node_rule's default)")
+                   "placed live (policies/node_rules.py, or learned:PATH: a node artifact)")
     g.add_argument("--runs", type=int, default=2, help="runs (seeds from --seed)")
     g.add_argument("--agents-config", default="configs/env/agents.yaml")
     g.add_argument("--timeout-s", type=float, default=900.0, help="per run and policy")

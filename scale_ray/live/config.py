@@ -11,6 +11,7 @@ from typing import Literal
 from envs.config import ConfigError, rng
 from envs.workload import WorkflowError
 from policies.guard import GuardConfig
+from policies.node_learned import LEARNED
 from policies.node_rules import NODE_POLICIES
 
 EXECUTORS = ("task", "actor")
@@ -49,7 +50,9 @@ class LiveConfig:
             "reserve, eft_bestfit, eft_wait, random); eft_spread is EFT with ties spread by "
             "CPU/memory use, as equal as EFT in the simulator but live it reuses warm Ray "
             "workers where EFT's first fit packs runs onto few nodes (results/resource_model/"
-            "README.md); the policy given to the scheduler decides in the slot model only"))
+            "README.md); learned:PATH: a policy trained with cluster_model: nodes "
+            "(policies/node_learned.py, guarded); the policy given to the scheduler decides in "
+            "the slot model only"))
     slots_per_node: int | None = field(default=None, metadata=rng(
         ge=1, le=1024, doc="servers per node; default: the node's scale_slot resource, or for a "
                            "plain Ray node its CPUs / task_num_cpus"))
@@ -133,9 +136,11 @@ class LiveConfig:
             "otherwise EFT's choice (counted: guard_* in the summary)"))
 
     def __post_init__(self) -> None:
-        if self.node_rule not in NODE_POLICIES:
+        learned = self.node_rule.startswith(LEARNED) and len(self.node_rule) > len(LEARNED)
+        if self.node_rule not in NODE_POLICIES and not learned:
             raise ConfigError(f"node_rule: {self.node_rule!r} is not allowed; choose one of "
-                              f"{sorted(NODE_POLICIES)}")
+                              f"{sorted(NODE_POLICIES)}, or {LEARNED}PATH (a node policy "
+                              f"artifact)")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor must be one of {list(EXECUTORS)}, got {self.executor!r}")
         for i, name in enumerate(self.worker_env_blank):

@@ -25,7 +25,7 @@ from envs.config import FeatureConfig
 from envs.decision import DecisionCore, ReadyQueue, Rules, ServerTable, task_vector
 from envs.encoding import ServerView, TaskView
 from envs.nodes import NodeTable
-from policies.node_rules import node_policy
+from policies.node_learned import node_decider
 
 from .cluster import node_spec
 from .tasks import READY, WAITING
@@ -77,7 +77,7 @@ class LivePlacement:
         builds the table. Queued tasks switch their demands with it (the model follows where
         the servers come from, which an empty cluster does not tell yet)."""
         self.pooled = pooled
-        self.rule = node_policy(rule) if pooled else None
+        self.rule = node_decider(rule) if pooled else None
         self.changed = True
         q = self.queue
         for entries in (q.heap, q.deferred, q.blocked):
