@@ -86,12 +86,21 @@ class AgentsConfig:
                               "factor x the critical path on the fastest nodes"))
     preferred_head: bool = field(default=False, metadata=rng(doc="Ray default: the driver's "
                                  "node (node 0) is preferred, as Ray prefers the local node"))
+    run_noise: float = field(default=0.0, metadata=rng(ge=0, le=3, doc="lognormal sigma of a "
+                             "run's time around its planned one (mean 1, hidden from the rules; "
+                             "envs/node_hedging.py); 0: runs take exactly their planned time"))
+    hedge_quantile: float = field(default=0.0, metadata=rng(ge=0, lt=1, doc="0: no hedging; "
+                                  "q: a run past the q-quantile of its time gets a backup copy "
+                                  "on the fastest other node where it fits (envs/node_hedging.py)"))
 
     def __post_init__(self) -> None:
         if not self.nodes:
             raise ConfigError("nodes: at least one node shape")
         if self.order not in ORDERS:
             raise ConfigError(f"order: {self.order!r} is not allowed; choose one of {list(ORDERS)}")
+        if self.hedge_quantile > 0 and self.run_noise <= 0:
+            raise ConfigError("hedge_quantile: hedging needs run_noise > 0 (without noise no run "
+                              "is ever late)")
         if self.fanout[0] > self.fanout[1]:
             raise ConfigError(f"fanout: {list(self.fanout)} must be [lo, hi] with lo <= hi")
         for name, c in (("llm", self.llm), ("tool", self.tool)):

@@ -17,8 +17,9 @@ configured and ``live.estimator: online``: every node's speed is 1 to them, and 
 estimator (``envs.estimator``) learns each kind's run per node shape from the runs that finished;
 the runs themselves take compute / the node's true speed.
 
-Randomness: arrivals, requests and the policy's own draws come from separate generators spawned
-from one seed, so every policy sees the same requests (paired comparisons).
+Randomness: arrivals, requests, the policy's own draws and the runs' noise come from separate
+generators spawned from one seed, so every policy sees the same requests (paired comparisons).
+Runs that take other than planned, and hedged copies of stragglers: ``envs.node_hedging``.
 
 A learned policy steps an episode through :meth:`NodeSimulator.episode` (``.decisions()``, a
 generator over the decision core's :meth:`~envs.decision.DecisionCore.round`): the gym env
@@ -38,9 +39,10 @@ import numpy as np
 
 from . import order as orders
 from .agents import AgentsConfig, expected_gpu_seconds, node_specs, sample_request
-from .decision import DONE, NODE_LOOK, READY, WAITING, DecisionCore, Rules
+from .decision import DONE, NODE_LOOK, READY, RUNNING, WAITING, DecisionCore, Rules
 from .estimator import RuntimeEstimator
-from .events import ARRIVAL, FINISH, EventQueue
+from .events import ARRIVAL, FINISH, HEDGE, EventQueue
+from .node_hedging import Copy, NodeRuns
 from .nodes import NodeSpec, NodeTable
 from .runtime import kind_of_name
 
@@ -54,7 +56,7 @@ class NodeTask:
     """A task of a request in the decision core's terms (state, key, demands, waits)."""
     __slots__ = ("id", "wf", "idx", "name", "demands", "compute", "memory_gb", "children",
                  "parents_left", "state", "key", "waits", "rank", "work", "start", "finish",
-                 "node")
+                 "node", "token", "copy")
 
     def __init__(self, tid: int, wf: "Request", idx: int, name: str, demands: tuple,
                  compute: float):
@@ -70,6 +72,8 @@ class NodeTask:
         self.work = 0.0  # seconds at its kind's mean node speed (the order's work estimate)
         self.start = self.finish = math.nan
         self.node = -1
+        self.token = 0  # runs started (a straggler's HEDGE event names the run it was for)
+        self.copy: Copy | None = None  # its backup run (envs.node_hedging)
 
 
 class Request:
@@ -169,9 +173,11 @@ class _Episode:
     def __init__(self, sim: NodeSimulator, policy: Policy | None, seed: int,
                  arrivals: Sequence[tuple[float, list]] | None):
         self.sim, self.policy, self.cfg = sim, policy, sim.cfg
-        arr_ss, wl_ss, pol_ss = np.random.SeedSequence(seed).spawn(3)
+        arr_ss, wl_ss, pol_ss, run_ss = np.random.SeedSequence(seed).spawn(4)
         self.r_arr, self.r_wl = np.random.default_rng(arr_ss), np.random.default_rng(wl_ss)
         self.r_pol = np.random.default_rng(pol_ss)
+        self.runs = NodeRuns(sim.cfg.run_noise, sim.cfg.hedge_quantile,
+                             np.random.default_rng(run_ss))
         self.table = table = NodeTable(sim.nodes)
         self.est = est = RuntimeEstimator() if sim.learn_speeds else None
         self.shapes = shapes = [nd.name for nd in sim.nodes]
@@ -222,15 +228,32 @@ class _Episode:
             self.now = now
             if kind == ARRIVAL:
                 self.arrive()
-            else:  # FINISH
+            elif kind == FINISH:
                 self.finish(t)
+            else:  # HEDGE: (token, task)
+                self.straggler(*t)
             if events and events.peek() == now:
                 continue  # every event of this instant first
             yield from core.round(self.start)
+            if self.runs.due:  # after the round: copies where a node still has room
+                self.launch_copies()
         left = sum(1 for t in self.tasks if t.state != DONE)
         if left:
             raise RuntimeError(f"{left} tasks never ran (a bug: every task fits some node)")
-        return _metrics(self.requests, self.tasks, self.now, self.busy, self.sim.nodes, core)
+        return _metrics(self.requests, self.tasks, self.now, self.busy, self.sim.nodes,
+                        core) | self.runs.metrics()
+
+    def _end_run(self, t: NodeTask, node: int, start: float, key: Any, done: bool) -> None:
+        """A run of ``t`` on ``node`` since ``start`` ends (``done``) or is cancelled: its
+        resources are free; its time is counted busy (a cancelled one also as waste)."""
+        self.table.finish(key)
+        d, ran = dict(t.demands), self.now - start
+        self.busy["gpu"] += ran * d.get("GPU", 0.0)
+        self.busy["cpu"] += ran * d.get("CPU", 0.0)
+        if not done:
+            self.runs.waste_s += ran
+            if isinstance(key, Copy):
+                key.cancelled = True
 
     def ready(self, t: NodeTask) -> None:
         t.state = READY
@@ -251,11 +274,38 @@ class _Episode:
         return _Fork(self, policy)
 
     def start(self, t: NodeTask, i: int) -> None:
-        now = self.now
-        run_s = t.compute / self.table.speed(i, t.demands)
-        t.state, t.start, t.node = 2, now, i  # RUNNING
-        self.table.start(i, t, t.demands, now + run_s)
-        self.events.push(now + run_s, FINISH, i, t)
+        now, runs = self.now, self.runs
+        planned = t.compute / self.table.speed(i, t.demands)
+        t.state, t.start, t.node = RUNNING, now, i
+        t.token += 1
+        self.table.start(i, t, t.demands, now + planned)
+        self.events.push(now + planned * runs.factor(), FINISH, i, t)
+        if runs.hedging:
+            self.events.push(now + planned * runs.due_factor, HEDGE, i, (t.token, t))
+
+    def straggler(self, token: int, t: NodeTask) -> None:
+        """``t``'s run passed its hedge quantile: a copy now, or once a node has room."""
+        if t.state == RUNNING and t.token == token and t.copy is None:
+            self.runs.due.append(t)
+            self.launch_copies()
+
+    def launch_copies(self) -> None:
+        """Copies of the due stragglers on the fastest other node where each fits now."""
+        table, runs, keep = self.table, self.runs, []
+        for t in runs.due:
+            if t.state != RUNNING or t.copy is not None:
+                continue
+            fits = [i for i in table.fitting(t.demands) if i != t.node]
+            if not fits:
+                keep.append(t)
+                continue
+            i = max(fits, key=lambda j: (table.speed(j, t.demands), -j))
+            c = t.copy = Copy(t, i, self.now)
+            planned = t.compute / table.speed(i, t.demands)
+            table.start(i, c, t.demands, self.now + planned)
+            self.events.push(self.now + planned * runs.factor(), FINISH, i, c)
+            runs.copies += 1
+        runs.due = keep
 
     def arrive(self) -> None:
         now, events = self.now, self.events
@@ -271,15 +321,27 @@ class _Episode:
         self.sim._admit(spec, now, self.requests, self.tasks, self.ready)
         self.open += 1
 
-    def finish(self, t: NodeTask) -> None:
+    def finish(self, run: NodeTask | Copy) -> None:
+        """A run ended: its task is done (a hedged task's other run is cancelled)."""
         now = self.now
-        self.table.finish(t)
+        if isinstance(run, Copy):
+            if run.cancelled:
+                return
+            t = run.task
+            self.runs.wins += 1
+            self._end_run(t, run.node, run.start, run, done=True)
+            self._end_run(t, t.node, t.start, t, done=False)
+            t.node, t.start = run.node, run.start  # (the copy's run is the task's now)
+        else:
+            t = run
+            if t.state == DONE:
+                return  # its copy ended first: this run was cancelled then
+            self._end_run(t, t.node, t.start, t, done=True)
+            if t.copy is not None:
+                self._end_run(t, t.copy.node, t.copy.start, t.copy, done=False)
         if self.est is not None:  # the run it took against its run at speed 1
             self.est.observe(kind_of_name(t.name), self.shapes[t.node], now - t.start, t.compute)
         t.state, t.finish = DONE, now
-        d = dict(t.demands)
-        self.busy["gpu"] += (now - t.start) * d.get("GPU", 0.0)
-        self.busy["cpu"] += (now - t.start) * d.get("CPU", 0.0)
         wf, order = t.wf, self.order
         wf.done += 1
         if wf.done == len(wf.tasks):
@@ -297,14 +359,16 @@ class _Episode:
 
 
 class _Fork(_Episode):
-    """:meth:`_Episode.fork`'s episode: the present work only, planned run times."""
+    """:meth:`_Episode.fork`'s episode: the present work only, planned run times (no noise, no
+    new copies; a hedged task's two runs both go on, the first to end as planned wins)."""
 
     def __init__(self, ep: _Episode, policy: Policy):  # noqa: D107 - (not _Episode's)
         self.sim, self.policy, self.cfg, self.order = ep.sim, policy, ep.cfg, ep.order
         self.r_pol = np.random.default_rng(0)  # (the rollout policy's draws, if any)
         self.est, self.shapes, self.scripted, self.explicit = None, ep.shapes, True, []
         self.now, self.busy, self.area = ep.now, {"cpu": 0.0, "gpu": 0.0}, 0.0
-        copies: dict[NodeTask, NodeTask] = {}
+        self.runs = NodeRuns(0.0, 0.0, None)
+        copies: dict[Any, Any] = {}
         self.requests = []
         for w in ep.requests:
             if w.done == len(w.tasks):
@@ -321,6 +385,10 @@ class _Fork(_Episode):
             self.requests.append(wc)
         self.open = len(self.requests)
         self.tasks = list(copies.values())
+        for t in ep.tasks:  # running backup copies (envs.node_hedging), as the task's
+            if t.copy is not None and t.state != DONE and not t.copy.cancelled:
+                c = copies[t.copy] = Copy(copies[t], t.copy.node, t.copy.start)
+                copies[t].copy = c
         self._copies = copies
         self.table = ep.table.copy(copies.__getitem__)
         self.core = DecisionCore(self.table, ep.core.rules)
@@ -336,7 +404,7 @@ class _Fork(_Episode):
 
     def start(self, t: NodeTask, i: int) -> None:
         run_s = self.table.run_time(i, t)  # what the rules plan with (no hidden truth)
-        t.state, t.start, t.node = 2, self.now, i  # RUNNING
+        t.state, t.start, t.node = RUNNING, self.now, i
         self.table.start(i, t, t.demands, self.now + run_s)
         self.events.push(self.now + run_s, FINISH, i, t)
 

@@ -7,7 +7,9 @@ with p95 no worse, else EFT. ``RULE:learned``: the rule knows no node speed and 
 the run-time estimator learned (``NodeSimulator(learn_speeds=True)``), as live with
 ``live.estimator: online`` and no speeds configured. ``lookahead``: the rollout planner
 (``policies.node_lookahead``, EFT's ``--lookahead-k`` best nodes tried on forks); simulator only,
-so it is compared but never chosen as the default.
+so it is compared but never chosen as the default. ``--run-noise S``: runs take other than
+planned (``envs.node_hedging``); ``RULE+hedge``: the rule with stragglers hedged at
+``--hedge-quantile``.
 
     scale-ray bench headroom --nodes 16 64 --loads 0.6 0.8 --episodes 30 --json OUT.json
 """
@@ -37,6 +39,7 @@ from scale_ray.relative import rel
 
 DEFAULT_POLICIES = ("eft", "gpu_rule", "reserve", "eft_bestfit", "eft_spread", "eft_wait", "ray",
                     "random", "eft@upward_rank")
+HEDGE = "+hedge"  # RULE+hedge: with hedged stragglers (envs.node_hedging)
 PLANNER = "lookahead"  # policies.node_lookahead (not a rule: never the default)
 METRICS = ("mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_response_s")
 
@@ -52,6 +55,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"with another ready order, e.g. eft@upward_rank: HEFT; RULE:learned with "
                    f"no speed known, learned online: envs/node_sim.py; lookahead: the rollout "
                    f"planner); eft and ray are always run: the references")
+    p.add_argument("--run-noise", type=float, default=None, help="lognormal sigma of runs "
+                   "around their plan (agents config run_noise; default: the config's)")
+    p.add_argument("--hedge-quantile", type=float, default=0.9,
+                   help="RULE+hedge: a run past this quantile of its time gets a copy")
     p.add_argument("--lookahead-k", type=int, default=4,
                    help="nodes the lookahead planner tries per decision (1: EFT)")
     p.add_argument("--horizon-s", type=float, default=None, help="arrivals stop here "
@@ -69,26 +76,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _rule(text: str) -> str:
-    head, _, speeds = text.partition(":")
+    head, _, speeds = text.removesuffix(HEDGE).partition(":")
     rule, _, order = head.partition("@")
-    if (rule not in NODE_POLICIES and rule != PLANNER) or (order and order not in ORDERS) or speeds not in ("", "learned"):
+    if ((rule not in NODE_POLICIES and rule != PLANNER) or (order and order not in ORDERS)
+            or speeds not in ("", "learned")):
         raise argparse.ArgumentTypeError(
-            f"{text!r}: RULE[@ORDER][:learned], RULE one of {sorted(NODE_POLICIES)} or "
-            f"{PLANNER}, ORDER one "
-            f"of {list(ORDERS)}; :learned: the rule knows no speed, the estimator learns them")
+            f"{text!r}: RULE[@ORDER][:learned][+hedge], RULE one of {sorted(NODE_POLICIES)} or "
+            f"{PLANNER}, ORDER one of {list(ORDERS)}; :learned: the rule knows no speed, the "
+            f"estimator learns them")
     return text
 
 
 def _episode(job: tuple) -> dict[str, Any]:
-    cfg, n, load, policy, seed, look, learned, k = job
+    cfg, n, load, policy, seed, look, learned, k, q = job
+    hedged = policy.endswith(HEDGE)
     if policy in learned:  # a trained network (policies.node_learned), guarded
         rule, order, speeds = policy, "", ""
         decide = LearnedNodePolicy(learned[policy])
     else:
-        head, _, speeds = policy.partition(":")  # eft:learned: no speed known, estimated
+        head, _, speeds = policy.removesuffix(HEDGE).partition(":")  # eft:learned: no speed known, estimated
         rule, _, order = head.partition("@")  # eft@upward_rank: HEFT (its order, then EFT)
         decide = NodeLookahead(k) if rule == PLANNER else node_policy(rule)
-    sim = NodeSimulator(replace(cfg, gpu_load=load, **({"order": order} if order else {})), n,
+    over = ({"order": order} if order else {}) | ({"hedge_quantile": q} if hedged else {})
+    sim = NodeSimulator(replace(cfg, gpu_load=load, **over), n,
                         learn_speeds=speeds == "learned", node_look=look)
     t0 = time.perf_counter()
     m = sim.run(decide, seed)
@@ -170,8 +180,8 @@ def choose_default(rows: list[dict[str, Any]]) -> str:
     cells = {(r["nodes"], r["load"]) for r in rows}
     best, best_gain = "eft", 0.0
     for p in sorted({r["policy"] for r in rows} - {"eft"}):
-        if p.partition("@")[0].partition(":")[0] == PLANNER:
-            continue  # simulator only
+        if p.partition("@")[0].partition(":")[0] == PLANNER or p.endswith(HEDGE):
+            continue  # simulator only, or not a rule (hedging is a setting)
         mine = [r for r in rows if r["policy"] == p]
         if len(mine) != len(cells):
             continue
@@ -206,6 +216,8 @@ def run(args: argparse.Namespace) -> int:
     raw = read_yaml(resolve_config_path(args.config))
     if args.horizon_s is not None:
         raw["horizon_s"] = args.horizon_s
+    if args.run_noise is not None:
+        raw["run_noise"] = args.run_noise
     cfg = load_agents(raw)
     learned = _learned(args.learned)
     policies = list(dict.fromkeys(["eft", "ray"] + list(args.policies) + list(learned)))
@@ -215,7 +227,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--node-look: {args.node_look} must be >= 0 (0: no bound)")
     if args.lookahead_k < 1:
         raise ValueError(f"--lookahead-k: {args.lookahead_k} must be >= 1")
-    jobs = [(cfg, n, load, p, s, args.node_look, learned, args.lookahead_k) for n in args.nodes
+    if any(p.endswith(HEDGE) for p in policies) and not (0 < args.hedge_quantile < 1
+                                                          and cfg.run_noise > 0):
+        raise ValueError(f"+hedge: needs --run-noise > 0 and 0 < --hedge-quantile < 1, got "
+                         f"{cfg.run_noise} and {args.hedge_quantile}")
+    jobs = [(cfg, n, load, p, s, args.node_look, learned, args.lookahead_k,
+             args.hedge_quantile) for n in args.nodes
             for load in args.loads for s in range(args.episodes) for p in policies]
     print(f"headroom: {len(jobs)} episodes ({len(policies)} rules x {len(args.nodes)} sizes x "
           f"{len(args.loads)} loads x {args.episodes} seeds) on {args.workers} processes",
@@ -238,7 +255,8 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as fh:
             json.dump({"config": args.config, "nodes": args.nodes, "loads": args.loads,
                        "episodes": args.episodes, "node_look": args.node_look,
-                       "lookahead_k": args.lookahead_k,
+                       "lookahead_k": args.lookahead_k, "run_noise": cfg.run_noise,
+                       "hedge_quantile": args.hedge_quantile,
                        "default": default, "table": rows, "per_episode": episodes}, fh, indent=1,
                       default=lambda o: None if isinstance(o, float) and math.isnan(o) else o)
         print(f"wrote {args.json}")
