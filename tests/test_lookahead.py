@@ -40,7 +40,7 @@ def state(sim: Simulator) -> dict:
             "deferred": [i for _, i, _ in sim.core.queue.deferred],
             "blocked": [i for _, i, _ in sim.core.queue.blocked],
             "rng": [g.bit_generator.state["state"] for g in
-                    (sim.arrivals.rng_arrivals, sim.arrivals.rng_workload, sim.rng_dynamics)],
+                    (sim.arrivals.rng_arrivals, sim.arrivals.rng_workload, sim.cluster.rng_dynamics)],
             "metrics": sim.metrics(), "feat": sim.servers.features.matrix.tolist(), "slot_of": dict(sim._slot_of)}
 
 
