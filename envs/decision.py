@@ -186,6 +186,11 @@ class ServerTable:
         self.caps: list[dict[str, float]] | None = None  # per-slot capacities for demands
         self._eligible: dict[tuple, np.ndarray] = {}
 
+    @property
+    def busy(self) -> np.ndarray:
+        """Whether each slot runs a task now, (n,) bool (a copy of ``busy_l``)."""
+        return np.array(self.busy_l, dtype=bool)
+
     # ------------------------------------------------------------------ state changes
     def set_server(self, slot: int, compute: float, memory_gb: float, idle_w: float,
                    busy_w: float, accepting: bool = True) -> None:

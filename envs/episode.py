@@ -1,10 +1,11 @@
 """The simulator's episode record: tasks and workflows as it tracks them, a workflow's arrival
-(links, first-level key, critical-path lower bound) and the episode metrics."""
+(links, first-level key, critical-path lower bound), what a step returns, the trace events it
+builds and the episode metrics."""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -15,6 +16,18 @@ from .workload import WorkflowSpec
 if TYPE_CHECKING:  # annotations only: the simulator imports this module
     from .config import EnvConfig
     from .simulator import Simulator
+
+
+#: where the simulator sends trace events (envs.trace's JSONL schema, one dict each)
+TraceSink = Callable[[dict[str, Any]], None]
+
+
+class StepResult(NamedTuple):
+    """What ``Simulator.step`` returns."""
+    reward: float
+    valid: bool
+    terminated: bool
+    truncated: bool
 
 
 class TaskRecord:
@@ -119,6 +132,21 @@ def episode_event(cfg: "EnvConfig") -> dict[str, Any]:
                       for t in c.tiers]}
 
 
+def start_event(t: float, task: int, server: int, transfer_s: float,
+                times: tuple[float, float] | None, hedge: bool = False) -> dict[str, Any]:
+    """The trace's ``start`` event (envs.trace); ``times``: (estimate, run) seconds with a
+    run-time model; ``hedge``: a backup copy's (envs.hedging)."""
+    ev = {"t": t, "event": "start", "task": task, "server": server}
+    if hedge:
+        ev["hedge"] = True
+        ev["estimate_s"], ev["run_s"] = times
+    if transfer_s:
+        ev["transfer_s"] = transfer_s
+    if times is not None and not hedge:
+        ev["estimate_s"], ev["run_s"] = times
+    return ev
+
+
 def arrival_event(t: float, wid: int, tasks: list[TaskRecord], kinds: bool) -> dict[str, Any]:
     """The trace's ``arrival`` event (envs.trace) of workflow ``wid`` with ``tasks``; ``kinds``:
     with each task's run-time kind and the compute deciders see (a run-time model)."""
@@ -180,7 +208,7 @@ def episode_metrics(sim: "Simulator") -> dict[str, Any]:
         "makespan_s": float(sim.t),
         "decisions": sim.decisions,
         "invalid_rate": sim.invalid / sim.decisions if sim.decisions else 0.0,
-        "lost_tasks": sim.lost,
+        "lost_tasks": sim.cluster.lost,
         "truncated": sim.truncated,
     } | (sim.hedges.metrics() if sim.cfg.runtime.hedge != "off" else {}) | (
         {"busy_server_s": float(busy)} if sim.cfg.runtime.active else {})

@@ -1,9 +1,10 @@
-"""A cheap, independent copy of a running :class:`envs.simulator.Simulator` (``sim.fork()``;
-:class:`Forking` is a mixin of the simulator).
+"""A cheap, independent copy of a running :class:`envs.simulator.Simulator`: :func:`fork`
+(``sim.fork()`` delegates to it) and the watermark it starts from (:func:`unfinished_range`).
+Plain functions of the simulator's public attributes and its parts' ``copy()``.
 
 Planners (``policies.lookahead``) try an action on a copy of the simulator and roll the copy
 forward; the original must not notice. ``copy.deepcopy`` would copy every task of the episode
-(and the trace sink); :meth:`Forking.fork` copies only what can still change:
+(and the trace sink); :func:`fork` copies only what can still change:
 
 * unfinished tasks (``state != DONE``) and unfinished workflows, with their links remapped to the
   copies (a finished task is never written again, so both simulators share it; its ``children``
@@ -12,8 +13,9 @@ forward; the original must not notice. ``copy.deepcopy`` would copy every task o
   server table: arrays, lists, feature matrix), the running tasks;
 * the per-slot records (``envs.slots.Slots.copy``: which server, what it runs, since when);
 * the arrivals (``envs.sim_arrivals.Arrivals.copy``: their generators, process and source) and
-  the dynamics generator (its state);
-* counters and the clock (plain values).
+  the cluster dynamics (``envs.sim_cluster.Cluster.copy``: their generator, the lost count);
+* the run-time model and the hedging part (``Simulator.bind_runs``: their copies);
+* counters, the clock and the watermark ``done_below`` (plain values).
 
 The fork has no trace sink. Continuing the fork with the same actions gives exactly the
 original's future (tests/test_lookahead.py), and stepping the fork leaves the original alone.
@@ -22,7 +24,7 @@ tasks end at their estimated ends and its new runs take their estimates.
 
 Each part copies itself; every other attribute of the simulator must be immutable
 (:func:`immutable`: plain values, the frozen configuration, the order and the objective), and is
-shared. Any other value makes :meth:`Forking.fork` raise ``TypeError`` naming the attribute, so
+shared. Any other value makes :func:`fork` raise ``TypeError`` naming the attribute, so
 a new piece of simulator state cannot be shared silently. No attribute is named here.
 """
 
@@ -36,7 +38,7 @@ import numpy as np
 
 from .decision import DONE, DecisionCore
 from .episode import TaskRecord, WorkflowRecord
-from .events import ARRIVAL, FINISH, HEDGE
+from .events import FINISH
 
 if TYPE_CHECKING:
     from .simulator import Simulator
@@ -75,127 +77,120 @@ def copy_source(src):
     return out
 
 
-class Forking:
-    """``fork``, ``drop_arrivals``, ``unfinished_range``: a mixin of the simulator."""
+def unfinished_range(sim: "Simulator") -> int:
+    """Index of the first task of ``sim`` that is not done (``sim.done_below``, a watermark:
+    tasks before it are all done). Cheap: the watermark only moves forward."""
+    lo = sim.done_below
+    tasks = sim.tasks
+    n = len(tasks)
+    while lo < n and tasks[lo].state == DONE:
+        lo += 1
+    sim.done_below = lo
+    return lo
 
-    _fork_lo = 0  # first task index that may be unfinished (unfinished_range)
 
-    def unfinished_range(self) -> int:
-        """Index of the first task that is not done (a watermark: tasks before it are all done).
-        Cheap: the watermark only moves forward."""
-        lo = self._fork_lo
-        tasks = self.tasks
-        n = len(tasks)
-        while lo < n and tasks[lo].state == DONE:
-            lo += 1
-        self._fork_lo = lo
-        return lo
+def fork(sim: "Simulator", rngs: Sequence[np.random.Generator] | None = None) -> "Simulator":
+    """An independent simulator in ``sim``'s state (``sim.fork()``; see the module docstring).
 
-    def fork(self, rngs: Sequence[np.random.Generator] | None = None) -> "Simulator":
-        """An independent simulator in this one's state (see the module docstring).
+    ``rngs``: three generators (arrivals, workload, dynamics) the fork may take over, in place
+    of new ones (their states are overwritten with ``sim``'s); a planner reuses them across
+    forks.
+    """
+    new = object.__new__(type(sim))
+    r = rngs or (None, None, None)
+    # the parts, each copied by its own copy(); then every other attribute must be
+    # immutable (shared)
+    new.trace = None
+    new.arrivals = sim.arrivals.copy(r[:2])
+    tasks = _copy_work(sim, new)
 
-        ``rngs``: three generators (arrivals, workload, dynamics) the fork may take over, in place
-        of new ones (their states are overwritten with this one's); a planner reuses them across
-        forks.
-        """
-        new = object.__new__(type(self))
-        r = rngs or (None, None, None)
-        # the parts, each copied by its own copy(); then every other attribute must be
-        # immutable (shared)
-        new.trace = None
-        new.arrivals = self.arrivals.copy(r[:2])
-        new.rng_dynamics = copy_rng(self.rng_dynamics, r[2])
-        tasks = self._copy_work(new)
+    def m(task):
+        return tasks[task.id] if task is not None else None
 
-        def m(task):
-            return tasks[task.id] if task is not None else None
+    new.current = m(sim.current)
+    new.bind_slots(sim.slots.copy(m))
+    core = object.__new__(DecisionCore)
+    core.__dict__.update(sim.core.__dict__)  # rules and counters (plain values)
+    core.servers = sim.core.servers.copy()
+    core.queue = sim.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
+    new.bind_core(core)
+    new.submission = sim.submission.copy()
+    _copy_runs(sim, new, tasks)
+    new.cluster = sim.cluster.copy(r[2], new.slots, core.servers, core.queue, new.event_q,
+                                   new.hedges)
+    nd = new.__dict__
+    for k, v in sim.__dict__.items():
+        if k in nd:
+            continue
+        if immutable(v):
+            nd[k] = v
+        else:
+            raise TypeError(f"envs.fork: Simulator.{k} ({type(v).__name__}) is mutable state "
+                            f"this module does not know how to copy; keep it in a part that "
+                            f"copies itself (envs/fork.py)")
+    return new
 
-        new.current = m(self.current)
-        new.bind_slots(self.slots.copy(m))
-        core = object.__new__(DecisionCore)
-        core.__dict__.update(self.core.__dict__)  # rules and counters (plain values)
-        core.servers = self.core.servers.copy()
-        core.queue = self.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
-        new.bind_core(core)
-        new.submission = self.submission.copy()
-        self._copy_runs(new, tasks)
-        nd = new.__dict__
-        for k, v in self.__dict__.items():
-            if k in nd:
-                continue
-            if immutable(v):
-                nd[k] = v
-            else:
-                raise TypeError(f"envs.fork: Simulator.{k} ({type(v).__name__}) is mutable state "
-                                f"this module does not know how to copy; keep it in a part that "
-                                f"copies itself (envs/fork.py)")
-        return new
 
-    def _copy_work(self, new: "Simulator") -> list[TaskRecord]:
-        """``new``'s workflows and tasks: copies of the unfinished ones (relinked to each
-        other), the finished ones shared. Returns ``new.tasks`` (indexed by task id)."""
-        tasks = list(self.tasks)
-        workflows = list(self.workflows)
-        wf_map: dict[int, WorkflowRecord] = {}
-        copies: list[tuple[TaskRecord, TaskRecord]] = []
-        lo = self.unfinished_range()
-        new._fork_lo = lo
-        tnew = TaskRecord.__new__
-        wnew = WorkflowRecord.__new__
-        for i in range(lo, len(tasks)):
-            t = tasks[i]
-            if t.state == DONE:
-                continue
-            w = t.wf
-            wc = wf_map.get(w.id)
-            if wc is None:
-                wc = wnew(WorkflowRecord)
-                wc.id, wc.arrival, wc.n, wc.done = w.id, w.arrival, w.n, w.done
-                wc.lower_bound, wc.finish, wc.level = w.lower_bound, w.finish, w.level
-                wc.kind = w.kind
-                wc.tasks = w.tasks  # the originals; relinked to the copies below
-                wf_map[w.id] = wc
-                workflows[w.id] = wc
-            c = tnew(TaskRecord)
-            c.id, c.wf, c.compute, c.memory_gb = t.id, wc, t.compute, t.memory_gb
-            c.output = t.output
-            c.key, c.pending, c.state, c.slot, c.sid = t.key, t.pending, t.state, t.slot, t.sid
-            c.start, c.finish, c.token, c.first_parent, c.waits = (t.start, t.finish, t.token,
-                                                                   t.first_parent, t.waits)
-            c.rank = t.rank
-            c.nominal, c.kind, c.hint, c.factor, c.factor2 = (t.nominal, t.kind, t.hint, t.factor,
-                                                              t.factor2)
-            c.expected, c.copy_slot, c.hedgeable = t.expected, t.copy_slot, t.hedgeable
-            tasks[i] = c
-            copies.append((t, c))
-        for t, c in copies:  # links: unfinished parents/children are the copies (same ids)
-            c.parents = [tasks[p.id] for p in t.parents]
-            c.children = [tasks[ch.id] for ch in t.children]
-        for wc in wf_map.values():  # finished tasks are shared (never mutated again)
-            wc.tasks = [tasks[tk.id] for tk in wc.tasks]
-        new.tasks = tasks
-        new.workflows = workflows
-        return tasks
+def _copy_work(sim: "Simulator", new: "Simulator") -> list[TaskRecord]:
+    """``new``'s workflows and tasks: copies of ``sim``'s unfinished ones (relinked to each
+    other), the finished ones shared. Returns ``new.tasks`` (indexed by task id)."""
+    tasks = list(sim.tasks)
+    workflows = list(sim.workflows)
+    wf_map: dict[int, WorkflowRecord] = {}
+    copies: list[tuple[TaskRecord, TaskRecord]] = []
+    lo = new.done_below = unfinished_range(sim)
+    tnew = TaskRecord.__new__
+    wnew = WorkflowRecord.__new__
+    for i in range(lo, len(tasks)):
+        t = tasks[i]
+        if t.state == DONE:
+            continue
+        w = t.wf
+        wc = wf_map.get(w.id)
+        if wc is None:
+            wc = wnew(WorkflowRecord)
+            wc.id, wc.arrival, wc.n, wc.done = w.id, w.arrival, w.n, w.done
+            wc.lower_bound, wc.finish, wc.level = w.lower_bound, w.finish, w.level
+            wc.kind = w.kind
+            wc.tasks = w.tasks  # the originals; relinked to the copies below
+            wf_map[w.id] = wc
+            workflows[w.id] = wc
+        c = tnew(TaskRecord)
+        c.id, c.wf, c.compute, c.memory_gb = t.id, wc, t.compute, t.memory_gb
+        c.output = t.output
+        c.key, c.pending, c.state, c.slot, c.sid = t.key, t.pending, t.state, t.slot, t.sid
+        c.start, c.finish, c.token, c.first_parent, c.waits = (t.start, t.finish, t.token,
+                                                               t.first_parent, t.waits)
+        c.rank = t.rank
+        c.nominal, c.kind, c.hint, c.factor, c.factor2 = (t.nominal, t.kind, t.hint, t.factor,
+                                                          t.factor2)
+        c.expected, c.copy_slot, c.hedgeable = t.expected, t.copy_slot, t.hedgeable
+        tasks[i] = c
+        copies.append((t, c))
+    for t, c in copies:  # links: unfinished parents/children are the copies (same ids)
+        c.parents = [tasks[p.id] for p in t.parents]
+        c.children = [tasks[ch.id] for ch in t.children]
+    for wc in wf_map.values():  # finished tasks are shared (never mutated again)
+        wc.tasks = [tasks[tk.id] for tk in wc.tasks]
+    new.tasks = tasks
+    new.workflows = workflows
+    return tasks
 
-    def _copy_runs(self, new: "Simulator", tasks: list[TaskRecord]) -> None:
-        """``new``'s run-time model, hedging state and event heap, pointing at ``tasks``."""
-        rt = self._rt
-        new._rt = None if rt is None else rt.copy()  # its runs take their estimates
-        new._overhead = 0.0  # and no unseen overhead (runtime.overhead_s)
-        hidden = self.finish_hidden
-        new.hedges = self.hedges.copy(lambda tk: tasks[tk.id], new._rt)
 
-        def run(ev: tuple) -> tuple:
-            t, kind, seq, slot, (tok, task) = ev
-            if kind == FINISH and hidden:
-                # with run-time noise or overhead a running task ends, in the fork, when it is
-                # estimated to (the true finish stays hidden: envs.run_model)
-                t = self.expected_end(slot)
-            return t, kind, seq, slot, (tok, tasks[task.id])
+def _copy_runs(sim: "Simulator", new: "Simulator", tasks: list[TaskRecord]) -> None:
+    """``new``'s run-time model, hedging state and event heap, pointing at ``tasks``."""
+    rt = sim.run_model
+    rt = None if rt is None else rt.copy()  # its runs take their estimates
+    # and no unseen overhead (runtime.overhead_s)
+    new.bind_runs(rt, sim.hedges.copy(lambda tk: tasks[tk.id], rt), 0.0)
+    hidden = sim.finish_hidden
 
-        new.event_q = self.event_q.copy(run, reorder=hidden)
+    def run(ev: tuple) -> tuple:
+        t, kind, seq, slot, (tok, task) = ev
+        if kind == FINISH and hidden:
+            # with run-time noise or overhead a running task ends, in the fork, when it is
+            # estimated to (the true finish stays hidden: envs.run_model)
+            t = sim.expected_end(slot)
+        return t, kind, seq, slot, (tok, tasks[task.id])
 
-    def drop_arrivals(self) -> None:
-        """No more workflows arrive (a planner's rollout that ignores future work)."""
-        self.event_q.drop(ARRIVAL)
-        self.arrivals.stop()
+    new.event_q = sim.event_q.copy(run, reorder=hidden)

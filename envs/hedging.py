@@ -21,19 +21,23 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from .decision import DONE, RUNNING
+from .events import HEDGE
 
 if TYPE_CHECKING:
     from .decision import ServerTable
     from .episode import TaskRecord
     from .run_model import RunModel
+    from .simulator import Simulator
+    from .slots import Slots
 
-__all__ = ["Hedges"]
+__all__ = ["HANDLERS", "Hedges"]
 
 
 class Hedges:
     """The simulator's backup copies (module docstring; ``sim.hedges``, a part its fork copies):
-    the stragglers not yet copied and the counters. The simulator starts and cancels the runs (it
-    owns the slots); this part decides when a run is a straggler and where its copy goes."""
+    the stragglers not yet copied and the counters. The simulator starts the runs; this part
+    decides when a run is a straggler and where its copy goes, and cancels the run that loses
+    (:meth:`settle`, in the slots and the server table it is given)."""
 
     def __init__(self, rt: "RunModel") -> None:
         self.rt = rt
@@ -73,6 +77,27 @@ class Hedges:
             start_copy(task, best)
         self.stragglers = keep
 
+    def settle(self, task: "TaskRecord", slot: int, t: float, slots: "Slots",
+               table: "ServerTable", trace: Callable[[dict[str, Any]], None] | None
+               ) -> tuple[int, float]:
+        """Hedged ``task`` finished on ``slot`` at ``t`` while its other run went on: that run is
+        cancelled and its server freed; the finishing run's server holds the result. Returns the
+        cancelled run's slot and its server-seconds."""
+        other = task.copy_slot if slot != task.copy_slot else task.slot
+        won_by_copy = slot == task.copy_slot
+        task.copy_slot = -1
+        start = slots.run_start
+        cancelled_s = t - start[other]
+        self.settled(won_by_copy, t - start[slot if won_by_copy else other], cancelled_s)
+        table.finish(other)
+        table.busy_until[other] = t
+        slots.running[other] = None
+        if won_by_copy:
+            task.slot, task.sid = slot, slots.sid_l[slot]
+        if trace is not None:
+            trace({"t": t, "event": "cancel", "task": task.id, "server": slots.sid_l[other]})
+        return other, cancelled_s
+
     def settled(self, won_by_copy: bool, copy_s: float, cancelled_s: float) -> None:
         """A hedged task finished: the copy's run lasted ``copy_s``, the cancelled run
         ``cancelled_s`` server-seconds."""
@@ -97,3 +122,11 @@ class Hedges:
         out.stragglers = [(tok, task(tk)) for tok, tk in self.stragglers if tk.state != DONE]
         out.stats = list(self.stats)
         return out
+
+
+def _on_straggler(sim: "Simulator", _slot: int, token_task: tuple[int, "TaskRecord"]) -> None:
+    sim.hedges.seen(*token_task)
+
+
+#: the simulator's handler of the straggler events (armed at a hedgeable start)
+HANDLERS = {HEDGE: _on_straggler}

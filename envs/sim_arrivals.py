@@ -12,6 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from .config import EnvConfig
+from .events import ARRIVAL, EventQueue
 from .fork import copy_rng, copy_source
 from .workload import ArrivalProcess, WorkflowSpec, make_source
 
@@ -44,6 +45,12 @@ class Arrivals:
         if nxt is None:
             self.done = True
         return nxt
+
+    def schedule(self, t: float, events: EventQueue) -> None:
+        """The next arrival after ``t`` into ``events`` (none once no more will come)."""
+        nxt = self.next_time(t)
+        if nxt is not None:
+            events.push(nxt, ARRIVAL, None, None)
 
     def next_workflow(self) -> WorkflowSpec:
         """The workflow arriving now (call once per arrival :meth:`next_time` announced)."""

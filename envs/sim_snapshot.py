@@ -1,6 +1,7 @@
-"""How a :class:`envs.simulator.Simulator` takes a snapshot of the present
-(:meth:`SnapshotLoading.load_snapshot`, a mixin of the simulator; the snapshot's types and
-``build`` / ``describe`` are in ``envs.snapshot``)."""
+"""How a :class:`envs.simulator.Simulator` takes a snapshot of the present: :func:`load`, a plain
+function of the simulator's public attributes and parts (``sim.load_snapshot(...)`` computes the
+cluster's speeds with :func:`speeds`, calls it, moves to the first decision and checks it with
+:func:`focused`). The snapshot's types and ``build`` / ``describe`` are in ``envs.snapshot``."""
 
 from __future__ import annotations
 
@@ -15,147 +16,160 @@ from .events import FINISH
 from .workflow import TaskSpec, WorkflowSpec, kahn_order
 
 if TYPE_CHECKING:
+    from .simulator import Simulator
     from .snapshot import ServerState, WorkflowState
 
-__all__ = ["SnapshotLoading", "topological"]
+__all__ = ["focused", "load", "speeds", "topological"]
 
 
-class SnapshotLoading:
-    """``load_snapshot``: a mixin of the simulator."""
+def speeds(servers: Sequence["ServerState"], mean_compute: float | None = None
+           ) -> tuple[tuple[tuple[float, float], ...], float]:
+    """The snapshot's cluster as the cost model sees it: (speed, memory) per server, fastest
+    first, and the mean speed (``mean_compute``, else of the accepting servers)."""
+    acc = [s.compute for s in servers if s.accepting] or [s.compute for s in servers]
+    return (tuple(sorted(((s.compute, s.memory_gb) for s in servers), key=lambda x: -x[0])),
+            mean_compute or orders.mean_compute(acc))
 
-    def load_snapshot(self, servers: Sequence["ServerState"], workflows: Sequence["WorkflowState"],
-                      focus: tuple[int, int] | None = None,
-                      mean_compute: float | None = None,
-                      deferred: Sequence[tuple[int, int]] = ()) -> list[list[int]]:
-        """Take the snapshot's present (``envs.snapshot``): this simulator (an empty one of
-        ``len(servers)`` slots, no arrivals, no dynamics) gets its servers and unfinished work and
-        stops at its first decision: ``focus``'s task when given, else the first-level head. Returns
-        per workflow the simulator's task id of each listed task. ``deferred``: ready tasks that
-        wait this instant (set aside until the clock moves, as a wait without head-of-line
-        blocking leaves them). Raises ValueError naming the bad field of the snapshot."""
-        n = len(servers)
-        self.terminated = False  # (the template found nothing to do)
-        acc = [s.compute for s in servers if s.accepting] or [s.compute for s in servers]
-        self._mean_compute = mean_compute or orders.mean_compute(acc)
-        srv = self.servers
-        for i, s in enumerate(servers):
-            self.slots.set_power(i, s.idle_w, s.busy_w)
-            srv.set_server(i, s.compute, s.memory_gb, s.idle_w, s.busy_w, s.accepting)
-        self._speed_by_memory = tuple(sorted(((s.compute, s.memory_gb) for s in servers),
-                                             key=lambda x: -x[0]))
-        busy_by_task = [False] * n
-        ids: list[list[int]] = []
-        for w, wf in enumerate(workflows):
-            ids.append(self._snapshot_workflow(w, wf, servers, busy_by_task))
-        for i, s in enumerate(servers):  # busy servers running work the snapshot does not list
-            if s.remaining_s > 0 and not busy_by_task[i]:
-                self._stand_in(i, s.remaining_s)
-        if deferred:
-            self._defer_listed([ids[w][j] for w, j in deferred], deferred)
-        if focus is not None:
-            w, j = focus
-            task = self.tasks[ids[w][j]]
-            if task.state != READY:
-                raise ValueError(f"workflows[{w}].tasks[{j}]: not ready (running, or parents "
-                                 f"unfinished)")
-            task.key = (-math.inf, -math.inf)
-            self._queue.push(task.key, task.id, task)  # on top; its older entry: stale, dropped
-        self._select()
-        if focus is not None and (self.current is None
-                                  or self.current.id != ids[focus[0]][focus[1]]):
-            raise ValueError(f"workflows[{focus[0]}].tasks[{focus[1]}]: no accepting server can "
-                             f"take it now, so it cannot be decided")
-        return ids
 
-    def _defer_listed(self, tids: list[int], where: Sequence[tuple[int, int]]) -> None:
-        """Move ready tasks ``tids`` from the ready heap to the deferred list (``load_snapshot``'s
-        ``deferred``)."""
-        for tid, (w, j) in zip(tids, where):
-            if self.tasks[tid].state != READY:
-                raise ValueError(f"workflows[{w}].tasks[{j}]: deferred but not ready")
-        out = set(tids)
-        q = self._queue
-        q.deferred.extend(e for e in q.heap if e[1] in out)
-        q.heap[:] = [e for e in q.heap if e[1] not in out]
-        heapq.heapify(q.heap)
+def load(sim: "Simulator", servers: Sequence["ServerState"], workflows: Sequence["WorkflowState"],
+         focus: tuple[int, int] | None = None,
+         deferred: Sequence[tuple[int, int]] = ()) -> list[list[int]]:
+    """Take the snapshot's present (``envs.snapshot``): ``sim`` (an empty simulator of
+    ``len(servers)`` slots, no arrivals, no dynamics, its speeds those of :func:`speeds`) gets
+    its servers and unfinished work, ``focus``'s task when given on top of the ready queue.
+    Returns per workflow the simulator's task id of each listed task. ``deferred``: ready tasks
+    that wait this instant (set aside until the clock moves, as a wait without head-of-line
+    blocking leaves them). Raises ValueError naming the bad field of the snapshot."""
+    n = len(servers)
+    sim.terminated = False  # (the template found nothing to do)
+    srv = sim.servers
+    for i, s in enumerate(servers):
+        sim.slots.set_power(i, s.idle_w, s.busy_w)
+        srv.set_server(i, s.compute, s.memory_gb, s.idle_w, s.busy_w, s.accepting)
+    busy_by_task = [False] * n
+    ids: list[list[int]] = []
+    for w, wf in enumerate(workflows):
+        ids.append(_workflow(sim, w, wf, servers, busy_by_task))
+    for i, s in enumerate(servers):  # busy servers running work the snapshot does not list
+        if s.remaining_s > 0 and not busy_by_task[i]:
+            _stand_in(sim, i, s.remaining_s)
+    if deferred:
+        _defer_listed(sim, [ids[w][j] for w, j in deferred], deferred)
+    if focus is not None:
+        w, j = focus
+        task = sim.tasks[ids[w][j]]
+        if task.state != READY:
+            raise ValueError(f"workflows[{w}].tasks[{j}]: not ready (running, or parents "
+                             f"unfinished)")
+        task.key = (-math.inf, -math.inf)
+        sim.core.queue.push(task.key, task.id, task)  # on top; its older entry: stale, dropped
+    return ids
 
-    def _snapshot_workflow(self, w: int, wf: "WorkflowState", servers: Sequence["ServerState"],
-                           busy: list[bool]) -> list[int]:
-        n = len(servers)
-        listed = wf.tasks
-        if not listed:
-            raise ValueError(f"workflows[{w}].tasks: at least one task")
-        size = len(listed) if wf.size is None else wf.size
-        if size < len(listed):
-            raise ValueError(f"workflows[{w}].size: {size} is smaller than the {len(listed)} "
-                             f"listed tasks")
-        inputs = [(j, k, inp) for j, t in enumerate(listed) for k, inp in enumerate(t.inputs)]
-        m = len(inputs)  # finished stand-ins first, then the listed tasks
-        specs = [TaskSpec(1e-9, 0.0, out) for _, _, (_, out) in inputs]
-        for j, t in enumerate(listed):
-            for p in t.parents:
-                if not 0 <= p < len(listed) or p == j:
-                    raise ValueError(f"workflows[{w}].tasks[{j}].parents: {p} is not another "
-                                     f"listed task")
-            own = [k for k, (jj, _, _) in enumerate(inputs) if jj == j]
-            specs.append(TaskSpec(t.compute_gflop, t.memory_gb, t.output_gb,
-                                  tuple(own) + tuple(m + p for p in t.parents)))
-        spec, pos = topological(specs, w)  # pos: listed index -> spec index
-        wfo, new = build_workflow(spec, len(self.workflows), len(self.tasks), -wf.age_s,
-                                  self._speed_by_memory, self.order, self._mean_compute,
-                                  self._bw, self._lat)
-        wfo.n = size + m
-        wfo.done = size - len(listed) + m
-        self.workflows.append(wfo)
-        self.open_workflows += 1
-        self.tasks.extend(new)
-        for k, (_, _, (slot, _)) in enumerate(inputs):  # finished parents: on their server
-            st = new[pos[k]]
-            st.state, st.finish, st.start = DONE, -wf.age_s, -wf.age_s
-            st.sid = self._sid_l[slot] if 0 <= slot < n else -1
-        for j, t in enumerate(listed):
-            task = new[pos[m + j]]
-            for k, (jj, _, _) in enumerate(inputs):
-                if jj == j and task.first_parent is None:
-                    task.first_parent = new[pos[k]]
-            task.pending = sum(1 for p in task.parents if p.state != DONE)
-            if t.server is not None:
-                if task.pending:
-                    raise ValueError(f"workflows[{w}].tasks[{j}].server: a running task cannot "
-                                     f"have unfinished parents")
-                if not 0 <= t.server < n:
-                    raise ValueError(f"workflows[{w}].tasks[{j}].server: {t.server} is out of "
-                                     f"range 0..{n - 1}")
-                if busy[t.server]:
-                    raise ValueError(f"workflows[{w}].tasks[{j}].server: server {t.server} "
-                                     f"already runs another listed task")
-                busy[t.server] = True
-                self._run_until(task, t.server, servers[t.server].remaining_s)
-            elif task.pending == 0:
-                task.state = READY
-                self._queue.push(task.key, task.id, task)
-            self.outstanding += 1
-        return [new[pos[m + j]].id for j in range(len(listed))]
 
-    def _run_until(self, task: TaskRecord, slot: int, remaining: float | None) -> None:
-        """``task`` runs on ``slot`` until ``remaining`` seconds from now."""
-        until = max(remaining or 0.0, 1e-9)
-        task.state, task.slot, task.sid, task.start = RUNNING, slot, self._sid_l[slot], 0.0
-        task.token += 1
-        self.servers.start(slot, until)
-        self.running[slot] = task
-        self.run_start[slot] = 0.0
-        self.event_q.push(until, FINISH, slot, (task.token, task))
+def focused(current: TaskRecord | None, ids: list[list[int]],
+            focus: tuple[int, int] | None) -> list[list[int]]:
+    """``ids``, once the simulator's first decision (``current``) is ``focus``'s task when one
+    is given; else ValueError."""
+    if focus is not None and (current is None or current.id != ids[focus[0]][focus[1]]):
+        raise ValueError(f"workflows[{focus[0]}].tasks[{focus[1]}]: no accepting server can "
+                         f"take it now, so it cannot be decided")
+    return ids
 
-    def _stand_in(self, slot: int, remaining: float) -> None:
-        wf = WorkflowRecord(len(self.workflows), 0.0, 1, 0.0)
-        task = TaskRecord(len(self.tasks), wf, 0.0, 0.0, 0.0)
-        task.key = (0, 0.0)
-        self.workflows.append(wf)
-        self.open_workflows += 1
-        self.tasks.append(task)
-        self.outstanding += 1
-        self._run_until(task, slot, remaining)
+
+def _defer_listed(sim: "Simulator", tids: list[int], where: Sequence[tuple[int, int]]) -> None:
+    """Move ready tasks ``tids`` from the ready heap to the deferred list (:func:`load`'s
+    ``deferred``)."""
+    for tid, (w, j) in zip(tids, where):
+        if sim.tasks[tid].state != READY:
+            raise ValueError(f"workflows[{w}].tasks[{j}]: deferred but not ready")
+    out = set(tids)
+    q = sim.core.queue
+    q.deferred.extend(e for e in q.heap if e[1] in out)
+    q.heap[:] = [e for e in q.heap if e[1] not in out]
+    heapq.heapify(q.heap)
+
+
+def _workflow(sim: "Simulator", w: int, wf: "WorkflowState", servers: Sequence["ServerState"],
+              busy: list[bool]) -> list[int]:
+    """Workflow ``w`` of the snapshot into ``sim``; the simulator's ids of its listed tasks."""
+    n = len(servers)
+    listed = wf.tasks
+    if not listed:
+        raise ValueError(f"workflows[{w}].tasks: at least one task")
+    size = len(listed) if wf.size is None else wf.size
+    if size < len(listed):
+        raise ValueError(f"workflows[{w}].size: {size} is smaller than the {len(listed)} "
+                         f"listed tasks")
+    inputs = [(j, k, inp) for j, t in enumerate(listed) for k, inp in enumerate(t.inputs)]
+    m = len(inputs)  # finished stand-ins first, then the listed tasks
+    specs = [TaskSpec(1e-9, 0.0, out) for _, _, (_, out) in inputs]
+    for j, t in enumerate(listed):
+        for p in t.parents:
+            if not 0 <= p < len(listed) or p == j:
+                raise ValueError(f"workflows[{w}].tasks[{j}].parents: {p} is not another "
+                                 f"listed task")
+        own = [k for k, (jj, _, _) in enumerate(inputs) if jj == j]
+        specs.append(TaskSpec(t.compute_gflop, t.memory_gb, t.output_gb,
+                              tuple(own) + tuple(m + p for p in t.parents)))
+    spec, pos = topological(specs, w)  # pos: listed index -> spec index
+    wfo, new = build_workflow(spec, len(sim.workflows), len(sim.tasks), -wf.age_s,
+                              sim.speed_by_memory, sim.order, sim.mean_compute,
+                              sim.bandwidth_gb_s, sim.latency_s)
+    wfo.n = size + m
+    wfo.done = size - len(listed) + m
+    sim.workflows.append(wfo)
+    sim.open_workflows += 1
+    sim.tasks.extend(new)
+    for k, (_, _, (slot, _)) in enumerate(inputs):  # finished parents: on their server
+        st = new[pos[k]]
+        st.state, st.finish, st.start = DONE, -wf.age_s, -wf.age_s
+        st.sid = sim.server_ids[slot] if 0 <= slot < n else -1
+    for j, t in enumerate(listed):
+        task = new[pos[m + j]]
+        for k, (jj, _, _) in enumerate(inputs):
+            if jj == j and task.first_parent is None:
+                task.first_parent = new[pos[k]]
+        task.pending = sum(1 for p in task.parents if p.state != DONE)
+        if t.server is not None:
+            if task.pending:
+                raise ValueError(f"workflows[{w}].tasks[{j}].server: a running task cannot "
+                                 f"have unfinished parents")
+            if not 0 <= t.server < n:
+                raise ValueError(f"workflows[{w}].tasks[{j}].server: {t.server} is out of "
+                                 f"range 0..{n - 1}")
+            if busy[t.server]:
+                raise ValueError(f"workflows[{w}].tasks[{j}].server: server {t.server} "
+                                 f"already runs another listed task")
+            busy[t.server] = True
+            _run_until(sim, task, t.server, servers[t.server].remaining_s)
+        elif task.pending == 0:
+            task.state = READY
+            sim.core.queue.push(task.key, task.id, task)
+        sim.outstanding += 1
+    return [new[pos[m + j]].id for j in range(len(listed))]
+
+
+def _run_until(sim: "Simulator", task: TaskRecord, slot: int, remaining: float | None) -> None:
+    """``task`` runs on ``slot`` until ``remaining`` seconds from now."""
+    until = max(remaining or 0.0, 1e-9)
+    task.state, task.slot, task.sid, task.start = RUNNING, slot, sim.server_ids[slot], 0.0
+    task.token += 1
+    sim.servers.start(slot, until)
+    sim.running[slot] = task
+    sim.run_start[slot] = 0.0
+    sim.event_q.push(until, FINISH, slot, (task.token, task))
+
+
+def _stand_in(sim: "Simulator", slot: int, remaining: float) -> None:
+    """An unlisted run on ``slot`` for ``remaining`` seconds (a one-task workflow)."""
+    wf = WorkflowRecord(len(sim.workflows), 0.0, 1, 0.0)
+    task = TaskRecord(len(sim.tasks), wf, 0.0, 0.0, 0.0)
+    task.key = (0, 0.0)
+    sim.workflows.append(wf)
+    sim.open_workflows += 1
+    sim.tasks.append(task)
+    sim.outstanding += 1
+    _run_until(sim, task, slot, remaining)
 
 
 def topological(specs: list[TaskSpec], w: int) -> tuple[WorkflowSpec, list[int]]:

@@ -24,44 +24,36 @@ spawned from one seed, so the same seed gives the same workload under every poli
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from .config import EnvConfig
 from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  # noqa: F401
-                       Rules, ServerTable, task_vector)  # (the task states are re-exported)
-from .encoding import encode_task, task_dim
+                       Rules, ServerTable)  # (the task states are re-exported)
 from .objective import Objective
 from . import order as orders
-from .episode import (TaskRecord, WorkflowRecord, arrival_event, build_workflow, episode_event,
-                      episode_metrics, rekey)
+from .episode import (StepResult, TaskRecord, TraceSink, WorkflowRecord, arrival_event,
+                      build_workflow, episode_event, episode_metrics, rekey, start_event)
 from .run_model import RunModel, compute_range, show_overdue
-from .fork import Forking
+from . import fork as forks, sim_snapshot
 from .programs import Submission
-from .events import (ADD, ARRIVAL, FAIL, FINISH, HEDGE, JOIN, LEAVE, REMOVE, EventQueue,
-                     Kind)  # noqa: F401 (Kind: re-exported for readers)
-from .hedging import Hedges
-from .sim_snapshot import SnapshotLoading
-from .sim_view import StateView
+from .events import ARRIVAL, FINISH, HEDGE, EventQueue, Kind  # noqa: F401 (Kind: re-exported)
+from .hedging import HANDLERS as HEDGE_HANDLERS, Hedges
+from .sim_view import view
 from .sim_arrivals import Arrivals
-from .sim_cluster import ClusterDynamics
+from .sim_cluster import HANDLERS as SERVER_HANDLERS, Cluster
+from .sim_observe import Observer
 from .slots import Slots
 from .workload import WorkflowSpec
 
+if TYPE_CHECKING:
+    from .snapshot import ServerState, WorkflowState
+
 __all__ = ["Simulator", "StepResult", "READY", "RUNNING", "DONE", "WAITING"]  # WAITING: not ready
 
-TraceSink = Callable[[dict[str, Any]], None]
 
-
-class StepResult(NamedTuple):
-    reward: float
-    valid: bool
-    terminated: bool
-    truncated: bool
-
-
-class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
+class Simulator:
     """One episode at a time of the workflow/cluster model. See the module docstring.
 
     Args:
@@ -92,9 +84,8 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         self._hol = mdp.head_of_line_blocking
         self._rules = Rules(mdp.head_of_line_blocking, mdp.ask_only_startable, mdp.mask_infeasible)
         self._transfer_delays = mdp.transfer_delays_start
-        self._overhead = config.runtime.overhead_s  # unseen per-run latency (envs.runtime)
-        self._mask_infeasible = mdp.mask_infeasible
-        self._backlog = config.features.backlog
+        #: what the agent sees of a decision (envs.sim_observe)
+        self.observer = Observer(config)
         self._max_decisions = mdp.max_decisions
         self._t_cap = config.workload.horizon_s * mdp.max_time_factor
         self.trace = None  # the constructor's warm-up episode is not traced
@@ -112,7 +103,6 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
         # the fourth stream (run-time noise) leaves the first three as they always were
         arr_ss, dag_ss, dyn_ss, run_ss = ss.spawn(4)
-        self.rng_dynamics = np.random.Generator(np.random.PCG64(dyn_ss))
         cfg = self.cfg
         n = self.n_slots
         self.t = 0.0
@@ -125,16 +115,18 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         sub = self.submission = Submission(cfg.mdp.submission, self.order,
                                            self._speed_by_memory, self._mean_compute)
         self._dynamic, self._hidden, self._per_call = sub.dynamic, sub.hidden, sub.per_call
-        self._rt = RunModel(cfg.runtime, np.random.Generator(np.random.PCG64(run_ss)),
-                            compute_range(cfg.workload.compute_gflop)) \
-            if cfg.runtime.active else None
-        self.hedges = Hedges(self._rt)  # backup copies of stragglers (envs.hedging)
+        rt = RunModel(cfg.runtime, np.random.Generator(np.random.PCG64(run_ss)),
+                      compute_range(cfg.workload.compute_gflop)) if cfg.runtime.active else None
+        self.bind_runs(rt, Hedges(rt), cfg.runtime.overhead_s)
         self._emit(episode_event(cfg))
         #: where workflows come from (envs.sim_arrivals): their times, their DAGs, their generators
         self.arrivals = Arrivals(cfg, np.random.Generator(np.random.PCG64(arr_ss)),
                                  np.random.Generator(np.random.PCG64(dag_ss)), arrivals)
-        self._start_cluster()
-        self._schedule_next_arrival()
+        #: the servers that come and go (envs.sim_cluster): their generator, the runs they lost
+        self.cluster = Cluster(cfg, np.random.Generator(np.random.PCG64(dyn_ss)), self.slots,
+                               self.servers, self._queue, self.event_q, self.hedges)
+        self.cluster.start(self.t, self.trace)
+        self.arrivals.schedule(self.t, self.event_q)
         self._select()
 
     def _reset_records(self, n: int) -> None:
@@ -149,7 +141,7 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         self.open_workflows = 0
         self.decisions = 0
         self.invalid = 0
-        self.lost = 0
+        self.done_below = 0  # tasks below this index are all done (envs.fork.unfinished_range)
         self.busy_seconds = 0.0
         self.alive_seconds = 0.0
         self.terminated = False
@@ -179,6 +171,11 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         self._idle_w_l, self._busy_w_l = slots.idle_w_l, slots.busy_w_l
         self.running, self.run_start, self._slot_of = slots.running, slots.run_start, slots.slot_of
 
+    def bind_runs(self, rt: RunModel | None, hedges: Hedges, overhead_s: float) -> None:
+        """Runs take ``rt``'s times (None: their nominal ones) and ``overhead_s`` more, unseen;
+        ``hedges`` backs up their stragglers (a fork: copies, estimates, no overhead)."""
+        self._rt, self.hedges, self._overhead = rt, hedges, overhead_s
+
     # ---------------------------------------------------------------- events
     def _emit(self, event: dict[str, Any]) -> None:
         if self.trace is not None:
@@ -199,18 +196,13 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
             self._queue.requeue_deferred()
 
     def _tick(self, t: float) -> None:
-        if t > self.t:
-            dt = t - self.t
-            self.alive_seconds += dt * self.slots.count
-            if self._penalty_rate:
-                self._pending_penalty += self.objective.penalty(dt, self.outstanding,
-                                                                self.open_workflows)
-            self.t = t
-
-    def _schedule_next_arrival(self) -> None:
-        nxt = self.arrivals.next_time(self.t)
-        if nxt is not None:
-            self.event_q.push(nxt, ARRIVAL, None, None)
+        """The clock moves on to ``t`` (> ``self.t``)."""
+        dt = t - self.t
+        self.alive_seconds += dt * self.slots.count
+        if self._penalty_rate:
+            self._pending_penalty += self.objective.penalty(dt, self.outstanding,
+                                                            self.open_workflows)
+        self.t = t
 
     def _on_arrival(self, _a: Any, _b: Any) -> None:
         """A workflow arrives: its tasks are built (keyed by the order) and its sources queued."""
@@ -237,7 +229,7 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         for task in new:
             if task.pending == 0:
                 self._make_ready(task)
-        self._schedule_next_arrival()
+        self.arrivals.schedule(self.t, self.event_q)
 
     def _make_ready(self, task: TaskRecord) -> None:
         task.state = READY
@@ -273,7 +265,11 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         if self.trace is not None:
             self._emit({"t": t, "event": "finish", "task": task.id, "server": self._sid_l[slot]})
         if task.copy_slot >= 0:  # a hedged task: cancel its other run (envs.hedging)
-            self._settle_copy(task, slot)
+            other, cancelled_s = self.hedges.settle(task, slot, t, self.slots, self.servers,
+                                                    self.trace)
+            self.busy_seconds += cancelled_s
+            if self._present_l[other] and not self._accept_l[other]:  # draining: leave now
+                self.cluster.drop(other, "server_remove", t, self.trace)
         heap = self._queue.heap
         for child in task.children:
             if child.first_parent is None:
@@ -285,7 +281,7 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
                     child.key = self.submission.call_key(child, t)
                 heapq.heappush(heap, (child.key, child.id, child))
         if self._present_l[slot] and not self._accept_l[slot]:  # draining: leave now
-            self._drop_server(slot, "server_remove")
+            self.cluster.drop(slot, "server_remove", t, self.trace)
 
     # ---------------------------------------------------------------- decisions
     def _select(self) -> None:
@@ -298,8 +294,10 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
             task, why = next_task()
             if task is not None:
                 self.current = task
-                if self._rt is not None:
-                    self._runtime_view(task)
+                if self._rt is not None:  # deciders see estimates (envs.run_model)
+                    self._rt.refresh(task)
+                    self._rt.show_busy(self.busy_until, self._busy_l, self.running,
+                                       self._compute_l, self.srv_tier, self.t)
                 elif self._overhead:  # a busy server past its expected end shows OVERDUE_S
                     show_overdue(self.busy_until, self._busy_l, self.t)
                 return
@@ -323,13 +321,6 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
                 return self._truncate()
             if self.t > t_cap:
                 return self._truncate()
-
-    def _runtime_view(self, task: TaskRecord) -> None:
-        """What deciders see at this decision (``runtime`` active): the task's current estimate,
-        and every busy server still busy (``RunModel.show_busy``)."""
-        self._rt.refresh(task)
-        self._rt.show_busy(self.busy_until, self._busy_l, self.running, self._compute_l,
-                           self.srv_tier, self.t)
 
     def step(self, slot: int) -> StepResult:
         """Apply the agent's pick for the current task. See the module docstring."""
@@ -367,47 +358,16 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
 
     def _start_copy(self, task: TaskRecord, slot: int) -> None:
         """A backup copy of running ``task`` starts on idle ``slot`` (envs.hedging)."""
-        t = self.t
-        sid = self._sid_l[slot]
-        estimate, run_s = self._rt.run_times(task, self._compute_l[slot], self.srv_tier[slot],
-                                             copy=True)
+        t, sid = self.t, self._sid_l[slot]
+        times = self._rt.run_times(task, self._compute_l[slot], self.srv_tier[slot], copy=True)
         delay = 0.0
         if self._transfer_delays:
             delay = max((p.output / self._bw + self._lat for p in task.parents if p.sid != sid),
                         default=0.0)
         task.copy_slot = slot
-        self._occupy(slot, task, t + delay + estimate, t + delay + run_s)
+        self._occupy(slot, task, t + delay + times[0], t + delay + times[1])
         if self.trace is not None:
-            ev = {"t": t, "event": "start", "task": task.id, "server": sid, "hedge": True,
-                  "estimate_s": estimate, "run_s": run_s}
-            if delay:
-                ev["transfer_s"] = delay
-            self._emit(ev)
-
-    def _settle_copy(self, task: TaskRecord, slot: int) -> None:
-        """``task`` finished on ``slot`` while its other run went on: that run is cancelled and
-        its server freed; the finishing run's server holds the result."""
-        other = task.copy_slot if slot != task.copy_slot else task.slot
-        won_by_copy = slot == task.copy_slot
-        task.copy_slot = -1
-        t = self.t
-        start = self.run_start
-        self.hedges.settled(won_by_copy, t - start[slot if won_by_copy else other],
-                            t - start[other])
-        self.busy_seconds += t - start[other]
-        self._busy_l[other] = False
-        self._feat[other, 3] = self._idle_pf_l[other]
-        self.busy_until[other] = t
-        self.running[other] = None
-        if won_by_copy:
-            task.slot, task.sid = slot, self._sid_l[slot]
-        if self.trace is not None:
-            self._emit({"t": t, "event": "cancel", "task": task.id, "server": self._sid_l[other]})
-        if self._present_l[other] and not self._accept_l[other]:  # draining: leave now
-            self._drop_server(other, "server_remove")
-
-    def _on_straggler(self, _slot: int, token_task: tuple[int, TaskRecord]) -> None:
-        self.hedges.seen(*token_task)
+            self._emit(start_event(t, task.id, sid, delay, times, hedge=True))
 
     def _wait(self) -> None:
         """A wait: the clock moves by wait_dt_s, or to the next event with that switch on."""
@@ -441,40 +401,18 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
             due = self.hedges.due(task, self._compute_l[slot], self.srv_tier[slot], t + delay)
             self.event_q.push(due, HEDGE, slot, (task.token, task))
         if self.trace is not None:
-            ev = {"t": t, "event": "start", "task": task.id, "server": sid}
-            if delay:
-                ev["transfer_s"] = delay
-            if self._rt is not None:
-                ev["estimate_s"] = exec_s
-                ev["run_s"] = run_s
-            self._emit(ev)
+            self._emit(start_event(t, task.id, sid, delay,
+                                   None if self._rt is None else (exec_s, run_s)))
         return self._start_reward(exec_s, comm_s, self._busy_w_l[slot])
 
     # ---------------------------------------------------------------- observation
     def observe(self) -> dict[str, np.ndarray]:
         """Observation of the current decision (zeros when the episode is over)."""
-        f = self.cfg.features
         task = self.current
-        n = self.n_slots
         if task is None:
-            return {"task": np.zeros(task_dim(f), np.float32), "servers": np.zeros((n, 5), np.float32),
-                    "action_mask": np.zeros(n, np.float32)}
-        wf = task.wf
-        # the DAG's successors and completion, or only what exists (mdp.submission)
-        kids, done = self.submission.shown(task)
-        if self._backlog:
-            vec = task_vector(f, task.compute, task.memory_gb, kids, done,
-                              task.output, self._queue.ready_count(task.id),
-                              int(self.accepting.sum()), self.t - wf.arrival)
-        else:
-            vec = encode_task(task.compute, task.memory_gb, kids, done, task.output, f)
-        fp = task.first_parent
-        transfer, parent_slot = 0.0, None
-        if fp is not None:
-            transfer = fp.output / self._bw + self._lat
-            parent_slot = self._slot_of.get(fp.sid)
-        return self.servers.observe(vec, self.t, transfer, parent_slot, task.memory_gb,
-                                    self._mask_infeasible)
+            return self.observer.empty()
+        return self.observer.observe(task, self.t, self.submission.shown(task), self._queue,
+                                     self.servers, self._slot_of)
 
     # ---------------------------------------------------------------- metrics
     def _truncate(self) -> None:
@@ -492,9 +430,70 @@ class Simulator(ClusterDynamics, Forking, SnapshotLoading, StateView):
         """Episode metrics over completed tasks/workflows (see docs/simulator.md)."""
         return episode_metrics(self)
 
+    # ---------------------------------------------------------------- forks and snapshots
+    def fork(self, rngs: Sequence[np.random.Generator] | None = None) -> "Simulator":
+        """An independent copy in this state (``envs.fork.fork``, which says what it copies)."""
+        return forks.fork(self, rngs)
 
-# Event handlers by kind (ClusterDynamics handles the server events).
-Simulator._HANDLERS = {FINISH: Simulator._on_finish, FAIL: Simulator._on_fail,
-                       REMOVE: Simulator._on_remove, ADD: Simulator._on_add,
-                       ARRIVAL: Simulator._on_arrival, JOIN: Simulator._on_join,
-                       LEAVE: Simulator._on_leave, HEDGE: Simulator._on_straggler}
+    def unfinished_range(self) -> int:
+        """Index of the first task not done (``envs.fork.unfinished_range``)."""
+        return forks.unfinished_range(self)
+
+    def drop_arrivals(self) -> None:
+        """No more workflows arrive (a planner's rollout that ignores future work)."""
+        self.event_q.drop(ARRIVAL)
+        self.arrivals.stop()
+
+    def load_snapshot(self, servers: Sequence[ServerState], workflows: Sequence[WorkflowState],
+                      focus: tuple[int, int] | None = None, mean_compute: float | None = None,
+                      deferred: Sequence[tuple[int, int]] = ()) -> list[list[int]]:
+        """Take a snapshot's present (``envs.sim_snapshot.load``, which says how) and stop at its
+        first decision, ``focus``'s task when given; returns the listed tasks' ids."""
+        self._speed_by_memory, self._mean_compute = sim_snapshot.speeds(servers, mean_compute)
+        ids = sim_snapshot.load(self, servers, workflows, focus, deferred)
+        self._select()
+        return sim_snapshot.focused(self.current, ids, focus)
+
+    # ---------------------------------------------------------------- the read-only view
+    # What planners, snapshots and diagnostics read (envs.sim_view).
+    now = view("t", "The clock (model seconds).")
+    events = view("event_q", "The pending events (envs.events.EventQueue: peek(), runs(), seq).")
+    server_ids = view("_sid_l", "Per slot, the id of the server in it (-1: empty).")
+    slot_by_server_id = view("_slot_of", "Server id -> its slot, for the servers present.")
+    forced_waits = view("core.forced_waits", "Waits made without asking (mdp.ask_only_startable).")
+    busy = view("servers.busy", "Whether each slot runs a task now, (n_slots,) bool (a copy).")
+    bandwidth_gb_s = view("_bw")
+    latency_s = view("_lat")
+    transfer_delays = view("_transfer_delays", "mdp.transfer_delays_start: starts wait for inputs.")
+    mean_compute = view("_mean_compute", "The mean server speed of HEFT's rank, unstarted work.")
+    speed_by_memory = view("_speed_by_memory", "(speed, memory) by kind, fastest first.")
+    dynamic_order = view("_dynamic", "Whether ready keys move as work finishes (srpt, las).")
+    time_cap = view("_t_cap", "The clock at which the episode is truncated.")
+    max_decisions = view("_max_decisions")
+    run_model = view("_rt", "The run-time model (envs.run_model); None: nominal run times.")
+    stragglers = view("hedges.stragglers", "(token, task) past their hedge quantile, uncopied.")
+
+    @property
+    def current_waits(self) -> int:
+        """How often the policy's pick for the current task did not start it (its waits so far;
+        what ``policies.guard`` bounds)."""
+        return 0 if self.current is None else self.current.waits
+
+    @property
+    def finish_hidden(self) -> bool:
+        """Whether running tasks' true ends are hidden from deciders (run-time noise, or
+        ``runtime.overhead_s``): a fork or a planner's rollout ends them when expected."""
+        return self._rt is not None or self._overhead > 0
+
+    def expected_end(self, slot: int) -> float:
+        """When the task running on ``slot`` ends as deciders see it (never in the past)."""
+        return max(float(self.busy_until[slot]), self.t)
+
+    def slot_of(self, sid: int) -> int | None:
+        """The slot of server ``sid`` (None: not present)."""
+        return self._slot_of.get(sid)
+
+
+# Event handlers by kind (the stragglers': envs.hedging; the server events': envs.sim_cluster).
+Simulator._HANDLERS = {FINISH: Simulator._on_finish, ARRIVAL: Simulator._on_arrival,
+                       **HEDGE_HANDLERS, **SERVER_HANDLERS}

@@ -56,7 +56,7 @@ def test_a_failure_under_one_run_loses_that_run_only():
     verify_trace(json.loads(json.dumps(e)) for e in events)
     lost_copies = [e for e in events if e["event"] == "cancel" and e.get("reason") == "server_fail"]
     # seed 2 has both: runs of unhedged tasks lost (placed again) and one of two runs lost
-    assert sim.lost > 0 and lost_copies
+    assert sim.cluster.lost > 0 and lost_copies
 
 
 def test_a_fork_hedges_on_its_own():

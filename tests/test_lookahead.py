@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from envs.config import ConfigError, EnvConfig, build
-from envs.simulator import Simulator
+from envs.simulator import DONE, Simulator
 from envs.trace import read_trace, verify_trace
 from policies import get_policy, is_planner
 from policies.guard import is_learned, make_guard
@@ -40,7 +40,7 @@ def state(sim: Simulator) -> dict:
             "deferred": [i for _, i, _ in sim.core.queue.deferred],
             "blocked": [i for _, i, _ in sim.core.queue.blocked],
             "rng": [g.bit_generator.state["state"] for g in
-                    (sim.arrivals.rng_arrivals, sim.arrivals.rng_workload, sim.rng_dynamics)],
+                    (sim.arrivals.rng_arrivals, sim.arrivals.rng_workload, sim.cluster.rng_dynamics)],
             "metrics": sim.metrics(), "feat": sim.servers.features.matrix.tolist(), "slot_of": dict(sim._slot_of)}
 
 
@@ -106,6 +106,25 @@ def test_fork_then_run_to_end_equals_the_original(cfg):
     mo = run_to_end(sim, seq.entropy, eft)
     assert mf == mo
     assert state(f)["tasks"] == state(sim)["tasks"]
+
+
+def test_a_reset_starts_the_unfinished_watermark_again():
+    """The watermark of ``unfinished_range`` belongs to an episode: after a reset a fork copies
+    the new episode's unfinished tasks (it once kept the last episode's and shared them)."""
+    cfg = env()
+    eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
+    sim = Simulator(cfg)
+    sim.reset(episode_seed(0, 1))
+    while sim.current is not None:
+        sim.step(eft.act(sim.observe()))
+    assert sim.unfinished_range() == len(sim.tasks)
+    sim.reset(episode_seed(0, 2))
+    for _ in range(5):
+        sim.step(eft.act(sim.observe()))
+    lo = sim.unfinished_range()
+    assert lo <= len(sim.tasks) and all(t.state == DONE for t in sim.tasks[:lo])
+    f = sim.fork()
+    assert not {id(t) for t in f.tasks if t.state != DONE} & {id(t) for t in sim.tasks}
 
 
 def test_fork_refuses_unknown_mutable_state():
@@ -245,7 +264,7 @@ def test_the_planner_follows_the_envs_objective_unless_told_otherwise():
     assert EnvConfig().objective == "workflow"
     assert parse_spec("lookahead").objective is None
     assert parse_spec("lookahead:objective=task").objective == "task"
-    from envs.simulator import Simulator
+    from envs.simulator import DONE, Simulator
     from policies import get_policy
     from scale_ray.config import load_env
     from scale_ray.evaluation import episode_seed

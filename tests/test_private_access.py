@@ -4,9 +4,11 @@ tests/test_import_layers.py checks imports.
 Counted, outside tests: ``obj._name`` where ``obj`` is not ``self``/``cls`` or a class of the
 same module and ``_name`` is not defined in that module (a def, a class, a name, an assignment
 to ``self._name``, a ``__slots__`` entry or a string naming it), and every
-``from m import _name``. A class split over mixin modules (the
-simulator's ``envs/sim_*.py``, ``envs/fork.py``, ``envs/hedging.py``; the live scheduler's
-``scale_ray/live/*.py``) shares its state through ``self``: not counted. The named tuple API
+``from m import _name``. A class split over mixin modules (the live scheduler's
+``scale_ray/live/*.py``) shares its state through ``self``: not counted. The simulator has no
+mixins: its parts (``envs/sim_*.py``, ``envs/slots.py``, ``envs/hedging.py``) are objects with
+their own state, and ``envs/fork.py`` / ``envs/sim_snapshot.py`` are functions of its public
+attributes, so a private name of the simulator read there would count. The named tuple API
 (``_replace``, ``_asdict``, ``_fields``, ``_make``) is public despite its underscore.
 
 What is left is Ray's: a Ray DAG node's body, the session directory, the internal KV store
