@@ -180,7 +180,7 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
         raise RuntimeError("planner bug")
 
     sched._planner.ask = broken
-    assert sched._ask(t1, obs) == 0  # EFT: the idle server
+    assert sched.ask(t1, obs) == 0  # EFT: the idle server
     assert sched.counters["planner_errors"] == 1
 
 

@@ -57,7 +57,7 @@ def test_a_copy_goes_to_the_fastest_idle_server_that_fits():
     servers = [LiveServer(i, NodeInfo(f"node{i}", 1, *tiers[i]), 0) for i in range(3)]
     for s in servers:
         s.offered = True
-    sched._set_alive(servers)
+    sched.set_alive(servers)
 
     class T:  # what _copy_server reads of a task
         memory_gb, demands = 16.0, ()
@@ -163,7 +163,7 @@ def test_a_node_lost_under_one_run_drops_that_run_only(gone):
     tiers = [(1.0, 8.0, "small", 30.0, 100.0), (2.0, 32.0, "medium", 50.0, 200.0),
              (4.0, 80.0, "large", 80.0, 400.0)]
     servers = [LiveServer(i, NodeInfo(f"node{i}", 1, *tiers[i]), 0) for i in range(3)]
-    sched._set_alive(servers)
+    sched.set_alive(servers)
     sched.admission.admit(WorkflowHandle(0, from_spec(WorkflowSpec((TaskSpec(1.0, 1.0, 0.0),))), 0.0))
     t = sched.placement.queue.heap[0][2]
     a, b = servers[2], servers[1]

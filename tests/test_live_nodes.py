@@ -30,7 +30,7 @@ def _sched(servers):
     env = load_env(None, servers=4)
     sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0))
     sched.nodes.pooled = True  # as the first node refresh sets it on plain Ray nodes
-    sched._set_alive(servers)
+    sched.set_alive(servers)
     return sched
 
 
@@ -180,7 +180,7 @@ def test_with_the_estimator_the_node_rule_plans_with_run_times_learned_per_node_
         sched = LiveScheduler(get_policy("eft", env), env,
                               LiveConfig(time_scale=1.0, estimator=estimator))
         sched.nodes.pooled = True
-        sched._set_alive(gpus)
+        sched.set_alive(gpus)
         if sched.estimator is not None:
             for _ in range(5):
                 sched.estimator.observe("llm", "a100", 1.0, 2.6)
@@ -202,7 +202,7 @@ def test_the_fair_share_counts_resource_seconds_in_rays_resource_model():
     sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0, fair_share=True,
                                                              fair_share_quantum_s=0.0))
     sched.nodes.pooled = True
-    sched._set_alive([gpu, cpu])
+    sched.set_alive([gpu, cpu])
     g1 = Primitive(emulated_body, 1.0, ray_options={"num_gpus": 1, "num_cpus": 1})
     c1 = Primitive(emulated_body, 1.0, ray_options={"num_cpus": 1})
     table = sched.placement.table
@@ -230,7 +230,7 @@ def test_the_node_table_keeps_model_seconds_so_eft_wait_compares_like_with_like(
     sched = LiveScheduler(get_policy("eft", env), env,
                           LiveConfig(time_scale=0.5, node_rule="eft_wait"))
     sched.nodes.pooled = True
-    sched._set_alive([fast, slow])
+    sched.set_alive([fast, slow])
     pl = sched.placement
     pl.table.cpu_speed[:] = [10.0, 1.0]
     _admit(sched, [Primitive(emulated_body, 1.0)])
@@ -256,7 +256,7 @@ def test_a_learned_node_policy_places_live_tasks_guarded_and_a_bad_one_is_named(
     sched = LiveScheduler(get_policy("eft", env), env,
                           LiveConfig(time_scale=1.0, node_rule=f"learned:{path}"))
     sched.nodes.pooled = True
-    sched._set_alive(servers)
+    sched.set_alive(servers)
     rule = sched.placement.rule
     assert isinstance(rule, LearnedNodePolicy)
     asked = []
@@ -275,4 +275,4 @@ def test_a_learned_node_policy_places_live_tasks_guarded_and_a_bad_one_is_named(
                         LiveConfig(time_scale=1.0, node_rule="learned:/no/such/artifact"))
     bad.nodes.pooled = True
     with pytest.raises((ArtifactError, FileNotFoundError), match="no/such/artifact"):
-        bad._set_alive(servers)
+        bad.set_alive(servers)

@@ -371,7 +371,7 @@ def decision_overhead(n_nodes: int, n_requests: int, seed: int = 0, rule: str = 
                           LiveConfig(model="nodes", node_rule=rule, time_scale=1.0, hedge="off"))
     sched.nodes.pooled = True  # as the first refresh sets it on plain Ray nodes
     servers = [_server(i, s) for i, s in enumerate(specs)]
-    sched._set_alive(servers)
+    sched.set_alive(servers)
     clock = [0.0]
     ends: list[tuple[float, int, Any]] = []
 
@@ -389,7 +389,7 @@ def decision_overhead(n_nodes: int, n_requests: int, seed: int = 0, rule: str = 
     started = backlog_max = 0
     now = time.perf_counter
     while True:
-        sched.placement.round(now, sched._ask, lambda t, srv: start(t, srv, 0.0))
+        sched.placement.round(now, sched.ask, lambda t, srv: start(t, srv, 0.0))
         backlog_max = max(backlog_max, len(sched.placement.queue.heap))
         if not ends:
             break

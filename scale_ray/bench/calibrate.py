@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 
-from scale_ray.bench.live import _arrivals
+from scale_ray.bench.live import arrivals
 from scale_ray.bench.twin import METRICS, calibrated, format_calibrated, setting_env
 
 
@@ -19,7 +19,7 @@ def main(paths: list[str]) -> None:
         seed = r["seed"] if "seed" in r else int(path.split("_seed")[1].split("_")[0])
         env = setting_env(r.get("setting", "realistic"), r["servers"])
         args = argparse.Namespace(workflows=r["quality"]["workflows"], load=r.get("load"))
-        specs, _, times = _arrivals(env, args, seed)
+        specs, _, times = arrivals(env, args, seed)
         live = {row["policy"]: {k: row[f"live_{k}"] for k in METRICS} for row in r["twin"]}
         c = calibrated(env, argparse.Namespace(), live, specs, times, seed, r["why"])
         print(f"{path} (seed {seed}): plain twin max gap {r['max_twin_gap_points']:.1f} points")

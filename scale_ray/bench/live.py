@@ -271,7 +271,7 @@ def overhead(env, repeats: int, n_workflows: int, chain: int,
     }
 
 
-def _arrivals(env: EnvConfig, args: argparse.Namespace, seed: int
+def arrivals(env: EnvConfig, args: argparse.Namespace, seed: int
               ) -> tuple[list[WorkflowSpec], float, list[float]]:
     """A quality run's arrivals: (workflow specs, rate per model s, arrival times in model s)."""
     specs = workload_specs(env, args.workflows, seed)
@@ -291,7 +291,7 @@ def twin_streams(env: EnvConfig, args: argparse.Namespace, seeds: int) -> dict[s
             if p not in (REFERENCE, "eft") and p not in NO_TWIN]
     rows = []
     for seed in range(args.seed, args.seed + seeds):
-        specs, _, times = _arrivals(env, args, seed)
+        specs, _, times = arrivals(env, args, seed)
         m = {p: predict(tenv, p, specs, times, seed) for p in (REFERENCE, "eft", *also)}
         ref, eft = (m[p]["mean_workflow_response_s"] for p in (REFERENCE, "eft"))
         rows.append({"seed": seed, "hop_s": ref, "default_order_s": eft,
@@ -345,7 +345,7 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
     live = LiveConfig(time_scale=args.time_scale, executor=args.executor,
                       estimator=getattr(args, "estimator", "off"),
                       hedge=getattr(args, "hedge", "off"))
-    specs, rate, times = _arrivals(env, args, args.seed)
+    specs, rate, times = arrivals(env, args, args.seed)
     noise, hints = getattr(args, "noise", 0.0), getattr(args, "hints", "exact")
     runs = (emulated_runtime(env, specs, hints, noise, args.seed)
             if noise > 0 or hints != "exact" else specs)  # what the live runs execute
@@ -444,7 +444,7 @@ def _quality_result(env: EnvConfig, args: argparse.Namespace, cluster: Any) -> d
                                 str(td / f"twin_{p.replace('/', '_')}.jsonl"), q[p],
                                 args.time_scale)
                          for p in pols if p not in NO_TWIN}
-        specs, _, times = _arrivals(env, args, args.seed)
+        specs, _, times = arrivals(env, args, args.seed)
         result["twin_calibrated"] = calibrated(env, args, lm, specs, times, args.seed,
                                                result["why"])
     for k in ("mean", "p95", "p99"):

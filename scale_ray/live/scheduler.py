@@ -119,7 +119,7 @@ class LiveScheduler:
                                        self.cfg.head_of_line_blocking, self.cfg.time_scale)
         self.nodes = NodeSet(self.cfg, self._tiers, self._remote, self.counters,
                              self.placement.set_offered)
-        self._set_alive([])
+        self.set_alive([])
         #: the runs in flight: status ref -> (task, token)
         self.running: dict[Any, tuple[LiveTask, int]] = {}
         self.clock_origin = time.perf_counter()  # model time 0 (the service reads it too)
@@ -142,7 +142,7 @@ class LiveScheduler:
         #: what enters: workflows (scale_ray.live.admission) and node-set changes
         self.admission = Admission(self.env, order, self.placement, self._fair, self.running,
                                    servers, self._model_time, trace)
-        self.node_events = NodeEvents(self.nodes, self.runs.server_gone, self._set_alive,
+        self.node_events = NodeEvents(self.nodes, self.runs.server_gone, self.set_alive,
                                       self._now_model, self._emit)
         #: what a returned run does (scale_ray.live.completions)
         self.completions = Completions(self.cfg, order, self.admission, self.placement,
@@ -302,7 +302,7 @@ class LiveScheduler:
             policy.reset(None)
             self._bind_policy(policy)
             self.placement.set_features(self.features)
-            self._set_alive(self.alive_servers)
+            self.set_alive(self.alive_servers)
         return self.call_soon(swap)
 
     def status(self) -> Future:
@@ -438,8 +438,9 @@ class LiveScheduler:
                 return
 
     # ------------------------------------------------------------------ placement
-    def _set_alive(self, alive: list[LiveServer]) -> None:
-        """The servers the policy sees (in this order)."""
+    def set_alive(self, alive: list[LiveServer]) -> None:
+        """The servers the policy sees, in this order (the scheduler thread's; a bench drives
+        it by hand)."""
         self.alive_servers = alive
         nodes = self.nodes
         if nodes.pooled != self.placement.pooled:  # the model follows the servers' source
@@ -457,14 +458,15 @@ class LiveScheduler:
             return
         if self._planner is not None:
             self._planner.new_round()
-        self.placement.round(time.perf_counter, self._ask,
+        self.placement.round(time.perf_counter, self.ask,
                              lambda t, srv: self.runs.submit(t, srv, time.perf_counter()))
         core = self.placement.core
         self.counters["decisions"], self.counters["waits"] = core.decisions, core.waits
         if self._planner is not None:
             self.counters["planner_reused"] = self._planner.reused
 
-    def _ask(self, t: LiveTask, obs: dict[str, np.ndarray]) -> int:
+    def ask(self, t: LiveTask, obs: dict[str, np.ndarray]) -> int:
+        """The pick for ``t``: the planner's, else the policy's with its guard."""
         if self._planner is not None:  # the lookahead planner: on a snapshot, never guarded
             running = {id(x): x for x, tok in self.running.values()  # a hedged task: once
                        if x.state == RUNNING and x.token == tok}.values()
