@@ -67,6 +67,22 @@ def _sleep(seconds: float, ctx: Any) -> bool:
             pass
 
 
+def _ray_placed_sleep(ray: Any, ctx: Any, node: str, gflop_scaled: float,
+                      inputs: tuple | None) -> float:
+    """An emulated run placed by Ray (``wrap_body``): its compute at the speed label of the node
+    it landed on (a GPU run at the GPU speed, if the node has one), plus the largest emulated
+    transfer of ``inputs`` whose parent ran on another node."""
+    labels = ctx.get_node_labels()
+    key = GPU_COMPUTE_LABEL if GPU_COMPUTE_LABEL in labels and \
+        ctx.get_assigned_resources().get("GPU") else COMPUTE_LABEL
+    sleep_s = gflop_scaled / float(labels[key])
+    if inputs:
+        ran_on = ray.get([r for r, _ in inputs])
+        sleep_s += max((tr for (nd, _), (_, tr) in zip(ran_on, inputs) if nd != node),
+                       default=0.0)
+    return sleep_s
+
+
 def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The Ray task body around a primitive: placement check, emulated run time, the call.
 
@@ -100,14 +116,8 @@ def wrap_body(fn: Callable[..., Any]) -> Callable[..., Any]:
         if target is not None:
             journal.record_start(target)
         if gflop_scaled > 0:
-            labels = ctx.get_node_labels()  # a GPU run at the node's GPU speed, if it has one
-            key = GPU_COMPUTE_LABEL if GPU_COMPUTE_LABEL in labels and \
-                ctx.get_assigned_resources().get("GPU") else COMPUTE_LABEL
-            sleep_s = gflop_scaled / float(labels[key])
-            if len(meta) > 6 and meta[6]:  # emulated inputs from parents on other nodes
-                ran_on = ray.get([r for r, _ in meta[6]])
-                sleep_s += max((tr for (nd, _), (_, tr) in zip(ran_on, meta[6]) if nd != node),
-                               default=0.0)
+            sleep_s = _ray_placed_sleep(ray, ctx, node, gflop_scaled, meta[6] if len(meta) > 6
+                                        else None)
         if sleep_s > 0:
             if not cancellable:
                 time.sleep(sleep_s)
