@@ -193,7 +193,8 @@ class NodeTable:
         self.estimate: Callable[[Any, int, float], float] | None = None
         self.accept_l = [True] * self.n
         self.running: list[dict[Any, float]] = [{} for _ in range(self.n)]  # task -> end
-        self._held: dict[Any, tuple] = {}  # task -> (node, compiled demand, GPU taken)
+        # task -> {node: (compiled demand, GPU taken)} (a hedged task runs on two nodes)
+        self._held: dict[Any, dict[int, tuple]] = {}
         self._gpu_total = [list(g) for g in self.gpus]
         self.gpu_total = [float(sum(g)) for g in self.gpus]  # GPUs per node (read-only)
         self.caps: list = []  # not None: the core checks every task's demands
@@ -349,16 +350,23 @@ class NodeTable:
         else:
             task_gpu = ()
         self.running[i][task] = until
-        self._held[task] = (i, c, task_gpu)
+        self._held.setdefault(task, {})[i] = (c, task_gpu)
         self._state.clear()  # the bound stays: an upper bound still
 
-    def finish(self, task: Any) -> int:
-        """``task`` ended: its resources are free again; returns its node (-1: it held none
-        here, e.g. it started before the table was rebuilt without its node)."""
-        held = self._held.pop(task, None)
-        if held is None:
+    def finish(self, task: Any, i: int | None = None) -> int:
+        """``task``'s run on node ``i`` (None: its only one) ended: its resources are free
+        again; returns the node (-1: it held none there, e.g. it started before the table was
+        rebuilt without its node)."""
+        holds = self._held.get(task)
+        if not holds:
             return -1
-        i, c, task_gpu = held
+        if i is None:
+            i = next(iter(holds))
+        elif i not in holds:
+            return -1
+        c, task_gpu = holds.pop(i)
+        if not holds:
+            del self._held[task]
         free = self.free[i]
         for j, v in c.pairs:
             free[j] += v
@@ -386,7 +394,7 @@ class NodeTable:
         new.gpus = [list(g) for g in self.gpus]
         new.accept_l = list(self.accept_l)
         new.running = [{remap(t): end for t, end in r.items()} for r in self.running]
-        new._held = {remap(t): h for t, h in self._held.items()}
+        new._held = {remap(t): dict(h) for t, h in self._held.items()}
         new._state = dict(self._state)
         new._ever = {}  # (depends on accept_l, now the copy's)
         b = self._bound
@@ -454,7 +462,7 @@ class NodeTable:
         free = list(self.free[i])
         gpus = list(self.gpus[i])
         for task, end in sorted(self.running[i].items(), key=lambda kv: kv[1]):
-            _, tc, tg = self._held[task]
+            tc, tg = self._held[task][i]
             for j, v in tc.pairs:
                 free[j] += v
             for k, v in tg:

@@ -276,3 +276,37 @@ def test_a_learned_node_policy_places_live_tasks_guarded_and_a_bad_one_is_named(
     bad.nodes.pooled = True
     with pytest.raises((ArtifactError, FileNotFoundError), match="no/such/artifact"):
         bad.set_alive(servers)
+
+
+def test_a_straggler_is_hedged_on_another_node_and_each_run_holds_its_own_resources():
+    """Ray's resource model, hedging (live.hedge: all): the copy of a straggling one-GPU run
+    goes to the fastest other node where it fits now, holds a GPU there while the first run
+    holds its own, and the cancelled run frees only its node's (Ray not called: runs are
+    stand-ins)."""
+    a10g = LiveServer(0, _node("a10g", {"CPU": 4, "GPU": 1, "memory": 16e9}, 1.0), 0)
+    a100 = LiveServer(1, _node("a100", {"CPU": 4, "GPU": 1, "memory": 16e9}, 2.6), 0)
+    cpu = LiveServer(2, _node("cpu", {"CPU": 8, "memory": 32e9}), 0)
+    env = load_env(None, servers=4)
+    sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0, hedge="all"))
+    sched.nodes.pooled = True
+    sched.set_alive([a10g, a100, cpu])
+    refs = iter(range(100))
+    sched.nodes.run = lambda *a: (f"value{next(refs)}", f"status{next(refs)}")
+    gpu = Primitive(emulated_body, 1.0, ray_options={"num_gpus": 1, "num_cpus": 1})
+    _admit(sched, [gpu])
+    (t,) = [e[2] for e in sched.placement.queue.heap]
+    runs, table = sched.runs, sched.placement.table
+    runs.submit(t, a10g, 0.0)  # the first run (say the A100 was busy when it was placed)
+    table.start(0, t, t.demands, 1.0)
+    assert runs.hedgeable(t) and runs.stragglers  # armed at its start
+    assert runs.copy_server(t) is a100  # the faster GPU node; not its own, not the CPU node
+    runs.due.append((t.token, t))
+    runs.launch_copies(1.0)
+    assert t.copy is not None and t.copy.server is a100 and sched.counters["hedge_copies"] == 1
+    assert [sum(g) for g in table.gpus] == [0.0, 0.0, 0.0]  # both GPUs held (the CPU node: none)
+    assert runs.copy_server(t) is None  # no other GPU node has room: at most one copy anyway
+    runs.end_loser(t, t.copy, None)  # the copy is cancelled: only the A100's GPU is free
+    assert [sum(g) for g in table.gpus] == [0.0, 1.0, 0.0]
+    assert t in a10g.running and t not in a100.running
+    sched.placement.release(a10g, t, 2.0)
+    assert [sum(g) for g in table.gpus] == [1.0, 1.0, 0.0] and table.running == [{}, {}, {}]

@@ -130,8 +130,17 @@ class LivePlacement:
         """``t``'s run on ``srv`` ended or was stopped: the server (and, in Ray's resource
         model, the node's resources it held) free again."""
         if srv.release(t, now) and self.pooled:
-            self.table.finish(t)
+            i = self._pos.get(id(srv))
+            if i is not None:  # (a node gone: the table was rebuilt without it)
+                self.table.finish(t, i)
             self.changed = True
+
+    def hold(self, srv: LiveServer, t: LiveTask) -> None:
+        """In Ray's resource model: a run of ``t`` started on ``srv`` outside a round (a hedged
+        copy) holds its demands there until it is released."""
+        i = self._pos.get(id(srv))
+        if self.pooled and i is not None:
+            self.table.start(i, t, t.demands, srv.running[t] / self._ts)
 
     def sync(self, now: float) -> None:
         """The table at wall time ``now``: busy servers' remaining model seconds and power."""

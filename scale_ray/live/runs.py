@@ -7,7 +7,8 @@ hedgeable run is armed at the q-quantile of its estimated run time
 (:func:`envs.run_model.quantile_s`: the estimator's, else a LogNormal around the declared
 compute). Once past it, the run is a *straggler*: after a placement round (every ready task that
 could start has started) a copy starts on the fastest accepting idle server that fits it (not
-the one running it). The first run to finish completes the task; the other is cancelled
+the one running it; in Ray's resource model the fastest other node whose free resources fit it,
+where the copy holds its demands until it ends or is cancelled). The first run to finish completes the task; the other is cancelled
 (``ray.cancel``: an emulated run stops within ``CANCEL_POLL_S``; a real body stops only if it
 polls ``ray.get_runtime_context().is_canceled()``, else it runs to its end and its result is
 dropped) and its server stays busy until that run returns. A run that is lost (node gone, actor
@@ -163,8 +164,6 @@ class Runs:
 
     # ------------------------------------------------------------------ hedging
     def hedgeable(self, t: LiveTask) -> bool:
-        if self.placement.pooled:  # not yet in Ray's resource model (docs/live.md)
-            return False
         mode = self.cfg.hedge
         return mode == "all" or (mode == "marked" and t.prim.hedge)
 
@@ -193,6 +192,7 @@ class Runs:
                 keep.append((token, t))  # no idle server fits it now: later
                 continue
             run, ev = self.launch(t, srv, now, copy=True)
+            self.placement.hold(srv, t)  # Ray's resource model: its demands, on that node
             t.copy = run
             self._running[run.status] = (t, t.token)
             self.counters["hedge_copies"] += 1
@@ -200,7 +200,17 @@ class Runs:
         self.due = keep
 
     def copy_server(self, t: LiveTask) -> LiveServer | None:
-        """The fastest accepting idle server that fits ``t`` (memory and Ray demands)."""
+        """The fastest accepting idle server that fits ``t`` (memory and Ray demands); in Ray's
+        resource model the fastest other offered node (for ``t``'s kind of work) whose free
+        resources fit it now."""
+        if self.placement.pooled:
+            table, best, speed = self.placement.table, None, 0.0
+            for i, s in enumerate(self.placement.alive):
+                if s is not t.server and s.offered and table.fits_now(i, t.demands):
+                    v = run_speed(s.node, t.demands)
+                    if v > speed:
+                        best, speed = s, v
+            return best
         best = None
         for s in self._servers():
             if (s.task is None and s.offered and s.node.memory_gb >= t.memory_gb
