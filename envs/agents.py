@@ -166,11 +166,15 @@ def node_specs(cfg: AgentsConfig, n: int) -> list[NodeSpec]:
 
 
 class AgentTask:
-    """One call of a request: demands, compute (seconds on a speed-1 node), parents."""
-    __slots__ = ("name", "demands", "compute", "parents")
+    """One call of a request: demands, compute (seconds on a speed-1 node), parents; ``factors``:
+    what its run and a hedged copy take over their planned time (None: drawn by the simulator,
+    ``envs.node_hedging``; a live bench draws them once for live and twin alike)."""
+    __slots__ = ("name", "demands", "compute", "parents", "factors")
 
-    def __init__(self, name: str, demands: tuple, compute: float, parents: tuple[int, ...]):
+    def __init__(self, name: str, demands: tuple, compute: float, parents: tuple[int, ...],
+                 factors: tuple[float, float] | None = None):
         self.name, self.demands, self.compute, self.parents = name, demands, compute, parents
+        self.factors = factors
 
 
 def _call(c: CallConfig, rng_: np.random.Generator, name: str, parents: tuple) -> AgentTask:

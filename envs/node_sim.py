@@ -56,7 +56,7 @@ class NodeTask:
     """A task of a request in the decision core's terms (state, key, demands, waits)."""
     __slots__ = ("id", "wf", "idx", "name", "demands", "compute", "memory_gb", "children",
                  "parents_left", "state", "key", "waits", "rank", "work", "start", "finish",
-                 "node", "token", "copy")
+                 "node", "token", "copy", "factors")
 
     def __init__(self, tid: int, wf: "Request", idx: int, name: str, demands: tuple,
                  compute: float):
@@ -74,6 +74,7 @@ class NodeTask:
         self.node = -1
         self.token = 0  # runs started (a straggler's HEDGE event names the run it was for)
         self.copy: Copy | None = None  # its backup run (envs.node_hedging)
+        self.factors: tuple[float, float] | None = None  # its runs' given factors (AgentTask)
 
 
 class Request:
@@ -154,6 +155,7 @@ class NodeSimulator:
                                [s.parents for s in spec], ((1.0, math.inf),), 1.0)
         for i, s in enumerate(spec):
             t = NodeTask(len(tasks), wf, i, s.name, s.demands, s.compute)
+            t.factors = s.factors
             t.rank = ranks[i]
             t.work = work[i]
             t.parents_left = len(s.parents)
@@ -279,7 +281,8 @@ class _Episode:
         t.state, t.start, t.node = RUNNING, now, i
         t.token += 1
         self.table.start(i, t, t.demands, now + planned)
-        self.events.push(now + planned * runs.factor(), FINISH, i, t)
+        given = t.factors[0] if t.factors is not None else None
+        self.events.push(now + planned * runs.factor(given), FINISH, i, t)
         if runs.hedging:
             self.events.push(now + planned * runs.due_factor, HEDGE, i, (t.token, t))
 
@@ -303,7 +306,8 @@ class _Episode:
             c = t.copy = Copy(t, i, self.now)
             planned = t.compute / table.speed(i, t.demands)
             table.start(i, c, t.demands, self.now + planned)
-            self.events.push(self.now + planned * runs.factor(), FINISH, i, c)
+            given = t.factors[1] if t.factors is not None else None
+            self.events.push(self.now + planned * runs.factor(given), FINISH, i, c)
             runs.copies += 1
         runs.due = keep
 

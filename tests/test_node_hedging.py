@@ -15,7 +15,8 @@ from envs.nodes import NodeSpec, demands_of
 from policies.node_lookahead import NodeLookahead
 from policies.node_rules import eft
 
-Q90 = math.exp(-0.5 + 1.2815515655446004)  # the 0.9-quantile of a LogNormal(-1/2, 1) factor
+# the 0.9-quantile the rules see (envs.run_model.PRIOR_SIGMA 0.5 around the plan)
+Q90 = math.exp(-0.125 + 1.2815515655446004 * 0.5)
 
 
 def _cfg(**over):
@@ -27,13 +28,12 @@ def _cfg(**over):
 
 def _episode(**over):
     """One one-GPU call of compute 4 on GPU nodes a (speed 2) and b (speed 1); its first run
-    takes 5x its plan, a copy's run its plan."""
+    takes 5x its plan, a copy's run its plan (the call's own factors, as a live bench gives)."""
     nodes = [NodeSpec("a", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=2.0),
              NodeSpec("b", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=1.0)]
-    call = [AgentTask("x", demands_of(num_cpus=1, num_gpus=1, memory_gb=1), 4.0, ())]
+    call = [AgentTask("x", demands_of(num_cpus=1, num_gpus=1, memory_gb=1), 4.0, (), (5.0, 1.0))]
     ep = NodeSimulator(_cfg(**over), nodes, rate=1.0).episode(0, arrivals=[(0.0, call)])
     ep.policy = eft
-    ep.runs.factor = iter([5.0, 1.0]).__next__
     return ep
 
 
@@ -100,3 +100,21 @@ def test_bench_headroom_runs_hedged_rules_and_the_planner_but_never_chooses_them
                  p95_rel_diff_vs_eft=-0.5) for r in d["table"] if r["policy"] != "eft"]
     assert {r["policy"] for r in rows} == {"ray", "eft+hedge", "lookahead"}
     assert headroom.choose_default(rows) == "ray"  # a rule; the others are not
+
+
+def test_a_live_bench_stream_carries_each_calls_factors_to_live_and_twin():
+    from scale_ray.bench.agents_live import collected, requests
+
+    cfg = load_agents(read_yaml(resolve_config_path("configs/env/agents.yaml")))
+    nodes = NodeSimulator(cfg, 8).nodes
+    plain, noisy = requests(cfg, nodes, 20, 3), requests(cfg, nodes, 20, 3, noise=1.0)
+    assert [(t, [(c.name, c.compute) for c in r]) for t, r in plain] == \
+        [(t, [(c.name, c.compute) for c in r]) for t, r in noisy]  # the same stream
+    assert all(c.factors is None for _, r in plain for c in r)
+    f = [x for _, r in noisy for c in r for x in c.factors]
+    assert len(set(f)) == len(f) and 0.6 < sum(f) / len(f) < 1.5  # mean 1, drawn per call
+    _, first = noisy[0]
+    wf = collected(first, "r0")
+    for c, call in zip(first, wf.calls):
+        assert call.primitive.run_gflop == pytest.approx(c.compute * c.factors[0])
+        assert call.primitive.copy_gflop == pytest.approx(c.compute * c.factors[1])

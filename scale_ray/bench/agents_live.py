@@ -19,6 +19,7 @@ raylets), in ``overhead``.
 
 from __future__ import annotations
 
+import argparse
 import heapq
 import json
 import math
@@ -53,14 +54,48 @@ CONFIG = "configs/env/agents.yaml"
 REFERENCE = "ray-default"
 
 
-def requests(cfg, nodes: list[NodeSpec], n: int, seed: int) -> list[tuple[float, list[AgentTask]]]:
-    """``n`` requests and their arrival times (model s) at the rate of ``cfg.gpu_load``."""
+HEDGE = "+hedge"  # RULE+hedge: live.hedge all, its twin hedge_quantile (envs.node_hedging)
+
+
+def add_agents_arguments(p: argparse.ArgumentParser) -> None:
+    """``scale-ray bench live``'s options for ``--setting agents``."""
+    g = p.add_argument_group("--setting agents (Ray's resource model; scale_ray/bench/agents_live.py)")
+    g.add_argument("--nodes", type=int, default=8, help="nodes of agents.yaml's shapes")
+    g.add_argument("--gpu-load", type=float, default=None, help="offered GPU load (default: "
+                   "the config's gpu_load)")
+    g.add_argument("--rules", nargs="+", default=["eft_spread", "eft"], help="node rules "
+                   "placed live (policies/node_rules.py, or learned:PATH: a node artifact); "
+                   "RULE+hedge: with hedged stragglers (live.hedge all)")
+    g.add_argument("--run-noise", type=float, default=0.0, help="each call's runs take its "
+                   "compute x a LogNormal factor of mean 1 and this log-spread, drawn per "
+                   "request (live and twin alike; envs/node_hedging.py)")
+    g.add_argument("--runs", type=int, default=2, help="runs (seeds from --seed)")
+    g.add_argument("--agents-config", default="configs/env/agents.yaml")
+    g.add_argument("--timeout-s", type=float, default=900.0, help="per run and policy")
+    g.add_argument("--overhead-requests", type=int, default=150, help="the overhead part's "
+                   "burst of requests on the live nodes (--skip-overhead: none); the decision "
+                   "path without Ray gets as many per node")
+    g.add_argument("--speeds", choices=("known", "learned"), default="known", help="known: "
+                   "live.gpu_speeds set; learned: none, live and twin learn them (estimator)")
+    g.add_argument("--overhead-nodes", type=int, nargs="*", default=[64, 256],
+                   help="node counts of the decision path measured without Ray")
+
+
+def requests(cfg, nodes: list[NodeSpec], n: int, seed: int, noise: float = 0.0
+             ) -> list[tuple[float, list[AgentTask]]]:
+    """``n`` requests and their arrival times (model s) at the rate of ``cfg.gpu_load``; with
+    ``noise``, each call's two run factors (a run, a hedged copy) from a stream of their own
+    (the requests stay those without noise)."""
     rate = arrival_rate(cfg, nodes)
     rng = np.random.default_rng(seed)
+    noisy = np.random.default_rng([seed, 1])
     t, out = 0.0, []
     for _ in range(n):
         t += float(rng.exponential(1.0 / rate))
-        out.append((t, sample_request(cfg, rng)))
+        tasks = sample_request(cfg, rng)
+        for task in tasks if noise > 0 else ():
+            task.factors = tuple(float(f) for f in noisy.lognormal(-noise * noise / 2, noise, 2))
+        out.append((t, tasks))
     return out
 
 
@@ -75,6 +110,8 @@ def collected(tasks: list[AgentTask], name: str) -> Any:
         opts = {"num_cpus": d.get("CPU", 0.0)} | ({"num_gpus": d["GPU"]} if "GPU" in d else {})
         prim = Primitive(emulated_body, t.compute, d.get("memory", 0.0), 0.0, t.name,
                          ray_options=opts, emulate=True)
+        if t.factors is not None:  # what its run and a copy of it take (--run-noise)
+            prim.run_gflop, prim.copy_gflop = (t.compute * f for f in t.factors)
         calls.append(Call(prim, (i, *(calls[p] for p in t.parents)), {}))
     kids = spec.children()
     return CollectedWorkflow(spec, tuple(calls), tuple(i for i, k in enumerate(kids) if not k),
@@ -190,9 +227,13 @@ def run_agents(args: Any) -> int:
     nodes = node_specs(cfg, args.nodes)
     ts = args.time_scale
     rules = list(dict.fromkeys(args.rules))
+    for name in rules:  # a wrong rule or artifact fails now, not after the first live run
+        node_decider(name.removesuffix(HEDGE))
+        if name.endswith(HEDGE) and args.run_noise <= 0:
+            raise ValueError(f"--rules {name}: hedging needs --run-noise > 0 (no run is late)")
     env, live_cfg = live_settings(nodes, ts, args.speeds)
     out: dict[str, Any] = {"setting": "agents", "nodes": args.nodes, "gpu_load": cfg.gpu_load,
-                           "speeds": args.speeds,
+                           "speeds": args.speeds, "run_noise": args.run_noise,
                            "workflows": args.workflows, "time_scale": ts, "runs": []}
     shapes = {nd.name: sum(1 for m in nodes if m.name == nd.name) for nd in nodes}
     print(f"agents live: {args.nodes} nodes {shapes}, GPU load {cfg.gpu_load:g}, "
@@ -201,14 +242,16 @@ def run_agents(args: Any) -> int:
     with AgentsCluster(nodes):
         for r in range(args.runs):
             seed = args.seed + r
-            reqs = requests(cfg, nodes, args.workflows, seed)
+            reqs = requests(cfg, nodes, args.workflows, seed, args.run_noise)
             row: dict[str, Any] = {"seed": seed, "live": {}, "twin": {}}
             names = [REFERENCE] + rules
             for name in (names if r % 2 == 0 else names[::-1]):  # alternate who runs first
                 if name == REFERENCE:
                     runner = RayDefaultRunner(env, {**live_cfg})
                 else:
-                    runner = LiveScheduler(get_policy("eft"), env, {**live_cfg, "node_rule": name})
+                    hedge = {"hedge": "all"} if name.endswith(HEDGE) else {}
+                    runner = LiveScheduler(get_policy("eft"), env, {
+                        **live_cfg, **hedge, "node_rule": name.removesuffix(HEDGE)})
                 t0 = time.perf_counter()
                 s = live_run(runner, reqs, ts, args.timeout_s)
                 row["live"][name] = {k: s[k] for k in (
@@ -216,9 +259,12 @@ def run_agents(args: Any) -> int:
                     "p99_workflow_response_model_s", "workflows_completed")} | {
                     "wall_s": time.perf_counter() - t0,
                     "thread_cpu_s": s.get("thread_cpu_s")}
+                twin_cfg = replace(cfg, run_noise=args.run_noise, hedge_quantile=(
+                    live_cfg.get("hedge_quantile", 0.9) if name.endswith(HEDGE) else 0.0))
                 twin = NodeSimulator(  # learned speeds: the twin learns them as live does
-                    cfg, nodes, learn_speeds=args.speeds == "learned" and name != REFERENCE).run(
-                    node_decider("ray" if name == REFERENCE else name), seed, arrivals=reqs)
+                    twin_cfg, nodes, learn_speeds=args.speeds == "learned" and name != REFERENCE
+                ).run(node_decider("ray" if name == REFERENCE else name.removesuffix(HEDGE)),
+                      seed, arrivals=reqs)
                 row["twin"][name] = {(k[:-2] + "_model_s" if k.endswith("response_s") else k): v
                                      for k, v in twin.items()}
                 print(f"  run {r + 1} {name:12s} live mean {s['mean_workflow_response_model_s']:.2f} "

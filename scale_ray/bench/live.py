@@ -50,7 +50,7 @@ from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target,
 from scale_ray.live.workflow import emulated_body
 from scale_ray.relative import rel
 
-from .agents_live import run_agents
+from .agents_live import add_agents_arguments, run_agents
 from .programs_live import run_programs
 from .twin import (NO_TWIN, REFERENCE, add_runtime_arguments, add_setting_arguments, calibrated,
                    compare, format_calibrated, format_rows, format_why, headline, live_model,
@@ -90,22 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start no cluster: print the simulator twin's EFT + hop and EFT + "
                         "default-order responses on the arrivals of K seeds from --seed (how "
                         "much the order can gain on the streams a live run would replay)")
-    g = p.add_argument_group("--setting agents (Ray's resource model; scale_ray/bench/agents_live.py)")
-    g.add_argument("--nodes", type=int, default=8, help="nodes of agents.yaml's shapes")
-    g.add_argument("--gpu-load", type=float, default=None, help="offered GPU load (default: "
-                   "the config's gpu_load)")
-    g.add_argument("--rules", nargs="+", default=["eft_spread", "eft"], help="node rules "
-                   "placed live (policies/node_rules.py, or learned:PATH: a node artifact)")
-    g.add_argument("--runs", type=int, default=2, help="runs (seeds from --seed)")
-    g.add_argument("--agents-config", default="configs/env/agents.yaml")
-    g.add_argument("--timeout-s", type=float, default=900.0, help="per run and policy")
-    g.add_argument("--overhead-requests", type=int, default=150, help="the overhead part's "
-                   "burst of requests on the live nodes (--skip-overhead: none); the decision "
-                   "path without Ray gets as many per node")
-    g.add_argument("--speeds", choices=("known", "learned"), default="known", help="known: "
-                   "live.gpu_speeds set; learned: none, live and twin learn them (estimator)")
-    g.add_argument("--overhead-nodes", type=int, nargs="*", default=[64, 256],
-                   help="node counts of the decision path measured without Ray")
+    add_agents_arguments(p)
     p.add_argument("--trace-dir", default=None,
                    help="write each quality run's live trace (live_POLICY.jsonl) and its twin's "
                         "(twin_POLICY.jsonl) here, for scale-ray explain")
