@@ -4,6 +4,8 @@ node's GPU speed, and the Ray task options that ask Ray for exactly what is trac
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from envs.config import build
@@ -247,6 +249,7 @@ def test_a_learned_node_policy_places_live_tasks_guarded_and_a_bad_one_is_named(
     decides every live placement in Ray's resource model, on the live node table."""
     from envs.config_base import ConfigError
     from policies.artifact import ArtifactError
+    from envs.node_encoding import TIME_UNIT_S
     from policies.node_learned import LearnedNodePolicy
 
     path = "results/resource_model/scale_nodes/policy"
@@ -261,14 +264,20 @@ def test_a_learned_node_policy_places_live_tasks_guarded_and_a_bad_one_is_named(
     assert isinstance(rule, LearnedNodePolicy)
     asked = []
     act = rule.policy.act
-    rule.policy.act = lambda obs: asked.append(obs["action_mask"].copy()) or act(obs)
+    ages = []
+    rule.policy.act = lambda obs: (asked.append(obs["action_mask"].copy()),
+                                   ages.append(float(obs["task"][6])))[0] or act(obs)
     gpu = Primitive(emulated_body, 1.0, ray_options={"num_gpus": 1, "num_cpus": 1})
-    _admit(sched, [gpu] * 4)
+    wf = collect([gpu.bind(i) for i in range(4)])
+    submitted = time.perf_counter()  # real wall times, as live: ages in the scheduler's model s
+    sched.admission.admit(WorkflowHandle(0, wf, submitted))
     started = []
-    sched.placement.round(lambda: 0.0, None,
-                          lambda t, srv: (started.append(srv.sid), srv.take(t, 10.0)))
+    sched.placement.round(lambda: submitted + 0.5, None,
+                          lambda t, srv: (started.append(srv.sid), srv.take(t, submitted + 10)))
     assert sorted(started) == [0, 1, 2] and len(asked) == 3  # it chose each; the 4th fits nowhere
     assert [int(m[:3].sum()) for m in asked] == [3, 2, 1]  # valid picks only: where it fits now
+    # the request's age it reads is 0.5 s (not the time since the process started: clipped)
+    assert ages == [pytest.approx(0.5 / TIME_UNIT_S)] * 3
     with pytest.raises(ConfigError, match="node_rule"):
         LiveConfig(node_rule="learned:")
     bad = LiveScheduler(get_policy("eft", env), env,

@@ -43,6 +43,10 @@ class LivePlacement:
         self.features = features
         self._bw, self._lat = bandwidth_gb_s, latency_s
         self._ts = time_scale if time_scale > 0 else 1.0
+        #: wall s (perf_counter) of model time 0: the scheduler's clock_origin, so that the
+        #: node table's times and the rules' ``now`` are the model seconds a workflow's arrival
+        #: is in (a learned node policy reads the difference: a request's age)
+        self.origin = 0.0
         self.core = DecisionCore(ServerTable(0, features),
                                  Rules(head_of_line_blocking, ask_only_startable=True,
                                        mask_infeasible=True))
@@ -100,7 +104,7 @@ class LivePlacement:
             for i, s in enumerate(alive):
                 table.set_accepting(i, s.offered)
                 for t, until in s.running.items():  # expected ends, wall -> model s
-                    table.start(i, t, t.demands, until / self._ts)
+                    table.start(i, t, t.demands, self.model(until))
             self.core.servers = table
             self.queue.requeue_blocked()
             return
@@ -123,6 +127,10 @@ class LivePlacement:
             if offered:
                 self.queue.requeue_blocked()
 
+    def model(self, wall: float) -> float:
+        """Model seconds at wall time ``wall`` (``perf_counter``), from :attr:`origin`."""
+        return (wall - self.origin) / self._ts
+
     def position(self, srv: LiveServer | None) -> int | None:
         return None if srv is None else self._pos.get(id(srv))
 
@@ -140,7 +148,7 @@ class LivePlacement:
         copy) holds its demands there until it is released."""
         i = self._pos.get(id(srv))
         if self.pooled and i is not None:
-            self.table.start(i, t, t.demands, srv.running[t] / self._ts)
+            self.table.start(i, t, t.demands, self.model(srv.running[t]))
 
     def sync(self, now: float) -> None:
         """The table at wall time ``now``: busy servers' remaining model seconds and power."""
@@ -225,15 +233,13 @@ class LivePlacement:
             self.changed = False
             rule, rng = self.rule, self._rng
 
-            ts = self._ts  # the table's times are model s, as the rules' run times
-
-            def ask_node(t: LiveTask) -> int:
-                return rule(table, t, now() / ts, rng)
+            def ask_node(t: LiveTask) -> int:  # times in model s, as the rules' run times
+                return rule(table, t, self.model(now()), rng)
 
             def start_node(t: LiveTask, i: int) -> None:
                 srv = self.alive[i]
                 start(t, srv)
-                table.start(i, t, t.demands, srv.running.get(t, now()) / ts)
+                table.start(i, t, t.demands, self.model(srv.running.get(t, now())))
 
             self.core.run_round(ask_node, start_node)
             return

@@ -122,7 +122,7 @@ class LiveScheduler:
         self.set_alive([])
         #: the runs in flight: status ref -> (task, token)
         self.running: dict[Any, tuple[LiveTask, int]] = {}
-        self.clock_origin = time.perf_counter()  # model time 0 (the service reads it too)
+        self.clock_origin = self.placement.origin = time.perf_counter()  # model time 0
         self._hints = AutoscaleHints(self.cfg, self.counters)
         # run times learned per (kind, tier) from completions (LiveConfig.estimator)
         self.estimator = est = RuntimeEstimator() if self.cfg.estimator == "online" else None
@@ -172,7 +172,7 @@ class LiveScheduler:
         """Read the node set, emit the trace header, start the scheduler thread."""
         if self._thread is not None:
             return self
-        self.clock_origin = time.perf_counter()  # model time 0 (the service reads it too)
+        self.clock_origin = self.placement.origin = time.perf_counter()  # model time 0
         self.durable.open()
         self.policy.reset(None)
         self._emit(episode_event(self.env) | {"time_scale": self.cfg.time_scale,
