@@ -394,7 +394,7 @@ class TestSharedCluster:
         traces, the run overhead measured and the twin run again with it."""
         import argparse
 
-        from scale_ray.bench.live import _arrivals, quality
+        from scale_ray.bench.live import arrivals, quality
         from scale_ray.bench.twin import calibrated, compare, headline, live_model, why
 
         c, env = cluster
@@ -415,7 +415,7 @@ class TestSharedCluster:
         w = {p: why(str(tmp_path / f"live_{p}.jsonl"), str(tmp_path / f"twin_{p}.jsonl"), q[p],
                     args.time_scale) for p in q["twin"]}
         assert all(0.0 < x["run_overhead_s"] < 50.0 for x in w.values()), w
-        specs, _, times = _arrivals(env, args, 0)
+        specs, _, times = arrivals(env, args, 0)
         cal = calibrated(env, args, {p: live_model(q[p], args.time_scale) for p in pols}, specs,
                          times, 0, w)
         assert cal["overhead_s"] == {p: x["run_overhead_s"] for p, x in w.items()}
