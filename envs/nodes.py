@@ -23,7 +23,7 @@ and every task demanding ``{slot: 1}`` (tests/test_nodes.py checks :class:`NodeT
 :class:`NodeTable` is the server table of :class:`envs.decision.DecisionCore` in this model
 (``pooled``): its ``fits_now`` replaces "idle and the memory fits". NumPy-free, stdlib only.
 
-Label selectors (Ray's ``label_selector`` option, :func:`parse_selector`): a node has labels
+Label selectors (Ray's ``label_selector`` option, ``envs.node_labels``): a node has labels
 (``NodeSpec.labels``; live: what Ray reports); a task's selector ``{key: expr}`` with ``expr`` one
 of ``v``, ``!v``, ``in(a,b)``, ``!in(a,b)`` is part of its demands as a pair
 ``("label:key=expr", 1)``, so it keys every cache as a resource does; a node fits such a task
@@ -36,55 +36,18 @@ from __future__ import annotations
 
 import copy
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-__all__ = ["NodeSpec", "NodeTable", "demands_of", "check_demands", "parse_selector", "EPS"]
+from .node_labels import LABEL_PREFIX, parse_selector, selector_demands, selector_matches
+
+__all__ = ["NodeSpec", "NodeTable", "demands_of", "check_demands", "EPS"]
 
 EPS = 1e-9
 GPU = "GPU"
 MEMORY = "memory"
 ACCEL_PREFIX = "accelerator_type:"
-LABEL_PREFIX = "label:"
 CACHE_MAX = 1 << 16  # demand tuples a table keeps compiled (live: each task may have its own)
-# Ray's syntax (ray/_private/label_utils.py): a label value, and a selector value
-_VALUE = r"[a-zA-Z0-9](?:[a-zA-Z0-9_.-]{0,61}[a-zA-Z0-9])?"
-_SELECTOR = re.compile(rf"!?(?:in\(({_VALUE}(?:, ?{_VALUE})*)\)|({_VALUE}))")
-_KEY = re.compile(rf"(?:[a-z0-9](?:[a-z0-9.-]{{0,251}}[a-z0-9])?/)?{_VALUE}")
-
-
-def parse_selector(selector: Mapping[str, str] | None, where: str = "label_selector"
-                   ) -> tuple[tuple[str, str], ...]:
-    """Ray's ``label_selector`` option, checked with Ray's syntax: sorted ``(key, expr)`` pairs.
-    Raises ValueError naming the key and what is allowed."""
-    if selector is None:
-        return ()
-    if not isinstance(selector, Mapping):
-        raise ValueError(f"{where}: must be a mapping of label key to selector, got "
-                         f"{type(selector).__name__}")
-    out = []
-    for k, v in selector.items():
-        if not isinstance(k, str) or not _KEY.fullmatch(k):
-            raise ValueError(f"{where}: key {k!r} is not a Ray label key ([prefix/]name, up to "
-                             "63 alphanumerics, '-', '_', '.')")
-        if not isinstance(v, str) or not _SELECTOR.fullmatch(v):
-            raise ValueError(f"{where}[{k!r}]: {v!r} is not a Ray label selector (one of: value, "
-                             "!value, in(a,b), !in(a,b))")
-        out.append((k, v))
-    return tuple(sorted(out))
-
-
-def selector_matches(key: str, expr: str, labels: Mapping[str, str]) -> bool:
-    """Whether a node with ``labels`` matches the selector term ``{key: expr}`` (Ray's
-    semantics: module docstring)."""
-    m = _SELECTOR.fullmatch(expr)
-    values = [v.strip() for v in (m.group(1) or m.group(2)).split(",")] if m else []
-    if expr.startswith("!"):
-        return labels.get(key) not in values
-    return key in labels and labels[key] in values
-
-
 def demands_of(num_cpus: float = 1.0, num_gpus: float = 0.0, memory_gb: float = 0.0,
                resources: Mapping[str, float] | None = None,
                accelerator_type: str | None = None,
@@ -108,11 +71,6 @@ def demands_of(num_cpus: float = 1.0, num_gpus: float = 0.0, memory_gb: float = 
     d.update(selector_demands(parse_selector(label_selector)))
     check_demands(d)
     return tuple(sorted(d.items()))
-
-
-def selector_demands(selector: tuple[tuple[str, str], ...]) -> dict[str, float]:
-    """A parsed selector as demand pairs (``label:key=expr``: 1)."""
-    return {f"{LABEL_PREFIX}{k}={v}": 1.0 for k, v in selector}
 
 
 def check_demands(d: Mapping[str, float], where: str = "demands") -> None:

@@ -12,8 +12,8 @@ from envs.config_base import ConfigError
 from envs.decision import DecisionCore, Rules, ServerTable
 from envs.config import FeatureConfig
 from envs.node_sim import NodeSimulator
-from envs.nodes import (CACHE_MAX, NodeSpec, NodeTable, demands_of, parse_selector,
-                        selector_matches)
+from envs.node_labels import parse_selector, selector_matches
+from envs.nodes import CACHE_MAX, NodeSpec, NodeTable, demands_of
 from policies import node_rules
 from policies.node_rules import RayHybrid, eft, eft_wait, node_policy
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from envs.nodes import LABEL_PREFIX, NodeTable
+from envs.node_labels import LABEL_PREFIX
+from envs.nodes import NodeTable
 
 from .cluster import node_spec
 from .config import LiveConfig, NoServers, Unschedulable

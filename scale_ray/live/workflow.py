@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 from envs.config import ResourceMappingConfig
 from envs.loaders import load_dags
 from envs.loaders.livedag import parse_dag
-from envs.nodes import parse_selector, selector_demands
+from envs.node_labels import parse_selector, selector_demands
 from envs.runtime import kind_of_name
 from envs.workload import TaskSpec, WorkflowError, WorkflowSpec
 
