@@ -75,11 +75,12 @@ class ReadyQueue:
 
     __slots__ = ("heap", "deferred", "blocked", "_deferred_heap")
 
-    def __init__(self) -> None:
-        self.heap: list[tuple] = []
-        self.deferred: list[tuple] = []
+    def __init__(self, heap: list[tuple] | None = None, deferred: list[tuple] | None = None,
+                 deferred_is_heap: bool = False) -> None:
+        self.heap: list[tuple] = [] if heap is None else heap  # a heap (heapq)
+        self.deferred: list[tuple] = [] if deferred is None else deferred
         self.blocked: list[tuple] = []
-        self._deferred_heap = False  # the deferred list is a heap (defer_all)
+        self._deferred_heap = deferred_is_heap  # the deferred list is a heap (defer_all)
 
     @property
     def deferred_is_heap(self) -> bool:
@@ -147,11 +148,9 @@ class ReadyQueue:
 
     def copy(self, remap: Callable[[Any], Any]) -> "ReadyQueue":
         """An independent queue with every task replaced by ``remap(task)`` (same heap order)."""
-        q = ReadyQueue()
-        q.heap = [(k, i, remap(t)) for k, i, t in self.heap]
-        q.deferred = [(k, i, remap(t)) for k, i, t in self.deferred]
+        q = ReadyQueue([(k, i, remap(t)) for k, i, t in self.heap],
+                       [(k, i, remap(t)) for k, i, t in self.deferred], self._deferred_heap)
         q.blocked = [(k, i, remap(t)) for k, i, t in self.blocked]
-        q._deferred_heap = self._deferred_heap
         return q
 
 

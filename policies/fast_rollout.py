@@ -7,17 +7,21 @@ rollout's horizon; each rollout step walks every server (EFT's scan and the deci
 same costs, to the last bit, for much less:
 
 * the present state is read once per decision (:class:`Rollouts`) into flat lists indexed
-  by task (state, pending parents, slot, the first parent's transfer), shared by the candidates;
-  a candidate's rollout copies those lists (C speed) instead of the task objects;
+  by task (pending parents, slot, the first parent's transfer), shared by the candidates; a
+  candidate's rollout copies those lists (C speed) and resets each task's state on its
+  ``RolloutTask`` instead of copying the simulator's task objects;
 * the servers are grouped into *classes* that look the same to EFT and to the rules (accepting,
   same decoded compute and memory, same raw memory; :class:`ServerClasses`), with one bit set
   per idle slot. Among identical idle servers EFT picks the lowest slot (its scores tie), so it
   looks at the lowest idle slot of each class, plus the slot of the task's parent (no transfer),
   and ``max_idle_memory`` is the memory of the largest class with an idle slot;
-* the rollout runs the simulator's own rules (``envs.simulator``, ``envs.decision``) on those
-  lists: the ready queue's order (the key, then the task id), forced waits and deferrals
-  (``ask_only_startable``), head-of-line blocking, the wait step, transfer delays at the start,
-  the first finished parent as the transfer source, truncation, and the planner's reservations.
+* the rollout runs the simulator's rules on those lists, each written once: the round (the
+  ready queue's order, forced waits and deferrals, head-of-line blocking, validity) is the
+  decision core's own (``envs.decision.DecisionCore`` and ``ReadyQueue`` over ``RolloutTask``
+  objects and :class:`RolloutServers`); EFT is ``heuristics.eft_scan`` (over each class's lowest
+  idle slot when no busy slot can finish first, else over every slot); the clock, the wait
+  step, transfer delays at the start, the first finished parent as the transfer source,
+  truncation and the planner's reservations mirror ``envs.simulator`` and ``policies.lookahead``.
 
 It covers the rollouts whose server set cannot change: :func:`supported` is False (the planner
 then forks as before) for ``future`` other than ``none``, dynamic orders (``srpt``, ``las``:
@@ -36,15 +40,15 @@ from operator import attrgetter
 
 import numpy as np
 
-from envs.decision import DONE, READY, RUNNING
+from envs.decision import DONE, HOL_WAIT, READY, RUNNING, DecisionCore, ReadyQueue
 from envs.objective import completion_cost
 from envs.events import ARRIVAL, FINISH
 from envs.simulator import Simulator
 
-from .heuristics import (F32, MEM_TOL, EftServerView, decoded_remaining, eft_scan, sees_busy,
+from .heuristics import (F32, EftServerView, decoded_remaining, eft_scan, never_busy, sees_busy,
                          soonest_free)
+from .rollout_core import RolloutServers, TaskViews
 
-_TOL = 1 + MEM_TOL
 _FIELDS = attrgetter("id", "key", "compute", "memory_gb", "output", "state", "pending", "slot",
                      "sid", "first_parent", "wf")
 
@@ -107,10 +111,11 @@ def supported(sim: Simulator, future: str) -> bool:
 
 class Rollouts:
     """The present of ``sim`` (at a decision) as flat lists; :meth:`cost` rolls one candidate
-    out. ``reserved``: the planner's reservations, task id -> (slot, server id)."""
+    out. ``reserved``: the planner's reservations, task id -> (slot, server id); ``views``: the
+    planner's :class:`TaskViews`."""
 
     def __init__(self, sim: Simulator, dec: EftServerView, classes: ServerClasses,
-                 reserved: dict, objective: str) -> None:
+                 reserved: dict, objective: str, views: TaskViews | None = None) -> None:
         self.sim, self.dec, self.cl, self.objective = sim, dec, classes, objective
         f = sim.cfg.features
         lo = sim.unfinished_range()
@@ -121,13 +126,13 @@ class Rollouts:
         (tid, key, compute, mem, output, self.st0, self.pend0, self.slot0, self.sid0,
          fps, wfs) = cols
         self.tid, self.key, self.compute, self.mem = tid, key, compute, mem
+        self.tasks = (views or TaskViews()).get(tid, key, mem)
         self.wf = [w.id for w in wfs]
         self.children = [[loc.get(c.id, -1) for c in tk.children] for tk in tasks]
         self.ok = self.ok and all(c >= 0 for cs in self.children for c in cs)
         bw, lat = sim.bandwidth_gb_s, sim.latency_s
-        # parents: (local index or -1 when finished before now, its server id, transfer s)
-        self.parents = [[(loc.get(p.id, -1), p.sid, p.output / bw + lat) for p in tk.parents]
-                        for tk in tasks]
+        self._present, self._loc = tasks, loc
+        self._parents: list[list | None] = [None] * len(tasks)  # parents_of, filled when asked
         # EFT's view of each task (heuristics.task_view), decoded as from the float32 features
         cu, mu = f.compute_unit, f.memory_gb
         self.tc = _decode(np.array(compute, dtype=float) / cu, f.clip, cu)
@@ -144,6 +149,17 @@ class Rollouts:
         self._read_queues(sim, loc)
         self._read_servers(sim, classes, reserved, loc)
 
+    def parents_of(self, i: int) -> list[tuple[int, int, float]]:
+        """Task ``i``'s parents as (local index or -1 when finished before now, its server id,
+        transfer s), read when a rollout first starts it (only transfer delays need them)."""
+        got = self._parents[i]
+        if got is None:
+            sim, loc = self.sim, self._loc
+            bw, lat = sim.bandwidth_gb_s, sim.latency_s
+            got = self._parents[i] = [(loc.get(p.id, -1), p.sid, p.output / bw + lat)
+                                      for p in self._present[i].parents]
+        return got
+
     def _read_queues(self, sim: Simulator, loc: dict[int, int]) -> None:
         """The finish events and the ready queue (heap, deferred list) by local task index."""
         ev = []
@@ -154,8 +170,10 @@ class Rollouts:
         heapify(ev)
         self.events0 = ev
 
+        local = self.tasks
+
         def entries(lst):
-            return [(k, i, loc[t.id]) for k, i, t in lst
+            return [(k, i, local[loc[t.id]]) for k, i, t in lst
                     if t.state == READY and (k is t.key or k == t.key)]
 
         q = sim.core.queue
@@ -167,7 +185,7 @@ class Rollouts:
             heapify(self.deferred0)
         cur = loc[sim.current.id]
         self.cur = cur
-        self.ok = self.ok and bool(self.heap0) and self.heap0[0][2] == cur
+        self.ok = self.ok and bool(self.heap0) and self.heap0[0][2].i == cur
 
     def _read_servers(self, sim: Simulator, cl: ServerClasses, reserved: dict,
                       loc: dict[int, int]) -> None:
@@ -207,15 +225,17 @@ class Rollouts:
 
 class _Rollout:
     """One candidate's rollout (:meth:`Rollouts.cost`): copies of the present's lists, changed
-    by the simulator's rules, each method named after the rule it runs. Hot methods read what
-    they use into locals and write the scalars back (``t``, ``heap``...): a method that rebinds
-    a list stores it on ``self`` before anything else reads it."""
+    by the simulator's rules. The round's rules are the decision core's own
+    (``envs.decision.DecisionCore`` over this rollout's ``RolloutTask`` objects and
+    :class:`RolloutServers`); the clock, the finish events and the starts are the simulator's, on
+    flat lists, each method named after the simulator's method it mirrors. Hot methods read
+    what they use into locals and write the scalars back (``t``, ``outstanding``...)."""
 
     __slots__ = ("r", "sim", "n", "acc", "mem_l", "comp_l", "sid_l", "tu", "clip32", "inv_tu",
-                 "hol", "only_startable", "mask_inf", "tds", "wait_dt", "next_event", "t_cap",
-                 "max_dec", "max_accept", "ccd", "cmd", "cmr", "cls", "rk", "st", "pend", "tslot",
-                 "tsid", "tr_l", "ps_l", "hasfp", "fin", "idle", "busy", "bu", "events", "heap",
-                 "deferred", "dheap", "t", "seq", "decisions", "outstanding", "res")
+                 "hol", "mask_inf", "tds", "wait_dt", "next_event", "t_cap", "max_dec", "cmr",
+                 "cdec", "mdec", "cls", "rk", "tasks", "pend", "tslot", "tsid", "tr_l", "ps_l",
+                 "hasfp", "fin", "idle", "busy", "bu", "events", "core", "queue", "t", "seq",
+                 "outstanding", "res")
 
     def __init__(self, r: Rollouts, first: int, reserve: bool) -> None:
         sim, cl = r.sim, r.cl
@@ -227,59 +247,60 @@ class _Rollout:
         f = sim.cfg.features
         self.tu, self.clip32 = f.time_unit, float(F32(f.clip))
         self.inv_tu = F32(1.0 / f.time_unit)
-        self.hol, self.only_startable = rules.head_of_line_blocking, rules.ask_only_startable
+        self.hol = rules.head_of_line_blocking
         self.mask_inf, self.tds = rules.mask_infeasible, sim.transfer_delays
         self.wait_dt, self.next_event = sim.cfg.mdp.wait_dt_s, sim.cfg.mdp.advance_to_next_event
         self.t_cap, self.max_dec = sim.time_cap, sim.max_decisions
-        self.max_accept = srv.max_accept_mem
-        self.ccd, self.cmd, self.cmr, self.cls = cl.cdec, cl.mdec, cl.mraw, cl.cls
-        self.rk = range(len(cl.cdec))
-        self.st, self.pend = list(r.st0), list(r.pend0)
+        self.cmr, self.cls = cl.mraw, cl.cls
+        self.cdec, self.mdec = r.dec.cdec, r.dec.mdec  # EFT's decoded server view
+        self.rk = range(len(cl.mraw))
+        self.tasks = tasks = r.tasks
+        for tk, x in zip(tasks, r.st0):
+            tk.state = x
+        self.pend = list(r.pend0)
         self.tslot, self.tsid = list(r.slot0), list(r.sid0)
         self.tr_l, self.ps_l, self.hasfp = r.tr0.copy(), r.ps0.copy(), r.hasfp0.copy()
         self.fin = [0.0] * len(r.st0)
         self.idle, self.busy, self.bu = r.idle0.copy(), r.busy0.copy(), r.bu0.copy()
         self.events = r.events0.copy()
-        self.heap, self.deferred, self.dheap = r.heap0.copy(), r.deferred0.copy(), \
-            r.deferred_heap0
+        servers = RolloutServers()
+        servers.n, servers.accept_l, servers.busy_l = self.n, self.acc, self.busy
+        servers.memory_l, servers.max_accept_mem = self.mem_l, srv.max_accept_mem
+        servers.idle, servers.cmr, servers.rk = self.idle, self.cmr, self.rk
+        self.core = core = DecisionCore(servers, rules)
+        core.queue = self.queue = ReadyQueue(r.heap0.copy(), r.deferred0.copy(),
+                                             r.deferred_heap0)
+        core.decisions = sim.decisions
         self.t, self.seq = sim.t, sim.events.seq
-        self.decisions, self.outstanding = sim.decisions, sim.outstanding
+        self.outstanding = sim.outstanding
         self.res = dict(r.res0)
         if self.busy[first] and reserve:
             self.res[r.cur] = r._reservation(r.cur, first, self.sid_l[first])
 
-    def advance_to(self, target: float) -> None:  # Simulator: events up to target
+    def advance_to(self, target: float) -> None:  # Simulator._advance_to
         events = self.events
         if events and events[0][0] <= target:
             self.finish_until(target)
         if target > self.t:
             self.t = target
-        deferred = self.deferred
-        if deferred:  # ReadyQueue.requeue_deferred
-            heap = self.heap
-            if self.dheap and len(deferred) > len(heap):
-                for e in heap:
-                    heappush(deferred, e)
-                self.heap = deferred
-            else:
-                for e in deferred:
-                    heappush(heap, e)
-            self.deferred, self.dheap = [], False
+        queue = self.queue
+        if queue.deferred:
+            queue.requeue_deferred()
 
     def finish_until(self, target: float) -> None:
         """The runs that end by ``target`` finish; children whose last parent it was are ready."""
-        events, st, fin, busy, idle, cls = (self.events, self.st, self.fin, self.busy,
-                                            self.idle, self.cls)
+        events, tasks, fin, busy, idle, cls = (self.events, self.tasks, self.fin, self.busy,
+                                               self.idle, self.cls)
         r = self.r
         children, hasfp, tr_l, trp, ps_l, pend = (r.children, self.hasfp, self.tr_l, r.trp,
                                                   self.ps_l, self.pend)
-        key, tid, heap = r.key, r.tid, self.heap
+        key, tid, heap = r.key, r.tid, self.queue.heap
         t, outstanding = self.t, self.outstanding
         while events and events[0][0] <= target:
             te, _, s, i = heappop(events)
             if te > t:
                 t = te
-            st[i] = DONE
+            tasks[i].state = DONE
             fin[i] = t
             busy[s] = False
             idle[cls[s]] |= 1 << s
@@ -291,62 +312,31 @@ class _Rollout:
                     ps_l[c] = s
                 pend[c] -= 1
                 if pend[c] == 0:
-                    st[c] = READY
-                    heappush(heap, (key[c], tid[c], c))
+                    tc = tasks[c]
+                    tc.state = READY
+                    heappush(heap, (key[c], tid[c], tc))
         self.t, self.outstanding = t, outstanding
 
-    def wait(self) -> None:
+    def wait(self) -> None:  # Simulator._wait
         if self.next_event and self.events:
             self.advance_to(self.events[0][0])
         else:
             self.advance_to(self.t + self.wait_dt)
 
-    def next_task(self) -> int:  # DecisionCore.next_task: a task, -1 (none) or -2 (HOL wait)
-        heap, st, mem, idle = self.heap, self.st, self.r.mem, self.idle
-        idle_mem = None
-        while heap:
-            i = heap[0][2]
-            if st[i] != READY:
-                heappop(heap)
-                continue
-            m = mem[i]
-            if m > self.max_accept:  # blocked: no server set change can bring it back here
-                heappop(heap)
-                continue
-            if self.only_startable:
-                if idle_mem is None:
-                    idle_mem = -1.0
-                    for k in self.rk:
-                        if idle[k]:
-                            idle_mem = self.cmr[k]
-                            break
-                if m > idle_mem:
-                    if self.hol:
-                        return -2
-                    if idle_mem < 0.0:  # ReadyQueue.defer_all
-                        for e in self.deferred:
-                            heappush(heap, e)
-                        self.deferred, self.heap, self.dheap = heap, [], True
-                        return -1
-                    self.deferred.append(heappop(heap))
-                    self.dheap = False
-                    continue
-            return i
-        return -1
-
-    def select(self) -> int:  # Simulator._select
+    def select(self) -> int:  # Simulator._select: the core's next task, the clock moved
+        next_task, queue = self.core.next_task, self.queue
         while True:
-            i = self.next_task()
-            if i >= 0:
-                return i
-            if i == -2:
+            task, why = next_task()
+            if task is not None:
+                return task.i
+            if why == HOL_WAIT:
                 self.wait()
                 if self.t > self.t_cap:
                     return -1
                 continue
             if self.outstanding == 0:
                 return -1
-            if self.deferred:
+            if queue.deferred:
                 self.wait()
             elif self.events:
                 self.advance_to(self.events[0][0])
@@ -355,19 +345,18 @@ class _Rollout:
             if self.t > self.t_cap:
                 return -1
 
-    def step(self, i: int, s: int) -> int:  # Simulator.step
-        self.decisions += 1
-        r, busy = self.r, self.busy
-        if self.acc[s] and not busy[s] and self.mem_l[s] >= r.mem[i]:
-            heappop(self.heap)
+    def step(self, i: int, s: int) -> int:  # Simulator.step: the core resolves the pick
+        core = self.core
+        if core.resolve(self.tasks[i], s):  # Simulator._start
+            r, busy = self.r, self.busy
             sid = self.sid_l[s]
             delay = 0.0
             if self.tds:  # max(..., default=0.0) over the parents on another server
                 tsid = self.tsid
-                for p, psid, d in r.parents[i]:
+                for p, psid, d in r.parents_of(i):
                     if d > delay and (tsid[p] if p >= 0 else psid) != sid:
                         delay = d
-            self.st[i] = RUNNING
+            self.tasks[i].state = RUNNING
             self.tslot[i] = s
             self.tsid[i] = sid
             busy[s] = True
@@ -375,13 +364,10 @@ class _Rollout:
             until = self.bu[s] = self.t + delay + r.compute[i] / self.comp_l[s]
             self.seq = seq = self.seq + 1
             heappush(self.events, (until, seq, s, i))
-        elif not self.hol:
-            self.deferred.append(heappop(self.heap))
-            self.dheap = False
-        else:
+        elif self.hol:
             self.wait()
         nxt = self.select()
-        if nxt >= 0 and (self.decisions >= self.max_dec or self.t > self.t_cap):
+        if nxt >= 0 and (core.decisions >= self.max_dec or self.t > self.t_cap):
             return -1
         return nxt
 
@@ -401,9 +387,9 @@ class _Rollout:
             excl = ()
             if res:  # lookahead._exclusions
                 excl = set()
-                st = self.st
+                tasks = self.tasks
                 for j, r in list(res.items()):
-                    if st[j] != READY or not r[2]:
+                    if tasks[j].state != READY or not r[2]:
                         del res[j]
                     elif j != cur:
                         excl.add(r[0])
@@ -418,18 +404,19 @@ class _Rollout:
     def eft(self, i: int, excl) -> int:  # heuristics.eft_act on the rollout's lists; -1: again
         # without exclusions (every fitting server is reserved for another task)
         r = self.r
-        tc, tm, tr, ps = r.tc[i], r.tm[i], self.tr_l[i], self.ps_l[i]
-        tmem = r.mem[i] if self.mask_inf else -1.0
+        ps = self.ps_l[i]
+        view = (r.tc[i], r.tm[i], r.mem[i] if self.mask_inf else -1.0, self.tr_l[i], ps)
+        acc, mem_l, busy, cdec, mdec, tds = (self.acc, self.mem_l, self.busy, self.cdec,
+                                             self.mdec, self.tds)
         events, t = self.events, self.t
         if not events or events[0][0] - t > 1e-7:  # every busy server is certainly busy
-            s = self.eft_idle_class(tc, tm, tr, ps, tmem, excl)
-            if s >= 0:
-                return s
-        # eft_ranking's full scan: the one rule (heuristics.eft_scan) on the rollout's lists
+            idl, _ = eft_scan(self.idle_slots(ps, excl), acc, mem_l, busy, cdec, mdec, view, tds,
+                              (), never_busy, fallback=False)
+            if idl:
+                return min(idl)[1]
+        # eft_ranking's full scan
         bu, inv_tu, tu, clip32 = self.bu, self.inv_tu, self.tu, self.clip32
-        dec = r.dec
-        idl, busy_fit = eft_scan(range(self.n), self.acc, self.mem_l, self.busy, dec.cdec,
-                                 dec.mdec, (tc, tm, tmem, tr, ps), self.tds, excl,
+        idl, busy_fit = eft_scan(range(self.n), acc, mem_l, busy, cdec, mdec, view, tds, excl,
                                  lambda s: sees_busy(bu[s] - t, inv_tu, tu, clip32))
         if idl:
             return min(idl)[1]
@@ -437,44 +424,26 @@ class _Rollout:
             return -1 if excl else 0
         return soonest_free(busy_fit, self.remaining)
 
-    def eft_idle_class(self, tc: float, tm: float, tr: float, ps: int, tmem: float,
-                       excl) -> int:
-        """EFT over the idle slots when no busy one can finish first: per server class its
-        lowest idle slot, and the task's parent's slot (no transfer); -1 when none fits."""
-        idle, cmr, cmd, ccd, tds = self.idle, self.cmr, self.cmd, self.ccd, self.tds
-        best = None
+    def idle_slots(self, ps: int, excl) -> list[int]:
+        """The idle slots EFT can pick when no busy one can finish first: each server class's
+        lowest idle slot that is not excluded (identical servers tie, and EFT's ties go to the
+        lowest slot), plus the task's parent's slot when it is idle (no transfer there)."""
+        idle = self.idle
         xb = 0
         for s in excl:
             xb |= 1 << s
+        slots = []
         for k in self.rk:
-            b = idle[k]
-            if not b or cmr[k] < tmem:
+            b = idle[k] & ~xb if xb else idle[k]
+            if not b:
                 continue
-            m = cmd[k]
-            if m * _TOL < tm:
-                continue
-            if xb:
-                b &= ~xb
-                if not b:
-                    continue
-            if ps >= 0 and b >> ps & 1:  # the parent's server: no transfer
-                run = tc / ccd[k]
-                if tds:
-                    run = run + 0.0
-                c = (run + (1e-6 * 0.0 + 1e-9 * m), ps)
-                if best is None or c < best:
-                    best = c
+            if ps >= 0 and b >> ps & 1:
+                slots.append(ps)
                 b ^= 1 << ps
                 if not b:
                     continue
-            s = (b & -b).bit_length() - 1
-            run = tc / ccd[k]
-            if tds:
-                run = run + tr
-            c = (run + (1e-6 * tr + 1e-9 * m), s)
-            if best is None or c < best:
-                best = c
-        return -1 if best is None else best[1]
+            slots.append((b & -b).bit_length() - 1)
+        return slots
 
     def cost(self, t_end: float) -> float:
         """The objective's cost of the rolled-out timeline: finished tasks at their finish, running
@@ -484,5 +453,5 @@ class _Rollout:
         mc, fin, bu, tslot, compute = (self.sim.mean_compute, self.fin, self.bu, self.tslot,
                                        r.compute)
         comps = [fin[i] if x == DONE else bu[tslot[i]] if x == RUNNING else now + compute[i] / mc
-                 for i, x in enumerate(self.st)]
+                 for i, x in enumerate(tk.state for tk in self.tasks)]
         return completion_cost(r.objective, zip(r.wf, comps))

@@ -11,9 +11,9 @@ EFT has one rule and two inputs: :class:`EarliestFinish` scores an observation (
 rounding of the features, read back by :class:`EftServerView` and :func:`task_view`) to per-slot
 lists, with :func:`soonest_free` for the wait: ``eft_act`` / ``eft_ranking`` on the simulator's
 state through its read-only view (``envs.sim_view``), without building an observation, and the
-lookahead planner's fast rollouts on their own lists (``policies.fast_rollout``). Two shortcuts
-skip the busy slots when every busy one is certainly busy (the idle slots here, one slot per
-class of identical servers there). tests/test_lookahead.py checks that the state and the
+lookahead planner's fast rollouts on their own lists (``policies.fast_rollout``). Both pass it
+only the idle slots when every busy one is certainly busy (all idle slots here, the lowest idle
+slot of each class of identical servers there). tests/test_lookahead.py checks that the state and the
 observation pick the same slot, tests/test_lookahead_fast.py that the rollouts cost the same.
 """
 
@@ -34,6 +34,7 @@ from .base import Obs, Policy
 # Idle servers always outrank busy ones: a busy pick is a wait.
 _IDLE_BONUS = 1e9
 MEM_TOL = 1e-5  # float32 round trip of the normalised memory feature
+_CLASS_MIN = 32  # EarliestFinish on an observation: idle slots beyond which it groups them
 F32 = np.float32
 
 
@@ -143,11 +144,39 @@ class EarliestFinish(Heuristic):
     name = "eft"
 
     def scores(self, obs: Obs) -> np.ndarray:
-        task, srv, fits, idle = self.read_obs(obs)
-        if not idle.any():
-            return self._soonest_free(srv, fits)
-        finish = self.run_time(task, srv)
-        return np.where(idle, -eft_key(finish, srv.transfer_s, srv.memory_gb), -np.inf)
+        """:func:`eft_scan` on the observation's servers: ``-eft_key`` on each idle fitting
+        server; when none is idle, minus the remaining time on each fitting busy one; -inf
+        elsewhere. The observation carries one transfer time, 0 on the parent's server."""
+        task, srv = decode(obs, self.features)
+        n = srv.valid.shape[0]
+        tr_col, valid = srv.transfer_s, srv.valid
+        tr = float(tr_col.max()) if n else 0.0
+        parent = np.flatnonzero(valid & (tr_col == 0.0)) if tr > 0.0 else ()
+        ps = int(parent[0]) if len(parent) else -1  # absent servers show no transfer either
+        comp, mem = srv.compute, srv.memory_gb
+        acc = valid & (comp > 0)
+        busy = srv.remaining_s > 1e-9
+        view = (float(task[0]), float(task[1]), -1.0, tr, ps)
+        tds = self.transfer_delays_start
+        # The idle slots first (as eft_ranking): busy ones matter only when none fits. Identical
+        # servers tie and ties go to the lowest slot, so each (compute, memory) pair's lowest
+        # idle slot stands for its class, plus the parent's slot (no transfer there).
+        cand = np.flatnonzero(acc & ~busy)
+        if cand.size > _CLASS_MIN:
+            _, first = np.unique(comp[cand] + 1j * mem[cand], return_index=True)
+            keep = cand[np.sort(first)]
+            cand = np.append(keep, ps) if ps >= 0 and acc[ps] and not busy[ps] else keep
+        idle, busy_fit = eft_scan(cand.tolist(), acc, mem, busy, comp, mem, view, tds, (),
+                                  never_busy, fallback=False)
+        if not idle:
+            lists = (acc.tolist(), mem.tolist(), busy.tolist(), comp.tolist())
+            idle, busy_fit = eft_scan(range(n), *lists, lists[1], view, tds, (), _always)
+        out = np.full(n, -np.inf)
+        for key, s in idle:
+            out[s] = -float(key)
+        if not idle:
+            out[busy_fit] = -srv.remaining_s[busy_fit]
+        return out
 
 
 # ------------------------------------------------ EFT on the simulator's state (fast path)
@@ -284,7 +313,7 @@ def eft_ranking(sim: Simulator, dec: EftServerView, exclude: set | frozenset = f
         # Fast path: every busy slot finishes more than 1e-7 s from now (its finish event is in
         # the heap), so EFT sees it busy; the idle slots alone decide unless none fits.
         idle, _ = eft_scan(compress(range(sim.n_slots), map(not_, busy)), acc, mem_l, busy,
-                           cdec, mdec, view, tds, exclude, _never, fallback=False)
+                           cdec, mdec, view, tds, exclude, never_busy, fallback=False)
         if idle:
             idle.sort()
             return idle, []  # busy slots not needed when an idle slot fits
@@ -297,7 +326,12 @@ def eft_ranking(sim: Simulator, dec: EftServerView, exclude: set | frozenset = f
     return idle, busy_fit
 
 
-def _never(s: int) -> bool:
+def _always(s: int) -> bool:  # the busy flags are already EFT's decoded view
+    return True
+
+
+def never_busy(s: int) -> bool:
+    """The busy test of a pass over idle slots only."""
     return False
 
 

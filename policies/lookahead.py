@@ -56,6 +56,7 @@ from envs.snapshot import describe as describe_snapshot
 from .base import Obs, Policy
 from .heuristics import EftServerView, eft_act, eft_ranking, task_view
 from .fast_rollout import Rollouts, ServerClasses, supported
+from .rollout_core import TaskViews
 
 DEFER = -1  # first_k: the candidate "the current task waits this instant, nothing reserved"
 
@@ -164,6 +165,7 @@ class Lookahead(Policy):
         self._seed = seed
         self._dec = EftServerView()
         self._classes = ServerClasses()
+        self._views = TaskViews()
         self.fast = True  # exact fast rollouts where supported (policies.fast_rollout)
         self._pool = [[np.random.Generator(np.random.PCG64(i)) for _ in range(3)]
                       for i in range(self.config.candidates + 2)]  # + wait, + defer
@@ -331,7 +333,7 @@ class Lookahead(Policy):
         objective = cfg.objective or sim.cfg.objective
         if self.fast and supported(sim, cfg.future):
             fast = Rollouts(sim, self._dec.get(sim), self._classes.get(sim, self._dec),
-                            self._reserved, objective)
+                            self._reserved, objective, self._views)
             if fast.ok:  # the forked rollouts' costs, exactly (policies.fast_rollout)
                 costs = (fast.cost(defer_slot, t_end, reserve=False) if slot == DEFER
                          else fast.cost(slot, t_end) for slot in cands)

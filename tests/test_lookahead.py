@@ -293,3 +293,16 @@ def test_config_from_a_mapping():
     with pytest.raises(ValueError, match="key=value"):
         parse_spec("lookahead:candidates")
     assert build(LookaheadConfig, None) == LookaheadConfig()
+
+
+@pytest.mark.parametrize("source,extra", [
+    (REALISTIC, {}),
+    ("configs/env/paper.yaml", {"mdp": {"head_of_line_blocking": False, "transfer_delays_start": True}}),
+])
+def test_earliest_finish_grouping_identical_idle_servers_changes_nothing(source, extra,
+                                                                        monkeypatch):
+    """EarliestFinish on an observation groups idle servers by (compute, memory) when many are
+    idle: forced on every decision, it still picks what the simulator's EFT picks."""
+    import policies.heuristics as h
+    monkeypatch.setattr(h, "_CLASS_MIN", 0)
+    test_fast_eft_equals_earliest_finish(source, extra, 48)

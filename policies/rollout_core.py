@@ -1,0 +1,57 @@
+"""What the decision core (``envs.decision``) reads in the lookahead planner's fast rollouts
+(``policies.fast_rollout``): a task (:class:`RolloutTask`, kept across decisions by
+:class:`TaskViews`) and the servers (:class:`RolloutServers`), so that the rollouts run the
+core's own round instead of a copy of it."""
+
+from __future__ import annotations
+
+from envs.decision import READY
+
+
+class RolloutTask:
+    """A task as the decision core reads it (state, key, memory, demands), by local index ``i``.
+    One object per present task, shared by a decision's rollouts: each rollout resets the
+    states it starts from."""
+    __slots__ = ("i", "state", "key", "memory_gb", "waits")
+    demands = ()
+
+    def __init__(self, i: int, key, memory_gb: float) -> None:
+        self.i, self.key, self.memory_gb, self.state, self.waits = i, key, memory_gb, READY, 0
+
+
+class TaskViews:
+    """The :class:`RolloutTask` of each present task, kept from one decision to the next (the
+    planner holds one): most of a decision's tasks were present at the last one, and
+    allocating two thousand objects a decision (N = 1024) costs more than reusing them. Only
+    the objects are reused: each decision sets every field it reads."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, RolloutTask] = {}
+
+    def get(self, tids, keys, mems) -> list[RolloutTask]:
+        old, new, out = self.by_id, {}, []
+        for i, (tid, k, m) in enumerate(zip(tids, keys, mems)):
+            tk = old.get(tid)
+            if tk is None:
+                tk = RolloutTask(i, k, m)
+            else:
+                tk.i, tk.key, tk.memory_gb = i, k, m  # ids repeat across episodes
+            new[tid] = tk
+            out.append(tk)
+        self.by_id = new
+        return out
+
+
+class RolloutServers:
+    """A rollout's servers as the decision core reads them (``envs.decision.ServerTable``'s
+    accept, busy and memory lists); the largest idle memory comes from the idle classes."""
+    __slots__ = ("n", "accept_l", "busy_l", "memory_l", "max_accept_mem", "idle", "cmr", "rk")
+    caps = None  # no demands beyond memory (supported)
+    pooled = False  # one task per slot
+
+    def max_idle_memory(self) -> float:  # ServerTable.max_idle_memory over the classes
+        idle = self.idle
+        for k in self.rk:
+            if idle[k]:
+                return self.cmr[k]
+        return -1.0
