@@ -221,6 +221,34 @@ def live_run(runner: Any, reqs: list[tuple[float, list[AgentTask]]], ts: float,
         return runner.summary()
 
 
+def _run_rule(name: str, r: int, seed: int, reqs, args: Any, cfg, nodes, env,
+              live_cfg: dict) -> tuple[dict, dict]:
+    """One rule (or Ray's default) on one run's requests, live and in its twin: their rows."""
+    if name == REFERENCE:
+        runner = RayDefaultRunner(env, {**live_cfg})
+    else:
+        hedge = {"hedge": "all"} if name.endswith(HEDGE) else {}
+        runner = LiveScheduler(get_policy("eft"), env, {
+            **live_cfg, **hedge, "node_rule": name.removesuffix(HEDGE)})
+    t0 = time.perf_counter()
+    s = live_run(runner, reqs, args.time_scale, args.timeout_s)
+    live = {k: s[k] for k in (
+        "mean_workflow_response_model_s", "p95_workflow_response_model_s",
+        "p99_workflow_response_model_s", "workflows_completed")} | {
+        "wall_s": time.perf_counter() - t0, "thread_cpu_s": s.get("thread_cpu_s")}
+    twin_cfg = replace(cfg, run_noise=args.run_noise, hedge_quantile=(
+        live_cfg.get("hedge_quantile", 0.9) if name.endswith(HEDGE) else 0.0))
+    twin = NodeSimulator(  # learned speeds: the twin learns them as live does
+        twin_cfg, nodes, learn_speeds=args.speeds == "learned" and name != REFERENCE
+    ).run(node_decider("ray" if name == REFERENCE else name.removesuffix(HEDGE)),
+          seed, arrivals=reqs)
+    print(f"  run {r + 1} {name:12s} live mean {s['mean_workflow_response_model_s']:.2f} "
+          f"twin {twin['mean_workflow_response_s']:.2f} model s "
+          f"({time.perf_counter() - t0:.0f} s wall)", flush=True)
+    return live, {(k[:-2] + "_model_s" if k.endswith("response_s") else k): v
+                  for k, v in twin.items()}
+
+
 def run_agents(args: Any) -> int:
     raw = read_yaml(resolve_config_path(args.agents_config))
     cfg = load_agents(raw | {"gpu_load": args.gpu_load} if args.gpu_load else raw)
@@ -246,30 +274,8 @@ def run_agents(args: Any) -> int:
             row: dict[str, Any] = {"seed": seed, "live": {}, "twin": {}}
             names = [REFERENCE] + rules
             for name in (names if r % 2 == 0 else names[::-1]):  # alternate who runs first
-                if name == REFERENCE:
-                    runner = RayDefaultRunner(env, {**live_cfg})
-                else:
-                    hedge = {"hedge": "all"} if name.endswith(HEDGE) else {}
-                    runner = LiveScheduler(get_policy("eft"), env, {
-                        **live_cfg, **hedge, "node_rule": name.removesuffix(HEDGE)})
-                t0 = time.perf_counter()
-                s = live_run(runner, reqs, ts, args.timeout_s)
-                row["live"][name] = {k: s[k] for k in (
-                    "mean_workflow_response_model_s", "p95_workflow_response_model_s",
-                    "p99_workflow_response_model_s", "workflows_completed")} | {
-                    "wall_s": time.perf_counter() - t0,
-                    "thread_cpu_s": s.get("thread_cpu_s")}
-                twin_cfg = replace(cfg, run_noise=args.run_noise, hedge_quantile=(
-                    live_cfg.get("hedge_quantile", 0.9) if name.endswith(HEDGE) else 0.0))
-                twin = NodeSimulator(  # learned speeds: the twin learns them as live does
-                    twin_cfg, nodes, learn_speeds=args.speeds == "learned" and name != REFERENCE
-                ).run(node_decider("ray" if name == REFERENCE else name.removesuffix(HEDGE)),
-                      seed, arrivals=reqs)
-                row["twin"][name] = {(k[:-2] + "_model_s" if k.endswith("response_s") else k): v
-                                     for k, v in twin.items()}
-                print(f"  run {r + 1} {name:12s} live mean {s['mean_workflow_response_model_s']:.2f} "
-                      f"twin {twin['mean_workflow_response_s']:.2f} model s "
-                      f"({time.perf_counter() - t0:.0f} s wall)", flush=True)
+                row["live"][name], row["twin"][name] = _run_rule(
+                    name, r, seed, reqs, args, cfg, nodes, env, live_cfg)
             out["runs"].append(row)
         if not args.skip_overhead:
             out["overhead"] = live_overhead(cfg, nodes, args.overhead_requests, args.repeats,
