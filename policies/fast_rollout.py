@@ -19,9 +19,10 @@ same costs, to the last bit, for much less:
   ready queue's order, forced waits and deferrals, head-of-line blocking, validity) is the
   decision core's own (``envs.decision.DecisionCore`` and ``ReadyQueue`` over ``RolloutTask``
   objects and :class:`RolloutServers`); EFT is ``heuristics.eft_scan`` (over each class's lowest
-  idle slot when no busy slot can finish first, else over every slot); the clock, the wait
-  step, transfer delays at the start, the first finished parent as the transfer source,
-  truncation and the planner's reservations mirror ``envs.simulator`` and ``policies.lookahead``.
+  idle slot when no busy slot can finish first, else over every slot); the finish events are
+  an ``envs.events.EventQueue``; the clock, the wait step, transfer delays at the start, the
+  first finished parent as the transfer source, truncation and the planner's reservations
+  mirror ``envs.simulator`` and ``policies.lookahead``.
 
 It covers the rollouts whose server set cannot change: :func:`supported` is False (the planner
 then forks as before) for ``future`` other than ``none``, dynamic orders (``srpt``, ``las``:
@@ -42,7 +43,7 @@ import numpy as np
 
 from envs.decision import DONE, HOL_WAIT, READY, RUNNING, DecisionCore, ReadyQueue
 from envs.objective import completion_cost
-from envs.events import ARRIVAL, FINISH
+from envs.events import ARRIVAL, FINISH, EventQueue
 from envs.simulator import Simulator
 
 from .heuristics import (F32, EftServerView, decoded_remaining, eft_scan, never_busy, sees_busy,
@@ -166,7 +167,7 @@ class Rollouts:
         hidden = sim.finish_hidden
         for t, seq, slot, _, task in sim.events.runs():
             # with an unseen overhead, a run ends when expected (as forks)
-            ev.append((sim.expected_end(slot) if hidden else t, seq, slot, loc[task.id]))
+            ev.append((sim.expected_end(slot) if hidden else t, FINISH, seq, slot, loc[task.id]))
         heapify(ev)
         self.events0 = ev
 
@@ -234,7 +235,7 @@ class _Rollout:
     __slots__ = ("r", "sim", "n", "acc", "mem_l", "comp_l", "sid_l", "tu", "clip32", "inv_tu",
                  "hol", "mask_inf", "tds", "wait_dt", "next_event", "t_cap", "max_dec", "cmr",
                  "cdec", "mdec", "cls", "rk", "tasks", "pend", "tslot", "tsid", "tr_l", "ps_l",
-                 "hasfp", "fin", "idle", "busy", "bu", "events", "core", "queue", "t", "seq",
+                 "hasfp", "fin", "idle", "busy", "bu", "event_q", "events", "core", "queue", "t",
                  "outstanding", "res")
 
     def __init__(self, r: Rollouts, first: int, reserve: bool) -> None:
@@ -262,7 +263,9 @@ class _Rollout:
         self.tr_l, self.ps_l, self.hasfp = r.tr0.copy(), r.ps0.copy(), r.hasfp0.copy()
         self.fin = [0.0] * len(r.st0)
         self.idle, self.busy, self.bu = r.idle0.copy(), r.busy0.copy(), r.bu0.copy()
-        self.events = r.events0.copy()
+        self.event_q = q = EventQueue()  # its finish events (the layout of envs.events)
+        q.heap, q.seq = r.events0.copy(), sim.events.seq
+        self.events = q.heap  # read (and popped) here, pushed by EventQueue.push
         servers = RolloutServers()
         servers.n, servers.accept_l, servers.busy_l = self.n, self.acc, self.busy
         servers.memory_l, servers.max_accept_mem = self.mem_l, srv.max_accept_mem
@@ -271,7 +274,7 @@ class _Rollout:
         core.queue = self.queue = ReadyQueue(r.heap0.copy(), r.deferred0.copy(),
                                              r.deferred_heap0)
         core.decisions = sim.decisions
-        self.t, self.seq = sim.t, sim.events.seq
+        self.t = sim.t
         self.outstanding = sim.outstanding
         self.res = dict(r.res0)
         if self.busy[first] and reserve:
@@ -297,7 +300,7 @@ class _Rollout:
         key, tid, heap = r.key, r.tid, self.queue.heap
         t, outstanding = self.t, self.outstanding
         while events and events[0][0] <= target:
-            te, _, s, i = heappop(events)
+            te, _, _, s, i = heappop(events)
             if te > t:
                 t = te
             tasks[i].state = DONE
@@ -362,8 +365,7 @@ class _Rollout:
             busy[s] = True
             self.idle[self.cls[s]] ^= 1 << s
             until = self.bu[s] = self.t + delay + r.compute[i] / self.comp_l[s]
-            self.seq = seq = self.seq + 1
-            heappush(self.events, (until, seq, s, i))
+            self.event_q.push(until, FINISH, s, i)
         elif self.hol:
             self.wait()
         nxt = self.select()

@@ -3,18 +3,19 @@ path on the simulator's state.
 
 Each reads raw quantities back from the fixed feature normalisation (``envs.encoding.decode``).
 "Fits" means the server's memory holds the task; "idle" means no remaining busy time. When no
-idle server fits, every pick is a wait; all heuristics then wait for the fitting server that frees
-up first (the least harmful wait), except random, which waits on a random fitting server.
+idle server fits, every pick is a wait; all heuristics then wait for the fitting server that
+frees up first (the least harmful wait), except random, which waits on a random fitting server.
 
-EFT has one rule and two inputs: :class:`EarliestFinish` scores an observation (vectorised);
-:func:`eft_scan` applies the same rule (the same key, :func:`eft_key`, and the same float32
-rounding of the features, read back by :class:`EftServerView` and :func:`task_view`) to per-slot
-lists, with :func:`soonest_free` for the wait: ``eft_act`` / ``eft_ranking`` on the simulator's
-state through its read-only view (``envs.sim_view``), without building an observation, and the
-lookahead planner's fast rollouts on their own lists (``policies.fast_rollout``). Both pass it
-only the idle slots when every busy one is certainly busy (all idle slots here, the lowest idle
-slot of each class of identical servers there). tests/test_lookahead.py checks that the state and the
-observation pick the same slot, tests/test_lookahead_fast.py that the rollouts cost the same.
+EFT is one rule, :func:`eft_scan` (the key :func:`eft_key`, the fit test, the fallback), on
+per-slot lists from three inputs: :class:`EarliestFinish` on an observation (its decoded
+features); ``eft_act`` / ``eft_ranking`` on the simulator's state through its read-only view
+(``envs.sim_view``), the features' float32 rounding read back by :class:`EftServerView` and
+:func:`task_view`, without building an observation; and the lookahead planner's fast rollouts
+(``policies.fast_rollout``). :func:`soonest_free` picks the wait. Each passes the idle slots
+alone first when every busy one is certainly busy; on an observation and in the rollouts,
+identical idle servers are represented by their lowest slot (EFT's ties go to it).
+tests/test_lookahead.py checks that the state and the observation pick the same slot,
+tests/test_lookahead_fast.py that the rollouts cost the same.
 """
 
 from __future__ import annotations
@@ -254,8 +255,9 @@ def eft_scan(slots: Iterable[int], acc: list, mem_l: list, busy: list, cdec: lis
     without the feasibility mask) and its decoded memory holds the decoded task memory
     (float32 tolerance). When no slot fits and nothing is excluded, every accepting slot that
     holds ``tmem`` competes (EarliestFinish's fallback over valid actions; not with
-    ``fallback`` False, for a pass over part of the slots). ``task``: ``(tc, tm, tmem, tr, pslot)``: decoded compute and memory, raw memory bound, the
-    decoded transfer and the parent's slot (no transfer there)."""
+    ``fallback`` False, for a pass over part of the slots). ``task``: ``(tc, tm, tmem, tr,
+    pslot)``: decoded compute and memory, raw memory bound, the decoded transfer and the
+    parent's slot (no transfer there)."""
     tc, tm, tmem, tr, ps = task
     idle: list[tuple[float, int]] = []
     busy_fit: list[int] = []
