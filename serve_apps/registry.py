@@ -130,7 +130,8 @@ class Workflows:
         self._pool, self.incarnation = pool, incarnation
         self.handles: dict[str, WorkflowHandle] = {}  # workflow id -> handle
         self.owner: dict[str, str] = {}  # workflow id -> tenant
-        self.inflight: dict[str, list[int]] = {}  # tenant -> [workflows, tasks] unfinished
+        # tenant -> [workflows, tasks, resource-seconds] unfinished (check_quota)
+        self.inflight: dict[str, list] = {}
         self._load_lock = threading.Lock()  # in-flight counts (done callbacks: scheduler thread)
         self._reg_lock = threading.Lock()  # handles / owner: accepts run in the pool
         self._append_lock = threading.Lock()
@@ -144,25 +145,33 @@ class Workflows:
         with self._reg_lock:
             return list(self.handles.items())
 
-    def check_quota(self, tenant: str, tasks: int) -> None:
+    def work_s(self, wf: Any) -> float:
+        """A workflow's work in resource-seconds (``Admission.work_s``: what the quotas and the
+        fair share count)."""
+        return float(sum(self.sched.admission.work_s(wf)))
+
+    def check_quota(self, tenant: str, tasks: int, work_s: float = 0.0) -> None:
+        """Refuse (429) a workflow of ``tasks`` tasks and ``work_s`` resource-seconds that would
+        take ``tenant``, or all tenants, past a cap of ``SchedulerTuning``."""
         t = self.tuning
         with self._load_lock:
-            mine = self.inflight.get(tenant, [0, 0])
-            total_w = sum(v[0] for v in self.inflight.values())
-            total_t = sum(v[1] for v in self.inflight.values())
-        for have, cap, what in ((mine[0] + 1, t.max_inflight_per_tenant,
-                                 "unfinished workflows of this tenant"),
-                                (mine[1] + tasks, t.max_queued_tasks_per_tenant,
-                                 "tasks of this tenant's unfinished workflows"),
-                                (total_w + 1, t.max_inflight_workflows,
-                                 "unfinished workflows of all tenants"),
-                                (total_t + tasks, t.max_queued_tasks,
-                                 "tasks of all unfinished workflows")):
+            mine = self.inflight.get(tenant, [0, 0, 0.0])
+            total = [sum(v[k] for v in self.inflight.values()) for k in range(3)]
+        for have, cap, what in (
+                (mine[0] + 1, t.max_inflight_per_tenant, "unfinished workflows of this tenant"),
+                (mine[1] + tasks, t.max_queued_tasks_per_tenant,
+                 "tasks of this tenant's unfinished workflows"),
+                (mine[2] + work_s, t.max_queued_work_s_per_tenant,
+                 "resource-seconds of this tenant's unfinished workflows"),
+                (total[0] + 1, t.max_inflight_workflows, "unfinished workflows of all tenants"),
+                (total[1] + tasks, t.max_queued_tasks, "tasks of all unfinished workflows"),
+                (total[2] + work_s, t.max_queued_work_s,
+                 "resource-seconds of all unfinished workflows")):
             if have > cap:
                 audit("refuse", tenant, reason=f"quota: {what}", tasks=tasks)
                 self.metrics.refused(tenant, "quota")
-                raise RequestError(("body", "tasks"), f"quota: {have} {what} would exceed the cap "
-                                   f"of {cap}; retry after {t.retry_after_s} s", "quota",
+                raise RequestError(("body", "tasks"), f"quota: {have:.6g} {what} would exceed the "
+                                   f"cap of {cap:.6g}; retry after {t.retry_after_s} s", "quota",
                                    status=429, headers={"Retry-After": str(t.retry_after_s)})
 
     def accept(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None = None,
@@ -174,7 +183,7 @@ class Workflows:
         known = self.sched.durable.known(tenant, key)
         if known is not None and known.jid in self.handles:
             return self._duplicate(known, tenant)
-        self.check_quota(tenant, n)
+        self.check_quota(tenant, n, self.work_s(wf))
         prog = None if program is None else program_of(self.sched, self._earlier(program, tenant))
         if prog is not None:  # (a program's steps together: bounded as one workflow is)
             have, cap = sum(len(h.workflow.calls) for h in prog.handles), self.tuning.max_tasks
@@ -262,20 +271,21 @@ class Workflows:
                 "duplicate": True}
 
     def register(self, wid: str, h: WorkflowHandle, tenant: str) -> None:
-        n = len(h.workflow.calls)
+        n, work = len(h.workflow.calls), self.work_s(h.workflow)
         with self._reg_lock:
             self.handles[wid] = h
             self.owner[wid] = tenant
         with self._load_lock:
-            load = self.inflight.setdefault(tenant, [0, 0])
+            load = self.inflight.setdefault(tenant, [0, 0, 0.0])
             load[0] += 1
             load[1] += n
+            load[2] += work
         if not h.done():  # (a resumed workflow that finished before the restart: counted then)
             h.add_done_callback(lambda _h: self.metrics.finished(tenant, self.sched.policy.name,
                                                                  _h))
-        h.add_done_callback(lambda _h: self._done(tenant, n, _h))
+        h.add_done_callback(lambda _h: self._done(tenant, n, _h, work))
 
-    def _done(self, tenant: str, tasks: int, h: WorkflowHandle) -> None:
+    def _done(self, tenant: str, tasks: int, h: WorkflowHandle, work_s: float = 0.0) -> None:
         # only the outputs' results are kept (GET returns those): the others are released now
         keep = set(h.workflow.outputs)
         for i in range(len(h.result_refs)):
@@ -286,6 +296,7 @@ class Workflows:
             if load is not None:
                 load[0] -= 1
                 load[1] -= tasks
+                load[2] -= work_s
         self._program_done(tenant, h.program)
         journal = self.sched.durable.journal
         if journal is not None and h.jid is not None and h.error is None:

@@ -54,6 +54,13 @@ class SchedulerTuning:
         ge=1, le=100_000_000, doc="tasks of unfinished workflows of all tenants; past it a 429"))
     max_queued_tasks_per_tenant: int = field(default=50_000, metadata=rng(
         ge=1, le=100_000_000, doc="tasks of unfinished workflows of one tenant; past it a 429"))
+    max_queued_work_s: float = field(default=4e7, metadata=rng(
+        gt=0, le=1e12, doc="resource-seconds of unfinished workflows of all tenants (each task's "
+                           "run at the mean node speed x the largest share of an average node "
+                           "its Ray demands hold; a slot in the paper's model); past it a 429"))
+    max_queued_work_s_per_tenant: float = field(default=1e7, metadata=rng(
+        gt=0, le=1e12, doc="resource-seconds of unfinished workflows of one tenant (as "
+                           "max_queued_work_s); past it a 429"))
     retry_after_s: int = field(default=5, metadata=rng(
         ge=1, le=3600, doc="Retry-After of a 429"))
     max_task_gflop: float = field(default=1e5, metadata=rng(

@@ -221,6 +221,39 @@ def test_the_fair_share_counts_resource_seconds_in_rays_resource_model():
     assert tags["gpu"][1] - tags["gpu"][0] == 16 * (tags["cpu"][1] - tags["cpu"][0])
 
 
+def test_the_service_quota_counts_resource_seconds_in_rays_resource_model():
+    """A tenant's queued work is capped in resource-seconds (``Admission.work_s``, what the
+    fair share counts): a second workflow of one-GPU calls is a 429 where one-CPU calls of the
+    same compute still fit; another tenant is not held back; a finished workflow frees its
+    share."""
+    from serve_apps.registry import Workflows
+    from serve_apps.scheduler_config import SchedulerTuning
+    from serve_apps.schemas import RequestError
+
+    gpu = LiveServer(0, _node("g", {"CPU": 8, "GPU": 1, "memory": 32e9}), 0)
+    cpu = LiveServer(1, _node("c", {"CPU": 8, "memory": 32e9}), 0)
+    sched = _sched([gpu, cpu])
+    g1 = Primitive(emulated_body, 1.0, ray_options={"num_gpus": 1, "num_cpus": 1})
+    c1 = Primitive(emulated_body, 1.0, ray_options={"num_cpus": 1})
+    g_wf, c_wf = (collect([p.bind(i) for i in range(4)]) for p in (g1, c1))
+    metrics = type("M", (), {"refused": lambda self, t, r: None,
+                             "finished": lambda self, t, p, h: None})()
+    reg = Workflows(sched, lambda: tuning, None, metrics, None, "inc1")
+    g_work, c_work = reg.work_s(g_wf), reg.work_s(c_wf)
+    assert g_work == pytest.approx(16 * c_work) and c_work > 0
+    tuning = SchedulerTuning(max_queued_work_s_per_tenant=1.5 * g_work)
+    h = WorkflowHandle(0, g_wf, 0.0)
+    reg.register("w1", h, "team-a")
+    with pytest.raises(RequestError, match="resource-seconds of this tenant") as e:
+        reg.check_quota("team-a", 4, reg.work_s(g_wf))
+    assert e.value.status == 429
+    reg.check_quota("team-a", 4, c_work)  # the same compute on one CPU each fits
+    reg.check_quota("team-b", 4, g_work)  # another tenant's share is its own
+    reg._done("team-a", 4, h, g_work)
+    reg.check_quota("team-a", 4, g_work)
+    assert reg.inflight["team-a"] == [0, 0, 0.0]
+
+
 def test_the_node_table_keeps_model_seconds_so_eft_wait_compares_like_with_like():
     """At time scale 0.5 a run expected to end 4 wall s from now ends 8 model s from now, so a
     call of 8 model s on the idle slow node (ends at 8) beats waiting for the fast node (8 + 0.8):

@@ -120,6 +120,7 @@ def _registry():
         durable = type("D", (), {"known": lambda self, t, k: None, "journal": None, "closes": [],
                                  "close_program": lambda self, h: self.closes.append(h.jid)})()
         policy = type("P", (), {"name": "eft"})()
+        admission = type("A", (), {"work_s": lambda self, wf: [1.0] * len(wf.calls)})()
 
         def __init__(self):
             self.programs = []
@@ -141,6 +142,7 @@ def _registry():
                                  (t, p, s)), "programs": []})()
     tuning = type("T", (), {"max_inflight_per_tenant": 100, "max_queued_tasks_per_tenant": 100,
                             "max_inflight_workflows": 100, "max_queued_tasks": 100,
+                            "max_queued_work_s_per_tenant": 1e9, "max_queued_work_s": 1e9,
                             "retry_after_s": 5, "retain_finished": 100, "max_tasks": 100})()
     sched = Sched()
     reg = Workflows(sched, lambda: tuning, IdSigner("inc1", b"k" * 32), metrics, None, "inc1")

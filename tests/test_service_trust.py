@@ -57,7 +57,7 @@ def test_audit_lines_land_in_the_replica_log_and_never_a_token(serve_log):
         with pytest.raises(RequestError):
             svc._tenant(_Req(auth, "10.9.9.9"))
     assert svc._tenant(_Req(f"Bearer {TOK}", "10.9.9.9")) == "team-a"
-    svc.registry.inflight = {"team-a": [10 ** 6, 0]}
+    svc.registry.inflight = {"team-a": [10 ** 6, 0, 0.0]}
     with pytest.raises(RequestError):
         svc.registry.check_quota("team-a", 1)
     audit("submit", "team-a", "inc-0123-abcd", tasks=3, name="w")

@@ -124,7 +124,7 @@ def test_the_service_answers_401_403_and_429():
         _service({})._tenant(_Req(None, "10.1.1.1"))
     assert e.value.status == 403
     reg = svc.registry
-    reg.inflight = {"team-a": [2, 4]}
+    reg.inflight = {"team-a": [2, 4, 0.0]}
     with pytest.raises(RequestError) as e:
         reg.check_quota("team-a", 1)
     assert e.value.status == 429 and e.value.headers == {"Retry-After": "5"}
@@ -157,9 +157,9 @@ def test_finished_workflows_keep_only_their_outputs_and_expire():
     tuning = SchedulerTuning(result_ttl_s=5.0, retain_finished=100)
     reg = Workflows(sched, lambda: tuning, None, None, None, "inc1")
     h, pinned = H(), H()
-    reg.inflight = {"t": [1, 3]}
-    reg._done("t", 3, h)
-    assert h.result_refs == [None, None, "r2"] and reg.inflight["t"] == [0, 0]
+    reg.inflight = {"t": [1, 3, 2.0]}
+    reg._done("t", 3, h, 2.0)
+    assert h.result_refs == [None, None, "r2"] and reg.inflight["t"] == [0, 0, 0.0]
     reg.handles["x"] = h
     pinned.pins = 1
     reg.handles["y"] = pinned  # a held step still waits on it: kept past the TTL

@@ -57,6 +57,25 @@ class Admission:
         self.next_gid = 0
         self.mean_compute = 1.0
 
+    def _capacities(self) -> list[tuple[float, float]]:
+        """(compute, memory) of each live server, else of each configured tier."""
+        return [(s.node.compute, s.node.memory_gb) for s in self._servers()] or [
+            (t.compute, t.memory_gb) for t in self.env.cluster.tiers]
+
+    def work_s(self, workflow: Any, mean_c: float | None = None) -> list[float]:
+        """Each call's work in resource-seconds: its run at the servers' mean speed (model s;
+        ``mean_c``, else the live servers' now) times the largest share of an average node its
+        Ray demands hold (1 a slot in the paper's model). The fair share's tags and the
+        service's quotas count it."""
+        if mean_c is None:
+            mean_c = orders.mean_compute(c for c, _ in self._capacities())
+        works = [ts.compute_gflop / mean_c for ts in workflow.spec.tasks]
+        if self.placement.pooled:  # x the share of an average node held (DRF's weighing)
+            table = self.placement.table
+            works = [w * table.dominant_share(c.primitive.ray_demands)
+                     for w, c in zip(works, workflow.calls)]
+        return works
+
     def admit(self, h: WorkflowHandle) -> None:
         """Build ``h``'s live record (keys, parents, tasks finished before a restart) and queue
         its ready tasks."""
@@ -66,8 +85,7 @@ class Admission:
         wf = h.live_record = LiveWorkflow(h, h.submitted_wall, self._model_time(
             h.submitted_wall) if prog is None else prog.arrival)
         order, c = self._order(), self.env.cluster
-        servers = [(s.node.compute, s.node.memory_gb) for s in self._servers()] or [
-            (t.compute, t.memory_gb) for t in c.tiers]
+        servers = self._capacities()
         mean_c = self.mean_compute = orders.mean_compute(c for c, _ in servers)
         gflop, kids = [ts.compute_gflop for ts in spec.tasks], spec.children()
         ranks = order.ranks(gflop, [ts.output_gb for ts in spec.tasks], kids, mean_c,
@@ -80,12 +98,7 @@ class Admission:
         tags = None
         if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
             in_order = sorted(range(len(gflop)), key=lambda i: (-ranks[i], i))
-            works = [g / mean_c for g in gflop]
-            if self.placement.pooled:  # resource-seconds: x the share of an average node held
-                table = self.placement.table
-                works = [w * table.dominant_share(c.primitive.ray_demands)
-                         for w, c in zip(works, h.workflow.calls)]
-            tags = self._fair.admit(h.tenant, works, in_order,
+            tags = self._fair.admit(h.tenant, self.work_s(h.workflow, mean_c), in_order,
                                     (t.share for t, _ in self._running.values()))
         done = h.resumed_tasks or {}  # finished before a restart (Durability.resume)
         for i, call in enumerate(h.workflow.calls):
