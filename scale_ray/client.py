@@ -326,9 +326,10 @@ def program(step: ServiceWorkflow | str | None = None, app: str = DEFAULT_APP,
     """
     if step is None:
         ctx = current_step()
-        if ctx is None:
+        if ctx is None or len(ctx) > 3:  # (len 4: the library's scheduler runs it)
             raise RuntimeError("client.program(): not inside a primitive the scheduler service "
-                               "runs; name the step: client.program(handle)")
+                               "runs; name the step: client.program(handle) (the library's "
+                               "scheduler: scale_ray.live.program())")
         jid, tenant, app = ctx
         return ServiceProgram(jid, app, tenant)
     sid = step.id if isinstance(step, ServiceWorkflow) else step

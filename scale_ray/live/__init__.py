@@ -30,6 +30,7 @@ from .config import (EXECUTORS, LiveConfig, NoServers, PlacementError, TaskLostE
                      Unschedulable)
 from .handles import WorkflowFailed, WorkflowHandle, summarize
 from .journal import attempt
+from .gateway import program
 from .programs import EarlierStepFailed, Program, ProgramClosed, StepResult
 from .ray_default import RayDefaultRunner
 from .scheduler import LiveScheduler
@@ -42,4 +43,4 @@ __all__ = ["Call", "Primitive", "primitive", "collect", "from_spec", "load_dag_f
            "WorkflowHandle", "WorkflowFailed", "summarize", "TaskLostError", "PlacementError",
            "LocalHeteroCluster", "NodeInfo", "live_nodes", "NoServers", "Unschedulable",
            "WorkflowTypeError", "as_collected", "attempt", "Program", "ProgramClosed",
-           "StepResult", "EarlierStepFailed"]
+           "StepResult", "EarlierStepFailed", "program"]

@@ -113,6 +113,10 @@ class LiveConfig:
             "with ray.cancel(force=True) at once, killing its worker; false: a "
             "KeyboardInterrupt first, force after cancel_grace_s. Actor calls (executor=actor) "
             "cannot be force-cancelled: their server's actor is replaced after cancel_grace_s"))
+    program_gateway: bool = field(default=False, metadata=rng(
+        doc="let a running primitive submit the next steps of its workflow's agent program "
+            "with scale_ray.live.program() (scale_ray.live.gateway: one actor, no CPU, and a "
+            "driver thread); the scheduler service's primitives use scale_ray.client.program()"))
     estimator: Literal["off", "online"] = field(default="off", metadata=rng(
         doc="online: learn run times per (primitive kind, node tier) from completions "
             "(envs.estimator): the policy sees the estimates instead of the declared "

@@ -1,16 +1,11 @@
 """The live scheduler: workflow primitives as real Ray tasks, each placed by a Policy.
 
-One scheduler thread owns all state (ready set, its record of what runs where, handles). Each
-round it: takes new submissions; collects finished tasks (``ray.wait``); reads the live node set
-(``ray.nodes()``, at most every ``node_refresh_s`` and at once after any lost task); then runs
-one placement round of the decision core (:mod:`scale_ray.live.placement`): ready tasks in the
-order (``envs.order.Order``), each encoded with the live servers by the one encoder, the policy
-asked, the task run on the chosen server with its parents' results passed as object refs. A server runs one primitive at a time
-(``scale_slot`` servers per node).
-
-Executors (``executor="actor"``, default: a call of the server's actor; ``"task"``: a Ray task
-hard-pinned to the node): :mod:`scale_ray.live.executors`; the node set and the server actors'
-lifecycle: :mod:`scale_ray.live.nodes`.
+One scheduler thread owns all state (ready set, what runs where, handles). Each round it takes
+new submissions, collects finished tasks (``ray.wait``), reads the node set (``ray.nodes()``, at
+most every ``node_refresh_s``, at once after a lost task) and runs one placement round of the
+decision core (:mod:`scale_ray.live.placement`): ready tasks in the order (``envs.order``), the
+policy asked (servers of one slot) or the node rule (whole nodes, Ray's resource model), each
+run with its parents' results as object refs. Executors: :mod:`scale_ray.live.executors`.
 
 A pick of a busy server is a *wait*: with ``head_of_line_blocking`` (the paper's semantics) the
 whole ready set waits for the next completion or ``wait_s``; without it (default here) only that
@@ -25,13 +20,11 @@ ready again and are placed elsewhere, at most ``max_retries`` times, then the wo
 this scheduler says so; a stale result of a lost run is ignored, so no task completes twice.
 Results of primitives themselves raising propagate to the workflow's handle unchanged.
 
-Times: traces and ``*_model_s`` metrics are in model seconds (wall seconds / ``time_scale``),
-response times without suffix are wall-clock seconds measured by the driver. Parts: the journal
-(``self.durable``, :mod:`scale_ray.live.durability`), runs and their copies (``self.runs``,
-:mod:`scale_ray.live.runs`), the placement round (``self.placement``), the nodes (``self.nodes``),
-admission and node events (``self.admission``, ``self.node_events``,
-:mod:`scale_ray.live.admission`), completions (``self.completions``,
-:mod:`scale_ray.live.completions`).
+Times: traces and ``*_model_s`` metrics are model seconds (wall s / ``time_scale``), others
+wall s. Parts: ``self.durable`` (:mod:`scale_ray.live.durability`), ``self.runs`` (runs and
+copies), ``self.placement``, ``self.nodes``, ``self.admission`` and ``self.node_events``
+(:mod:`scale_ray.live.admission`), ``self.completions``, ``self.gateway`` (steps from inside
+primitives, :mod:`scale_ray.live.gateway`).
 """
 
 from __future__ import annotations
@@ -62,6 +55,7 @@ from .journal import Submission
 from .config import LiveConfig
 from .executors import RemoteCache
 from .fairshare import FairShare
+from .gateway import GatewayPump
 from .handles import NothingToRun, WorkflowHandle, drain_handles
 from .runs import Runs
 from .hints import AutoscaleHints
@@ -108,6 +102,7 @@ class LiveScheduler:
         self._lock = threading.Lock()
         self._handles: list[WorkflowHandle] = []
         self.thread_error: BaseException | None = None
+        self.gateway: GatewayPump | None = None  # LiveConfig.program_gateway
         self.counters = {"decisions": 0, "waits": 0, "lost": 0, "rerun_parents": 0,
                          "node_refreshes": 0, "autoscale_requests": 0, "tasks_started": 0,
                          "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0,
@@ -190,6 +185,9 @@ class LiveScheduler:
                             "every node have %g CPUs per server?); they are offered once ready",
                             len(nodes.probes), len(nodes.servers), self.cfg.actor_start_s,
                             self.cfg.task_num_cpus)
+        if self.cfg.program_gateway:  # steps from inside primitives (scale_ray.live.gateway)
+            self.gateway = GatewayPump(self)
+            self.gateway.start()
         self._thread = threading.Thread(target=self._loop, name="scale-live-scheduler", daemon=True)
         self._thread.start()
         return self
@@ -198,6 +196,8 @@ class LiveScheduler:
         """Stop the scheduler thread (running Ray tasks are not cancelled; with
         ``executor=actor`` the server actors are killed, which ends their runs)."""
         self._stop.set()
+        if self.gateway is not None:
+            self.gateway.stop()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
