@@ -159,22 +159,34 @@ class EarliestFinish(Heuristic):
         busy = srv.remaining_s > 1e-9
         view = (float(task[0]), float(task[1]), -1.0, tr, ps)
         tds = self.transfer_delays_start
-        # The idle slots first (as eft_ranking): busy ones matter only when none fits. Identical
-        # servers tie and ties go to the lowest slot, so each (compute, memory) pair's lowest
-        # idle slot stands for its class, plus the parent's slot (no transfer there).
-        cand = np.flatnonzero(acc & ~busy)
-        if cand.size > _CLASS_MIN:
-            _, first = np.unique(comp[cand] + 1j * mem[cand], return_index=True)
-            keep = cand[np.sort(first)]
-            cand = np.append(keep, ps) if ps >= 0 and acc[ps] and not busy[ps] else keep
-        idle, busy_fit = eft_scan(cand.tolist(), acc, mem, busy, comp, mem, view, tds, (),
-                                  never_busy, fallback=False)
-        if not idle:
-            lists = (acc.tolist(), mem.tolist(), busy.tolist(), comp.tolist())
-            idle, busy_fit = eft_scan(range(n), *lists, lists[1], view, tds, (), _always)
+        # The idle slots first (as eft_ranking): busy ones matter only when none fits.
         out = np.full(n, -np.inf)
-        for key, s in idle:
-            out[s] = -float(key)
+        cand = np.flatnonzero(acc & ~busy)
+        if cand.size > _CLASS_MIN:  # identical servers have equal keys: one slot per class
+            others = cand[cand != ps]
+            _, first, inverse = np.unique(comp[others] + 1j * mem[others], return_index=True,
+                                          return_inverse=True)
+            reps = others[first].tolist()
+            alone = [ps] if ps >= 0 and acc[ps] and not busy[ps] else []
+            idle, _ = eft_scan(reps + alone, acc, mem, busy, comp, mem, view, tds, (),
+                               never_busy, fallback=False)
+            if idle:
+                key = {s: -float(k) for k, s in idle}
+                out[others] = np.array([key.get(r, -np.inf) for r in reps])[inverse]
+                if alone and ps in key:
+                    out[ps] = key[ps]
+                return out
+        else:
+            idle, _ = eft_scan(cand.tolist(), acc, mem, busy, comp, mem, view, tds, (),
+                               never_busy, fallback=False)
+            if idle:
+                for k, s in idle:
+                    out[s] = -float(k)
+                return out
+        lists = (acc.tolist(), mem.tolist(), busy.tolist(), comp.tolist())
+        idle, busy_fit = eft_scan(range(n), *lists, lists[1], view, tds, (), _always)
+        for k, s in idle:
+            out[s] = -k
         if not idle:
             out[busy_fit] = -srv.remaining_s[busy_fit]
         return out

@@ -306,3 +306,19 @@ def test_earliest_finish_grouping_identical_idle_servers_changes_nothing(source,
     import policies.heuristics as h
     monkeypatch.setattr(h, "_CLASS_MIN", 0)
     test_fast_eft_equals_earliest_finish(source, extra, 48)
+    # every server's score too (Serve's /v1/place answers them), not only the pick
+    cfg = env(source, servers=48, horizon=60.0, **extra)
+    eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
+    sim = Simulator(cfg)
+    sim.reset(episode_seed(5, 0))
+    grouped = 0
+    while sim.current is not None:
+        obs = sim.observe()
+        monkeypatch.setattr(h, "_CLASS_MIN", 0)
+        a = eft.scores(obs)
+        monkeypatch.setattr(h, "_CLASS_MIN", 10 ** 9)
+        b = eft.scores(obs)
+        assert np.array_equal(a, b), sim.t
+        grouped += int(np.isfinite(a).sum() > 1)
+        sim.step(int(np.argmax(a)))
+    assert grouped > 50
