@@ -46,7 +46,7 @@ from .node_hedging import Copy, NodeRuns
 from .nodes import NodeSpec, NodeTable
 from .runtime import kind_of_name
 
-__all__ = ["NodeTask", "NodeSimulator", "arrival_rate", "Policy"]
+__all__ = ["NodeTask", "NodeSimulator", "Present", "Request", "arrival_rate", "Policy"]
 
 # (table, task, now, rng) -> node index (a pick that does not fit now is a wait)
 Policy = Callable[[NodeTable, "NodeTask", float, np.random.Generator], int]
@@ -54,13 +54,13 @@ Policy = Callable[[NodeTable, "NodeTask", float, np.random.Generator], int]
 
 class NodeTask:
     """A task of a request in the decision core's terms (state, key, demands, waits)."""
-    __slots__ = ("id", "wf", "idx", "name", "demands", "compute", "memory_gb", "children",
-                 "parents_left", "state", "key", "waits", "rank", "work", "start", "finish",
-                 "node", "token", "copy", "factors")
+    __slots__ = ("id", "wf", "idx", "name", "kind", "demands", "compute", "memory_gb",
+                 "children", "parents_left", "state", "key", "waits", "rank", "work", "start",
+                 "finish", "node", "token", "copy", "factors")
 
     def __init__(self, tid: int, wf: "Request", idx: int, name: str, demands: tuple,
-                 compute: float):
-        self.id, self.wf, self.idx, self.name = tid, wf, idx, name
+                 compute: float, kind: str = ""):
+        self.id, self.wf, self.idx, self.name, self.kind = tid, wf, idx, name, kind
         self.demands, self.compute = demands, compute
         self.memory_gb = dict(demands).get("memory", 0.0)
         self.children: list[NodeTask] = []
@@ -154,7 +154,7 @@ class NodeSimulator:
         wf.level = order.level(now, fastest if order.name == "edf" else work, [0.0] * len(spec),
                                [s.parents for s in spec], ((1.0, math.inf),), 1.0)
         for i, s in enumerate(spec):
-            t = NodeTask(len(tasks), wf, i, s.name, s.demands, s.compute)
+            t = NodeTask(len(tasks), wf, i, s.name, s.demands, s.compute, kind_of_name(s.name))
             t.factors = s.factors
             t.rank = ranks[i]
             t.work = work[i]
@@ -184,7 +184,7 @@ class _Episode:
         self.est = est = RuntimeEstimator() if sim.learn_speeds else None
         self.shapes = shapes = [nd.name for nd in sim.nodes]
         if est is not None:  # speed 1 everywhere to the rules, then what the estimator learned
-            table.estimate = lambda t, i, _run: est.duration(kind_of_name(t.name), shapes[i],
+            table.estimate = lambda t, i, _run: est.duration(t.kind, shapes[i],
                                                              t.compute)
         self.core = DecisionCore(table, Rules(head_of_line_blocking=False,
                                               ask_only_startable=True, mask_infeasible=True))
@@ -242,7 +242,7 @@ class _Episode:
         left = sum(1 for t in self.tasks if t.state != DONE)
         if left:
             raise RuntimeError(f"{left} tasks never ran (a bug: every task fits some node)")
-        return _metrics(self.requests, self.tasks, self.now, self.busy, self.sim.nodes,
+        return _metrics(self.requests, self.tasks, self.now, self.busy, self.table.nodes,
                         core) | self.runs.metrics()
 
     def _end_run(self, t: NodeTask, node: int, start: float, key: Any, done: bool) -> None:
@@ -344,7 +344,7 @@ class _Episode:
             if t.copy is not None:
                 self._end_run(t, t.copy.node, t.copy.start, t.copy, done=False)
         if self.est is not None:  # the run it took against its run at speed 1
-            self.est.observe(kind_of_name(t.name), self.shapes[t.node], now - t.start, t.compute)
+            self.est.observe(t.kind, self.shapes[t.node], now - t.start, t.compute)
         t.state, t.finish = DONE, now
         wf, order = t.wf, self.order
         wf.done += 1
@@ -380,7 +380,7 @@ class _Fork(_Episode):
             wc = Request(w.id, w.arrival)
             wc.done, wc.level = w.done, w.level
             for t in w.tasks:
-                c = copies[t] = NodeTask(t.id, wc, t.idx, t.name, t.demands, t.compute)
+                c = copies[t] = NodeTask(t.id, wc, t.idx, t.name, t.demands, t.compute, t.kind)
                 c.parents_left, c.state, c.key, c.waits = t.parents_left, t.state, t.key, t.waits
                 c.rank, c.work, c.start, c.node = t.rank, t.work, t.start, t.node
                 wc.tasks.append(c)
@@ -394,7 +394,7 @@ class _Fork(_Episode):
                 c = copies[t.copy] = Copy(copies[t], t.copy.node, t.copy.start)
                 copies[t].copy = c
         self._copies = copies
-        self.table = ep.table.copy(copies.__getitem__)
+        self.table = ep.table.copy(lambda t, _i: copies[t])
         self.core = DecisionCore(self.table, ep.core.rules)
         self.core.node_look = ep.core.node_look
         self.core.queue = ep.core.queue.copy(lambda t: copies.get(t, t))  # (finished: stale)
@@ -411,6 +411,30 @@ class _Fork(_Episode):
         t.state, t.start, t.node = RUNNING, self.now, i
         self.table.start(i, t, t.demands, self.now + run_s)
         self.events.push(self.now + run_s, FINISH, i, t)
+
+
+class Present:
+    """Another driver's present as an episode a planner forks (``policies.node_lookahead``:
+    ``plan(present, task)``; the live scheduler's, ``scale_ray.live.node_planning``).
+
+    ``requests``: the unfinished requests with every task (``NodeTask``: state, parents left,
+    rank, key, work; a running one its node and start); ``table``: the node table whose running
+    keys are those tasks (a hedged task's other run a ``Copy`` in ``task.copy``); ``queue``: a
+    ``ReadyQueue`` of the ready ones under ``order``'s keys; ``rules`` and ``node_look``: the
+    driver's core's; ``now`` in the table's clock. Forks run as :meth:`_Episode.fork`'s."""
+
+    def __init__(self, table: NodeTable, requests: list[Request], queue: Any, rules: Rules,
+                 node_look: int, order: orders.Order, now: float):
+        self.table, self.requests, self.order, self.now = table, requests, order, now
+        self.tasks = [t for w in requests for t in w.tasks]
+        self.core = DecisionCore(table, rules)
+        self.core.node_look, self.core.queue = node_look, queue
+        self.sim = self.cfg = None
+        self.shapes: list[str] = []
+        self.r_pol = np.random.default_rng(0)
+
+    def fork(self, policy: Policy) -> "_Fork":
+        return _Fork(self, policy)
 
 
 def _metrics(requests: list[Request], tasks: list[NodeTask], end: float, busy: dict,

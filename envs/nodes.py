@@ -343,16 +343,22 @@ class NodeTable:
                                max(whole, sum(1 for f in g if f >= 1.0 - EPS)))
         return i
 
-    def copy(self, remap: Callable[[Any], Any]) -> "NodeTable":
-        """An independent table in this one's state, each running task replaced by
-        ``remap(task)`` (a planner's rollout, ``envs.node_sim``). The demand caches, the
-        totals and the speeds are shared (they do not change with what runs)."""
+    def copy(self, remap: Callable[[Any, int], Any]) -> "NodeTable":
+        """An independent table in this one's state, each run of a task on node ``i`` keyed
+        by ``remap(task, i)`` (a planner's rollout, ``envs.node_sim``; a hedged task's two runs
+        may become two keys). The demand caches, the totals and the speeds are shared (they do
+        not change with what runs)."""
         new = copy.copy(self)
         new.free = [list(f) for f in self.free]
         new.gpus = [list(g) for g in self.gpus]
         new.accept_l = list(self.accept_l)
-        new.running = [{remap(t): end for t, end in r.items()} for r in self.running]
-        new._held = {remap(t): dict(h) for t, h in self._held.items()}
+        new.running = [{remap(t, i): end for t, end in r.items()}
+                       for i, r in enumerate(self.running)]
+        held: dict[Any, dict[int, tuple]] = {}
+        for t, h in self._held.items():
+            for i, v in h.items():
+                held.setdefault(remap(t, i), {})[i] = v
+        new._held = held
         new._state = dict(self._state)
         new._ever = {}  # (depends on accept_l, now the copy's)
         b = self._bound

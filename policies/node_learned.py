@@ -8,8 +8,10 @@ while some task runs (a finish will come) and the task has waited fewer than
 :data:`policies.node_rules.MAX_WAITS` times; otherwise the task goes where EFT sends it
 (counted in :attr:`LearnedNodePolicy.overrides`).
 
-:func:`node_decider` names either: a rule of ``policies.node_rules`` or ``learned:PATH``, this
-policy from the artifact at PATH (``live.node_rule``, ``scale-ray bench live --rules``).
+:func:`node_decider` names any of: a rule of ``policies.node_rules``, ``learned:PATH`` (this
+policy from the artifact at PATH) or ``lookahead[:K]`` (the rollout planner of
+``policies.node_lookahead`` trying K nodes, default 4) (``live.node_rule``, ``scale-ray bench live
+--rules``).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import numpy as np
 from envs.node_encoding import NODE_DIM, encode_nodes, encode_task
 from envs.nodes import NodeTable
 
-from .node_rules import MAX_WAITS, eft, node_policy
+from .node_lookahead import NodeLookahead
+from .node_rules import MAX_WAITS, NODE_POLICIES, eft, node_policy
 
 LEARNED = "learned:"  # node_decider's prefix for an artifact path
+PLANNER = "lookahead"  # node_decider's name of the rollout planner (lookahead[:K])
 
 
 class LearnedNodePolicy:
@@ -59,7 +63,25 @@ class LearnedNodePolicy:
 
 def node_decider(spec: str) -> Any:
     """A fresh node policy: ``learned:PATH`` (a :class:`LearnedNodePolicy`, guarded; a wrong
-    artifact raises naming it) or a rule's name (``policies.node_rules.node_policy``)."""
+    artifact raises naming it), ``lookahead[:K]`` (a ``NodeLookahead``) or a rule's name
+    (``policies.node_rules.node_policy``)."""
+    why = node_decider_error(spec)
+    if why is not None:
+        raise ValueError(why)
     if spec.startswith(LEARNED):
         return LearnedNodePolicy(spec[len(LEARNED):])
+    if spec.partition(":")[0] == PLANNER:
+        return NodeLookahead(int(spec.partition(":")[2] or 4))
     return node_policy(spec)
+
+
+def node_decider_error(spec: str) -> str | None:
+    """Why ``spec`` names no node policy (None: it names one; an artifact is read only when
+    the policy is made)."""
+    name, sep, arg = spec.partition(":")
+    if name == PLANNER and (not sep or (arg.isdigit() and 1 <= int(arg) <= 64)):
+        return None
+    if (spec.startswith(LEARNED) and arg) or (spec in NODE_POLICIES):
+        return None
+    return (f"node policy {spec!r}: choose one of {sorted(NODE_POLICIES)}, {LEARNED}PATH (a node "
+            f"policy artifact) or {PLANNER}[:K] (the rollout planner trying K nodes, 1-64)")

@@ -11,8 +11,7 @@ from typing import Literal
 from envs.config import ConfigError, rng
 from envs.workload import WorkflowError
 from policies.guard import GuardConfig
-from policies.node_learned import LEARNED
-from policies.node_rules import NODE_POLICIES
+from policies.node_learned import node_decider_error
 
 EXECUTORS = ("task", "actor")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -51,8 +50,9 @@ class LiveConfig:
             "CPU/memory use, as equal as EFT in the simulator but live it reuses warm Ray "
             "workers where EFT's first fit packs runs onto few nodes (results/resource_model/"
             "README.md); learned:PATH: a policy trained with cluster_model: nodes "
-            "(policies/node_learned.py, guarded); the policy given to the scheduler decides in "
-            "the slot model only"))
+            "(policies/node_learned.py, guarded); lookahead[:K]: the rollout planner trying K "
+            "nodes (default 4; policies/node_lookahead.py); the policy given to the scheduler "
+            "decides in the slot model only"))
     slots_per_node: int | None = field(default=None, metadata=rng(
         ge=1, le=1024, doc="servers per node; default: the node's scale_slot resource, or for a "
                            "plain Ray node its CPUs / task_num_cpus"))
@@ -140,11 +140,9 @@ class LiveConfig:
             "otherwise EFT's choice (counted: guard_* in the summary)"))
 
     def __post_init__(self) -> None:
-        learned = self.node_rule.startswith(LEARNED) and len(self.node_rule) > len(LEARNED)
-        if self.node_rule not in NODE_POLICIES and not learned:
-            raise ConfigError(f"node_rule: {self.node_rule!r} is not allowed; choose one of "
-                              f"{sorted(NODE_POLICIES)}, or {LEARNED}PATH (a node policy "
-                              f"artifact)")
+        why = node_decider_error(self.node_rule)
+        if why is not None:
+            raise ConfigError(f"node_rule: {why}")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor must be one of {list(EXECUTORS)}, got {self.executor!r}")
         for i, name in enumerate(self.worker_env_blank):

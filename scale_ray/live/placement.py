@@ -28,6 +28,7 @@ from envs.nodes import NodeTable
 from policies.node_learned import node_decider
 
 from .cluster import node_spec
+from .node_planning import LiveNodePlanner
 from .tasks import READY, WAITING
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class LivePlacement:
         # Ray's resource model (LiveConfig.model: nodes): a NodeTable, placed by a node rule
         self.pooled = False
         self.rule: Callable[..., int] | None = None
+        self.planner: LiveNodePlanner | None = None  # node_rule lookahead (node_planning)
         # Ray's resource model: a round only after something changed (a task became ready or
         # was re-keyed, a run ended, the node set or an actor changed), as the simulator runs
         # one at each event; the node rules read no clock between events
@@ -75,13 +77,17 @@ class LivePlacement:
     def table(self) -> ServerTable | NodeTable:
         return self.core.servers
 
-    def use_model(self, pooled: bool, rule: str) -> None:
+    def use_model(self, pooled: bool, rule: str, order: Callable[[], Any] = lambda: None,
+                  counters: dict | None = None) -> None:
         """Ray's resource model (``pooled``: servers are whole nodes, placed by the node rule
-        ``rule``, ``policies.node_rules``) or the slot model from now on; :meth:`set_alive`
-        builds the table. Queued tasks switch their demands with it (the model follows where
-        the servers come from, which an empty cluster does not tell yet)."""
+        ``rule``, ``policies.node_learned.node_decider``; the planner reads the ready-queue
+        ``order`` and counts its errors in ``counters``) or the slot model from now on;
+        :meth:`set_alive` builds the table. Queued tasks switch their demands with it (the
+        model follows where the servers come from, which an empty cluster does not tell yet)."""
         self.pooled = pooled
         self.rule = node_decider(rule) if pooled else None
+        self.planner = (LiveNodePlanner(self.rule, order, {} if counters is None else counters)
+                        if hasattr(self.rule, "plan") else None)
         self.changed = True
         q = self.queue
         for entries in (q.heap, q.deferred, q.blocked):
@@ -99,7 +105,7 @@ class LivePlacement:
             table = NodeTable([node_spec(s.node) for s in alive])
             if self.estimator is not None:
                 est = self.estimator
-                table.estimate = lambda t, i, run: est.duration(t.prim.kind, alive[i].node.tier,
+                table.estimate = lambda t, i, run: est.duration(t.kind, alive[i].node.tier,
                                                                  run)
             for i, s in enumerate(alive):
                 table.set_accepting(i, s.offered)
@@ -231,9 +237,11 @@ class LivePlacement:
             if not self.changed:
                 return
             self.changed = False
-            rule, rng = self.rule, self._rng
+            rule, rng, planner = self.rule, self._rng, self.planner
 
             def ask_node(t: LiveTask) -> int:  # times in model s, as the rules' run times
+                if planner is not None:
+                    return planner.ask(self, t, self.model(now()), rng)
                 return rule(table, t, self.model(now()), rng)
 
             def start_node(t: LiveTask, i: int) -> None:

@@ -439,12 +439,12 @@ class LiveScheduler:
 
     # ------------------------------------------------------------------ placement
     def set_alive(self, alive: list[LiveServer]) -> None:
-        """The servers the policy sees, in this order (the scheduler thread's; a bench drives
-        it by hand)."""
+        """The servers the policy sees, in order (the scheduler thread's; a bench's by hand)."""
         self.alive_servers = alive
         nodes = self.nodes
         if nodes.pooled != self.placement.pooled:  # the model follows the servers' source
-            self.placement.use_model(nodes.pooled, self.cfg.node_rule)
+            self.placement.use_model(nodes.pooled, self.cfg.node_rule, lambda: self.order,
+                                     self.counters)
             if nodes.pooled:
                 log.info("live scheduler: Ray's resource model (live.model: nodes): whole nodes, "
                          "tasks placed by the node rule %s; the policy %s decides in the slot "

@@ -64,6 +64,10 @@ class LiveTask:
     def compute(self) -> float:  # what the node rules read (policies.node_rules)
         return self.call.primitive.compute_gflop
 
+    @property
+    def kind(self) -> str:  # what the run-time estimator learns under (as envs.node_sim's)
+        return self.call.primitive.kind
+
 
 class LiveWorkflow:
     __slots__ = ("handle", "tasks", "done", "failed", "arrival_wall", "arrival", "wid", "level")
