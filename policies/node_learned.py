@@ -25,7 +25,7 @@ from envs.node_encoding import NODE_DIM, encode_nodes, encode_task
 from envs.nodes import NodeTable
 
 from .node_lookahead import NodeLookahead
-from .node_rules import MAX_WAITS, NODE_POLICIES, eft, node_policy
+from .node_rules import MAX_WAITS, NODE_POLICIES, eft, eft_spread, node_policy
 
 LEARNED = "learned:"  # node_decider's prefix for an artifact path
 PLANNER = "lookahead"  # node_decider's name of the rollout planner (lookahead[:K])
@@ -71,7 +71,7 @@ def node_decider(spec: str) -> Any:
     if spec.startswith(LEARNED):
         return LearnedNodePolicy(spec[len(LEARNED):])
     if spec.partition(":")[0] == PLANNER:
-        return NodeLookahead(int(spec.partition(":")[2] or 4))
+        return NodeLookahead(int(spec.partition(":")[2] or 4), base=eft_spread)
     return node_policy(spec)
 
 

@@ -1,15 +1,19 @@
 """A rollout planner in Ray's resource model (``envs.nodes``): the lookahead planner of
 ``policies.lookahead`` for nodes that run every task that fits.
 
-For the task to place it takes the nodes where the task fits now, keeps the ``k`` with the
-earliest finish (EFT's ranking: the run the rules plan with, ``NodeTable.run_time``; ties by
-node index), and for each one places the task there on a fork of the episode
-(``envs.node_sim._Episode.fork``: the present work, no new arrivals, running tasks ending when
-expected) and lets the base rule (EFT) place the rest of the present work until it is done. The
-cost of a candidate is the sum of the open requests' completion times in that rollout (the
-``workflow`` objective, ``envs.objective``); the cheapest wins, EFT's own pick on a tie. With one
-candidate (or ``k = 1``) it is EFT. A task that fits nowhere now is left to the base rule (a
-wait); the planner never waits on its own, so it cannot wait without bound.
+For the task to place it takes the base rule's pick and the ``k`` - 1 other nodes where the task
+fits now with the earliest finish (EFT's ranking: the run the rules plan with,
+``NodeTable.run_time``; ties by node index), and for each one places the task there on a fork of
+the episode (``envs.node_sim._Episode.fork``: the present work, no new arrivals, running tasks
+ending when expected) and lets the base rule place the rest of the present work until it is
+done. The cost of a candidate is the sum of the open requests' completion times in that rollout (the
+``workflow`` objective, ``envs.objective``); the cheapest wins, the base rule's pick on a tie.
+With one candidate (or ``k = 1``) it is the base rule. The base is ``eft`` (``scale-ray bench
+headroom``) or, through ``policies.node_learned.node_decider`` (``live.node_rule:
+lookahead[:K]``, ``bench live``), ``eft_spread``: live, ties spread over the nodes keep Ray's
+workers warm, where EFT's lowest-index ties pack runs onto few nodes (results/resource_model). A
+task that fits nowhere now is left to the base rule (a wait); the planner never waits on its
+own, so it cannot wait without bound.
 
 It plans on the rules' view: with ``learn_speeds`` its rollouts use the estimator's run times,
 never the true ones. Cost per decision: ``k`` rollouts of the present work (``scale-ray bench
@@ -55,7 +59,7 @@ class NodeLookahead:
         if len(cands) <= 1:
             return first
         best, pick = None, first
-        for i in ([first] if first in cands else []) + [c for c in cands if c != first]:
+        for i in [first] + [c for c in cands if c != first][:self.k - 1]:
             cost = self.rollout(ep, task, i)
             if best is None or cost < best - 1e-9:
                 best, pick = cost, i

@@ -85,7 +85,8 @@ def present_of(placement: "LivePlacement", target: "LiveTask", order: orders.Ord
         req.done, req.level = wf.done, wf.level
         for x in wf.tasks:
             c = x.prim.compute_gflop
-            nt = mine[x] = NodeTask(x.gid, req, x.idx, x.prim.name, x.demands, c, x.kind)
+            nt = mine[x] = NodeTask(x.gid, req, x.idx, x.prim.name, x.prim.ray_demands, c,
+                                    x.kind)  # (full Ray demands: a waiting task's too)
             nt.state, nt.parents_left, nt.rank, nt.work = (x.state, len(x.waiting_for), x.rank,
                                                            c / mean_c)
             nt.waits = x.waits
