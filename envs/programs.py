@@ -20,8 +20,8 @@ gives the same requests in every mode); the mode decides what the *order* may us
 
 The metrics stay per request in every mode: a workflow's response is from its arrival to its
 last call's end. :class:`Submission` is the simulator's part that keys tasks under the mode; it
-copies itself for a fork. The lookahead planner needs the whole DAG (its rollouts would run calls
-that do not exist yet) and refuses the other modes.
+copies itself for a fork. The lookahead planner rolls out only the calls that exist under
+`program` and `per_call` (``policies.fast_rollout``), so it takes static orders only there.
 
 NumPy-free, stdlib only.
 """

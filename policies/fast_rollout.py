@@ -41,7 +41,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from envs.decision import DONE, HOL_WAIT, READY, RUNNING, DecisionCore, ReadyQueue
+from envs.decision import DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore, ReadyQueue
 from envs.objective import completion_cost
 from envs.events import ARRIVAL, FINISH, EventQueue
 from envs.simulator import Simulator
@@ -122,14 +122,21 @@ class Rollouts:
         lo = sim.unfinished_range()
         tasks = [tk for tk in sim.tasks[lo:] if tk.state != DONE]
         self.ok = len(tasks) == sim.outstanding
+        sub = sim.submission
+        if sub.hidden:  # program / per_call: only the calls that exist (envs.programs)
+            tasks = [tk for tk in tasks if tk.state != WAITING or tk.pending == 0]
+        self.outstanding0 = len(tasks)
         loc = {tk.id: i for i, tk in enumerate(tasks)}
         cols = list(zip(*map(_FIELDS, tasks))) if tasks else [()] * 11
         (tid, key, compute, mem, output, self.st0, self.pend0, self.slot0, self.sid0,
          fps, wfs) = cols
         self.tid, self.key, self.compute, self.mem = tid, key, compute, mem
         self.tasks = (views or TaskViews()).get(tid, key, mem)
-        self.wf = [w.id for w in wfs]
+        # per_call: each call its own workflow to the objective, as to the order
+        self.wf = list(tid) if sub.per_call else [w.id for w in wfs]
         self.children = [[loc.get(c.id, -1) for c in tk.children] for tk in tasks]
+        if sub.hidden:  # a call not yet shown: not in the rollouts
+            self.children = [[c for c in cs if c >= 0] for cs in self.children]
         self.ok = self.ok and all(c >= 0 for cs in self.children for c in cs)
         bw, lat = sim.bandwidth_gb_s, sim.latency_s
         self._present, self._loc = tasks, loc
@@ -275,7 +282,7 @@ class _Rollout:
                                              r.deferred_heap0)
         core.decisions = sim.decisions
         self.t = sim.t
-        self.outstanding = sim.outstanding
+        self.outstanding = r.outstanding0
         self.res = dict(r.res0)
         if self.busy[first] and reserve:
             self.res[r.cur] = r._reservation(r.cur, first, self.sid_l[first])

@@ -156,11 +156,6 @@ class Lookahead(Policy):
     def __init__(self, env: EnvConfig | None = None, config: LookaheadConfig | None = None,
                  seed: int | None = None):
         self.env = env or EnvConfig()
-        if self.env.mdp.submission != "dag":
-            raise ValueError(f"lookahead: mdp.submission is {self.env.mdp.submission!r}; the "
-                             f"planner's rollouts run the whole DAG, calls that do not exist yet "
-                             f"under 'program' and 'per_call' (envs/programs.py): use "
-                             f"mdp.submission=dag or a rule (eft)")
         self.config = config or LookaheadConfig()
         self._seed = seed
         self._dec = EftServerView()
@@ -338,6 +333,12 @@ class Lookahead(Policy):
                 costs = (fast.cost(defer_slot, t_end, reserve=False) if slot == DEFER
                          else fast.cost(slot, t_end) for slot in cands)
                 return self._best(cands, costs)
+        if sim.submission.hidden:  # a fork would run calls that do not exist yet
+            raise ValueError(f"lookahead: under mdp.submission={sim.submission.mode!r} the "
+                             f"rollouts see only the calls that exist, which only the fast "
+                             f"rollouts model (policies/fast_rollout.py `supported`: a static "
+                             f"order such as fifo or edf, runs as estimated, no hedging or "
+                             f"server events); this setting needs forked rollouts")
         return self._best(cands, self._forked_costs(sim, cands, t_end, objective, defer_slot))
 
     def _best(self, cands: list[int], costs) -> int:

@@ -170,15 +170,43 @@ def test_generator_config_is_validated():
         load_env(None, ["mdp.submission=calls"])
 
 
-def test_spec_suffix_sets_the_submission_and_the_planner_refuses_hidden_futures():
+def test_spec_suffix_sets_the_submission():
     assert split_submission("eft@fifo+per_call") == ("eft@fifo", "per_call")
     assert split_submission("eft+program") == ("eft", "program")
     assert split_submission("path/a+b") == ("path/a+b", None)
     base, env = split_order("eft@srpt+program", EnvConfig())
     assert base == "eft" and env.mdp.order == "srpt" and env.mdp.submission == "program"
-    from policies import get_policy
-    with pytest.raises(ValueError, match="submission"):
-        get_policy("lookahead", env)
+
+
+@pytest.mark.parametrize("mode", ["program", "per_call"])
+def test_the_planner_rolls_out_only_the_calls_that_exist(monkeypatch, mode):
+    """Under a hidden future the planner's rollouts hold the calls that exist (ready, running,
+    or waiting on nothing), never a call whose parents are unfinished; per call each call is its
+    own workflow to the objective. Under dag they hold the whole DAG. A program under srpt (a
+    dynamic order: forked rollouts, which would run the hidden calls) is refused, naming why."""
+    from policies import fast_rollout
+    from scale_ray.evaluation import run_episode
+    seen = {"rollouts": 0, "hidden": 0, "dag_waiting": 0}
+    init = fast_rollout.Rollouts.__init__
+
+    def spy(self, sim, *a, **k):
+        init(self, sim, *a, **k)
+        seen["rollouts"] += 1
+        hidden = sum(1 for t in self._present if t.state == 3 and t.pending > 0)  # WAITING
+        seen["hidden" if sim.submission.hidden else "dag_waiting"] += hidden
+        if sim.submission.per_call:
+            assert self.wf == list(self.tid)
+
+    monkeypatch.setattr(fast_rollout.Rollouts, "__init__", spy)
+    env = load_env("configs/env/programs.yaml", ["workload.horizon_s=30", "cluster.servers=8"])
+    m = run_episode(env, f"lookahead@fifo+{mode}", 0)
+    assert m["completed_tasks"] == m["arrived_tasks"] > 50 and seen["rollouts"] > 20
+    assert seen["hidden"] == 0
+    run_episode(env, "lookahead@fifo+dag", 0)
+    assert seen["dag_waiting"] > 0  # (the same workload under dag: the future is rolled out)
+    if mode == "program":  # (per call no order is dynamic: srpt keys each call once)
+        with pytest.raises(ValueError, match="fast rollouts"):
+            run_episode(env, "lookahead@srpt+program", 0)
 
 
 def test_bench_pairs_the_modes_on_the_same_requests():

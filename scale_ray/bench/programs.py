@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="offered loads (eval --load: lambda16 = RHO x C16 / mean GFLOP)")
     p.add_argument("--orders", nargs="+", default=["fifo", "las", "edf", "srpt"],
                    choices=ORDERS, help="ready-task orders (EFT placement)")
+    p.add_argument("--policy", default="eft", help="the decider under every order and mode "
+                   "(eft; lookahead: its rollouts hold only the calls that exist under program "
+                   "and per_call, so static orders only)")
     p.add_argument("--episodes", type=int, default=30, help="paired episodes (seeds 0..E-1)")
     p.add_argument("--seed", type=int, default=0, help="base seed of the evaluation set")
     p.add_argument("--workers", type=int, default=2, help="parallel workers (1: in process)")
@@ -61,9 +64,9 @@ def _rel(pairs: list[dict], policy: str, n: int, metric: str) -> dict[str, Any]:
 
 
 def measure(env, orders: list[str], servers: list[int], episodes: int, seed: int,
-            workers: int, label: str) -> tuple[list[dict], list[dict]]:
+            workers: int, label: str, policy: str = "eft") -> tuple[list[dict], list[dict]]:
     """The rows of one setting at one load (module docstring) and its per-episode metrics."""
-    specs = [f"eft@{o}+{m}" for o in orders for m in SUBMISSIONS]
+    specs = [f"{policy}@{o}+{m}" for o in orders for m in SUBMISSIONS]
     rows, eps = evaluate(env, specs, servers, episodes, base_seed=seed, workers=workers,
                          progress=stderr_progress(label))
     by = {(r["policy"], r["servers"]): r for r in rows}
@@ -72,15 +75,14 @@ def measure(env, orders: list[str], servers: list[int], episodes: int, seed: int
         for o in orders:
             row: dict[str, Any] = {"order": o, "servers": n}
             for m in SUBMISSIONS:
-                r = by[(f"eft@{o}+{m}", n)]
+                r = by[(f"{policy}@{o}+{m}", n)]
                 row[m] = {k: r[v] for k, v in METRICS.items()}
             for ref in ("per_call", "dag"):
                 for metric in ("workflow", "workflow_p99"):
+                    prog, other = f"{policy}@{o}+program", f"{policy}@{o}+{ref}"
                     pairs = paired_differences(
-                        [e for e in eps if e["policy"] in (f"eft@{o}+program", f"eft@{o}+{ref}")],
-                        f"eft@{o}+{ref}", metric)
-                    row[f"program_vs_{ref}_{metric}"] = _rel(pairs, f"eft@{o}+program", n,
-                                                             metric)
+                        [e for e in eps if e["policy"] in (prog, other)], other, metric)
+                    row[f"program_vs_{ref}_{metric}"] = _rel(pairs, prog, n, metric)
             out.append(row)
     return out, eps
 
@@ -124,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
             env = replace(base, workload={"arrival_rate_16": rate})
             print(f"{setting}: load {load:g}, lambda16 = {rate:.4g} workflows/s", flush=True)
             got, eps = measure(env, args.orders, args.servers, args.episodes, args.seed,
-                               args.workers, f"{setting} load {load:g}")
+                               args.workers, f"{setting} load {load:g}", args.policy)
             rows += [r | {"setting": setting, "load": load, "arrival_rate_16": rate} for r in got]
             episodes += [{k: e[k] for k in EPISODE_KEYS} | {"setting": setting, "load": load}
                          for e in eps]
@@ -137,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
                 r["program_vs_per_call_workflow"]["mean_rel_diff"]
                 for r in rows if r["order"] == "fifo"}
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "fifo_program_vs_per_call_rel_diff": fifo,
+            json.dump({"policy": args.policy, "rows": rows,
+                       "fifo_program_vs_per_call_rel_diff": fifo,
                        "episodes": args.episodes, "seed": args.seed, "episodes_metrics": episodes},
                       f, indent=1)
         print(f"wrote {args.json}")
