@@ -156,3 +156,21 @@ def test_lookahead_names_its_k_and_a_bad_one_is_refused():
     for bad in ("lookahead:0", "lookahead:x", "lookahead:65"):
         with pytest.raises(ConfigError, match="lookahead\\[:K\\]"):
             LiveConfig(node_rule=bad)
+
+
+def test_a_planner_error_is_counted_and_eft_places_the_call(monkeypatch):
+    import scale_ray.live.node_planning as node_planning
+
+    def broken(*a, **k):
+        raise RuntimeError("a planner bug")
+
+    monkeypatch.setattr(node_planning, "present_of", broken)
+    sched = _sched(_gpu_pair(), "lookahead:2")
+    for k, c in enumerate((2.0, 10.0)):
+        wf = collect([Primitive(emulated_body, c, ray_options={"num_gpus": 1}).bind(0)])
+        sched.admission.admit(WorkflowHandle(k, wf, 0.0))
+    started = {}
+    sched.placement.round(lambda: 0.0, None,
+                          lambda t, s: started.setdefault(t.wf.wid, s.sid) or s.take(t, 9.0))
+    assert [started[w] for w in sorted(started)] == [0, 1]  # EFT's picks
+    assert sched.counters["planner_errors"] == 2

@@ -57,7 +57,7 @@ class LiveNodePlanner:
             present, task = present_of(placement, t, self._order(), now)
             return self.planner.plan(present, task)
         except Exception:  # noqa: BLE001 - a planner bug must not stop the scheduler thread
-            self.counters["planner_errors"] = self.counters.get("planner_errors", 0) + 1
+            self.counters["planner_errors"] += 1
             log.exception("node lookahead failed on task %d; EFT decides it", t.gid)
             return eft(placement.table, t, now, rng)
 

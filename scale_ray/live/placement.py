@@ -77,8 +77,8 @@ class LivePlacement:
     def table(self) -> ServerTable | NodeTable:
         return self.core.servers
 
-    def use_model(self, pooled: bool, rule: str, order: Callable[[], Any] = lambda: None,
-                  counters: dict | None = None) -> None:
+    def use_model(self, pooled: bool, rule: str, order: Callable[[], Any],
+                  counters: dict[str, Any]) -> None:
         """Ray's resource model (``pooled``: servers are whole nodes, placed by the node rule
         ``rule``, ``policies.node_learned.node_decider``; the planner reads the ready-queue
         ``order`` and counts its errors in ``counters``) or the slot model from now on;
@@ -86,7 +86,7 @@ class LivePlacement:
         model follows where the servers come from, which an empty cluster does not tell yet)."""
         self.pooled = pooled
         self.rule = node_decider(rule) if pooled else None
-        self.planner = (LiveNodePlanner(self.rule, order, {} if counters is None else counters)
+        self.planner = (LiveNodePlanner(self.rule, order, counters)
                         if hasattr(self.rule, "plan") else None)
         self.changed = True
         q = self.queue
