@@ -66,59 +66,9 @@ def present_of(placement: "LivePlacement", target: "LiveTask", order: orders.Ord
                now: float) -> tuple[Present, NodeTask]:
     """The present of ``placement`` at model time ``now`` and ``target``'s task in it (module
     docstring)."""
-    table, q = placement.table, placement.queue
-    active: dict[int, Any] = {}
-    for entries in (q.heap, q.deferred, q.blocked):
-        for e in entries:
-            x = e[2]
-            if x.state == READY and not x.wf.failed:
-                active.setdefault(id(x.wf), x.wf)
-    for running in table.running:
-        for x in running:
-            if getattr(x, "state", None) == RUNNING and not x.wf.failed:
-                active.setdefault(id(x.wf), x.wf)
-    mean_c = orders.mean_compute(s.node.compute for s in placement.alive)
-    mine: dict[Any, NodeTask] = {}
-    requests: list[Request] = []
-    for wf in sorted(active.values(), key=lambda w: (w.arrival, w.wid)):
-        req = Request(wf.wid, wf.arrival)
-        req.done, req.level = wf.done, wf.level
-        for x in wf.tasks:
-            c = x.prim.compute_gflop
-            nt = mine[x] = NodeTask(x.gid, req, x.idx, x.prim.name, x.prim.ray_demands, c,
-                                    x.kind)  # (full Ray demands: a waiting task's too)
-            nt.state, nt.parents_left, nt.rank, nt.work = (x.state, len(x.waiting_for), x.rank,
-                                                           c / mean_c)
-            nt.waits = x.waits
-            if x.state == RUNNING:
-                pos = placement.position(x.server)
-                nt.node, nt.start = -1 if pos is None else pos, placement.model(x.started)
-            req.tasks.append(nt)
-        for x in wf.tasks:
-            mine[x].children = [mine[k] for k in x.children]
-        requests.append(req)
+    mine, requests = _records(placement, _active(placement))
     ghosts: list[Request] = []
-    keys: dict[tuple[int, int], Any] = {}  # (id of a live task, node) -> its run's key
-
-    def remap(x: Any, i: int) -> Any:  # (the table asks twice per run: its ends, its holds)
-        key = keys.get((id(x), i))
-        if key is not None:
-            return key
-        nt = mine.get(x)
-        if nt is not None and nt.state == RUNNING and i == nt.node:
-            key = nt
-        elif nt is not None and nt.state == RUNNING and nt.copy is None and x.copy is not None:
-            key = nt.copy = Copy(nt, i, placement.model(x.copy.started))
-        else:  # a run draining: a request of its own that holds node i until the run ends
-            req = Request(-1 - len(ghosts), now)
-            key = NodeTask(-1, req, 0, "", x.demands, 0.0, "")
-            key.state, key.node, key.start = RUNNING, i, now
-            req.tasks.append(key)
-            ghosts.append(req)
-        keys[(id(x), i)] = key
-        return key
-
-    present_table = table.copy(remap)
+    present_table = placement.table.copy(_Runs(placement, mine, ghosts, now))
     held = {k for running in present_table.running for k in running}
     task = mine.get(target)
     if task is None or task.state != READY:
@@ -135,6 +85,77 @@ def present_of(placement: "LivePlacement", target: "LiveTask", order: orders.Ord
     heap.append((task.key, -1, task))
     heapq.heapify(heap)
     core = placement.core
-    present = Present(present_table, requests + ghosts, type(q)(heap), core.rules,
+    present = Present(present_table, requests + ghosts, type(placement.queue)(heap), core.rules,
                       core.node_look, order, now)
     return present, task
+
+
+def _active(placement: "LivePlacement") -> list[Any]:
+    """The workflows with a task ready or running (not failed), by arrival."""
+    q = placement.queue
+    active: dict[int, Any] = {}
+    for entries in (q.heap, q.deferred, q.blocked):
+        for e in entries:
+            x = e[2]
+            if x.state == READY and not x.wf.failed:
+                active.setdefault(id(x.wf), x.wf)
+    for running in placement.table.running:
+        for x in running:
+            if getattr(x, "state", None) == RUNNING and not x.wf.failed:
+                active.setdefault(id(x.wf), x.wf)
+    return sorted(active.values(), key=lambda w: (w.arrival, w.wid))
+
+
+def _records(placement: "LivePlacement", active: list[Any]
+             ) -> tuple[dict[Any, NodeTask], list[Request]]:
+    """Each task of ``active`` as a ``NodeTask`` (live task -> it) and their requests."""
+    mean_c = orders.mean_compute(s.node.compute for s in placement.alive)
+    mine: dict[Any, NodeTask] = {}
+    requests: list[Request] = []
+    for wf in active:
+        req = Request(wf.wid, wf.arrival)
+        req.done, req.level = wf.done, wf.level
+        for x in wf.tasks:
+            c = x.prim.compute_gflop
+            nt = mine[x] = NodeTask(x.gid, req, x.idx, x.prim.name, x.prim.ray_demands, c,
+                                    x.kind)  # (full Ray demands: a waiting task's too)
+            nt.state, nt.parents_left, nt.rank, nt.work = (x.state, len(x.waiting_for), x.rank,
+                                                           c / mean_c)
+            nt.waits = x.waits
+            if x.state == RUNNING:
+                pos = placement.position(x.server)
+                nt.node, nt.start = -1 if pos is None else pos, placement.model(x.started)
+            req.tasks.append(nt)
+        for x in wf.tasks:
+            mine[x].children = [mine[k] for k in x.children]
+        requests.append(req)
+    return mine, requests
+
+
+class _Runs:
+    """The present table's key of each run (``NodeTable.copy``'s remap, asked twice a run: its
+    end, its hold): a running task's ``NodeTask`` on its node, its hedged copy a ``Copy``, any
+    other run (draining) a one-task request of its own in ``ghosts``."""
+
+    def __init__(self, placement: "LivePlacement", mine: dict[Any, NodeTask],
+                 ghosts: list[Request], now: float):
+        self.placement, self.mine, self.ghosts, self.now = placement, mine, ghosts, now
+        self.keys: dict[tuple[int, int], Any] = {}  # (id of a live task, node) -> its key
+
+    def __call__(self, x: Any, i: int) -> Any:
+        key = self.keys.get((id(x), i))
+        if key is not None:
+            return key
+        nt = self.mine.get(x)
+        if nt is not None and nt.state == RUNNING and i == nt.node:
+            key = nt
+        elif nt is not None and nt.state == RUNNING and nt.copy is None and x.copy is not None:
+            key = nt.copy = Copy(nt, i, self.placement.model(x.copy.started))
+        else:  # a run draining: a request of its own that holds node i until the run ends
+            req = Request(-1 - len(self.ghosts), self.now)
+            key = NodeTask(-1, req, 0, "", x.demands, 0.0, "")
+            key.state, key.node, key.start = RUNNING, i, self.now
+            req.tasks.append(key)
+            self.ghosts.append(req)
+        self.keys[(id(x), i)] = key
+        return key
