@@ -79,6 +79,22 @@ def no_ray_connection() -> None:
         ray.shutdown()
 
 
+def local_cluster(overrides: list[str]):
+    """A generator for a fixture: a ``LocalHeteroCluster`` of ``load_env(None, overrides)``'s
+    cluster (its own temp dir and ports) on a fresh driver; yields ``(cluster, env)`` and shuts
+    the cluster down afterwards."""
+    from scale_ray.config import load_env
+    from scale_ray.live.cluster import LocalHeteroCluster
+
+    no_ray_connection()
+    env = load_env(None, overrides)
+    c = LocalHeteroCluster(env.cluster).start()
+    try:
+        yield c, env
+    finally:
+        c.shutdown()
+
+
 def fake_autoscaler_head(name: str, max_workers: int = 3):
     """A context manager: ``ray start --head`` with Ray's fake autoscaler (Ray's `fake_multinode` provider; node
     type ``medium``: one scale server of compute 2, 32 GB, 1 CPU; up to ``max_workers`` of them,

@@ -5,7 +5,7 @@ local cluster, as programs and call by call."""
 from __future__ import annotations
 
 import pytest
-from processes import no_ray_connection
+from processes import local_cluster
 
 from scale_ray.agent_steps import Steps
 from scale_ray.langgraph_agent import (MAX_TOOL_CALLS, ask, build_graph, run_agents,
@@ -50,17 +50,10 @@ def test_steps_validates_its_timeout():
 
 @pytest.fixture(scope="module")
 def two_servers():
-    from scale_ray.config import load_env
-    from scale_ray.live.cluster import LocalHeteroCluster
-
-    no_ray_connection()
-    env = load_env(None, ["cluster.servers=2", "mdp.order=fifo",
-                          "cluster.tiers=[{name: only, compute: 4.0, memory_gb: 32, count: 2}]"])
-    c = LocalHeteroCluster(env.cluster).start()
-    try:
+    for _, env in local_cluster(["cluster.servers=2", "mdp.order=fifo",
+                                 "cluster.tiers=[{name: only, compute: 4.0, memory_gb: 32, "
+                                 "count: 2}]"]):
         yield env
-    finally:
-        c.shutdown()
 
 
 @pytest.mark.slow

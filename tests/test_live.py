@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from processes import fake_autoscaler_head, no_ray_connection
+from processes import fake_autoscaler_head, local_cluster, no_ray_connection
 
 from envs.config import ConfigError
 from envs.workflow import TaskSpec, WorkflowError, WorkflowSpec
@@ -305,13 +305,7 @@ _no_ray_connection = no_ray_connection
 
 @pytest.fixture(scope="class")
 def cluster():
-    _no_ray_connection()
-    env = load_env(None, THREE_TIERS)
-    c = LocalHeteroCluster(env.cluster).start()
-    try:
-        yield c, env
-    finally:
-        c.shutdown()
+    yield from local_cluster(THREE_TIERS)
 
 
 @pytest.mark.slow

@@ -5,12 +5,10 @@ cluster: the planning call holds one server while its steps run on the other."""
 from __future__ import annotations
 
 import pytest
-from processes import no_ray_connection
+from processes import local_cluster
 
 from policies import get_policy
-from scale_ray.config import load_env
 from scale_ray.live import LiveConfig, LiveScheduler, WorkflowFailed, primitive, program
-from scale_ray.live.cluster import LocalHeteroCluster
 
 TWO = ["cluster.servers=2", "mdp.order=fifo",
        "cluster.tiers=[{name: only, compute: 1.0, memory_gb: 32, count: 2}]"]
@@ -35,13 +33,8 @@ def test_program_outside_a_primitive_names_what_to_do():
 
 @pytest.fixture(scope="module")
 def two_servers():
-    no_ray_connection()
-    env = load_env(None, TWO)
-    c = LocalHeteroCluster(env.cluster).start()
-    try:
+    for _, env in local_cluster(TWO):
         yield env
-    finally:
-        c.shutdown()
 
 
 @pytest.mark.slow

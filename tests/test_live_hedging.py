@@ -8,14 +8,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from processes import no_ray_connection
+from processes import local_cluster
 
 from envs.config import ConfigError, build
 from policies import get_policy
 from scale_ray.bench.service import double_booked, reruns
 from scale_ray.config import load_env
 from scale_ray.live import LiveConfig, LiveScheduler, Primitive
-from scale_ray.live.cluster import LocalHeteroCluster, NodeInfo
+from scale_ray.live.cluster import NodeInfo
 from scale_ray.live.nodes import LiveServer
 from scale_ray.live.workflow import WorkflowError, emulated_body
 
@@ -70,13 +70,7 @@ def test_a_copy_goes_to_the_fastest_idle_server_that_fits():
 
 @pytest.fixture(scope="module")
 def cluster():
-    no_ray_connection()
-    env = load_env(None, THREE_TIERS)
-    c = LocalHeteroCluster(env.cluster).start()
-    try:
-        yield c, env
-    finally:
-        c.shutdown()
+    yield from local_cluster(THREE_TIERS)
 
 
 def _run(env, cfg: LiveConfig, prim: Primitive):

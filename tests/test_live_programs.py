@@ -5,13 +5,11 @@ local cluster."""
 from __future__ import annotations
 
 import pytest
-from processes import no_ray_connection
+from processes import local_cluster
 
 from envs.order import Order
 from policies import get_policy
-from scale_ray.config import load_env
 from scale_ray.live import LiveConfig, LiveScheduler, Primitive
-from scale_ray.live.cluster import LocalHeteroCluster
 from scale_ray.live.programs import Program, ProgramClosed
 from scale_ray.live.workflow import emulated_body
 
@@ -55,13 +53,8 @@ def test_program_keys_its_steps_and_closes():
 
 @pytest.fixture(scope="module")
 def one_server():
-    no_ray_connection()
-    env = load_env(None, ONE)
-    c = LocalHeteroCluster(env.cluster).start()
-    try:
+    for _, env in local_cluster(ONE):
         yield env
-    finally:
-        c.shutdown()
 
 
 def _prim(name: str, gflop: float) -> Primitive:
