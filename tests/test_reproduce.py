@@ -141,3 +141,34 @@ def test_jobs_2_trains_the_runs_in_two_processes(tmp_path):
     # seconds to start, less than one training takes)
     assert sum(" training to " in s for s in lines) == 1
     assert not list(tmp_path.glob("runs/*/train.lock"))
+
+
+def test_env_config_reaches_training_and_a_run_of_another_env_is_refused(tmp_path):
+    """`reproduce --env-config` trains in that env; a run directory trained in another env is
+    refused before training (a resume would silently train on in the saved env)."""
+    from dataclasses import replace
+
+    from envs.config import to_dict
+    from scale_ray.config import load_env
+    from scale_ray.reproduce.runs import same_env, train_one
+
+    scale = next(m for m in METHODS if m.name == "SCALE")
+    run_dir = tmp_path / "runs" / "scale_s42"
+    run_dir.mkdir(parents=True)
+    paper = to_dict(load_env("configs/env/paper.yaml"))
+    (run_dir / "config.json").write_text(json.dumps({"train": {}, "env": paper}))
+    same_env(run_dir, load_env("configs/env/paper.yaml"))  # the same env: accepted
+    regime = replace(BUDGETS["smoke"], env_config="configs/env/paper_regime.yaml")
+    with pytest.raises(ValueError, match="--env-config: .* trained in another environment"):
+        train_one(scale, 42, regime, tmp_path, lambda s: None)
+    assert not (run_dir / "policy").exists()
+    assert load_env("configs/env/paper_regime.yaml").mdp.max_decisions == 12
+
+
+def test_reproduce_names_a_bad_env_config_before_training(tmp_path):
+    from scale_ray.reproduce.pipeline import run
+
+    with pytest.raises(Exception, match="no_such_env"):
+        run("smoke", tmp_path, echo=lambda s: None, methods=["SCALE"],
+            env_config="configs/env/no_such_env.yaml")
+    assert not (tmp_path / "runs").exists()

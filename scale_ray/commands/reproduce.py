@@ -28,6 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "one core")
     p.add_argument("--skip-busy", action="store_true",
                    help="leave runs another process is training to it (what --jobs helpers do)")
+    p.add_argument("--env-config", default=None,
+                   help="the env config every run trains and is evaluated in (default: the "
+                        "methods' train configs', configs/env/paper.yaml); e.g. "
+                        "configs/env/paper_regime.yaml. Give it its own --out: a run directory "
+                        "trained in another env is refused")
     p.add_argument("--sizes", nargs="+", type=int, default=None,
                    help="Table 4 sizes N (default: the budget's); e.g. leave out 1024 for a "
                         "shorter evaluation, and say so")
@@ -44,5 +49,5 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--skip-busy needs --train-only (a helper only trains)")
         jobs = min(jobs, 1)  # a helper never starts helpers of its own (run() checks >= 1)
     reproduce(args.budget, args.out or f"results/{args.budget}", methods=args.methods,
-              sizes=args.sizes, train_only=args.train_only, jobs=jobs, skip_busy=args.skip_busy)
+              sizes=args.sizes, train_only=args.train_only, jobs=jobs, skip_busy=args.skip_busy, env_config=args.env_config)
     return 0

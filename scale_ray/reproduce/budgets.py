@@ -46,6 +46,9 @@ class Budget:
     # Fewer episodes at large N (servers -> episodes): an episode has N/16 times the tasks of
     # one at N=16 and every decision scores N servers.
     max_episodes: dict = field(default_factory=dict)
+    # The env config every run trains and is evaluated in (None: each method's train config's,
+    # configs/env/paper.yaml); `reproduce --env-config` sets it.
+    env_config: str | None = None
 
     @property
     def env_steps(self) -> int:

@@ -34,14 +34,15 @@ def git_commit() -> str:
 def run(budget_name: str = "quick", out: str | Path = "results/quick",
         echo: Callable[[str], None] | None = None, methods: Sequence[str] | None = None,
         sizes: Sequence[int] | None = None, train_only: bool = False, jobs: int = 1,
-        skip_busy: bool = False) -> dict:
+        skip_busy: bool = False, env_config: str | None = None) -> dict:
     """Train every method, evaluate everything, write results.json/results.md and the plots.
     ``sizes`` replaces the budget's Table 4 sizes (recorded in the results' budget);
     ``train_only`` stops after training (returns the runs). ``jobs`` > 1 trains that many runs
     at once: ``jobs - 1`` helper processes (``reproduce --train-only --skip-busy``) and this one
     take the runs one by one, each skipping the runs another is training (the run locks), and
     this one waits for the helpers before it evaluates. ``skip_busy`` leaves runs another
-    process is training to it (a helper's mode)."""
+    process is training to it (a helper's mode). ``env_config`` is the env every run trains
+    and is evaluated in (default: the methods' train configs', configs/env/paper.yaml)."""
     if budget_name not in BUDGETS:
         raise ValueError(f"--budget: {budget_name!r} is not one of {sorted(BUDGETS)}")
     if jobs < 1:
@@ -49,6 +50,9 @@ def run(budget_name: str = "quick", out: str | Path = "results/quick",
     budget = BUDGETS[budget_name]
     if sizes is not None:
         budget = replace(budget, sizes=tuple(sizes))
+    if env_config is not None:
+        load_env(env_config)  # a bad file or key fails here, naming it, before any training
+        budget = replace(budget, env_config=str(env_config))
     echo = echo or (lambda s: print(s, file=sys.stderr, flush=True))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -73,7 +77,8 @@ def train_all(chosen: list, budget: Any, budget_name: str, out: Path,
     """1. Training: every (method, seed) run, ``jobs - 1`` helper processes beside this one (see
     :func:`run`); the runs' rows (a helper's own only, with ``skip_busy``)."""
     todo = [(m, seed) for m in chosen for seed in (budget.seeds if m.main else budget.other_seeds)]
-    helpers = start_helpers(budget_name, out, [m.name for m in chosen], jobs - 1, echo)
+    helpers = start_helpers(budget_name, out, [m.name for m in chosen], jobs - 1, echo,
+                            budget.env_config)
     done: dict[tuple[str, int], dict] = {}
     try:
         for m, seed in todo:
@@ -138,7 +143,7 @@ def evaluate_all(chosen: list, budget: Any, runs: list[dict], echo: Callable[[st
     overrides = dict(budget.env_overrides)
     if budget.horizon_s is not None:
         overrides.setdefault("workload", {})["horizon_s"] = budget.horizon_s
-    env = load_env(None, overrides)
+    env = load_env(budget.env_config, overrides)
     results: dict[str, Any] = {"budget": to_dict_budget(budget), "commit": git_commit(),
                                "eval_seed": EVAL_SEED, "runs": runs, "env": to_dict(env)}
     label_of = {p: f"{m}/s{s}" for (m, s), p in policies.items()}
@@ -157,7 +162,7 @@ def evaluate_all(chosen: list, budget: Any, runs: list[dict], echo: Callable[[st
     # Beyond the paper: the same, with servers that can never hold the task masked at inference
     # (what Serve and the live scheduler do). In the paper's unmasked action space a greedy
     # policy that prefers such a server waits for it forever: the episode is cut at the time cap.
-    masked = load_env(None, {**overrides, "mdp": {"mask_infeasible": True}})
+    masked = load_env(budget.env_config, {**overrides, "mdp": {"mask_infeasible": True}})
     results["table4_masked"] = ev("table4_masked", t4_specs + ["eft", "heft"], budget.sizes, masked)
     results["gap_masked"] = gaps(results["table4_masked"], budget)
 
@@ -171,7 +176,7 @@ def evaluate_all(chosen: list, budget: Any, runs: list[dict], echo: Callable[[st
                           "join_rate_s": 0.02, "leave_rate_s": 0.02}}
     for name, change in (("robust_tiers", tiers), ("robust_dynamics", churn)):
         for suffix, mdp in (("", {}), ("_masked", {"mdp": {"mask_infeasible": True}})):
-            cfg = load_env(None, {**overrides, **change, **mdp})
+            cfg = load_env(budget.env_config, {**overrides, **change, **mdp})
             results[name + suffix] = ev(name + suffix, robust_specs, budget.robustness_sizes, cfg)
     return results
 

@@ -16,6 +16,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 from scale_ray.live.raylocal import pid_alive
 
+from envs.config import to_dict
+
 from ..checkpoints import latest_checkpoint
 from ..config import REPO_ROOT
 from ..train_config import load_train_config
@@ -31,7 +33,10 @@ def train_one(method: Method, seed: int, budget: Budget, out: Path,
     overrides: dict[str, Any] = {"run": {"seed": seed, "checkpoint_every": max(1, budget.ppo_iterations // 4)}}
     if budget.srr_ramp is not None:
         overrides["srr"] = {"ramp_start": budget.srr_ramp[0], "ramp_end": budget.srr_ramp[1]}
+    if budget.env_config is not None:
+        overrides["env"] = budget.env_config
     cfg, env = load_train_config(method.config, overrides)
+    same_env(run_dir, env)
     # Equal environment steps for every algorithm: PPO samples steps_per_iteration per iteration
     # (plus the few steps that finish episodes); DQN and SAC sample a varying number per
     # iteration, so they stop at the PPO budget's env steps (the iterations are then a cap).
@@ -78,6 +83,17 @@ def train_one(method: Method, seed: int, budget: Budget, out: Path,
     return {"method": method.name, "seed": seed, "run_dir": str(run_dir),
             "policy": summary["policy"], "iterations": summary["iterations"],
             "env_steps": summary["last"].get("env_steps"), "wall_s": total, "resumed": resume}
+
+
+def same_env(run_dir: Path, env: Any) -> None:
+    """Refuse to reuse or resume a run directory trained in another environment (a resume
+    trains on in the saved one, so a changed ``--env-config`` would silently not apply)."""
+    saved = run_dir / "config.json"
+    if not saved.exists() or not hasattr(env, "__dataclass_fields__"):
+        return
+    if json.loads(saved.read_text()).get("env") != json.loads(json.dumps(to_dict(env))):
+        raise ValueError(f"--env-config: {run_dir} was trained in another environment (its "
+                         f"config.json); give another --out, or the env config it was trained in")
 
 
 def finished(meta: dict, iterations: int, max_env_steps: int | None) -> bool:
@@ -130,12 +146,15 @@ def wall(run_dir: Path) -> float:
 
 
 def start_helpers(budget_name: str, out: Path, methods: Sequence[str], n: int,
-                  echo: Callable[[str], None]) -> list[subprocess.Popen]:
+                  echo: Callable[[str], None], env_config: str | None = None
+                  ) -> list[subprocess.Popen]:
     """``n`` helper processes that train the same runs (skipping busy ones); output inherited."""
     procs = []
     for _ in range(max(0, n)):
         cmd = [sys.executable, "-m", "scale_ray.cli", "reproduce", "--budget", budget_name,
                "--out", str(out), "--train-only", "--skip-busy", "--methods", *methods]
+        if env_config is not None:
+            cmd += ["--env-config", env_config]
         procs.append(subprocess.Popen(cmd, cwd=REPO_ROOT))
         echo(f"training helper started (pid {procs[-1].pid})")
         time.sleep(2.0)  # let each process lock its first run before the next one looks
