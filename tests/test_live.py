@@ -556,6 +556,10 @@ class TestSharedCluster:
         assert all(h.done() for h in hs)
         assert summary["guard_infeasible"] == summary["guard_overrides"] >= 4
         assert summary["waits"] == 0
+        # every run's time outside its worker, per node where runs finished (Completions.run_lag)
+        lag = summary["run_lag_by_node"]
+        assert set(lag) == set(summary["tasks_per_node"]) and summary["run_lag_model_s"] > 0
+        assert all(0 < mean <= most for mean, most in lag.values())
         guard_events = [e for e in events if e["event"] == "guard"]
         assert len(guard_events) == summary["guard_overrides"]
         assert all(e["reason"] == "infeasible" for e in guard_events)

@@ -235,16 +235,21 @@ def _run_rule(name: str, r: int, seed: int, reqs, args: Any, cfg, nodes, env,
     live = {k: s[k] for k in (
         "mean_workflow_response_model_s", "p95_workflow_response_model_s",
         "p99_workflow_response_model_s", "workflows_completed")} | {
-        "wall_s": time.perf_counter() - t0, "thread_cpu_s": s.get("thread_cpu_s")}
+        "wall_s": time.perf_counter() - t0, "thread_cpu_s": s.get("thread_cpu_s"),
+        "run_lag_model_s": s.get("run_lag_model_s"), "run_lag_by_node": s.get("run_lag_by_node"),
+        "tasks_per_node": s.get("tasks_per_node")}
     twin_cfg = replace(cfg, run_noise=args.run_noise, hedge_quantile=(
         live_cfg.get("hedge_quantile", 0.9) if name.endswith(HEDGE) else 0.0))
     twin = NodeSimulator(  # learned speeds: the twin learns them as live does
         twin_cfg, nodes, learn_speeds=args.speeds == "learned" and name != REFERENCE
     ).run(node_decider("ray" if name == REFERENCE else name.removesuffix(HEDGE)),
           seed, arrivals=reqs)
+    lag = s.get("run_lag_model_s")
     print(f"  run {r + 1} {name:12s} live mean {s['mean_workflow_response_model_s']:.2f} "
           f"twin {twin['mean_workflow_response_s']:.2f} model s "
-          f"({time.perf_counter() - t0:.0f} s wall)", flush=True)
+          f"({time.perf_counter() - t0:.0f} s wall)"
+          + (f"; a run's lag outside its worker {lag:.2f} model s" if lag is not None else ""),
+          flush=True)
     return live, {(k[:-2] + "_model_s" if k.endswith("response_s") else k): v
                   for k, v in twin.items()}
 

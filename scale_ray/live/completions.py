@@ -43,7 +43,9 @@ class Completions:
         now_model: the model clock; emit: the trace sink.
 
     Owns ``stopping`` (runs of finished workflows being cancelled: status ref -> (task,
-    server, deadline)) and ``node_tasks`` (tasks finished per node).
+    server, deadline)), ``node_tasks`` (tasks finished per node) and ``run_lag`` (per node: the
+    sum, count and largest of each run's wall s from its submission to its return that it did
+    not spend in its worker: Ray's lease, a worker's start, the return and this thread's poll).
     """
 
     def __init__(self, cfg: LiveConfig, order: Callable[[], Order], admission: Admission,
@@ -58,6 +60,7 @@ class Completions:
         self._servers, self._now_model, self._emit = servers, now_model, emit
         self.stopping: dict[Any, tuple[LiveTask, LiveServer, float]] = {}
         self.node_tasks: dict[str, int] = {}
+        self.run_lag: dict[str, list[float]] = {}
 
     def collect(self, ray: Any, timeout: float) -> None:
         """Wait up to ``timeout`` s for one run to return, and settle what returned."""
@@ -130,6 +133,9 @@ class Completions:
         wf = t.wf
         wf.done += 1
         self.node_tasks[node] = self.node_tasks.get(node, 0) + 1
+        lag = self.run_lag.setdefault(node, [0.0, 0, 0.0])
+        gap = max(0.0, now - t.started - run_s)
+        lag[0], lag[1], lag[2] = lag[0] + gap, lag[1] + 1, max(lag[2], gap)
         first_time = wf.handle.task_finish_wall[t.idx] is None
         ev = {"t": self._now_model(), "event": "finish", "task": t.gid,
               "server": srv.sid if srv else -1, "node": node}

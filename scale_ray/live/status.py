@@ -47,6 +47,12 @@ def summary_of(sched: Any, guard: Any) -> dict[str, Any]:
     out["policy"] = sched.policy.name
     out["servers_alive"] = len(sched.alive_servers)
     out["tasks_per_node"] = dict(sched.completions.node_tasks)
+    ts = sched.cfg.time_scale if sched.cfg.time_scale > 0 else 1.0
+    lag = sched.completions.run_lag
+    runs = sum(v[1] for v in lag.values())
+    # model s a run spent outside its worker (Completions.run_lag): mean, and per node mean/max
+    out["run_lag_model_s"] = sum(v[0] for v in lag.values()) / runs / ts if runs else 0.0
+    out["run_lag_by_node"] = {n: [v[0] / v[1] / ts, v[2] / ts] for n, v in lag.items()}
     if sched.estimator is not None:
         out["estimator"] = sched.estimator.summary()
     return out
