@@ -9,6 +9,7 @@ import heapq
 
 import numpy as np
 import pytest
+from live_replay import replay
 
 from envs.agents import load_agents, node_specs, sample_request
 from envs.config import EnvConfig, replace
@@ -17,9 +18,8 @@ from envs.node_sim import NodeSimulator
 from policies import get_policy
 from policies.node_learned import node_decider
 from policies.node_rules import eft
-from scale_ray.bench.agents_live import collected
 from scale_ray.live import LiveConfig, LiveScheduler, collect
-from scale_ray.live.cluster import NodeInfo, run_speed, server_caps
+from scale_ray.live.cluster import NodeInfo, server_caps
 from scale_ray.live.config import ConfigError
 from scale_ray.live.handles import WorkflowHandle
 from scale_ray.live.node_planning import present_of
@@ -79,35 +79,8 @@ def test_a_burst_is_placed_live_as_the_simulators_planner_places_it():
     calls = [(0.0, r) for r in reqs]
     twin = sim.run(node_decider("lookahead:3"), 0, arrivals=calls)["mean_workflow_response_s"]
     assert twin != pytest.approx(sim.run(eft, 0, arrivals=calls)["mean_workflow_response_s"])
-    servers = []
-    for i, s in enumerate(specs):
-        res = s.all_resources()
-        servers.append(_server(i, f"n{i}", res, s.cpu_speed, s.gpu_speed if res.get("GPU")
-                               else 0.0))
-    sched = _sched(servers, "lookahead:3")
-    handles = [WorkflowHandle(k, collected(r, f"r{k}"), 0.0) for k, r in enumerate(reqs)]
-    for h in handles:
-        sched.admission.admit(h)
-    clock, ends, finish = [0.0], [], {}
-
-    def start(t, srv):
-        until = clock[0] + t.prim.compute_gflop / run_speed(srv.node, t.demands)
-        srv.take(t, until)
-        t.server, t.state, t.started = srv, RUNNING, clock[0]
-        heapq.heappush(ends, (until, t.gid, t))
-
-    while True:
-        sched.placement.round(lambda: clock[0], None, start)
-        if not ends:
-            break
-        clock[0] = ends[0][0]
-        while ends and ends[0][0] == clock[0]:  # every end of this instant, then one round
-            _, _, t = heapq.heappop(ends)
-            sched.completions.finish(t, t.server.node.node_id, 0.0)
-            if t.wf.done == len(t.wf.tasks):
-                finish[t.wf.wid] = clock[0]
-    assert len(finish) == 6 and sched.counters["planner_errors"] == 0
-    assert np.mean(list(finish.values())) == pytest.approx(twin, rel=1e-9)
+    live = replay("lookahead:3", specs, calls)  # raises on a planner error
+    assert len(live) == 6 and np.mean(live) == pytest.approx(twin, rel=1e-9)
 
 
 def test_the_present_finishes_a_hedged_run_and_a_draining_one():
