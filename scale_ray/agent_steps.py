@@ -37,7 +37,8 @@ class Steps:
         self.sched, self.name, self.per_call = sched, name, per_call
         self.tenant, self.app, self.timeout_s = tenant, app, timeout_s
         self.program = None if sched is None or per_call else sched.program(name, tenant)
-        self._first: Any = None  # the service: the first step, which later steps continue
+        self.first: Any = None  # the service: the program's first step (later ones name it)
+        self._closed = False  # the service's program was closed
         self.calls = 0
         self.started_wall: float | None = None
         self.finished_wall: float | None = None
@@ -54,11 +55,11 @@ class Steps:
         opts = {"tenant": self.tenant, "name": self.name}
         if self.app is not None:
             opts["app"] = self.app
-        if not self.per_call and self._first is not None:
-            opts["program"] = self._first
+        if not self.per_call and self.first is not None:
+            opts["program"] = self.first
         h = client.submit(workflow, *inputs, **opts, **kw_inputs)
-        if self._first is None and not self.per_call:
-            self._first = h
+        if self.first is None and not self.per_call:
+            self.first = h
         return h
 
     def run(self, workflow: Any, *inputs: Any, **kw_inputs: Any) -> Any:
@@ -75,9 +76,13 @@ class Steps:
         return self.finished_wall - self.started_wall
 
     def close(self) -> None:
-        """No more calls (the library's program ends when its steps are done)."""
+        """No more calls: the program ends when its steps are done (the library's, or the
+        service's: ``client.ServiceProgram.close``)."""
         if self.program is not None:
             self.program.close()
+        elif self.first is not None and not self.per_call and not self._closed:
+            client.program(self.first, **({"app": self.app} if self.app else {})).close()
+            self._closed = True
 
     def __enter__(self) -> "Steps":
         return self

@@ -296,10 +296,31 @@ def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
 
 class ServiceProgram:
     """An agent program in the scheduler service (:func:`program`): ``submit`` adds a step,
-    ordered as part of the program (``submit(..., program=)``)."""
+    ordered as part of the program (``submit(..., program=)``); ``close()`` (or leaving a
+    ``with`` block) says no step follows: the program ends when its steps are done."""
 
     def __init__(self, step: str, app: str, tenant: str):
         self.step, self.app, self.tenant = step, app, tenant
+        self.closed = False
+
+    def close(self) -> None:
+        """No more steps (``POST /v1/workflows/{id}/tasks`` with ``close: true``); a second
+        call does nothing. Raises ``KeyError`` / :class:`WorkflowLost` for a program the
+        service does not hold, ``WorkflowError`` when another client closed it already."""
+        if self.closed:
+            return
+        out = _retrying(self.app, "close_program", self.step, tenant=self.tenant)
+        if "refused" in out:
+            kind, message = out["refused"], out["message"]
+            raise (KeyError if kind == "not_found" else WorkflowLost if kind == "workflow_lost"
+                   else WorkflowError)(message)
+        self.closed = True
+
+    def __enter__(self) -> "ServiceProgram":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def submit(self, workflow: Any, *inputs: Any, name: str = "", key: str | None = None,
                **kw_inputs: Any) -> ServiceWorkflow | NothingToRun:

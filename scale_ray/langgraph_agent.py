@@ -24,6 +24,7 @@ from typing import Any, Sequence, TypedDict
 
 from policies import get_policy
 from scale_ray.agent_steps import Steps
+from scale_ray.bench.localservice import LocalService
 from scale_ray.config import load_env
 from scale_ray.live import LiveConfig, LiveScheduler
 from scale_ray.live.cluster import LocalHeteroCluster
@@ -128,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--servers", type=int, default=2, help="local servers (4 GFLOP/s each)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds of both ways")
     p.add_argument("--time-scale", type=float, default=0.1, help="wall s per model s")
+    p.add_argument("--service", action="store_true",
+                   help="run the agents through the scheduler service (Ray Serve on the local "
+                        "cluster, scale_ray.client) instead of a LiveScheduler in this process")
     args = p.parse_args(argv)
     if args.agents < 1 or args.servers < 1 or args.rounds < 1:
         p.error("--agents, --servers and --rounds must be >= 1")
@@ -135,12 +139,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                           f"cluster.tiers=[{{name: only, compute: 4.0, memory_gb: 32, "
                           f"count: {args.servers}}}]"])
     questions = [f"question {i} " + "?" * (i % MAX_TOOL_CALLS) for i in range(args.agents)]
-    with LocalHeteroCluster(env.cluster):
-        cfg = LiveConfig(time_scale=args.time_scale)
-        with LiveScheduler(get_policy("eft", env), env, cfg) as sched:
-            r = compare(sched, questions, args.rounds)
+    with LocalHeteroCluster(env.cluster) as cluster:
+        if args.service:  # the service's order: fifo (its env's mdp.order is unset)
+            svc = LocalService(cluster, {"policy": "eft", "live": {"time_scale": args.time_scale}})
+            svc.start()
+            try:
+                svc.wait_accepting()
+                r = compare(None, questions, args.rounds)
+            finally:
+                svc.stop()
+        else:
+            cfg = LiveConfig(time_scale=args.time_scale)
+            with LiveScheduler(get_policy("eft", env), env, cfg) as sched:
+                r = compare(sched, questions, args.rounds)
     m = r["mean_response_s"]
-    print(f"{args.agents} LangGraph agents on {args.servers} servers, {args.rounds} rounds: mean "
+    print(f"{args.agents} LangGraph agents on {args.servers} servers "
+          f"({'the service' if args.service else 'in process'}), {args.rounds} rounds: mean "
           f"response {m['program']:.3f} s as programs, {m['per_call']:.3f} s call by call: "
           f"{rel(r['program_vs_per_call_rel_diff'])}")
     return 0

@@ -429,6 +429,18 @@ class SchedulerService:
     async def cancel(self, wid: str, tenant: str = "job:?") -> dict:
         return await self._cancel(wid, tenant)
 
+    async def close_program(self, wid: str, tenant: str = "job:?") -> dict:
+        """``scale_ray.client.ServiceProgram.close``: the HTTP append with ``close: true`` and
+        no tasks (journaled as that); a refusal comes back as ``refused`` and its reason."""
+        req = AppendIn(close=True)
+        try:
+            return await self._off_loop(self.registry.append, wid, tenant, req, b"", None, {},
+                                        None)
+        except RequestError as e:  # the client raises it (a closed program: 409)
+            return {"refused": e.kind, "message": e.msg}
+        except UnknownWorkflow as e:
+            return {"refused": "workflow_lost" if e.gone else "not_found", "message": e.msg}
+
     async def _cancel(self, wid: str, tenant: str) -> dict:
         h = self.registry.lookup(wid, tenant)
         was_running = await asyncio.wrap_future(self.sched.cancel(h))

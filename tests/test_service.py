@@ -1042,3 +1042,26 @@ def test_a_label_selector_over_http_is_a_demand_and_a_bad_one_names_the_task_and
         _parse(_doc([{"name": "a", "compute_gflop": 1, "label_selector": {"zoné": "a"}}]))
     with pytest.raises(RequestValidationError):  # more than 16 terms: refused by the schema
         _parse(_doc([{"name": "a", "label_selector": {f"k{i}": "a" for i in range(17)}}]))
+
+
+@pytest.mark.slow
+def test_langgraph_agents_run_through_the_service_one_program_each(service):
+    """Issue 47, item 4, through the service: each LangGraph agent's calls (``Steps()``, the
+    client) are the steps of one program, which leaving ``Steps`` closes; closing it again is
+    refused as the HTTP append's 409 is, and a program's record says it is closed."""
+    from envs.workload import WorkflowError
+    from scale_ray import client
+    from scale_ray.langgraph_agent import MAX_TOOL_CALLS, run_agents
+
+    questions = ["why fifo", "agents on Ray?"]
+    for q, (answer, steps) in zip(questions, run_agents(None, questions, timeout_s=120)):
+        k = 1 + len(q) % MAX_TOOL_CALLS
+        assert answer == " | ".join(f"found({q} #{t})" for t in range(k))
+        assert steps.calls == 2 * k + 1 and steps.response_s > 0
+        prog = steps.first.status(wait_s=30)["program"]
+        assert len(prog["steps"]) == steps.calls and prog["steps"][0] == steps.first.id
+        assert prog["closed"] and prog["response_s"] > 0
+        with pytest.raises(WorkflowError, match="closed"):
+            client.program(steps.first).close()
+    answer, steps = run_agents(None, ["one by one"], per_call=True, timeout_s=120)[0]
+    assert answer.startswith("found(one by one #0)") and steps.first is None  # no program
