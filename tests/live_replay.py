@@ -39,7 +39,7 @@ def replay(rule: str, specs, calls) -> list[float]:
                           LiveConfig(model="nodes", node_rule=rule, time_scale=1.0, hedge="off"))
     sched.nodes.pooled = True  # as the first node refresh sets it on plain Ray nodes
     sched.set_alive(live_servers(specs))
-    sched.placement.origin = 0.0  # model s = the clock below
+    sched.clock_origin = sched.placement.origin = 0.0  # model s = the clock below (arrivals too)
     clock, ends, arrival, response = [0.0], [], {}, {}
 
     def start(t, srv):

@@ -30,3 +30,16 @@ def test_live_decisions_give_the_twins_responses(rule, noise):
     live = replay(rule, specs, calls)
     assert len(live) == 16
     assert np.mean(live) == pytest.approx(twin["mean_workflow_response_s"], rel=1e-9)
+
+
+def test_the_learned_policy_live_reads_each_requests_age_as_its_twin():
+    """`bench live --setting agents --run-noise 1.0`'s second run (8 nodes, 120 requests, seed
+    2), the learned node policy: live decisions give its twin's mean. (It did not while the
+    replay read the requests' arrivals on another clock than the rules' ``now``: the policy saw
+    every request's age clipped, as live did before 9eed7f5; its 157th start went elsewhere.)"""
+    cfg = load_agents(read_yaml(resolve_config_path("configs/env/agents.yaml")))
+    specs = node_specs(cfg, 8)
+    calls = requests(cfg, specs, 120, 2, 1.0)
+    twin = NodeSimulator(cfg, specs, rate=1.0).run(node_decider(LEARNED), 2, arrivals=calls)
+    assert np.mean(replay(LEARNED, specs, calls)) == pytest.approx(
+        twin["mean_workflow_response_s"], rel=1e-9)

@@ -429,7 +429,8 @@ def decision_overhead(n_nodes: int, n_requests: int, seed: int = 0, rule: str = 
     sched.nodes.pooled = True  # as the first refresh sets it on plain Ray nodes
     servers = [_server(i, s) for i, s in enumerate(specs)]
     sched.set_alive(servers)
-    sched.placement.origin = 0.0  # model s = the emulated clock (a planner reads both)
+    sched.clock_origin = sched.placement.origin = 0.0  # model s = the emulated clock (a planner
+    # reads both; the requests' arrivals, 0 here, are on it too)
     clock = [0.0]
     ends: list[tuple[float, int, Any]] = []
 
