@@ -132,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--service", action="store_true",
                    help="run the agents through the scheduler service (Ray Serve on the local "
                         "cluster, scale_ray.client) instead of a LiveScheduler in this process")
+    p.add_argument("--no-fair-share", action="store_true",
+                   help="with --service: its live.fair_share off (on by default in the service)")
     args = p.parse_args(argv)
     if args.agents < 1 or args.servers < 1 or args.rounds < 1:
         p.error("--agents, --servers and --rounds must be >= 1")
@@ -141,7 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     questions = [f"question {i} " + "?" * (i % MAX_TOOL_CALLS) for i in range(args.agents)]
     with LocalHeteroCluster(env.cluster) as cluster:
         if args.service:  # the service's order: fifo (its env's mdp.order is unset)
-            svc = LocalService(cluster, {"policy": "eft", "live": {"time_scale": args.time_scale}})
+            svc = LocalService(cluster, {"policy": "eft", "live": {
+                "time_scale": args.time_scale, "fair_share": not args.no_fair_share}})
             svc.start()
             try:
                 svc.wait_accepting()

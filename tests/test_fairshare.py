@@ -75,3 +75,21 @@ def test_tags_advance_in_steps_so_a_small_workflow_is_one_tag():
     assert FairShare().admit("x", [1.0, 2.0], [0, 1], ()) == [0.0, 1.0]  # 0: a tag per task
     with pytest.raises(ValueError, match="quantum_s"):
         FairShare(-1.0)
+
+
+def test_a_programs_later_step_goes_on_from_its_program_not_behind_the_tenants_newer_work():
+    """An agent program's step (``after``: where its earlier steps' tags ended) is tagged as if
+    the program had come as one workflow: ahead of the tenant's own newer workflow, never
+    before V; the tenant is still charged its work (its next workflow starts later by it)."""
+    fs = FairShare()
+    first = fs.admit("a", [1.0], [0], ())  # a program's first step
+    end = fs.last_end
+    newer = _admit(fs, "a", 2, 1.0)  # the same tenant's next workflow
+    assert first == [0.0] and end == 1.0 and newer == [1.0, 2.0]
+    step = fs.admit("a", [1.0, 1.0], [0, 1], (), after=end)
+    assert step == [1.0, 2.0] and fs.last_end == 3.0  # ties the newer one, not behind it
+    end = fs.last_end
+    assert _admit(fs, "a", 1, 1.0) == [5.0]  # charged: 3 (first + newer) + 2 (the step)
+    fs.started(4.0)
+    late = fs.admit("a", [1.0], [0], [4.0], after=end)
+    assert late == [4.0]  # never before V, the oldest run's tag

@@ -24,6 +24,14 @@ server (a tie goes to the older workflow, i.e. at most one task). An idle tenant
 (its tag is lifted to ``V``), and a flooding tenant queues behind itself. With one tenant the tags
 grow with arrival and, within a workflow, with rank: the plain order.
 
+An agent program's later step (scale_ray/live/programs.py) goes on from where its program's
+earlier steps' tags ended, lifted to ``V`` as any newcomer: ahead of the tenant's newer
+workflows (tagged behind the tenant's finish tag, each step queued behind them, which undid
+program-aware ordering in the service). The lift to ``V`` still orders the steps of one
+tenant's programs by when they were submitted, not by their programs' arrival, so the fair
+share keeps part of per-call ordering (LangGraph agents through the service, with and without
+it: results/programs/README.md). The tenant's finish tag still moves by the step's work.
+
 Reference: Goyal, Vin, Cheng, "Start-time fair queueing" (SIGCOMM '96), with the multi-server
 virtual time of the oldest packet in service.
 """
@@ -45,6 +53,7 @@ class FairShare:
         self.quantum_s = float(quantum_s)
         self._finish: dict[str, float] = {}
         self._last_started = 0.0
+        self.last_end = 0.0  # where the last admitted workflow's tags ended (admit)
 
 
     def virtual_time(self, running: Iterable[float]) -> float:
@@ -53,17 +62,25 @@ class FairShare:
         return min(running, default=self._last_started)
 
     def admit(self, tenant: str, works: Sequence[float], order: Sequence[int],
-              running: Iterable[float]) -> list[float]:
+              running: Iterable[float], after: float | None = None) -> list[float]:
         """The start tags of a new workflow of ``tenant``: ``works[i]`` is task i's work (model
         s, >= 0), ``order`` its task indices in the configured order, ``running`` the tags of
-        the runs in progress."""
-        start = max(self.virtual_time(running), self._finish.get(tenant, 0.0))
+        the runs in progress. ``after``: the workflow is a later step of an agent program whose
+        earlier steps' tags ended at ``after`` (:attr:`last_end` after their admit): its tags go
+        on from there (at least ``V``), where they would be had the program come as one
+        workflow, so the tenant's own newer workflows do not pass it; the tenant is charged
+        its work all the same (its finish tag moves by it). :attr:`last_end`: where this
+        workflow's tags end."""
+        v = self.virtual_time(running)
+        own = max(v, self._finish.get(tenant, 0.0))
+        start = own if after is None else max(v, after)
         q, done = self.quantum_s, 0.0
         tags = [0.0] * len(works)
         for i in order:  # the work before task i, in whole steps of q (exact with q = 0)
             tags[i] = start + (q * math.floor(done / q) if q > 0 else done)
             done += max(works[i], 0.0)
-        self._finish[tenant] = start + done
+        self._finish[tenant] = own + done
+        self.last_end = start + done
         return tags
 
     def started(self, tag: float) -> None:
