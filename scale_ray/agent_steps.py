@@ -36,9 +36,9 @@ class Steps:
             raise ValueError(f"timeout_s: {timeout_s!r} must be > 0")
         self.sched, self.name, self.per_call = sched, name, per_call
         self.tenant, self.app, self.timeout_s = tenant, app, timeout_s
+        # the library's Program; the service's (client.ServiceProgram) once its first step is in
         self.program = None if sched is None or per_call else sched.program(name, tenant)
         self.first: Any = None  # the service: the program's first step (later ones name it)
-        self._closed = False  # the service's program was closed
         self.calls = 0
         self.started_wall: float | None = None
         self.finished_wall: float | None = None
@@ -48,18 +48,16 @@ class Steps:
         if self.started_wall is None:
             self.started_wall = time.perf_counter()
         self.calls += 1
+        if self.program is not None:  # a step of the library's or the service's program
+            return self.program.submit(workflow, *inputs, name=self.name, **kw_inputs)
         if self.sched is not None:
-            target = self.sched.submit if self.program is None else self.program.submit
-            kw = {"tenant": self.tenant} if self.program is None else {}
-            return target(workflow, *inputs, name=self.name, **kw, **kw_inputs)
-        opts = {"tenant": self.tenant, "name": self.name}
-        if self.app is not None:
-            opts["app"] = self.app
-        if not self.per_call and self.first is not None:
-            opts["program"] = self.first
-        h = client.submit(workflow, *inputs, **opts, **kw_inputs)
-        if self.first is None and not self.per_call:
-            self.first = h
+            return self.sched.submit(workflow, *inputs, name=self.name, tenant=self.tenant,
+                                     **kw_inputs)
+        app = {"app": self.app} if self.app is not None else {}
+        h = client.submit(workflow, *inputs, tenant=self.tenant, name=self.name, **app,
+                          **kw_inputs)
+        if not self.per_call:  # the first step: later ones continue its program
+            self.first, self.program = h, client.program(h, **app)
         return h
 
     def run(self, workflow: Any, *inputs: Any, **kw_inputs: Any) -> Any:
@@ -78,11 +76,8 @@ class Steps:
     def close(self) -> None:
         """No more calls: the program ends when its steps are done (the library's, or the
         service's: ``client.ServiceProgram.close``)."""
-        if self.program is not None:
+        if self.program is not None:  # (closing twice does nothing)
             self.program.close()
-        elif self.first is not None and not self.per_call and not self._closed:
-            client.program(self.first, **({"app": self.app} if self.app else {})).close()
-            self._closed = True
 
     def __enter__(self) -> "Steps":
         return self

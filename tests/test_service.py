@@ -1063,5 +1063,11 @@ def test_langgraph_agents_run_through_the_service_one_program_each(service):
         assert prog["closed"] and prog["response_s"] > 0
         with pytest.raises(WorkflowError, match="closed"):
             client.program(steps.first).close()
+        steps.close()  # closing one's own Steps again does nothing
+    # a stranger's close: another tenant's program, an id the service never gave
+    with pytest.raises(KeyError):
+        client.program(steps.first, tenant="job:stranger").close()
+    with pytest.raises(KeyError):
+        client.program("nö-such-id").close()
     answer, steps = run_agents(None, ["one by one"], per_call=True, timeout_s=120)[0]
     assert answer.startswith("found(one by one #0)") and steps.first is None  # no program

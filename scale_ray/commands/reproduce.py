@@ -49,5 +49,6 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--skip-busy needs --train-only (a helper only trains)")
         jobs = min(jobs, 1)  # a helper never starts helpers of its own (run() checks >= 1)
     reproduce(args.budget, args.out or f"results/{args.budget}", methods=args.methods,
-              sizes=args.sizes, train_only=args.train_only, jobs=jobs, skip_busy=args.skip_busy, env_config=args.env_config)
+              sizes=args.sizes, train_only=args.train_only, jobs=jobs, skip_busy=args.skip_busy,
+              env_config=args.env_config)
     return 0
