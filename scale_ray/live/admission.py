@@ -99,10 +99,7 @@ class Admission:
         if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
             in_order = sorted(range(len(gflop)), key=lambda i: (-ranks[i], i))
             tags = self._fair.admit(h.tenant, self.work_s(h.workflow, mean_c), in_order,
-                                    (t.share for t, _ in self._running.values()),
-                                    None if prog is None else prog.share_end)
-            if prog is not None:  # its next step's tags go on from here (FairShare.admit)
-                prog.share_end = self._fair.last_end
+                                    (t.share for t, _ in self._running.values()))
         done = h.resumed_tasks or {}  # finished before a restart (Durability.resume)
         for i, call in enumerate(h.workflow.calls):
             t = LiveTask(self.next_gid, i, wf, call)

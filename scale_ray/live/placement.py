@@ -32,6 +32,7 @@ from .node_planning import LiveNodePlanner
 from .tasks import READY, WAITING
 
 if TYPE_CHECKING:
+    from .fairshare import TenantOrder
     from .nodes import LiveServer
     from .tasks import LiveTask
 
@@ -68,6 +69,8 @@ class LivePlacement:
         self.max_memory = 0.0  # largest memory of an alive server (offered or not)
         # the compute (GFLOP) the policy is shown for a task; default its declared compute
         self.shown: Callable[[Any], float] = lambda t: t.prim.compute_gflop
+        #: the fair share's second level: a tenant's tags in the configured order (None: off)
+        self.lanes: TenantOrder | None = None
 
     @property
     def queue(self) -> ReadyQueue:
@@ -184,12 +187,16 @@ class LivePlacement:
             return
         t.state = READY
         t.pooled = self.pooled  # its demands: the full Ray request in Ray's resource model
-        self.queue.push(t.key, t.gid, t)
-        self.changed = True
+        self.rekey(t)
 
     def rekey(self, t: LiveTask) -> None:
-        """Ready ``t`` has a new order key (a dynamic order): queued again under it (the queue
-        drops the older entry when it reaches the top)."""
+        """Ready ``t`` is queued (again, under a new order key: a dynamic order; the queue
+        drops the older entry when it reaches the top). With the fair share, its tenant's
+        tags are dealt out in order first (``lanes``): the tasks whose tags moved are queued
+        again too."""
+        if self.lanes is not None:
+            for u in self.lanes.enter(t):
+                self.queue.push(u.key, u.gid, u)
         self.queue.push(t.key, t.gid, t)
         self.changed = True
 

@@ -174,8 +174,6 @@ class Program:
         self.handles: list[WorkflowHandle] = []
         self.closed = False
         self.reported = False  # the service's program_response_s counted it
-        #: fair share: where its admitted steps' start tags end (None before its first step)
-        self.share_end: float | None = None
         self._lock = threading.Lock()
 
     def submit(self, workflow: Any, *inputs: Any, name: str = "", **kw_inputs: Any) -> Any:

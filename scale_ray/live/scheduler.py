@@ -54,7 +54,7 @@ from .durability import Durability, Loader
 from .journal import Submission
 from .config import LiveConfig
 from .executors import RemoteCache
-from .fairshare import FairShare
+from .fairshare import FairShare, TenantOrder
 from .gateway import GatewayPump
 from .handles import NothingToRun, WorkflowHandle, drain_handles
 from .runs import Runs
@@ -108,8 +108,7 @@ class LiveScheduler:
                          "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0,
                          "planner_errors": 0, "planner_reused": 0, "runs_cancelled": 0,
                          "servers_replaced": 0}
-        # scheduler-thread state
-        c = self.env.cluster
+        c = self.env.cluster  # scheduler-thread state
         self.placement = LivePlacement(self.features, c.bandwidth_gb_s, c.latency_s,
                                        self.cfg.head_of_line_blocking, self.cfg.time_scale)
         self.nodes = NodeSet(self.cfg, self._tiers, self._remote, self.counters,
@@ -124,8 +123,9 @@ class LiveScheduler:
         if est is not None:
             self.placement.shown = lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)
             self.placement.estimator = est
-        # a fair share between submit(tenant=...) tenants (LiveConfig.fair_share)
+        # a fair share between submit(tenant=...) tenants (LiveConfig.fair_share), two levels
         self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
+        self.placement.lanes = TenantOrder() if self.cfg.fair_share else None
         #: the journal (LiveConfig.storage) and idempotency keys (scale_ray.live.durability)
         self.durable = Durability(self.cfg.storage, self._adopt, self._queue)
         servers = lambda: self.alive_servers  # noqa: E731 - the set changes

@@ -17,7 +17,7 @@ class LiveTask:
     __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
                  "value_ref", "server", "token", "attempts", "first_parent", "last_server",
                  "waits", "rank", "started", "expected", "transfer_wall", "runs", "status",
-                 "copy", "is_copy", "share", "pooled")
+                 "copy", "is_copy", "share", "lane", "pooled")
 
     def __init__(self, gid: int, idx: int, wf: "LiveWorkflow", call: Call):
         self.gid = gid
@@ -45,6 +45,7 @@ class LiveTask:
         self.copy: Any = None  # the other run of a hedged task (scale_ray.live.runs._Run)
         self.is_copy = False  # its run is a hedged copy (the original is ``copy``)
         self.share = 0.0  # its fair-share start tag (scale_ray.live.fairshare)
+        self.lane: tuple | None = None  # its place among its tenant's queued tasks (TenantOrder)
         self.pooled = False  # Ray's resource model (LiveConfig.model: nodes): full Ray demands
 
     @property
