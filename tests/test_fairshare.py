@@ -114,6 +114,9 @@ def test_a_tenants_tags_are_dealt_out_again_in_the_configured_order():
     late = _Task(11, "a", (9.0,), 0.5)  # newest in the order with an early tag: moves back
     assert lanes.enter(late) == [step, *a[1:]]
     assert [t.share for t in (step, *a[1:], late)] == [0.5, 1, 2, 3, 4]
+    a[3].key = (a[3].share, -1.0)  # re-keyed (a dynamic order): first now, and only once
+    assert lanes.enter(a[3]) == [step, a[1], a[2]]
+    assert [t.share for t in (a[3], step, a[1], a[2], late)] == [0.5, 1, 2, 3, 4]
 
 
 def test_the_tenant_order_walks_a_bounded_part_of_a_long_lane():

@@ -106,6 +106,7 @@ class TenantOrder:
         """``t`` is about to be queued: it joins its tenant's lane and the tags of the lane's
         tasks out of order with it are dealt out again in order (``t``'s ``share`` and
         ``key`` may change). Returns the other tasks whose tags changed: queue them again."""
+        t.lane = None  # queued again (a dynamic order's re-key): its old entry is dead
         tenant = t.wf.handle.tenant
         lane = self._lanes.setdefault(tenant, [])
         if len(lane) > self._clean_at.get(tenant, LANE_LOOK):  # dead entries: amortised O(1)
