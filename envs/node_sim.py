@@ -427,6 +427,7 @@ class Present:
                  node_look: int, order: orders.Order, now: float):
         self.table, self.requests, self.order, self.now = table, requests, order, now
         self.tasks = [t for w in requests for t in w.tasks]
+        self.open = len(requests)  # (a planner's bound on its cost)
         self.core = DecisionCore(table, rules)
         self.core.node_look, self.core.queue = node_look, queue
         self.sim = self.cfg = None

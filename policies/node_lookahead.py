@@ -15,6 +15,13 @@ workers warm, where EFT's lowest-index ties pack runs onto few nodes (results/re
 task that fits nowhere now is left to the base rule (a wait); the planner never waits on its
 own, so it cannot wait without bound.
 
+Its cost is bounded: with more than :data:`MAX_OPEN_PER_NODE` open requests a node (a burst, a
+flooded cluster) it is the base rule (counted in ``skipped``) until the backlog drains: a
+rollout runs the whole present work, so in a burst of 120 requests on 8 nodes each call cost
+123 ms, now 2-3 ms. In agents.yaml's episodes at N = 16, GPU load 0.6 and 0.8, the bound
+changes no decision (``scale-ray bench headroom --policies lookahead`` prints how many it
+took; results/resource_model/README.md).
+
 It plans on the rules' view: with ``learn_speeds`` its rollouts use the estimator's run times,
 never the true ones. Cost per decision: ``k`` rollouts of the present work (``scale-ray bench
 headroom --policies lookahead`` prints each episode's seconds).
@@ -30,19 +37,26 @@ from envs.nodes import NodeTable
 
 from .node_rules import eft
 
-__all__ = ["NodeLookahead"]
+__all__ = ["NodeLookahead", "MAX_OPEN_PER_NODE"]
+
+MAX_OPEN_PER_NODE = 4  # above this many open requests a node, plan with the base rule
 
 
 class NodeLookahead:
     """The planner (module docstring). ``plan(episode, task)`` -> node index; as a plain rule
     (``(table, task, now, rng)``, no episode to fork) it is the base rule."""
 
-    def __init__(self, k: int = 4, base: Callable = eft):
+    def __init__(self, k: int = 4, base: Callable = eft,
+                 max_open_per_node: float = MAX_OPEN_PER_NODE):
         if k < 1:
             raise ValueError(f"lookahead: k must be >= 1, got {k!r}")
-        self.k, self.base = k, base
+        if not max_open_per_node > 0:
+            raise ValueError(f"lookahead: max_open_per_node must be > 0, got "
+                             f"{max_open_per_node!r}")
+        self.k, self.base, self.max_open_per_node = k, base, max_open_per_node
         self.rollouts = 0  # rollouts made so far
         self.changed = 0  # picks that differ from the base rule's
+        self.skipped = 0  # asks answered by the base rule alone: too many open requests
 
     def __call__(self, table: NodeTable, task: Any, now: float, rng: np.random.Generator) -> int:
         return self.base(table, task, now, rng)
@@ -54,8 +68,11 @@ class NodeLookahead:
         return fit[:self.k]
 
     def plan(self, ep: Any, task: Any) -> int:
-        cands = self.candidates(ep.table, task)
         first = self.base(ep.table, task, ep.now, ep.r_pol)
+        if ep.open > self.max_open_per_node * ep.table.n:  # a burst: bounded cost
+            self.skipped += 1
+            return first
+        cands = self.candidates(ep.table, task)
         if len(cands) <= 1:
             return first
         best, pick = None, first

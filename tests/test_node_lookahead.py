@@ -44,6 +44,24 @@ def test_the_planner_beats_eft_where_a_greedy_first_fit_blocks_the_long_call():
         pytest.approx(5.5)
 
 
+def test_over_its_bound_of_open_requests_a_node_the_planner_is_its_base_rule():
+    """Its cost is bounded (a burst): the same timeline with 2 open requests on 2 nodes is
+    planned at 1 a node (2 > 2: no), and is EFT's at 0.5 a node, without a rollout."""
+    one = demands_of(num_cpus=1, num_gpus=1, memory_gb=1)
+    nodes = [NodeSpec("a", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=2.0),
+             NodeSpec("b", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=1.0)]
+    calls = [(0.0, [AgentTask("x", one, 2.0, ())]), (0.0, [AgentTask("y", one, 10.0, ())])]
+    sim = NodeSimulator(_cfg(), nodes, rate=1.0)
+    at_one = NodeLookahead(k=2, max_open_per_node=1.0)
+    assert sim.run(at_one, 0, arrivals=calls)["mean_workflow_response_s"] == pytest.approx(3.5)
+    assert at_one.skipped == 0
+    bounded = NodeLookahead(k=2, max_open_per_node=0.5)
+    assert sim.run(bounded, 0, arrivals=calls)["mean_workflow_response_s"] == pytest.approx(5.5)
+    assert bounded.skipped == 2 and bounded.rollouts == 0
+    with pytest.raises(ValueError, match="max_open_per_node"):
+        NodeLookahead(max_open_per_node=0)
+
+
 def test_k1_is_eft_to_the_bit_and_the_planner_is_deterministic():
     sim = NodeSimulator(_agents(horizon=60.0), 8)
     assert sim.run(NodeLookahead(k=1), 3) == sim.run(eft, 3)

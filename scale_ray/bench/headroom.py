@@ -32,7 +32,7 @@ from envs.config_files import read_yaml, resolve_config_path
 from envs.decision import NODE_LOOK
 from envs.node_sim import NodeSimulator
 from policies.node_learned import LearnedNodePolicy
-from policies.node_lookahead import NodeLookahead
+from policies.node_lookahead import MAX_OPEN_PER_NODE, NodeLookahead
 from policies.node_rules import NODE_POLICIES, node_policy
 from scale_ray.evaluation import ci95_half_width
 from scale_ray.relative import rel
@@ -104,7 +104,8 @@ def _episode(job: tuple) -> dict[str, Any]:
     m = sim.run(decide, seed)
     extra = {"guard_overrides": decide.overrides} if policy in learned else {}
     if isinstance(decide, NodeLookahead):
-        extra = {"rollouts": decide.rollouts, "changed_picks": decide.changed}
+        extra = {"rollouts": decide.rollouts, "changed_picks": decide.changed,
+                 "skipped": decide.skipped}
     return m | extra | {"nodes": n, "load": load, "policy": policy, "episode": seed,
                         "seconds": time.perf_counter() - t0}
 
@@ -246,6 +247,11 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {k}/{len(jobs)} episodes, {time.perf_counter() - t0:.0f} s", flush=True)
     rows = table(episodes, policies)
     print(format_table(rows, args.episodes))
+    planned = [e for e in episodes if "skipped" in e]
+    if planned:  # NodeLookahead's bound on its cost (MAX_OPEN_PER_NODE)
+        print(f"\nlookahead: {sum(e['skipped'] for e in planned)} of "
+              f"{sum(e['decisions'] for e in planned)} decisions by the base rule alone "
+              f"(over {MAX_OPEN_PER_NODE} open requests a node)")
     default = choose_default(rows)
     print(f"\ndefault rule (beats EFT at every size and load, p95 no worse; else eft): {default}")
     print(f"total {time.perf_counter() - t0:.0f} s")
