@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from envs.config import build
@@ -352,3 +353,30 @@ def test_a_straggler_is_hedged_on_another_node_and_each_run_holds_its_own_resour
     assert t in a10g.running and t not in a100.running
     sched.placement.release(a10g, t, 2.0)
     assert [sum(g) for g in table.gpus] == [1.0, 1.0, 0.0] and table.running == [{}, {}, {}]
+
+
+def test_ray_defaults_twin_is_the_mean_of_its_random_draws():
+    """Live Ray is one draw of its random top-k choice: its twin (bench live --setting agents)
+    averages --ray-draws draws on the run's requests, and reports their spread; a rule
+    without randomness is run once."""
+    from envs.agents import load_agents, node_specs
+    from envs.config_files import read_yaml, resolve_config_path
+    from envs.node_sim import NodeSimulator
+    from policies.node_learned import node_decider
+    from scale_ray.bench.agents_live import REFERENCE, requests, twin_prediction
+
+    cfg = load_agents(read_yaml(resolve_config_path("configs/env/agents.yaml")))
+    nodes = node_specs(cfg, 4)
+    reqs = requests(cfg, nodes, 20, 1)
+    key = "mean_workflow_response_s"
+    one = [NodeSimulator(cfg, nodes).run(node_decider("ray"), 1 + 10_000 * j, arrivals=reqs)[key]
+           for j in range(3)]
+    got = twin_prediction(REFERENCE, 1, reqs, cfg, nodes, False, 3)
+    assert got["draws"] == 3 and got[key] == pytest.approx(np.mean(one))
+    assert got["sd_mean_workflow_response_s"] == pytest.approx(np.std(one, ddof=1))
+    assert len(set(one)) > 1  # the draws differ: there is a spread to average
+    assert twin_prediction(REFERENCE, 1, reqs, cfg, nodes, False, 1)[key] == one[0]
+    spread = twin_prediction("eft_spread", 1, reqs, cfg, nodes, False, 3)
+    assert spread["draws"] == 1 and spread["sd_mean_workflow_response_s"] == 0.0
+    with pytest.raises(ValueError, match="--ray-draws"):
+        twin_prediction(REFERENCE, 1, reqs, cfg, nodes, False, 0)

@@ -70,6 +70,8 @@ def add_agents_arguments(p: argparse.ArgumentParser) -> None:
                    "compute x a LogNormal factor of mean 1 and this log-spread, drawn per "
                    "request (live and twin alike; envs/node_hedging.py)")
     g.add_argument("--runs", type=int, default=2, help="runs (seeds from --seed)")
+    g.add_argument("--ray-draws", type=int, default=20, help="the twin's Ray default: the mean "
+                   "of this many draws of its random choice (live Ray is one; 1: one draw)")
     g.add_argument("--agents-config", default="configs/env/agents.yaml")
     g.add_argument("--timeout-s", type=float, default=900.0, help="per run and policy")
     g.add_argument("--overhead-requests", type=int, default=150, help="the overhead part's "
@@ -240,10 +242,8 @@ def _run_rule(name: str, r: int, seed: int, reqs, args: Any, cfg, nodes, env,
         "tasks_per_node": s.get("tasks_per_node")}
     twin_cfg = replace(cfg, run_noise=args.run_noise, hedge_quantile=(
         live_cfg.get("hedge_quantile", 0.9) if name.endswith(HEDGE) else 0.0))
-    twin = NodeSimulator(  # learned speeds: the twin learns them as live does
-        twin_cfg, nodes, learn_speeds=args.speeds == "learned" and name != REFERENCE
-    ).run(node_decider("ray" if name == REFERENCE else name.removesuffix(HEDGE)),
-          seed, arrivals=reqs)
+    twin = twin_prediction(name, seed, reqs, twin_cfg, nodes,  # learned speeds: as live
+                           args.speeds == "learned" and name != REFERENCE, args.ray_draws)
     lag = s.get("run_lag_model_s")
     print(f"  run {r + 1} {name:12s} live mean {s['mean_workflow_response_model_s']:.2f} "
           f"twin {twin['mean_workflow_response_s']:.2f} model s "
@@ -252,6 +252,25 @@ def _run_rule(name: str, r: int, seed: int, reqs, args: Any, cfg, nodes, env,
           flush=True)
     return live, {(k[:-2] + "_model_s" if k.endswith("response_s") else k): v
                   for k, v in twin.items()}
+
+
+def twin_prediction(name: str, seed: int, reqs: list, cfg: Any, nodes: list[NodeSpec],
+                    learn_speeds: bool, ray_draws: int) -> dict[str, Any]:
+    """``name``'s twin on the run's requests. Ray default (``REFERENCE``) draws its top-k
+    choice at random, and live Ray is one draw: its twin is the mean over ``ray_draws`` draws
+    (seeds ``seed + 10,000 j``; 1: the run's seed alone), with the draws' standard deviation of
+    the mean response (``sd_mean_workflow_response_s``) and ``draws``."""
+    draws = ray_draws if name == REFERENCE else 1
+    if draws < 1:
+        raise ValueError(f"--ray-draws: {ray_draws} must be >= 1")
+    decide = "ray" if name == REFERENCE else name.removesuffix(HEDGE)
+    runs = [NodeSimulator(cfg, nodes, learn_speeds=learn_speeds).run(
+        node_decider(decide), seed + 10_000 * j, arrivals=reqs) for j in range(draws)]
+    out = {k: (float(np.mean([r[k] for r in runs])) if isinstance(v, (int, float)) else v)
+           for k, v in runs[0].items()}
+    means = [r["mean_workflow_response_s"] for r in runs]
+    return out | {"draws": draws, "sd_mean_workflow_response_s":
+                  float(np.std(means, ddof=1)) if draws > 1 else 0.0}
 
 
 def run_agents(args: Any) -> int:
@@ -330,6 +349,9 @@ def format_agents(out: dict[str, Any]) -> str:
                          f"{tw['mean_workflow_response_model_s']:9.2f} "
                          f"{tw['p95_workflow_response_model_s']:7.2f} "
                          f"{tw['p99_workflow_response_model_s']:7.2f}")
+            if tw.get("draws", 1) > 1:  # Ray default's random choice (twin_prediction)
+                lines.append(f"{'':16s}(twin: the mean of {tw['draws']} draws, sd "
+                             f"{tw['sd_mean_workflow_response_model_s']:.2f} a draw)")
     o = out.get("overhead")
     if o:
         lines += ["", f"overhead, a burst of {o['requests']} requests ({o['tasks']} tasks) at once "
