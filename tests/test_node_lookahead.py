@@ -26,16 +26,22 @@ def _agents(load=0.8, horizon=120.0):
     return replace(cfg, gpu_load=load, horizon_s=horizon)
 
 
+def _timeline():
+    """Two one-GPU calls at once: x (2 s at speed 1), then y (10 s); GPU nodes a (speed 2), b
+    (speed 1)."""
+    one = demands_of(num_cpus=1, num_gpus=1, memory_gb=1)
+    nodes = [NodeSpec("a", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=2.0),
+             NodeSpec("b", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=1.0)]
+    calls = [(0.0, [AgentTask("x", one, 2.0, ())]), (0.0, [AgentTask("y", one, 10.0, ())])]
+    return NodeSimulator(_cfg(), nodes, rate=1.0), calls
+
+
 def test_the_planner_beats_eft_where_a_greedy_first_fit_blocks_the_long_call():
     """Two one-GPU calls arrive at once: x (2 s at speed 1) first in fifo, then y (10 s); a GPU
     node of speed 2 (a) and one of speed 1 (b). EFT: x on a (0-1 s), y finds only b (0-10 s):
     completions 1 + 10 = 11. The planner tries x on b too: y then takes a (0-5 s), x ends at 2:
     2 + 5 = 7, so it places x on b. Mean response 5.5 (EFT) vs 3.5 (planner)."""
-    one = demands_of(num_cpus=1, num_gpus=1, memory_gb=1)
-    nodes = [NodeSpec("a", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=2.0),
-             NodeSpec("b", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=1.0)]
-    calls = [(0.0, [AgentTask("x", one, 2.0, ())]), (0.0, [AgentTask("y", one, 10.0, ())])]
-    sim = NodeSimulator(_cfg(), nodes, rate=1.0)
+    sim, calls = _timeline()
     assert sim.run(eft, 0, arrivals=calls)["mean_workflow_response_s"] == pytest.approx(5.5)
     planner = NodeLookahead(k=2)
     assert sim.run(planner, 0, arrivals=calls)["mean_workflow_response_s"] == pytest.approx(3.5)
@@ -47,11 +53,7 @@ def test_the_planner_beats_eft_where_a_greedy_first_fit_blocks_the_long_call():
 def test_over_its_bound_of_open_requests_a_node_the_planner_is_its_base_rule():
     """Its cost is bounded (a burst): the same timeline with 2 open requests on 2 nodes is
     planned at 1 a node (2 > 2: no), and is EFT's at 0.5 a node, without a rollout."""
-    one = demands_of(num_cpus=1, num_gpus=1, memory_gb=1)
-    nodes = [NodeSpec("a", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=2.0),
-             NodeSpec("b", {"CPU": 4, "memory": 16, "GPU": 1}, gpu_speed=1.0)]
-    calls = [(0.0, [AgentTask("x", one, 2.0, ())]), (0.0, [AgentTask("y", one, 10.0, ())])]
-    sim = NodeSimulator(_cfg(), nodes, rate=1.0)
+    sim, calls = _timeline()
     at_one = NodeLookahead(k=2, max_open_per_node=1.0)
     assert sim.run(at_one, 0, arrivals=calls)["mean_workflow_response_s"] == pytest.approx(3.5)
     assert at_one.skipped == 0

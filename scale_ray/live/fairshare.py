@@ -6,9 +6,9 @@ order (``envs.order``: its tasks by descending rank) as a sequence of work: its 
 is ``S = max(V, F_g)`` and each next task's tag is the previous one's plus that task's work ``w``
 (compute at the servers' mean speed, model s; in Ray's resource model times the largest share of
 an average node its demands hold, ``NodeTable.dominant_share``: resource-seconds); ``F_g`` (the
-tenant's finish tag) moves to the end of the sequence. ``V``, the virtual time, is the smallest tag of a task running now (or, with
-nothing running, the largest tag ever started). Ready tasks go by tag first, then by the
-configured order.
+tenant's finish tag) moves to the end of the sequence. ``V``, the virtual time, is the smallest
+tag of a task running now (or, with nothing running, the largest tag ever started). Ready tasks
+go by tag first, then by the configured order.
 
 A workflow's tags advance in steps of ``quantum_s`` of its work (``LiveConfig.
 fair_share_quantum_s``): its tasks within one step share a tag, so a workflow smaller than a
