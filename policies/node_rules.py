@@ -18,11 +18,13 @@ fit now is a wait (the decision core defers the task to the next event).
   in Ray's ``src/ray/raylet/scheduling/policy/``): a task without GPU demand is first tried on
   nodes without GPUs (``scheduler_avoid_gpu_nodes``); among the nodes it fits now, each scores its
   critical utilization (the highest used fraction of CPU and memory; below the spread threshold
-  0.5 the score is 0), nodes are ordered by score then node id (a random order per episode, as
-  Ray's ids are), and one of the best ``max(1, int(0.2 x nodes))`` is drawn uniformly
-  (``scheduler_top_k_fraction``). Speed-blind. Differences from a real Ray cluster: one central
-  queue (a task is placed when some node fits it, not queued at a busy raylet), the preferred
-  (local) node only with ``preferred_head``, no object-store term.
+  0.5 the score is 0), nodes are ordered by score then node id, and one of the best
+  ``max(1, int(0.2 x nodes))`` is drawn uniformly (``scheduler_top_k_fraction``). The id order
+  is :func:`ray_node_order` of the nodes' Ray ids when they are known (a live cluster's twin),
+  else a random order per episode, as Ray's ids are. Speed-blind. Differences from a real Ray
+  cluster: one central queue (a task is placed when some node fits it, not queued at a busy
+  raylet), the preferred (local) node only with ``preferred_head``, no object-store term, no
+  reuse of a leased worker for the next task of its kind.
 * ``random``: uniform among the nodes it fits now.
 """
 
@@ -35,13 +37,49 @@ import numpy as np
 
 from envs.nodes import NodeTable
 
-__all__ = ["NODE_POLICIES", "node_policy", "MAX_WAITS", "RESERVE_CPU", "RESERVE_GB"]
+__all__ = ["NODE_POLICIES", "node_policy", "ray_node_order", "RayHybrid", "MAX_WAITS",
+           "RESERVE_CPU", "RESERVE_GB"]
 
 MAX_WAITS = 20
 RESERVE_CPU = 2.0
 RESERVE_GB = 8.0
 SPREAD_THRESHOLD = 0.5
 TOP_K_FRACTION = 0.2
+_M64 = (1 << 64) - 1
+_MUL = (0xC6A4A793 << 32) + 0x5BD1E995  # libstdc++'s hash_bytes.cc, 64-bit size_t
+_SEED = 0xC70F6907  # the seed std::hash<std::string> passes
+
+
+def _std_hash(data: bytes) -> int:
+    """``(int64_t) std::hash<std::string>`` of ``data`` as libstdc++ computes it
+    (``_Hash_bytes``: MurmurHash64A over 8-byte words, the tail little-endian)."""
+
+    def mix(v: int) -> int:
+        return v ^ (v >> 47)
+
+    n = len(data)
+    whole = n & ~7
+    h = (_SEED ^ (n * _MUL)) & _M64
+    for p in range(0, whole, 8):
+        h ^= (mix((int.from_bytes(data[p:p + 8], "little") * _MUL) & _M64) * _MUL) & _M64
+        h = (h * _MUL) & _M64
+    if n & 7:
+        h = ((h ^ int.from_bytes(data[whole:], "little")) * _MUL) & _M64
+    h = mix((mix(h) * _MUL) & _M64)
+    return h - (1 << 64) if h >> 63 else h
+
+
+def ray_node_order(node_ids: list[str]) -> list[int]:
+    """The indices of ``node_ids`` (Ray's hex node ids) in the order Ray's hybrid policy breaks
+    ties between nodes of equal score: ascending ``scheduling::NodeID``, which is the signed
+    ``std::hash<std::string>`` of the binary id (``scheduling_ids.cc``; ``GetBestNode`` in
+    ``hybrid_scheduling_policy.cc`` sorts by it before its stable sort by score)."""
+    try:
+        keys = [_std_hash(bytes.fromhex(h)) for h in node_ids]
+    except (TypeError, ValueError):
+        raise ValueError(f"ray_node_order: node ids must be hex strings, got {node_ids!r}"
+                         ) from None
+    return sorted(range(len(node_ids)), key=keys.__getitem__)
 
 
 def _finish_scan(table: NodeTable, task, allow: Callable[[int], bool] | None = None
@@ -138,16 +176,26 @@ def random_fit(table: NodeTable, task, now: float, rng: np.random.Generator) -> 
 
 
 class RayHybrid:
-    """Ray's default placement (module docstring); ``preferred``: the driver's node index."""
+    """Ray's default placement (module docstring); ``preferred``: the driver's node index;
+    ``order``: the node indices in Ray's id order (:func:`ray_node_order`; None: a random order
+    per episode)."""
 
-    def __init__(self, preferred: int | None = None):
+    def __init__(self, preferred: int | None = None, order: list[int] | None = None):
         self.preferred = preferred
+        if order is not None and sorted(order) != list(range(len(order))):
+            raise ValueError(f"RayHybrid order: {order!r} is not a permutation of node indices")
+        self.order = None if order is None else [int(i) for i in order]
         self._ids: dict[int, list[int]] = {}  # id(table) -> the node-id order of its episode
 
     def __call__(self, table: NodeTable, task, now: float, rng: np.random.Generator) -> int:
         order = self._ids.get(id(table))
         if order is None or len(order) != table.n:
-            self._ids = {id(table): (order := [int(i) for i in rng.permutation(table.n)])}
+            if self.order is not None and len(self.order) != table.n:
+                raise ValueError(f"RayHybrid order: {len(self.order)} node indices for a "
+                                 f"table of {table.n} nodes")
+            order = self.order if self.order is not None else [
+                int(i) for i in rng.permutation(table.n)]
+            self._ids = {id(table): order}
         if _no_gpu(table, task):
             i = self._schedule(table, task, order, rng, lambda i: not table.has_gpu[i])
             if i >= 0:

@@ -79,6 +79,22 @@ def no_ray_connection() -> None:
         ray.shutdown()
 
 
+def cpuless_head_cluster(prefix: str):
+    """A ``ray.cluster_utils.Cluster`` whose head has no CPUs (its own temp dir and ports), on a
+    fresh driver; returns ``(cluster, temp_dir)``. The caller adds nodes and shuts it down."""
+    import tempfile
+
+    from ray.cluster_utils import Cluster
+
+    from scale_ray.live.raylocal import prepare_local_ray
+
+    no_ray_connection()
+    prepare_local_ray()
+    tmp = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    return Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False, "temp_dir": tmp}), tmp
+
+
 def local_cluster(overrides: list[str]):
     """A generator for a fixture: a ``LocalHeteroCluster`` of ``load_env(None, overrides)``'s
     cluster (its own temp dir and ports) on a fresh driver; yields ``(cluster, env)`` and shuts

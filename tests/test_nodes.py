@@ -15,7 +15,7 @@ from envs.node_sim import NodeSimulator
 from envs.node_labels import parse_selector, selector_matches
 from envs.nodes import CACHE_MAX, NodeSpec, NodeTable, demands_of
 from policies import node_rules
-from policies.node_rules import RayHybrid, eft, eft_wait, node_policy
+from policies.node_rules import RayHybrid, eft, eft_wait, node_policy, ray_node_order
 
 GB = 1.0
 
@@ -308,6 +308,32 @@ def test_ray_hybrid_prefers_nodes_below_the_spread_threshold():
     ray = RayHybrid()
     rng = np.random.default_rng(1)
     assert {ray(t, _T(_d(num_cpus=1)), 0.0, rng) for _ in range(50)} == {1}
+
+
+def test_ray_node_order_is_libstdcxx_hash_of_the_binary_id_and_ray_hybrid_breaks_ties_by_it():
+    """Ray sorts equal-score nodes by ``scheduling::NodeID``: the signed std::hash of the binary
+    node id. The expected values were printed by g++ 13's libstdc++ (``(int64_t)
+    std::hash<std::string>{}(bytes)``); tests/test_ray_tie_order.py checks the order on Ray."""
+    from policies.node_rules import _std_hash
+
+    for hexid, want in [("00", 7857072875483051545), ("fe150c4b", 8563129783979015671),
+                        ("b0e78189230c31bc8c4c6dfa", -4141579467855084378),
+                        ("a730365a557ee8b2ebdf95fb3c81e224a730365a557ee8b2ebdf95fb",
+                         564543480132327033)]:
+        assert _std_hash(bytes.fromhex(hexid)) == want
+    assert ray_node_order(["fe150c4b", "00", "b0e78189230c31bc8c4c6dfa"]) == [2, 1, 0]
+    with pytest.raises(ValueError, match="hex"):
+        ray_node_order(["node-1"])
+    t = NodeTable([NodeSpec(f"c{i}", {"CPU": 8, "memory": 32}) for i in range(4)])
+    rng = np.random.default_rng(0)
+    ray = RayHybrid(order=[2, 0, 3, 1])  # 4 nodes: top k = 1, the first in id order
+    assert {ray(t, _T(_d(num_cpus=1)), 0.0, rng) for _ in range(20)} == {2}
+    t.start(2, "x", _d(num_cpus=6), 9.0)  # node 2 above the spread threshold: the next in order
+    assert ray(t, _T(_d(num_cpus=1)), 0.0, rng) == 0
+    with pytest.raises(ValueError, match="permutation"):
+        RayHybrid(order=[0, 0, 1])
+    with pytest.raises(ValueError, match="3 node indices for a table of 4"):
+        RayHybrid(order=[0, 1, 2])(t, _T(_d(num_cpus=1)), 0.0, rng)
 
 
 def test_agents_config_is_validated_by_name():

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 import ray
-from processes import no_ray_connection
+from processes import cpuless_head_cluster
 from ray.dag import InputNode, MultiOutputNode
 
 from envs.config import ConfigError, FeatureConfig, TierConfig, build
@@ -277,16 +277,7 @@ def test_serve_maps_no_servers_to_503_and_unschedulable_to_422():
 @pytest.fixture(scope="module")
 def plain_cluster():
     """No scale resources: a head without CPUs, a 2-CPU node, a 1-CPU node with a GPU."""
-    from ray.cluster_utils import Cluster
-
-    from scale_ray.live.raylocal import prepare_local_ray
-
-    no_ray_connection()
-    prepare_local_ray()
-    import tempfile
-    tmp = tempfile.mkdtemp(prefix="scl_", dir="/tmp")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
-                                                      "temp_dir": tmp})
+    c, _ = cpuless_head_cluster("scl_")
     cpu = c.add_node(num_cpus=2)
     gpu = c.add_node(num_cpus=1, num_gpus=1)
     c.wait_for_nodes()
