@@ -380,3 +380,40 @@ def test_ray_defaults_twin_is_the_mean_of_its_random_draws():
     assert spread["draws"] == 1 and spread["sd_mean_workflow_response_s"] == 0.0
     with pytest.raises(ValueError, match="--ray-draws"):
         twin_prediction(REFERENCE, 1, reqs, cfg, nodes, False, 0)
+    # given the live cluster's id order, 4 nodes (top k = 1) leave nothing to draw; the random
+    # orders' mean is reported next to it
+    from policies.node_rules import RayHybrid
+    known = twin_prediction(REFERENCE, 1, reqs, cfg, nodes, False, 3, [3, 1, 0, 2])
+    assert known[key] == NodeSimulator(cfg, nodes).run(RayHybrid(order=[3, 1, 0, 2]), 1,
+                                                       arrivals=reqs)[key]
+    assert known["sd_mean_workflow_response_s"] == 0.0
+    assert known["random_order_mean_workflow_response_s"] == pytest.approx(np.mean(one))
+
+
+def test_the_agents_bench_summary_compares_ray_default_live_with_both_of_its_twins():
+    """``bench live --setting agents``: each rule's gain over Ray default live and in the twin,
+    the gap in points, and Ray default live against its twin in the cluster's id order and in
+    random orders (printed, and in the JSON)."""
+    from scale_ray.bench.agents_live import REFERENCE, format_agents, summarize
+
+    def res(mean: float, **extra: float) -> dict:
+        return {"mean_workflow_response_model_s": mean, "p95_workflow_response_model_s": 2 * mean,
+                "p99_workflow_response_model_s": 3 * mean} | extra
+
+    runs = [{"live": {REFERENCE: res(15.0), "eft": res(12.0)},
+             "twin": {REFERENCE: res(14.5, draws=3, sd_mean_workflow_response_model_s=0.0,
+                                     random_order_mean_workflow_response_model_s=15.0,
+                                     random_order_sd=0.5), "eft": res(12.0)}},
+            {"live": {REFERENCE: res(10.0), "eft": res(9.0)},
+             "twin": {REFERENCE: res(10.0, draws=1, sd_mean_workflow_response_model_s=0.0),
+                      "eft": res(9.0)}}]
+    out = {"runs": runs, "nodes": 8}
+    summarize(out, ["eft"])
+    assert out["rel_diff_vs_ray_default"]["eft"] == pytest.approx(np.mean([-0.2, -0.1]))
+    assert out["max_twin_gap_points"] == pytest.approx(100 * (12 / 14.5 - 0.8))
+    assert out["ray_default_live_vs_twin"] == pytest.approx([15 / 14.5 - 1, 0.0])
+    assert out["ray_default_live_vs_random_order_twin"] == [0.0]  # only where it was measured
+    text = format_agents(out)
+    assert ("Ray default live vs its twin: +3.4 % higher / +0.0 % (mean +1.72 % higher, sd 2.44 "
+            "points)") in text
+    assert "random id orders 15.00, sd 0.50" in text

@@ -1,0 +1,156 @@
+"""The live side of ``scale-ray bench live --setting agents`` (scale_ray/bench/agents_live.py):
+the requests of ``configs/env/agents.yaml`` with their arrival times, a request as the live
+scheduler's workflow, the local Ray cluster of agents.yaml's node shapes (its own temp dir and
+ports; its nodes' order in Ray's tie-break, ``ray_node_order``) and the settings every run shares.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from envs.agents import AgentTask, sample_request
+from envs.config import EnvConfig, replace
+from envs.node_sim import arrival_rate
+from envs.nodes import NodeSpec
+from envs.workflow import TaskSpec, WorkflowSpec
+from policies.node_rules import ray_node_order
+from scale_ray.live.cluster import COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL
+from scale_ray.live.raylocal import prepare_local_ray
+from scale_ray.live.workflow import (Call, CollectedWorkflow, Primitive, emulated_body,
+                                     expected_emulated_values)
+
+CONFIG = "configs/env/agents.yaml"
+REFERENCE = "ray-default"
+
+
+def requests(cfg, nodes: list[NodeSpec], n: int, seed: int, noise: float = 0.0
+             ) -> list[tuple[float, list[AgentTask]]]:
+    """``n`` requests and their arrival times (model s) at the rate of ``cfg.gpu_load``; with
+    ``noise``, each call's two run factors (a run, a hedged copy) from a stream of their own
+    (the requests stay those without noise)."""
+    rate = arrival_rate(cfg, nodes)
+    rng = np.random.default_rng(seed)
+    noisy = np.random.default_rng([seed, 1])
+    t, out = 0.0, []
+    for _ in range(n):
+        t += float(rng.exponential(1.0 / rate))
+        tasks = sample_request(cfg, rng)
+        for task in tasks if noise > 0 else ():
+            task.factors = tuple(float(f) for f in noisy.lognormal(-noise * noise / 2, noise, 2))
+        out.append((t, tasks))
+    return out
+
+
+def collected(tasks: list[AgentTask], name: str) -> Any:
+    """A request as the live scheduler's workflow: emulated bodies with the calls' Ray demands
+    (num_cpus, num_gpus, memory) and computes (seconds at speed 1)."""
+    spec = WorkflowSpec(tuple(TaskSpec(t.compute, dict(t.demands).get("memory", 0.0), 0.0,
+                                       t.parents, t.name) for t in tasks), name)
+    calls: list[Any] = []
+    for i, t in enumerate(tasks):
+        d = dict(t.demands)
+        opts = {"num_cpus": d.get("CPU", 0.0)} | ({"num_gpus": d["GPU"]} if "GPU" in d else {})
+        prim = Primitive(emulated_body, t.compute, d.get("memory", 0.0), 0.0, t.name,
+                         ray_options=opts, emulate=True)
+        if t.factors is not None:  # what its run and a copy of it take (--run-noise)
+            prim.run_gflop, prim.copy_gflop = (t.compute * f for f in t.factors)
+        calls.append(Call(prim, (i, *(calls[p] for p in t.parents)), {}))
+    kids = spec.children()
+    return CollectedWorkflow(spec, tuple(calls), tuple(i for i, k in enumerate(kids) if not k),
+                             tuple(expected_emulated_values(spec)))
+
+
+class AgentsCluster:
+    """A local Ray cluster of ``nodes`` (logical CPUs, GPUs, memory, an accelerator marker; the
+    labels the emulated bodies read their speed from), its own temp dir and ports."""
+
+    def __init__(self, nodes: list[NodeSpec]):
+        self.nodes = nodes
+        self._cluster: Any = None
+        self.temp_dir = ""
+        #: ``nodes``' indices in Ray's tie order of their node ids (``ray_node_order``)
+        self.ray_order: list[int] = []
+
+    def __enter__(self) -> "AgentsCluster":
+        import ray
+        from ray.cluster_utils import Cluster
+
+        prepare_local_ray()
+        self.temp_dir = tempfile.mkdtemp(prefix="sca_", dir="/tmp")
+        self._cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "include_dashboard": False, "temp_dir": self.temp_dir})
+        ids = []
+        for nd in self.nodes:
+            r = dict(nd.resources)
+            labels = {TIER_LABEL: nd.name, COMPUTE_LABEL: f"{nd.cpu_speed:g}"}
+            if r.get("GPU"):
+                labels[GPU_COMPUTE_LABEL] = f"{nd.gpu_speed:g}"
+            ids.append(self._cluster.add_node(
+                wait=False, num_cpus=r.get("CPU", 0), num_gpus=r.get("GPU", 0),
+                memory=int(r.get("memory", 0) * 1e9), object_store_memory=100 * 10 ** 6,
+                resources={f"accelerator_type:{nd.accelerator}": 1} if nd.accelerator else {},
+                labels=labels).node_id)
+        self._cluster.wait_for_nodes()
+        self.ray_order = ray_node_order(ids)
+        ray.init(address=self._cluster.address, include_dashboard=False, log_to_driver=False)
+        self.warm()
+        return self
+
+    def warm(self, per_node: int = 6) -> float:
+        """Start workers before any run is timed: on every node ``per_node`` CPU tasks at once
+        and, on a GPU node, four quarter-GPU tasks (Ray keeps GPU workers apart). A cold start
+        here took 42 s for a request that takes 5.6 s warm; whoever ran first paid it. More
+        warm workers did not help: with 16 a node, Ray default's run took 132.9 model s against
+        14.8 with 6 (results/resource_model/README.md)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        @ray.remote(num_cpus=1)
+        def hold(s: float) -> None:
+            time.sleep(s)
+
+        t0 = time.perf_counter()
+        refs = []
+        for n in ray.nodes():
+            res = n.get("Resources") or {}
+            if not n.get("Alive") or not res.get("CPU"):
+                continue
+            pin = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            refs += [hold.options(scheduling_strategy=pin).remote(1.0)
+                     for _ in range(min(per_node, int(res["CPU"])))]
+            if res.get("GPU"):
+                refs += [hold.options(scheduling_strategy=pin, num_gpus=0.25).remote(1.0)
+                         for _ in range(4)]
+        ray.get(refs)
+        return time.perf_counter() - t0
+
+    def __exit__(self, *exc: Any) -> None:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        if self._cluster is not None:
+            self._cluster.shutdown()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def live_settings(nodes: list[NodeSpec], ts: float, speeds: str = "known"
+                  ) -> tuple[EnvConfig, dict[str, Any]]:
+    """The env and the live config of every run: Ray's resource model, emulated run times at
+    time scale ``ts``, no hedging; ``speeds`` ``known``: the nodes' GPU speeds relative to their
+    CPU speed are configured (``gpu_speeds``), ``learned``: none is (every node speed 1) and the
+    run-time estimator learns them per kind and node shape from completions."""
+    env = replace(EnvConfig(), mdp={"transfer_delays_start": False})
+    cfg: dict[str, Any] = {"model": "nodes", "time_scale": ts, "server_compute": 1.0,
+                           "hedge": "off"}
+    if speeds == "known":
+        cfg["gpu_speeds"] = {nd.accelerator: nd.gpu_speed / nd.cpu_speed
+                             for nd in nodes if nd.accelerator}
+    else:
+        cfg["estimator"] = "online"
+    return env, cfg
