@@ -190,11 +190,11 @@ class RayHybrid:
     def __call__(self, table: NodeTable, task, now: float, rng: np.random.Generator) -> int:
         order = self._ids.get(id(table))
         if order is None or len(order) != table.n:
-            if self.order is not None and len(self.order) != table.n:
-                raise ValueError(f"RayHybrid order: {len(self.order)} node indices for a "
-                                 f"table of {table.n} nodes")
             order = self.order if self.order is not None else [
                 int(i) for i in rng.permutation(table.n)]
+            if len(order) != table.n:
+                raise ValueError(f"RayHybrid order: {len(order)} node indices for a table of "
+                                 f"{table.n} nodes")
             self._ids = {id(table): order}
         if _no_gpu(table, task):
             i = self._schedule(table, task, order, rng, lambda i: not table.has_gpu[i])
