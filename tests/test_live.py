@@ -458,9 +458,12 @@ class TestSharedCluster:
             assert h.result(timeout=60) == from_spec(spec).expected[2]
         assert _tier_of(h.task_nodes[1], c) == "large"
         assert _tier_of(h.task_nodes[2], c) in ("medium", "large")
+        s = sched.summary()  # the thread's CPU, its Ray client calls' part inside it
+        assert 0.0 < s["ray_client_cpu_s"] < s["thread_cpu_s"]
         with RayDefaultRunner(env, LiveConfig(time_scale=0.01)) as rd:
             hs = [rd.submit(spec) for _ in range(3)]
             assert rd.drain(timeout=60)
+        assert rd.summary()["thread_cpu_s"] > 0.0  # its ray.wait / ray.get thread
         for r in hs:
             assert r.result() == from_spec(spec).expected[2]
             assert _tier_of(r.task_nodes[1], c) == "large"

@@ -417,3 +417,40 @@ def test_the_agents_bench_summary_compares_ray_default_live_with_both_of_its_twi
     assert ("Ray default live vs its twin: +3.4 % higher / +0.0 % (mean +1.72 % higher, sd 2.44 "
             "points)") in text
     assert "random id orders 15.00, sd 0.50" in text
+
+
+def test_ray_calls_count_the_thread_cpu_inside_them_only():
+    from scale_ray.live.ray_cpu import COUNTER, RayCalls
+
+    def spin(s: float) -> None:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < s:
+            pass
+
+    counters: dict = {}
+    meter = RayCalls(counters)
+    spin(0.05)  # outside: not counted
+    with meter:
+        spin(0.02)
+    with meter:
+        time.sleep(0.05)  # a blocked wait uses no CPU
+    assert 0.02 <= counters[COUNTER] < 0.04
+
+
+def test_the_overhead_lines_split_the_schedulers_cpu_and_ray_defaults_driver_cpu():
+    from scale_ray.bench.agents_overhead import format_overhead
+
+    o = {"requests": 10, "tasks": 70, "repeats": 3, "rule": "eft_spread",
+         "scheduler_tasks_per_s": 90.0, "ray_default_tasks_per_s": 45.0, "throughput_ratio": 2.0,
+         "scheduler_cpu_ms_per_task": 1.5, "scheduler_own_cpu_ms_per_task": 0.6,
+         "scheduler_ray_client_cpu_ms_per_task": 0.9, "ray_default_client_cpu_ms_per_task": 1.1,
+         "ray_default_submit_cpu_ms_per_task": 0.7, "ray_default_wait_cpu_ms_per_task": 0.4,
+         "decision_only": [{"nodes": 64, "requests": 80, "tasks": 560, "max_ready_backlog": 9,
+                            "cpu_ms_per_task": 0.3}]}
+    text = "\n".join(format_overhead(o, 8))
+    assert "scheduler (eft_spread) 90 tasks/s, Ray default 45 (ratio 2.00)" in text
+    assert "scheduler thread CPU 1.50 ms a task: its own work 0.60, Ray client calls 0.90" in text
+    assert "Ray default's driver CPU 1.10 ms a task: submission 0.70, ray.wait and ray.get 0.40" \
+        in text
+    assert "without Ray at 64 nodes (80 requests, 560 tasks, ready backlog up to 9): 0.300 ms" \
+        in text

@@ -42,7 +42,7 @@ from scale_ray.relative import rel
 
 from .agents_cluster import (CONFIG, REFERENCE, AgentsCluster, collected,  # noqa: F401
                              live_settings, requests)
-from .agents_overhead import decision_overhead, live_overhead  # noqa: F401
+from .agents_overhead import decision_overhead, format_overhead, live_overhead  # noqa: F401
 
 
 HEDGE = "+hedge"  # RULE+hedge: live.hedge all, its twin hedge_quantile (envs.node_hedging)
@@ -252,19 +252,8 @@ def format_agents(out: dict[str, Any]) -> str:
                              f"sd {tw['sd_mean_workflow_response_model_s']:.2f}" + (
                                  "" if rnd is None else f"; random id orders {rnd:.2f}, sd "
                                  f"{tw['random_order_sd']:.2f}") + ")")
-    o = out.get("overhead")
-    if o:
-        lines += ["", f"overhead, a burst of {o['requests']} requests ({o['tasks']} tasks) at once "
-                  f"on {out['nodes']} nodes, medians of {o['repeats']}: scheduler "
-                  f"({o['rule']}) {o['scheduler_tasks_per_s']:.0f} tasks/s, Ray default "
-                  f"{o['ray_default_tasks_per_s']:.0f} (ratio {o['throughput_ratio']:.2f}); "
-                  f"scheduler thread CPU {o['scheduler_cpu_ms_per_task']:.2f} ms a task; Ray "
-                  f"default's submission CPU {o['ray_default_submit_cpu_ms_per_task']:.2f} ms a "
-                  "task (the Ray client calls every run pays)"]
-        for d in o.get("decision_only", []):
-            lines.append(f"  decision path without Ray at {d['nodes']} nodes ({d['requests']} "
-                         f"requests, {d['tasks']} tasks, ready backlog up to "
-                         f"{d['max_ready_backlog']}): {d['cpu_ms_per_task']:.3f} ms CPU a task")
+    if out.get("overhead"):
+        lines += format_overhead(out["overhead"], out["nodes"])
     lines.append("")
     for what, k in (("its twin", "ray_default_live_vs_twin"),
                     ("its twin in random id orders", "ray_default_live_vs_random_order_twin")):

@@ -32,13 +32,17 @@ def live_overhead(cfg: Any, nodes: list[NodeSpec], n_requests: int, repeats: int
     """``n_requests`` agent requests submitted at once (emulated run times at
     :data:`OVERHEAD_TS`), placed by the scheduler (node rule ``rule``) and by Ray default on the
     running cluster, alternated ``repeats`` times; medians. The scheduler's cost is its thread's
-    CPU (its own work and the Ray client calls it makes) per task; Ray default's is the CPU of
-    the driver's submission (one ``.options().remote()`` per task), what any run pays."""
+    CPU per task, split into the Ray client calls it makes (submissions, ``ray.wait``,
+    ``ray.get``, ``ray.nodes()``: :mod:`scale_ray.live.ray_cpu`) and its own work (the rest);
+    Ray default's is the CPU of the driver's Ray client calls: its submission (one
+    ``.options().remote()`` per task, in the submitting thread) and its runner thread's
+    ``ray.wait`` and ``ray.get`` of every run, what any run pays."""
     rng = np.random.default_rng(seed)
     reqs = [sample_request(cfg, rng) for _ in range(n_requests)]
     tasks = sum(len(r) for r in reqs)
     env, live_cfg = live_settings(nodes, OVERHEAD_TS)
-    rows: dict[str, list[float]] = {"ray_tp": [], "ray_cpu": [], "sched_tp": [], "sched_cpu": []}
+    rows: dict[str, list[float]] = {"ray_tp": [], "ray_cpu": [], "ray_wait_cpu": [],
+                                    "sched_tp": [], "sched_cpu": [], "sched_ray_cpu": []}
     for r in range(repeats):
         for name in (REFERENCE, rule) if r % 2 == 0 else (rule, REFERENCE):
             runner = RayDefaultRunner(env, dict(live_cfg)) if name == REFERENCE else \
@@ -57,19 +61,50 @@ def live_overhead(cfg: Any, nodes: list[NodeSpec], n_requests: int, repeats: int
             if name == REFERENCE:
                 rows["ray_tp"].append(tasks / wall)
                 rows["ray_cpu"].append(1e3 * submit_cpu / tasks)
+                rows["ray_wait_cpu"].append(1e3 * s["thread_cpu_s"] / tasks)
             else:
                 rows["sched_tp"].append(tasks / wall)
-                rows["sched_cpu"].append(1e3 * s["thread_cpu_s"] / max(1, s["tasks_started"]))
-        print(f"  overhead round {r + 1}: Ray default {rows['ray_tp'][-1]:.0f} tasks/s, "
+                per_task = 1e3 / max(1, s["tasks_started"])
+                rows["sched_cpu"].append(per_task * s["thread_cpu_s"])
+                rows["sched_ray_cpu"].append(per_task * s["ray_client_cpu_s"])
+        print(f"  overhead round {r + 1}: Ray default {rows['ray_tp'][-1]:.0f} tasks/s (driver CPU "
+              f"{rows['ray_cpu'][-1] + rows['ray_wait_cpu'][-1]:.2f} ms a task), "
               f"{rule} {rows['sched_tp'][-1]:.0f} tasks/s, scheduler CPU "
-              f"{rows['sched_cpu'][-1]:.2f} ms a task", flush=True)
+              f"{rows['sched_cpu'][-1]:.2f} ms a task (Ray client calls "
+              f"{rows['sched_ray_cpu'][-1]:.2f}, its own work "
+              f"{rows['sched_cpu'][-1] - rows['sched_ray_cpu'][-1]:.2f})", flush=True)
     med = {k: float(np.median(v)) for k, v in rows.items()}
     return {"requests": n_requests, "tasks": tasks, "repeats": repeats, "rule": rule,
             "time_scale": OVERHEAD_TS, "ray_default_tasks_per_s": med["ray_tp"],
             "scheduler_tasks_per_s": med["sched_tp"],
             "throughput_ratio": med["sched_tp"] / med["ray_tp"],
             "scheduler_cpu_ms_per_task": med["sched_cpu"],
-            "ray_default_submit_cpu_ms_per_task": med["ray_cpu"], "raw": rows}
+            "scheduler_ray_client_cpu_ms_per_task": med["sched_ray_cpu"],
+            "scheduler_own_cpu_ms_per_task": float(np.median(
+                np.subtract(rows["sched_cpu"], rows["sched_ray_cpu"]))),
+            "ray_default_submit_cpu_ms_per_task": med["ray_cpu"],
+            "ray_default_wait_cpu_ms_per_task": med["ray_wait_cpu"],
+            "ray_default_client_cpu_ms_per_task": float(np.median(
+                np.add(rows["ray_cpu"], rows["ray_wait_cpu"]))), "raw": rows}
+
+
+def format_overhead(o: dict[str, Any], nodes: int) -> list[str]:
+    """The overhead part's lines (``live_overhead``'s answer with its ``decision_only`` rows)."""
+    lines = ["", f"overhead, a burst of {o['requests']} requests ({o['tasks']} tasks) at once on "
+             f"{nodes} nodes, medians of {o['repeats']}: scheduler ({o['rule']}) "
+             f"{o['scheduler_tasks_per_s']:.0f} tasks/s, Ray default "
+             f"{o['ray_default_tasks_per_s']:.0f} (ratio {o['throughput_ratio']:.2f})",
+             f"  scheduler thread CPU {o['scheduler_cpu_ms_per_task']:.2f} ms a task: its own "
+             f"work {o['scheduler_own_cpu_ms_per_task']:.2f}, Ray client calls "
+             f"{o['scheduler_ray_client_cpu_ms_per_task']:.2f}",
+             f"  Ray default's driver CPU {o['ray_default_client_cpu_ms_per_task']:.2f} ms a task: "
+             f"submission {o['ray_default_submit_cpu_ms_per_task']:.2f}, ray.wait and ray.get "
+             f"{o['ray_default_wait_cpu_ms_per_task']:.2f} (the Ray client calls every run pays)"]
+    for d in o.get("decision_only", []):
+        lines.append(f"  decision path without Ray at {d['nodes']} nodes ({d['requests']} "
+                     f"requests, {d['tasks']} tasks, ready backlog up to "
+                     f"{d['max_ready_backlog']}): {d['cpu_ms_per_task']:.3f} ms CPU a task")
+    return lines
 
 
 def _server(i: int, spec: Any) -> LiveServer:

@@ -22,6 +22,7 @@ from .executors import is_lost_output, system_errors
 from .handles import WorkflowHandle
 from .nodes import LiveServer, NodeSet
 from .placement import LivePlacement
+from .ray_cpu import RayCalls
 from .runs import Runs
 from .tasks import DONE, READY, RUNNING, WAITING, LiveTask, LiveWorkflow
 
@@ -56,6 +57,7 @@ class Completions:
                  now_model: Callable[[], float], emit: Callable[[dict[str, Any]], None]) -> None:
         self.cfg, self._order, self._admission, self.placement = cfg, order, admission, placement
         self._nodes, self.runs, self._running, self.counters = nodes, runs, running, counters
+        self._ray_calls = RayCalls(counters)  # ray.wait / ray.get CPU (scale_ray.live.ray_cpu)
         self.estimator, self.durable, self._refresh = estimator, durable, refresh
         self._servers, self._now_model, self._emit = servers, now_model, emit
         self.stopping: dict[Any, tuple[LiveTask, LiveServer, float]] = {}
@@ -73,7 +75,8 @@ class Completions:
         refs = list(self._running)
         if self.runs.losers:  # cancelled runs of hedged tasks: their servers are busy until they return
             refs += list(self.runs.losers)
-        done, _ = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)
+        with self._ray_calls:
+            done, _ = ray.wait(refs, num_returns=1, timeout=timeout, fetch_local=False)
         errors = system_errors()
         for ref in done:
             if ref in self.runs.losers:
@@ -84,7 +87,8 @@ class Completions:
                 continue  # stale: the run was already declared lost
             self.runs.ended(t, ref)  # a hedged task's copy returned: it is the task's run now
             try:
-                node, run_s = ray.get(ref)
+                with self._ray_calls:
+                    node, run_s = ray.get(ref)
             except errors as e:
                 srv = t.server
                 if self._nodes.actors and srv is not None and not is_lost_output(e):

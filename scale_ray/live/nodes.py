@@ -28,8 +28,9 @@ from envs.config import TierConfig
 
 from .cluster import NodeInfo
 from .config import LiveConfig, resolved_model
-from .discovery import cluster_servers
+from .discovery import discover
 from .executors import RemoteCache
+from .ray_cpu import RayCalls
 from .workflow import Primitive
 
 if TYPE_CHECKING:
@@ -94,6 +95,7 @@ class NodeSet:
         self.tiers = tiers
         self.remote = remote
         self.counters = counters
+        self._ray_calls = RayCalls(counters)
         self.actors = cfg.executor == "actor"
         self._on_offered = on_offered
         self.servers: dict[tuple[str, int], LiveServer] = {}
@@ -119,7 +121,11 @@ class NodeSet:
             return None
         self._last_refresh = now
         self.counters["node_refreshes"] += 1
-        nodes, source = cluster_servers(self.tiers, self.cfg)
+        import ray
+
+        with self._ray_calls:  # the GCS call; the parsing is the scheduler's own work
+            raw = ray.nodes()
+        nodes, source = discover(raw, self.tiers, self.cfg)
         if source != self.source:
             log.info("live scheduler: servers from %s (%d nodes, %d servers)", "the nodes' scale_* "
                      "resources" if source == "scale" else "what Ray reports of every node",

@@ -56,6 +56,7 @@ class RayDefaultRunner:
         self.thread_error: BaseException | None = None
         self.node_tasks: dict[str, int] = {}
         self._model: str | None = None  # slots or nodes (_pooled)
+        self.thread_cpu_s = 0.0  # CPU of the runner's thread (ray.wait, ray.get of every run)
 
     def _remote(self, fn: Callable[..., Any]) -> Any:
         rf = self._fns.get(id(fn))
@@ -165,8 +166,10 @@ class RayDefaultRunner:
     def _loop(self) -> None:
         import ray
 
+        cpu0 = time.thread_time()
         try:
             while not self._stop.is_set():
+                self.thread_cpu_s = time.thread_time() - cpu0
                 with self._lock:
                     refs = list(self._running)
                 if not refs:
@@ -205,4 +208,5 @@ class RayDefaultRunner:
         out = summarize(self.handles(), self.cfg.time_scale)
         out["policy"] = self.name
         out["tasks_per_node"] = dict(self.node_tasks)
+        out["thread_cpu_s"] = self.thread_cpu_s
         return out

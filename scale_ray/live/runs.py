@@ -43,6 +43,7 @@ from .durability import Durability
 from .fairshare import FairShare
 from .nodes import LiveServer, NodeSet
 from .placement import LivePlacement
+from .ray_cpu import RayCalls
 from .tasks import RUNNING, LiveTask
 from .workflow import Call
 
@@ -86,6 +87,7 @@ class Runs:
         self.cfg, self.env, self.estimator, self.durable = cfg, env, estimator, durable
         self._nodes, self.placement, self._running = nodes, placement, running
         self.counters, self._fair, self._servers, self._lose = counters, fair, servers, lose
+        self._ray_calls = RayCalls(counters)  # submissions' CPU (scale_ray.live.ray_cpu)
         self._now_model, self._emit = now_model, emit
         self.stragglers: list[tuple[float, int, int, LiveTask]] = []  # heap: (due wall s, gid, token, t)
         self.due: list[tuple[int, LiveTask]] = []  # past due, waiting for an idle fitting server
@@ -129,7 +131,8 @@ class Runs:
         step = self.step_context(t.wf.handle) if self.step_context is not None else None
         meta = (node.node_id, sleep_s, 0.0, attempt, self.durable.run_target(t), True, None, step)
         t.runs += 1
-        value_ref, status_ref = self._nodes.run(srv, prim, meta, args, kwargs)
+        with self._ray_calls:
+            value_ref, status_ref = self._nodes.run(srv, prim, meta, args, kwargs)
         # what the policy sees: the estimate plus the emulated transfer, never the true run
         run = _Run(srv, value_ref, status_ref, now, expected, transfer * ts,
                    estimate + transfer * ts)

@@ -106,8 +106,8 @@ class LiveScheduler:
         self.counters = {"decisions": 0, "waits": 0, "lost": 0, "rerun_parents": 0,
                          "node_refreshes": 0, "autoscale_requests": 0, "tasks_started": 0,
                          "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0,
-                         "planner_errors": 0, "planner_reused": 0, "runs_cancelled": 0,
-                         "servers_replaced": 0}
+                         "ray_client_cpu_s": 0.0, "planner_errors": 0, "planner_reused": 0,
+                         "runs_cancelled": 0, "servers_replaced": 0}
         c = self.env.cluster  # scheduler-thread state
         self.placement = LivePlacement(self.features, c.bandwidth_gb_s, c.latency_s,
                                        self.cfg.head_of_line_blocking, self.cfg.time_scale)
@@ -409,7 +409,7 @@ class LiveScheduler:
                     self.completions.collect(ray, timeout=self.cfg.wait_s)
                 elif queue.heap or queue.blocked:
                     time.sleep(self.cfg.wait_s)
-                # CPU the scheduler thread used (includes Ray client calls it makes)
+                # CPU the scheduler thread used; ray_client_cpu_s: its Ray calls' part of it
                 self.counters["thread_cpu_s"] = time.thread_time() - cpu0
         except BaseException as e:  # surface to submit()/drain() instead of dying silently
             log.exception("live scheduler thread failed")
