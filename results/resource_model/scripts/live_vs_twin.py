@@ -10,6 +10,8 @@ import sys
 
 import numpy as np
 
+from scale_ray.relative import rel
+
 rows: dict[str, list[float]] = {}
 for f in sys.argv[1:]:
     d = json.load(open(f))
@@ -22,4 +24,5 @@ for f in sys.argv[1:]:
                 100 * (live["mean_workflow_response_model_s"] / twin - 1))
 for name, v in rows.items():
     a = np.array(v)
-    print(f"{name}: {len(a)} runs, live vs twin mean {a.mean():+.2f} %, sd {a.std(ddof=1):.2f}")
+    print(f"{name}: {len(a)} runs, live vs twin mean {rel(a.mean() / 100, 2)}, sd "
+          f"{a.std(ddof=1):.2f} points")

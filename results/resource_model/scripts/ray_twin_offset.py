@@ -20,6 +20,7 @@ from envs.config_files import read_yaml, resolve_config_path
 from envs.events import HEDGE
 from policies.node_rules import RayHybrid
 from scale_ray.bench.agents_cluster import CONFIG, requests
+from scale_ray.relative import rel
 
 E = node_sim._Episode
 _ready, _end, _straggler = E.ready, E._end_run, E.straggler
@@ -75,11 +76,11 @@ def main(modes, files):
                     RayHybrid(order=run["ray_node_order"]), run["seed"], arrivals=reqs)
                 row.append(100 * (live / twin["mean_workflow_response_s"] - 1))
             rows.append(row)
-            print(f"{f} seed {run['seed']}: live {live:.2f}; live vs twin %",
-                  " ".join(f"{m} {x:+.1f}" for m, x in zip(modes, row)), flush=True)
+            print(f"{f} seed {run['seed']}: live {live:.2f}; live vs twin:",
+                  ", ".join(f"{m} {rel(x / 100)}" for m, x in zip(modes, row)), flush=True)
     a = np.array(rows)
     for m, mean, sd in zip(modes, a.mean(0), a.std(0, ddof=1)):
-        print(f"{m}: mean {mean:.2f} %, sd {sd:.2f} points over {len(a)} runs")
+        print(f"{m}: mean {rel(mean / 100, 2)}, sd {sd:.2f} points over {len(a)} runs")
 
 
 if __name__ == "__main__":
