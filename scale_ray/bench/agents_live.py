@@ -13,7 +13,8 @@ number.
 
 The overhead part (not with ``--skip-overhead``): a burst of requests submitted at once on the
 same nodes, the first rule against Ray default (:func:`live_overhead`: throughput, the scheduler
-thread's CPU per task, Ray default's submission CPU per task), and the scheduler's decision path
+thread's CPU per task split into its own work and its Ray client calls, Ray default's driver CPU
+per task), and the scheduler's decision path
 without Ray at ``--overhead-nodes`` nodes (:func:`decision_overhead`: this machine holds only 8
 raylets), in ``overhead``.
 """
