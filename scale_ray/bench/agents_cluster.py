@@ -69,8 +69,11 @@ class AgentsCluster:
     """A local Ray cluster of ``nodes`` (logical CPUs, GPUs, memory, an accelerator marker; the
     labels the emulated bodies read their speed from), its own temp dir and ports."""
 
-    def __init__(self, nodes: list[NodeSpec]):
+    def __init__(self, nodes: list[NodeSpec], warm_workers: int = 6):
+        if warm_workers < 0:
+            raise ValueError(f"--warm-workers: {warm_workers} must be >= 0")
         self.nodes = nodes
+        self.warm_workers = warm_workers  # CPU workers started per node before any run
         self._cluster: Any = None
         self.temp_dir = ""
         #: ``nodes``' indices in Ray's tie order of their node ids (``ray_node_order``)
@@ -98,7 +101,7 @@ class AgentsCluster:
         self._cluster.wait_for_nodes()
         self.ray_order = ray_node_order(ids)
         ray.init(address=self._cluster.address, include_dashboard=False, log_to_driver=False)
-        self.warm()
+        self.warm(self.warm_workers)
         return self
 
     def warm(self, per_node: int = 6) -> float:

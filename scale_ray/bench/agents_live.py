@@ -74,6 +74,9 @@ def add_agents_arguments(p: argparse.ArgumentParser) -> None:
                    "path without Ray gets as many per node")
     g.add_argument("--speeds", choices=("known", "learned"), default="known", help="known: "
                    "live.gpu_speeds set; learned: none, live and twin learn them (estimator)")
+    g.add_argument("--warm-workers", type=int, default=6, help="CPU workers Ray starts on "
+                   "each node before any run (AgentsCluster.warm; a run that needs more waits "
+                   "for a worker process to start)")
     g.add_argument("--overhead-nodes", type=int, nargs="*", default=[64, 256],
                    help="node counts of the decision path measured without Ray")
 
@@ -173,6 +176,7 @@ def run_agents(args: Any) -> int:
     env, live_cfg = live_settings(nodes, ts, args.speeds)
     out: dict[str, Any] = {"setting": "agents", "nodes": args.nodes, "gpu_load": cfg.gpu_load,
                            "speeds": args.speeds, "run_noise": args.run_noise,
+                           "warm_workers": args.warm_workers,
                            "workflows": args.workflows, "time_scale": ts, "runs": []}
     shapes = {nd.name: sum(1 for m in nodes if m.name == nd.name) for nd in nodes}
     print(f"agents live: {args.nodes} nodes {shapes}, GPU load {cfg.gpu_load:g}, "
@@ -182,7 +186,7 @@ def run_agents(args: Any) -> int:
         raise ValueError("--rules: the overhead part times the first rule; name one or pass "
                          "--skip-overhead")
     for c in range(args.clusters):  # Ray's tie order is the cluster's: a fresh one draws anew
-        with AgentsCluster(nodes) as cluster:
+        with AgentsCluster(nodes, args.warm_workers) as cluster:
             out.setdefault("ray_node_order", cluster.ray_order)
             for r in range(args.runs):
                 seed = args.seed + r
