@@ -454,3 +454,10 @@ def test_the_overhead_lines_split_the_schedulers_cpu_and_ray_defaults_driver_cpu
         in text
     assert "without Ray at 64 nodes (80 requests, 560 tasks, ready backlog up to 9): 0.300 ms" \
         in text
+
+
+def test_a_negative_warm_up_is_refused_by_name_before_any_cluster_starts():
+    from scale_ray.bench.agents_cluster import AgentsCluster
+
+    with pytest.raises(ValueError, match="--warm-workers: -1 must be >= 0"):
+        AgentsCluster([], warm_workers=-1)
