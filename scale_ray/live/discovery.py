@@ -36,7 +36,7 @@ from .config import LiveConfig, resolved_model
 
 log = logging.getLogger(__name__)
 
-__all__ = ["discover", "cluster_servers", "parse_plain_node", "node_shape", "default_compute"]
+__all__ = ["discover", "parse_plain_node", "node_shape", "default_compute"]
 
 
 def default_compute(tiers: Iterable[TierConfig]) -> float:
@@ -114,10 +114,3 @@ def discover(raw_nodes: Iterable[dict[str, Any]], tiers: Iterable[TierConfig],
         out = [n for n in (parse_plain_node(r, cfg, compute, whole) for r in raw_nodes)
                if n is not None]
     return out, source
-
-
-def cluster_servers(tiers: Iterable[TierConfig], cfg: LiveConfig) -> tuple[list[NodeInfo], str]:
-    """:func:`discover` on the connected Ray cluster (one GCS call)."""
-    import ray
-
-    return discover(ray.nodes(), tiers, cfg)

@@ -198,6 +198,8 @@ class RayDefaultRunner:
         except BaseException as e:
             log.exception("ray-default runner thread failed")
             self.thread_error = e
+        finally:  # the last round's CPU too (summary() is read after shutdown)
+            self.thread_cpu_s = time.thread_time() - cpu0
 
     def drain(self, timeout: float | None = None, progress: Callable[[int, int], None] | None = None
               ) -> bool:
