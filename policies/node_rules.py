@@ -23,8 +23,10 @@ fit now is a wait (the decision core defers the task to the next event).
   is :func:`ray_node_order` of the nodes' Ray ids when they are known (a live cluster's twin),
   else a random order per episode, as Ray's ids are. Speed-blind. Differences from a real Ray
   cluster: one central queue (a task is placed when some node fits it, not queued at a busy
-  raylet), the preferred (local) node only with ``preferred_head``, no object-store term, no
-  reuse of a leased worker for the next task of its kind.
+  raylet, which grants in its scheduling classes' hash order), the preferred (local) node only
+  with ``preferred_head``, no object-store term, no reuse of a leased worker for the next task
+  of its scheduling class (agents.yaml's calls each ask for their own memory, so each is its
+  own class and Ray reuses none). results/resource_model/README.md measures these.
 * ``random``: uniform among the nodes it fits now.
 """
 
