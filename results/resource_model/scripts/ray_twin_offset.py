@@ -1,6 +1,7 @@
 """Probe: does a change to Ray default's twin explain why live Ray default is ~2 % slower?
 
-Reruns the twin of every stored run that has the live cluster's tie order, under one of:
+Reruns the twin of every stored run that has the live cluster's tie order, under each mode
+given (several changes in one mode joined by commas: pin=0.2,queue=random):
   queue=ready|random   waiting tasks keyed by ready time / at random, not oldest request first
   release=D            a finished run's resources seen D model s late (a stale resource view)
   reuse=L              the owner's lease reuse (Ray's NormalTaskSubmitter::OnWorkerIdle): a run
@@ -11,9 +12,9 @@ Reruns the twin of every stored run that has the live cluster's tie order, under
   pin=D                a task that fits no node when it is ready waits at the node Ray's hybrid
                        policy spills it to (the best feasible node: score, then node-id order;
                        ClusterResourceScheduler::GetBestSchedulableNode queues it there) and
-                       starts there when it fits; it moves to another node only once that node
-                       has had room for it for D model s (the busy raylet learns of it through
-                       the resource syncer, then rejects; inf: never)
+                       starts there when it fits; once another node has room for it, it moves
+                       D model s later to a node with room then, if any (the busy raylet learns
+                       of the room through the resource syncer, then rejects; inf: never)
   grant=class          a granted lease runs the oldest ready task of its scheduling class (the
                        owner's per-class FIFO), not the task the raylet's order asked for
 and prints live vs twin in % per run and the mean and sd. Not part of the project's code: it
