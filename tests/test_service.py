@@ -674,11 +674,14 @@ def test_metrics_reach_rays_prometheus_endpoint(service):
         assert r.status_code == 422
     info = client.cluster()  # (earlier replicas of this module's tests left series too)
     decisions = info["counters"]["decisions"]
-    m = scrape_metrics(until=decisions, timeout_s=60, worker=info["replica_worker_id"])
-    assert m.get("ray_scale_scheduler_decisions_total") == decisions, sorted(m)
     from serve_apps.tenants import tenant_label  # (labels: hashed names, issue 43)
-    assert m[f'ray_scale_scheduler_rejected_total{{reason="too_large",tenant="{tenant_label("local")}"}}'] >= 1
+    rejected = f'ray_scale_scheduler_rejected_total{{reason="too_large",tenant="{tenant_label("local")}"}}'
     key = f'ray_scale_scheduler_workflow_response_s_count{{policy="eft",tenant="{tenant_label(tenant)}"}}'
+    # (each metric is exported on its own schedule: wait for these series too)
+    m = scrape_metrics(until=decisions, timeout_s=60, worker=info["replica_worker_id"],
+                       needs=(rejected, key))
+    assert m.get("ray_scale_scheduler_decisions_total") == decisions, sorted(m)
+    assert m[rejected] >= 1, sorted(m)
     assert m[key] == 1
     assert m["ray_scale_scheduler_decision_latency_ms_count"] >= 1
     assert m["ray_scale_scheduler_servers"] >= 5

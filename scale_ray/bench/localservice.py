@@ -112,11 +112,12 @@ def successor_steps(old_actor: str, killed_at: float, timeout_s: float = 120.0) 
 
 
 def scrape_metrics(until: int | None = None, timeout_s: float = 45.0,
-                   worker: str | None = None) -> dict[str, float]:
+                   worker: str | None = None, needs: tuple[str, ...] = ()) -> dict[str, float]:
     """The service's metrics as Ray's Prometheus endpoints serve them (every alive node's
     metrics export port, ``/metrics``), polled until the ``decisions`` counter reads ``until``
-    (the service's own count) or stops changing; ``{}`` if none appears in ``timeout_s``.
-    ``worker``: only the series of that replica process (``GET /v1/cluster``
+    (the service's own count) or stops changing, and every series in ``needs`` is there (Ray
+    exports each metric on its own schedule); the last scrape (``{}`` if none) after
+    ``timeout_s``. ``worker``: only the series of that replica process (``GET /v1/cluster``
     ``replica_worker_id``; earlier replicas' series stay on the endpoints)."""
     import httpx
     import ray
@@ -136,7 +137,8 @@ def scrape_metrics(until: int | None = None, timeout_s: float = 45.0,
                 continue
             for k, v in parse_prometheus(text, worker=worker).items():
                 got[k] = got.get(k, 0.0) + v
-        if key in got and (got[key] == until or (until is None and got == last)):
+        if key in got and (got[key] == until or (until is None and got == last)) and all(
+                k in got for k in needs):
             return got
         last = got
         time.sleep(2.0)
