@@ -83,12 +83,13 @@ def test_bench_service_writes_the_documented_keys(tmp_path):
 @pytest.mark.timeout(600)
 def test_bench_service_kills_the_replica_twice_and_loses_nothing(tmp_path):
     """`scale-ray bench service --kill-replica-at`: the replica is killed -9 twice mid-run (and
-    a busy node once); every workflow completes, none is lost or double-booked."""
+    a busy node once); every workflow completes, none is lost or double-booked. With
+    ``--no-ray-default`` no reference runs and no ``ray_default_*`` key is written."""
     out = tmp_path / "kills.json"
     run = subprocess.run([sys.executable, "-m", "scale_ray.cli", "bench", "service", "--nodes", "4",
                           "--servers-per-node", "2", "--workflows", "15", "--time-scale", "0.1",
-                          "--policy", "eft", "--kill-replica-at", "0.2", "0.6", "--json",
-                          str(out)], capture_output=True, text=True, timeout=560, cwd=str(REPO))
+                          "--policy", "eft", "--kill-replica-at", "0.2", "0.6", "--no-ray-default",
+                          "--json", str(out)], capture_output=True, text=True, timeout=560, cwd=str(REPO))
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["replica_kills"] == 2 and len(r["resume_s"]) == 2
@@ -97,6 +98,8 @@ def test_bench_service_kills_the_replica_twice_and_loses_nothing(tmp_path):
     assert all(s is not None and 0 < s < 60 for s in r["resume_s"])
     assert {"replica_started", "policy_loaded", "scheduler_started", "at"} == set(
         r["resume_steps_s"][0])
+    assert not [k for k in r if k.startswith("ray_default") or k == "rel_diff_vs_ray_default"]
+    assert "ray-default" not in run.stdout and r["setting"] == "paper"
 
 
 @pytest.mark.slow

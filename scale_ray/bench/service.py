@@ -12,7 +12,7 @@ On one local heterogeneous multi-node cluster (``--nodes`` servers N, tiers 2:5:
    and which resumes from its journal (``--storage``; default: a directory of the run);
 3. the same workload runs under Ray's own placement (``ray-default``) from this process, with
    the same kill: a node of the killed node's tier is added back, and killed at the same model
-   time.
+   time (``--no-ray-default``: skipped, and with it the twin and every ``ray_default_*`` key).
 
 ``double_booked`` counts server-time overlaps in the service's trace (a start on a server whose
 previous run has not finished or been lost). ``resume_s``: per replica kill, seconds to the
@@ -84,6 +84,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --tenants: the victim's one-task workflows (one every 0.5 s)")
     p.add_argument("--window-s", type=float, default=10.0,
                    help="with --tenants: decisions/s are counted over this window")
+    p.add_argument("--no-ray-default", action="store_true",
+                   help="skip the ray-default reference run (and the twin): the service's run "
+                        "alone, e.g. to check replica kills")
     p.add_argument("--journal-overhead", action="store_true",
                    help="also run the stream twice without kills, with the journal and with "
                         "storage off, and report submit p50 and mean workflow response of both")
@@ -321,6 +324,23 @@ def _ray_default(cluster, env, live, base_specs, times, out: dict,
         target.shutdown()
 
 
+def _against_ray_default(out: dict, base: dict, env, specs, times,
+                         args: argparse.Namespace) -> None:
+    """The reference run's numbers, the service's relation to them and (without a kill) the
+    simulator twin, into ``out``; the comparison printed."""
+    out.update({f"ray_default_{k}": base[k] for k in (
+        "mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_response_s",
+        "workflows_completed")})
+    out["rel_diff_vs_ray_default"] = out["mean_workflow_response_s"] / base[
+        "mean_workflow_response_s"] - 1.0
+    if not out["killed_node"]:  # the twin models no kill: only a run without one has a twin
+        _add_twin(out, base, env, specs, times, args)
+    print(f"ray-default: {base['workflows_completed']}/{base['workflows_submitted']} completed, "
+          f"mean {base['mean_workflow_response_s']:.3f} s, p95 "
+          f"{base['p95_workflow_response_s']:.3f} s\nservice vs ray-default, mean workflow "
+          f"response: {rel(out['rel_diff_vs_ray_default'])}")
+
+
 def _add_twin(out: dict, base: dict, env, specs, times, args: argparse.Namespace) -> None:
     """The simulator twin's prediction of the same arrivals next to the live numbers."""
     twin = predict(runtime_env(setting_env(args.setting, args.nodes)
@@ -379,24 +399,13 @@ def run(args: argparse.Namespace) -> int:
             print("journal overhead (no kills): " + "; ".join(
                 f"{k} ({v['storage']}): submit p50 {v['submit_p50_ms']:.1f} ms, mean "
                 f"{v['mean_workflow_response_s']:.3f} s" for k, v in side.items()), flush=True)
-        base = _ray_default(cluster, env, live, base_specs, times, out, args)
+        base = (None if args.no_ray_default
+                else _ray_default(cluster, env, live, base_specs, times, out, args))
     out.update(policy=args.policy, servers=env.cluster.servers, time_scale=args.time_scale,
-               load=args.load, ray_default_mean_workflow_response_s=base["mean_workflow_response_s"],
-               ray_default_p95_workflow_response_s=base["p95_workflow_response_s"],
-               ray_default_p99_workflow_response_s=base["p99_workflow_response_s"],
-               hints=args.hints, noise=args.noise, estimator_mode=args.estimator,
-               hedge_mode=args.hedge,
-               ray_default_workflows_completed=base["workflows_completed"],
-               wall_s=time.perf_counter() - t0)
-    out["rel_diff_vs_ray_default"] = out["mean_workflow_response_s"] / base[
-        "mean_workflow_response_s"] - 1.0
-    out["setting"] = args.setting
-    if not out["killed_node"]:  # the twin models no kill: only a run without one has a twin
-        _add_twin(out, base, env, specs, times, args)
-    print(f"ray-default: {base['workflows_completed']}/{base['workflows_submitted']} completed, "
-          f"mean {base['mean_workflow_response_s']:.3f} s, p95 "
-          f"{base['p95_workflow_response_s']:.3f} s\nservice vs ray-default, mean workflow "
-          f"response: {rel(out['rel_diff_vs_ray_default'])}")
+               load=args.load, hints=args.hints, noise=args.noise, estimator_mode=args.estimator,
+               hedge_mode=args.hedge, setting=args.setting, wall_s=time.perf_counter() - t0)
+    if base is not None:
+        _against_ray_default(out, base, env, specs, times, args)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2))
