@@ -89,7 +89,8 @@ def test_bench_service_kills_the_replica_twice_and_loses_nothing(tmp_path):
     run = subprocess.run([sys.executable, "-m", "scale_ray.cli", "bench", "service", "--nodes", "4",
                           "--servers-per-node", "2", "--workflows", "15", "--time-scale", "0.1",
                           "--policy", "eft", "--kill-replica-at", "0.2", "0.6", "--no-ray-default",
-                          "--json", str(out)], capture_output=True, text=True, timeout=560, cwd=str(REPO))
+                          "--json", str(out)],
+                         capture_output=True, text=True, timeout=560, cwd=str(REPO))
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["replica_kills"] == 2 and len(r["resume_s"]) == 2
