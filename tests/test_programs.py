@@ -223,6 +223,10 @@ def test_bench_pairs_the_modes_on_the_same_requests():
     want = sum(mean[("eft@fifo+program", k)] / mean[("eft@fifo+per_call", k)] - 1
                for k in (0, 1)) / 2
     assert by["fifo"]["program_vs_per_call_workflow"]["mean_rel_diff"] == pytest.approx(want)
+    # and from the other side (the probe's sign): per_call / program - 1, its own denominator
+    back = sum(mean[("eft@fifo+per_call", k)] / mean[("eft@fifo+program", k)] - 1
+               for k in (0, 1)) / 2
+    assert by["fifo"]["per_call_vs_program_workflow"]["mean_rel_diff"] == pytest.approx(back)
     assert {e["arrived_tasks"] for e in eps if e["episode"] == 0} == {
         next(e["arrived_tasks"] for e in eps if e["episode"] == 0)}
     assert "fifo" in format_rows([r | {"setting": "s", "load": 0.8} for r in rows])

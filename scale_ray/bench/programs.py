@@ -6,7 +6,10 @@ For each (setting, load, N, order) it prints workflow response mean / p95 / p99 
 (the order given the whole DAG: clairvoyant), ``program`` (calls seen as they come, grouped by
 program; estimates learned online) and ``per_call`` (each call alone), and two paired
 differences with 95 % t-intervals: ``program`` vs ``per_call`` (what knowing the program buys)
-and ``program`` vs ``dag`` (what not knowing the future costs). The JSON has every row, the
+and ``program`` vs ``dag`` (what not knowing the future costs), and the first from the other
+side, ``per_call`` / ``program`` - 1 (what per-call submission costs: the sign in which issue
+47's probe stated its numbers; not the negative of the first, as each is a mean of ratios with
+its own denominator). The JSON has every row, the
 per-episode metrics and ``fifo_program_vs_per_call_rel_diff``: program-aware ``fifo`` / ``fifo``
 per call - 1 on mean workflow response, per setting, load and size.
 
@@ -83,6 +86,11 @@ def measure(env, orders: list[str], servers: list[int], episodes: int, seed: int
                     pairs = paired_differences(
                         [e for e in eps if e["policy"] in (prog, other)], other, metric)
                     row[f"program_vs_{ref}_{metric}"] = _rel(pairs, prog, n, metric)
+            for metric in ("workflow", "workflow_p99"):  # the other side: per call / program
+                prog, other = f"{policy}@{o}+program", f"{policy}@{o}+per_call"
+                pairs = paired_differences(
+                    [e for e in eps if e["policy"] in (prog, other)], prog, metric)
+                row[f"per_call_vs_program_{metric}"] = _rel(pairs, other, n, metric)
             out.append(row)
     return out, eps
 
@@ -105,6 +113,12 @@ def format_rows(rows: list[dict]) -> str:
             f"{_pct(r['program_vs_per_call_workflow']):>28} "
             f"{_pct(r['program_vs_per_call_workflow_p99']):>28}  "
             f"{_pct(r['program_vs_dag_workflow']):>28} {_pct(r['program_vs_dag_workflow_p99']):>28}")
+    lines += ["", "per call / program - 1 (what submitting call by call costs; the sign of "
+              "issue 47's probe):", f"{'setting':<12} {'load':>4} {'N':>4} {'order':<5} "
+              f"{'mean':>28} {'p99':>28}"]
+    lines += [f"{r['setting']:<12} {r['load']:>4g} {r['servers']:>4} {r['order']:<5} "
+              f"{_pct(r['per_call_vs_program_workflow']):>28} "
+              f"{_pct(r['per_call_vs_program_workflow_p99']):>28}" for r in rows]
     return "\n".join(lines)
 
 
