@@ -1,10 +1,10 @@
 """What Ray's client calls cost a driver thread per task at 8 and at 64 raylets (issue 46's
 "scheduler CPU per task at 64 nodes"): one local cluster after the other (4 logical CPUs a
 node, its own temp dir), each warmed with one worker a node, then R rounds of one 0.2-s task
-pinned to every node (hard node affinity, as the live scheduler places), completions taken as
-the live scheduler takes them (``ray.wait(num_returns=1)`` over every run in flight, then
-``ray.get``), plus the node refresh (``ray.nodes()``). Thread CPU, medians over rounds.
-An experiment script (results/resource_model/README.md), ~10 min:
+pinned to every node (hard node affinity, one cached variant a node, as the live executor
+places), completions taken as the live scheduler takes them (``ray.wait(num_returns=1)`` over
+every run in flight, then ``ray.get``), plus the node refresh (``ray.nodes()``). Thread CPU,
+medians over rounds. An experiment script (results/resource_model/README.md), ~6 min:
 
     RAY_TMPDIR=$(mktemp -d) python results/resource_model/scripts/ray_calls_at_scale.py 8 64
 """
@@ -46,15 +46,17 @@ def measure(n: int) -> dict:
             return s
 
         ids = [x["NodeID"] for x in ray.nodes() if x["Alive"] and x["Resources"].get("CPU")]
-        pins = [NodeAffinitySchedulingStrategy(i, soft=False) for i in ids]
-        ray.get([run.options(scheduling_strategy=p).remote(0.0) for p in pins])  # warm
+        # one pinned variant a node, built once (the live executor caches them: `pinned`)
+        pins = [run.options(scheduling_strategy=NodeAffinitySchedulingStrategy(i, soft=False))
+                for i in ids]
+        ray.get([p.remote(0.0) for p in pins])  # warm
         warm = time.perf_counter() - t0 - up
         print(f"{n} nodes: up in {up:.0f} s, warm in {warm:.0f} s, "
               f"{available_gb():.1f} GB available", flush=True)
         sub, comp, nodes_call = [], [], []
         for _ in range(ROUNDS):
             t = time.thread_time()
-            running = {run.options(scheduling_strategy=p).remote(0.2): p for p in pins}
+            running = {p.remote(0.2): p for p in pins}
             sub.append((time.thread_time() - t) / len(pins))
             t = time.thread_time()
             while running:
