@@ -9,9 +9,9 @@ differences with 95 % t-intervals: ``program`` vs ``per_call`` (what knowing the
 and ``program`` vs ``dag`` (what not knowing the future costs), and the first from the other
 side, ``per_call`` / ``program`` - 1 (what per-call submission costs: the sign in which issue
 47's probe stated its numbers; not the negative of the first, as each is a mean of ratios with
-its own denominator). The JSON has every row, the
-per-episode metrics and ``fifo_program_vs_per_call_rel_diff``: program-aware ``fifo`` / ``fifo``
-per call - 1 on mean workflow response, per setting, load and size.
+its own denominator). The JSON has every row, the per-episode metrics and
+``fifo_program_vs_per_call_rel_diff``: program-aware ``fifo`` / ``fifo`` per call - 1 on mean
+workflow response, per setting, load and size.
 
     scale-ray bench programs --configs configs/env/realistic.yaml configs/env/programs.yaml \\
         --servers 16 48 --loads 0.6 0.8 --episodes 30 --json OUT.json
@@ -39,6 +39,8 @@ EPISODE_KEYS = ("policy", "servers", "episode", "mean_workflow_response_s",
                 "arrived_tasks", "completed_workflows", "utilization")
 METRICS = {"workflow": "mean_workflow_response_s", "workflow_p95": "p95_workflow_response_s",
            "workflow_p99": "p99_workflow_response_s"}
+#: the paired differences of each row: (mode, reference) -> mode / reference - 1
+PAIRS = (("program", "per_call"), ("program", "dag"), ("per_call", "program"))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -80,17 +82,12 @@ def measure(env, orders: list[str], servers: list[int], episodes: int, seed: int
             for m in SUBMISSIONS:
                 r = by[(f"{policy}@{o}+{m}", n)]
                 row[m] = {k: r[v] for k, v in METRICS.items()}
-            for ref in ("per_call", "dag"):
+            for mode, ref in PAIRS:
+                a, b = f"{policy}@{o}+{mode}", f"{policy}@{o}+{ref}"
+                mine = [e for e in eps if e["policy"] in (a, b) and e["servers"] == n]
                 for metric in ("workflow", "workflow_p99"):
-                    prog, other = f"{policy}@{o}+program", f"{policy}@{o}+{ref}"
-                    pairs = paired_differences(
-                        [e for e in eps if e["policy"] in (prog, other)], other, metric)
-                    row[f"program_vs_{ref}_{metric}"] = _rel(pairs, prog, n, metric)
-            for metric in ("workflow", "workflow_p99"):  # the other side: per call / program
-                prog, other = f"{policy}@{o}+program", f"{policy}@{o}+per_call"
-                pairs = paired_differences(
-                    [e for e in eps if e["policy"] in (prog, other)], prog, metric)
-                row[f"per_call_vs_program_{metric}"] = _rel(pairs, other, n, metric)
+                    pairs = paired_differences(mine, b, metric)
+                    row[f"{mode}_vs_{ref}_{metric}"] = _rel(pairs, a, n, metric)
             out.append(row)
     return out, eps
 
@@ -146,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
                          for e in eps]
     print(format_rows(rows))
     print(f"({len(episodes)} episodes, {time.perf_counter() - t0:.0f} s; workflow response in "
-          f"model s; differences: mean over paired episodes of program / reference - 1, 95 % "
+          f"model s; differences: mean over paired episodes of mode / reference - 1, 95 % "
           f"t-interval)")
     if args.json:
         fifo = {f"{r['setting']}@{r['load']:g}/N={r['servers']}":
