@@ -20,7 +20,11 @@ from typing import Any, Literal, Mapping
 
 from .config_base import (ConfigError, build, merge, replace, rng, to_dict)  # noqa: F401
 from . import dag_formats
+from .agents import AgentsConfig
+from .demands import MEMORY, SLOT
+from .nodes import NodeSpec
 from .runtime import RuntimeConfig
+from .timing import Network
 
 # --------------------------------------------------------------------------------------------
 # The simulator's configuration tree
@@ -28,14 +32,61 @@ from .runtime import RuntimeConfig
 
 @dataclass(frozen=True)
 class TierConfig:
-    """One server tier (paper Table 1)."""
+    """One node shape and its share of the cluster: a server of one slot (paper Table 1: its
+    speed and memory) or, with ``resources``, a Ray node that runs every task that fits."""
     name: str = field(metadata=rng(doc="tier name, unique (live: the node's scale.tier label)"))
-    compute: float = field(metadata=rng(gt=0, doc="compute capacity C, GFLOP/s"))
-    memory_gb: float = field(metadata=rng(gt=0, doc="memory capacity M, GB"))
+    compute: float = field(default=1.0, metadata=rng(
+        gt=0, doc="compute capacity C, GFLOP/s: the speed of CPU work"))
+    memory_gb: float | None = field(default=None, metadata=rng(
+        gt=0, doc="memory capacity M, GB (a node with resources: its memory resource)"))
     idle_w: float = field(default=0.0, metadata=rng(ge=0, doc="idle power, W"))
     busy_w: float = field(default=0.0, metadata=rng(ge=0, doc="busy power, W"))
     ratio: float = field(default=1.0, metadata=rng(ge=0, doc="share of the cluster (any scale)"))
     count: int | None = field(default=None, metadata=rng(ge=0, doc="explicit count; overrides ratio"))
+    resources: dict[str, float] | None = field(default=None, metadata=rng(
+        doc="Ray resources of one node (CPU, GPU, memory in GB, custom): it runs every task whose "
+            "demands fit what is free; none: a server of one slot (the paper's)"))
+    accelerator: str = field(default="", metadata=rng(
+        doc="accelerator type of its GPUs (Ray's accelerator_type)"))
+    gpu_speed: float | None = field(default=None, metadata=rng(
+        gt=0, doc="speed of GPU work (default: compute)"))
+
+    def __post_init__(self) -> None:
+        if self.resources is None:
+            if self.memory_gb is None:
+                raise ConfigError(f"cluster.tiers.{self.name}.memory_gb: required for a server "
+                                  f"of one slot (or give the tier resources)")
+            return
+        try:
+            spec = self.spec()
+        except ValueError as e:
+            raise ConfigError(f"cluster.tiers.{self.name}.{e}") from None
+        if spec.resources.get("CPU", 0) <= 0:
+            raise ConfigError(f"cluster.tiers.{self.name}.resources.CPU: must be > 0")
+        if self.memory_gb is not None and self.memory_gb != spec.memory_gb:
+            raise ConfigError(f"cluster.tiers.{self.name}.memory_gb: {self.memory_gb} differs "
+                              f"from resources.memory ({spec.memory_gb}); give one")
+
+    def __hash__(self) -> int:  # resources is a dict: hashed as its sorted items
+        return hash((self.name, self.compute, self.memory_gb, self.idle_w, self.busy_w,
+                     self.ratio, self.count, None if self.resources is None else
+                     tuple(sorted(self.resources.items())), self.accelerator, self.gpu_speed))
+
+    @property
+    def slotted(self) -> bool:
+        """A server of one slot (no ``resources``): one task at a time."""
+        return self.resources is None
+
+    def spec(self) -> NodeSpec:
+        """The node of this tier (``envs.nodes``)."""
+        if self.resources is None:
+            res = {SLOT: 1.0, MEMORY: float(self.memory_gb)}
+        else:
+            res = {k: float(v) for k, v in self.resources.items()}
+            if self.memory_gb is not None:
+                res.setdefault(MEMORY, float(self.memory_gb))
+        return NodeSpec(self.name, res, self.compute, self.gpu_speed or self.compute,
+                        self.accelerator, {}, self.idle_w, self.busy_w)
 
 
 def _default_tiers() -> tuple[TierConfig, ...]:
@@ -57,6 +108,9 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         if not self.tiers:
             raise ConfigError("cluster.tiers: at least one tier is required")
+        if len({t.slotted for t in self.tiers}) > 1:
+            raise ConfigError("cluster.tiers: either every tier is a server of one slot (no "
+                              "resources) or every tier gives its Ray resources")
         names = [t.name for t in self.tiers]
         if len(set(names)) != len(names):
             raise ConfigError(f"cluster.tiers: tier names must be unique, got {names}")
@@ -69,6 +123,21 @@ class ClusterConfig:
             raise ConfigError("cluster.tiers: tiers without a count need a positive total ratio")
         if sum(c for c in counts if c is not None) > self.servers:
             raise ConfigError(f"cluster.servers: {self.servers} is smaller than the explicit tier counts")
+
+    @property
+    def slotted(self) -> bool:
+        """Servers of one slot (the paper's), not Ray nodes with resources."""
+        return self.tiers[0].slotted
+
+    @property
+    def network(self) -> Network:
+        """The network (``envs.timing``)."""
+        return Network(self.bandwidth_gb_s, self.latency_s)
+
+    def nodes(self) -> list[NodeSpec]:
+        """The nodes of ``servers``: each tier's node, ``tier_counts`` times, tiers in order."""
+        counts = self.tier_counts()
+        return [t.spec() for t in self.tiers for _ in range(counts[t.name])]
 
     def tier(self, name: str) -> TierConfig:
         for t in self.tiers:
@@ -193,7 +262,8 @@ class WorkloadConfig:
     """Workflow arrivals and the random DAG generator (docs/simulator.md)."""
     source: str = field(default="random", metadata=rng(
         doc="'random' for the paper's generator, 'programs' for agent programs "
-            "(envs/program_source.py), or a real-DAG family name (envs.loaders)"))
+            "(envs/program_source.py), 'agents' for agent requests on Ray nodes "
+            "(envs/agents.py), or a real-DAG family name (envs.loaders)"))
     order: Literal["sample", "replay"] = field(default="sample", metadata=rng(
         doc="real-DAG sources: 'sample' draws workflows with replacement, 'replay' takes them in "
             "file order"))
@@ -222,6 +292,12 @@ class WorkloadConfig:
         doc="source 'dags': 'auto' detects each file's format from its content, or force one"))
     programs: ProgramsConfig = field(default_factory=ProgramsConfig, metadata=rng(
         doc="source 'programs': the agent-program generator's shapes and sizes"))
+    agents: AgentsConfig = field(default_factory=AgentsConfig, metadata=rng(
+        doc="source 'agents': agent requests on Ray nodes (envs/agents.py)"))
+    gpu_load: float | None = field(default=None, metadata=rng(
+        gt=0, lt=1, doc="the offered GPU load: the arrival rate that keeps this share of the "
+                        "cluster's GPU speed busy (replaces arrival_rate_16; needs GPU work and "
+                        "nodes with GPUs)"))
     on_invalid: Literal["raise", "skip"] | None = field(default=None, metadata=rng(
         doc="an invalid record or file: 'raise' aborts naming it, 'skip' skips and counts it "
             "(logged at WARNING); default: the family's own rule ('raise' for 'dags')"))
@@ -316,6 +392,10 @@ class MdpConfig:
         ge=0, le=1000, doc="order edf: deadline = arrival + this x the critical-path lower bound"))
     first_level: Literal["hop", "upward_rank"] | None = field(default=None, metadata=rng(
         doc="deprecated alias of order (warns)"))
+    node_look: int = field(default=64, metadata=rng(
+        ge=0, le=10**9, doc="a placement round sets aside at most this many ready tasks that fit "
+                            "no node now, the rest wait for the next round (envs/decision.py: a "
+                            "round's cost stays bounded under any backlog); 0: no bound"))
     max_decisions: int = field(default=2_000_000, metadata=rng(ge=1, doc="truncation cap"))
     max_time_factor: float = field(default=10.0, metadata=rng(
         ge=1, doc="truncate when the clock passes horizon_s * this factor"))
@@ -399,6 +479,9 @@ class EnvConfig:
             "response; the response reward and the lookahead planner read it"))
     n_max: int | None = field(default=None, metadata=rng(
         ge=1, le=100_000, doc="observation padding; default: enough for the run's servers"))
+    encoder: Literal["paper", "nodes"] = field(default="paper", metadata=rng(
+        doc="what a learned policy sees (envs/encoding.py): paper, the paper's task and server "
+            "features; nodes, each node's run, start, fit and free resources for the task"))
 
     def __post_init__(self) -> None:
         names = {t.name for t in self.cluster.tiers}

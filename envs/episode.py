@@ -11,7 +11,8 @@ import numpy as np
 
 from . import order as orders
 from .decision import DONE, READY, WAITING
-from .workload import WorkflowSpec
+from .demands import CPU, GPU, Request
+from .workload import TaskSpec, WorkflowSpec
 
 if TYPE_CHECKING:  # annotations only: the simulator imports this module
     from .config import EnvConfig
@@ -34,14 +35,17 @@ class TaskRecord:
     __slots__ = ("id", "wf", "compute", "memory_gb", "output", "parents", "children", "key",
                  "pending", "state", "slot", "sid", "start", "finish", "token", "first_parent",
                  "waits", "rank", "nominal", "kind", "hint", "factor", "factor2", "expected",
-                 "copy_slot", "hedgeable")
+                 "copy_slot", "hedgeable", "demands", "copy_start", "gpu", "run_from")
 
-    def __init__(self, tid: int, wf: "WorkflowRecord", compute: float, memory_gb: float, output: float):
+    def __init__(self, tid: int, wf: "WorkflowRecord", compute: float, memory_gb: float,
+                 output: float, demands: tuple = (), gpu: bool = False):
         self.id = tid
         self.wf = wf
         self.compute = compute
         self.memory_gb = memory_gb
         self.output = output
+        self.demands = demands      # what it holds on a node (envs.demands)
+        self.gpu = gpu              # GPU work (its node's GPU speed)
         self.parents: list[TaskRecord] = []
         self.children: list[TaskRecord] = []
         self.key: tuple = ()
@@ -64,7 +68,9 @@ class TaskRecord:
         self.factor = 1.0
         self.factor2 = 1.0
         self.expected = 0.0
-        self.copy_slot = -1         # slot of its hedged copy while one runs (envs.hedging)
+        self.copy_slot = -1         # node of its hedged copy while one runs (envs.hedging)
+        self.copy_start = math.nan  # when that copy started
+        self.run_from = math.nan    # when the run on ``slot`` started (a copy's, once it took over)
         self.hedgeable = False
 
 
@@ -83,22 +89,37 @@ class WorkflowRecord:
         self.kind = ""              # its program kind (the spec's name; envs.programs learns per kind)
 
 
-def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
-                   speed_by_memory: Sequence[tuple[float, float]], order: orders.Order,
-                   mean_compute: float, bandwidth_gb_s: float, latency_s: float,
-                   shown: Sequence[float] | None = None
-                   ) -> tuple[WorkflowRecord, list[TaskRecord]]:
-    """Workflow ``wid`` arriving at ``t`` with task ids from ``base``: linked tasks, each keyed
-    for the ready queue by ``order`` (:class:`envs.order.Order`), and the critical-path lower
-    bound (each task on the fastest tier, ``speed_by_memory`` ordered by speed, whose memory
-    fits it). ``shown``: the computes deciders see (``envs.runtime`` hints; default the spec's):
-    the tasks' ``compute`` and the order keys use them, the lower bound the spec's."""
+_SLOT = (("slot", 1.0),)
+_CPU = ((CPU, 1.0),)
+
+
+def task_demands(ts: TaskSpec, slotted: bool) -> tuple:
+    """What task ``ts`` holds on a node (``envs.demands``): on servers of one slot (the paper's)
+    a slot, its memory and what its options name; on Ray nodes its Ray request."""
+    if not ts.demands:  # the paper's workloads: a slot and memory, or Ray's default CPU
+        m = ts.memory_gb
+        if slotted:
+            return (("memory", m), _SLOT[0]) if m > 0 else _SLOT
+        return (_CPU[0], ("memory", m)) if m > 0 else _CPU
+    req = Request(dict(ts.demands).get(CPU), ts.demands, ts.memory_gb)
+    return req.on_slot() if slotted else req.on_nodes()
+
+
+def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float, order: orders.Order,
+                   costs: orders.Costs, shown: Sequence[float] | None = None,
+                   slotted: bool = True) -> tuple[WorkflowRecord, list[TaskRecord]]:
+    """Workflow ``wid`` arriving at ``t`` with task ids from ``base``: linked tasks with their
+    demands (:func:`task_demands`), each keyed for the ready queue by ``order``
+    (:meth:`envs.order.Order.arrive`), and the critical-path lower bound (``costs``). ``shown``:
+    the computes deciders see (``envs.runtime`` hints; default the spec's): the tasks'
+    ``compute`` and the order keys use them, the lower bound the spec's."""
     specs = spec.tasks
     n = len(specs)
     wf = WorkflowRecord(wid, t, n, 0.0)
     comp = [ts.compute_gflop for ts in specs] if shown is None else list(shown)
-    new = [TaskRecord(base + i, wf, comp[i], ts.memory_gb, ts.output_gb)
-           for i, ts in enumerate(specs)]
+    gpu = [bool(ts.demands) and any(k == GPU for k, _ in ts.demands) for ts in specs]
+    new = [TaskRecord(base + i, wf, comp[i], ts.memory_gb, ts.output_gb,
+                      task_demands(ts, slotted), gpu[i]) for i, ts in enumerate(specs)]
     wf.tasks = new
     kids: list[list[int]] = [[] for _ in range(n)]
     for i, ts in enumerate(specs):
@@ -111,15 +132,13 @@ def build_workflow(spec: WorkflowSpec, wid: int, base: int, t: float,
         task.pending = len(ts.parents)
     mems = [ts.memory_gb for ts in specs]
     parents = [ts.parents for ts in specs]
-    wf.lower_bound = orders.lower_bound_s([ts.compute_gflop for ts in specs], mems, parents,
-                                          speed_by_memory)
-    rank = order.ranks(comp, [ts.output_gb for ts in specs], kids, mean_compute,
-                       bandwidth_gb_s, latency_s)
-    wf.level = level = order.level(t, comp, mems, parents, speed_by_memory, mean_compute)
-    key = order.key
+    wf.lower_bound = costs.lower_bound_s([ts.compute_gflop for ts in specs], mems, gpu, parents)
+    keyed = order.arrive(orders.Graph(comp, mems, [ts.output_gb for ts in specs], gpu, kids,
+                                      parents), t, wid, costs)
+    wf.level = keyed.level
     for i, task in enumerate(new):
-        task.rank = rank[i]
-        task.key = key(rank[i], t, wid, level)
+        task.rank = keyed.ranks[i]
+        task.key = keyed.keys[i]
     return wf, new
 
 
@@ -157,11 +176,12 @@ def arrival_event(t: float, wid: int, tasks: list[TaskRecord], kinds: bool) -> d
 
 
 def rekey(wf: WorkflowRecord, order: orders.Order, task: TaskRecord, run_s: float,
-          mean_compute: float, push: Any) -> None:
+          costs: orders.Costs, push: Any) -> None:
     """A dynamic order (``srpt``, ``las``): ``task`` of ``wf`` finished after ``run_s``
-    seconds; the workflow's level moves, every unfinished task gets its new key and the ready
-    ones are pushed again (``push(task)``; the queue drops their older entries)."""
-    wf.level = level = order.finished(wf.level, task.compute, run_s, mean_compute)
+    seconds; the workflow's level moves (:meth:`envs.order.Order.on_finish`), every unfinished
+    task gets its new key and the ready ones are pushed again (``push(task)``; the queue drops
+    their older entries)."""
+    wf.level = level = order.on_finish(wf.level, costs.work_s(task.compute, task.gpu), run_s)
     key = order.key
     for tk in wf.tasks:
         st = tk.state
@@ -183,10 +203,9 @@ def episode_metrics(sim: "Simulator") -> dict[str, Any]:
     # every arrived workflow; an unfinished one counts its age at the end (a lower bound)
     wresp_all = [(w.finish if w.done == w.n else sim.t) - w.arrival for w in sim.workflows]
     slow = [(w.finish - w.arrival) / w.lower_bound for w in wfs if w.lower_bound > 0]
-    # busy / alive server-seconds; a task still running at the cutoff (a truncated episode)
-    # counts its time so far
-    busy = sim.busy_seconds + sum(sim.t - sim.run_start[slot]
-                                   for slot, tk in enumerate(sim.running) if tk is not None)
+    # busy / alive node-seconds (a node is busy while it runs a task); a node still busy at the
+    # cutoff (a truncated episode) counts its time so far
+    busy = sim.busy_seconds + sim.busy_now()
     return {
         "completed_tasks": len(resp),
         "arrived_tasks": len(sim.tasks),
@@ -211,4 +230,4 @@ def episode_metrics(sim: "Simulator") -> dict[str, Any]:
         "lost_tasks": sim.cluster.lost,
         "truncated": sim.truncated,
     } | (sim.hedges.metrics() if sim.cfg.runtime.hedge != "off" else {}) | (
-        {"busy_server_s": float(busy)} if sim.cfg.runtime.active else {})
+        {"busy_server_s": float(busy)} if sim.cfg.runtime.active else {}) | sim.resource_use()

@@ -10,12 +10,13 @@ forward; the original must not notice. ``copy.deepcopy`` would copy every task o
   copies (a finished task is never written again, so both simulators share it; its ``children``
   may name the original's objects, which nothing reads once a task is done);
 * the event heap, the decision core (its ready queue with the deferred and blocked lists, and its
-  server table: arrays, lists, feature matrix), the running tasks;
-* the per-slot records (``envs.slots.Slots.copy``: which server, what it runs, since when);
+  table of nodes with their free resources and runs, ``envs.nodes.NodeTable.copy``);
 * the arrivals (``envs.sim_arrivals.Arrivals.copy``: their generators, process and source) and
-  the cluster dynamics (``envs.sim_cluster.Cluster.copy``: their generator, the lost count);
-* the run-time model and the hedging part (``Simulator.bind_runs``: their copies);
-* counters, the clock and the watermark ``done_below`` (plain values).
+  the node dynamics (``envs.sim_cluster.Cluster.copy``: their generator, the node ids, the lost
+  count);
+* the run-time model and the hedging part (``Simulator.bind_runs``: their copies), the encoder
+  (its scratch rows);
+* counters, the clock, the nodes' busy periods and the watermark ``done_below``.
 
 The fork has no trace sink. Continuing the fork with the same actions gives exactly the
 original's future (tests/test_lookahead.py), and stepping the fork leaves the original alone.
@@ -108,16 +109,17 @@ def fork(sim: "Simulator", rngs: Sequence[np.random.Generator] | None = None) ->
         return tasks[task.id] if task is not None else None
 
     new.current = m(sim.current)
-    new.bind_slots(sim.slots.copy(m))
     core = object.__new__(DecisionCore)
     core.__dict__.update(sim.core.__dict__)  # rules and counters (plain values)
-    core.servers = sim.core.servers.copy()
+    core.table = sim.table.copy(lambda t, _i: tasks[t.id])
     core.queue = sim.core.queue.copy(lambda t: tasks[t.id])  # same order: still a heap
     new.bind_core(core)
     new.submission = sim.submission.copy()
+    new.busy_since = list(sim.busy_since)
+    new.resource_s = None if sim.resource_s is None else list(sim.resource_s)
+    new.encoder = sim.encoder.copy()
     _copy_runs(sim, new, tasks)
-    new.cluster = sim.cluster.copy(r[2], new.slots, core.servers, core.queue, new.event_q,
-                                   new.hedges)
+    new.cluster = sim.cluster.copy(r[2], core.table, core.queue, new.event_q, new.hedges, new)
     nd = new.__dict__
     for k, v in sim.__dict__.items():
         if k in nd:
@@ -165,6 +167,7 @@ def _copy_work(sim: "Simulator", new: "Simulator") -> list[TaskRecord]:
         c.nominal, c.kind, c.hint, c.factor, c.factor2 = (t.nominal, t.kind, t.hint, t.factor,
                                                           t.factor2)
         c.expected, c.copy_slot, c.hedgeable = t.expected, t.copy_slot, t.hedgeable
+        c.demands, c.copy_start, c.gpu, c.run_from = t.demands, t.copy_start, t.gpu, t.run_from
         tasks[i] = c
         copies.append((t, c))
     for t, c in copies:  # links: unfinished parents/children are the copies (same ids)
@@ -190,7 +193,7 @@ def _copy_runs(sim: "Simulator", new: "Simulator", tasks: list[TaskRecord]) -> N
         if kind == FINISH and hidden:
             # with run-time noise or overhead a running task ends, in the fork, when it is
             # estimated to (the true finish stays hidden: envs.run_model)
-            t = sim.expected_end(slot)
+            t = sim.expected_end(slot, task)
         return t, kind, seq, slot, (tok, tasks[task.id])
 
     new.event_q = sim.event_q.copy(run, reorder=hidden)

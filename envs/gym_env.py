@@ -1,5 +1,5 @@
-"""Gymnasium adapter over :class:`envs.simulator.Simulator` (with ``envs.node_env``, the only
-modules of ``envs`` that import gymnasium; RLlib registration happens in :func:`register_rllib`)."""
+"""Gymnasium adapter over :class:`envs.simulator.Simulator`, the one placement env (the only
+module of ``envs`` that imports gymnasium; RLlib registration happens in :func:`register_rllib`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from gymnasium import spaces
 
 from .config import EnvConfig, load_env_config
-from .encoding import SERVER_DIM, task_dim
+from .encoding import CLIP as NODES_CLIP
 from .simulator import Simulator
 from .trace import JsonlTraceWriter
 
@@ -20,35 +20,37 @@ RLLIB_ENV_NAME = "scale_server_select"
 
 
 class ServerSelectEnv(gym.Env):
-    """Place each ready primitive of streaming workflow DAGs on a server.
+    """Place each ready task of streaming workflow DAGs on a node.
 
     ## Description
-    Workflows (DAGs of primitives) arrive as a Poisson process at a heterogeneous cluster. The
-    order (``mdp.order``, envs/order.py: the paper's longest hop-count path to a sink unless set)
-    picks the ready primitive; the agent picks the server (paper §4.1; docs/simulator.md has
-    every default).
+    Workflows (DAGs of tasks) arrive as a Poisson process at a heterogeneous cluster: the
+    paper's servers of one slot, or Ray nodes that run every task that fits (``cluster.tiers``
+    with ``resources``). The order (``mdp.order``, envs/order.py: the paper's longest hop-count
+    path to a sink unless set) picks the ready task; the agent picks the node (paper §4.1;
+    docs/simulator.md has every default).
 
     ## Action Space
-    ``Discrete(n_max)``: a server slot. Slots beyond the live servers are padding (mask 0). An
-    integer outside ``0..n_max-1`` raises ``ValueError``.
+    ``Discrete(n_max)``: a node position. Positions beyond the live nodes are padding (mask 0).
+    An integer outside ``0..n_max-1`` raises ``ValueError``.
 
     ## Observation Space
-    ``Dict`` of float32 boxes, features divided by fixed constants (``env.features``):
+    ``Dict`` of float32 boxes (``env.encoder``, envs/encoding.py), features divided by fixed
+    constants:
 
-    | key | shape | content |
-    |---|---|---|
-    | ``task`` | (5,) or (7,) | compute, memory, successors, workflow completion ratio, output size (with ``features.backlog``: ready tasks per server, workflow age) |
-    | ``servers`` | (n_max, 5) | compute, memory, remaining busy time, power, transfer delay |
-    | ``action_mask`` | (n_max,) | 1 for servers that may be chosen (alive, not draining; with ``mdp.mask_infeasible`` also memory fits) |
+    | encoder | ``task`` | ``servers`` (n_max, k) | ``action_mask`` (n_max,) |
+    |---|---|---|---|
+    | ``paper`` | (5,) or (7,): compute, memory, successors, completion ratio, output (with ``features.backlog``: ready tasks per node, workflow age) | 5: speed, memory, remaining busy time, power, transfer delay | alive, not draining (with ``mdp.mask_infeasible``: could ever hold it) |
+    | ``nodes`` | (8,): compute, CPU, GPU, memory, GPU work, completion ratio, age, children | 9: run, start in, fits now, free CPU / GPU / memory, speed, runs, has a GPU | fits now |
 
     ## Rewards
     Paper eq. 2 on a valid pick: ``w1 exp(-T_exec/T0) - w2 T_comm/T0c - w3 E/E0``; a wait
-    (busy, non-fitting or draining server) gives ``reward.invalid_penalty`` (-0.1) and moves the
-    clock by ``mdp.wait_dt_s``. ``reward.kind: response`` also charges the time tasks spend in
-    the system (beyond the paper).
+    (a pick that does not fit now) gives ``reward.invalid_penalty`` (-0.1) and moves the clock by
+    ``mdp.wait_dt_s``. ``reward.kind: response`` also charges the time tasks (or workflows,
+    ``objective: workflow``) spend in the system (beyond the paper; its sum is the negative total
+    response, Little's law).
 
     ## Starting State
-    The cluster of ``cluster.servers`` servers in the configured tier mix, idle, clock 0; the
+    The cluster of ``cluster.servers`` nodes in the configured tier mix, idle, clock 0; the
     workload and dynamics come from the reset seed.
 
     ## Episode End
@@ -75,10 +77,12 @@ class ServerSelectEnv(gym.Env):
             cfg = load_env_config(data)
         self.config = cfg
         self.n_max = cfg.padded_servers
-        clip = cfg.features.clip
+        self.sim = Simulator(cfg)
+        task_w, node_w = self.sim.encoder.spaces_dims()
+        clip = NODES_CLIP if cfg.encoder == "nodes" else cfg.features.clip
         self.observation_space = spaces.Dict({
-            "task": spaces.Box(0.0, clip, (task_dim(cfg.features),), np.float32),
-            "servers": spaces.Box(0.0, clip, (self.n_max, SERVER_DIM), np.float32),
+            "task": spaces.Box(0.0, clip, (task_w,), np.float32),
+            "servers": spaces.Box(0.0, clip, (self.n_max, node_w), np.float32),
             "action_mask": spaces.Box(0.0, 1.0, (self.n_max,), np.float32),
         })
         self.action_space = spaces.Discrete(self.n_max)
@@ -90,7 +94,6 @@ class ServerSelectEnv(gym.Env):
         self._stream = (wi, vi)
         self._writer: JsonlTraceWriter | None = None
         self._episode = 0
-        self.sim = Simulator(cfg)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         if seed is None and self._base_seed is not None and self._episode == 0:

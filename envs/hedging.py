@@ -3,12 +3,12 @@
 ``runtime.hedge`` (``all``: any task; ``marked``: tasks whose spec says ``hedge``; ``off``) and
 ``runtime.hedge_quantile`` q: when a hedgeable task has run past the q-quantile of its estimated
 run time (``RunModel.quantile_s``, an event armed at its start) it is a *straggler*. When a
-placement round ends with no ready task to place and an accepting idle server fits a straggler,
-a copy of it starts there (the fastest such server; the copy draws its own run time, and pays
-the transfer from its parents like any start). The first run to finish completes the task; the
-other is cancelled at that instant and its server is free. A server failing under one of the two
-runs loses that run only. At most one copy per task; a task that is not hedgeable is never
-copied.
+placement round ends with no ready task to place and another node where it fits now exists, a
+copy of it starts there (the fastest such node, the lowest on a tie; the copy draws its own run
+time, and pays the transfer from its parents like any start). The first run to finish completes
+the task; the other is cancelled at that instant and frees its resources. A node failing under
+one of the two runs loses that run only. At most one copy per task; a task that is not
+hedgeable is never copied.
 
 Counted in the episode metrics: ``hedge_copies``, ``hedge_wins`` (the copy finished first),
 ``hedge_copy_server_s`` (server-seconds the copies ran) and ``hedge_waste_server_s`` (those of
@@ -24,11 +24,10 @@ from .decision import DONE, RUNNING
 from .events import HEDGE
 
 if TYPE_CHECKING:
-    from .decision import ServerTable
     from .episode import TaskRecord
+    from .nodes import NodeTable
     from .run_model import RunModel
     from .simulator import Simulator
-    from .slots import Slots
 
 __all__ = ["HANDLERS", "Hedges"]
 
@@ -56,47 +55,44 @@ class Hedges:
         if task.token == token and task.state == RUNNING and task.copy_slot < 0:
             self.stragglers.append((token, task))
 
-    def launch(self, table: "ServerTable", start_copy: Callable[["TaskRecord", int], None]
+    def launch(self, table: "NodeTable", start_copy: Callable[["TaskRecord", int], None]
                ) -> None:
         """Nothing is ready to place: each straggler, in the order seen, gets a copy on the
-        fastest accepting idle server its memory fits (``start_copy(task, slot)``; that server
-        is then busy for the next); one that fits no idle server waits for the next time."""
-        acc, busy, mem, comp = table.accept_l, table.busy_l, table.memory_l, table.compute_l
+        fastest other node where it fits now, the lowest on a tie (``start_copy(task, node)``;
+        it then holds its demands there); one that fits none waits for the next time."""
         keep = []
         for token, task in self.stragglers:
             if task.token != token or task.state != RUNNING or task.copy_slot >= 0:
                 continue  # finished, lost or already copied
             best, best_c = -1, 0.0
-            for s in range(len(acc)):
-                if acc[s] and not busy[s] and mem[s] >= task.memory_gb and comp[s] > best_c:
-                    best, best_c = s, comp[s]
+            for s in table.fitting(task.demands):
+                c = table.speed(s, task.demands)
+                if s != task.slot and c > best_c:
+                    best, best_c = s, c
             if best < 0:
-                keep.append((token, task))  # no idle server fits it now: later
+                keep.append((token, task))  # no node fits it now: later
                 continue
             self.stats[0] += 1
             start_copy(task, best)
         self.stragglers = keep
 
-    def settle(self, task: "TaskRecord", slot: int, t: float, slots: "Slots",
-               table: "ServerTable", trace: Callable[[dict[str, Any]], None] | None
-               ) -> tuple[int, float]:
+    def settle(self, task: "TaskRecord", slot: int, t: float, sim: "Simulator") -> int:
         """Hedged ``task`` finished on ``slot`` at ``t`` while its other run went on: that run is
-        cancelled and its server freed; the finishing run's server holds the result. Returns the
-        cancelled run's slot and its server-seconds."""
-        other = task.copy_slot if slot != task.copy_slot else task.slot
+        cancelled and its resources freed (``sim.end_run``); the finishing run's node holds the
+        result. Returns the cancelled run's node."""
         won_by_copy = slot == task.copy_slot
+        other = task.copy_slot if not won_by_copy else task.slot
+        other_start = task.run_from if won_by_copy else task.copy_start
+        copy_s = t - (task.copy_start if won_by_copy else other_start)
         task.copy_slot = -1
-        start = slots.run_start
-        cancelled_s = t - start[other]
-        self.settled(won_by_copy, t - start[slot if won_by_copy else other], cancelled_s)
-        table.finish(other)
-        table.busy_until[other] = t
-        slots.running[other] = None
+        self.settled(won_by_copy, copy_s, t - other_start)
+        sim.end_run(task, other, other_start)
+        ids = sim.table.ids
         if won_by_copy:
-            task.slot, task.sid = slot, slots.sid_l[slot]
-        if trace is not None:
-            trace({"t": t, "event": "cancel", "task": task.id, "server": slots.sid_l[other]})
-        return other, cancelled_s
+            task.slot, task.sid, task.run_from = slot, ids[slot], task.copy_start
+        if sim.trace is not None:
+            sim.trace({"t": t, "event": "cancel", "task": task.id, "server": ids[other]})
+        return other
 
     def settled(self, won_by_copy: bool, copy_s: float, cancelled_s: float) -> None:
         """A hedged task finished: the copy's run lasted ``copy_s``, the cancelled run

@@ -1,100 +1,85 @@
-"""Ray's resource model for the decision core: nodes that run every task that fits.
+"""The one model of the cluster: Ray's nodes and their resources (the paper's servers are
+nodes of one slot).
 
-A *node* has a resource vector (``CPU``, ``GPU``, ``memory`` in GB, any custom resource, and
-``accelerator_type:<name>`` as Ray advertises it: a marker of amount 1) and a speed per kind of
-work (``cpu`` work; ``gpu`` work on its accelerator). A *task* demands a vector of the same names
-(``demands``: sorted ``(resource, amount)`` pairs, the form Ray's options become, see
-:func:`demands_of`) and a compute; it may start on a node when its demands fit the node's free
-resources, holds them until it ends, and runs ``compute / speed`` seconds where ``speed`` is the
-node's speed for the task's kind (GPU work when it asks for a GPU, else CPU work). Many tasks run
-on a node at once; there is no interference model (none we know of is documented for Ray).
+A *node* (:class:`NodeSpec`) has a resource vector (``CPU``, ``GPU``, ``memory`` in GB, any
+custom resource, ``accelerator_type:<name>`` as Ray advertises it: a marker of amount 1; and
+``slot``: a server that runs one task at a time), a speed per kind of work (``cpu`` work; ``gpu``
+work on its accelerator), labels, and its idle and busy power. A *task* demands a vector of the
+same names (``envs.demands``: sorted ``(resource, amount)`` pairs) and a compute; it may start on
+a node when its demands fit the node's free resources, holds them until it ends, and runs
+``compute / speed`` seconds where ``speed`` is the node's speed for the task's kind (GPU work
+when it asks for a GPU, else CPU work). Many tasks run on a node at once; there is no
+interference model (none we know of is documented for Ray).
+
+The paper's cluster is the special case of nodes ``{slot: 1, memory: M}`` whose tasks each
+demand ``{slot: 1, memory: m}``: a server runs one task at a time, which fits when ``m <= M``.
 
 GPUs are allocated as Ray allocates them (``ResourceInstanceSet`` in Ray's
 ``src/ray/common/scheduling``): a node's GPUs are instances of capacity 1; a fractional demand
 (``num_gpus=0.5``) must fit inside one instance, a whole one takes that many whole free
 instances. Two ``num_gpus=0.5`` tasks therefore share one GPU; a ``0.75`` and a ``0.5`` do not.
 Of the instances that fit a fractional demand, the fullest is taken (best fit, so whole GPUs
-stay free for whole demands).
+stay free for whole demands). Label selectors (``label:key=expr`` demands, ``envs.demands``)
+allow the nodes whose labels match.
 
-The paper's model is the special case "each server a node with one slot": nodes ``{slot: 1}``
-and every task demanding ``{slot: 1}`` (tests/test_nodes.py checks :class:`NodeTable` against
-:class:`envs.decision.ServerTable` operation by operation).
+:class:`NodeTable` is the decision core's table (``envs.decision``): ``n`` positions (a
+simulator pads to the most nodes it may hold; an empty position accepts nothing), each node's
+totals, free resources, GPU instances and running tasks with their expected ends (as deciders
+see them: ``busy_until``, the end of its latest run). It answers the rules: :meth:`fits_now`
+(the valid pick), :meth:`state` (could a task ever fit, does it fit now), :meth:`earliest_fit`,
+:meth:`run_time`. Nodes of equal totals, speeds, power and labels share a *shape*; the table
+keeps the idle accepting nodes of each shape as a bit set, so that "does it fit some node now"
+and EFT's scan cost O(shapes), not O(nodes), on a cluster of idle and slot-full nodes (the
+paper's); nodes partly used (running tasks, room left) are scanned.
 
-:class:`NodeTable` is the server table of :class:`envs.decision.DecisionCore` in this model
-(``pooled``): its ``fits_now`` replaces "idle and the memory fits". NumPy-free, stdlib only.
-
-Label selectors (Ray's ``label_selector`` option, ``envs.node_labels``): a node has labels
-(``NodeSpec.labels``; live: what Ray reports); a task's selector ``{key: expr}`` with ``expr`` one
-of ``v``, ``!v``, ``in(a,b)``, ``!in(a,b)`` is part of its demands as a pair
-``("label:key=expr", 1)``, so it keys every cache as a resource does; a node fits such a task
-only where every term matches its labels: ``in`` needs the key with one of the values, ``!``
-(not in) fails only where the key has one of them (a node without the key matches), as Ray's
-label scheduling does.
+Kept twice on purpose: ``busy_until`` and ``busy`` are numpy arrays for the encoder's vector
+reads; everything else Python lists for the rules' scalar reads. Stdlib and numpy only.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from .node_labels import LABEL_PREFIX, parse_selector, selector_demands, selector_matches
+import numpy as np
 
-__all__ = ["NodeSpec", "NodeTable", "demands_of", "check_demands", "EPS"]
+from .demands import (ACCEL_PREFIX, GPU, LABEL_PREFIX, MEMORY, SLOT, DemandError, check_amount,
+                      selector_matches)
+
+__all__ = ["NodeSpec", "NodeTable", "EPS", "NEVER", "LATER", "NOW"]
 
 EPS = 1e-9
-GPU = "GPU"
-MEMORY = "memory"
-ACCEL_PREFIX = "accelerator_type:"
+_MISSING = object()
 CACHE_MAX = 1 << 16  # demand tuples a table keeps compiled (live: each task may have its own)
-def demands_of(num_cpus: float = 1.0, num_gpus: float = 0.0, memory_gb: float = 0.0,
-               resources: Mapping[str, float] | None = None,
-               accelerator_type: str | None = None,
-               label_selector: Mapping[str, str] | None = None) -> tuple[tuple[str, float], ...]:
-    """A task's demands from Ray's task options (``memory`` in GB here, bytes in Ray), as sorted
-    ``(resource, amount)`` pairs with zero amounts left out. ``accelerator_type`` becomes a
-    demand of 0.001 of ``accelerator_type:<name>``, as Ray does; each ``label_selector`` term a
-    pair ``("label:key=expr", 1)``."""
-    d: dict[str, float] = {}
-    for k, v in (("CPU", num_cpus), (GPU, num_gpus), (MEMORY, memory_gb)):
-        if v:
-            d[k] = float(v)
-    for k, v in (resources or {}).items():
-        if k in ("CPU", GPU, MEMORY):
-            raise ValueError(f"resources: {k!r} is set by its own option (num_cpus, num_gpus, "
-                             f"memory), not in resources")
-        if v:
-            d[k] = float(v)
-    if accelerator_type:
-        d[ACCEL_PREFIX + accelerator_type] = 0.001
-    d.update(selector_demands(parse_selector(label_selector)))
-    check_demands(d)
-    return tuple(sorted(d.items()))
-
-
-def check_demands(d: Mapping[str, float], where: str = "demands") -> None:
-    """Ray's rules for a task's resource request: finite amounts >= 0; a GPU demand above 1 is
-    a whole number (``num_gpus=1.5`` is refused by Ray too). Raises ValueError naming the
-    resource."""
-    for k, v in d.items():
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{where}.{k}: must be a finite number >= 0, got {v!r}")
-    g = d.get(GPU, 0.0)
-    if g > 1 and abs(g - round(g)) > EPS:
-        raise ValueError(f"{where}.GPU: a demand above 1 must be a whole number (Ray's rule), "
-                         f"got {g!r}")
+NEVER, LATER, NOW = 0, 1, 2  # NodeTable.state: no node could ever hold it / none can now / one can
+# Stamps of a table's state, unique over every table of the process: a compiled demand caches
+# what it found under a stamp, so a fork (which shares the compiled demands and starts with its
+# original's stamps) reads the same answers until either of the two changes.
+_STAMPS = itertools.count(1)
 
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node: its resources (``memory`` in GB), accelerator, speeds, and the shape name."""
+    """One node: its shape's name (a tier, a node type), Ray resources (``memory`` in GB;
+    ``slot``: runs one task at a time), accelerator, speeds per kind of work, labels, and its
+    idle and busy power (W; the paper's energy term)."""
     name: str
     resources: Mapping[str, float]
     cpu_speed: float = 1.0
     gpu_speed: float = 1.0
     accelerator: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    idle_w: float = 0.0
+    busy_w: float = 0.0
+
+    def __post_init__(self) -> None:
+        for k, v in self.resources.items():
+            check_amount(f"node {self.name!r}: resources.{k}", v, gpu=k == GPU)
+        if not (self.cpu_speed > 0 and self.gpu_speed > 0):
+            raise DemandError(f"node {self.name!r}: speeds must be > 0")
 
     def all_resources(self) -> dict[str, float]:
         """``resources`` plus the accelerator marker Ray adds (``accelerator_type:A100: 1``)."""
@@ -103,119 +88,243 @@ class NodeSpec:
             out[ACCEL_PREFIX + self.accelerator] = 1.0
         return out
 
+    @property
+    def memory_gb(self) -> float:
+        return float(self.resources.get(MEMORY, 0.0))
+
+    def shape_key(self) -> tuple:
+        """What makes two nodes interchangeable to the rules (the same name, which run-time
+        estimates are keyed by; equal totals, speeds, power, labels)."""
+        return (self.name, tuple(sorted(self.all_resources().items())), self.cpu_speed,
+                self.gpu_speed, self.idle_w, self.busy_w, tuple(sorted(self.labels.items())))
+
 
 class _Compiled:
     """A demand tuple against one table's resource index: the non-GPU pairs by index, the GPU
-    amount, the kind of work, and the nodes its label selector allows (None: any)."""
-    __slots__ = ("pairs", "gpu", "gpu_work", "memory", "allowed")
+    amount, whether it is GPU work, the label terms (None: it has none), whether it takes a
+    slot; and what the rules found for it under a table's stamps (``ever``: some accepting node
+    could hold it; ``now``: one can now)."""
+    __slots__ = ("pairs", "gpu", "gpu_work", "labels", "slot", "ever_at", "ever", "now_at",
+                 "now")
 
-    def __init__(self, pairs: list[tuple[int, float]], gpu: float, memory: float,
-                 allowed: frozenset[int] | None = None):
-        self.allowed = allowed
-        self.pairs = pairs
-        self.gpu = gpu
+    def __init__(self, pairs: list[tuple[int, float]], gpu: float,
+                 labels: tuple[tuple[str, str], ...] | None, slot: bool):
+        self.pairs, self.gpu, self.labels, self.slot = pairs, gpu, labels, slot
         self.gpu_work = gpu > 0
-        self.memory = memory
+        self.ever_at = self.now_at = 0
+        self.ever = self.now = False
 
 
 class NodeTable:
-    """The nodes' totals, free resources and GPU instances, and the tasks running on each
-    (their expected ends). The decision core reads it through ``pooled``, ``n``, ``accept_l``,
-    ``caps`` (not None: demands are checked), ``max_accept_mem``, :meth:`fits_now` and
-    :meth:`_demand_state`."""
+    """The nodes, their free resources and what runs on them (module docstring).
 
-    pooled = True
+    Args:
+        nodes: the nodes at positions ``0..len(nodes)-1``.
+        capacity: positions in all (default ``len(nodes)``); the rest are empty until
+            :meth:`set_node`.
+        shapes: further nodes that may join later (their resource names enter the index).
+    """
 
-    def __init__(self, nodes: Sequence[NodeSpec]):
-        self.nodes = list(nodes)
-        self.n = len(self.nodes)
-        names = sorted({k for nd in self.nodes for k in nd.all_resources()} - {GPU})
+    def __init__(self, nodes: Sequence[NodeSpec], capacity: int | None = None,
+                 shapes: Iterable[NodeSpec] = ()):
+        n = len(nodes) if capacity is None else capacity
+        if n < len(nodes):
+            raise ValueError(f"capacity: {n} positions for {len(nodes)} nodes")
+        self.n = n
+        names = sorted({k for nd in (*nodes, *shapes) for k in nd.all_resources()} - {GPU})
         self.names = names
         self.index = {k: i for i, k in enumerate(names)}
-        self.total: list[list[float]] = []
-        self.free: list[list[float]] = []
-        self.gpus: list[list[float]] = []  # free amount per GPU instance
-        for nd in self.nodes:
-            r = nd.all_resources()
-            g = r.get(GPU, 0.0)
-            if g > 1 and abs(g - round(g)) > EPS:
-                raise ValueError(f"node {nd.name!r}: GPU must be a whole number, got {g!r}")
-            self.total.append([r.get(k, 0.0) for k in names])
-            self.free.append([r.get(k, 0.0) for k in names])
-            self.gpus.append([1.0] * int(round(g)) if g >= 1 else ([g] if g > 0 else []))
-        self.cpu_speed = [nd.cpu_speed for nd in self.nodes]
-        self.gpu_speed = [nd.gpu_speed for nd in self.nodes]
-        self.has_gpu = [bool(g) for g in self.gpus]
+        self._mem_i = self.index.get(MEMORY)
+        self._slot_i = self.index.get(SLOT)
+        self.specs: list[NodeSpec | None] = [None] * n
+        self.ids: list[Any] = [None] * n  # the driver's id of each node (None: empty)
+        self.total: list[list[float]] = [[0.0] * len(names) for _ in range(n)]
+        self.free: list[list[float]] = [[0.0] * len(names) for _ in range(n)]
+        self.gpus: list[list[float]] = [[] for _ in range(n)]  # free amount per GPU instance
+        self._gpu_total: list[list[float]] = [[] for _ in range(n)]
+        self.gpu_total = [0.0] * n
+        self.has_gpu = [False] * n
+        self.cpu_speed = [1.0] * n
+        self.gpu_speed = [1.0] * n
+        self.memory_l = [0.0] * n  # total memory (GB)
+        self.idle_w = [0.0] * n
+        self.busy_w = [0.0] * n
+        self.present_l = [False] * n
+        self.accept_l = [False] * n
+        self.running: list[dict[Any, float]] = [{} for _ in range(n)]  # task -> expected end
+        self.busy = np.zeros(n, dtype=bool)  # runs a task now
+        self.busy_until = np.zeros(n)  # the expected end of its latest run (0: idle)
         # (task, node, its run at the node's speed) -> the run to plan with (live: the run-time
         # estimator's, learned per kind and node shape); None: compute / speed
         self.estimate: Callable[[Any, int, float], float] | None = None
-        self.accept_l = [True] * self.n
-        self.running: list[dict[Any, float]] = [{} for _ in range(self.n)]  # task -> end
-        # task -> {node: (compiled demand, GPU taken)} (a hedged task runs on two nodes)
-        self._held: dict[Any, dict[int, tuple]] = {}
-        self._gpu_total = [list(g) for g in self.gpus]
-        self.gpu_total = [float(sum(g)) for g in self.gpus]  # GPUs per node (read-only)
-        self.caps: list = []  # not None: the core checks every task's demands
+        # per node, what each run holds: task -> (compiled demand, GPUs taken)
+        self.held: list[dict[Any, tuple]] = [{} for _ in range(n)]
+        self._shape_of: dict[tuple, int] = {}
+        self.shape = [-1] * n  # each position's shape (-1: empty)
+        self.shape_nodes: list[NodeSpec] = []  # a node of each shape
+        self._shape_total: list[tuple[list[float], list[float]]] = []  # its totals, GPUs
+        self._idle: list[int] = []  # per shape: bit set of its accepting idle positions
+        self._accepting: list[int] = []  # per shape: accepting positions
+        self.partial: set[int] = set()  # accepting nodes running tasks with room perhaps left
         self._compiled: dict[tuple, _Compiled | None] = {}
-        self._state: dict[tuple, int] = {}  # demand -> _demand_state, until the next change
-        self._ever: dict[tuple, bool] = {}  # demand -> an accepting node could ever hold it
-        self._bound: tuple[list[float], float, int] | None = None  # see _free_bound
-        mem = self.index.get(MEMORY)
-        self._mem_i = mem
-        self.max_accept_mem = max((t[mem] for t in self.total), default=0.0) if mem is not None \
-            else 0.0
+        self._set_stamp = next(_STAMPS)  # changes with the node set or accepting
+        self._run_stamp = next(_STAMPS)  # and with every start and finish
+        self.version = 0  # bumped at every change of the node set or of accepting
+        for i, nd in enumerate(nodes):
+            self.set_node(i, nd, i)
+
+    # ---------------------------------------------------------------- the node set
+    def set_node(self, i: int, spec: NodeSpec, node_id: Any = None, accepting: bool = True
+                 ) -> None:
+        """Node ``spec`` takes empty position ``i`` (idle)."""
+        if self.present_l[i]:
+            raise ValueError(f"position {i} already holds node {self.ids[i]!r}")
+        r = spec.all_resources()
+        unknown = sorted(set(r) - set(self.index) - {GPU})
+        if unknown:
+            raise ValueError(f"node {spec.name!r}: resources {unknown} were not declared to the "
+                             f"table (NodeTable(shapes=...))")
+        g = r.get(GPU, 0.0)
+        self.specs[i], self.ids[i] = spec, node_id
+        self.total[i] = [r.get(k, 0.0) for k in self.names]
+        self.free[i] = list(self.total[i])
+        inst = [1.0] * int(round(g)) if g >= 1 else ([g] if g > 0 else [])
+        self.gpus[i], self._gpu_total[i] = inst, list(inst)
+        self.gpu_total[i] = float(sum(inst))
+        self.has_gpu[i] = bool(inst)
+        self.cpu_speed[i], self.gpu_speed[i] = spec.cpu_speed, spec.gpu_speed
+        self.memory_l[i] = spec.memory_gb
+        self.idle_w[i], self.busy_w[i] = spec.idle_w, spec.busy_w
+        self.present_l[i] = True
+        self.running[i], self.held[i] = {}, {}
+        self.busy[i] = False
+        self.busy_until[i] = 0.0
+        key = spec.shape_key()
+        s = self._shape_of.get(key)
+        if s is None:
+            s = self._shape_of[key] = len(self.shape_nodes)
+            self.shape_nodes.append(spec)
+            self._shape_total.append((self.total[i], self._gpu_total[i]))
+            self._idle.append(0)
+            self._accepting.append(0)
+        self.shape[i] = s
+        self.accept_l[i] = False
+        self.set_accepting(i, accepting)
+
+    def clear(self, i: int) -> None:
+        """The node at position ``i`` leaves (its runs are the caller's: they are dropped)."""
+        for task in list(self.running[i]):
+            self.finish(task, i)
+        self.set_accepting(i, False)
+        self.present_l[i] = False
+        self.specs[i] = self.ids[i] = None
+        self.shape[i] = -1
+        self.memory_l[i] = 0.0
+        self.total[i] = [0.0] * len(self.names)
+        self.free[i] = [0.0] * len(self.names)
+        self.gpus[i], self._gpu_total[i] = [], []
+        self.gpu_total[i] = 0.0
+        self.has_gpu[i] = False
+        self.busy_until[i] = 0.0
+        self.version += 1
+
+    def set_accepting(self, i: int, accepting: bool) -> None:
+        """Whether node ``i`` takes new work (False: draining, or not started)."""
+        accepting = bool(accepting) and self.present_l[i]
+        if self.accept_l[i] != accepting:
+            s, bit = self.shape[i], 1 << i
+            self.accept_l[i] = accepting
+            if accepting:
+                self._accepting[s] += 1
+                if self.running[i]:
+                    self.partial.add(i)
+                else:
+                    self._idle[s] |= bit
+            else:
+                self._accepting[s] -= 1
+                self._idle[s] &= ~bit
+                self.partial.discard(i)
+        self._set_stamp = self._run_stamp = next(_STAMPS)
+        self.version += 1
+
+    def positions(self) -> Iterator[int]:
+        """The positions holding a node."""
+        return (i for i in range(self.n) if self.present_l[i])
+
+    def free_position(self) -> int:
+        """The first empty position; -1 when every one holds a node."""
+        return next((i for i in range(self.n) if not self.present_l[i]), -1)
 
     # ---------------------------------------------------------------- demands
     def compile(self, demands: tuple[tuple[str, float], ...]) -> _Compiled | None:
         """The demand in this table's terms; None when it names a resource no node has."""
-        try:
-            return self._compiled[demands]
+        c = self._compiled.get(demands, _MISSING)
+        if c is not _MISSING:
+            return c
+        index = self.index
+        try:  # the common case: every name a resource of the index (no GPU, no label)
+            pairs = [(index[k], v) for k, v in demands]
+            c = _Compiled(pairs, 0.0, None, self._slot_i is not None and any(
+                j == self._slot_i for j, _ in pairs))
         except KeyError:
-            pass
-        pairs, gpu, mem, ok = [], 0.0, 0.0, True
-        allowed: frozenset[int] | None = None
-        for k, v in demands:
-            if k == GPU:
-                gpu = v
-            elif k.startswith(LABEL_PREFIX):  # a label selector term: the nodes it allows
-                key, _, expr = k[len(LABEL_PREFIX):].partition("=")
-                match = frozenset(i for i, nd in enumerate(self.nodes)
-                                  if selector_matches(key, expr, nd.labels))
-                allowed = match if allowed is None else allowed & match
-            elif k in self.index:
-                pairs.append((self.index[k], v))
-                if k == MEMORY:
-                    mem = v
-            elif v > 0:
-                ok = False
-        c = _Compiled(pairs, gpu, mem, allowed) if ok else None
+            c = self._compile(demands)
         if len(self._compiled) >= CACHE_MAX:  # a long-lived table, tasks of their own demands
             self._compiled.clear()
-            self._ever.clear()
         self._compiled[demands] = c
         return c
 
+    def _compile(self, demands: tuple[tuple[str, float], ...]) -> _Compiled | None:
+        pairs, gpu, labels, slot = [], 0.0, [], False
+        for k, v in demands:
+            if k == GPU:
+                gpu = v
+            elif k.startswith(LABEL_PREFIX):
+                key, _, expr = k[len(LABEL_PREFIX):].partition("=")
+                labels.append((key, expr))
+            elif k in self.index:
+                pairs.append((self.index[k], v))
+                slot = slot or k == SLOT
+            elif v > 0:
+                return None
+        return _Compiled(pairs, gpu, tuple(labels) or None, slot)
+
+    def _allows(self, c: _Compiled, i: int) -> bool:
+        """Whether ``c``'s label selector allows node ``i``."""
+        labels = self.specs[i].labels
+        return all(selector_matches(k, e, labels) for k, e in c.labels)
+
+    def _covers(self, have: list[float], gpus: list[float], c: _Compiled, i: int) -> bool:
+        for j, v in c.pairs:
+            if have[j] + EPS < v:
+                return False
+        if c.gpu and not _gpu_fits(gpus, c.gpu):
+            return False
+        return c.labels is None or self._allows(c, i)
+
     def missing(self, demands: tuple[tuple[str, float], ...]) -> str | None:
-        """Why no node could ever hold ``demands`` (the resource named, with the most any node
-        has), or None when some node could."""
-        if any(self.fits_total(i, demands) for i in range(self.n)):
+        """Why no present node could ever hold ``demands`` (the resource named, with its unit
+        and the most any node has), or None when some node could."""
+        nodes = list(self.positions())
+        if any(self.fits_total(i, demands) for i in nodes):
             return None
         labels = [k for k, _ in demands if k.startswith(LABEL_PREFIX)]
         c = self.compile(demands)
-        if labels and c is not None and not c.allowed:
+        allowed = nodes if c is None or c.labels is None else [
+            i for i in nodes if self._allows(c, i)]
+        if labels and c is not None and not allowed:
             terms = ", ".join(f"{k[len(LABEL_PREFIX):].replace('=', ': ', 1)}" for k in labels)
             return f"label_selector {{{terms}}} (no node's labels match it)"
         resources = [(k, v) for k, v in demands if not k.startswith(LABEL_PREFIX)]
-        nodes = range(self.n) if c is None or c.allowed is None else sorted(c.allowed)
         best: dict[str, float] = {}
-        for i in nodes:
-            r = self.nodes[i].all_resources()
+        for i in allowed:
+            r = self.specs[i].all_resources()
             for k, _ in resources:
                 best[k] = max(best.get(k, 0.0), r.get(k, 0.0))
-        where = "any node" if len(nodes) == self.n else "any node its label_selector allows"
+        where = "any node" if len(allowed) == len(nodes) else "any node its label_selector allows"
         for k, v in resources:
             if best.get(k, 0.0) + EPS < v:
-                return f"{k}={v:g} (the most {where} has: {best.get(k, 0.0):g})"
+                unit = " GB" if k == MEMORY else ""
+                return f"{k}={v:g}{unit} (the most {where} has: {best.get(k, 0.0):g}{unit})"
         return "the combination " + ", ".join(f"{k}={v:g}" for k, v in resources) + \
             f" (no single node {'it allows ' if labels else ''}has all of it)"
 
@@ -223,153 +332,253 @@ class NodeTable:
     def fits_total(self, i: int, demands: tuple) -> bool:
         """Whether node ``i`` could ever hold ``demands`` (its totals)."""
         c = self.compile(demands)
-        return c is not None and _covers(self.total[i], self._gpu_total[i], c, i)
+        return (c is not None and self.present_l[i]
+                and self._covers(self.total[i], self._gpu_total[i], c, i))
 
     def fits_now(self, i: int, demands: tuple) -> bool:
         """The valid pick: node ``i`` accepts work and its free resources cover ``demands``."""
         if not (0 <= i < self.n and self.accept_l[i]):
             return False
         c = self.compile(demands)
-        return c is not None and _covers(self.free[i], self.gpus[i], c, i)
+        return c is not None and self._covers(self.free[i], self.gpus[i], c, i)
+
+    def has_room(self, i: int, demands: tuple) -> bool:
+        """Whether node ``i``'s free resources cover ``demands`` (accepting aside: a draining
+        node's runs)."""
+        c = self.compile(demands)
+        return c is not None and self.present_l[i] and self._covers(self.free[i], self.gpus[i],
+                                                                    c, i)
 
     def fitting(self, demands: tuple) -> list[int]:
-        """The nodes where ``demands`` fit now (:meth:`fits_now` over all nodes, the demand
-        compiled once)."""
+        """The nodes where ``demands`` fit now, by position."""
         c = self.compile(demands)
         if c is None:
             return []
-        acc, free, gpus = self.accept_l, self.free, self.gpus
-        return [i for i in range(self.n) if acc[i] and _covers(free[i], gpus[i], c, i)]
+        return sorted(self._fits_now_iter(c))
 
-    def _demand_state(self, demands: tuple, memory_gb: float = 0.0) -> int:
-        """0: no accepting node could ever hold it; 1: one could, none can now; 2: one can now
-        (cached until the next start, finish or accepting change). A demand beyond the most any
-        accepting node has free (:meth:`_free_bound`) is 1 without a scan of the nodes: a
-        backlog of tasks that do not fit costs O(resources) each, not O(nodes)."""
-        s = self._state.get(demands)
-        if s is not None:
-            return s
-        ever = self._ever.get(demands)
-        if ever is None:
-            ever = self._ever[demands] = any(
-                self.accept_l[i] and self.fits_total(i, demands) for i in range(self.n))
+    def _fits_now_iter(self, c: _Compiled) -> Iterator[int]:
+        """The accepting nodes ``c`` fits now: every idle one of each shape that covers it, then
+        the partly used ones with room."""
+        for s, bits in enumerate(self._idle):
+            if bits and self._shape_covers(s, c):
+                while bits:
+                    low = bits & -bits
+                    i = low.bit_length() - 1
+                    bits ^= low
+                    if c.labels is None or self._allows(c, i):
+                        yield i
+        free, gpus = self.free, self.gpus
+        for i in self.partial:
+            if self._covers(free[i], gpus[i], c, i):
+                yield i
+
+    def _shape_covers(self, s: int, c: _Compiled) -> bool:
+        """Whether an idle node of shape ``s`` covers ``c`` (its labels aside: those are the
+        nodes')."""
+        total, gpus = self._shape_total[s]
+        for j, v in c.pairs:
+            if total[j] + EPS < v:
+                return False
+        return not c.gpu or _gpu_fits(gpus, c.gpu)
+
+    def idle_heads(self, demands: tuple, exclude: Iterable[int] = ()) -> list[int]:
+        """The lowest idle accepting position of each shape that ``demands`` fit (its label
+        selector allowing; ``exclude`` left out), then every partly used node they fit now: the
+        nodes where EFT's pick can be (identical idle nodes tie; EFT takes the lowest)."""
         c = self.compile(demands)
-        if not ever or c is None:
-            s = 0
-        else:  # inlined: this runs for every task a backlog sets aside
-            best, part, whole = self._bound or self._free_bound()
-            s = 2
-            for j, v in c.pairs:
-                if best[j] + EPS < v:
-                    s = 1
-                    break
-            if s == 2 and c.gpu and not (part + EPS >= c.gpu if c.gpu < 1.0 - EPS
-                                         else whole >= int(round(c.gpu))):
-                s = 1
-            if s == 2:
-                acc, free, gpus = self.accept_l, self.free, self.gpus
-                if not any(acc[i] and _covers(free[i], gpus[i], c, i) for i in range(self.n)):
-                    s = 1
-                    self._bound = None  # it was loose (after starts): exact again next time
-        self._state[demands] = s
-        return s
+        if c is None:
+            return []
+        xb = 0
+        for i in exclude:
+            xb |= 1 << i
+        out = []
+        for s, bits in enumerate(self._idle):
+            if xb:
+                bits &= ~xb
+            if bits and self._shape_covers(s, c):
+                if c.labels is None:
+                    out.append((bits & -bits).bit_length() - 1)
+                else:
+                    while bits:
+                        low = bits & -bits
+                        i = low.bit_length() - 1
+                        bits ^= low
+                        if self._allows(c, i):
+                            out.append(i)
+                            break
+        free, gpus = self.free, self.gpus
+        out.extend(i for i in self.partial if not xb >> i & 1
+                   and self._covers(free[i], gpus[i], c, i))
+        return out
 
-    def _free_bound(self) -> tuple[list[float], float, int]:
-        """Over accepting nodes: at least the most free of each resource, the largest free part
-        of one GPU, the most whole free GPUs: a necessary test of fitting now. Exact when
-        computed; a start leaves it as it was (an upper bound still), a finish raises it to the
-        node's free, a scan that finds no node where it passed drops it (computed again).
-        O(nodes x resources) per computation, so not after every start and finish."""
-        if self._bound is None:
-            best = [0.0] * len(self.names)
-            part, whole = 0.0, 0
-            for i in range(self.n):
-                if not self.accept_l[i]:
-                    continue
-                for j, v in enumerate(self.free[i]):
-                    if v > best[j]:
-                        best[j] = v
-                g = self.gpus[i]
-                if g:
-                    part = max(part, max(g))
-                    whole = max(whole, sum(1 for f in g if f >= 1.0 - EPS))
-            self._bound = (best, part, whole)
-        return self._bound
+    def is_idle(self, i: int) -> bool:
+        """Whether node ``i`` accepts work and runs nothing."""
+        return self.accept_l[i] and not self.running[i]
+
+    def could_hold(self, demands: tuple) -> bool:
+        """Whether some accepting node could ever hold ``demands`` (its totals)."""
+        c = self._compiled.get(demands) or self.compile(demands)
+        if c is None:
+            return False
+        if c.ever_at != self._set_stamp:
+            c.ever = self._ever_fits(c)
+            c.ever_at = self._set_stamp
+        return c.ever
+
+    def fits_somewhere(self, demands: tuple) -> bool:
+        """Whether some accepting node can start ``demands`` now."""
+        c = self._compiled.get(demands) or self.compile(demands)
+        if c is None:
+            return False
+        if c.now_at != self._run_stamp:
+            c.now = self._any_fits_now(c)
+            c.now_at = self._run_stamp
+        return c.now
+
+    def state(self, demands: tuple) -> int:
+        """:data:`NEVER`: no accepting node could ever hold ``demands``; :data:`LATER`: one could,
+        none can now; :data:`NOW`: one can now."""
+        if not self.could_hold(demands):
+            return NEVER
+        return NOW if self.fits_somewhere(demands) else LATER
+
+    def _any_fits_now(self, c: _Compiled) -> bool:
+        idle = self._idle
+        for s, bits in enumerate(idle):
+            if bits and self._shape_covers(s, c):
+                if c.labels is None:
+                    return True
+                while bits:
+                    low = bits & -bits
+                    bits ^= low
+                    if self._allows(c, low.bit_length() - 1):
+                        return True
+        if self.partial:
+            free, gpus, covers = self.free, self.gpus, self._covers
+            for i in self.partial:
+                if covers(free[i], gpus[i], c, i):
+                    return True
+        return False
+
+    def _ever_fits(self, c: _Compiled) -> bool:
+        if c.labels is None:  # the shapes with accepting nodes decide
+            for s, count in enumerate(self._accepting):
+                if count and self._shape_covers(s, c):
+                    return True
+            return False
+        return any(self.accept_l[i] and self._covers(self.total[i], self._gpu_total[i], c, i)
+                   for i in range(self.n))
+
+    def full(self) -> bool:
+        """Whether no accepting node can start anything now: none idle, none partly used (a
+        cluster of slot nodes all busy). A round then sets every ready task aside at once."""
+        return not self.partial and not any(self._idle)
+
+    def overdue(self, t: float) -> list[int]:
+        """The nodes with a run expected to end before ``t`` (a node of slots: its one run's
+        end is ``busy_until``; other busy nodes are all listed for their runs to be checked)."""
+        late = self.busy & (self.busy_until < t) if self._slot_i is not None else self.busy
+        return np.flatnonzero(late).tolist()
+
+    @property
+    def has_slots(self) -> bool:
+        """Whether some node runs one task at a time (the table knows the ``slot`` resource)."""
+        return self._slot_i is not None
+
+    def max_memory(self) -> float:
+        """The most memory (GB) of an accepting node."""
+        return max((self.memory_l[i] for i in range(self.n) if self.accept_l[i]), default=0.0)
 
     # ---------------------------------------------------------------- state changes
     def start(self, i: int, task: Any, demands: tuple, until: float) -> None:
         """``task`` takes its demands on node ``i`` until ``until`` (expected)."""
-        c = self.compile(demands)
+        c = self._compiled.get(demands) or self.compile(demands)
         free = self.free[i]
         for j, v in c.pairs:
             free[j] -= v
-        if c.gpu:
-            task_gpu = _gpu_take(self.gpus[i], c.gpu)
+        self.held[i][task] = (c, _gpu_take(self.gpus[i], c.gpu) if c.gpu else ())
+        run = self.running[i]
+        run[task] = until
+        if len(run) == 1:  # it was idle
+            self.busy[i] = True
+            self.busy_until[i] = until
+            if self.accept_l[i]:
+                self._idle[self.shape[i]] &= ~(1 << i)
+                if not (c.slot and free[self._slot_i] < 1.0 - EPS):  # a slot node: full now
+                    self.partial.add(i)
         else:
-            task_gpu = ()
-        self.running[i][task] = until
-        self._held.setdefault(task, {})[i] = (c, task_gpu)
-        self._state.clear()  # the bound stays: an upper bound still
+            if until > self.busy_until[i]:
+                self.busy_until[i] = until
+            if c.slot and free[self._slot_i] < 1.0 - EPS:
+                self.partial.discard(i)  # no slot left: nothing else starts here
+        self._run_stamp = next(_STAMPS)
 
-    def finish(self, task: Any, i: int | None = None) -> int:
-        """``task``'s run on node ``i`` (None: its only one) ended: its resources are free
-        again; returns the node (-1: it held none there, e.g. it started before the table was
-        rebuilt without its node)."""
-        holds = self._held.get(task)
-        if not holds:
+    def finish(self, task: Any, i: int) -> int:
+        """``task``'s run on node ``i`` ended: its resources are free again; returns the node
+        (-1: it held none there)."""
+        h = self.held[i].pop(task, None)
+        if h is None:
             return -1
-        if i is None:
-            i = next(iter(holds))
-        elif i not in holds:
-            return -1
-        c, task_gpu = holds.pop(i)
-        if not holds:
-            del self._held[task]
+        c, task_gpu = h
         free = self.free[i]
         for j, v in c.pairs:
             free[j] += v
-        g = self.gpus[i]
-        for k, v in task_gpu:
-            g[k] += v
-        del self.running[i][task]
-        self._state.clear()
-        if self._bound is not None and self.accept_l[i]:  # only node i has more free now
-            best, part, whole = self._bound
-            for j, v in enumerate(free):
-                if v > best[j]:
-                    best[j] = v
-            if g:
-                self._bound = (best, max(part, max(g)),
-                               max(whole, sum(1 for f in g if f >= 1.0 - EPS)))
+        if task_gpu:
+            g = self.gpus[i]
+            for k, v in task_gpu:
+                g[k] += v
+        run = self.running[i]
+        end = run.pop(task)
+        if not run:
+            self.busy[i] = False
+            self.busy_until[i] = 0.0
+            if self.accept_l[i]:
+                self.partial.discard(i)
+                self._idle[self.shape[i]] |= 1 << i
+        else:
+            if end >= self.busy_until[i]:
+                self.busy_until[i] = max(run.values())
+            if self.accept_l[i]:
+                self.partial.add(i)
+        self._run_stamp = next(_STAMPS)
         return i
 
-    def copy(self, remap: Callable[[Any, int], Any]) -> "NodeTable":
-        """An independent table in this one's state, each run of a task on node ``i`` keyed
-        by ``remap(task, i)`` (a planner's rollout, ``envs.node_sim``; a hedged task's two runs
-        may become two keys). The demand caches, the totals and the speeds are shared (they do
-        not change with what runs)."""
+    def expect(self, i: int, task: Any, until: float) -> None:
+        """``task``'s run on node ``i`` is now expected to end at ``until`` (deciders' view of an
+        overdue or early run)."""
+        run = self.running[i]
+        run[task] = until
+        self.busy_until[i] = max(run.values())
+
+    def copy(self, remap: Callable[[Any, int], Any] | None = None) -> "NodeTable":
+        """An independent table in this one's state, each run of a task on node ``i`` keyed by
+        ``remap(task, i)`` (a planner's rollout; a hedged task's two runs may become two keys).
+        The demand caches, the totals and the speeds are shared (they do not change with what
+        runs)."""
         new = copy.copy(self)
         new.free = [list(f) for f in self.free]
         new.gpus = [list(g) for g in self.gpus]
         new.accept_l = list(self.accept_l)
-        new.running = [{remap(t, i): end for t, end in r.items()}
-                       for i, r in enumerate(self.running)]
-        held: dict[Any, dict[int, tuple]] = {}
-        for t, h in self._held.items():
-            for i, v in h.items():
-                held.setdefault(remap(t, i), {})[i] = v
-        new._held = held
-        new._state = dict(self._state)
-        new._ever = {}  # (depends on accept_l, now the copy's)
-        b = self._bound
-        new._bound = None if b is None else (list(b[0]), b[1], b[2])
+        new.busy = self.busy.copy()
+        new.busy_until = self.busy_until.copy()
+        new._idle = list(self._idle)
+        new._accepting = list(self._accepting)
+        new.partial = set(self.partial)
+        if remap is None:
+            new.running = [dict(r) for r in self.running]
+            new.held = [dict(h) for h in self.held]
+        else:
+            new.running = [{remap(t, i): end for t, end in r.items()}
+                           for i, r in enumerate(self.running)]
+            new.held = [{remap(t, i): v for t, v in h.items()} for i, h in enumerate(self.held)]
+        # the node set may change in the copy (dynamics): its per-node lists are its own (a
+        # node's totals are replaced, never written, so the inner lists are shared)
+        for k in ("specs", "ids", "total", "_gpu_total", "gpu_total", "has_gpu", "cpu_speed",
+                  "gpu_speed", "memory_l", "idle_w", "busy_w", "present_l", "shape",
+                  "shape_nodes", "_shape_total"):
+            setattr(new, k, list(getattr(self, k)))
+        new._shape_of = dict(self._shape_of)
         return new
-
-    def set_accepting(self, i: int, accepting: bool) -> None:
-        self.accept_l[i] = accepting
-        self._state.clear()
-        self._ever.clear()
-        self._bound = None
 
     # ---------------------------------------------------------------- what policies read
     def speed(self, i: int, demands: tuple) -> float:
@@ -377,30 +586,28 @@ class NodeTable:
         c = self.compile(demands)
         return self.gpu_speed[i] if c is not None and c.gpu_work else self.cpu_speed[i]
 
-    def dominant_share(self, demands: tuple) -> float:
-        """The largest fraction of an average node that ``demands`` hold, over the resources
-        (a tenant's fair share counts run time x this: resource-seconds, as DRF weighs
-        resources); 1 with no nodes."""
-        if not self.n:
-            return 1.0
-        c = self.compile(demands)
-        if c is None:
-            return 1.0
-        share = 0.0
-        for j, v in c.pairs:
-            mean = sum(t[j] for t in self.total) / self.n
-            if mean > 0 and not self.names[j].startswith(ACCEL_PREFIX):
-                share = max(share, v / mean)
-        if c.gpu:
-            mean = sum(sum(g) for g in self._gpu_total) / self.n
-            share = max(share, c.gpu / mean if mean > 0 else 0.0)
-        return share
-
     def run_time(self, i: int, task: Any) -> float:
         """``task``'s run on node ``i``: its compute over the node's speed for its kind, or what
         :attr:`estimate` makes of that."""
         run = task.compute / self.speed(i, task.demands)
         return run if self.estimate is None else self.estimate(task, i, run)
+
+    def dominant_share(self, demands: tuple) -> float:
+        """The largest fraction of an average node that ``demands`` hold, over the resources
+        (resource-seconds weigh run time by it, as DRF weighs resources); 1 with no nodes."""
+        nodes = [i for i in range(self.n) if self.present_l[i]]
+        c = self.compile(demands)
+        if not nodes or c is None:
+            return 1.0
+        share = 0.0
+        for j, v in c.pairs:
+            mean = sum(self.total[i][j] for i in nodes) / len(nodes)
+            if mean > 0 and not self.names[j].startswith(ACCEL_PREFIX):
+                share = max(share, v / mean)
+        if c.gpu:
+            mean = sum(self.gpu_total[i] for i in nodes) / len(nodes)
+            share = max(share, c.gpu / mean if mean > 0 else 0.0)
+        return share
 
     def utilization(self, i: int, names: Iterable[str] = ("CPU", MEMORY)) -> float:
         """Ray's critical resource utilization of node ``i``: the highest used fraction over
@@ -426,25 +633,14 @@ class NodeTable:
         free = list(self.free[i])
         gpus = list(self.gpus[i])
         for task, end in sorted(self.running[i].items(), key=lambda kv: kv[1]):
-            tc, tg = self._held[task][i]
+            tc, tg = self.held[i][task]
             for j, v in tc.pairs:
                 free[j] += v
             for k, v in tg:
                 gpus[k] += v
-            if _covers(free, gpus, c, i):
+            if self._covers(free, gpus, c, i):
                 return max(end, now)
         return math.inf
-
-
-def _covers(have: list[float], gpus: list[float], c: _Compiled, i: int) -> bool:
-    """Whether node ``i``, with ``have`` (by resource index) and the GPU instances ``gpus``,
-    covers ``c`` (and its label selector allows node ``i``)."""
-    if c.allowed is not None and i not in c.allowed:
-        return False
-    for j, v in c.pairs:
-        if have[j] + EPS < v:
-            return False
-    return _gpu_fits(gpus, c.gpu) if c.gpu else True
 
 
 def _gpu_fits(instances: list[float], amount: float) -> bool:

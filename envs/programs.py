@@ -145,11 +145,9 @@ class WorkEstimate:
 
 class Submission:
     """The simulator's keys under ``mdp.submission`` (module docstring). ``order``: the driver's
-    :class:`envs.order.Order`; ``speeds``: ``(GFLOP/s, memory GB)`` fastest first; ``mean_compute``:
-    GFLOP/s (work in seconds)."""
+    :class:`envs.order.Order`; ``costs``: how it prices work (``envs.order.Costs``)."""
 
-    def __init__(self, mode: str, order: orders.Order, speeds: Sequence[tuple[float, float]],
-                 mean_compute: float) -> None:
+    def __init__(self, mode: str, order: orders.Order, costs: orders.Costs) -> None:
         if mode not in SUBMISSIONS:
             raise ValueError(f"mdp.submission: {mode!r} is not allowed; choose one of "
                              f"{list(SUBMISSIONS)}")
@@ -160,10 +158,10 @@ class Submission:
         self.per_call = mode == "per_call"
         #: whether a finish moves the program's level (srpt, las; never per call)
         self.dynamic = order.dynamic and not self.per_call
-        #: whether finished programs teach the estimate (program mode, srpt or edf)
-        self.learns = mode == "program" and order.name in ("srpt", "edf")
-        self._speeds = speeds
-        self._mean = mean_compute
+        #: whether finished programs teach the estimate (program mode, an order that reads the
+        #: critical-path bound or the remaining work: edf, srpt)
+        self.learns = mode == "program" and (order.needs_bound or order.needs_work)
+        self._costs = costs
         self.estimate = WorkEstimate()
 
     def copy(self) -> "Submission":
@@ -175,8 +173,9 @@ class Submission:
     # ------------------------------------------------------------------ keys
     def call_key(self, task: Any, t: float) -> tuple:
         """``per_call``: the key of ``task`` submitted alone at ``t`` (a one-task workflow)."""
-        o = self.order
-        level = o.level(t, (task.compute,), (task.memory_gb,), ((),), self._speeds, self._mean)
+        o, c = self.order, self._costs
+        level = o.level(t, lambda: c.fast_s(task.compute, task.memory_gb, task.gpu),
+                        lambda: c.work_s(task.compute, task.gpu))
         return o.key(0.0, t, task.id, level)
 
     def arrived(self, wf: Any, tasks: Sequence[Any], t: float) -> None:
@@ -194,18 +193,17 @@ class Submission:
                     tk.key = self.call_key(tk, t)
             return
         o = self.order
-        if o.name == "edf":
-            bound = self.estimate.bound_s(wf.kind)
-            if bound is None:  # no program finished yet: the calls it shows
+
+        def bound() -> float:
+            b = self.estimate.bound_s(wf.kind)
+            if b is None:  # no program finished yet: the calls it shows
                 src = [tk for tk in tasks if tk.pending == 0]
-                bound = orders.lower_bound_s([tk.compute for tk in src],
-                                             [tk.memory_gb for tk in src], [()] * len(src),
-                                             self._speeds)
-            wf.level = t + o.edf_factor * bound
-        elif o.name == "srpt":
-            wf.level = self._remaining(wf, tasks, None)
-        else:
-            wf.level = 0.0
+                b = self._costs.lower_bound_s([tk.compute for tk in src],
+                                              [tk.memory_gb for tk in src],
+                                              [tk.gpu for tk in src], [()] * len(src))
+            return b
+
+        wf.level = o.level(t, bound, lambda: self._remaining(wf, tasks, None))
         key = o.key
         for tk in tasks:
             tk.key = key(0.0, t, wf.id, wf.level)
@@ -218,12 +216,13 @@ class Submission:
         unfinished tasks, pushing the ready ones again."""
         o = self.order
         if not self.hidden:
-            rekey(wf, o, task, run_s, self._mean, push)
+            rekey(wf, o, task, run_s, self._costs, push)
             return
-        if o.name == "srpt":
+        if o.needs_work:  # the remaining work: estimated from finished programs
             wf.level = level = self._remaining(wf, wf.tasks, task)
         else:
-            wf.level = level = o.finished(wf.level, task.compute, run_s, self._mean)
+            wf.level = level = o.on_finish(wf.level, self._costs.work_s(task.compute, task.gpu),
+                                           run_s)
         key = o.key
         for tk in wf.tasks:
             st = tk.state
@@ -236,24 +235,24 @@ class Submission:
     def completed(self, wf: Any) -> None:
         """``wf`` finished: its whole DAG is known now; the estimate learns it."""
         if self.learns:
-            mean = self._mean
-            self.estimate.add(wf.kind, sum(tk.compute for tk in wf.tasks) / mean,
+            work = self._costs.work_s
+            self.estimate.add(wf.kind, sum(work(tk.compute, tk.gpu) for tk in wf.tasks),
                               wf.lower_bound)
 
     def _remaining(self, wf: Any, tasks: Sequence[Any], finished: Any | None) -> float:
         """``srpt``'s level in ``program`` mode: the estimate given the work done, else (no
         history) the work of the calls that exist and are not done (``finished``'s children
         whose last parent it was are about to exist)."""
-        mean = self._mean
-        done = sum(tk.compute for tk in tasks if tk.state == DONE) / mean
+        work = self._costs.work_s
+        done = sum(work(tk.compute, tk.gpu) for tk in tasks if tk.state == DONE)
         est = self.estimate.remaining_s(wf.kind, done)
         if est is not None:
             return est
-        seen = sum(tk.compute for tk in tasks if tk.state != DONE and
+        seen = sum(work(tk.compute, tk.gpu) for tk in tasks if tk.state != DONE and
                    (tk.state != WAITING or tk.pending == 0))
         if finished is not None:
-            seen += sum(ch.compute for ch in finished.children if ch.pending == 1)
-        return seen / mean
+            seen += sum(work(ch.compute, ch.gpu) for ch in finished.children if ch.pending == 1)
+        return seen
 
     # ------------------------------------------------------------------ what deciders see
     def shown(self, task: Any) -> tuple[int, float]:

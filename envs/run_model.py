@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -23,7 +23,10 @@ from .estimator import RuntimeEstimator
 from .runtime import KindHints, RuntimeConfig, compute_bucket, factors, kind_of_name
 from .workflow import WorkflowSpec
 
-__all__ = ["RunModel", "OVERDUE_S", "compute_range", "quantile_s"]
+if TYPE_CHECKING:
+    from .nodes import NodeTable
+
+__all__ = ["RunModel", "OVERDUE_S", "compute_range", "quantile_s", "residual_s", "show_overdue"]
 
 OVERDUE_S = 1e-3  # the least remaining time a busy server shows: it never looks idle
 PRIOR_SIGMA = 0.5  # the log-spread deciders assume without the estimator
@@ -42,12 +45,38 @@ def compute_range(dist) -> tuple[float, float]:
     return lo, max(hi, 2 * lo)
 
 
-def show_overdue(busy_until: np.ndarray, busy: Sequence[bool], t: float) -> None:
-    """``runtime.overhead_s`` without a run model: a busy server past its expected end shows
-    ``OVERDUE_S`` left (as the live scheduler shows it), never an end in the past."""
-    floor = t + OVERDUE_S
-    b = np.fromiter(busy, bool, len(busy_until))
-    busy_until[b & (busy_until < floor)] = floor
+def show_overdue(table: "NodeTable", now: float,
+                 residual: Callable[[Any, int, float], float] | None = None) -> None:
+    """What deciders see of a run past its expected end, in the simulator and live alike: it
+    ends ``residual(task, node, now)`` from now (the expected residual life an estimator
+    learned, :meth:`RunModel.residual`), at least ``OVERDUE_S``; without an estimator
+    ``OVERDUE_S`` from now. Never an end in the past (it would look idle)."""
+    floor = now + OVERDUE_S
+    for i in table.overdue(floor):
+        for task, end in list(table.running[i].items()):
+            if end < floor:
+                left = OVERDUE_S if residual is None else max(residual(task, i, now), OVERDUE_S)
+                table.expect(i, task, now + left)
+
+
+def residual_s(est: RuntimeEstimator | None, kind: str, tier: str, expected_s: float,
+               elapsed_s: float) -> float:
+    """Expected time left of a run the hint puts at ``expected_s`` after ``elapsed_s`` without
+    finishing: the mean residual life of its LogNormal estimate (the estimator's, else one of
+    log-spread :data:`PRIOR_SIGMA` around ``expected_s``), ``E[T - a | T > a]``."""
+    if est is None:
+        s = PRIOR_SIGMA
+        mu = math.log(max(expected_s, 1e-12)) - s * s / 2
+    else:
+        m, s = est.log_params(kind, tier)
+        mu = math.log(max(expected_s, 1e-12)) + m
+    a = max(elapsed_s, 1e-12)
+    la = math.log(a)
+    den = 0.5 * math.erfc(-(mu - la) / (s * math.sqrt(2)))
+    if den < 1e-12:  # far in the tail: the LogNormal's residual grows like a s^2 / ln(a/med)
+        return a * s * s / max(la - mu, s * s)
+    num = 0.5 * math.erfc(-(mu + s * s - la) / (s * math.sqrt(2)))
+    return max(math.exp(mu + s * s / 2) * num / den - a, 0.0)
 
 
 def quantile_s(est: RuntimeEstimator | None, kind: str, tier: str, expected_s: float,
@@ -70,6 +99,9 @@ class RunModel:
         self.lo, self.hi = compute_range
         self.kind_hints = KindHints()
         self.estimator = RuntimeEstimator() if cfg.estimator == "online" else None
+        #: runtime.speeds learned: each kind's run per node shape, learned from finished runs
+        #: against the run at speed 1 (what deciders plan with: :meth:`planned_s`)
+        self.speeds = RuntimeEstimator() if cfg.speeds == "learned" else None
         self.truth = True  # False in a planner's fork: runs take their estimates
 
     def copy(self) -> "RunModel":
@@ -117,7 +149,8 @@ class RunModel:
             tk.kind = kinds[i]
             tk.nominal = ts.compute_gflop
             tk.hint = shown[i] if self.estimator is None else self._raw_hint(ts, kinds[i])
-            tk.factor, tk.factor2 = float(f[i]), float(f[n + i])
+            tk.factor, tk.factor2 = ts.factors if ts.factors is not None and self.truth else (
+                float(f[i]), float(f[n + i]))  # a replayed stream's own factors
             tk.hedgeable = hedge == "all" or (hedge == "marked" and ts.hedge)
 
     def _raw_hint(self, ts, kind: str) -> float:
@@ -148,41 +181,27 @@ class RunModel:
 
     def residual_s(self, task, compute: float, tier: str, elapsed_s: float) -> float:
         """Expected exec time left of ``task`` (on that server) after ``elapsed_s`` without
-        finishing: the mean residual life of its LogNormal estimate, ``E[T - a | T > a]``. What
-        deciders see of an overdue run, so that it looks neither idle nor about to finish."""
-        expected = task.hint / compute
-        est = self.estimator
-        if est is None:
-            s = PRIOR_SIGMA
-            mu = math.log(expected) - s * s / 2
-        else:
-            m, s = est.log_params(task.kind, tier)
-            mu = math.log(expected) + m
-        a = max(elapsed_s, 1e-12)
-        la = math.log(a)
-        den = 0.5 * math.erfc(-(mu - la) / (s * math.sqrt(2)))
-        if den < 1e-12:  # far in the tail: the LogNormal's residual grows like a s^2 / ln(a/med)
-            return a * s * s / max(la - mu, s * s)
-        num = 0.5 * math.erfc(-(mu + s * s - la) / (s * math.sqrt(2)))
-        return max(math.exp(mu + s * s / 2) * num / den - a, 0.0)
+        finishing (:func:`residual_s`)."""
+        return residual_s(self.estimator, task.kind, tier, task.hint / compute, elapsed_s)
 
     def finished(self, task, compute: float, tier: str, actual_s: float) -> None:
         """A run of ``task`` on that server took ``actual_s`` exec seconds: learn from it."""
-        est = self.estimator
-        if est is not None and self.truth:
-            est.observe(task.kind, tier, actual_s, task.hint / compute)
+        if not self.truth:
+            return
+        if self.estimator is not None:
+            self.estimator.observe(task.kind, tier, actual_s, task.hint / compute)
+        if self.speeds is not None:
+            self.speeds.observe(task.kind, tier, actual_s, task.hint)
 
-    def show_busy(self, busy_until: np.ndarray, busy: Sequence[bool], running: Sequence,
-                  compute: Sequence[float], tiers: Sequence[str], t: float) -> None:
-        """Every busy server still busy as deciders see it: an overdue run (past its estimated
-        end) shows its expected residual time (:meth:`residual_s`), at least ``OVERDUE_S``."""
-        floor = t + OVERDUE_S
-        b = np.fromiter(busy, bool, len(busy_until))
-        for slot in np.flatnonzero(b & (busy_until < floor)).tolist():
-            run = running[slot]
-            left = OVERDUE_S if run is None else self.residual_s(
-                run, compute[slot], tiers[slot], t - run.start)
-            busy_until[slot] = t + max(left, OVERDUE_S)
+    def planned_s(self, task, tier: str) -> float:
+        """``runtime.speeds: learned``: the run deciders plan with for ``task`` on a node of
+        ``tier`` (``NodeTable.estimate``): its run at speed 1, times what was learned there."""
+        return self.speeds.duration(task.kind, tier, task.hint)
+
+    def residual(self, table: "NodeTable") -> Callable[[Any, int, float], float]:
+        """:func:`show_overdue`'s residual of a run on ``table``'s node (:meth:`residual_s`)."""
+        return lambda run, i, now: self.residual_s(run, table.speed(i, run.demands),
+                                                   table.specs[i].name, now - run.start)
 
     def refresh(self, task) -> None:
         """What deciders see of ``task`` now (the estimator may have learned since)."""

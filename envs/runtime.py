@@ -14,6 +14,9 @@
   operator would declare per tool); ``none`` ``default_gflop`` for every task. With
   ``estimator: online`` (:mod:`envs.estimator`) estimates are corrected from completions.
   Busy and idle always come from what happened (events), never from an estimate.
+* ``speeds: learned``: deciders know no node speed; they plan each run with what an estimator
+  learned of its kind on that node shape from finished runs (speed 1 before any), as the live
+  scheduler does with ``live.estimator: online`` and no speeds configured.
 * ``hedge`` / ``hedge_quantile``: backup copies of stragglers (:mod:`envs.hedging`).
 * ``overhead_s``: every run ends this much after its (actual) run time, and deciders are not
   told: a busy server past its expected end shows ``OVERDUE_S`` left, as the live scheduler
@@ -57,6 +60,10 @@ class RuntimeConfig:
         gt=0, le=1e9, doc="hints none: the compute every task is shown with"))
     estimator: Literal["off", "online"] = field(default="off", metadata=rng(
         doc="online: estimates per (kind, tier) learned from completions (envs.estimator)"))
+    speeds: Literal["known", "learned"] = field(default="known", metadata=rng(
+        doc="learned: deciders know no node speed (each is 1 to them) and plan with the runs "
+            "an estimator learns per kind and node shape from finished runs, as live with "
+            "live.estimator online and no speeds configured; known: the configured speeds"))
     hedge: Literal["off", "all", "marked"] = field(default="off", metadata=rng(
         doc="backup copies of stragglers (envs.hedging): never, any task, or marked tasks only"))
     hedge_quantile: float = field(default=0.9, metadata=rng(
@@ -77,7 +84,7 @@ class RuntimeConfig:
     def active(self) -> bool:
         """Whether anything differs from exact, declared run times."""
         return (self.noisy or self.hints != "exact" or self.estimator != "off"
-                or self.hedge != "off")
+                or self.hedge != "off" or self.speeds != "known")
 
 
 def factors(rng: np.random.Generator, cfg: RuntimeConfig, size: int) -> np.ndarray:

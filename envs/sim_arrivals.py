@@ -7,14 +7,38 @@ what a policy did."""
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
-from .config import EnvConfig
+from .agents import expected_gpu_seconds
+from .config import ConfigError, EnvConfig
+from .demands import GPU
 from .events import ARRIVAL, EventQueue
 from .fork import copy_rng, copy_source
 from .workload import ArrivalProcess, WorkflowSpec, make_source
+
+
+@lru_cache(maxsize=32)
+def _gpu_seconds(agents) -> float:
+    return expected_gpu_seconds(agents, np.random.default_rng(12345))
+
+
+def base_rate(cfg: EnvConfig) -> float:
+    """Workflows per second before the rate schedule: ``arrival_rate_16 x N / 16``, or with
+    ``workload.gpu_load`` the rate that offers that load: load x the cluster's GPU speed (GPUs x
+    their speed) / the expected GPU-seconds of a request on a speed-1 GPU (agent requests)."""
+    w = cfg.workload
+    if w.gpu_load is None:
+        return w.arrival_rate_16 * cfg.cluster.servers / 16.0
+    if w.source != "agents":
+        raise ConfigError(f"workload.gpu_load: sets the rate of agent requests (workload.source: "
+                          f"agents), not of {w.source!r}; use arrival_rate_16")
+    cap = sum(float(nd.resources.get(GPU, 0.0)) * nd.gpu_speed for nd in cfg.cluster.nodes())
+    if cap <= 0:
+        raise ConfigError("workload.gpu_load: the cluster has no GPU, so no load sets a rate")
+    return w.gpu_load * cap / _gpu_seconds(w.agents)
 
 
 class Arrivals:
@@ -27,8 +51,7 @@ class Arrivals:
         w = cfg.workload
         self.rng_arrivals, self.rng_workload = rng_arrivals, rng_workload
         self.source = make_source(w)
-        self.process = ArrivalProcess(w.arrival_rate_16 * cfg.cluster.servers / 16.0,
-                                      w.rate_schedule, w.horizon_s, rng_arrivals)
+        self.process = ArrivalProcess(base_rate(cfg), w.rate_schedule, w.horizon_s, rng_arrivals)
         self.scripted: list[tuple[float, WorkflowSpec]] | None = None
         if scripted is not None:
             self.scripted = sorted(scripted, key=lambda tw: tw[0])[::-1]  # pop() from the end

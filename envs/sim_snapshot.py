@@ -10,25 +10,32 @@ import math
 from typing import TYPE_CHECKING, Sequence
 
 from . import order as orders
-from .decision import DONE, READY, RUNNING
+from .decision import DONE, READY, RUNNING, DecisionCore
 from .episode import TaskRecord, WorkflowRecord, build_workflow
-from .events import FINISH
+from .nodes import NodeTable
+from .sim_cluster import Cluster
+from .timing import Network
 from .workflow import TaskSpec, WorkflowSpec, kahn_order
 
 if TYPE_CHECKING:
     from .simulator import Simulator
     from .snapshot import ServerState, WorkflowState
 
-__all__ = ["focused", "load", "speeds", "topological"]
+__all__ = ["costs", "focused", "load", "topological"]
 
 
-def speeds(servers: Sequence["ServerState"], mean_compute: float | None = None
-           ) -> tuple[tuple[tuple[float, float], ...], float]:
-    """The snapshot's cluster as the cost model sees it: (speed, memory) per server, fastest
-    first, and the mean speed (``mean_compute``, else of the accepting servers)."""
-    acc = [s.compute for s in servers if s.accepting] or [s.compute for s in servers]
-    return (tuple(sorted(((s.compute, s.memory_gb) for s in servers), key=lambda x: -x[0])),
-            mean_compute or orders.mean_compute(acc))
+def costs(servers: Sequence["ServerState"], network: Network,
+          mean_compute: float | None = None) -> orders.Costs:
+    """The snapshot's cluster as the order prices work: the fastest per memory over every node,
+    the mean speed over the accepting ones (``mean_compute`` when given)."""
+    nodes = [s.node(i) for i, s in enumerate(servers)]
+    acc = [nd for nd, s in zip(nodes, servers) if s.accepting] or nodes
+    whole = orders.Costs.of(((nd.cpu_speed, nd.gpu_speed, nd.memory_gb,
+                              bool(nd.resources.get("GPU"))) for nd in nodes), network)
+    mean = orders.Costs.of(((nd.cpu_speed, nd.gpu_speed, nd.memory_gb,
+                             bool(nd.resources.get("GPU"))) for nd in acc), network)
+    return orders.Costs(mean_compute or mean.mean_cpu, mean.mean_gpu, whole.fastest,
+                        whole.fastest_gpu, network)
 
 
 def load(sim: "Simulator", servers: Sequence["ServerState"], workflows: Sequence["WorkflowState"],
@@ -42,17 +49,26 @@ def load(sim: "Simulator", servers: Sequence["ServerState"], workflows: Sequence
     blocking leaves them). Raises ValueError naming the bad field of the snapshot."""
     n = len(servers)
     sim.terminated = False  # (the template found nothing to do)
-    srv = sim.servers
+    specs = [s.node(i) for i, s in enumerate(servers)]
+    table = NodeTable(specs, shapes=specs)  # node ids: the positions
     for i, s in enumerate(servers):
-        sim.slots.set_power(i, s.idle_w, s.busy_w)
-        srv.set_server(i, s.compute, s.memory_gb, s.idle_w, s.busy_w, s.accepting)
+        if not s.accepting:
+            table.set_accepting(i, False)
+    sim.bind_core(DecisionCore(table, sim.core.rules))
+    old = sim.cluster
+    sim.cluster = Cluster(old.cfg, old.rng_dynamics, table, sim.core.queue, sim.event_q,
+                          sim.hedges, sim)
+    sim.cluster.slot_of, sim.cluster.next_id, sim.cluster.count = {i: i for i in range(n)}, n, n
+    sim.busy_since = [0.0] * n
     busy_by_task = [False] * n
     ids: list[list[int]] = []
     for w, wf in enumerate(workflows):
         ids.append(_workflow(sim, w, wf, servers, busy_by_task))
     for i, s in enumerate(servers):  # busy servers running work the snapshot does not list
-        if s.remaining_s > 0 and not busy_by_task[i]:
-            _stand_in(sim, i, s.remaining_s)
+        for demands, remaining in s.held:
+            _stand_in(sim, i, remaining, demands)
+        if s.remaining_s > 0 and not busy_by_task[i] and not s.held:
+            _stand_in(sim, i, s.remaining_s, (("slot", 1.0),) if s.slotted else ())
     if deferred:
         _defer_listed(sim, [ids[w][j] for w, j in deferred], deferred)
     if focus is not None:
@@ -112,9 +128,12 @@ def _workflow(sim: "Simulator", w: int, wf: "WorkflowState", servers: Sequence["
         specs.append(TaskSpec(t.compute_gflop, t.memory_gb, t.output_gb,
                               tuple(own) + tuple(m + p for p in t.parents)))
     spec, pos = topological(specs, w)  # pos: listed index -> spec index
-    wfo, new = build_workflow(spec, len(sim.workflows), len(sim.tasks), -wf.age_s,
-                              sim.speed_by_memory, sim.order, sim.mean_compute,
-                              sim.bandwidth_gb_s, sim.latency_s)
+    wfo, new = build_workflow(spec, len(sim.workflows), len(sim.tasks), -wf.age_s, sim.order,
+                              sim.costs, None, servers[0].slotted)
+    for j, t in enumerate(listed):  # the demands a task holds, when the snapshot gives them
+        if t.demands:
+            task = new[pos[m + j]]
+            task.demands, task.gpu = t.demands, any(k == "GPU" for k, _ in t.demands)
     wfo.n = size + m
     wfo.done = size - len(listed) + m
     sim.workflows.append(wfo)
@@ -137,11 +156,12 @@ def _workflow(sim: "Simulator", w: int, wf: "WorkflowState", servers: Sequence["
             if not 0 <= t.server < n:
                 raise ValueError(f"workflows[{w}].tasks[{j}].server: {t.server} is out of "
                                  f"range 0..{n - 1}")
-            if busy[t.server]:
+            if busy[t.server] and servers[t.server].slotted:
                 raise ValueError(f"workflows[{w}].tasks[{j}].server: server {t.server} "
                                  f"already runs another listed task")
             busy[t.server] = True
-            _run_until(sim, task, t.server, servers[t.server].remaining_s)
+            _run_until(sim, task, t.server, servers[t.server].remaining_s
+                       if t.remaining_s is None else t.remaining_s)
         elif task.pending == 0:
             task.state = READY
             sim.core.queue.push(task.key, task.id, task)
@@ -152,18 +172,19 @@ def _workflow(sim: "Simulator", w: int, wf: "WorkflowState", servers: Sequence["
 def _run_until(sim: "Simulator", task: TaskRecord, slot: int, remaining: float | None) -> None:
     """``task`` runs on ``slot`` until ``remaining`` seconds from now."""
     until = max(remaining or 0.0, 1e-9)
-    task.state, task.slot, task.sid, task.start = RUNNING, slot, sim.server_ids[slot], 0.0
+    if not sim.table.has_room(slot, task.demands):
+        raise ValueError(f"servers[{slot}]: the runs listed on it hold more than it has")
+    task.state, task.slot, task.sid = RUNNING, slot, sim.server_ids[slot]
+    task.start = task.run_from = 0.0
     task.token += 1
-    sim.servers.start(slot, until)
-    sim.running[slot] = task
-    sim.run_start[slot] = 0.0
-    sim.event_q.push(until, FINISH, slot, (task.token, task))
+    sim.occupy(slot, task, until, until)
 
 
-def _stand_in(sim: "Simulator", slot: int, remaining: float) -> None:
-    """An unlisted run on ``slot`` for ``remaining`` seconds (a one-task workflow)."""
+def _stand_in(sim: "Simulator", slot: int, remaining: float, demands: tuple) -> None:
+    """An unlisted run on ``slot`` for ``remaining`` seconds holding ``demands`` (a one-task
+    workflow)."""
     wf = WorkflowRecord(len(sim.workflows), 0.0, 1, 0.0)
-    task = TaskRecord(len(sim.tasks), wf, 0.0, 0.0, 0.0)
+    task = TaskRecord(len(sim.tasks), wf, 0.0, 0.0, 0.0, demands)
     task.key = (0, 0.0)
     sim.workflows.append(wf)
     sim.open_workflows += 1

@@ -1,24 +1,33 @@
-"""Discrete-event simulator of workflow DAGs on a heterogeneous, elastic cluster (numpy + stdlib).
+"""Discrete-event simulator of workflow DAGs on a heterogeneous, elastic cluster of nodes
+(numpy + stdlib): the one simulator, of the paper's servers of one slot and of Ray's nodes
+alike (``envs.nodes``).
 
 Decision semantics (paper §4.1, docs/simulator.md):
 
 * The order (``mdp.order``, envs/order.py) picks the current task from the ready set: the
   paper's longest hop-count path to a sink unless set (HEFT's upward rank, oldest workflow
   first, ...), then the task id.
-* The agent picks a server slot. A *valid* pick (server accepting, idle, memory fits) starts the
-  task at once and the clock does not move. Any other pick is a *wait*: it earns the invalid
-  penalty and the clock advances by ``wait_dt_s`` (or to the next event), processing finishes,
-  arrivals and server changes on the way.
+* The agent picks a node. A *valid* pick (the node accepts work and the task's demands fit its
+  free resources: on a server of one slot, it is idle and the memory fits) starts the task at
+  once and the clock does not move. Any other pick is a *wait*: it earns the invalid penalty
+  and the clock advances by ``wait_dt_s`` (or to the next event), processing finishes,
+  arrivals and node changes on the way.
 * When the ready set is empty the clock advances to the next event.
 
-Invariants: a server runs at most one task; a task starts only when all parents have finished
-(plus the transfer when ``transfer_delays_start``); a task fits its server's memory; a started task
-runs ``compute_gflop / compute`` seconds without preemption unless its server fails, in which case
-it is *lost* and becomes ready again. Every arrived task finishes exactly once per episode unless
-the episode is truncated.
+Invariants: a node holds at most its resources (a server of one slot runs at most one task); a
+task starts only when all parents have finished (plus the transfer when
+``transfer_delays_start``); a started task runs ``compute / speed`` seconds without preemption
+unless its node fails, in which case it is *lost* and becomes ready again. Every arrived task
+finishes exactly once per episode unless the episode is truncated.
 
 Randomness: the workload (arrivals, DAGs) and the cluster dynamics draw from separate generators
 spawned from one seed, so the same seed gives the same workload under every policy.
+
+The parts the simulator owns (each copies itself for a fork): the decision core with its table
+and ready queue (``envs.decision``), the events (``envs.events``), the arrivals
+(``envs.sim_arrivals``), the node dynamics (``envs.sim_cluster``), the run model and hedging
+(``envs.run_model``, ``envs.hedging``), what the order may read (``envs.programs``), the encoder
+(``envs.encoding``).
 """
 
 from __future__ import annotations
@@ -28,29 +37,42 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from . import fork as forks, order as orders, sim_snapshot
 from .config import EnvConfig
 from .decision import (DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore,  # noqa: F401
-                       Rules, ServerTable)  # (the task states are re-exported)
-from .objective import Objective
-from . import order as orders
+                       Rules)  # (the task states are re-exported)
+from .demands import CPU, GPU
+from .encoding import TaskFacts, make_encoder
 from .episode import (StepResult, TaskRecord, TraceSink, WorkflowRecord, arrival_event,
                       build_workflow, episode_event, episode_metrics, rekey, start_event)
-from .run_model import RunModel, compute_range, show_overdue
-from . import fork as forks, sim_snapshot
-from .programs import Submission
 from .events import ARRIVAL, FINISH, HEDGE, EventQueue, Kind  # noqa: F401 (Kind: re-exported)
 from .hedging import HANDLERS as HEDGE_HANDLERS, Hedges
-from .sim_view import view
+from .nodes import NodeTable
+from .objective import Objective
+from .programs import Submission
+from .run_model import RunModel, compute_range, show_overdue
 from .sim_arrivals import Arrivals
-from .sim_cluster import HANDLERS as SERVER_HANDLERS, Cluster
-from .sim_observe import Observer
-from .slots import Slots
+from .sim_cluster import HANDLERS as NODE_HANDLERS, Cluster
 from .workload import WorkflowSpec
 
 if TYPE_CHECKING:
     from .snapshot import ServerState, WorkflowState
 
-__all__ = ["Simulator", "StepResult", "READY", "RUNNING", "DONE", "WAITING"]  # WAITING: not ready
+__all__ = ["Simulator", "StepResult", "READY", "RUNNING", "DONE", "WAITING"]
+
+
+def costs_of(cfg: EnvConfig) -> orders.Costs:
+    """The cluster of ``cfg`` as the order prices work (``envs.order.Costs``): mean speeds over
+    its nodes at ``cluster.servers``; the fastest node for each memory (the critical-path
+    bound) over every tier, one with no node at this size included (the trace verifier's)."""
+    nodes = orders.Costs.of(((nd.cpu_speed, nd.gpu_speed, nd.memory_gb,
+                              bool(nd.resources.get(GPU))) for nd in cfg.cluster.nodes()),
+                            cfg.cluster.network)
+    tiers = orders.Costs.of(((nd.cpu_speed, nd.gpu_speed, nd.memory_gb,
+                              bool(nd.resources.get(GPU)))
+                             for nd in (t.spec() for t in cfg.cluster.tiers)))
+    return orders.Costs(nodes.mean_cpu, nodes.mean_gpu, tiers.fastest, tiers.fastest_gpu,
+                        nodes.network)
 
 
 class Simulator:
@@ -64,30 +86,30 @@ class Simulator:
     def __init__(self, config: EnvConfig, trace: TraceSink | None = None):
         self.cfg = config
         self.n_slots = config.padded_servers
-        self.trace = trace
         c = config.cluster
+        self.network = c.network
         self._bw, self._lat = c.bandwidth_gb_s, c.latency_s
-        # Critical-path lower bound: run time on the fastest tier whose memory fits.
-        self._speed_by_memory = tuple((t.compute, t.memory_gb)
-                                      for t in sorted(c.tiers, key=lambda t: -t.compute))
-        counts = c.tier_counts()
-        self._mean_compute = orders.mean_compute(
-            t.compute for t in c.tiers for _ in range(counts.get(t.name, 0)))
-        #: the ready-task order (envs.order): ranks, levels, keys, re-keys on finish
-        self.order = orders.Order(config.mdp.order or orders.PAPER_ORDER, config.mdp.edf_factor)
-        # Hot-path copies of config values (the config itself stays the source of truth).
+        self._slotted = c.slotted
+        self._shapes = tuple(t.spec() for t in c.tiers)
+        #: the cluster as the order prices work (its initial nodes)
+        self.costs = costs_of(config)
         mdp = config.mdp
+        #: the ready-task order (envs.order): ranks, levels, keys, re-keys on finish
+        self.order = orders.make(mdp.order or orders.PAPER_ORDER, mdp.edf_factor)
         #: the reward, the wait penalty and the planner's cost (envs.objective)
         self.objective = Objective(config.objective, config.reward)
         self._start_reward = self.objective.start_reward  # hot path: one bound method
         self._penalty_rate = self.objective.penalty_rate  # hot path: 0 skips the call
         self._hol = mdp.head_of_line_blocking
-        self._rules = Rules(mdp.head_of_line_blocking, mdp.ask_only_startable, mdp.mask_infeasible)
+        self._rules = Rules(mdp.head_of_line_blocking, mdp.ask_only_startable, mdp.mask_infeasible,
+                            mdp.node_look)
         self._transfer_delays = mdp.transfer_delays_start
-        #: what the agent sees of a decision (envs.sim_observe)
-        self.observer = Observer(config)
+        #: what a learned policy sees (envs.encoding: env.encoder)
+        self.encoder = make_encoder(config.encoder, config.features, self.n_slots,
+                                    mdp.mask_infeasible)
         self._max_decisions = mdp.max_decisions
         self._t_cap = config.workload.horizon_s * mdp.max_time_factor
+        self._gpu_load_rate = None  # workload.gpu_load's arrival rate (computed once)
         self.trace = None  # the constructor's warm-up episode is not traced
         self.reset(0)
         self.trace = trace
@@ -104,34 +126,32 @@ class Simulator:
         # the fourth stream (run-time noise) leaves the first three as they always were
         arr_ss, dag_ss, dyn_ss, run_ss = ss.spawn(4)
         cfg = self.cfg
-        n = self.n_slots
         self.t = 0.0
-        # The decision core (envs.decision) holds the ready queue and the server table the rules
-        # and the encoder read (accepting, busy, capacity, features); the simulator keeps the
-        # clock, the events and what only it needs per slot.
-        self.bind_core(DecisionCore(ServerTable(n, cfg.features), self._rules))
-        self._reset_records(n)
+        table = NodeTable([], capacity=self.n_slots, shapes=self._shapes)
+        self.bind_core(DecisionCore(table, self._rules))
+        self._reset_records()
         #: what the order may read of a workflow (mdp.submission, envs.programs)
-        sub = self.submission = Submission(cfg.mdp.submission, self.order,
-                                           self._speed_by_memory, self._mean_compute)
+        sub = self.submission = Submission(cfg.mdp.submission, self.order, self.costs)
         self._dynamic, self._hidden, self._per_call = sub.dynamic, sub.hidden, sub.per_call
         rt = RunModel(cfg.runtime, np.random.Generator(np.random.PCG64(run_ss)),
                       compute_range(cfg.workload.compute_gflop)) if cfg.runtime.active else None
+        if rt is not None and rt.speeds is not None:  # runtime.speeds learned: rules plan
+            specs = table.specs  # with the learned runs (the node set may change: read live)
+            table.estimate = lambda task, i, _run: rt.planned_s(task, specs[i].name)
         self.bind_runs(rt, Hedges(rt), cfg.runtime.overhead_s)
         self._emit(episode_event(cfg))
         #: where workflows come from (envs.sim_arrivals): their times, their DAGs, their generators
         self.arrivals = Arrivals(cfg, np.random.Generator(np.random.PCG64(arr_ss)),
                                  np.random.Generator(np.random.PCG64(dag_ss)), arrivals)
-        #: the servers that come and go (envs.sim_cluster): their generator, the runs they lost
-        self.cluster = Cluster(cfg, np.random.Generator(np.random.PCG64(dyn_ss)), self.slots,
-                               self.servers, self._queue, self.event_q, self.hedges)
+        #: the nodes that come and go (envs.sim_cluster): their generator, the runs they lost
+        self.cluster = Cluster(cfg, np.random.Generator(np.random.PCG64(dyn_ss)), table,
+                               self._queue, self.event_q, self.hedges, self)
         self.cluster.start(self.t, self.trace)
         self.arrivals.schedule(self.t, self.event_q)
         self._select()
 
-    def _reset_records(self, n: int) -> None:
-        """A new episode's per-slot records, tasks, workflows and counters."""
-        self.bind_slots(Slots(n))
+    def _reset_records(self) -> None:
+        """A new episode's tasks, workflows and counters."""
         self._pending_penalty = 0.0
         self.event_q = EventQueue()  # every pending event (envs.events)
         self.tasks: list[TaskRecord] = []
@@ -144,32 +164,21 @@ class Simulator:
         self.done_below = 0  # tasks below this index are all done (envs.fork.unfinished_range)
         self.busy_seconds = 0.0
         self.alive_seconds = 0.0
+        self.busy_since = [0.0] * self.n_slots  # when each busy node became busy
+        # resource-seconds of the runs on Ray nodes (cpu / gpu utilization); None: slot servers
+        self.resource_s = None if self._slotted else [0.0, 0.0]
         self.terminated = False
         self.truncated = False
 
     def bind_core(self, core: DecisionCore) -> None:
-        """Decide with ``core`` (a fork's copy); the simulator's names for its server table are
-        the same objects (hot paths and planners read them without an attribute hop)."""
+        """Decide with ``core`` (a fork's copy); the simulator's names for its table are the
+        same objects (hot paths and planners read them without an attribute hop)."""
         self.core = core
-        srv = self.servers = core.servers
-        self._queue = self.core.queue
-        self.compute, self.memory, self.busy_until = srv.compute, srv.memory, srv.busy_until
-        self.accepting = srv.accepting
-        self._compute_l, self._memory_l = srv.compute_l, srv.memory_l
-        self._accept_l, self._busy_l = srv.accept_l, srv.busy_l
-        # hot path (starts and finishes): the power column written in place
-        self._feat = srv.features.matrix
-        self._idle_pf_l, self._busy_pf_l = srv.idle_pf_l, srv.busy_pf_l
-
-    def bind_slots(self, slots: Slots) -> None:
-        """Keep per-slot records in ``slots`` (a fork's copy; envs.slots); the simulator's names
-        for them are the same objects (the event loop reads them without an attribute hop)."""
-        self.slots = slots
-        self.srv_id, self.srv_tier, self.present = slots.srv_id, slots.srv_tier, slots.present
-        self.idle_w, self.busy_w = slots.idle_w, slots.busy_w
-        self._sid_l, self._present_l = slots.sid_l, slots.present_l
-        self._idle_w_l, self._busy_w_l = slots.idle_w_l, slots.busy_w_l
-        self.running, self.run_start, self._slot_of = slots.running, slots.run_start, slots.slot_of
+        table = self.table = core.table
+        self._queue = core.queue
+        self.busy_until = table.busy_until
+        self._accept_l, self._present_l = table.accept_l, table.present_l
+        self._running = table.running
 
     def bind_runs(self, rt: RunModel | None, hedges: Hedges, overhead_s: float) -> None:
         """Runs take ``rt``'s times (None: their nominal ones) and ``overhead_s`` more, unseen;
@@ -192,13 +201,14 @@ class Simulator:
             handlers[kind](self, a, b)
         if t_target > self.t:
             self._tick(t_target)
+        self.core.new_round()  # the clock moved: a new placement round
         if self._queue.deferred:  # the clock moved: tasks set aside by a wait compete again
             self._queue.requeue_deferred()
 
     def _tick(self, t: float) -> None:
         """The clock moves on to ``t`` (> ``self.t``)."""
         dt = t - self.t
-        self.alive_seconds += dt * self.slots.count
+        self.alive_seconds += dt * self.cluster.count
         if self._penalty_rate:
             self._pending_penalty += self.objective.penalty(dt, self.outstanding,
                                                             self.open_workflows)
@@ -212,9 +222,8 @@ class Simulator:
         if rt is not None:  # deciders see hints or estimates (envs.run_model)
             kinds = rt.kinds(spec)
             shown = rt.shown(spec, kinds)
-        wf, new = build_workflow(spec, len(self.workflows), len(self.tasks), self.t,
-                                 self._speed_by_memory, self.order,
-                                 self._mean_compute, self._bw, self._lat, shown)
+        wf, new = build_workflow(spec, len(self.workflows), len(self.tasks), self.t, self.order,
+                                 self.costs, shown, self._slotted)
         wf.kind = spec.name  # the order sees the calls that exist, not the DAG (envs.programs)
         if self._hidden:
             self.submission.arrived(wf, new, self.t)
@@ -237,21 +246,17 @@ class Simulator:
 
     def _on_finish(self, slot: int, token_task: tuple[int, TaskRecord]) -> None:
         token, task = token_task
-        if task.token != token or task.state != RUNNING or self.running[slot] is not task:
+        if task.token != token or task.state != RUNNING or task not in self._running[slot]:
             return  # stale: the task (or this run of a hedged one) was lost, or its other run won
         t = self.t
         task.state = DONE
         task.finish = t
-        self.busy_seconds += t - self.run_start[slot]
-        if self._rt is not None:  # an early finish frees its server at once, as seen too
-            self.busy_until[slot] = t
-            factor = task.factor2 if slot == task.copy_slot else task.factor
-            self._rt.finished(task, self._compute_l[slot], self.srv_tier[slot],
-                              task.nominal * factor / self._compute_l[slot])
-
-        self._busy_l[slot] = False  # ServerTable.finish, inlined (hot path)
-        self._feat[slot, 3] = self._idle_pf_l[slot]
-        self.running[slot] = None
+        copy = slot == task.copy_slot
+        if self._rt is not None:
+            speed = self.table.speed(slot, task.demands)
+            self._rt.finished(task, speed, self.table.specs[slot].name,
+                              task.nominal * (task.factor2 if copy else task.factor) / speed)
+        self.end_run(task, slot, task.copy_start if copy else task.run_from)
         self.outstanding -= 1
         wf = task.wf
         wf.done += 1
@@ -261,14 +266,14 @@ class Simulator:
             if self._hidden:
                 self.submission.completed(wf)
         elif self._dynamic:  # srpt / las: the workflow's key moves (its children's too)
-            self.submission.finished(wf, task, t - self.run_start[slot], self._make_ready, rekey)
+            self.submission.finished(wf, task, t - (task.copy_start if copy else task.run_from),
+                                     self._make_ready, rekey)
         if self.trace is not None:
-            self._emit({"t": t, "event": "finish", "task": task.id, "server": self._sid_l[slot]})
+            self._emit({"t": t, "event": "finish", "task": task.id, "server": self.table.ids[slot]})
         if task.copy_slot >= 0:  # a hedged task: cancel its other run (envs.hedging)
-            other, cancelled_s = self.hedges.settle(task, slot, t, self.slots, self.servers,
-                                                    self.trace)
-            self.busy_seconds += cancelled_s
-            if self._present_l[other] and not self._accept_l[other]:  # draining: leave now
+            other = self.hedges.settle(task, slot, t, self)
+            if self._present_l[other] and not self._accept_l[other] \
+                    and not self._running[other]:  # draining: leave now
                 self.cluster.drop(other, "server_remove", t, self.trace)
         heap = self._queue.heap
         for child in task.children:
@@ -280,8 +285,46 @@ class Simulator:
                 if self._per_call:  # submitted now, alone (envs.programs)
                     child.key = self.submission.call_key(child, t)
                 heapq.heappush(heap, (child.key, child.id, child))
-        if self._present_l[slot] and not self._accept_l[slot]:  # draining: leave now
-            self.cluster.drop(slot, "server_remove", t, self.trace)
+        if self._present_l[slot] and not self._accept_l[slot] and not self._running[slot]:
+            self.cluster.drop(slot, "server_remove", t, self.trace)  # drained: leave now
+
+    def end_run(self, task: TaskRecord, node: int, started: float) -> None:
+        """A run of ``task`` on ``node`` since ``started`` ended (finished, cancelled or lost):
+        its resources are free; a node left idle adds its busy time."""
+        table = self.table
+        table.finish(task, node)
+        if self.resource_s is not None:  # resource-seconds on Ray nodes
+            d = dict(task.demands)
+            ran = self.t - started
+            self.resource_s[0] += d.get(CPU, 0.0) * ran
+            self.resource_s[1] += d.get(GPU, 0.0) * ran
+        if not self._running[node]:
+            self.busy_seconds += self.t - self.busy_since[node]
+
+    def busy_now(self) -> float:
+        """Node-seconds the busy nodes have been busy so far (their current busy period)."""
+        t, since, busy = self.t, self.busy_since, self.table.busy
+        return sum(t - since[i] for i in np.flatnonzero(busy).tolist())
+
+    def resource_use(self) -> dict[str, float]:
+        """On Ray nodes: CPU and GPU utilization (resource-seconds of the runs / the initial
+        cluster's capacity x makespan) and ``look_stops`` (rounds that ``mdp.node_look`` ended,
+        ``envs.decision``); {} on servers of one slot."""
+        if self.resource_s is None:
+            return {}
+        cpus = sum(float(nd.resources.get(CPU, 0.0)) for nd in self.cfg.cluster.nodes())
+        gpus = sum(float(nd.resources.get(GPU, 0.0)) for nd in self.cfg.cluster.nodes())
+        cpu_s, gpu_s = self.resource_s
+        for i in np.flatnonzero(self.table.busy).tolist():  # runs still going: so far
+            for task in self._running[i]:
+                d = dict(task.demands)
+                ran = self.t - (task.copy_start if i == task.copy_slot else task.run_from)
+                cpu_s += d.get(CPU, 0.0) * ran
+                gpu_s += d.get(GPU, 0.0) * ran
+        t = self.t
+        return {"cpu_utilization": cpu_s / (cpus * t) if cpus and t else 0.0,
+                "gpu_utilization": gpu_s / (gpus * t) if gpus and t else 0.0,
+                "look_stops": self.core.look_stops}
 
     # ---------------------------------------------------------------- decisions
     def _select(self) -> None:
@@ -294,12 +337,12 @@ class Simulator:
             task, why = next_task()
             if task is not None:
                 self.current = task
-                if self._rt is not None:  # deciders see estimates (envs.run_model)
-                    self._rt.refresh(task)
-                    self._rt.show_busy(self.busy_until, self._busy_l, self.running,
-                                       self._compute_l, self.srv_tier, self.t)
-                elif self._overhead:  # a busy server past its expected end shows OVERDUE_S
-                    show_overdue(self.busy_until, self._busy_l, self.t)
+                if self._rt is not None:  # deciders see estimates (envs.run_model); an
+                    self._rt.refresh(task)  # overdue run its learned residual, else OVERDUE_S
+                    show_overdue(self.table, self.t, None if self._rt.estimator is None
+                                 else self._rt.residual(self.table))
+                elif self._overhead:  # a run past its expected end shows OVERDUE_S left
+                    show_overdue(self.table, self.t)
                 return
             if why == HOL_WAIT:  # a forced wait under head-of-line blocking: time passes
                 self._wait()
@@ -308,7 +351,7 @@ class Simulator:
                 continue
             self.current = None
             if self.hedges.stragglers:  # nothing to place now: back up stragglers
-                self.hedges.launch(self.servers, self._start_copy)
+                self.hedges.launch(self.table, self._start_copy)
             if self.outstanding == 0 and self.arrivals.done:
                 self.terminated = True
                 self._emit_end()
@@ -317,7 +360,7 @@ class Simulator:
                 self._wait()
             elif self.event_q:
                 self._advance_to(self.event_q.peek())
-            else:  # tasks outstanding, nothing can change: they fit no server that will exist
+            else:  # tasks outstanding, nothing can change: they fit no node that will exist
                 return self._truncate()
             if self.t > t_cap:
                 return self._truncate()
@@ -346,26 +389,24 @@ class Simulator:
             self._truncate()
         return StepResult(reward - self._pending_penalty, valid, self.terminated, self.truncated)
 
-    def _occupy(self, slot: int, task: TaskRecord, until: float, ends: float) -> None:
-        """A run of ``task`` starts on ``slot`` now: busy until ``until`` as deciders see it; its
-        finish event at ``ends`` (plus the unseen overhead)."""
-        self._busy_l[slot] = True  # ServerTable.start, inlined (hot path)
-        self.busy_until[slot] = until
-        self._feat[slot, 3] = self._busy_pf_l[slot]
-        self.running[slot] = task
-        self.run_start[slot] = self.t
+    def occupy(self, slot: int, task: TaskRecord, until: float, ends: float) -> None:
+        """A run of ``task`` starts on ``slot`` now: it holds its demands there until ``until``
+        as deciders see it; its finish event at ``ends`` (plus the unseen overhead)."""
+        if not self._running[slot]:
+            self.busy_since[slot] = self.t
+        self.table.start(slot, task, task.demands, until)
         self.event_q.push(ends + self._overhead, FINISH, slot, (task.token, task))
 
     def _start_copy(self, task: TaskRecord, slot: int) -> None:
-        """A backup copy of running ``task`` starts on idle ``slot`` (envs.hedging)."""
-        t, sid = self.t, self._sid_l[slot]
-        times = self._rt.run_times(task, self._compute_l[slot], self.srv_tier[slot], copy=True)
+        """A backup copy of running ``task`` starts on ``slot`` (envs.hedging)."""
+        t, sid = self.t, self.table.ids[slot]
+        times = self._rt.run_times(task, self.table.speed(slot, task.demands),
+                                   self.table.specs[slot].name, copy=True)
         delay = 0.0
         if self._transfer_delays:
-            delay = max((p.output / self._bw + self._lat for p in task.parents if p.sid != sid),
-                        default=0.0)
-        task.copy_slot = slot
-        self._occupy(slot, task, t + delay + times[0], t + delay + times[1])
+            delay = self.network.start_delay(((p.sid, p.output) for p in task.parents), sid)
+        task.copy_slot, task.copy_start = slot, t
+        self.occupy(slot, task, t + delay + times[0], t + delay + times[1])
         if self.trace is not None:
             self._emit(start_event(t, task.id, sid, delay, times, hedge=True))
 
@@ -378,45 +419,87 @@ class Simulator:
 
     def _start(self, task: TaskRecord, slot: int) -> float:
         t = self.t
+        table = self.table
+        speed = table.cpu_speed[slot] if not task.gpu else table.gpu_speed[slot]
         if self._rt is None:
-            exec_s = run_s = task.compute / self._compute_l[slot]
+            exec_s = run_s = task.compute / speed
         else:  # deciders see the estimate; the run takes the actual (envs.run_model)
-            exec_s, run_s = self._rt.run_times(task, self._compute_l[slot], self.srv_tier[slot])
+            exec_s, run_s = self._rt.run_times(task, speed, table.specs[slot].name)
         fp = task.first_parent
-        sid = self._sid_l[slot]
+        sid = table.ids[slot]
         comm_s = 0.0
         if fp is not None and fp.sid != sid:
             comm_s = fp.output / self._bw + self._lat
         delay = 0.0
         if self._transfer_delays:
-            delay = max((p.output / self._bw + self._lat for p in task.parents if p.sid != sid),
-                        default=0.0)
+            delay = self.network.start_delay(((p.sid, p.output) for p in task.parents), sid)
         task.state = RUNNING
         task.slot = slot
         task.sid = sid
-        task.start = t
+        task.start = task.run_from = t
         task.token += 1
-        self._occupy(slot, task, t + delay + exec_s, t + delay + run_s)
+        self.occupy(slot, task, t + delay + exec_s, t + delay + run_s)
         if task.hedgeable:  # runtime.hedge: watch for a straggler (envs.hedging)
-            due = self.hedges.due(task, self._compute_l[slot], self.srv_tier[slot], t + delay)
+            due = self.hedges.due(task, speed, table.specs[slot].name, t + delay)
             self.event_q.push(due, HEDGE, slot, (task.token, task))
         if self.trace is not None:
             self._emit(start_event(t, task.id, sid, delay,
                                    None if self._rt is None else (exec_s, run_s)))
-        return self._start_reward(exec_s, comm_s, self._busy_w_l[slot])
+        return self._start_reward(exec_s, comm_s, table.busy_w[slot])
 
-    # ---------------------------------------------------------------- observation
+    # ---------------------------------------------------------------- what a policy sees
+    @property
+    def task(self) -> TaskRecord | None:
+        """The task being placed (``current``)."""
+        return self.current
+
+    @property
+    def now(self) -> float:
+        """The clock (model seconds)."""
+        return self.t
+
+    @property
+    def parent(self) -> int:
+        """The node holding the current task's first finished parent's output (-1: none)."""
+        fp = self.current.first_parent
+        if fp is None:
+            return -1
+        return self.cluster.slot_of.get(fp.sid, -1)
+
+    @property
+    def transfer_s(self) -> float:
+        """The transfer of the current task's first finished parent's output (0: none)."""
+        fp = self.current.first_parent
+        return 0.0 if fp is None else fp.output / self._bw + self._lat
+
+    def facts(self) -> TaskFacts:
+        """The current task as the encoder reads it (``envs.encoding.TaskFacts``)."""
+        task = self.current
+        kids, done = self.submission.shown(task)
+        fp = task.first_parent
+        transfer, parent = 0.0, -1
+        if fp is not None:
+            transfer = fp.output / self._bw + self._lat
+            parent = self.cluster.slot_of.get(fp.sid, -1)
+        ready = self._queue.ready_count(task.id) if self.cfg.features.backlog else 1
+        return TaskFacts(task.compute, task.memory_gb, kids, done, task.output, transfer,
+                         parent, ready, self.t - task.wf.arrival)
+
     def observe(self) -> dict[str, np.ndarray]:
-        """Observation of the current decision (zeros when the episode is over)."""
+        """Observation of the current decision (``env.encoder``; zeros when the episode is
+        over)."""
         task = self.current
         if task is None:
-            return self.observer.empty()
-        return self.observer.observe(task, self.t, self.submission.shown(task), self._queue,
-                                     self.servers, self._slot_of)
+            return self.encoder.empty()
+        return self.encoder.observe(self.table, task, self.facts(), self.t)
+
+    def simulator(self) -> "Simulator":
+        """The present as a simulator a planner forks: this one."""
+        return self
 
     # ---------------------------------------------------------------- metrics
     def _truncate(self) -> None:
-        """End the episode cut short (time cap, decision cap, or work no server will fit)."""
+        """End the episode cut short (time cap, decision cap, or work no node will fit)."""
         self.current = None
         self.truncated = True
         self._emit_end()
@@ -449,29 +532,74 @@ class Simulator:
                       deferred: Sequence[tuple[int, int]] = ()) -> list[list[int]]:
         """Take a snapshot's present (``envs.sim_snapshot.load``, which says how) and stop at its
         first decision, ``focus``'s task when given; returns the listed tasks' ids."""
-        self._speed_by_memory, self._mean_compute = sim_snapshot.speeds(servers, mean_compute)
+        self.costs = sim_snapshot.costs(servers, self.network, mean_compute)
+        self.submission = Submission(self.cfg.mdp.submission, self.order, self.costs)
         ids = sim_snapshot.load(self, servers, workflows, focus, deferred)
         self._select()
         return sim_snapshot.focused(self.current, ids, focus)
 
     # ---------------------------------------------------------------- the read-only view
-    # What planners, snapshots and diagnostics read (envs.sim_view).
-    now = view("t", "The clock (model seconds).")
-    events = view("event_q", "The pending events (envs.events.EventQueue: peek(), runs(), seq).")
-    server_ids = view("_sid_l", "Per slot, the id of the server in it (-1: empty).")
-    slot_by_server_id = view("_slot_of", "Server id -> its slot, for the servers present.")
-    forced_waits = view("core.forced_waits", "Waits made without asking (mdp.ask_only_startable).")
-    busy = view("servers.busy", "Whether each slot runs a task now, (n_slots,) bool (a copy).")
-    bandwidth_gb_s = view("_bw")
-    latency_s = view("_lat")
-    transfer_delays = view("_transfer_delays", "mdp.transfer_delays_start: starts wait for inputs.")
-    mean_compute = view("_mean_compute", "The mean server speed of HEFT's rank, unstarted work.")
-    speed_by_memory = view("_speed_by_memory", "(speed, memory) by kind, fastest first.")
-    dynamic_order = view("_dynamic", "Whether ready keys move as work finishes (srpt, las).")
-    time_cap = view("_t_cap", "The clock at which the episode is truncated.")
-    max_decisions = view("_max_decisions")
-    run_model = view("_rt", "The run-time model (envs.run_model); None: nominal run times.")
-    stragglers = view("hedges.stragglers", "(token, task) past their hedge quantile, uncopied.")
+    @property
+    def events(self) -> EventQueue:
+        """The pending events (``envs.events.EventQueue``: peek(), runs(), seq)."""
+        return self.event_q
+
+    @property
+    def server_ids(self) -> list:
+        """Per node position, the id of the node in it (None: empty)."""
+        return self.table.ids
+
+    @property
+    def slot_by_server_id(self) -> dict:
+        """Node id -> its position, for the nodes present."""
+        return self.cluster.slot_of
+
+    @property
+    def forced_waits(self) -> int:
+        """Waits made without asking (mdp.ask_only_startable)."""
+        return self.core.forced_waits
+
+    @property
+    def bandwidth_gb_s(self) -> float:
+        return self._bw
+
+    @property
+    def latency_s(self) -> float:
+        return self._lat
+
+    @property
+    def transfer_delays(self) -> bool:
+        """mdp.transfer_delays_start: starts wait for inputs."""
+        return self._transfer_delays
+
+    @property
+    def mean_compute(self) -> float:
+        """The mean CPU speed of HEFT's rank and of unstarted work's estimate."""
+        return self.costs.mean_cpu
+
+    @property
+    def dynamic_order(self) -> bool:
+        """Whether ready keys move as work finishes (srpt, las)."""
+        return self._dynamic
+
+    @property
+    def time_cap(self) -> float:
+        """The clock at which the episode is truncated."""
+        return self._t_cap
+
+    @property
+    def max_decisions(self) -> int:
+        return self._max_decisions
+
+    @property
+    def run_model(self) -> RunModel | None:
+        """The run-time model (envs.run_model); None: nominal run times."""
+        return self._rt
+
+    @property
+    def stragglers(self) -> list:
+        """(token, task) past their hedge quantile, uncopied."""
+        return self.hedges.stragglers
 
     @property
     def current_waits(self) -> int:
@@ -485,15 +613,22 @@ class Simulator:
         ``runtime.overhead_s``): a fork or a planner's rollout ends them when expected."""
         return self._rt is not None or self._overhead > 0
 
-    def expected_end(self, slot: int) -> float:
-        """When the task running on ``slot`` ends as deciders see it (never in the past)."""
-        return max(float(self.busy_until[slot]), self.t)
+    def expected_end(self, slot: int, task: Any = None) -> float:
+        """When ``task``'s run on ``slot`` ends as deciders see it (its only run there when
+        None; never in the past)."""
+        run = self._running[slot]
+        end = run.get(task, 0.0) if task is not None else max(run.values(), default=0.0)
+        return max(end, self.t)
 
     def slot_of(self, sid: int) -> int | None:
-        """The slot of server ``sid`` (None: not present)."""
-        return self._slot_of.get(sid)
+        """The position of node ``sid`` (None: not present)."""
+        return self.cluster.slot_of.get(sid)
+
+    def is_busy(self, slot: int) -> bool:
+        """Whether node ``slot`` runs a task now."""
+        return bool(self._running[slot])
 
 
-# Event handlers by kind (the stragglers': envs.hedging; the server events': envs.sim_cluster).
+# Event handlers by kind (the stragglers': envs.hedging; the node events': envs.sim_cluster).
 Simulator._HANDLERS = {FINISH: Simulator._on_finish, ARRIVAL: Simulator._on_arrival,
-                       **HEDGE_HANDLERS, **SERVER_HANDLERS}
+                       **HEDGE_HANDLERS, **NODE_HANDLERS}

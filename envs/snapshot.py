@@ -1,17 +1,20 @@
-"""A :class:`envs.simulator.Simulator` built from a snapshot of the present: servers with their
-remaining busy time, and the unfinished tasks of the workflows in flight (``build``).
+"""A :class:`envs.simulator.Simulator` built from a snapshot of the present: nodes with their runs'
+remaining time, and the unfinished tasks of the workflows in flight (``build``).
 
 A planner that acts on the simulator's state (``policies.lookahead``) runs wherever the present
 can be described this way: the placement service's ``/v1/schedule`` request and the live
 scheduler's own record of its servers and tasks. The simulator starts at time 0 = now; no
 workflow arrives after the snapshot and the cluster does not change (no failures, joins or
-leaves). Servers keep their order: slot ``i`` is ``servers[i]``.
+leaves). Nodes keep their order: position ``i`` is ``servers[i]``; a server of one slot (the
+paper's: compute, memory, power) unless it gives its node (``ServerState.spec``, Ray's
+resources).
 
 Per workflow, the finished parents a task lists in ``inputs`` become finished stand-in tasks on
 the server that holds their output (or on no present server: every server pays the transfer),
 so transfers delay starts exactly as in the simulator. A running task finishes when its server
-says (``ServerState.remaining_s``). A busy server without a listed running task (work the
-snapshot does not describe) runs a stand-in until its ``remaining_s``.
+says (``ServerState.remaining_s``, or its own ``TaskState.remaining_s``). A busy server without a
+listed running task (work the snapshot does not describe) runs a stand-in until its
+``remaining_s`` (a node's: each of its ``held`` runs, ``(demands, remaining_s)``).
 
 ``focus`` names the task the caller is deciding about: it becomes the simulator's current task
 whatever its first-level rank (it is put first in the ready queue), so the planner answers the
@@ -26,6 +29,7 @@ from typing import Any, Protocol, Sequence
 
 from .config import DynamicsConfig, EnvConfig
 from .decision import DONE, RUNNING
+from .nodes import NodeSpec
 from .runtime import RuntimeConfig
 from .simulator import Simulator
 from .episode import TaskRecord
@@ -33,13 +37,29 @@ from .episode import TaskRecord
 
 @dataclass(frozen=True, slots=True)
 class ServerState:
-    """One server now. ``remaining_s``: time until its current task ends (0: idle)."""
+    """One node now: a server of one slot (``compute``, ``memory_gb``, power) or ``spec``'s
+    node. ``remaining_s``: time until its current task ends (0: idle); ``held``: runs the
+    snapshot lists no task for, ``(demands, remaining_s)`` (a node's)."""
     compute: float
     memory_gb: float
     remaining_s: float = 0.0
     idle_w: float = 0.0
     busy_w: float = 0.0
     accepting: bool = True
+    spec: NodeSpec | None = None
+    held: tuple[tuple[tuple, float], ...] = ()
+
+    @property
+    def slotted(self) -> bool:
+        """A server of one slot (one task at a time)."""
+        return self.spec is None or "slot" in self.spec.resources
+
+    def node(self, i: int) -> NodeSpec:
+        """Its node (``envs.nodes``)."""
+        if self.spec is not None:
+            return self.spec
+        return NodeSpec("server", {"slot": 1.0, "memory": float(self.memory_gb)}, self.compute,
+                        self.compute, "", {}, self.idle_w, self.busy_w)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +74,8 @@ class TaskState:
     parents: tuple[int, ...] = ()
     inputs: tuple[tuple[int, float], ...] = ()
     server: int | None = None
+    demands: tuple = ()  # what it holds on a node (envs.demands; default: a slot and memory)
+    remaining_s: float | None = None  # running: until its end (default: its server's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +136,12 @@ class TaskGraph(Protocol):
     def sizes(self, t: Any) -> tuple[float, float, float]:
         """(compute_gflop, memory_gb, output_gb)."""
 
+    def demands(self, t: Any) -> tuple:
+        """What ``t`` holds on a node (``envs.demands``)."""
+
+    def remaining_s(self, t: Any) -> float | None:
+        """Running ``t``'s time left (None: its server's)."""
+
     def parents(self, t: Any) -> Sequence[Any]: ...
 
     def first_parent(self, t: Any) -> Any: ...
@@ -148,7 +176,7 @@ def workflow_state(listed: Sequence[Any], graph: TaskGraph, age_s: float,
         tasks.append(TaskState(*graph.sizes(x),
                                tuple(pos[id(p)] for p in parents if not graph.done(p)),
                                tuple((graph.held_at(p), graph.sizes(p)[2]) for p in done),
-                               graph.running_on(x)))
+                               graph.running_on(x), graph.demands(x), graph.remaining_s(x)))
     return WorkflowState(tuple(tasks), age_s, size)
 
 
@@ -157,9 +185,18 @@ class _SimulatorTasks:
 
     def __init__(self, sim: Simulator):
         self.slot_of = sim.slot_by_server_id
+        self.sim = sim
 
     def sizes(self, t: TaskRecord) -> tuple[float, float, float]:
         return t.compute, t.memory_gb, t.output
+
+    def demands(self, t: TaskRecord) -> tuple:
+        return t.demands
+
+    def remaining_s(self, t: TaskRecord) -> float | None:
+        if t.state != RUNNING:
+            return None
+        return max(self.sim.expected_end(t.slot, t) - self.sim.now, 0.0)
 
     def parents(self, t: TaskRecord) -> Sequence[TaskRecord]:
         return t.parents
@@ -185,12 +222,18 @@ def describe(sim: Simulator) -> tuple[list[ServerState], list[WorkflowState], li
     workflows, and per listed task its id in ``sim``). An empty slot is a server that does not
     accept work. ``build`` of it continues like ``sim`` without future arrivals or cluster
     changes (tests/test_snapshot.py); the planner benchmark times decisions on it."""
-    t, srv = sim.now, sim.servers
-    servers = [ServerState(srv.compute_l[s], srv.memory_l[s],
-                           max(float(sim.busy_until[s]) - t, 0.0) if srv.busy_l[s] else 0.0,
-                           float(sim.idle_w[s]), float(sim.busy_w[s]), srv.accept_l[s])
-               if sim.present[s] else ServerState(1.0, 0.0, accepting=False)
-               for s in range(sim.n_slots)]
+    t, table = sim.now, sim.table
+    servers = []
+    for s in range(sim.n_slots):
+        spec = table.specs[s]
+        if spec is None:
+            servers.append(ServerState(1.0, 0.0, accepting=False))
+            continue
+        slot = "slot" in spec.resources
+        servers.append(ServerState(
+            table.cpu_speed[s], table.memory_l[s],
+            max(float(table.busy_until[s]) - t, 0.0) if table.running[s] else 0.0,
+            table.idle_w[s], table.busy_w[s], table.accept_l[s], None if slot else spec))
     by_wf: dict[int, list[TaskRecord]] = {}
     for tk in sim.tasks:
         if tk.state != DONE:

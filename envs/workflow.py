@@ -35,6 +35,12 @@ class TaskSpec(NamedTuple):
     estimated: bool = False  # resources come from a profile, not a measurement
     kind: str = ""  # the primitive it calls (envs.runtime; default: from its name)
     hedge: bool = False  # may be backed up when it straggles (runtime.hedge: marked)
+    # the Ray demands its options name beyond memory (envs.demands: CPU when given, GPU, custom
+    # resources, the accelerator marker, label terms), sorted (resource, amount) pairs
+    demands: tuple[tuple[str, float], ...] = ()
+    # what its run and a hedged copy take over their planned time (None: drawn by the
+    # simulator's run model; a live bench draws them once for live and twin alike)
+    factors: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

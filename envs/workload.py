@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .agents import AgentSource
 from .config import DistConfig, WorkloadConfig
 from .loaders import SOURCES as LOADER_SOURCES
 from .program_source import ProgramSource
@@ -110,7 +111,8 @@ def _parent_table() -> list[tuple[int, ...]]:
 
 # Workload sources by ``workload.source``: the paper's generator and the loaders' families.
 SOURCES: dict[str, Callable[[WorkloadConfig], WorkflowSource]] = {
-    "random": RandomDagSource, "programs": ProgramSource, **LOADER_SOURCES,
+    "random": RandomDagSource, "programs": ProgramSource, "agents": AgentSource,
+    **LOADER_SOURCES,
 }
 
 

@@ -33,7 +33,7 @@ import torch
 
 from envs.config import FeatureConfig, build
 
-from .base import Obs, Policy
+from .base import ObservationPolicy, Obs
 from .networks import NETWORKS, CrossAttentionPointerNet, ModelConfig, build_network, model_config
 from .numpy_net import NumpyPointerNet
 
@@ -227,9 +227,12 @@ def load_network(path: str | Path) -> tuple[torch.nn.Module, dict[str, Any]]:
     return net, meta
 
 
-class TorchPolicy(Policy):
+class TorchPolicy(ObservationPolicy):
     """A trained network behind the :class:`Policy` interface (any N for cross-attention).
-    ``scores`` are the masked pointer logits (-inf where masked); ``act`` is greedy.
+    ``scores`` are the masked pointer logits (-inf where masked); ``act`` is greedy; ``encoder``
+    the observation it was trained on (``env.encoder``: ``nodes`` for an artifact of
+    ``cluster_model: nodes``); ``decide`` answers through ``guard`` (set by
+    ``policies.get_policy``).
 
     ``backend``: ``"numpy"`` (default for the cross-attention network) computes decisions with
     :class:`policies.numpy_net.NumpyPointerNet`, a float32 copy of the weights that makes one
@@ -254,6 +257,10 @@ class TorchPolicy(Policy):
         # any order, so it needs none; envs.order)
         self.trained_order = str(meta.get("order") or meta.get("first_level") or "hop")
         self.features = build(FeatureConfig, meta.get("features") or {}, "features")
+        # the observation it was trained on (artifacts before one model say cluster_model)
+        self.encoder = str(meta.get("encoder") or (
+            "nodes" if meta.get("cluster_model") == "nodes" else "paper"))
+        self.guard = None
         if backend is None:
             backend = "numpy" if isinstance(net, CrossAttentionPointerNet) else "torch"
         if backend not in BACKENDS:
@@ -293,9 +300,6 @@ class TorchPolicy(Policy):
         s = self._logits(obs).astype(np.float64)
         s[~mask] = -math.inf
         return s
-
-    def act(self, obs: Obs) -> int:
-        return int(np.argmax(self.scores(obs)))
 
     def act_batch(self, obs: Obs) -> np.ndarray:
         mask = np.asarray(obs["action_mask"]) > 0.5

@@ -11,25 +11,25 @@ same costs, to the last bit, for much less:
   candidate's rollout copies those lists (C speed) and resets each task's state on its
   ``RolloutTask`` instead of copying the simulator's task objects;
 * the servers are grouped into *classes* that look the same to EFT and to the rules (accepting,
-  same decoded compute and memory, same raw memory; :class:`ServerClasses`), with one bit set
-  per idle slot. Among identical idle servers EFT picks the lowest slot (its scores tie), so it
-  looks at the lowest idle slot of each class, plus the slot of the task's parent (no transfer),
-  and ``max_idle_memory`` is the memory of the largest class with an idle slot;
+  same speed and memory; :class:`ServerClasses`), with one bit set per idle slot. Among
+  identical idle servers EFT picks the lowest slot (its keys tie), so it looks at the lowest
+  idle slot of each class, plus the slot of the task's parent (no transfer), and whether a task
+  fits an idle server now is read from the largest class with an idle slot;
 * the rollout runs the simulator's rules on those lists, each written once: the round (the
   ready queue's order, forced waits and deferrals, head-of-line blocking, validity) is the
   decision core's own (``envs.decision.DecisionCore`` and ``ReadyQueue`` over ``RolloutTask``
-  objects and :class:`RolloutServers`); EFT is ``heuristics.eft_scan`` (over each class's lowest
-  idle slot when no busy slot can finish first, else over every slot); the finish events are
-  an ``envs.events.EventQueue``; the clock, the wait step, transfer delays at the start, the
-  first finished parent as the transfer source, truncation and the planner's reservations
-  mirror ``envs.simulator`` and ``policies.lookahead``.
+  objects and :class:`RolloutServers`); EFT is ``heuristics.finish_key`` over each class's
+  lowest idle slot (and the parent's), else the soonest free slot; the finish events are an
+  ``envs.events.EventQueue``; the clock, the wait step, transfer delays at the start, the first
+  finished parent as the transfer source, truncation and the planner's reservations mirror
+  ``envs.simulator`` and ``policies.lookahead``.
 
-It covers the rollouts whose server set cannot change: :func:`supported` is False (the planner
-then forks as before) for ``future`` other than ``none``, dynamic orders (``srpt``, ``las``:
-keys move as work finishes), pending server events (joins, leaves, failures), stale finish
-events, a busy server that is not accepting (draining: it leaves when its task ends), a
-simulator with a run-time model (``_rt``: runs that take other than their estimate, hedged
-copies), and a server table that checks demands beyond memory (``caps``).
+It covers the rollouts on servers of one slot whose server set cannot change: :func:`supported`
+is False (the planner then forks as before) on Ray nodes or for a task demanding more than a
+slot and memory, for ``future`` other than ``none``, dynamic orders (``srpt``, ``las``: keys move
+as work finishes), pending server events (joins, leaves, failures), stale finish events, a busy
+server that is not accepting (draining: it leaves when its task ends), and a simulator with a
+run-time model (``_rt``: runs that take other than their estimate, hedged copies).
 tests/test_lookahead_fast.py checks, on random states of twelve settings, that every
 candidate's cost equals the forked rollout's exactly and that whole episodes decide the same.
 """
@@ -39,75 +39,61 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 from operator import attrgetter
 
-import numpy as np
-
 from envs.decision import DONE, HOL_WAIT, READY, RUNNING, WAITING, DecisionCore, ReadyQueue
+from envs.demands import MEMORY, SLOT
 from envs.objective import completion_cost
 from envs.events import ARRIVAL, FINISH, EventQueue
 from envs.simulator import Simulator
 
-from .heuristics import (F32, EftServerView, decoded_remaining, eft_scan, never_busy, sees_busy,
-                         soonest_free)
 from .rollout_core import RolloutServers, TaskViews
 
 _FIELDS = attrgetter("id", "key", "compute", "memory_gb", "output", "state", "pending", "slot",
                      "sid", "first_parent", "wf")
 
 
-def _decode(x: np.ndarray, clip: float, unit: float) -> list[float]:
-    """``float(float32(min(x, clip))) * unit`` of each value (as EarliestFinish decodes)."""
-    return (np.minimum(x, clip).astype(np.float32).astype(np.float64) * unit).tolist()
-
-
-def _decode_transfer(outputs, bw: float, lat: float, f) -> list[float]:
-    """The decoded transfer time of a first parent with each output (heuristics.task_view)."""
-    x = (np.array(outputs, dtype=float) / bw + lat) / f.transfer_s
-    out = np.minimum(x, f.clip).astype(np.float32).astype(np.float64) * f.transfer_s
-    out[x == 0] = 0.0
-    return out.tolist()
-
-
 class ServerClasses:
-    """Accepting slots grouped by (decoded compute, decoded memory, raw memory), largest raw
-    memory first; rebuilt when the server set (capacities, accepting) changes."""
+    """Accepting slots grouped by (speed, memory), largest memory first; rebuilt when the node
+    set (or accepting) changes."""
 
     def __init__(self) -> None:
         self.key: tuple | None = None
 
-    def get(self, sim: Simulator, dec: EftServerView) -> "ServerClasses":
-        c, m, a = sim.servers.compute_l, sim.servers.memory_l, sim.servers.accept_l
-        k = self.key
-        if k is None or k[0] != c or k[1] != m or k[2] != a:
+    def get(self, sim: Simulator) -> "ServerClasses":
+        table = sim.table
+        if self.key != (id(table), table.version):
+            c, m, a = table.cpu_speed, table.memory_l, table.accept_l
             groups: dict[tuple, list[int]] = {}
             for s in range(sim.n_slots):
                 if a[s]:
-                    groups.setdefault((dec.cdec[s], dec.mdec[s], m[s]), []).append(s)
-            keys = sorted(groups, key=lambda g: -g[2])
-            self.cdec = [g[0] for g in keys]
-            self.mdec = [g[1] for g in keys]
-            self.mraw = [g[2] for g in keys]
+                    groups.setdefault((c[s], m[s]), []).append(s)
+            keys = sorted(groups, key=lambda g: -g[1])
+            self.speed = [g[0] for g in keys]
+            self.mraw = [g[1] for g in keys]
             self.mask = [sum(1 << s for s in groups[g]) for g in keys]
             self.cls = [-1] * sim.n_slots
             for i, g in enumerate(keys):
                 for s in groups[g]:
                     self.cls[s] = i
-            self.key = (list(c), list(m), list(a))
+            self.key = (id(table), table.version)
         return self
 
 
 def supported(sim: Simulator, future: str) -> bool:
     """Whether :class:`Rollouts` reproduces this simulator's rollouts (module docstring)."""
     if (future != "none" or sim.dynamic_order or sim.run_model is not None
-            or sim.stragglers or getattr(sim.servers, "caps", None) is not None):
-        return False  # _rt: a run-time model (runs take other than their estimate, hedging);
-        # caps: demands beyond memory (the live scheduler's table)
-    busy, acc = sim.servers.busy_l, sim.servers.accept_l
+            or sim.stragglers):
+        return False  # _rt: a run-time model (runs take other than their estimate, hedging)
+    table = sim.table
+    if not table.has_slots or any(table.specs[i] is not None and SLOT not in
+                                    table.specs[i].resources for i in range(table.n)):
+        return False  # Ray nodes: the rollouts model servers of one slot
     if not sim.events.kinds() <= {FINISH, ARRIVAL}:
         return False  # server events pending, or hedges
+    acc = table.accept_l
     for _, _, slot, tok, task in sim.events.runs():
         if task.token != tok or task.state != RUNNING or not acc[slot]:
             return False
-    return not any(b and not a for b, a in zip(busy, acc))
+    return not any(r and not a for r, a in zip(table.running, acc))
 
 
 class Rollouts:
@@ -115,13 +101,13 @@ class Rollouts:
     out. ``reserved``: the planner's reservations, task id -> (slot, server id); ``views``: the
     planner's :class:`TaskViews`."""
 
-    def __init__(self, sim: Simulator, dec: EftServerView, classes: ServerClasses,
-                 reserved: dict, objective: str, views: TaskViews | None = None) -> None:
-        self.sim, self.dec, self.cl, self.objective = sim, dec, classes, objective
-        f = sim.cfg.features
+    def __init__(self, sim: Simulator, classes: ServerClasses, reserved: dict, objective: str,
+                 views: TaskViews | None = None) -> None:
+        self.sim, self.cl, self.objective = sim, classes, objective
         lo = sim.unfinished_range()
         tasks = [tk for tk in sim.tasks[lo:] if tk.state != DONE]
-        self.ok = len(tasks) == sim.outstanding
+        self.ok = len(tasks) == sim.outstanding and all(
+            k == SLOT or k == MEMORY for tk in tasks for k, _ in tk.demands)
         sub = sim.submission
         if sub.hidden:  # program / per_call: only the calls that exist (envs.programs)
             tasks = [tk for tk in tasks if tk.state != WAITING or tk.pending == 0]
@@ -138,22 +124,15 @@ class Rollouts:
         if sub.hidden:  # a call not yet shown: not in the rollouts
             self.children = [[c for c in cs if c >= 0] for cs in self.children]
         self.ok = self.ok and all(c >= 0 for cs in self.children for c in cs)
-        bw, lat = sim.bandwidth_gb_s, sim.latency_s
+        transfer = sim.network.transfer_s
         self._present, self._loc = tasks, loc
         self._parents: list[list | None] = [None] * len(tasks)  # parents_of, filled when asked
-        # EFT's view of each task (heuristics.task_view), decoded as from the float32 features
-        cu, mu = f.compute_unit, f.memory_gb
-        self.tc = _decode(np.array(compute, dtype=float) / cu, f.clip, cu)
-        self.tm = _decode(np.array(mem, dtype=float) / mu, f.clip, mu)
-        self.trp = _decode_transfer(output, bw, lat, f)  # from each task as the first parent
+        self.trp = [transfer(o) for o in output]  # from each task as the first parent
         has = [fp is not None for fp in fps]
         self.hasfp0 = has
-        with_fp = [fp for fp in fps if fp is not None]
-        tr_fp = iter(_decode_transfer([fp.output for fp in with_fp], bw, lat, f))
         slot_of = sim.slot_by_server_id
-        ps_fp = iter([slot_of.get(fp.sid, -1) for fp in with_fp])
-        self.tr0 = [next(tr_fp) if h else 0.0 for h in has]
-        self.ps0 = [next(ps_fp) if h else -1 for h in has]
+        self.tr0 = [transfer(fp.output) if fp is not None else 0.0 for fp in fps]
+        self.ps0 = [slot_of.get(fp.sid, -1) if fp is not None else -1 for fp in fps]
         self._read_queues(sim, loc)
         self._read_servers(sim, classes, reserved, loc)
 
@@ -162,9 +141,8 @@ class Rollouts:
         transfer s), read when a rollout first starts it (only transfer delays need them)."""
         got = self._parents[i]
         if got is None:
-            sim, loc = self.sim, self._loc
-            bw, lat = sim.bandwidth_gb_s, sim.latency_s
-            got = self._parents[i] = [(loc.get(p.id, -1), p.sid, p.output / bw + lat)
+            loc, transfer = self._loc, self.sim.network.transfer_s
+            got = self._parents[i] = [(loc.get(p.id, -1), p.sid, transfer(p.output))
                                       for p in self._present[i].parents]
         return got
 
@@ -174,7 +152,8 @@ class Rollouts:
         hidden = sim.finish_hidden
         for t, seq, slot, _, task in sim.events.runs():
             # with an unseen overhead, a run ends when expected (as forks)
-            ev.append((sim.expected_end(slot) if hidden else t, FINISH, seq, slot, loc[task.id]))
+            ev.append((sim.expected_end(slot, task) if hidden else t, FINISH, seq, slot,
+                       loc[task.id]))
         heapify(ev)
         self.events0 = ev
 
@@ -200,12 +179,13 @@ class Rollouts:
         """Idle slots per class (bit sets), busy flags and ends, and the reservations (local
         task -> (slot, still usable for it, its server is the same))."""
         idle = [0] * len(cl.mask)
-        for s, b in enumerate(sim.servers.busy_l):
+        busy = sim.table.busy.tolist()
+        for s, b in enumerate(busy):
             k = cl.cls[s]
             if k >= 0 and not b:
                 idle[k] |= 1 << s
         self.idle0 = idle
-        self.busy0 = list(sim.servers.busy_l)
+        self.busy0 = busy
         self.bu0 = sim.busy_until.tolist()
         self.res0 = {}
         for t_id, (slot, sid) in reserved.items():
@@ -215,9 +195,10 @@ class Rollouts:
 
     def _reservation(self, i: int, slot: int, sid: int) -> tuple[int, bool, bool]:
         sim = self.sim
-        srv = sim.servers
+        table = sim.table
         same = sim.server_ids[slot] == sid
-        return slot, same and srv.accept_l[slot] and srv.memory_l[slot] >= self.mem[i], same
+        return (slot, same and table.accept_l[slot] and table.memory_l[slot] + 1e-9 >= self.mem[i],
+                same)
 
     def cost(self, first: int, t_end: float, reserve: bool = True) -> float:
         """The cost (``envs.objective.completion_cost``) of placing the current task on slot
@@ -239,28 +220,23 @@ class _Rollout:
     flat lists, each method named after the simulator's method it mirrors. Hot methods read
     what they use into locals and write the scalars back (``t``, ``outstanding``...)."""
 
-    __slots__ = ("r", "sim", "n", "acc", "mem_l", "comp_l", "sid_l", "tu", "clip32", "inv_tu",
-                 "hol", "mask_inf", "tds", "wait_dt", "next_event", "t_cap", "max_dec", "cmr",
-                 "cdec", "mdec", "cls", "rk", "tasks", "pend", "tslot", "tsid", "tr_l", "ps_l",
-                 "hasfp", "fin", "idle", "busy", "bu", "event_q", "events", "core", "queue", "t",
-                 "outstanding", "res")
+    __slots__ = ("r", "sim", "n", "acc", "mem_l", "comp_l", "sid_l", "hol", "mask_inf", "tds",
+                 "wait_dt", "next_event", "t_cap", "max_dec", "cmr", "cls", "rk", "tasks",
+                 "pend", "tslot", "tsid", "tr_l", "ps_l", "hasfp", "fin", "idle", "busy", "bu",
+                 "event_q", "events", "core", "queue", "t", "outstanding", "res")
 
     def __init__(self, r: Rollouts, first: int, reserve: bool) -> None:
         sim, cl = r.sim, r.cl
         self.r, self.sim = r, sim
         self.n = sim.n_slots
-        srv, rules = sim.servers, sim.core.rules
-        self.acc, self.mem_l, self.comp_l = srv.accept_l, srv.memory_l, srv.compute_l
+        table, rules = sim.table, sim.core.rules
+        self.acc, self.mem_l, self.comp_l = table.accept_l, table.memory_l, table.cpu_speed
         self.sid_l = sim.server_ids
-        f = sim.cfg.features
-        self.tu, self.clip32 = f.time_unit, float(F32(f.clip))
-        self.inv_tu = F32(1.0 / f.time_unit)
         self.hol = rules.head_of_line_blocking
         self.mask_inf, self.tds = rules.mask_infeasible, sim.transfer_delays
         self.wait_dt, self.next_event = sim.cfg.mdp.wait_dt_s, sim.cfg.mdp.advance_to_next_event
         self.t_cap, self.max_dec = sim.time_cap, sim.max_decisions
         self.cmr, self.cls = cl.mraw, cl.cls
-        self.cdec, self.mdec = r.dec.cdec, r.dec.mdec  # EFT's decoded server view
         self.rk = range(len(cl.mraw))
         self.tasks = tasks = r.tasks
         for tk, x in zip(tasks, r.st0):
@@ -275,7 +251,7 @@ class _Rollout:
         self.events = q.heap  # read (and popped) here, pushed by EventQueue.push
         servers = RolloutServers()
         servers.n, servers.accept_l, servers.busy_l = self.n, self.acc, self.busy
-        servers.memory_l, servers.max_accept_mem = self.mem_l, srv.max_accept_mem
+        servers.memory_l, servers.max_accept_mem = self.mem_l, max(cl.mraw, default=0.0)
         servers.idle, servers.cmr, servers.rk = self.idle, self.cmr, self.rk
         self.core = core = DecisionCore(servers, rules)
         core.queue = self.queue = ReadyQueue(r.heap0.copy(), r.deferred0.copy(),
@@ -284,7 +260,7 @@ class _Rollout:
         self.t = sim.t
         self.outstanding = r.outstanding0
         self.res = dict(r.res0)
-        if self.busy[first] and reserve:
+        if reserve and not servers.fits_now(first, r.mem[r.cur]):
             self.res[r.cur] = r._reservation(r.cur, first, self.sid_l[first])
 
     def advance_to(self, target: float) -> None:  # Simulator._advance_to
@@ -407,42 +383,41 @@ class _Rollout:
                 s = self.eft(cur, ())
         return s
 
-    def remaining(self, s: int) -> float:  # heuristics.remaining_s
-        return decoded_remaining(self.bu[s] - self.t, self.inv_tu, self.tu, self.clip32)
-
-    def eft(self, i: int, excl) -> int:  # heuristics.eft_act on the rollout's lists; -1: again
-        # without exclusions (every fitting server is reserved for another task)
+    def eft(self, i: int, excl) -> int:  # heuristics.eft_pick on the rollout's lists; -1:
+        # again without exclusions (every fitting server is reserved for another task)
         r = self.r
-        ps = self.ps_l[i]
-        view = (r.tc[i], r.tm[i], r.mem[i] if self.mask_inf else -1.0, self.tr_l[i], ps)
-        acc, mem_l, busy, cdec, mdec, tds = (self.acc, self.mem_l, self.busy, self.cdec,
-                                             self.mdec, self.tds)
-        events, t = self.events, self.t
-        if not events or events[0][0] - t > 1e-7:  # every busy server is certainly busy
-            idl, _ = eft_scan(self.idle_slots(ps, excl), acc, mem_l, busy, cdec, mdec, view, tds,
-                              (), never_busy, fallback=False)
-            if idl:
-                return min(idl)[1]
-        # eft_ranking's full scan
-        bu, inv_tu, tu, clip32 = self.bu, self.inv_tu, self.tu, self.clip32
-        idl, busy_fit = eft_scan(range(self.n), acc, mem_l, busy, cdec, mdec, view, tds, excl,
-                                 lambda s: sees_busy(bu[s] - t, inv_tu, tu, clip32))
-        if idl:
-            return min(idl)[1]
-        if not busy_fit:
+        ps, tr, run = self.ps_l[i], self.tr_l[i], r.compute[i]
+        mem, tds, comp, mem_l = r.mem[i], self.tds, self.comp_l, self.mem_l
+        best, arg = 0.0, -1
+        for s in self.idle_slots(ps, excl, mem):  # heuristics.finish_key, inlined
+            t_s = 0.0 if s == ps else tr
+            k = run / comp[s] + (t_s if tds else 0.0) + (1e-6 * t_s + 1e-9 * mem_l[s])
+            if arg < 0 or k < best or (k == best and s < arg):
+                best, arg = k, s
+        if arg >= 0:
+            return arg
+        acc, bu, t = self.acc, self.bu, self.t  # heuristics.soonest: the busy servers it fits
+        for s in range(self.n):
+            if acc[s] and mem_l[s] + 1e-9 >= mem and s not in excl:
+                d = bu[s] - t if self.busy[s] else 0.0
+                if arg < 0 or d < best:
+                    best, arg = d, s
+        if arg < 0:
             return -1 if excl else 0
-        return soonest_free(busy_fit, self.remaining)
+        return arg
 
-    def idle_slots(self, ps: int, excl) -> list[int]:
-        """The idle slots EFT can pick when no busy one can finish first: each server class's
-        lowest idle slot that is not excluded (identical servers tie, and EFT's ties go to the
-        lowest slot), plus the task's parent's slot when it is idle (no transfer there)."""
-        idle = self.idle
+    def idle_slots(self, ps: int, excl, mem: float) -> list[int]:
+        """The idle slots EFT can pick: each server class's lowest idle slot that is not
+        excluded and whose memory fits (identical servers tie, and EFT's ties go to the lowest
+        slot), plus the task's parent's slot when it is idle (no transfer there)."""
+        idle, cmr = self.idle, self.cmr
         xb = 0
         for s in excl:
             xb |= 1 << s
         slots = []
         for k in self.rk:
+            if cmr[k] + 1e-9 < mem:
+                break  # classes by memory, largest first
             b = idle[k] & ~xb if xb else idle[k]
             if not b:
                 continue

@@ -1,26 +1,26 @@
 """A guard around learned policies: bounded, justified waits; EFT's choice as the fallback.
 
 A trained policy is never trusted blindly. Acting greedily, it can answer the same ready task with
-the same busy (or too small) server forever: the livelock of results/paper/README.md ("The
-greedy livelock"), and the 5-50x collapse on real DAG families it never saw (docs/workloads.md). The guard checks every answer of
-a learned policy against the observation alone, so the simulator, Serve and the live scheduler
-apply the same rule:
+the same busy (or too small) node forever: the livelock of results/paper/README.md ("The greedy
+livelock"), and the 5-50x collapse on real DAG families it never saw (docs/workloads.md). The
+guard checks every answer of a learned policy against the decision's state (the table of nodes,
+``policies.base.State``), so the simulator, Serve and the live runtime apply the same rule:
 
-* a server the task cannot use (masked, or its memory is too small) -> EFT's choice
-  (reason ``infeasible``);
-* an idle server that fits -> kept (the task starts now);
-* a busy server that fits, while no idle server fits -> kept (every answer is a wait then);
-* a busy server that fits, while an idle one fits: a *wait*. Kept only while the task has waited
-  fewer than ``max_waits`` times (else ``wait_budget``) and only when the busy server's expected
-  finish (remaining time + run time there) beats the best idle server's finish (else
-  ``slower_wait``); otherwise EFT's choice.
+* a node that could never hold the task (not accepting, or its totals too small) -> EFT's
+  choice (reason ``infeasible``);
+* a node the task fits now -> kept (it starts now);
+* a node it could hold later, while it fits no node now -> kept (every answer is a wait then);
+* a node it could hold later, while it fits another now: a *wait*. Kept only while the task has
+  waited fewer than ``max_waits`` times (else ``wait_budget``) and only when that node's
+  expected finish (the start it could get there + run time) beats the best node's where it fits
+  now (else ``slower_wait``, also when no run there will ever end); otherwise EFT's choice.
 
-So a task waits at most ``max_waits`` times while a server it fits is idle, and every wait it
+So a task waits at most ``max_waits`` times while a node it fits is free, and every wait it
 makes has a shorter expected finish than starting now. The caller keeps the per-task wait count
-(the simulator counts a task's waits; Serve takes it from the request; the live scheduler from its
-record) and passes it in. EFT here is :class:`policies.heuristics.EarliestFinish` on the same
-observation. Switch it off (``guard.enabled: false``, ``scale-ray eval --guard off``) to see the
-raw policy: that reproduces the numbers of an unguarded run exactly.
+(the simulator counts a task's waits; Serve takes it from the request; the live runtime from its
+record). EFT here is :func:`policies.heuristics.eft_pick` on the same state. Switch it off
+(``guard.enabled: false``, ``scale-ray eval --guard off``) to see the raw policy: that
+reproduces the numbers of an unguarded run exactly.
 """
 
 from __future__ import annotations
@@ -28,12 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import numpy as np
+from envs.config import build, rng
 
-from envs.config import FeatureConfig, build, rng
-
-from .base import Obs, Policy, is_planner
-from .heuristics import EarliestFinish, Heuristic
+from .base import ObservationPolicy, Policy, State
+from .heuristics import eft_pick, finish_s
 
 #: override reasons, in the order the rules are checked (counter keys: ``guard_<reason>``)
 REASONS = ("infeasible", "wait_budget", "slower_wait")
@@ -58,14 +56,14 @@ class Guard:
 
     Args:
         config: the guard settings.
-        features: the encoder constants of the observations (to read raw quantities back).
-        transfer_delays_start: whether a transfer delays the start (EFT counts it then).
     """
 
-    def __init__(self, config: GuardConfig, features: FeatureConfig | None = None,
-                 transfer_delays_start: bool = False):
+    def __init__(self, config: GuardConfig):
         self.config = config
-        self._eft = EarliestFinish(features, transfer_delays_start)
+        self.reset()
+
+    def reset(self) -> None:
+        """Counters back to 0 (a new episode)."""
         self.counts = dict.fromkeys(REASONS, 0)
         self.checked = 0
 
@@ -73,29 +71,31 @@ class Guard:
     def overrides(self) -> int:
         return sum(self.counts.values())
 
-    def reason(self, obs: Obs, action: int, waits: int = 0) -> str | None:
+    def reason(self, state: State, action: int) -> str | None:
         """Why ``action`` must be overridden (one of :data:`REASONS`), or None to keep it."""
-        eft = self._eft
-        task, srv, fits, idle = eft.read_obs(obs)
-        if not 0 <= action < fits.shape[0] or not fits[action]:
+        table, task, now = state.table, state.task, state.now
+        d = task.demands
+        if not (0 <= action < table.n and table.accept_l[action] and table.fits_total(action, d)):
             return "infeasible"
-        if idle[action] or not idle.any():
+        if table.fits_now(action, d) or table.state(d) != 2:
             return None
-        if waits >= self.config.max_waits:
+        if task.waits >= self.config.max_waits:
             return "wait_budget"
-        run = eft.run_time(task, srv)
-        if not srv.remaining_s[action] + run[action] < run[idle].min():
+        start = table.earliest_fit(action, d, now)
+        wait = start - now + finish_s(state, action, table.run_time(action, task))
+        best = min(finish_s(state, i, table.run_time(i, task)) for i in table.idle_heads(d))
+        if not wait < best:
             return "slower_wait"
         return None
 
-    def check(self, obs: Obs, action: int, waits: int = 0) -> tuple[int, str | None]:
+    def check(self, state: State, action: int) -> tuple[int, str | None]:
         """(the action to take, the override reason or None); counts overrides."""
         self.checked += 1
-        why = self.reason(obs, action, waits)
+        why = self.reason(state, action)
         if why is None:
             return action, None
         self.counts[why] += 1
-        return int(np.argmax(self._eft.scores(obs))), why
+        return eft_pick(state), why
 
     def summary(self) -> dict[str, int]:
         """Counters for result rows, traces and live summaries: ``guard_overrides`` (all) and
@@ -112,16 +112,14 @@ def guard_summary(guard: Guard | None) -> dict[str, int]:
 
 
 def is_learned(policy: Policy) -> bool:
-    """Whether ``policy`` is a trained one (guarded by default), not a built-in heuristic or a
-    planner (:class:`policies.base.Planner`)."""
-    return not isinstance(policy, Heuristic) and not is_planner(policy)
+    """Whether ``policy`` is a trained one (guarded by default): it acts on an observation."""
+    return isinstance(policy, ObservationPolicy)
 
 
-def make_guard(policy: Policy, config: GuardConfig | None, features: FeatureConfig | None,
-               transfer_delays_start: bool) -> Guard | None:
-    """The guard for ``policy``: None for heuristics or when ``config.enabled`` is false.
-    ``features``: the constants the observations are encoded with."""
+def make_guard(policy: Policy, config: GuardConfig | None) -> Guard | None:
+    """The guard for ``policy``: None for heuristics and planners, or when ``config.enabled``
+    is false."""
     config = config or GuardConfig()
     if not config.enabled or not is_learned(policy):
         return None
-    return Guard(config, features, transfer_delays_start)
+    return Guard(config)

@@ -10,7 +10,7 @@ paper's proxy).
 The copy: where the server set cannot change during the rollout, the exact fast rollouts of
 ``policies.fast_rollout`` (the same costs, bit for bit, at a fraction of the time: issue 26);
 otherwise (server dynamics, ``srpt``/``las``, ``future`` other than ``none``) an
-:meth:`Simulator.fork` (envs/fork.py) of the simulator stepped with the fast EFT (``policies.heuristics.eft_act``).
+:meth:`Simulator.fork` (envs/fork.py) of the simulator stepped with EFT (``policies.heuristics.eft_pick``).
 
 Candidates: the ``candidates`` best idle fitting servers by EFT's finish time (servers that look
 the same to EFT, same speed, memory and transfer, count once; the first candidate is EFT's own
@@ -28,14 +28,17 @@ candidate: common random numbers), so the planner never sees the episode's real 
 ``oracle`` keeps the simulator's own streams, so rollouts see the real future arrivals (an upper
 bound for comparison; not a scheduler one could deploy).
 
-Where no simulator runs (the placement service's ``/v1/schedule``, the live scheduler),
-:meth:`Lookahead.decide` plans on a simulator built from a snapshot of the present
+Where no simulator runs (the placement service's ``/v1/schedule``, the live runtime),
+:meth:`Lookahead.plan` plans on a simulator built from a snapshot of the present
 (``envs.snapshot``); ``snapshot: true`` makes every decision that way in the simulator too, to
 measure the deployed planner.
 
-Not an observation policy: the evaluation harness calls :meth:`Lookahead.act_state` with the
-simulator (a :class:`policies.base.Planner`); :meth:`scores` on an observation raises. Never guarded
-(``policies.guard.is_learned`` is False for it), never batched.
+The rollouts' rule (``base``) is EFT, or EFT with ties spread (``eft_spread``, live on Ray
+nodes). On Ray nodes the rollouts run on forks (the fast rollouts model servers of one slot);
+``max_open_per_node`` bounds the cost in a burst (the base rule decides then).
+
+Not an observation policy: the evaluation harness calls :meth:`Lookahead.decide` with the
+simulator (a :class:`policies.base.Planner`). Never guarded, never batched.
 """
 
 from __future__ import annotations
@@ -53,8 +56,8 @@ from envs.snapshot import ServerState, WorkflowState
 from envs.snapshot import build as build_snapshot
 from envs.snapshot import describe as describe_snapshot
 
-from .base import Obs, Policy
-from .heuristics import EftServerView, eft_act, eft_ranking, task_view
+from .base import Policy
+from .heuristics import HEURISTICS, eft_heads, eft_pick, finish_key, finish_s
 from .fast_rollout import Rollouts, ServerClasses, supported
 from .rollout_core import TaskViews
 
@@ -69,7 +72,9 @@ class LookaheadConfig:
     objective: Literal["task", "workflow"] | None = field(default=None, metadata=rng(
         doc="workflow: total workflow response of the work present now; task: total task "
             "response (the paper's proxy); null (default): the env's objective (envs.objective)"))
-    base: Literal["eft"] = field(default="eft", metadata=rng(doc="policy of the rollouts"))
+    base: Literal["eft", "eft_spread"] = field(default="eft", metadata=rng(
+        doc="policy of the rollouts (and of a decision with one candidate): eft, or eft_spread "
+            "(live on Ray nodes: EFT's ties spread over the nodes keep Ray's workers warm)"))
     horizon_s: float = field(default=20.0, metadata=rng(gt=0, le=1e5, doc="rollout length, sim s"))
     wait: bool = field(default=True, metadata=rng(
         doc="also try waiting for the busy server that finishes the task first (reserves it)"))
@@ -86,6 +91,10 @@ class LookaheadConfig:
     snapshot: bool = field(default=False, metadata=rng(
         doc="plan every decision on a snapshot of the present (envs.snapshot), remembering "
             "only this instant's waits: how /v1/schedule and the live scheduler run it"))
+    max_open_per_node: float = field(default=0.0, metadata=rng(
+        ge=0, doc="above this many open workflows a node (a burst, a flooded cluster) decide "
+                  "with the base rule alone, counted in stats['skipped'] (0: no bound): a "
+                  "rollout runs the present work, so its cost grows with the backlog"))
 
 
 def load_lookahead_config(data: Mapping[str, Any] | LookaheadConfig | None,
@@ -145,12 +154,12 @@ class RoundChoices:
 
 # ------------------------------------------------------------------------------------ planner
 class Lookahead(Policy):
-    """The rollout planner (module docstring). ``act_state(sim)`` -> slot. ``fast = False``
+    """The rollout planner (module docstring). ``decide(sim)`` -> node. ``fast = False``
     rolls every candidate out on a fork (the same decisions, slower: tests and ``scale-ray bench
     lookahead --forked`` compare the two)."""
 
     name = "lookahead"
-    planner = True  # policies.guard.is_learned: not a learned policy, never guarded
+    planner = True  # not a learned policy: never guarded
     batched = False
 
     def __init__(self, env: EnvConfig | None = None, config: LookaheadConfig | None = None,
@@ -158,7 +167,7 @@ class Lookahead(Policy):
         self.env = env or EnvConfig()
         self.config = config or LookaheadConfig()
         self._seed = seed
-        self._dec = EftServerView()
+        self._base = None if self.config.base == "eft" else HEURISTICS[self.config.base](seed)
         self._classes = ServerClasses()
         self._views = TaskViews()
         self.fast = True  # exact fast rollouts where supported (policies.fast_rollout)
@@ -172,18 +181,14 @@ class Lookahead(Policy):
         a, w = ss.spawn(2)
         self._future = (np.random.Generator(np.random.PCG64(a)),
                         np.random.Generator(np.random.PCG64(w)))
-        self._reserved: dict[int, tuple[int, int]] = {}  # task id -> (slot, server id)
+        self._reserved: dict[int, tuple[int, int]] = {}  # task id -> (node, node id)
         self._inner = None  # snapshot: true: the planner run on each snapshot
         self._round_t = None  # the instant whose waits hold (reservations instant, snapshot)
         self._round = RoundChoices()  # snapshot: this instant's waits and defers, by task id
         self._deferred_t, self._deferred_n = None, 0  # first_k: defers chosen at this instant
         self.last_deferred = False  # the last answer was a defer (first_k), not a wait
         self.stats = {"decisions": 0, "planned": 0, "rollouts": 0, "waits_chosen": 0,
-                      "deferred": 0, "changed": 0, "plan_s": 0.0}
-
-    def scores(self, obs: Obs) -> np.ndarray:
-        raise RuntimeError("lookahead plans on the simulator state: call act_state(sim) "
-                           "(scale-ray eval does); it cannot act on an observation alone")
+                      "deferred": 0, "changed": 0, "skipped": 0, "plan_s": 0.0}
 
     def describe(self) -> dict:
         from envs.config import to_dict
@@ -194,19 +199,24 @@ class Lookahead(Policy):
         """A planner with the same settings and its own state (one per thread or round)."""
         return Lookahead(self.env, self.config, self._seed)
 
-    def decide(self, servers: Sequence[ServerState], workflows: Sequence[WorkflowState],
-               focus: tuple[int, int], waiting: Mapping[tuple[int, int], int] | None = None,
-               env: EnvConfig | None = None,
-               deferred: Sequence[tuple[int, int]] = ()) -> int:
-        """The server position for task ``focus`` = (workflow, task) of a snapshot of the
-        present (``envs.snapshot``: the placement service's request, the live scheduler's
-        record). ``waiting``: tasks of the snapshot that chose to wait for a busy server
-        earlier in this round -> that server (they stay reserved for them in the rollouts).
-        ``env``: rules and constants of the snapshot (default: the planner's). ``deferred``:
-        tasks this planner deferred earlier in the round (``first_k``; they wait until the clock
-        moves). After the call :attr:`last_deferred` tells whether the answer is such a defer
-        (a busy server's position that reserves nothing) rather than a wait for that server.
-        Not thread-safe: one planner per thread (:meth:`fresh`)."""
+    def base_pick(self, sim: Simulator, exclude=frozenset()) -> int:
+        """The rollouts' rule (``base``) for ``sim``'s current task."""
+        if self._base is None:
+            return eft_pick(sim, exclude)
+        return self._base.decide(sim)
+
+    def plan(self, servers: Sequence[ServerState], workflows: Sequence[WorkflowState],
+             focus: tuple[int, int], waiting: Mapping[tuple[int, int], int] | None = None,
+             env: EnvConfig | None = None, deferred: Sequence[tuple[int, int]] = ()) -> int:
+        """The node position for task ``focus`` = (workflow, task) of a snapshot of the
+        present (``envs.snapshot``: the placement service's request, the live runtime's
+        record). ``waiting``: tasks of the snapshot that chose to wait for a busy node earlier
+        in this round -> that node (they stay reserved for them in the rollouts). ``env``: rules
+        and constants of the snapshot (default: the planner's). ``deferred``: tasks this planner
+        deferred earlier in the round (``first_k``; they wait until the clock moves). After the
+        call :attr:`last_deferred` tells whether the answer is such a defer (a busy node's
+        position that reserves nothing) rather than a wait for that node. Not thread-safe: one
+        planner per thread (:meth:`fresh`)."""
         snap = build_snapshot(env or self.env, servers, workflows, focus, deferred=deferred)
         sim = snap.sim
         saved = self._reserved, self._round_t, self._deferred_t, self._deferred_n
@@ -215,15 +225,16 @@ class Lookahead(Policy):
         self._round_t = sim.t  # this instant's waits hold
         self._deferred_t, self._deferred_n = sim.t, len(deferred)
         try:
-            return self.act_state(sim)
+            return self.decide(sim)
         finally:
             self._reserved, self._round_t, self._deferred_t, self._deferred_n = saved
 
     # -------------------------------------------------------------- acting
-    def act_state(self, sim: Simulator) -> int:
+    def decide(self, state: Simulator) -> int:
+        sim = state.simulator()
         self.last_deferred = False
         if self.config.snapshot:
-            return self._act_snapshot(sim)
+            return self._decide_snapshot(sim)
         self.stats["decisions"] += 1
         if self.config.reservations == "instant" and self._round_t != sim.t:
             self._round_t = sim.t  # the clock moved: every task is planned afresh
@@ -231,10 +242,13 @@ class Lookahead(Policy):
         slot = _reserved_slot(sim, self._reserved)
         if slot is not None:
             return slot
+        bound = self.config.max_open_per_node
+        if bound and sim.open_workflows > bound * sim.cluster.count:
+            self.stats["skipped"] += 1  # a burst: the base rule, at bounded cost
+            return self.base_pick(sim)
         t0 = time.perf_counter()
-        dec = self._dec.get(sim)
         excl = _exclusions(sim, self._reserved)
-        cands = self._candidates(sim, dec, excl)
+        cands = self._candidates(sim, excl)
         defer_slot = self._defer_slot(sim, cands)
         if defer_slot is not None:
             cands.append(DEFER)
@@ -249,14 +263,14 @@ class Lookahead(Policy):
             self.stats["deferred"] += 1
             self.last_deferred = True
             slot = defer_slot
-        elif sim.servers.busy_l[slot]:  # a wait: reserve the server
+        elif not sim.table.fits_now(slot, sim.current.demands):  # a wait: reserve the node
             self._reserved[sim.current.id] = (slot, sim.server_ids[slot])
             self.stats["waits_chosen"] += 1
         self.stats["plan_s"] += time.perf_counter() - t0
         return slot
 
-    def _act_snapshot(self, sim: Simulator) -> int:
-        """``snapshot: true``: the decision as Serve and the live scheduler make it. Waits chosen
+    def _decide_snapshot(self, sim: Simulator) -> int:
+        """``snapshot: true``: the decision as Serve and the live runtime make it. Waits chosen
         at this instant (one placement round) stay reserved; earlier ones are forgotten."""
         if self._round_t != sim.t:
             self._round_t = sim.t
@@ -268,54 +282,65 @@ class Lookahead(Policy):
         if self._inner is None:
             self._inner = Lookahead(self.env, replace(self.config, snapshot=False), self._seed)
         inner = self._inner
-        slot = inner.decide(servers, workflows, where[sim.current.id], waiting, env=sim.cfg,
-                            deferred=deferred)
+        slot = inner.plan(servers, workflows, where[sim.current.id], waiting, env=sim.cfg,
+                          deferred=deferred)
         self.last_deferred = inner.last_deferred
-        self._round.record(sim.current.id, slot, inner.last_deferred, sim.servers.busy_l[slot])
-        for k in ("decisions", "planned", "rollouts", "waits_chosen", "deferred", "changed"):
+        self._round.record(sim.current.id, slot, inner.last_deferred,
+                           not sim.table.fits_now(slot, sim.current.demands))
+        for k in ("decisions", "planned", "rollouts", "waits_chosen", "deferred", "changed",
+                  "skipped"):
             self.stats[k] = inner.stats[k]
         self.stats["plan_s"] += time.perf_counter() - t0
         return slot
 
     def _defer_slot(self, sim: Simulator, cands: list[int]) -> int | None:
-        """``first_k``: a slot whose pick makes the current task wait (a busy one) when deferring
-        it is still allowed at this instant; None otherwise (K = 1, head-of-line blocking, the
-        K - 1 defers of this instant spent, or no busy server to name)."""
+        """``first_k``: a node whose pick makes the current task wait (a busy one) when
+        deferring it is still allowed at this instant; None otherwise (K = 1, head-of-line
+        blocking, the K - 1 defers of this instant spent, or no busy node to name)."""
         k = self.config.first_k
         if k <= 1 or sim.core.rules.head_of_line_blocking:
             return None
         if self._deferred_t != sim.t:
             self._deferred_t, self._deferred_n = sim.t, 0
-        if self._deferred_n >= k - 1 or sim.servers.busy_l[cands[0]]:
+        d = sim.current.demands
+        table = sim.table
+        if self._deferred_n >= k - 1 or not table.fits_now(cands[0], d):
             return None  # EFT's own choice is already a wait: nothing to defer for
-        busy = sim.servers.busy_l
-        return busy.index(True) if True in busy else None
+        return next((i for i in range(table.n) if table.running[i]
+                     and not table.fits_now(i, d)), None)
 
-    def _candidates(self, sim: Simulator, dec: EftServerView, excl: set) -> list[int]:
-        idle, busy_fit = eft_ranking(sim, dec, excl, need_busy=self.config.wait)
-        if not idle:
-            return [eft_act(sim, dec, excl)]
+    def _candidates(self, sim: Simulator, excl: set) -> list[int]:
+        """The ``candidates`` nodes of the least EFT finish where the task fits now (nodes that
+        look the same to EFT count once; EFT's own first), plus with ``wait`` the node it fits
+        later that would finish it first, if that beats the best."""
+        table, task = sim.table, sim.current
+        heads = eft_heads(sim, excl)
+        if not heads:
+            return [self.base_pick(sim, excl)]
+        first = self.base_pick(sim, excl)
+        ranked = sorted((finish_key(sim, i, table.run_time(i, task)), i) for i in heads)
         cfg = self.config
         out, seen = [], set()
-        tc, _, tr, pslot = task_view(sim, sim.current)
-        for _, s in idle:
-            sig = (dec.cdec[s], dec.mdec[s], s == pslot)
+        pslot = sim.parent
+        for i in [first] + [i for _, i in ranked if i != first]:
+            sig = (table.speed(i, task.demands), table.memory_l[i], i == pslot)
             if sig not in seen:
                 seen.add(sig)
-                out.append(s)
+                out.append(i)
                 if len(out) == cfg.candidates:
                     break
-        if cfg.wait and busy_fit:
-            tds = sim.transfer_delays
-            best_idle = tc / dec.cdec[out[0]] + ((0.0 if out[0] == pslot else tr) if tds else 0.0)
-            t, bu = sim.t, sim.busy_until
-            best, best_s = best_idle, -1
-            for s in busy_fit:
-                if not sim.servers.accept_l[s] or sim.servers.memory_l[s] < sim.current.memory_gb:
+        if cfg.wait:
+            now, d = sim.t, task.demands
+            best = finish_s(sim, out[0], table.run_time(out[0], task))
+            best_s = -1
+            for i in range(table.n):
+                if (i in excl or not table.accept_l[i] or table.fits_now(i, d)
+                        or not table.fits_total(i, d)):
                     continue
-                fin = (bu[s] - t) + tc / dec.cdec[s] + ((0.0 if s == pslot else tr) if tds else 0.0)
+                fin = (table.earliest_fit(i, d, now) - now
+                       + finish_s(sim, i, table.run_time(i, task)))
                 if fin < best:
-                    best, best_s = fin, s
+                    best, best_s = fin, i
             if best_s >= 0:
                 out.append(best_s)
         return out
@@ -326,9 +351,8 @@ class Lookahead(Policy):
         cfg = self.config
         t_end = sim.t + cfg.horizon_s
         objective = cfg.objective or sim.cfg.objective
-        if self.fast and supported(sim, cfg.future):
-            fast = Rollouts(sim, self._dec.get(sim), self._classes.get(sim, self._dec),
-                            self._reserved, objective, self._views)
+        if self.fast and self._base is None and supported(sim, cfg.future):
+            fast = Rollouts(sim, self._classes.get(sim), self._reserved, objective, self._views)
             if fast.ok:  # the forked rollouts' costs, exactly (policies.fast_rollout)
                 costs = (fast.cost(defer_slot, t_end, reserve=False) if slot == DEFER
                          else fast.cost(slot, t_end) for slot in cands)
@@ -338,7 +362,7 @@ class Lookahead(Policy):
                              f"rollouts see only the calls that exist, which only the fast "
                              f"rollouts model (policies/fast_rollout.py `supported`: a static "
                              f"order such as fifo or edf, runs as estimated, no hedging or "
-                             f"server events); this setting needs forked rollouts")
+                             f"node events); this setting needs forked rollouts")
         return self._best(cands, self._forked_costs(sim, cands, t_end, objective, defer_slot))
 
     def _best(self, cands: list[int], costs) -> int:
@@ -372,24 +396,38 @@ class Lookahead(Policy):
             res = dict(self._reserved)
             if slot == DEFER:
                 slot = defer_slot
-            elif f.servers.busy_l[slot]:
+            elif not f.table.fits_now(slot, f.current.demands):
                 res[task_id] = (slot, f.server_ids[slot])
             f.step(slot)
-            _rollout(f, res, self._dec, t_end, [f.workflows[w] for w in wf_ids])
+            self._rollout(f, res, t_end, [f.workflows[w] for w in wf_ids])
             yield _cost(f, present, t_end, objective)
+
+    def _rollout(self, f: Simulator, res: dict, t_end: float, wfs: list) -> None:
+        """Step fork ``f`` with the base rule (honouring reservations ``res``) until ``t_end``,
+        the end of the episode, or the completion of every workflow in ``wfs``."""
+        n = 0
+        while f.current is not None and f.t < t_end:
+            slot = _reserved_slot(f, res) if res else None
+            if slot is None:
+                slot = self.base_pick(f, _exclusions(f, res) if res else frozenset())
+            f.step(slot)
+            n += 1
+            if not n & 7 and all(w.done == w.n for w in wfs):
+                return
 
 
 def _reserved_slot(sim: Simulator, reserved: dict) -> int | None:
-    """The current task's reserved server while it is still usable (the reservation ends when
+    """The current task's reserved node while it is still usable (the reservation ends when
     the task starts there); None otherwise."""
     task = sim.current
     r = reserved.get(task.id)
     if r is None:
         return None
     slot, sid = r
-    srv = sim.servers
-    if sim.server_ids[slot] == sid and srv.accept_l[slot] and srv.memory_l[slot] >= task.memory_gb:
-        if not srv.busy_l[slot]:
+    table = sim.table
+    if sim.server_ids[slot] == sid and table.accept_l[slot] and table.fits_total(slot,
+                                                                                task.demands):
+        if table.fits_now(slot, task.demands):
             del reserved[task.id]
         return slot
     del reserved[task.id]
@@ -397,7 +435,7 @@ def _reserved_slot(sim: Simulator, reserved: dict) -> int | None:
 
 
 def _exclusions(sim: Simulator, reserved: dict) -> set:
-    """Slots reserved for other tasks that still wait for them (stale reservations dropped)."""
+    """Nodes reserved for other tasks that still wait for them (stale reservations dropped)."""
     if not reserved:
         return set()
     out = set()
@@ -410,35 +448,20 @@ def _exclusions(sim: Simulator, reserved: dict) -> set:
     return out
 
 
-def _rollout(f: Simulator, res: dict, dec: EftServerView, t_end: float, wfs: list) -> None:
-    """Step fork ``f`` with EFT (honouring reservations ``res``) until ``t_end``, the end of the
-    episode, or the completion of every workflow in ``wfs``."""
-    n = 0
-    while f.current is not None and f.t < t_end:
-        slot = _reserved_slot(f, res) if res else None
-        if slot is None:
-            slot = eft_act(f, dec.get(f), _exclusions(f, res) if res else frozenset())
-        f.step(slot)
-        n += 1
-        if not n & 7 and all(w.done == w.n for w in wfs):
-            return
-
-
 def _cost(f: Simulator, present: list[int], t_end: float, objective: str) -> float:
     """``envs.objective.completion_cost`` of the present tasks' (estimated) completions: the
-    finish time when done, the scheduled end when running, else the rollout's end plus the run
+    finish time when done, the expected end when running, else the rollout's end plus the run
     time at the mean speed."""
     now = max(f.t, t_end)
     mc = f.mean_compute
-    tasks = f.tasks
-    busy_until = f.busy_until
+    tasks, running = f.tasks, f.table.running
 
     def completions():
         for i in present:
             tk = tasks[i]
             st = tk.state
-            yield tk.wf.id, (tk.finish if st == DONE else busy_until[tk.slot] if st == RUNNING
-                             else now + tk.compute / mc)
+            yield tk.wf.id, (tk.finish if st == DONE else running[tk.slot].get(tk, f.t)
+                             if st == RUNNING else now + tk.compute / mc)
 
     return completion_cost(objective, completions())
 

@@ -60,7 +60,7 @@ class ModelConfig:
                          "features.backlog)"))
     server_features: int = field(default=SERVER_DIM, metadata=rng(
         ge=1, le=64, doc="width of a server's feature vector (set from the env: 5 for the "
-                         "slot model's servers, envs.node_encoding.NODE_DIM for nodes)"))
+                         "paper encoder, envs.encoding.NODE_DIM for the nodes encoder)"))
 
     def __post_init__(self) -> None:
         if self.d_model % self.heads:

@@ -9,14 +9,14 @@ from envs.decision import READY
 
 
 class RolloutTask:
-    """A task as the decision core reads it (state, key, memory, demands), by local index ``i``.
+    """A task as the decision core reads it (state, key, demands, waits), by local index ``i``.
     One object per present task, shared by a decision's rollouts: each rollout resets the
-    states it starts from."""
-    __slots__ = ("i", "state", "key", "memory_gb", "waits")
-    demands = ()
+    states it starts from. Its ``demands`` are its memory: on servers of one slot the only
+    demand besides the slot (what :class:`RolloutServers` checks)."""
+    __slots__ = ("i", "state", "key", "demands", "waits")
 
     def __init__(self, i: int, key, memory_gb: float) -> None:
-        self.i, self.key, self.memory_gb, self.state, self.waits = i, key, memory_gb, READY, 0
+        self.i, self.key, self.demands, self.state, self.waits = i, key, memory_gb, READY, 0
 
 
 class TaskViews:
@@ -35,7 +35,7 @@ class TaskViews:
             if tk is None:
                 tk = RolloutTask(i, k, m)
             else:
-                tk.i, tk.key, tk.memory_gb = i, k, m  # ids repeat across episodes
+                tk.i, tk.key, tk.demands = i, k, m  # ids repeat across episodes
             new[tid] = tk
             out.append(tk)
         self.by_id = new
@@ -43,15 +43,25 @@ class TaskViews:
 
 
 class RolloutServers:
-    """A rollout's servers as the decision core reads them (``envs.decision.ServerTable``'s
-    accept, busy and memory lists); the largest idle memory comes from the idle classes."""
+    """A rollout's servers of one slot as the decision core reads a table
+    (``envs.nodes.NodeTable``'s ``state``, ``fits_now`` and ``full`` for a task whose demands
+    are a slot and its memory): accept, busy and memory lists, the largest idle memory from the
+    idle classes (by memory, largest first)."""
     __slots__ = ("n", "accept_l", "busy_l", "memory_l", "max_accept_mem", "idle", "cmr", "rk")
-    caps = None  # no demands beyond memory (supported)
-    pooled = False  # one task per slot
 
-    def max_idle_memory(self) -> float:  # ServerTable.max_idle_memory over the classes
+    def could_hold(self, memory_gb: float) -> bool:
+        return memory_gb <= self.max_accept_mem + 1e-9
+
+    def fits_somewhere(self, memory_gb: float) -> bool:
         idle = self.idle
         for k in self.rk:
             if idle[k]:
-                return self.cmr[k]
-        return -1.0
+                return self.cmr[k] + 1e-9 >= memory_gb
+        return False
+
+    def fits_now(self, i: int, memory_gb: float) -> bool:
+        return (0 <= i < self.n and self.accept_l[i] and not self.busy_l[i]
+                and self.memory_l[i] + 1e-9 >= memory_gb)
+
+    def full(self) -> bool:
+        return not any(self.idle)

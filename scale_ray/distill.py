@@ -126,7 +126,7 @@ def collect(env: EnvConfig, cfg: DistillConfig, net: Any, data: _Data, rnd: int,
         while sim.current is not None:
             obs = sim.observe()
             fresh = sim.current.id not in getattr(teacher, "_reserved", ())
-            a_t = teacher.act_state(sim)
+            a_t = teacher.decide(sim)
             if fresh or cfg.label_reserved:
                 data.add(obs, a_t)
             a_s = _student_act(net, obs) if rnd > 0 else a_t

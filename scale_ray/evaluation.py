@@ -48,13 +48,17 @@ def episode_seed(base_seed: int, episode: int) -> np.random.SeedSequence:
 
 def env_for_policy(env: EnvConfig, policy: Any) -> EnvConfig:
     """The env with the ready-task order resolved (``envs.order.resolve``): the config's
-    ``mdp.order``, else the one ``policy`` needs (HEFT: upward_rank), else hop. A config that
-    sets an order the policy cannot run under raises ``OrderConflict`` naming both."""
+    ``mdp.order``, else the one ``policy`` needs (HEFT: upward_rank), else hop; and a trained
+    policy's encoder (``env.encoder``: the observation it was trained on). A config that sets an
+    order the policy cannot run under raises ``OrderConflict`` naming both."""
     order = orders.resolve(env.mdp.order, getattr(policy, "order", None),
                            getattr(policy, "name", str(policy)))
-    if env.mdp.order == order:
-        return env
-    return replace(env, mdp={"order": order})
+    if env.mdp.order != order:
+        env = replace(env, mdp={"order": order})
+    encoder = getattr(policy, "encoder", None)
+    if encoder is not None and env.encoder != encoder:
+        env = replace(env, encoder=encoder)
+    return env
 
 
 def split_order(spec: str, env: EnvConfig) -> tuple[str, EnvConfig]:
@@ -71,42 +75,53 @@ def split_order(spec: str, env: EnvConfig) -> tuple[str, EnvConfig]:
     return base, replace(env, mdp={"order": order})
 
 
-def _policy(spec: str, env: EnvConfig, seed: int | None = None) -> tuple[Any, EnvConfig]:
-    """The policy of ``spec`` (``POLICY[@ORDER]``) and the env it runs in (order resolved)."""
+def _policy(spec: str, env: EnvConfig, seed: int | None = None,
+            guard: GuardConfig | None = None) -> tuple[Any, EnvConfig]:
+    """The policy of ``spec`` (``POLICY[@ORDER]``, a trained one guarded by ``guard``) and the
+    env it runs in (order and encoder resolved)."""
     base, env = split_order(spec, env)
-    policy = get_policy(base, env, seed=seed)
+    policy = get_policy(base, env, seed=seed, guard=guard)
     return policy, env_for_policy(env, policy)
 
 
 def start_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int = 0,
-                  trace: JsonlTraceWriter | None = None, arrivals: Sequence | None = None
-                  ) -> tuple[Any, Simulator]:
+                  trace: JsonlTraceWriter | None = None, arrivals: Sequence | None = None,
+                  guard: GuardConfig | None = None) -> tuple[Any, Simulator]:
     """The policy and the reset simulator of fixed evaluation episode ``episode``: the same
     workload, policy seed and first-level order every evaluation of it uses."""
     policy_seed = base_seed * 1_000_003 + episode
-    policy, env = _policy(policy_spec, env, policy_seed)
+    policy, env = _policy(policy_spec, env, policy_seed, guard)
     sim = Simulator(env, trace=trace)
     sim.reset(episode_seed(base_seed, episode), arrivals=arrivals)
     policy.reset(policy_seed)
     return policy, sim
 
 
-def _guard_for(policy: Any, env: EnvConfig, guard: GuardConfig | None) -> Guard | None:
-    return make_guard(policy, guard, env.features, env.mdp.transfer_delays_start)
+def simulate(env: EnvConfig, policy: Any, seed: int | np.random.SeedSequence,
+             arrivals: Sequence | None = None, policy_seed: int | None = None) -> dict[str, Any]:
+    """One episode of ``policy`` (a policy object; a trained one through its guard) on
+    ``env``: the workload of ``seed`` or the replayed ``arrivals`` (``[(model s,
+    WorkflowSpec)]``); its metrics."""
+    sim = Simulator(env)
+    sim.reset(seed, arrivals=arrivals)
+    policy.reset(policy_seed)
+    while sim.current is not None:
+        sim.step(policy.decide(sim))
+    return sim.metrics()
 
 
-def guarded_action(guard: Guard | None, sim: Simulator, obs: dict[str, np.ndarray], action: int,
+def guarded_action(guard: Guard | None, sim: Simulator, action: int,
                    trace: Callable[[dict[str, Any]], None] | None = None) -> int:
     """``action``, or the guard's replacement (``policies.guard``) given the current task's
     waits so far; a replacement is written to ``trace`` as a ``guard`` event."""
     if guard is None:
         return action
-    chosen, why = guard.check(obs, action, sim.current_waits)
+    chosen, why = guard.check(sim, action)
     if why is not None and trace is not None:
-        proposed = int(sim.srv_id[action]) if 0 <= action < sim.n_slots else -1
-        trace({"t": sim.t, "event": "guard", "task": sim.current.id,
-               "proposed": proposed if proposed >= 0 else None,
-               "chosen": int(sim.srv_id[chosen]), "reason": why})
+        ids = sim.server_ids
+        proposed = ids[action] if 0 <= action < sim.n_slots else None
+        trace({"t": sim.t, "event": "guard", "task": sim.current.id, "proposed": proposed,
+               "chosen": ids[chosen], "reason": why})
     return chosen
 
 
@@ -127,24 +142,26 @@ def run_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int =
     of a live run, ``scale_ray.bench.twin``)."""
     writer = JsonlTraceWriter(trace_path) if trace_path else None
     try:
-        policy, sim = start_episode(env, policy_spec, episode, base_seed, writer, arrivals)
-        g = _guard_for(policy, sim.cfg, guard)
+        policy, sim = start_episode(env, policy_spec, episode, base_seed, writer, arrivals, guard)
+        g = getattr(policy, "guard", None)
         ret = 0.0
         t0 = time.perf_counter()
-        act_state = policy.act_state if is_planner(policy) else None  # on the state itself
-        while sim.current is not None:
-            if act_state is not None:
-                ret += sim.step(act_state(sim)).reward
-                continue
-            obs = sim.observe()
-            a = guarded_action(g, sim, obs, policy.act(obs), writer)
-            ret += sim.step(a).reward
+        if g is not None:  # a trained policy: its own pick, then the guard's (traced)
+            while sim.current is not None:
+                a = guarded_action(g, sim, policy.act(sim.observe()), writer)
+                ret += sim.step(a).reward
+        else:
+            while sim.current is not None:
+                ret += sim.step(policy.decide(sim)).reward
         m = sim.metrics()
     finally:
         if writer is not None:
             writer.close()
     m.update(episode=episode, episode_return=ret, wall_s=time.perf_counter() - t0,
              **guard_metrics(g, m["decisions"]))
+    if is_planner(policy):  # what the planner did (policies.lookahead's counters)
+        m.update({f"planner_{k}": policy.stats.get(k, 0)
+                  for k in ("planned", "rollouts", "changed", "skipped")})
     return m
 
 
@@ -159,16 +176,15 @@ def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[i
     as alone, see :class:`policies.artifact.TorchPolicy`), so neither ``--workers`` nor how the
     episodes are sliced into jobs changes a decision.
     """
-    if is_planner(get_policy(split_order(policy_spec, env)[0], env)):
-        # a planner: no batching, one by one
+    policy, env = _policy(policy_spec, env, base_seed, guard)
+    if not getattr(policy, "batched", False):  # a planner or heuristic: one by one
         return [run_episode(env, policy_spec, k, base_seed, None, guard) for k in episodes]
-    policy, env = _policy(policy_spec, env, base_seed)
     sims = []
     for k in episodes:
         sim = Simulator(env)
         sim.reset(episode_seed(base_seed, k))
         sims.append(sim)
-    guards = [_guard_for(policy, env, guard) for _ in sims]
+    guards = [make_guard(policy, guard) for _ in sims]
     returns = [0.0] * len(sims)
     t0 = time.perf_counter()
     active = [i for i, s in enumerate(sims) if s.current is not None]
@@ -176,8 +192,8 @@ def run_episodes_lockstep(env: EnvConfig, policy_spec: str, episodes: Sequence[i
         obs = [sims[i].observe() for i in active]
         batch = {key: np.stack([o[key] for o in obs]) for key in obs[0]}
         actions = policy.act_batch(batch)
-        for i, o, a in zip(active, obs, actions):
-            a = guarded_action(guards[i], sims[i], o, int(a))
+        for i, a in zip(active, actions):
+            a = guarded_action(guards[i], sims[i], int(a))
             returns[i] += sims[i].step(a).reward
         active = [i for i in active if sims[i].current is not None]
     wall = time.perf_counter() - t0

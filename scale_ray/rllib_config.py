@@ -15,10 +15,7 @@ from __future__ import annotations
 import math
 
 from envs.config import ConfigError, EnvConfig, to_dict
-from envs.agents import NodeEnvSpec
-from envs.encoding import SERVER_DIM, TASK_DIM, task_dim
-from envs.node_encoding import NODE_DIM
-from envs.node_encoding import TASK_DIM as NODE_TASK_DIM
+from envs.encoding import SERVER_DIM, TASK_DIM, encoder_dims
 
 from .train_config import TrainConfig, cosine_lr
 from .train_metrics import COMPLETED_KEY, INVALID_KEY, RESPONSE_KEY
@@ -55,24 +52,17 @@ def build_algo_config(cfg: TrainConfig, env: EnvConfig, total_iterations: int | 
 
     from policies.rl_modules import MODULES
 
-    if isinstance(env, NodeEnvSpec):  # Ray's resource model (envs.node_env)
-        from envs.node_env import register_rllib as register_nodes
+    from envs.gym_env import register_rllib
 
-        env_name = register_nodes()
-        env_config = env.env_config(cfg.run.seed)
-    else:
-        from envs.gym_env import register_rllib
-
-        env_name = register_rllib()
-        env_config = {**to_dict(env), "seed": cfg.run.seed}
+    env_name = register_rllib()
+    env_config = {**to_dict(env), "seed": cfg.run.seed}
     iterations = total_iterations or cfg.run.iterations
     ro = cfg.rollout
     n_envs = max(1, ro.num_env_runners) * ro.num_envs_per_env_runner
     frag = ro.rollout_fragment_length or max(1, cfg.steps_per_iteration // n_envs)
     model_cfg = {"network": cfg.network, **to_dict(cfg.model)}
     # the embeddings' input widths follow the env's observation (features.backlog: 7; nodes)
-    width, server_width = ((NODE_TASK_DIM, NODE_DIM) if isinstance(env, NodeEnvSpec)
-                           else (task_dim(env.features), SERVER_DIM))
+    width, server_width = encoder_dims(env.encoder, env.features)
     if cfg.model.task_features not in (TASK_DIM, width):
         raise ConfigError(f"model.task_features: {cfg.model.task_features} does not match the "
                           f"env's task features ({width}); leave it out, it is set from the env")

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
-from envs.agents import NodeEnvSpec
 from envs.config import ConfigError, EnvConfig, build, merge, rng
 from policies.networks import ModelConfig
 from policies.srr import SrrConfig
@@ -159,13 +158,9 @@ class TrainConfig:
     network: Literal["crossattn", "mlp"] = field(default="crossattn", metadata=rng(
         doc="crossattn (the pointer network, any N) or mlp (a fixed server set)"))
     env: Any = field(default="configs/env/paper.yaml", metadata=rng(
-        doc="the env config: a YAML path or a mapping (validated by load_env; with "
-            "cluster_model nodes an agents config such as configs/env/agents.yaml)"))
-    cluster_model: Literal["slots", "nodes"] = field(default="slots", metadata=rng(
-        doc="slots: the paper's one-task servers (envs.gym_env); nodes: Ray's resource model, "
-            "nodes that run every task that fits (envs.node_env)"))
-    nodes: int = field(default=16, metadata=rng(
-        ge=1, le=4096, doc="cluster_model nodes: the training cluster's number of nodes"))
+        doc="the env config: a YAML path or a mapping (validated by load_env; its cluster "
+            "either the paper's servers or Ray nodes, e.g. configs/env/agents.yaml, and its "
+            "encoder what the policy sees)"))
     model: ModelConfig = field(default=ModelConfig(), metadata=rng(
         doc="the network's sizes (ModelConfig)"))
     srr: SrrConfig = field(default=SrrConfig(enabled=False), metadata=rng(
@@ -197,21 +192,18 @@ class TrainConfig:
 
 def load_train_config(source: str | Path | Mapping[str, Any],
                       overrides: Mapping[str, Any] | None = None
-                      ) -> tuple[TrainConfig, EnvConfig | NodeEnvSpec]:
-    """(TrainConfig, its env) from a YAML path or mapping plus nested overrides: an EnvConfig,
-    or a NodeEnvSpec with ``cluster_model: nodes``."""
+                      ) -> tuple[TrainConfig, EnvConfig]:
+    """(TrainConfig, its env) from a YAML path or mapping plus nested overrides."""
     data = dict(source) if isinstance(source, Mapping) else read_yaml(resolve_config_path(source))
     if overrides:
         if isinstance(overrides.get("env"), Mapping) and isinstance(data.get("env", "configs/env/paper.yaml"), str):
             data["env"] = {"file": data.get("env", "configs/env/paper.yaml")}  # inherit, then override
         data = merge(data, overrides)
     cfg = build(TrainConfig, data, "train")
-    if cfg.cluster_model == "nodes":
-        if cfg.algorithm != "ppo" or cfg.network != "crossattn":
-            raise ConfigError("train.cluster_model: nodes trains the cross-attention network "
-                              f"with ppo only, not {cfg.algorithm}/{cfg.network}")
-        return cfg, NodeEnvSpec.load(cfg.env, cfg.nodes)
     env = load_env(cfg.env)
+    if env.encoder == "nodes" and (cfg.algorithm != "ppo" or cfg.network != "crossattn"):
+        raise ConfigError("train.env.encoder: nodes trains the cross-attention network with "
+                          f"ppo only, not {cfg.algorithm}/{cfg.network}")
     if cfg.run.init is not None and cfg.algorithm != "ppo":
         raise ConfigError(f"run.init: fine-tuning from an artifact is for algorithm ppo, not "
                           f"{cfg.algorithm!r}")

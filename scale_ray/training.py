@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from envs.agents import NodeEnvSpec
 from envs.config import ConfigError, EnvConfig, build, to_dict
 from policies import ARTIFACTS_DIR, shipped_policies
 from policies.artifact import save_policy
@@ -89,13 +88,9 @@ def export_policy(algo, cfg: TrainConfig, env: EnvConfig, path: Path, iteration:
     common = {"name": cfg.name, "algorithm": cfg.label, "version": f"{cfg.name}-iter{iteration}",
               "iterations": iteration, "env_steps": env_steps, "seed": cfg.run.seed,
               "srr": to_dict(cfg.srr)}
-    if isinstance(env, NodeEnvSpec):  # Ray's resource model: envs.node_encoding's features
-        return save_policy(path, net, {**common, "cluster_model": "nodes",
-                                       "train_servers": env.nodes, "order": env.agents.order,
-                                       "env": env.env_config()})
     return save_policy(path, net, {
         **common, "train_servers": env.cluster.servers, "features": env.features,
-        "order": env.mdp.order or "hop",
+        "order": env.mdp.order or "hop", "encoder": env.encoder,
         "env": to_dict(env)})  # the encoder settings the policy was trained with (Serve reads them)
 
 
@@ -176,13 +171,11 @@ def _run_config(cfg: TrainConfig, env: EnvConfig, out: Path, iterations: int | N
     if resume and cfg_file.exists():
         saved = json.loads(cfg_file.read_text())
         cfg = build(TrainConfig, saved["train"], "train")
-        e = saved["env"]
-        env = (NodeEnvSpec.load(e["agents"], e["nodes"]) if cfg.cluster_model == "nodes"
-               else load_env(e))
+        env = load_env(saved["env"])
         return cfg, env, int(saved.get("schedule_iterations", cfg.run.iterations))
     schedule_iterations = iterations or cfg.run.iterations
     out.mkdir(parents=True, exist_ok=True)
-    saved_env = env.env_config() if isinstance(env, NodeEnvSpec) else to_dict(env)
+    saved_env = to_dict(env)
     cfg_file.write_text(json.dumps({"train": to_dict(cfg), "env": saved_env,
                                     "schedule_iterations": schedule_iterations}, indent=2))
     return cfg, env, schedule_iterations

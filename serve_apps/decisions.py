@@ -1,7 +1,8 @@
 """The placement service's decisions, without Ray: loading a policy with its encoder settings,
-building observations with the decision core's server table (``envs.decision``, the one
-encoder) and ``place`` (one task); ``schedule`` (a placement round over a request's ready tasks)
-is in :mod:`serve_apps.schedule`.
+a request's servers as the one table of nodes (``envs.nodes``: servers of one slot), a decision
+as a policy sees it (:class:`RequestState`, ``policies.base.State``: heuristics read the table,
+a trained network the paper observation, ``envs.encoding``) and ``place`` (one task);
+``schedule`` (a placement round over a request's ready tasks) is in :mod:`serve_apps.schedule`.
 
 The Serve deployment (``serve_apps.placement``) calls these; the benchmark times them in process.
 """
@@ -20,12 +21,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from envs.config import EnvConfig, FeatureConfig, load_env_config, to_dict
-from envs.decision import ServerTable, task_vector
+from envs.demands import MEMORY, SLOT
+from envs.encoding import PaperEncoder, ServerView, TaskFacts, slot_table
 from envs import order as orders
 from envs.programs import require_dag
+from envs.timing import Network
 from policies import HEURISTICS, Policy, get_policy
-from policies.guard import Guard, GuardConfig, make_guard
-from policies.base import is_planner
+from policies.guard import Guard, GuardConfig
+from policies.base import ObservationPolicy, is_planner
 
 from .schemas import PlaceRequest, RequestError, Server
 
@@ -45,6 +48,10 @@ class EncoderSettings:
     order: str  # envs.order
     edf_factor: float = 2.0
     ask_only_startable: bool = False  # /v1/schedule: a task no server can start waits unasked
+
+    @property
+    def network(self) -> Network:
+        return Network(self.bandwidth_gb_s, self.latency_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {"features": to_dict(self.features), "bandwidth_gb_s": self.bandwidth_gb_s,
@@ -114,7 +121,7 @@ def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bo
     """
     if spec not in HEURISTICS:
         env = env_for_artifact(spec, env)
-    policy = get_policy(spec, env, seed)
+    policy = get_policy(spec, env, seed, guard)
     features = getattr(policy, "features", None) or env.features
     if workload_scale is not None:
         features = replace(features, workload_scale=workload_scale)
@@ -134,24 +141,28 @@ def load(spec: str, env: EnvConfig, seed: int | None = None, mask_infeasible: bo
             "module": d.get("module"), "order": encoder.order,
             "backend": str(getattr(policy, "backend", "builtin")),
             "encoder": encoder.to_dict()}
+    if getattr(policy, "encoder", "paper") != "paper":
+        raise ValueError(f"policy {spec!r}: trained on the nodes encoder (Ray's nodes); the "
+                         f"placement service describes servers of one slot (the paper's "
+                         f"features): serve it in the scheduler service instead")
     batched = hasattr(policy, "net")  # policies.artifact.TorchPolicy: one forward for a batch
-    argmax_act = batched or type(policy).act is Policy.act
-    g = make_guard(policy, guard, features, mdp.transfer_delays_start)
-    return LoadedPolicy(spec, policy, encoder, info, batched, argmax_act, g)
+    argmax_act = batched or (isinstance(policy, ObservationPolicy)
+                             and type(policy).act is ObservationPolicy.act)
+    return LoadedPolicy(spec, policy, encoder, info, batched, argmax_act,
+                        getattr(policy, "guard", None))
 
 
-# ------------------------------------------------------------------------------- observations
-class RequestServers(ServerTable):
-    """One request's servers in the decision core's server table (``envs.decision``), with
-    their ids. Mutable: /v1/schedule marks chosen servers busy. The clock is the request's
-    instant (0): a server's remaining time is its busy-until time."""
+# ------------------------------------------------------------------------------- decisions
+class RequestServers:
+    """One request's servers as the one table of nodes (``envs.nodes``: servers of one slot; a
+    busy one runs a placeholder until its ``remaining_s``), with their ids. Mutable:
+    /v1/schedule takes a started task's slot. The clock is the request's instant (0)."""
 
     def __init__(self, servers: Sequence[Server], enc: EncoderSettings, max_servers: int,
                  loc: tuple = ("body", "servers")):
         n = len(servers)
         if n > max_servers:
             raise RequestError(loc, f"{n} servers is more than the limit of {max_servers} per request")
-        super().__init__(n, enc.features)
         self.ids = [s.id for s in servers]
         self.position = {sid: i for i, sid in enumerate(self.ids)}
         if len(self.position) != n:
@@ -160,29 +171,23 @@ class RequestServers(ServerTable):
                 if sid in seen:
                     raise RequestError((*loc, i, "id"), f"duplicate server id {sid!r}; ids must be unique")
                 seen.add(sid)
-        def col(values: list) -> np.ndarray:  # fromiter on a list: ~3x faster than rows of tuples
-            return np.fromiter(values, dtype=np.float64, count=n)
-
-        self.power_l = [s.power_w for s in servers]
-        self.busy_power_l = [s.power_w if s.busy_power_w is None else s.busy_power_w
-                             for s in servers]
-        self.set_servers(col([s.compute for s in servers]), col([s.memory_gb for s in servers]),
-                         col(self.power_l), col(self.busy_power_l),
-                         np.fromiter([s.accepting for s in servers], dtype=bool, count=n),
-                         col([s.remaining_s for s in servers]))
+        self.table = slot_table([ServerView(s.compute, s.memory_gb, s.remaining_s, s.power_w,
+                                            s.accepting, s.busy_power_w) for s in servers])
+        self.encoder = PaperEncoder(enc.features, n, enc.mask_infeasible)
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def max_accepting_memory(self) -> float:
-        m = self.memory[self.accepting]
-        return float(m.max()) if m.size else -math.inf
+        t = self.table
+        return max((t.memory_l[i] for i in range(t.n) if t.accept_l[i]), default=-math.inf)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskRow:
-    """A task's encoder inputs; ``parent_slot``: -1 = no finished parent, -2 = parent on a server
-    not in the request (every server pays the transfer), else the server's position."""
+    """A task of a request as a policy reads it; ``parent_slot``: -1 = no finished parent, -2 =
+    parent on a server not in the request (every server pays the transfer), else the server's
+    position. ``waits``: how often it was answered with a wait so far (the guard's budget)."""
     compute_gflop: float
     memory_gb: float
     output_gb: float
@@ -192,35 +197,63 @@ class TaskRow:
     parent_output_gb: float
     ready_tasks: int = 1          # features.backlog only
     workflow_age_s: float = 0.0   # features.backlog only
+    waits: int = 0
+    gpu = False
+
+    @property
+    def compute(self) -> float:
+        return self.compute_gflop
+
+    @property
+    def demands(self) -> tuple:
+        """What it holds on a server of one slot (``envs.demands``)."""
+        m = self.memory_gb
+        return ((MEMORY, m), (SLOT, 1.0)) if m > 0 else ((SLOT, 1.0),)
 
 
-def observe(task: TaskRow, servers: RequestServers, enc: EncoderSettings) -> dict[str, np.ndarray]:
-    """The observation ``envs.encoding.encode`` gives for these descriptions, computed by the
-    decision core's server table as in the simulator (tests check equality with ``encode``)."""
-    f = enc.features
-    transfer = 0.0
-    if task.parent_slot != -1:
-        transfer = task.parent_output_gb / enc.bandwidth_gb_s + enc.latency_s
-    vec = task_vector(f, task.compute_gflop, task.memory_gb, task.successors,
-                      task.completion_ratio, task.output_gb, task.ready_tasks,
-                      int(servers.accepting.sum()) if f.backlog else 0, task.workflow_age_s)
-    return servers.observe(vec, 0.0, transfer, task.parent_slot if task.parent_slot >= 0 else None,
-                           task.memory_gb, enc.mask_infeasible)
+class RequestState:
+    """One decision of the placement service (``policies.base.State``): the request's table, the
+    task, the request's instant (0), its input's server and transfer."""
+
+    __slots__ = ("servers", "table", "task", "now", "parent", "transfer_s", "transfer_delays")
+
+    def __init__(self, servers: RequestServers, task: TaskRow, enc: EncoderSettings):
+        self.servers, self.table, self.task, self.now = servers, servers.table, task, 0.0
+        self.parent = task.parent_slot if task.parent_slot >= 0 else -1
+        self.transfer_s = (enc.network.transfer_s(task.parent_output_gb)
+                           if task.parent_slot != -1 else 0.0)
+        self.transfer_delays = enc.transfer_delays_start
+
+    def observe(self) -> dict[str, np.ndarray]:
+        t = self.task
+        facts = TaskFacts(t.compute_gflop, t.memory_gb, t.successors, t.completion_ratio,
+                          t.output_gb, self.transfer_s, self.parent, t.ready_tasks,
+                          t.workflow_age_s)
+        return self.servers.encoder.observe(self.table, t, facts, 0.0)
+
+    def simulator(self) -> Any:
+        raise RuntimeError("a planner plans a whole /v1/schedule request (serve_apps.planning)")
 
 
-def decide(lp: LoadedPolicy, obs: dict[str, np.ndarray]) -> tuple[int, np.ndarray]:
-    """(chosen index, scores) of one observation."""
-    scores = lp.policy.scores(obs)
-    choice = int(np.argmax(scores)) if lp.argmax_act else int(lp.policy.act(obs))
+def decide(lp: LoadedPolicy, state: RequestState) -> tuple[int, np.ndarray | None]:
+    """(chosen index, scores: a trained network's, None for a rule) of one decision, before
+    the guard."""
+    policy = lp.policy
+    if not isinstance(policy, ObservationPolicy):
+        return int(policy.decide(state)), None
+    obs = state.observe()
+    scores = policy.scores(obs)
+    choice = int(np.argmax(scores)) if lp.argmax_act else int(policy.act(obs))
     return choice, scores
 
 
-def decide_batch(lp: LoadedPolicy, observations: list[dict[str, np.ndarray]]
-                 ) -> list[tuple[int, np.ndarray]]:
-    """Decisions for several observations: one padded forward for torch policies, else a loop.
+def decide_batch(lp: LoadedPolicy, states: list[RequestState]
+                 ) -> list[tuple[int, np.ndarray | None]]:
+    """Decisions for several states: one padded forward for torch policies, else one by one.
     Padded servers carry mask 0, so they never attend and are never chosen."""
-    if not lp.batched or len(observations) == 1:
-        return [decide(lp, o) for o in observations]
+    if not lp.batched or len(states) == 1:
+        return [decide(lp, s) for s in states]
+    observations = [s.observe() for s in states]
     b = len(observations)
     n_max = max(o["servers"].shape[0] for o in observations)
     task = np.stack([o["task"] for o in observations])
@@ -238,16 +271,16 @@ def decide_batch(lp: LoadedPolicy, observations: list[dict[str, np.ndarray]]
     return out
 
 
-def guarded(lp: LoadedPolicy, obs: dict[str, np.ndarray], choice: int, waits: int,
-            ids: Sequence[Any]) -> tuple[int, dict | None]:
+def guarded(lp: LoadedPolicy, state: RequestState, choice: int) -> tuple[int, dict | None]:
     """(the choice to answer, the guard note or None): ``choice`` checked by the policy's guard
-    (``policies.guard``) given the task's ``waits`` so far; ``ids``: the request's server ids."""
+    (``policies.guard``) given the task's waits so far."""
     if lp.guard is None:
         return choice, None
     with lp.guard_lock:  # Guard.check counts; decisions may run in several threads
-        final, why = lp.guard.check(obs, choice, waits)
+        final, why = lp.guard.check(state, choice)
     if why is None:
         return choice, None
+    ids = state.servers.ids
     return final, {"reason": why, "proposed": ids[choice] if 0 <= choice < len(ids) else None}
 
 
@@ -258,16 +291,8 @@ def json_scores(scores: np.ndarray) -> list[float | None]:
 
 
 # ------------------------------------------------------------------------------- /v1/place
-@dataclass(frozen=True)
-class PreparedPlace:
-    obs: dict[str, np.ndarray]
-    servers: RequestServers
-    memory_gb: float
-    waits: int = 0
-
-
-def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> PreparedPlace:
-    """Validate beyond the schema and build the observation."""
+def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> RequestState:
+    """Validate beyond the schema: the decision's state."""
     if is_planner(lp.policy):
         raise RequestError(("body", "task"), f"policy {lp.info['name']!r} plans on whole "
                            f"workflows and running tasks, not one task: use /v1/schedule")
@@ -288,24 +313,25 @@ def prepare_place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> Prep
                 raise RequestError(("body", "task", name), BACKLOG_MISSING, "missing")
         ready_tasks, age = t.ready_tasks, t.workflow_age_s
     row = TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, t.successors, t.completion_ratio,
-                  slot, t.parent_output_gb, ready_tasks, age)
-    return PreparedPlace(observe(row, servers, lp.encoder), servers, t.memory_gb, t.waits)
+                  slot, t.parent_output_gb, ready_tasks, age, t.waits)
+    return RequestState(servers, row, lp.encoder)
 
 
-def place_answer(lp: LoadedPolicy, prep: PreparedPlace, choice: int, scores: np.ndarray) -> dict:
+def place_answer(lp: LoadedPolicy, state: RequestState, choice: int,
+                 scores: np.ndarray | None) -> dict:
     """The /v1/place answer for the policy's ``choice``, after its guard."""
-    choice, note = guarded(lp, prep.obs, choice, prep.waits, prep.servers.ids)
-    return {"server": prep.servers.ids[choice], "index": choice,
-            "valid": prep.servers.can_start(choice, prep.memory_gb),
-            "scores": json_scores(scores), "policy": lp.info["name"],
+    choice, note = guarded(lp, state, choice)
+    return {"server": state.servers.ids[choice], "index": choice,
+            "valid": state.table.fits_now(choice, state.task.demands),
+            "scores": None if scores is None else json_scores(scores), "policy": lp.info["name"],
             "policy_version": lp.info["version"], "guard": note}
 
 
 def place(req: PlaceRequest, lp: LoadedPolicy, max_servers: int) -> dict:
     """POST /v1/place without batching (the handle path and tests)."""
-    prep = prepare_place(req, lp, max_servers)
-    choice, scores = decide(lp, prep.obs)
-    return place_answer(lp, prep, choice, scores)
+    state = prepare_place(req, lp, max_servers)
+    choice, scores = decide(lp, state)
+    return place_answer(lp, state, choice, scores)
 
 
 BACKLOG_MISSING = ("field required: this policy was trained with features.backlog=true (it "

@@ -51,7 +51,7 @@ from policies import default_policy
 from policies.guard import GuardConfig
 
 from . import apidocs, errors, ready
-from .decisions import (LoadedPolicy, PreparedPlace, decide_batch, load, place_answer,
+from .decisions import (LoadedPolicy, RequestState, decide_batch, load, place_answer,
                         prepare_place)
 from .policy_holder import PolicyHolder
 from .schedule import schedule, try_policy
@@ -176,13 +176,13 @@ def _schedule_json(body: bytes, lp: LoadedPolicy, t: Tuning, content_type: str |
 
 
 def _prepare_job(body: bytes | Mapping, lp: LoadedPolicy, max_servers: int,
-                 content_type: str | None = None) -> PreparedPlace:
+                 content_type: str | None = None) -> RequestState:
     req = (parse_body(body, PlaceRequest, content_type) if isinstance(body, bytes)
            else PlaceRequest.model_validate(body))
     return prepare_place(req, lp, max_servers)
 
 
-def _decide_items(items: list[tuple[LoadedPolicy, PreparedPlace]]) -> list[dict]:
+def _decide_items(items: list[tuple[LoadedPolicy, RequestState]]) -> list[dict]:
     """A /v1/place batch's answers: one padded forward per policy (during a swap a batch may
     mix two)."""
     out: list[dict | None] = [None] * len(items)
@@ -191,7 +191,7 @@ def _decide_items(items: list[tuple[LoadedPolicy, PreparedPlace]]) -> list[dict]
         groups.setdefault(id(lp), []).append(i)
     for idx in groups.values():
         lp = items[idx[0]][0]
-        results = decide_batch(lp, [items[i][1].obs for i in idx])
+        results = decide_batch(lp, [items[i][1] for i in idx])
         for i, (choice, scores) in zip(idx, results):
             out[i] = place_answer(lp, items[i][1], choice, scores)
     return out
@@ -261,7 +261,7 @@ class PlacementService:
 
     # ---------------------------------------------------------------- /v1/place
     @serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_S)
-    async def _place_batch(self, items: list[tuple[LoadedPolicy, PreparedPlace]]) -> list[dict]:
+    async def _place_batch(self, items: list[tuple[LoadedPolicy, RequestState]]) -> list[dict]:
         return await self._off_loop(self._place_pool, _decide_items, items)
 
     async def _place(self, body: bytes | Mapping, content_type: str | None = None) -> dict:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from envs.config import EnvConfig
+from envs.demands import Request
 from envs.snapshot import ServerState, workflow_state
 from policies.lookahead import RoundChoices
 
@@ -68,6 +69,13 @@ class _RequestTasks:
             return 0.0, 0.0, t.output_gb
         return t.compute_gflop, t.memory_gb, t.output_gb
 
+    def demands(self, t: Any) -> tuple:
+        """A request's task holds a slot and its memory (``envs.demands``)."""
+        return Request(memory_gb=t.memory_gb).on_slot()
+
+    def remaining_s(self, t: Any) -> None:
+        return None  # a running task's time left is its server's (``remaining_s``)
+
     def parents(self, t: Any) -> list:
         return self.parents_of[id(t)]
 
@@ -115,18 +123,20 @@ def planner_ask(req: ScheduleRequest, lp: "LoadedPolicy", servers: "RequestServe
                  for wi, wf in enumerate(req.workflows)]
     earlier = RoundChoices()  # this round's waits and defers, by (workflow, task) position
 
+    table = servers.table
+
     def snapshot() -> list[ServerState]:
-        return [ServerState(servers.compute_l[i], servers.memory_l[i],
-                            float(servers.busy_until[i]) if servers.busy_l[i] else 0.0,
-                            servers.power_l[i], servers.busy_power_l[i], servers.accept_l[i])
-                for i in range(len(servers))]
+        return [ServerState(table.cpu_speed[i], table.memory_l[i],
+                            float(table.busy_until[i]) if table.running[i] else 0.0,
+                            table.idle_w[i], table.busy_w[i], table.accept_l[i])
+                for i in range(table.n)]
 
     def ask(r: "ReadyRow") -> int:
         key = (r.wi, r.j)
         waiting, deferred = earlier.for_snapshot()
-        choice = planner.decide(snapshot(), workflows, key, waiting, env=env, deferred=deferred)
+        choice = planner.plan(snapshot(), workflows, key, waiting, env=env, deferred=deferred)
         r.asked = True
-        earlier.record(key, choice, planner.last_deferred, servers.busy_l[choice])
+        earlier.record(key, choice, planner.last_deferred, not table.fits_now(choice, r.demands))
         return choice
 
     def record(r: "ReadyRow", choice: int) -> None:

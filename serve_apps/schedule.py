@@ -15,15 +15,16 @@ from envs.decision import READY, DecisionCore, Rules
 from envs.workflow import kahn_order
 from policies.base import is_planner
 
-from .decisions import (BACKLOG_MISSING, EncoderSettings, LoadedPolicy, RequestServers, TaskRow,
-                        fmt_mem, decide, guarded, observe, prepare_place)
+from .decisions import (BACKLOG_MISSING, LoadedPolicy, RequestServers,
+                        RequestState, TaskRow, decide, fmt_mem, guarded, prepare_place)
 from .planning import planner_ask, probe_request
 from .schemas import PlaceRequest, RequestError, ScheduleRequest
 
 # ------------------------------------------------------------------------------- /v1/schedule
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class ReadyRow:
-    """A ready task of the request, as the decision core's queue holds it."""
+    """A ready task of the request, as the decision core's queue holds it (the table keys its
+    runs by identity)."""
     key: tuple
     wf: Any
     task: Any
@@ -40,12 +41,15 @@ class ReadyRow:
     def memory_gb(self) -> float:
         return self.row.memory_gb
 
+    @property
+    def demands(self) -> tuple:  # what it holds on a server of one slot (the core's rules)
+        return self.row.demands
 
-def _workflow_ranks(wi: int, wf, order: orders.Order, mean_compute: float,
-                    enc: EncoderSettings
-                    ) -> tuple[list[int], list[float], list[list[int]], list]:
-    """(successor counts, the order's rank) of a workflow's listed tasks, then their parents and
-    the tasks themselves in topological positions (for the order's level); validates the DAG."""
+
+def _workflow_keys(wi: int, wf, order: orders.Order, costs: orders.Costs
+                   ) -> tuple[list[int], list[float], float]:
+    """(successor counts, the order's rank per listed task, the workflow's level) in the request's
+    task positions; validates the DAG."""
     loc = ("body", "workflows", wi, "tasks")
     index: dict = {}
     for j, t in enumerate(wf.tasks):
@@ -73,20 +77,22 @@ def _workflow_ranks(wi: int, wf, order: orders.Order, mean_compute: float,
         placed = set(topo)
         bad = next(j for j in range(n) if j not in placed)
         raise RequestError((*loc, bad, "parents"), f"the parents of workflow {wf.id!r} form a cycle")
-    # envs.order's ranks want children after parents: renumber in Kahn order
+    # envs.order wants children after parents: renumber in Kahn order
     pos = {j: i for i, j in enumerate(topo)}
     kids = [[pos[c] for c in children[j]] for j in topo]
     tasks = [wf.tasks[j] for j in topo]
-    r = order.ranks([t.compute_gflop for t in tasks], [t.output_gb for t in tasks], kids,
-                    mean_compute, enc.bandwidth_gb_s, enc.latency_s)
-    rank = [0.0] * n
-    for i, j in enumerate(topo):
-        rank[j] = r[i]
-    parents: list[list[int]] = [[] for _ in tasks]  # in Kahn positions, for the order's level
+    parents: list[list[int]] = [[] for _ in tasks]  # in Kahn positions
     for i, cs in enumerate(kids):
         for c in cs:
             parents[c].append(i)
-    return [len(c) for c in children], rank, parents, tasks
+    keyed = order.arrive(orders.Graph([t.compute_gflop for t in tasks],
+                                      [t.memory_gb for t in tasks],
+                                      [t.output_gb for t in tasks], [False] * n, kids, parents),
+                         wf.arrival_s, wi, costs, wf.attained_s)
+    rank = [0.0] * n
+    for i, j in enumerate(topo):
+        rank[j] = keyed.ranks[i]
+    return [len(c) for c in children], rank, keyed.level
 
 
 def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks: int
@@ -100,13 +106,12 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
                            f"{total} tasks is more than the limit of {max_tasks} per request")
     wf_ids: set = set()
     enc = lp.encoder
-    order = orders.Order(enc.order, enc.edf_factor)
-    acc = servers.accepting
-    mean_compute = orders.mean_compute(servers.compute[acc].tolist() if acc.any()
-                                       else servers.compute.tolist())
+    order = orders.make(enc.order, enc.edf_factor)
+    table = servers.table
+    acc = [i for i in range(table.n) if table.accept_l[i]] or list(range(table.n))
+    costs = orders.Costs.of(((table.cpu_speed[i], table.cpu_speed[i], table.memory_l[i], False)
+                             for i in acc), enc.network)  # no server accepts: every one
     max_mem = servers.max_accepting_memory()
-    pick = acc if acc.any() else ~acc  # no server accepts: every one
-    speeds = orders.by_speed(zip(servers.compute[pick].tolist(), servers.memory[pick].tolist()))
     backlog = enc.features.backlog
     if backlog and req.now_s is None:
         raise RequestError(("body", "now_s"), BACKLOG_MISSING, "missing")
@@ -119,10 +124,7 @@ def prepare_schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, m
         if size < len(wf.tasks):
             raise RequestError(("body", "workflows", wi, "size"),
                                f"{size} is smaller than the {len(wf.tasks)} listed tasks")
-        successors, rank, parents, listed = _workflow_ranks(wi, wf, order, mean_compute, enc)
-        level = order.level(wf.arrival_s, [t.compute_gflop for t in listed],
-                            [t.memory_gb for t in listed], parents, speeds, mean_compute,
-                            wf.attained_s)
+        successors, rank, level = _workflow_keys(wi, wf, order, costs)
         ratio = (size - len(wf.tasks)) / size
         if req.now_s is not None and req.now_s < wf.arrival_s:
             raise RequestError(("body", "workflows", wi, "arrival_s"),
@@ -164,8 +166,9 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
     planned = is_planner(lp.policy)
     if planned:  # the lookahead planner simulates the request (serve_apps.planning)
         plan, record = planner_ask(req, lp, servers)
-    core = DecisionCore(servers, Rules(enc.head_of_line_blocking, enc.ask_only_startable,
-                                       enc.mask_infeasible))
+    table = servers.table
+    core = DecisionCore(table, Rules(enc.head_of_line_blocking, enc.ask_only_startable,
+                                     enc.mask_infeasible))
     for i, r in enumerate(ready):  # already in ready-task order; the position breaks no ties
         core.queue.push(r.key, i, r)
     backlog = enc.features.backlog
@@ -177,20 +180,20 @@ def schedule(req: ScheduleRequest, lp: LoadedPolicy, max_servers: int, max_tasks
             return plan(r)
         # features.backlog: the tasks still ready are this one and those behind it (as in the
         # simulator, a task a wait set aside is not counted again)
-        row = replace(r.row, ready_tasks=len(core.queue)) if backlog else r.row
-        obs = observe(row, servers, enc)
-        choice, _ = decide(lp, obs)
-        choice, r.note = guarded(lp, obs, choice, r.waits, servers.ids)
+        row = replace(r.row, ready_tasks=len(core.queue) if backlog else r.row.ready_tasks,
+                      waits=r.waits)
+        state = RequestState(servers, row, enc)
+        choice, _ = decide(lp, state)
+        choice, r.note = guarded(lp, state, choice)
         r.asked = True
         return choice
 
     def start(r: ReadyRow, choice: int) -> None:
-        exec_s = r.row.compute_gflop / servers.compute_l[choice]
+        exec_s = r.row.compute_gflop / table.cpu_speed[choice]
         delay = 0.0
         if enc.transfer_delays_start:
-            delay = max((out / enc.bandwidth_gb_s + enc.latency_s
-                         for slot, out in r.inputs if slot != choice), default=0.0)
-        servers.start(choice, delay + exec_s)
+            delay = enc.network.start_delay(r.inputs, choice)
+        table.start(choice, r, r.demands, delay + exec_s)
         if planned:
             record(r, choice)
         assignments.append({"workflow": r.wf.id, "task": r.task.id,
@@ -220,6 +223,6 @@ def try_policy(lp: LoadedPolicy) -> None:
         "task": {"compute_gflop": 4.0, "memory_gb": 4.0, "ready_tasks": 1, "workflow_age_s": 0.0},
         "servers": [{"id": "a", "compute": 1.0, "memory_gb": 8.0},
                     {"id": "b", "compute": 4.0, "memory_gb": 80.0, "remaining_s": 1.0}]})
-    choice, _ = decide(lp, prepare_place(req, lp, 2).obs)
+    choice, _ = decide(lp, prepare_place(req, lp, 2))
     if not 0 <= choice < 2:
         raise ValueError(f"policy {lp.spec!r} answered index {choice} for 2 servers")

@@ -98,7 +98,9 @@ class PlaceResponse(BaseModel):
     index: int = Field(description="position of the chosen server in the request")
     valid: bool = Field(description="the task can start there now (accepting, idle, fits); "
                                     "false means the policy would rather wait")
-    scores: list[float | None] = Field(description="per server, higher is better; null = masked")
+    scores: list[float | None] | None = Field(
+        description="a trained policy's score per server, higher is better, null = masked; "
+                    "null for a rule (a heuristic scores no server)")
     policy: str
     policy_version: str
     guard: GuardNote | None = Field(None, description="set when the guard replaced the "

@@ -1,6 +1,6 @@
-"""Test helper: a node-mode ``LiveScheduler`` driven without Ray (runs end at their emulated
-times on a model clock), for comparisons with the node simulator (tests/test_live_twin_exact.py,
-tests/test_live_node_lookahead.py)."""
+"""Test helper: a ``LiveScheduler`` on whole Ray nodes driven without Ray (runs end at their
+emulated times on a model clock), for comparisons with the simulator
+(tests/test_live_twin_exact.py, tests/test_live_node_lookahead.py)."""
 
 from __future__ import annotations
 
@@ -29,16 +29,16 @@ def live_servers(specs) -> list[LiveServer]:
     return out
 
 
-def replay(rule: str, specs, calls) -> list[float]:
-    """``calls`` (``(arrival, tasks)``, model s) through a node-mode ``LiveScheduler`` under
-    ``rule``: a run ends at its emulated time (its noise factor included, as the twin's) while
-    the node table holds the planned end, as live; one round after each instant's arrivals
-    and ends. Each request's response, in arrival order."""
-    env = replace(EnvConfig(), mdp={"transfer_delays_start": False})
-    sched = LiveScheduler(get_policy("eft", env), env,
-                          LiveConfig(model="nodes", node_rule=rule, time_scale=1.0, hedge="off"))
-    sched.nodes.pooled = True  # as the first node refresh sets it on plain Ray nodes
-    sched.set_alive(live_servers(specs))
+def replay(spec: str, env: EnvConfig, calls) -> list[float]:
+    """``calls`` (``(arrival, WorkflowSpec)``, model s) through a ``LiveScheduler`` on whole Ray
+    nodes (``env``'s cluster) under policy ``spec``: a run ends at its emulated time (its noise
+    factor included, as the twin's) while the node table holds the planned end, as live; one
+    round after each instant's arrivals and ends. Each request's response, in arrival order."""
+    env = replace(env, mdp={"transfer_delays_start": False})
+    sched = LiveScheduler(get_policy(spec, env), env,
+                          LiveConfig(model="nodes", time_scale=1.0, hedge="off"))
+    sched.nodes.slotted = False  # as the first node refresh sets it on plain Ray nodes
+    sched.set_alive(live_servers(env.cluster.nodes()))
     sched.clock_origin = sched.placement.origin = 0.0  # model s = the clock below (arrivals too)
     clock, ends, arrival, response = [0.0], [], {}, {}
 
@@ -48,7 +48,7 @@ def replay(rule: str, specs, calls) -> list[float]:
         t.server, t.state, t.started = srv, RUNNING, clock[0]
         heapq.heappush(ends, (clock[0] + t.prim.run_gflop / speed, t.gid, t))
 
-    handles = [WorkflowHandle(k, collected(tasks, f"r{k}"), at) for k, (at, tasks) in
+    handles = [WorkflowHandle(k, collected(spec_, f"r{k}"), at) for k, (at, spec_) in
                enumerate(calls)]
     nxt = 0
     while True:
@@ -56,7 +56,9 @@ def replay(rule: str, specs, calls) -> list[float]:
             sched.admission.admit(handles[nxt])
             arrival[id(handles[nxt])] = calls[nxt][0]
             nxt += 1
-        sched.placement.round(lambda: clock[0], None, start)
+        if sched._planner is not None:
+            sched._planner.new_round()
+        sched.placement.round(lambda: clock[0], sched.ask, start)
         t_arr = calls[nxt][0] if nxt < len(calls) else np.inf
         t_end = ends[0][0] if ends else np.inf
         if t_arr == t_end == np.inf:

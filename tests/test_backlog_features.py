@@ -27,7 +27,7 @@ def test_backlog_features_append_two_exact_values_and_change_nothing_else():
     assert task_dim(_cfg(False).features) == TASK_DIM == 5
     assert task_dim(_cfg(True).features) == TASK_DIM + len(BACKLOG_FEATURES) == 7
     plain, back = Simulator(_cfg(False)), Simulator(_cfg(True))
-    policy = make_heuristic("eft", _cfg(True))  # heuristics read the first five only
+    policy = make_heuristic("eft", _cfg(True))  # heuristics read the table, not the features
     plain.reset(3)
     back.reset(3)
     steps, saw_backlog = 0, False
@@ -40,12 +40,12 @@ def test_backlog_features_append_two_exact_values_and_change_nothing_else():
         # the two values, computed here from the simulator's state
         task = back.current
         ready = {tk.id for _, _, tk in back.core.queue.heap if tk.state == READY} | {task.id}
-        per_server = len(ready) / int(back.accepting.sum()) / 2.0
+        per_server = len(ready) / sum(back.table.accept_l) / 2.0
         age = (back.t - task.wf.arrival) / back.cfg.features.remaining_s
         np.testing.assert_allclose(ob["task"][5:], [per_server, age], rtol=1e-6)
         saw_backlog |= len(ready) > 1
-        a = policy.act(ob)
-        assert a == make_heuristic("eft", _cfg(False)).act(op)
+        a = policy.decide(back)
+        assert a == make_heuristic("eft", _cfg(False)).decide(plain)
         back.step(a)
         plain.step(a)
         steps += 1
@@ -111,9 +111,9 @@ def test_serve_schedule_observations_equal_the_simulators(tmp_path, monkeypatch)
                   guard=GuardConfig(enabled=False))  # the raw policy vs the simulator's loop
     assert lp.encoder.features.backlog
     seen: list[np.ndarray] = []
-    observe = dec.observe
-    for mod in (dec, sched_mod):  # /v1/place and /v1/schedule build observations with it
-        monkeypatch.setattr(mod, "observe", lambda *a: seen.append(observe(*a)) or seen[-1])
+    observe = dec.RequestState.observe  # /v1/place and /v1/schedule build observations with it
+    monkeypatch.setattr(dec.RequestState, "observe",
+                        lambda self: seen.append(observe(self)) or seen[-1])
     checked = multi = 0
     for sim in fresh_states(env, lp.policy, seed=5, want=15, min_ready=2):
         body = {**simulator_request(sim), "now_s": sim.t}
@@ -125,7 +125,8 @@ def test_serve_schedule_observations_equal_the_simulators(tmp_path, monkeypatch)
         class Recording:  # the simulator's observations, in its decision order
             order = lp.policy.order
 
-            def act(self, obs):
+            def decide(self, sim):
+                obs = sim.observe()
                 want.append(obs)
                 return policy_act(obs)
 
@@ -164,15 +165,14 @@ def test_serve_schedule_observations_equal_the_simulators(tmp_path, monkeypatch)
     np.testing.assert_allclose(seen[0]["task"][5:], [9 / 3 / 2.0, 0.4], rtol=1e-6)
     # a paper-feature policy ignores the two fields
     plain = dec.load("eft", _cfg(False))
-    seen.clear()
-    dec.place(PlaceRequest.model_validate(
+    state = dec.prepare_place(PlaceRequest.model_validate(
         {**place, "task": {**place["task"], "ready_tasks": 9, "workflow_age_s": 4.0}}), plain, 100)
-    assert seen[0]["task"].shape == (5,)
+    assert state.observe()["task"].shape == (5,)
 
 
 def test_live_scheduler_observation_with_backlog_equals_the_encoder(tmp_path):
-    """The live scheduler's fast-path observation of a backlog-trained policy is exactly
-    envs.encoding.encode of its plain descriptions, and the two columns are the ready tasks in
+    """The live state's observation for a backlog-trained policy is exactly
+    envs.encoding.encode of its record written out as plain descriptions, and the two columns are the ready tasks in
     its heap per offered server and the workflow's age in model seconds. No Ray needed."""
     from envs.encoding import encode
     from policies import get_policy
@@ -194,12 +194,18 @@ def test_live_scheduler_observation_with_backlog_equals_the_encoder(tmp_path):
     pl.set_alive(servers)
     spec = WorkflowSpec((TaskSpec(2.0, 4.0, 0.3), TaskSpec(3.0, 4.0, 0.7),
                          TaskSpec(1.0, 1.0, 0.0, (0, 1))))
-    for k, submitted in enumerate((10.0, 12.0)):
+    o = pl.origin  # wall s (perf_counter) of model time 0
+    for k, submitted in enumerate((o + 10.0, o + 12.0)):
         sched.admission.admit(WorkflowHandle(k, from_spec(spec), submitted))
     t = pl.queue.heap[0][2]
-    now = 13.0
-    got = pl.observe(t, now)
-    want = encode(*pl.views(t, now), sched.features, env.cluster.bandwidth_gb_s,
+    now = o + 13.0
+    got = pl.state(t, now).observe()
+    from dataclasses import replace
+
+    from tests.test_live import _plain_views
+    view, views = _plain_views(pl, t, now)
+    view = replace(view, ready_tasks=len(pl.queue), workflow_age_s=(now - t.wf.arrival_wall) / 0.5)
+    want = encode(view, views, sched.features, env.cluster.bandwidth_gb_s,
                   env.cluster.latency_s, mask_infeasible=True)
     for key in ("task", "servers", "action_mask"):
         assert got[key].dtype == want[key].dtype

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from envs.config import FeatureConfig
-from envs.decision import (DONE, EMPTY, HOL_WAIT, READY, DecisionCore, ReadyQueue, Rules,
-                           ServerTable, task_vector)
-from envs.encoding import ServerView, TaskView, encode
+from envs.decision import DONE, EMPTY, HOL_WAIT, READY, DecisionCore, ReadyQueue, Rules
+from envs.demands import Request
+from envs.encoding import PaperEncoder, ServerView, TaskFacts, TaskView, encode, slot_table
+from envs.nodes import NodeTable
 
 
 class T:
@@ -18,20 +19,20 @@ class T:
     def __init__(self, tid: int, memory_gb: float = 1.0, key: tuple = (0,)):
         self.id, self.memory_gb, self.key = tid, memory_gb, key
         self.state, self.waits = READY, 0
+        self.demands = Request(memory_gb=memory_gb).on_slot()
 
 
 def table(memory: list[float], busy: list[bool] | None = None,
-          accepting: list[bool] | None = None) -> ServerTable:
+          accepting: list[bool] | None = None) -> NodeTable:
+    """Servers of one slot (compute 10, power 100 idle / 200 busy); a busy one runs 5 s more."""
     n = len(memory)
     busy = busy or [False] * n
     accepting = [True] * n if accepting is None else accepting
-    st = ServerTable(n, FeatureConfig())
-    st.set_servers(np.full(n, 10.0), np.array(memory, float), np.full(n, 100.0),
-                   np.full(n, 200.0), np.array(accepting), np.array([5.0 if b else 0.0 for b in busy]))
-    return st
+    return slot_table([ServerView(10.0, m, 5.0 if b else 0.0, 200.0 if b else 100.0, a, 200.0)
+                       for m, b, a in zip(memory, busy, accepting)])
 
 
-def core_with(tasks: list[T], st: ServerTable, **rules) -> DecisionCore:
+def core_with(tasks: list[T], st: NodeTable, **rules) -> DecisionCore:
     core = DecisionCore(st, Rules(**rules))
     for t in tasks:
         core.queue.push(t.key, t.id, t)
@@ -101,11 +102,11 @@ def test_a_round_without_blocking_defers_a_wait_and_places_the_tasks_behind_it()
 
     def start(t, slot):
         started.append((t.id, slot))
-        st.start(slot, 3.0)
+        st.start(slot, t, t.demands, 3.0)
 
     core.run_round(lambda t: picks[t.id], start, lambda t, why: waited.append((t.id, why)))
     assert started == [(1, 0), (0, 1)] and waited == [(2, "wait")]
-    assert st.busy_l == [True, True, False] and not core.queue.deferred  # requeued for next round
+    assert st.busy.tolist() == [True, True, False] and not core.queue.deferred  # requeued
     assert core.next_task()[0] is tasks[2]
 
 
@@ -117,14 +118,37 @@ def test_a_round_with_head_of_line_blocking_stops_at_the_first_wait():
 
     def start(t, slot):
         started.append(t.id)
-        st.start(slot, 1.0)
+        st.start(slot, t, t.demands, 1.0)
 
     core.run_round(lambda t: 0, start, lambda t, why: waited.append((t.id, why)))
     # task 0 starts on slot 0; task 1 picks the now busy slot 0: it waits, task 2 is blocked
     assert started == [0] and waited == [(1, "wait"), (2, "blocked")] and tasks[1].waits == 1
 
 
-def test_server_table_observation_equals_the_encoder_of_plain_descriptions():
+def _paper_reference(task: TaskView, servers: list[ServerView], f: FeatureConfig,
+                     transfer_s: float, masked: bool) -> dict[str, np.ndarray]:
+    """The paper observation written out from DESIGN's formulas (docs/simulator.md), one node
+    at a time in float64 then cast: the encoder's vectorised float32 path must match it."""
+    c = f.clip
+
+    def clip(v: float) -> float:
+        return min(max(v, 0.0), c)
+
+    vec = [clip(task.compute_gflop / f.compute_unit), clip(task.memory_gb / f.memory_gb),
+           clip(task.successors / f.successors), clip(task.completion_ratio),
+           clip(task.output_gb / f.output_gb)]
+    rows, mask = [], []
+    for k, s in enumerate(servers):
+        transfer = 0.0 if k == task.parent_server else clip(transfer_s / f.transfer_s)
+        rows.append([clip(s.compute / f.server_compute), clip(s.memory_gb / f.server_memory_gb),
+                     clip(np.float32(s.remaining_s) / np.float32(f.time_unit)),
+                     clip(s.power_w / f.power_w), transfer])
+        mask.append(float(s.accepting and (not masked or s.memory_gb >= task.memory_gb)))
+    return {"task": np.array(vec, np.float32), "servers": np.array(rows, np.float32),
+            "action_mask": np.array(mask, np.float32)}
+
+
+def test_paper_observation_matches_its_formulas_and_a_start_draws_busy_power():
     rng = np.random.default_rng(0)
     f = FeatureConfig()
     for _ in range(50):
@@ -135,32 +159,37 @@ def test_server_table_observation_equals_the_encoder_of_plain_descriptions():
         acc = rng.random(n) < 0.8
         idle, busy = rng.random(n) * 300, rng.random(n) * 500
         power = np.where(rem > 0, busy, idle)
-        st = ServerTable(n, f)
-        st.set_servers(comp, mem, power, busy, acc, rem)
+        views = [ServerView(c, m, r, p, bool(a), b) for c, m, r, p, a, b in
+                 zip(comp, mem, rem, power, acc, busy)]
         task_mem = float(rng.choice([2.0, 8.0, 32.0]))
         parent = None if rng.random() < 0.3 else int(rng.integers(0, n))
         masked = bool(rng.random() < 0.5)
-        vec = task_vector(f, 12.0, task_mem, 2, 0.25, 1.5)
-        got = st.observe(vec, 0.0, 1.5 / 10.0 + 0.01 if parent is not None else 0.0, parent,
-                         task_mem, masked)
-        want = encode(TaskView(12.0, task_mem, 1.5, 2, 0.25, parent, 1.5),
-                      [ServerView(c, m, r, p, bool(a)) for c, m, r, p, a in
-                       zip(comp, mem, rem, power, acc)], f, 10.0, 0.01, mask_infeasible=masked)
+        task = TaskView(12.0, task_mem, 1.5, 2, 0.25, parent, 1.5)
+        got = encode(task, views, f, 10.0, 0.01, mask_infeasible=masked)
+        want = _paper_reference(task, views, f, 1.5 / 10.0 + 0.01 if parent is not None
+                                else 0.0, masked)
         for k in want:
-            np.testing.assert_array_equal(got[k], want[k], err_msg=k)
-        # a start marks the slot busy and draws busy power, as the simulator does
-        idle_slots = [i for i in range(n) if st.can_start(i, 0.0)]
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-7, err_msg=k)
+        # a start marks the node busy and draws busy power, as the simulator does
+        st = slot_table(views)
+        enc = PaperEncoder(f, n, masked)
+        facts = TaskFacts(12.0, task_mem)
+        probe = T(0, task_mem)
+        idle_slots = [i for i in range(n) if st.fits_now(i, probe.demands)]
         if idle_slots:
             i = idle_slots[0]
-            st.start(i, 7.0)
-            assert st.busy_l[i] and not st.can_start(i, 0.0)
-            assert st.features.matrix[i, 3] == np.float32(min(busy[i] / f.power_w, f.clip))
+            st.start(i, probe, probe.demands, 7.0)
+            assert st.busy[i] and not st.fits_now(i, probe.demands)
+            obs = enc.observe(st, probe, facts, 0.0)
+            assert obs["servers"][i, 3] == np.float32(min(busy[i] / f.power_w, f.clip))
+            assert obs["servers"][i, 2] == np.float32(min(7.0 / f.time_unit, f.clip))
 
 
-def test_server_table_copy_is_independent():
+def test_table_copy_is_independent():
     st = table([8.0, 16.0])
     cp = st.copy()
-    cp.start(0, 4.0)
+    t = T(0, 4.0)
+    cp.start(0, t, t.demands, 4.0)
     cp.set_accepting(1, False)
-    assert st.busy_l == [False, False] and st.accept_l == [True, True]
-    assert st.busy_until[0] == 0.0 and st.features.matrix[0, 3] != cp.features.matrix[0, 3]
+    assert st.busy.tolist() == [False, False] and st.accept_l == [True, True]
+    assert st.busy_until[0] == 0.0 and cp.busy_until[0] == 4.0

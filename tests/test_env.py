@@ -93,7 +93,7 @@ def test_episode_end_reports_metrics_and_terminal_obs_is_in_space():
     obs, _ = env.reset(seed=0)
     done = False
     while not done:
-        obs, r, term, trunc, info = env.step(eft.act(obs))
+        obs, r, term, trunc, info = env.step(eft.decide(env.sim))
         done = term or trunc
     assert term and not trunc
     assert env.observation_space.contains(obs)

@@ -1,4 +1,4 @@
-"""policies.guard: the rules on hand-built observations, the simulator (livelock -> completes),
+"""policies.guard: the rules on hand-built decisions, the simulator (livelock -> completes),
 the switch that reproduces the raw policy, traces, and /v1/place and /v1/schedule in process."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from envs.config import ConfigError, FeatureConfig
-from envs.encoding import ServerView, TaskView, encode
+from envs.encoding import Described, ServerView, TaskView
 from envs.simulator import Simulator
 from envs.trace import read_trace, verify_trace
-from policies.base import Policy, masked
+from policies.base import ObservationPolicy
 from policies.guard import Guard, GuardConfig, guard_summary, load_guard_config, make_guard
 from policies.heuristics import make_heuristic
 from scale_ray.config import load_env
@@ -22,11 +22,11 @@ SERVERS = [ServerView(1.0, 8), ServerView(4.0, 80, remaining_s=0.5), ServerView(
            ServerView(4.0, 80, remaining_s=30.0), ServerView(1.0, 2)]
 
 
-def obs_for(compute=8.0, memory=4.0, servers=SERVERS, mask_infeasible=False):
-    return encode(TaskView(compute, memory), servers, F, mask_infeasible=mask_infeasible)
+def state_for(compute=8.0, memory=4.0, servers=SERVERS, waits=0):
+    return Described(TaskView(compute, memory), servers, F, mask_infeasible=False, waits=waits)
 
 
-class Fixed(Policy):
+class Fixed(ObservationPolicy):
     """A 'learned' policy (not a heuristic) that always answers one slot."""
     name = "fixed"
 
@@ -39,26 +39,26 @@ class Fixed(Policy):
         return s
 
 
-def test_rules_on_hand_built_observations():
-    g = Guard(GuardConfig(max_waits=3), F)
-    o = obs_for()
+def test_rules_on_hand_built_decisions():
+    g = Guard(GuardConfig(max_waits=3))
+    o = state_for()
     # EFT's choice: the fastest idle fitting server, the medium one (slot 2): 8 / 2 = 4 s
-    assert int(np.argmax(make_heuristic("eft").scores(o))) == 2
+    assert make_heuristic("eft").decide(o) == 2
     assert g.check(o, 2) == (2, None)                    # idle and fits: kept
     assert g.check(o, 0) == (0, None)                    # slower idle: kept (not a wait)
     assert g.check(o, 1) == (1, None)                    # busy, 0.5 + 2 s < 4 s: a justified wait
     assert g.check(o, 3) == (2, "slower_wait")           # busy, 30 + 2 s > 4 s
-    assert g.check(o, 1, waits=3) == (2, "wait_budget")  # the task has waited 3 times
-    assert g.check(obs_for(memory=6.0), 4) == (2, "infeasible")  # 2 GB server, 6 GB task
+    assert g.check(state_for(waits=3), 1) == (2, "wait_budget")  # the task waited 3 times
+    assert g.check(state_for(memory=6.0), 4) == (2, "infeasible")  # 2 GB server, 6 GB task
     assert g.check(o, 99) == (2, "infeasible")           # no such slot
     assert g.counts == {"infeasible": 2, "wait_budget": 1, "slower_wait": 1}
     assert g.checked == 7 and g.overrides == 4
     # nothing idle fits: every answer is a wait, a fitting busy one is kept
     busy = [ServerView(4.0, 80, remaining_s=5.0), ServerView(4.0, 80, remaining_s=1.0),
             ServerView(1.0, 8)]
-    o = obs_for(memory=20.0, servers=busy)
-    assert g.check(o, 0, waits=100) == (0, None)
-    assert g.check(o, 2) == (1, "infeasible")  # EFT waits for the server that frees first
+    assert g.check(state_for(memory=20.0, servers=busy, waits=100), 0) == (0, None)
+    # EFT waits for the server that frees first
+    assert g.check(state_for(memory=20.0, servers=busy), 2) == (1, "infeasible")
 
 
 def test_config_is_validated_and_heuristics_are_not_guarded():
@@ -66,9 +66,9 @@ def test_config_is_validated_and_heuristics_are_not_guarded():
         load_guard_config({"max_waits": -1})
     with pytest.raises(ConfigError, match="unknown key guard.patience"):
         load_guard_config({"patience": 3})
-    assert make_guard(make_heuristic("eft-wait"), GuardConfig(), F, False) is None
-    assert make_guard(Fixed(0), GuardConfig(enabled=False), F, False) is None
-    assert isinstance(make_guard(Fixed(0), None, F, False), Guard)  # on by default
+    assert make_guard(make_heuristic("eft-wait"), GuardConfig()) is None
+    assert make_guard(Fixed(0), GuardConfig(enabled=False)) is None
+    assert isinstance(make_guard(Fixed(0), None), Guard)  # on by default
     assert guard_summary(None) == {"guard_overrides": 0, "guard_infeasible": 0,
                                    "guard_wait_budget": 0, "guard_slower_wait": 0}
 
@@ -77,8 +77,9 @@ def _run(env, policy, guard):
     sim = Simulator(env)
     sim.reset(3)
     while sim.current is not None:
-        obs = sim.observe()
-        sim.step(guarded_action(guard, sim, obs, policy.act(obs)))
+        a = (policy.act(sim.observe()) if isinstance(policy, ObservationPolicy)
+             else policy.decide(sim))
+        sim.step(guarded_action(guard, sim, a))
     return sim.metrics()
 
 
@@ -90,7 +91,7 @@ def test_guard_turns_a_livelock_into_a_complete_episode():
                           "mdp.max_time_factor=3"], servers=8)
     raw = _run(env, Fixed(0), None)
     assert raw["truncated"] and raw["completed_tasks"] < raw["arrived_tasks"]
-    g = make_guard(Fixed(0), GuardConfig(max_waits=2), env.features, False)
+    g = make_guard(Fixed(0), GuardConfig(max_waits=2))
     safe = _run(env, Fixed(0), g)
     assert not safe["truncated"] and safe["completed_tasks"] == safe["arrived_tasks"]
     assert g.counts["infeasible"] > 0 and g.counts["wait_budget"] + g.counts["slower_wait"] > 0
@@ -111,7 +112,7 @@ def test_switch_off_reproduces_the_raw_policy_and_traces_record_overrides(tmp_pa
     sim = Simulator(env)
     sim.reset(np.random.SeedSequence([5, 0]))
     while sim.current is not None:
-        sim.step(policy.act(sim.observe()))
+        sim.step(policy.act(sim.observe()))  # act: the network alone (decide is guarded)
     raw = sim.metrics()
     for k in ("mean_task_response_s", "censored_task_response_s", "completed_tasks", "invalid_rate"):
         assert off[k] == raw[k]
@@ -134,7 +135,7 @@ def test_placement_service_guards_place_and_schedule():
     env = load_env(None)
     lp = load("eft", env)
     assert lp.guard is None and lp.guard_info() == {"enabled": False}
-    g = make_guard(Fixed(3), GuardConfig(max_waits=1), lp.encoder.features, False)
+    g = make_guard(Fixed(3), GuardConfig(max_waits=1))
     stubborn = type(lp)(lp.spec, Fixed(3), lp.encoder, lp.info, False, True, g)
     servers = [{"id": f"s{i}", "compute": s.compute, "memory_gb": s.memory_gb,
                 "remaining_s": s.remaining_s} for i, s in enumerate(SERVERS)]
@@ -144,7 +145,7 @@ def test_placement_service_guards_place_and_schedule():
     assert ans["guard"] == {"reason": "slower_wait", "proposed": "s3"}
     # a justified wait is kept until the task's waits reach max_waits
     just = type(lp)(lp.spec, Fixed(1), lp.encoder, lp.info, False, True,
-                    make_guard(Fixed(1), GuardConfig(max_waits=1), lp.encoder.features, False))
+                    make_guard(Fixed(1), GuardConfig(max_waits=1)))
     assert place(PlaceRequest.model_validate(req), just, 100)["guard"] is None
     req["task"]["waits"] = 1
     ans = place(PlaceRequest.model_validate(req), just, 100)

@@ -11,6 +11,8 @@ import pytest
 
 from envs.decision import DONE, RUNNING
 from envs.hedging import Hedges
+from envs.demands import Request
+from envs.encoding import ServerView, slot_table
 from envs.trace import verify_trace
 from envs.simulator import Simulator
 from policies import get_policy
@@ -25,7 +27,7 @@ def _episode(sets, seed=2, horizon=60.0):
     sim.reset(seed)
     eft = get_policy("eft", env)
     while sim.current is not None:
-        sim.step(eft.act(sim.observe()))
+        sim.step(eft.decide(sim))
     return sim, events
 
 
@@ -66,7 +68,7 @@ def test_a_fork_hedges_on_its_own():
     sim.reset(4)
     eft = get_policy("eft", env)
     while sim.current is not None and not sim.hedges.stragglers and sim.decisions < 3000:
-        sim.step(eft.act(sim.observe()))
+        sim.step(eft.decide(sim))
         if sim.hedges.stats[0] > 3:
             break
     before = list(sim.hedges.stats)
@@ -74,10 +76,10 @@ def test_a_fork_hedges_on_its_own():
     for _ in range(200):
         if f.current is None:
             break
-        f.step(eft.act(f.observe()))
+        f.step(eft.decide(f))
     assert sim.hedges.stats == before  # the fork's copies never count in the original
     assert f.hedges.stragglers is not sim.hedges.stragglers and f.hedges.stats is not sim.hedges.stats
-    assert all(tk.copy_slot < 0 or sim.running[tk.copy_slot] is tk
+    assert all(tk.copy_slot < 0 or tk in sim.table.running[tk.copy_slot]
                for tk in sim.tasks if tk.state == 1)  # the original's copies run where it says
 
 
@@ -98,7 +100,7 @@ def test_marked_tasks_from_a_dag_file_are_the_only_ones_copied(tmp_path):
     sim.reset(1)
     eft = get_policy("eft", env)
     while sim.current is not None:
-        sim.step(eft.act(sim.observe()))
+        sim.step(eft.decide(sim))
     kinds = {t.id: (t.kind, t.hedgeable) for t in sim.tasks}
     copied = {e["task"] for e in events if e.get("hedge")}
     assert copied and all(kinds[t] == ("llm", True) for t in copied)
@@ -156,14 +158,19 @@ def test_gantt_and_explain_read_a_hedged_trace(tmp_path):
 
 def test_the_hedges_part_copies_stragglers_in_order_on_the_fastest_idle_fitting_server():
     """``Hedges.launch`` on a hand-built table: each straggler still running, in the order seen,
-    gets the fastest accepting idle server its memory fits (busy for the next one); one that
+    gets the fastest accepting other server where it fits now (busy for the next one); one that
     fits no idle server waits; finished, restarted or copied ones are dropped."""
-    table = NS(accept_l=[True, True, True, False], busy_l=[False, False, True, False],
-               memory_l=[16.0, 64.0, 64.0, 64.0], compute_l=[4.0, 2.0, 8.0, 9.0])
+    table = slot_table([ServerView(4.0, 16.0), ServerView(2.0, 64.0),
+                        ServerView(8.0, 64.0, remaining_s=5.0), ServerView(9.0, 64.0,
+                                                                           accepting=False)])
     h = Hedges(rt=None)
 
+    class Run(NS):
+        __hash__ = object.__hash__  # a run is keyed by identity in the table
+
     def task(mem, state=RUNNING, token=1, copy_slot=-1):
-        return NS(memory_gb=mem, state=state, token=token, copy_slot=copy_slot)
+        return Run(memory_gb=mem, state=state, token=token, copy_slot=copy_slot, slot=-1,
+                   demands=Request(memory_gb=mem).on_slot())
 
     small, big, bigger, done, old, copied = (task(8.0), task(32.0), task(32.0),
                                              task(8.0, DONE), task(8.0), task(8.0, copy_slot=0))
@@ -176,7 +183,7 @@ def test_the_hedges_part_copies_stragglers_in_order_on_the_fastest_idle_fitting_
 
     def start_copy(t, slot):
         started.append((t, slot))
-        table.busy_l[slot] = True
+        table.start(slot, t, t.demands, 10.0)
 
     h.launch(table, start_copy)
     # slot 2 (speed 8) is busy and slot 3 (speed 9) not accepting: small takes slot 0 (4 >

@@ -18,7 +18,7 @@ from processes import fake_autoscaler_head, local_cluster, no_ray_connection
 
 from envs.config import ConfigError
 from envs.workflow import TaskSpec, WorkflowError, WorkflowSpec
-from policies.base import Policy, masked
+from policies.base import ObservationPolicy, masked
 from scale_ray.config import load_env
 from scale_ray.live import (LiveConfig, LiveScheduler, RayDefaultRunner, TaskLostError,
                             WorkflowFailed, collect, parse_dag, primitive)
@@ -32,10 +32,31 @@ THREE_TIERS = ["cluster.servers=3",
                " {name: large, compute: 4.0, memory_gb: 80, count: 1}]"]
 
 
-def test_observation_fast_path_equals_the_encoder():
-    """The scheduler's array-based observation is exactly ``envs.encoding.encode`` of the same
-    plain descriptions: idle and busy servers, a parent on a live server, a parent whose server
-    is gone (every server pays the transfer, as in the simulator). No Ray needed."""
+def _plain_views(pl, task, now):
+    """The live record at wall time ``now`` as plain descriptions (envs.encoding), written out
+    here from the servers and the task: what the placement's state must encode."""
+    from envs.encoding import ServerView, TaskView
+
+    ts = pl._ts
+    views = [ServerView(s.node.compute, s.node.memory_gb,
+                        max((s.busy_until - now) / ts, 1e-3) if s.running else 0.0,
+                        s.node.busy_w if s.running else s.node.idle_w, s.offered, s.node.busy_w)
+             for s in pl.alive]
+    fp = task.first_parent
+    parent = None if fp is None else next(
+        (i for i, s in enumerate(pl.alive) if s is fp.last_server), None)
+    wf = task.wf
+    view = TaskView(task.prim.compute_gflop, task.prim.memory_gb, task.prim.output_gb,
+                    len(task.children), wf.done / len(wf.tasks), parent,
+                    0.0 if fp is None else fp.prim.output_gb, has_parent=fp is not None)
+    return view, views
+
+
+def test_the_live_state_observes_what_the_encoder_makes_of_plain_descriptions():
+    """The live placement's state encodes exactly what ``envs.encoding.encode`` makes of the
+    same record written out as plain descriptions: idle and busy servers, an overdue run
+    (OVERDUE_S left, as in the simulator), a parent on a live server, a parent whose server is
+    gone (every server pays the transfer, as in the simulator). No Ray needed."""
     from envs.encoding import encode
     from policies import get_policy
     from scale_ray.live.cluster import NodeInfo
@@ -56,18 +77,20 @@ def test_observation_fast_path_equals_the_encoder():
     sched.admission.admit(handle)
     first = pl.queue.heap[0][2]
     t0, t1, t2 = first.wf.tasks
-    now = 100.0
-    servers[1].take(t0, now + 3.0)
-    servers[4].take(t0, now - 1.0)  # overdue estimate: remaining 1e-3
+    now = pl.origin + 100.0  # wall s (perf_counter), after the scheduler's clock origin
+    for srv, until in ((servers[1], now + 3.0), (servers[4], now - 1.0)):  # 4: overdue
+        srv.take(t0, until)
+        pl.hold(srv, t0)
+    pl.refresh(now)
     c = env.cluster
     cases = [(t0, None), (t1, servers[2]), (t2, gone)]
     for task, parent_server in cases:
         if parent_server is not None:
             task.first_parent = t0
             t0.last_server = parent_server
-        got = pl.observe(task, now)
-        want = encode(*pl.views(task, now), env.features, c.bandwidth_gb_s, c.latency_s,
-                      mask_infeasible=True)
+        got = pl.state(task, now).observe()
+        want = encode(*_plain_views(pl, task, now), env.features, c.bandwidth_gb_s,
+                      c.latency_s, mask_infeasible=True)
         for key in ("task", "servers", "action_mask"):
             assert got[key].dtype == want[key].dtype
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)
@@ -79,6 +102,7 @@ def test_observation_fast_path_equals_the_encoder():
         else:  # all but the parent's server
             assert transfer[2] == 0 and (np.delete(transfer, 2) > 0).all()
         assert got["servers"][1, 2] > 0 and got["servers"][0, 2] == 0  # busy / idle
+        assert got["servers"][4, 2] == pytest.approx(1e-3 / env.features.time_unit)  # overdue
 
 
 def test_ray_default_passes_each_parents_transfer_where_transfers_delay_starts():
@@ -120,16 +144,17 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
                          TaskSpec(8.0, 1.0, 0.0, (1,))))
     sched.admission.admit(WorkflowHandle(0, from_spec(spec), 0.0))
     t0, t1, t2 = pl.queue.heap[0][2].wf.tasks
-    now = 10.0
+    now = pl.origin + 10.0  # wall s (perf_counter), after the scheduler's clock origin
     # t0 finished on the fast server, which now runs other work for 0.5 s; t1 is ready
     t0.state, t0.last_server = DONE, fast
     t1.first_parent = t1.parents[0]
     pl.queue.heap.clear()
     pl.push(t1)
     fast.take(t0, now + 0.5)
-    obs = pl.observe(t1, now)
+    pl.hold(fast, t0)
+    state = pl.state(t1, now)
     sched._planner.new_round()
-    assert sched._planner.ask(t1, pl, [], now) == 1  # 0.5 + 1 s there, 8 s on the slow server
+    assert sched._planner.ask(t1, pl, now) == 1  # 0.5 + 1 s there, 8 s on the slow server
     assert sched._planner.waiting == {t1.gid: 1}
 
     # a wait is answered again without planning while nothing it plans on changed (the loop's
@@ -140,22 +165,22 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
         planned.append(1)
         return real(*a, **k)
 
-    real = sched._planner.planner.decide
-    sched._planner.planner.decide = counting
+    real = sched._planner.planner.plan
+    sched._planner.planner.plan = counting
     for later in (now, now + 0.01, now + 0.02):
         sched._planner.new_round()
-        assert sched._planner.ask(t1, pl, [], later) == 1
+        assert sched._planner.ask(t1, pl, later) == 1
         assert sched._planner.waiting == {t1.gid: 1}
     assert not planned and sched._planner.reused == 3  # the first ask above planned
     other = WorkflowSpec((TaskSpec(1.0, 1.0, 0.5),))
     sched.admission.admit(WorkflowHandle(1, from_spec(other), now))  # one more ready task
     sched._planner.new_round()
-    assert sched._planner.ask(t1, pl, [], now + 0.03) == 1 and len(planned) == 1
-    fast.release(t0, now)  # the fast server freed: t1 starts there
+    assert sched._planner.ask(t1, pl, now + 0.03) == 1 and len(planned) == 1
+    pl.release(fast, t0, now)  # the fast server freed: t1 starts there
     sched._planner.new_round()
-    assert sched._planner.ask(t1, pl, [], now + 0.6) == 1 and sched._planner.waiting == {}
+    assert sched._planner.ask(t1, pl, now + 0.6) == 1 and sched._planner.waiting == {}
     assert len(planned) == 2 and sched._planner.reused == 3
-    sched._planner.planner.decide = real
+    sched._planner.planner.plan = real
 
     # a defer (first_k): remembered for the round as a defer, not as a wait for that server
     calls = []
@@ -166,21 +191,22 @@ def test_live_planner_plans_on_the_record_and_falls_back_to_eft_when_it_raises()
         return 1
 
     fast.take(t2, now + 0.5)  # busy again, with another task
+    pl.hold(fast, t2)
     sched._planner.new_round()
-    sched._planner.planner.decide = deferring
-    assert sched._planner.ask(t1, pl, [], now) == 1
+    sched._planner.planner.plan = deferring
+    assert sched._planner.ask(t1, pl, now) == 1
     assert sched._planner.deferred == [t1.gid] and sched._planner.waiting == {}
-    sched._planner.ask(t1, pl, [], now)
+    sched._planner.ask(t1, pl, now)
     assert calls == [[], [(0, 0)]]  # the next ask of the round sees it deferred
     sched._planner.new_round()
     assert sched._planner.deferred == []
-    sched._planner.planner.decide = real
+    sched._planner.planner.plan = real
 
     def broken(*_a, **_k):
         raise RuntimeError("planner bug")
 
     sched._planner.ask = broken
-    assert sched.ask(t1, obs) == 0  # EFT: the idle server
+    assert sched.ask(t1, state) == 0  # EFT: the idle server
     assert sched.counters["planner_errors"] == 1
 
 
@@ -202,7 +228,7 @@ def const(x):
     return x
 
 
-class SlowestIdle(Policy):
+class SlowestIdle(ObservationPolicy):
     """Picks the idle fitting server with the LEAST compute (the opposite of EFT), so that a test
     can tell the policy's choice from Ray's or EFT's."""
     name = "slowest-idle"

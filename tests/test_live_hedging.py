@@ -11,6 +11,7 @@ import pytest
 from processes import local_cluster
 
 from envs.config import ConfigError, build
+from envs.demands import Request
 from policies import get_policy
 from scale_ray.bench.service import double_booked, reruns
 from scale_ray.config import load_env
@@ -59,13 +60,19 @@ def test_a_copy_goes_to_the_fastest_idle_server_that_fits():
         s.offered = True
     sched.set_alive(servers)
 
-    class T:  # what _copy_server reads of a task
-        memory_gb, demands = 16.0, ()
+    class T:  # what copy_server reads of a task: its demands (one slot), its server
+        server = None
+        demands = Request(memory_gb=16.0).on_slot()
     assert sched.runs.copy_server(T()) is servers[2]  # the large one
-    servers[2].take(object(), 0.0)
+    other = T()
+    servers[2].take(other, sched.placement.origin + 1.0)
+    sched.placement.hold(servers[2], other)
     assert sched.runs.copy_server(T()) is servers[1]  # busy: the next fastest that fits
-    T.memory_gb = 40.0
+    T.demands = Request(memory_gb=40.0).on_slot()
     assert sched.runs.copy_server(T()) is None  # only the busy large server has 40 GB
+    T.demands = Request(memory_gb=1.0).on_slot()
+    T.server = servers[1]
+    assert sched.runs.copy_server(T()) is servers[0]  # never its own server
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +91,7 @@ def _run(env, cfg: LiveConfig, prim: Primitive):
         while sched.runs.losers and time.monotonic() < deadline:
             time.sleep(0.05)
         counters = dict(sched.counters)
-        busy = [s.sid for s in sched.alive_servers if s.task is not None]
+        busy = [s.sid for s in sched.alive_servers if s.running]
     return h, events, counters, busy
 
 

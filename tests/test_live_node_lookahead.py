@@ -1,28 +1,24 @@
-"""The rollout planner of Ray's resource model in the live scheduler (``live.node_rule:
-lookahead[:K]``, scale_ray/live/node_planning.py) without a cluster: the hand timeline of
-tests/test_node_lookahead.py placed live, a burst placed live as the simulator's planner places
-it, and a present with a hedged run and a draining run that every rollout finishes."""
+"""The rollout planner on whole Ray nodes in the live scheduler (``policies.lookahead`` asked by
+``scale_ray.live.planning`` on a snapshot of the live record) without a cluster: the hand
+timeline of tests/test_lookahead_nodes.py placed live, a burst placed live as the simulator's
+planner places it, a present with a hedged copy and a draining run, and a planner error."""
 
 from __future__ import annotations
-
-import heapq
 
 import numpy as np
 import pytest
 from live_replay import replay
 
-from envs.agents import load_agents, node_specs, sample_request
-from envs.config import EnvConfig, replace
-from envs.config_files import read_yaml, resolve_config_path
-from envs.node_sim import NodeSimulator
+from envs.agents import sample_request
+from envs.config import ConfigError, EnvConfig, replace
+from envs.demands import parse_options
 from policies import get_policy
-from policies.node_learned import node_decider
-from policies.node_rules import eft
+from scale_ray.config import load_env
+from scale_ray.evaluation import simulate
 from scale_ray.live import LiveConfig, LiveScheduler, collect
+from scale_ray.live import planning
 from scale_ray.live.cluster import NodeInfo, server_caps
-from scale_ray.live.config import ConfigError
 from scale_ray.live.handles import WorkflowHandle
-from scale_ray.live.node_planning import present_of
 from scale_ray.live.nodes import LiveServer
 from scale_ray.live.tasks import DONE, RUNNING
 from scale_ray.live.workflow import Primitive, emulated_body
@@ -34,14 +30,20 @@ def _server(i, name, res, cpu=1.0, gpu=0.0):
     return LiveServer(i, info, 0)
 
 
-def _sched(servers, rule):
+def _sched(servers, spec):
     env = replace(EnvConfig(), mdp={"transfer_delays_start": False})
-    sched = LiveScheduler(get_policy("eft", env), env,
-                          LiveConfig(model="nodes", node_rule=rule, time_scale=1.0, hedge="off"))
-    sched.nodes.pooled = True  # as the first node refresh sets it on plain Ray nodes
+    sched = LiveScheduler(get_policy(spec, env), env,
+                          LiveConfig(model="nodes", time_scale=1.0, hedge="off"))
+    sched.nodes.slotted = False  # as the first node refresh sets it on plain Ray nodes
     sched.set_alive(servers)
-    sched.placement.origin = 0.0  # model s = wall s of the test's clock
+    sched.clock_origin = sched.placement.origin = 0.0  # model s = wall s of the test's clock
     return sched
+
+
+def _round(sched, start):
+    if sched._planner is not None:
+        sched._planner.new_round()
+    sched.placement.round(lambda: 0.0, sched.ask, start)
 
 
 def _gpu_pair():
@@ -49,44 +51,45 @@ def _gpu_pair():
     return [_server(0, "a", res, gpu=2.0), _server(1, "b", res, gpu=1.0)]
 
 
-@pytest.mark.parametrize("rule, where", [("eft", [0, 1]), ("lookahead:2", [1, 0])])
-def test_the_planner_live_gives_the_long_call_the_fast_gpu(rule, where):
-    """tests/test_node_lookahead.py's timeline, live: x (2 s at speed 1) then y (10 s), both one
-    GPU; node a at GPU speed 2, b at 1. EFT puts x on a and leaves y the slow b; the planner
+@pytest.mark.parametrize("spec, where", [("eft", [0, 1]), ("lookahead:candidates=2", [1, 0])])
+def test_the_planner_live_gives_the_long_call_the_fast_gpu(spec, where):
+    """tests/test_lookahead_nodes.py's timeline, live: x (2 s at speed 1) then y (10 s), both
+    one GPU; node a at GPU speed 2, b at 1. EFT puts x on a and leaves y the slow b; the planner
     tries x on b too and gives y the fast a (completions 2 + 5 against 1 + 10)."""
-    sched = _sched(_gpu_pair(), rule)
+    sched = _sched(_gpu_pair(), spec)
     one = {"num_gpus": 1, "num_cpus": 1}
     for k, c in enumerate((2.0, 10.0)):
         wf = collect([Primitive(emulated_body, c, ray_options=one).bind(0)])
         sched.admission.admit(WorkflowHandle(k, wf, 0.0))
     started = {}
-    sched.placement.round(lambda: 0.0, None,
-                          lambda t, s: started.setdefault(t.wf.wid, s.sid) or s.take(t, 9.0))
+    _round(sched, lambda t, s: started.setdefault(t.wf.wid, s.sid) or s.take(t, 9.0))
     assert [started[w] for w in sorted(started)] == where
     assert sched.counters["planner_errors"] == 0
 
 
 def test_a_burst_is_placed_live_as_the_simulators_planner_places_it():
     """Six agents.yaml requests at once on 4 nodes, runs taking their planned time: the live
-    scheduler under lookahead:3 (over eft_spread; rounds at each run's end, as the twin) gives
-    the requests the mean response the node simulator's planner gives them, not EFT's. (It
-    failed while the present gave waiting tasks their slot-model demands: no memory.)"""
-    cfg = load_agents(read_yaml(resolve_config_path("configs/env/agents.yaml")))
-    specs = node_specs(cfg, 4)
+    scheduler under the planner (rounds at each run's end, as the twin) gives the requests the
+    mean response the simulator's planner gives them on a snapshot of the same present, not
+    EFT's. (It failed while the present gave waiting tasks their slot-model demands: no
+    memory.)"""
+    env = load_env("configs/env/agents.yaml").with_servers(4)
     rng = np.random.default_rng(7)
-    reqs = [sample_request(cfg, rng) for _ in range(6)]
-    sim = NodeSimulator(cfg, specs, rate=1.0)
-    calls = [(0.0, r) for r in reqs]
-    twin = sim.run(node_decider("lookahead:3"), 0, arrivals=calls)["mean_workflow_response_s"]
-    assert twin != pytest.approx(sim.run(eft, 0, arrivals=calls)["mean_workflow_response_s"])
-    live = replay("lookahead:3", specs, calls)  # raises on a planner error
+    calls = [(0.0, sample_request(env.workload.agents, rng)) for _ in range(6)]
+    spec = "lookahead:candidates=3"
+    twin = simulate(env, get_policy(spec + ",snapshot=true", env), 0,
+                    arrivals=calls)["mean_workflow_response_s"]
+    eft = simulate(env, get_policy("eft", env), 0, arrivals=calls)["mean_workflow_response_s"]
+    assert twin != pytest.approx(eft)
+    live = replay(spec, env, calls)  # raises on a planner error
     assert len(live) == 6 and np.mean(live) == pytest.approx(twin, rel=1e-9)
 
 
-def test_the_present_finishes_a_hedged_run_and_a_draining_one():
-    """A call runs on a with a hedged copy on b; a finished call's cancelled run still holds
-    the CPU node. In the present the copy is the task's ``Copy`` and the draining run a request
-    of its own; a rollout with EFT ends every run (no resources leak) and places the new call."""
+def test_the_present_holds_a_hedged_copy_and_a_draining_run():
+    """A call r runs on a with a hedged copy on b; a finished call's cancelled run still drains
+    on the CPU node. The planner's snapshot lists r on a and holds its copy's demands on b and
+    the draining run's on the CPU node until their expected ends; the planner then places the
+    new call where it fits (a has 3 CPUs free), with no error."""
     cpu = _server(2, "c", {"CPU": 1, "memory": 16})
     sched = _sched([*_gpu_pair(), cpu], "lookahead")
     pl = sched.placement
@@ -102,48 +105,39 @@ def test_the_present_finishes_a_hedged_run_and_a_draining_one():
         srv.take(t, until)
         t.server, t.state, t.started = srv, RUNNING, 0.0
         pl.table.start(pl.position(srv), t, t.demands, until)
+    import heapq
     heapq.heapify(pl.queue.heap)
     r.copy = type("Run", (), {"server": b, "started": 1.0})()  # (runs._Run's fields read)
     b.take(r, 6.0)
     pl.hold(b, r)
     done.state = DONE  # finished on another run; this one drains until 5
-    present, task = present_of(pl, new, sched.order, 1.0)
-    copies = [k for run in present.table.running for k in run]
-    assert len(copies) == 3 and copies[1] is present.tasks[0].copy  # r's copy on b
-    assert [w.id for w in present.requests] == [0, 2, -1]  # the draining run: its own request
-    assert not present.table.fits_now(2, task.demands)  # the CPU node: full until the drain
-    fork = present.fork(eft)
-    c = fork.task(task)
-    assert fork.core.resolve(c, 0)  # a has 3 CPUs free
-    fork.start(c, 0)
-    fork.run(now_first=True)  # raises if a run never ended
-    assert fork.table.running == [{}, {}, {}]
-    # r ends at 3 on a and its copy (planned to 6) is cancelled then; the drain ends at 5
-    assert {w.id: w.finish for w in fork.requests} == {0: 3.0, 2: 2.0, -1: 5.0}
-    assert fork.task(present.tasks[0]).copy.cancelled  # freed b when r ended
-    assert present.table.running[1] and pl.table.running[1]  # forks leave the present alone
+    lp = sched._planner
+    listed = {id(r)}  # r's workflow is listed (a run of it on a); done's is not
+    held = [lp._server(pl, i, s, 0.0, listed).held for i, s in enumerate(pl.alive)]
+    gpu_d = parse_options({"num_gpus": 1, "num_cpus": 1}).on_nodes()
+    assert held == [(), ((gpu_d, 6.0),), ((parse_options({"num_cpus": 1}).on_nodes(), 5.0),)]
+    assert not pl.table.fits_now(2, new.demands)  # the CPU node: full until the drain
+    lp.new_round()
+    assert lp.ask(new, pl, 0.0) == 0  # a has 3 CPUs free
+    assert pl.table.running[1] and pl.table.running[2]  # planning left the record alone
 
 
-def test_lookahead_names_its_k_and_a_bad_one_is_refused():
-    assert LiveConfig(model="nodes", node_rule="lookahead:8").node_rule == "lookahead:8"
-    for bad in ("lookahead:0", "lookahead:x", "lookahead:65"):
-        with pytest.raises(ConfigError, match="lookahead\\[:K\\]"):
-            LiveConfig(node_rule=bad)
+def test_a_bad_planner_spec_is_refused_by_name():
+    for bad in ("lookahead:candidates=0", "lookahead:candidates=x", "lookahead:k=2"):
+        with pytest.raises((ConfigError, ValueError), match="candidates|k"):
+            get_policy(bad, EnvConfig())
 
 
 def test_a_planner_error_is_counted_and_eft_places_the_call(monkeypatch):
-    import scale_ray.live.node_planning as node_planning
-
     def broken(*a, **k):
         raise RuntimeError("a planner bug")
 
-    monkeypatch.setattr(node_planning, "present_of", broken)
-    sched = _sched(_gpu_pair(), "lookahead:2")
+    monkeypatch.setattr(planning.LivePlanner, "ask", broken)
+    sched = _sched(_gpu_pair(), "lookahead:candidates=2")
     for k, c in enumerate((2.0, 10.0)):
         wf = collect([Primitive(emulated_body, c, ray_options={"num_gpus": 1}).bind(0)])
         sched.admission.admit(WorkflowHandle(k, wf, 0.0))
     started = {}
-    sched.placement.round(lambda: 0.0, None,
-                          lambda t, s: started.setdefault(t.wf.wid, s.sid) or s.take(t, 9.0))
+    _round(sched, lambda t, s: started.setdefault(t.wf.wid, s.sid) or s.take(t, 9.0))
     assert [started[w] for w in sorted(started)] == [0, 1]  # EFT's picks
     assert sched.counters["planner_errors"] == 2

@@ -32,7 +32,7 @@ def _node(nid: str, res: dict, gpu_compute: float = 0.0) -> NodeInfo:
 def _sched(servers):
     env = load_env(None, servers=4)
     sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0))
-    sched.nodes.pooled = True  # as the first node refresh sets it on plain Ray nodes
+    sched.nodes.slotted = False  # as the first node refresh sets it on plain Ray nodes
     sched.set_alive(servers)
     return sched
 
@@ -56,11 +56,11 @@ def test_half_gpu_tasks_share_a_gpu_node_and_the_third_waits_for_a_release():
         srv.take(t, 10.0)
 
     pl = sched.placement
-    pl.round(lambda: 0.0, None, start)
+    pl.round(lambda: 0.0, sched.ask, start)
     assert started == [(0, 0), (1, 0)]  # two share the GPU; none fits the CPU node
     first = next(iter(gpu.running))
     pl.release(gpu, first, 1.0)
-    pl.round(lambda: 1.0, None, start)
+    pl.round(lambda: 1.0, sched.ask, start)
     assert started[-1] == (2, 0) and len(gpu.running) == 2
 
 
@@ -71,7 +71,7 @@ def test_num_cpus_2_and_12_gib_fit_a_whole_node_and_hold_it():
     big = Primitive(emulated_body, 1.0, ray_options={"memory": 12 * 1024 ** 3, "num_cpus": 0})
     _admit(sched, [two, big, two])
     started = []
-    sched.placement.round(lambda: 0.0, None,
+    sched.placement.round(lambda: 0.0, sched.ask,
                           lambda t, s: started.append(t.idx) or s.take(t, 5.0))
     assert started == [0, 1]  # both CPUs and 12.9 of 16 GB are held; the second 2-CPU waits
 
@@ -84,7 +84,7 @@ def test_gpu_work_runs_at_the_nodes_gpu_speed_and_eft_picks_the_faster_gpu():
     _admit(sched, [Primitive(emulated_body, 4.0, ray_options={"num_gpus": 1}),
                    Primitive(emulated_body, 4.0, ray_options={"num_cpus": 1})])
     started = []
-    sched.placement.round(lambda: 0.0, None,
+    sched.placement.round(lambda: 0.0, sched.ask,
                           lambda t, s: started.append((t.idx, s.sid)) or s.take(t, 5.0))
     assert started == [(0, 1), (1, 0)]  # GPU work to the A100; CPU work: equal speed, first
 
@@ -127,11 +127,11 @@ def test_a_round_runs_only_after_something_changed():
         started.append(t)
         srv.take(t, 10.0)
 
-    pl.round(lambda: 0.0, None, start)
-    pl.round(lambda: 0.1, None, start)  # nothing changed: no round
+    pl.round(lambda: 0.0, sched.ask, start)
+    pl.round(lambda: 0.1, sched.ask, start)  # nothing changed: no round
     assert len(rounds) == 1 and len(started) == 1
     pl.release(node, started[0], 1.0)
-    pl.round(lambda: 1.0, None, start)
+    pl.round(lambda: 1.0, sched.ask, start)
     assert len(rounds) == 2 and len(started) == 2
 
 
@@ -152,7 +152,7 @@ def test_a_label_selector_from_ray_options_places_on_matching_nodes_and_asks_ray
     sel = Primitive(emulated_body, 1.0, ray_options={"label_selector": {"zone": "b"}})
     _admit(sched, [sel, sel])
     started = []
-    sched.placement.round(lambda: 0.0, None, lambda t, srv: started.append(srv.sid) or
+    sched.placement.round(lambda: 0.0, sched.ask, lambda t, srv: started.append(srv.sid) or
                           srv.take(t, 10.0))
     assert started == [1, 1]  # node a is emptier and first, but its labels do not match
     opts = node_task_options(sel)
@@ -161,13 +161,18 @@ def test_a_label_selector_from_ray_options_places_on_matching_nodes_and_asks_ray
         Primitive(emulated_body, 1.0, ray_options={"label_selector": {"zone": "in()"}})
 
 
-def test_the_slot_model_refuses_a_label_selector_by_name():
+def test_servers_of_one_slot_honour_a_label_selector_too():
+    """One model: a slot server carries its node's labels, so a selector its labels match fits
+    and one they do not is refused naming the selector."""
     slot = LiveServer(0, NodeInfo("s", 1, 1.0, 8.0, "small", caps=(("CPU", 1.0),),
                                   labels=(("zone", "a"),)), 0)
-    wf = collect([Primitive(emulated_body, 1.0,
-                            ray_options={"label_selector": {"zone": "a"}}).bind()])
-    with pytest.raises(Unschedulable, match="label_selector, which the slot model"):
-        check_fits(wf, [slot], [], LiveConfig(), "scale")
+
+    def wf(zone):
+        return collect([Primitive(emulated_body, 1.0,
+                                  ray_options={"label_selector": {"zone": zone}}).bind()])
+    check_fits(wf("a"), [slot], [], LiveConfig(), "scale")
+    with pytest.raises(Unschedulable, match=r"label_selector \{zone: b\} \(no node's labels"):
+        check_fits(wf("b"), [slot], [], LiveConfig(), "scale")
 
 
 def test_with_the_estimator_the_node_rule_plans_with_run_times_learned_per_node_shape():
@@ -182,7 +187,7 @@ def test_with_the_estimator_the_node_rule_plans_with_run_times_learned_per_node_
                 for i, shape in enumerate(("a10g", "a100"))]
         sched = LiveScheduler(get_policy("eft", env), env,
                               LiveConfig(time_scale=1.0, estimator=estimator))
-        sched.nodes.pooled = True
+        sched.nodes.slotted = False
         sched.set_alive(gpus)
         if sched.estimator is not None:
             for _ in range(5):
@@ -190,7 +195,7 @@ def test_with_the_estimator_the_node_rule_plans_with_run_times_learned_per_node_
                 sched.estimator.observe("llm", "a10g", 2.6, 2.6)
         llm = Primitive(emulated_body, 2.6, kind="llm", ray_options={"num_gpus": 1})
         _admit(sched, [llm])
-        sched.placement.round(lambda: 0.0, None, lambda t, srv: picks.append(srv.node.tier) or
+        sched.placement.round(lambda: 0.0, sched.ask, lambda t, srv: picks.append(srv.node.tier) or
                               srv.take(t, 10.0))
     assert picks == ["a10g", "a100"]
 
@@ -204,7 +209,7 @@ def test_the_fair_share_counts_resource_seconds_in_rays_resource_model():
     env = load_env(None, servers=4)
     sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0, fair_share=True,
                                                              fair_share_quantum_s=0.0))
-    sched.nodes.pooled = True
+    sched.nodes.slotted = False
     sched.set_alive([gpu, cpu])
     g1 = Primitive(emulated_body, 1.0, ray_options={"num_gpus": 1, "num_cpus": 1})
     c1 = Primitive(emulated_body, 1.0, ray_options={"num_cpus": 1})
@@ -258,67 +263,56 @@ def test_the_service_quota_counts_resource_seconds_in_rays_resource_model():
 def test_the_node_table_keeps_model_seconds_so_eft_wait_compares_like_with_like():
     """At time scale 0.5 a run expected to end 4 wall s from now ends 8 model s from now, so a
     call of 8 model s on the idle slow node (ends at 8) beats waiting for the fast node (8 + 0.8):
-    eft_wait starts it now, as its twin would. With wall times in the table it compared 4 + 0.8
+    eft-wait starts it now, as its twin would. With wall times in the table it compared 4 + 0.8
     with 8 and waited."""
     fast = LiveServer(0, _node("fast", {"CPU": 1, "memory": 8e9}), 0)
     slow = LiveServer(1, _node("slow", {"CPU": 1, "memory": 8e9}), 0)
     env = load_env(None, servers=4)
-    sched = LiveScheduler(get_policy("eft", env), env,
-                          LiveConfig(time_scale=0.5, node_rule="eft_wait"))
-    sched.nodes.pooled = True
+    sched = LiveScheduler(get_policy("eft-wait", env), env, LiveConfig(time_scale=0.5))
+    sched.nodes.slotted = False
     sched.set_alive([fast, slow])
     pl = sched.placement
     pl.table.cpu_speed[:] = [10.0, 1.0]
     _admit(sched, [Primitive(emulated_body, 1.0)])
-    pl.round(lambda: 100.0, None, lambda t, srv: srv.take(t, 104.0))  # on fast, 4 wall s left
+    pl.round(lambda: 100.0, sched.ask, lambda t, srv: srv.take(t, 104.0))  # on fast, 4 wall s left
     assert len(fast.running) == 1
     started = []
     _admit(sched, [Primitive(emulated_body, 8.0)])
-    pl.round(lambda: 100.0, None, lambda t, srv: started.append(srv.sid) or srv.take(t, 108.0))
+    pl.round(lambda: 100.0, sched.ask, lambda t, srv: started.append(srv.sid) or srv.take(t, 108.0))
     assert started == [1]
 
 
 def test_a_learned_node_policy_places_live_tasks_guarded_and_a_bad_one_is_named():
-    """``live.node_rule: learned:PATH``: the trained node policy (policies/node_learned.py)
-    decides every live placement in Ray's resource model, on the live node table."""
-    from envs.config_base import ConfigError
-    from policies.artifact import ArtifactError
-    from envs.node_encoding import TIME_UNIT_S
-    from policies.node_learned import LearnedNodePolicy
+    """A policy trained on the nodes encoder (results/resource_model/scale_nodes) decides every
+    live placement on whole Ray nodes, reading the live table through its encoder, guarded."""
+    from envs.encoding import TIME_UNIT_S
 
     path = "results/resource_model/scale_nodes/policy"
     servers = [LiveServer(i, _node(f"n{i}", {"CPU": 2, "GPU": 1, "memory": 16e9}, 1.0 + i), 0)
                for i in range(3)]
     env = load_env(None, servers=4)
-    sched = LiveScheduler(get_policy("eft", env), env,
-                          LiveConfig(time_scale=1.0, node_rule=f"learned:{path}"))
-    sched.nodes.pooled = True
+    policy = get_policy(path, env)
+    assert policy.encoder == "nodes" and policy.guard is not None
+    sched = LiveScheduler(policy, env, LiveConfig(time_scale=1.0))
+    sched.nodes.slotted = False
     sched.set_alive(servers)
-    rule = sched.placement.rule
-    assert isinstance(rule, LearnedNodePolicy)
-    asked = []
-    act = rule.policy.act
-    ages = []
-    rule.policy.act = lambda obs: (asked.append(obs["action_mask"].copy()),
-                                   ages.append(float(obs["task"][6])))[0] or act(obs)
+    asked, ages = [], []
+    act = policy.act
+    policy.act = lambda obs: (asked.append(obs["action_mask"].copy()),
+                              ages.append(float(obs["task"][6])))[0] or act(obs)
     gpu = Primitive(emulated_body, 1.0, ray_options={"num_gpus": 1, "num_cpus": 1})
     wf = collect([gpu.bind(i) for i in range(4)])
     submitted = time.perf_counter()  # real wall times, as live: ages in the scheduler's model s
     sched.admission.admit(WorkflowHandle(0, wf, submitted))
     started = []
-    sched.placement.round(lambda: submitted + 0.5, None,
+    sched.placement.round(lambda: submitted + 0.5, sched.ask,
                           lambda t, srv: (started.append(srv.sid), srv.take(t, submitted + 10)))
     assert sorted(started) == [0, 1, 2] and len(asked) == 3  # it chose each; the 4th fits nowhere
     assert [int(m[:3].sum()) for m in asked] == [3, 2, 1]  # valid picks only: where it fits now
     # the request's age it reads is 0.5 s (not the time since the process started: clipped)
     assert ages == [pytest.approx(0.5 / TIME_UNIT_S)] * 3
-    with pytest.raises(ConfigError, match="node_rule"):
-        LiveConfig(node_rule="learned:")
-    bad = LiveScheduler(get_policy("eft", env), env,
-                        LiveConfig(time_scale=1.0, node_rule="learned:/no/such/artifact"))
-    bad.nodes.pooled = True
-    with pytest.raises((ArtifactError, FileNotFoundError), match="no/such/artifact"):
-        bad.set_alive(servers)
+    with pytest.raises(ValueError, match="'/no/such/artifact'.*not an artifact directory"):
+        get_policy("/no/such/artifact", env)
 
 
 def test_a_straggler_is_hedged_on_another_node_and_each_run_holds_its_own_resources():
@@ -331,7 +325,7 @@ def test_a_straggler_is_hedged_on_another_node_and_each_run_holds_its_own_resour
     cpu = LiveServer(2, _node("cpu", {"CPU": 8, "memory": 32e9}), 0)
     env = load_env(None, servers=4)
     sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0, hedge="all"))
-    sched.nodes.pooled = True
+    sched.nodes.slotted = False
     sched.set_alive([a10g, a100, cpu])
     refs = iter(range(100))
     sched.nodes.run = lambda *a: (f"value{next(refs)}", f"status{next(refs)}")
@@ -359,105 +353,19 @@ def test_ray_defaults_twin_is_the_mean_of_its_random_draws():
     """Live Ray is one draw of its random top-k choice: its twin (bench live --setting agents)
     averages --ray-draws draws on the run's requests, and reports their spread; a rule
     without randomness is run once."""
-    from envs.agents import load_agents, node_specs
-    from envs.config_files import read_yaml, resolve_config_path
-    from envs.node_sim import NodeSimulator
-    from policies.node_learned import node_decider
+    from policies.heuristics import RayHybrid
     from scale_ray.bench.agents_live import REFERENCE, requests, twin_prediction
+    from scale_ray.evaluation import simulate
 
-    cfg = load_agents(read_yaml(resolve_config_path("configs/env/agents.yaml")))
-    nodes = node_specs(cfg, 4)
-    reqs = requests(cfg, nodes, 20, 1)
+    env = load_env("configs/env/agents.yaml").with_servers(4)
+    reqs = requests(env, 20, 1)
     key = "mean_workflow_response_s"
-    one = [NodeSimulator(cfg, nodes).run(node_decider("ray"), 1 + 10_000 * j, arrivals=reqs)[key]
+    one = [simulate(env, RayHybrid(), 1 + 10_000 * j, reqs, 1 + 10_000 * j)[key]
            for j in range(3)]
-    got = twin_prediction(REFERENCE, 1, reqs, cfg, nodes, False, 3)
+    got = twin_prediction(REFERENCE, 1, reqs, env, 3)
     assert got["draws"] == 3 and got[key] == pytest.approx(np.mean(one))
     assert got["sd_mean_workflow_response_s"] == pytest.approx(np.std(one, ddof=1))
     assert len(set(one)) > 1  # the draws differ: there is a spread to average
-    assert twin_prediction(REFERENCE, 1, reqs, cfg, nodes, False, 1)[key] == one[0]
-    spread = twin_prediction("eft_spread", 1, reqs, cfg, nodes, False, 3)
+    assert twin_prediction(REFERENCE, 1, reqs, env, 1)[key] == one[0]
+    spread = twin_prediction("eft_spread", 1, reqs, env, 3)
     assert spread["draws"] == 1 and spread["sd_mean_workflow_response_s"] == 0.0
-    with pytest.raises(ValueError, match="--ray-draws"):
-        twin_prediction(REFERENCE, 1, reqs, cfg, nodes, False, 0)
-    # given the live cluster's id order, 4 nodes (top k = 1) leave nothing to draw; the random
-    # orders' mean is reported next to it
-    from policies.node_rules import RayHybrid
-    known = twin_prediction(REFERENCE, 1, reqs, cfg, nodes, False, 3, [3, 1, 0, 2])
-    assert known[key] == NodeSimulator(cfg, nodes).run(RayHybrid(order=[3, 1, 0, 2]), 1,
-                                                       arrivals=reqs)[key]
-    assert known["sd_mean_workflow_response_s"] == 0.0
-    assert known["random_order_mean_workflow_response_s"] == pytest.approx(np.mean(one))
-
-
-def test_the_agents_bench_summary_compares_ray_default_live_with_both_of_its_twins():
-    """``bench live --setting agents``: each rule's gain over Ray default live and in the twin,
-    the gap in points, and Ray default live against its twin in the cluster's id order and in
-    random orders (printed, and in the JSON)."""
-    from scale_ray.bench.agents_live import REFERENCE, format_agents, summarize
-
-    def res(mean: float, **extra: float) -> dict:
-        return {"mean_workflow_response_model_s": mean, "p95_workflow_response_model_s": 2 * mean,
-                "p99_workflow_response_model_s": 3 * mean} | extra
-
-    runs = [{"live": {REFERENCE: res(15.0), "eft": res(12.0)},
-             "twin": {REFERENCE: res(14.5, draws=3, sd_mean_workflow_response_model_s=0.0,
-                                     random_order_mean_workflow_response_model_s=15.0,
-                                     random_order_sd=0.5), "eft": res(12.0)}},
-            {"live": {REFERENCE: res(10.0), "eft": res(9.0)},
-             "twin": {REFERENCE: res(10.0, draws=1, sd_mean_workflow_response_model_s=0.0),
-                      "eft": res(9.0)}}]
-    out = {"runs": runs, "nodes": 8}
-    summarize(out, ["eft"])
-    assert out["rel_diff_vs_ray_default"]["eft"] == pytest.approx(np.mean([-0.2, -0.1]))
-    assert out["max_twin_gap_points"] == pytest.approx(100 * (12 / 14.5 - 0.8))
-    assert out["ray_default_live_vs_twin"] == pytest.approx([15 / 14.5 - 1, 0.0])
-    assert out["ray_default_live_vs_random_order_twin"] == [0.0]  # only where it was measured
-    text = format_agents(out)
-    assert ("Ray default live vs its twin: +3.4 % higher / +0.0 % (mean +1.72 % higher, sd 2.44 "
-            "points)") in text
-    assert "random id orders 15.00, sd 0.50" in text
-
-
-def test_ray_calls_count_the_thread_cpu_inside_them_only():
-    from scale_ray.live.ray_cpu import COUNTER, RayCalls
-
-    def spin(s: float) -> None:
-        t0 = time.thread_time()
-        while time.thread_time() - t0 < s:
-            pass
-
-    counters: dict = {}
-    meter = RayCalls(counters)
-    spin(0.05)  # outside: not counted
-    with meter:
-        spin(0.02)
-    with meter:
-        time.sleep(0.05)  # a blocked wait uses no CPU
-    assert 0.02 <= counters[COUNTER] < 0.04
-
-
-def test_the_overhead_lines_split_the_schedulers_cpu_and_ray_defaults_driver_cpu():
-    from scale_ray.bench.agents_overhead import format_overhead
-
-    o = {"requests": 10, "tasks": 70, "repeats": 3, "rule": "eft_spread",
-         "scheduler_tasks_per_s": 90.0, "ray_default_tasks_per_s": 45.0, "throughput_ratio": 2.0,
-         "scheduler_cpu_ms_per_task": 1.5, "scheduler_own_cpu_ms_per_task": 0.6,
-         "scheduler_ray_client_cpu_ms_per_task": 0.9, "ray_default_client_cpu_ms_per_task": 1.1,
-         "ray_default_submit_cpu_ms_per_task": 0.7, "ray_default_wait_cpu_ms_per_task": 0.4,
-         "decision_only": [{"nodes": 64, "requests": 80, "tasks": 560, "max_ready_backlog": 9,
-                            "cpu_ms_per_task": 0.3}]}
-    text = "\n".join(format_overhead(o, 8))
-    assert "scheduler (eft_spread) 90 tasks/s, Ray default 45 (ratio 2.00)" in text
-    assert "scheduler thread CPU 1.50 ms a task: its own work 0.60, Ray client calls 0.90" in text
-    assert "Ray default's driver CPU 1.10 ms a task: submission 0.70, ray.wait and ray.get 0.40" \
-        in text
-    assert "without Ray at 64 nodes (80 requests, 560 tasks, ready backlog up to 9): 0.300 ms" \
-        in text
-
-
-def test_a_negative_warm_up_is_refused_by_name_before_any_cluster_starts():
-    from scale_ray.bench.agents_cluster import AgentsCluster
-
-    with pytest.raises(ValueError, match="--warm-workers: -1 must be >= 0"):
-        AgentsCluster([], warm_workers=-1)

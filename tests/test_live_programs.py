@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 from processes import local_cluster
 
-from envs.order import Order
 from policies import get_policy
 from scale_ray.live import LiveConfig, LiveScheduler, Primitive
 from scale_ray.live.programs import Program, ProgramClosed
@@ -31,6 +30,29 @@ class _Sched:
         return "not a handle"
 
 
+def test_admission_keys_a_later_step_by_its_program():
+    """No Ray: the second step of a program is keyed with the program's tie breaker (its first
+    step's admission number) and, under ``las``, the service the program attained so far."""
+    from scale_ray.config import load_env
+    from scale_ray.live.handles import WorkflowHandle
+    from scale_ray.live.workflow import from_spec
+    from envs.workflow import TaskSpec, WorkflowSpec
+
+    env = load_env(None, ["mdp.order=las"], servers=4)
+    sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0))
+    prog = Program(sched, "react", None, 0.0)
+    spec = WorkflowSpec((TaskSpec(2.0, 1.0, 0.0),), "step")
+    first, second = WorkflowHandle(0, from_spec(spec), 0.0), WorkflowHandle(1, from_spec(spec), 0.0)
+    first.program = second.program = prog
+    sched.admission.admit(first)
+    prog.ran(3.0)
+    sched.admission.admit(second)
+    a, b = first.live_record, second.live_record
+    assert b.wid == a.wid and b.wid != sched.admission.next_gid - 1
+    assert (a.level, b.level) == (0.0, 3.0)
+    assert b.tasks[0].key[:3] == (3.0, 0.0, a.wid)  # (level, arrival, workflow, -rank)
+
+
 def test_program_keys_its_steps_and_closes():
     sched = _Sched()
     prog = Program(sched, "react", "team-a", 12.5)
@@ -39,11 +61,11 @@ def test_program_keys_its_steps_and_closes():
     assert args == ("wf", 1) and kw == {"name": "react", "tenant": "team-a", "program": prog,
                                          "x": 2}
     first, second = _Rec(), _Rec()
-    prog.admitted(first, Order("fifo"), 40)
+    prog.admitted(first, 40)
     prog.ran(3.0)
-    prog.admitted(second, Order("las"), 97)
+    prog.admitted(second, 97)
     assert (first.wid, second.wid) == (40, 40)  # the first step's admission number
-    assert second.level == 3.0  # las: the service the program attained before the step
+    assert prog.attained == 3.0  # las keys the next step at the service attained so far
     with prog:
         pass
     assert prog.closed and prog.response_s is None  # no step finished (none was a handle)

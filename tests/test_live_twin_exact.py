@@ -1,9 +1,9 @@
-"""The live scheduler's decision path in Ray's resource model, without Ray, gives its twin's
-result to the bit: agents.yaml requests arriving over time (with and without run noise) are
-placed by ``LiveScheduler``'s rounds (``LivePlacement``, the node table, the node rule, the
-admission and completion paths) while runs end at their emulated times, and every request's
-response equals the node simulator's (``NodeSimulator.run``, what ``bench live`` calls the
-twin). So a gap between a rule live and its twin is Ray's execution, not what the rule reads."""
+"""The live scheduler's decision path on whole Ray nodes, without Ray, gives its twin's result
+to the bit: agents.yaml requests arriving over time (with and without run noise) are placed by
+``LiveScheduler``'s rounds (``LivePlacement``, the node table, the policy, the admission and
+completion paths) while runs end at their emulated times, and every request's response equals
+the simulator's on the same requests (what ``bench live`` calls the twin). So a gap between a
+policy live and its twin is Ray's execution, not what the policy reads."""
 
 from __future__ import annotations
 
@@ -11,25 +11,34 @@ import numpy as np
 import pytest
 from live_replay import replay
 
-from envs.agents import load_agents, node_specs
-from envs.config_files import read_yaml, resolve_config_path
-from envs.node_sim import NodeSimulator
-from policies.node_learned import node_decider
-from scale_ray.bench.agents_live import requests
+from envs.config import replace
+from policies import get_policy
+from scale_ray.bench.agents_cluster import requests
+from scale_ray.config import load_env
+from scale_ray.evaluation import env_for_policy, simulate
 
-LEARNED = "learned:results/resource_model/scale_nodes/policy"
+LEARNED = "results/resource_model/scale_nodes/policy"
 
 
-@pytest.mark.parametrize("rule", ["eft_spread", "ray", LEARNED, "lookahead:2"])
+def _twin(spec: str, env, calls, seed: int, noise: float) -> float:
+    """The twin: the simulator on the same requests, runs taking the requests' own factors;
+    the planner as live runs it, on a snapshot of the present (``snapshot=true``)."""
+    if spec.startswith("lookahead"):
+        spec += ",snapshot=true"
+    env = replace(env, runtime={"noise_sigma": noise})
+    pol = get_policy(spec, env, seed=seed)
+    return simulate(env_for_policy(env, pol), pol, seed, arrivals=calls,
+                    policy_seed=seed)["mean_workflow_response_s"]
+
+
+@pytest.mark.parametrize("spec", ["eft_spread", "eft", LEARNED, "lookahead:candidates=2"])
 @pytest.mark.parametrize("noise", [0.0, 1.0])
-def test_live_decisions_give_the_twins_responses(rule, noise):
-    cfg = load_agents(read_yaml(resolve_config_path("configs/env/agents.yaml")))
-    specs = node_specs(cfg, 4)
-    calls = requests(cfg, specs, 16, 1, noise)
-    twin = NodeSimulator(cfg, specs, rate=1.0).run(node_decider(rule), 1, arrivals=calls)
-    live = replay(rule, specs, calls)
+def test_live_decisions_give_the_twins_responses(spec, noise):
+    env = load_env("configs/env/agents.yaml").with_servers(4)
+    calls = requests(env, 16, 1, noise)
+    live = replay(spec, env, calls)
     assert len(live) == 16
-    assert np.mean(live) == pytest.approx(twin["mean_workflow_response_s"], rel=1e-9)
+    assert np.mean(live) == pytest.approx(_twin(spec, env, calls, 1, noise), rel=1e-9)
 
 
 def test_the_learned_policy_live_reads_each_requests_age_as_its_twin():
@@ -37,9 +46,7 @@ def test_the_learned_policy_live_reads_each_requests_age_as_its_twin():
     2), the learned node policy: live decisions give its twin's mean. (It did not while the
     replay read the requests' arrivals on another clock than the rules' ``now``: the policy saw
     every request's age clipped, as live did before 9eed7f5; its 157th start went elsewhere.)"""
-    cfg = load_agents(read_yaml(resolve_config_path("configs/env/agents.yaml")))
-    specs = node_specs(cfg, 8)
-    calls = requests(cfg, specs, 120, 2, 1.0)
-    twin = NodeSimulator(cfg, specs, rate=1.0).run(node_decider(LEARNED), 2, arrivals=calls)
-    assert np.mean(replay(LEARNED, specs, calls)) == pytest.approx(
-        twin["mean_workflow_response_s"], rel=1e-9)
+    env = load_env("configs/env/agents.yaml").with_servers(8)
+    calls = requests(env, 120, 2, 1.0)
+    assert np.mean(replay(LEARNED, env, calls)) == pytest.approx(
+        _twin(LEARNED, env, calls, 2, 1.0), rel=1e-9)

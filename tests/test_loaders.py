@@ -450,7 +450,7 @@ def test_eft_episode_trace_verifies(family):
     sim.reset(3)
     policy.reset(3)
     while sim.current is not None:
-        sim.step(policy.act(sim.observe()))
+        sim.step(policy.decide(sim))
     m = sim.metrics()
     assert not m["truncated"]
     assert m["completed_tasks"] == m["arrived_tasks"] > 0

@@ -12,7 +12,7 @@ from envs.simulator import DONE, Simulator
 from envs.trace import read_trace, verify_trace
 from policies import get_policy, is_planner
 from policies.guard import is_learned, make_guard
-from policies.heuristics import EftServerView, EarliestFinish, eft_act
+from policies.heuristics import EarliestFinish, eft_pick, finish_key
 from policies.lookahead import Lookahead, LookaheadConfig, load_lookahead_config, parse_spec
 from scale_ray.config import load_env
 from scale_ray.evaluation import episode_seed, run_episode, run_episodes_lockstep
@@ -34,20 +34,20 @@ def state(sim: Simulator) -> dict:
               None if t.first_parent is None else t.first_parent.id, t.wf.done)
              for t in sim.tasks]
     return {"t": sim.t, "tasks": tasks, "current": None if sim.current is None else sim.current.id,
-            "busy": list(sim._busy_l), "busy_until": sim.busy_until.tolist(),
+            "busy": sim.table.busy.tolist(), "busy_until": sim.busy_until.tolist(),
             "events": [(e[0], e[1], e[2]) for e in sim.events],
             "ready": [(k, i) for k, i, _ in sim.core.queue.heap],
             "deferred": [i for _, i, _ in sim.core.queue.deferred],
             "blocked": [i for _, i, _ in sim.core.queue.blocked],
             "rng": [g.bit_generator.state["state"] for g in
                     (sim.arrivals.rng_arrivals, sim.arrivals.rng_workload, sim.cluster.rng_dynamics)],
-            "metrics": sim.metrics(), "feat": sim.servers.features.matrix.tolist(), "slot_of": dict(sim._slot_of)}
+            "metrics": sim.metrics(), "obs": {k: v.tolist() for k, v in sim.observe().items()},
+            "slot_of": dict(sim.cluster.slot_of)}
 
 
 def actions(sim: Simulator, rng: np.random.Generator, eft: EarliestFinish):
     """EFT most of the time, a random slot (often a wait) otherwise: varied states."""
-    obs = sim.observe()
-    return eft.act(obs) if rng.random() < 0.8 else int(rng.integers(0, sim.n_slots))
+    return eft.decide(sim) if rng.random() < 0.8 else int(rng.integers(0, sim.n_slots))
 
 
 def run_to_end(sim: Simulator, seed: int, eft: EarliestFinish, fork_every: int = 0) -> dict:
@@ -71,7 +71,7 @@ def run_to_end(sim: Simulator, seed: int, eft: EarliestFinish, fork_every: int =
     env("configs/env/paper.yaml", mdp={"head_of_line_blocking": False}),
 ])
 def test_fork_leaves_the_original_and_its_future_alone(cfg):
-    eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
+    eft = EarliestFinish()
     a = Simulator(cfg)
     a.reset(episode_seed(0, 1))
     plain = run_to_end(a, 7, eft)
@@ -83,7 +83,7 @@ def test_fork_leaves_the_original_and_its_future_alone(cfg):
     before = state(b)
     f = b.fork()
     while f.current is not None:
-        f.step(eft.act(f.observe()))
+        f.step(eft.decide(f))
     assert state(b) == before
     c = Simulator(cfg)
     c.reset(episode_seed(0, 1))
@@ -92,7 +92,7 @@ def test_fork_leaves_the_original_and_its_future_alone(cfg):
 
 @pytest.mark.parametrize("cfg", [env(), env("configs/env/paper.yaml", dynamics=DYNAMIC, n_max=40)])
 def test_fork_then_run_to_end_equals_the_original(cfg):
-    eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
+    eft = EarliestFinish()
     sim = Simulator(cfg)
     sim.reset(episode_seed(0, 2))
     rng = np.random.default_rng(3)
@@ -112,15 +112,15 @@ def test_a_reset_starts_the_unfinished_watermark_again():
     """The watermark of ``unfinished_range`` belongs to an episode: after a reset a fork copies
     the new episode's unfinished tasks (it once kept the last episode's and shared them)."""
     cfg = env()
-    eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
+    eft = EarliestFinish()
     sim = Simulator(cfg)
     sim.reset(episode_seed(0, 1))
     while sim.current is not None:
-        sim.step(eft.act(sim.observe()))
+        sim.step(eft.decide(sim))
     assert sim.unfinished_range() == len(sim.tasks)
     sim.reset(episode_seed(0, 2))
     for _ in range(5):
-        sim.step(eft.act(sim.observe()))
+        sim.step(eft.decide(sim))
     lo = sim.unfinished_range()
     assert lo <= len(sim.tasks) and all(t.state == DONE for t in sim.tasks[:lo])
     f = sim.fork()
@@ -141,13 +141,13 @@ def test_fork_shares_only_immutable_values_and_names_no_attribute():
     from envs.fork import immutable
 
     sim = Simulator(env())
-    for v in (sim.cfg, sim.order, sim.objective, sim._start_reward, sim._speed_by_memory,
+    for v in (sim.cfg, sim.order, sim.objective, sim._start_reward, sim.costs,
               sim._rules, 1.5, ("a", (1, 2.0))):
         assert immutable(v), v
-    for v in ([], {}, (1, []), sim.slots, sim.event_q, sim.arrivals, [].append, np.zeros(2)):
+    for v in ([], {}, (1, []), sim.table, sim.event_q, sim.arrivals, [].append, np.zeros(2)):
         assert not immutable(v), v
     f = sim.fork()
-    assert f.cfg is sim.cfg and f.objective is sim.objective and f.slots is not sim.slots
+    assert f.cfg is sim.cfg and f.objective is sim.objective and f.table is not sim.table
 
 
 @pytest.mark.parametrize("source,extra", [
@@ -158,18 +158,28 @@ def test_fork_shares_only_immutable_values_and_names_no_attribute():
     (REALISTIC, {"features": {"workload_scale": 3.0}}),
 ])
 @pytest.mark.parametrize("servers", [16, 48])
-def test_fast_eft_equals_earliest_finish(source, extra, servers):
+def test_eft_equals_a_scan_of_every_node(source, extra, servers):
+    """EFT looks at the lowest idle node of each shape, the input's node and the partly used
+    ones (``eft_heads``): the same pick as scanning every node with its key, and when the task
+    fits no node now, the node where it could start first."""
     cfg = env(source, servers=servers, horizon=60.0, **extra)
-    eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
-    dec = EftServerView()
     rng = np.random.default_rng(servers)
+
+    def scan(sim):
+        t, task = sim.table, sim.task
+        fit = [i for i in range(t.n) if t.fits_now(i, task.demands)]
+        if fit:
+            return min(fit, key=lambda i: (finish_key(sim, i, t.run_time(i, task)), i))
+        ever = [i for i in range(t.n) if t.accept_l[i] and t.fits_total(i, task.demands)]
+        return min(ever, key=lambda i: (t.earliest_fit(i, task.demands, sim.t), i))
+
     n = 0
     for ep in range(2):
         sim = Simulator(cfg)
         sim.reset(episode_seed(4, ep))
         while sim.current is not None:
-            want = eft.act(sim.observe())
-            assert eft_act(sim, dec.get(sim)) == want
+            want = scan(sim)
+            assert eft_pick(sim) == want
             n += 1
             sim.step(want if rng.random() < 0.85 else int(rng.integers(0, sim.n_slots)))
     assert n > 300
@@ -187,10 +197,10 @@ def test_planner_completes_an_episode_with_valid_decisions(tmp_path):
     sim.reset(episode_seed(0, 0))
     while sim.current is not None:
         task = sim.current
-        a = pol.act_state(sim)
+        a = pol.decide(sim)
         assert 0 <= a < sim.n_slots
-        assert sim._accept_l[a] and sim._memory_l[a] >= task.memory_gb
-        if sim._busy_l[a]:
+        assert sim._accept_l[a] and sim.table.memory_l[a] >= task.memory_gb
+        if sim.table.busy[a]:
             assert pol._reserved[task.id][0] == a
         sim.step(a)
     assert sim.metrics()["mean_task_response_s"] == m["mean_task_response_s"]
@@ -209,8 +219,8 @@ def test_planner_never_picks_a_server_the_task_cannot_fit_when_all_are_reserved(
     pol.reset(6)
     while sim.current is not None:
         task, mask = sim.current, sim.observe()["action_mask"]
-        a = pol.act_state(sim)
-        assert mask[a] and sim._memory_l[a] >= task.memory_gb, (sim.t, a)
+        a = pol.decide(sim)
+        assert mask[a] and sim.table.memory_l[a] >= task.memory_gb, (sim.t, a)
         sim.step(a)
 
 
@@ -229,9 +239,8 @@ def test_registration_guard_and_lockstep():
     pol = get_policy("lookahead:horizon_s=5,objective=workflow", cfg)
     assert isinstance(pol, Lookahead) and is_planner(pol) and not is_planner(get_policy("eft", cfg))
     assert pol.config == LookaheadConfig(horizon_s=5.0, objective="workflow")
-    assert not is_learned(pol) and make_guard(pol, None, cfg.features, True) is None
-    with pytest.raises(RuntimeError, match="act_state"):
-        pol.scores(Simulator(cfg).observe())
+    assert not is_learned(pol) and make_guard(pol, None) is None
+    assert not hasattr(pol, "scores")  # it plans on the state, never on an observation
     with pytest.raises(ValueError):
         get_policy("sample:lookahead", cfg)
     seq = run_episodes_lockstep(cfg, "lookahead", [0, 1])
@@ -277,7 +286,7 @@ def test_the_planner_follows_the_envs_objective_unless_told_otherwise():
         pol, sim, out = get_policy(spec, cfg, seed=0), Simulator(cfg), []
         sim.reset(episode_seed(0, 0))
         while sim.current is not None:
-            out.append(pol.act_state(sim))
+            out.append(pol.decide(sim))
             sim.step(out[-1])
         return out
 
@@ -293,32 +302,3 @@ def test_config_from_a_mapping():
     with pytest.raises(ValueError, match="key=value"):
         parse_spec("lookahead:candidates")
     assert build(LookaheadConfig, None) == LookaheadConfig()
-
-
-@pytest.mark.parametrize("source,extra", [
-    (REALISTIC, {}),
-    ("configs/env/paper.yaml", {"mdp": {"head_of_line_blocking": False, "transfer_delays_start": True}}),
-])
-def test_earliest_finish_grouping_identical_idle_servers_changes_nothing(source, extra,
-                                                                        monkeypatch):
-    """EarliestFinish on an observation groups idle servers by (compute, memory) when many are
-    idle: forced on every decision, it still picks what the simulator's EFT picks."""
-    import policies.heuristics as h
-    monkeypatch.setattr(h, "_CLASS_MIN", 0)
-    test_fast_eft_equals_earliest_finish(source, extra, 48)
-    # every server's score too (Serve's /v1/place answers them), not only the pick
-    cfg = env(source, servers=48, horizon=60.0, **extra)
-    eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
-    sim = Simulator(cfg)
-    sim.reset(episode_seed(5, 0))
-    grouped = 0
-    while sim.current is not None:
-        obs = sim.observe()
-        monkeypatch.setattr(h, "_CLASS_MIN", 0)
-        a = eft.scores(obs)
-        monkeypatch.setattr(h, "_CLASS_MIN", 10 ** 9)
-        b = eft.scores(obs)
-        assert np.array_equal(a, b), sim.t
-        grouped += int(np.isfinite(a).sum() > 1)
-        sim.step(int(np.argmax(a)))
-    assert grouped > 50

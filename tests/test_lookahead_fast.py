@@ -10,7 +10,7 @@ import pytest
 from envs.config import EnvConfig
 from envs.snapshot import ServerState, TaskState, WorkflowState
 from envs.simulator import Simulator
-from policies.heuristics import EftServerView, eft_act
+from policies.heuristics import eft_pick
 from policies.fast_rollout import Rollouts, ServerClasses, supported
 from policies.heuristics import EarliestFinish
 from policies.lookahead import DEFER, Lookahead, parse_spec
@@ -48,8 +48,7 @@ class Checked(Lookahead):
             return super()._plan(sim, cands, defer_slot)
         t_end = sim.t + self.config.horizon_s
         objective = self.config.objective or sim.cfg.objective
-        fast = Rollouts(sim, self._dec.get(sim), self._classes.get(sim, self._dec),
-                        self._reserved, objective)
+        fast = Rollouts(sim, self._classes.get(sim), self._reserved, objective, self._views)
         assert fast.ok
         slots = [c for c in cands if c != DEFER] + [int(s) for s in self.rng.integers(0, sim.n_slots, 2)]
         got = [fast.cost(s, t_end) for s in slots]
@@ -72,7 +71,7 @@ def drive(cfg: EnvConfig, spec: str, seed: int, decisions: int) -> Checked:
     for _ in range(decisions):
         if sim.current is None:
             break
-        sim.step(pol.act_state(sim))
+        sim.step(pol.decide(sim))
     return pol
 
 
@@ -110,12 +109,11 @@ def test_fast_rollouts_at_the_truncation_caps():
     cfg = env(horizon=30.0, mdp={"max_time_factor": 1.0})
     sim = Simulator(cfg)
     sim.reset(episode_seed(5, 0))
-    dec = EftServerView()
     while sim.current is not None and sim.t < 27.0:  # rollouts of 20 s pass the 30 s cap
-        sim.step(eft_act(sim, dec.get(sim)))
+        sim.step(eft_pick(sim))
     pol = Checked(cfg, parse_spec("lookahead"), seed=5)
     while sim.current is not None:
-        sim.step(pol.act_state(sim))
+        sim.step(pol.decide(sim))
     assert pol.checked > 20
     cfg = env(mdp={"max_decisions": 150})  # the episode has ~300
     pol = drive(cfg, "lookahead", seed=6, decisions=150)
@@ -148,8 +146,8 @@ def test_fast_and_forked_planners_decide_the_same(spec):
     sim.reset(episode_seed(0, 0))
     n = 0
     while sim.current is not None:
-        x = a.act_state(sim)
-        assert b.act_state(sim) == x, (n, sim.t)
+        x = a.decide(sim)
+        assert b.decide(sim) == x, (n, sim.t)
         sim.step(x)
         n += 1
     assert a.stats["planned"] > 250 and a.stats == {**b.stats, "plan_s": a.stats["plan_s"]}
@@ -162,35 +160,32 @@ def test_fast_and_forked_planners_decide_the_same(spec):
                           "join_rate_s": 0.1, "leave_rate_s": 0.1}, "n_max": 60}),
 ])
 def test_server_classes_hold_what_eft_tells_apart(source, extra):
-    """Each class: accepting slots that EarliestFinish scores alike (same decoded compute and
-    memory, same raw memory); EFT's pick is the lowest idle slot of some class or the task's
-    parent slot, and the largest class with an idle slot has the largest idle memory."""
+    """Each class: accepting slots of the same speed and memory; EFT's pick is the lowest idle
+    slot of some class or the task's parent slot."""
     cfg = env(source, servers=48, **extra)
-    eft = EarliestFinish(cfg.features, cfg.mdp.transfer_delays_start)
-    dec, cl = EftServerView(), ServerClasses()
+    eft = EarliestFinish()
+    cl = ServerClasses()
     sim = Simulator(cfg)
     sim.reset(episode_seed(2, 0))
     rng = np.random.default_rng(0)
     n = 0
+    t = sim.table
     while sim.current is not None and n < 1500:
-        c = cl.get(sim, dec.get(sim))
-        busy, acc = sim._busy_l, sim._accept_l
+        c = cl.get(sim)
+        t = sim.table
+        busy, acc = t.busy, t.accept_l
         assert sorted(s for s in range(sim.n_slots) if acc[s]) == sorted(
             s for s in range(sim.n_slots) if c.cls[s] >= 0)
         for s in range(sim.n_slots):
             k = c.cls[s]
             if k >= 0:
-                assert (dec.cdec[s], dec.mdec[s], sim._memory_l[s]) == (
-                    c.cdec[k], c.mdec[k], c.mraw[k]) and c.mask[k] >> s & 1
+                assert (t.cpu_speed[s], t.memory_l[s]) == (c.speed[k], c.mraw[k])
+                assert c.mask[k] >> s & 1
         idle = [min((s for s in range(sim.n_slots) if c.cls[s] == k and not busy[s]),
                     default=None) for k in range(len(c.mask))]
-        want = eft.act(sim.observe())
-        fp = sim.current.first_parent
-        pslot = None if fp is None else sim._slot_of.get(fp.sid)
+        want = eft.decide(sim)
         if not busy[want]:
-            assert want in idle or want == pslot
-        top = next((c.mraw[k] for k in range(len(idle)) if idle[k] is not None), -1.0)
-        assert top == sim.servers.max_idle_memory()
+            assert want in idle or want == sim.parent
         sim.step(want if rng.random() < 0.9 else int(rng.integers(0, sim.n_slots)))
         n += 1
     assert n > 300
@@ -205,7 +200,7 @@ def test_fast_rollouts_when_every_fitting_server_is_reserved():
     sim.reset(np.random.SeedSequence([1000, 6]))
     pol.reset(6)
     while sim.current is not None and sim.t < 100.0:
-        sim.step(pol.act_state(sim))
+        sim.step(pol.decide(sim))
     assert pol.checked > 2000 and pol.reserved_seen > 30
 
 
@@ -218,7 +213,7 @@ def test_fast_rollouts_when_a_reserved_idle_server_is_all_that_fits():
                  WorkflowState((TaskState(16.0, 40.0),), age_s=2.0),  # Y, waiting for slot 2
                  WorkflowState((TaskState(2.0, 4.0),), age_s=1.0)]   # the task decided
     pol = Checked(cfg, parse_spec("lookahead"), seed=0)
-    assert pol.decide(servers, workflows, (2, 0), waiting={(1, 0): 2}) in (0, 1)
+    assert pol.plan(servers, workflows, (2, 0), waiting={(1, 0): 2}) in (0, 1)
     assert pol.checked == 4
 
 

@@ -83,7 +83,7 @@ def test_episode_rows_lead_with_workflow_response_and_censored_tails():
     sim = Simulator(env)
     sim.reset(3)
     while sim.current is not None:
-        sim.step(eft.act(sim.observe()))
+        sim.step(eft.decide(sim))
     m = sim.metrics()
     for k in ("p95_workflow_response_s", "p99_workflow_response_s", "censored_workflow_response_s",
               "censored_p95_workflow_response_s", "censored_p99_workflow_response_s"):

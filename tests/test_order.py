@@ -9,7 +9,9 @@ import pytest
 
 from envs import order as orders
 from envs.config import ConfigError, EnvConfig, MdpConfig, build, replace
-from envs.decision import READY, DecisionCore, Rules, ServerTable
+from envs.decision import READY, DecisionCore, Rules
+from envs.demands import Request
+from envs.encoding import ServerView, slot_table
 from envs.simulator import Simulator
 from envs.workflow import TaskSpec, WorkflowSpec
 from scale_ray.evaluation import env_for_policy, evaluate, split_order
@@ -33,7 +35,7 @@ def _start_order(order: str, arrivals) -> list[tuple[str, int]]:
     seen = []
     while sim.current is not None:
         t = sim.current
-        if sim.servers.can_start(0, sim.current.memory_gb):
+        if sim.table.fits_now(0, t.demands):
             seen.append((t.wf.id, t.id - sim.workflows[t.wf.id].tasks[0].id))
         sim.step(0)
     return seen
@@ -88,14 +90,21 @@ def test_dynamic_orders_rekey_without_rebuilding_the_queue():
     assert sim.terminated and chain.level == pytest.approx(4.0)
 
 
+_SLOT_TASK = Request(memory_gb=1.0).on_slot()
+
+
+def _servers(n: int, busy: bool = False):
+    """``n`` servers of one slot (speed 1, 80 GB); busy ones run until 1e9 s."""
+    return slot_table([ServerView(1.0, 80.0, 1e9 if busy else 0.0) for _ in range(n)])
+
+
 def test_rekeyed_entries_are_dropped_as_stale():
-    table = ServerTable(1, EnvConfig().features)
-    table.set_server(0, 1.0, 80.0, 0.0, 0.0)
-    core = DecisionCore(table, Rules(False, True, True))
+    core = DecisionCore(_servers(1), Rules(False, True, True))
 
     class T:
         def __init__(self, i, key):
             self.id, self.key, self.memory_gb, self.state, self.waits = i, key, 1.0, READY, 0
+            self.demands = _SLOT_TASK
 
     a, b = T(0, (1.0,)), T(1, (2.0,))
     for t in (a, b):
@@ -145,6 +154,7 @@ class _CountingTask:
 
     def __init__(self, i):
         self.id, self.memory_gb, self.waits, self.key = i, 1.0, 0, (float(i),)
+        self.demands = _SLOT_TASK
         self._state = READY
 
     @property
@@ -155,10 +165,7 @@ class _CountingTask:
 
 @pytest.mark.parametrize("hol", [False, True])
 def test_a_round_with_no_free_server_does_not_walk_the_backlog(hol):
-    table = ServerTable(4, EnvConfig().features)
-    for i in range(4):
-        table.set_server(i, 1.0, 80.0, 0.0, 0.0)
-        table.start(i, 1e9)
+    table = _servers(4, busy=True)
     core = DecisionCore(table, Rules(hol, True, True))
     tasks = [_CountingTask(i) for i in range(20_000)]
     for t in tasks:
@@ -169,15 +176,13 @@ def test_a_round_with_no_free_server_does_not_walk_the_backlog(hol):
     assert _CountingTask.reads <= 2  # the head only, not 20,000 tasks
     assert len(core.queue) == 20_000 and not core.queue.deferred
     # and the order survives: a server frees up, the smallest key comes first
-    table.finish(2)
+    table.finish(next(iter(table.running[2])), 2)
     task, _ = core.next_task()
     assert task is tasks[0]
 
 
 def test_defer_all_then_new_arrivals_keep_one_heap():
-    core = DecisionCore(ServerTable(1, EnvConfig().features), Rules(False, True, True))
-    core.servers.set_server(0, 1.0, 80.0, 0.0, 0.0)
-    core.servers.start(0, 1e9)
+    core = DecisionCore(_servers(1, busy=True), Rules(False, True, True))
     ts = [_CountingTask(i) for i in range(0, 100, 2)]
     for t in ts:
         core.queue.push(t.key, t.id, t)
@@ -186,7 +191,7 @@ def test_defer_all_then_new_arrivals_keep_one_heap():
     for t in late:
         core.queue.push(t.key, t.id, t)
     core.queue.requeue_deferred()
-    core.servers.finish(0)
+    core.table.finish(next(iter(core.table.running[0])), 0)
     got = []
     while True:
         t, _ = core.next_task()
@@ -234,14 +239,18 @@ def test_edf_has_one_lower_bound_memory_aware_in_every_driver():
     from envs.episode import build_workflow
 
     servers = orders.by_speed([(2.0, 64.0), (4.0, 16.0)])
-    assert servers == [(4.0, 16.0), (2.0, 64.0)]
+    assert servers == ((4.0, 16.0), (2.0, 64.0))
     assert orders.speed_for(32.0, servers) == 2.0 and orders.speed_for(100.0, servers) == 4.0
     spec = WorkflowSpec((TaskSpec(8.0, 32.0, 0.0), TaskSpec(8.0, 8.0, 0.0, (0,))), "mem")
-    assert orders.lower_bound_s([8.0, 8.0], [32.0, 8.0], [(), (0,)], servers) == 6.0
-    edf = orders.Order("edf", edf_factor=2.0)
-    wf, _ = build_workflow(spec, 0, 0, 1.0, servers, edf, 3.0, 10.0, 0.01)
+    costs = orders.Costs.of([(2.0, 2.0, 64.0, False), (4.0, 4.0, 16.0, False)])
+    assert costs.fastest == servers
+    assert costs.lower_bound_s([8.0, 8.0], [32.0, 8.0], [False, False], [(), (0,)]) == 6.0
+    edf = orders.make("edf", edf_factor=2.0)
+    wf, _ = build_workflow(spec, 0, 0, 1.0, edf, costs)
     assert wf.lower_bound == 6.0 and wf.level == 1.0 + 2.0 * 6.0
-    assert edf.level(1.0, [8.0, 8.0], [32.0, 8.0], [[], [0]], servers, 3.0) == wf.level
+    keyed = edf.arrive(orders.Graph([8.0, 8.0], [32.0, 8.0], [0.0, 0.0], [False, False],
+                                    [[1], []], [[], [0]]), 1.0, 0, costs)
+    assert keyed.level == wf.level
 
 
 def test_live_levels_are_in_model_seconds_as_in_the_simulator():
@@ -264,10 +273,7 @@ def test_live_levels_are_in_model_seconds_as_in_the_simulator():
         wf = h.live_record
         assert wf.arrival == pytest.approx(10.0)
         if name == "edf":
-            servers = orders.by_speed((s.node.compute, s.node.memory_gb)
-                                      for s in sched.alive_servers) or orders.by_speed(
-                (t.compute, t.memory_gb) for t in env.cluster.tiers)
-            sim_wf, _ = build_workflow(CHAIN, 0, 0, 10.0, servers, sched.order, 1.0, 1.0, 0.0)
+            sim_wf, _ = build_workflow(CHAIN, 0, 0, 10.0, sched.order, sched.admission.costs)
             assert wf.level == pytest.approx(sim_wf.level)
             assert wf.level == pytest.approx(10.0 + env.mdp.edf_factor * sim_wf.lower_bound)
         else:

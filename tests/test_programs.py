@@ -37,7 +37,7 @@ def _starts(order: str, submission: str, arrivals) -> list[tuple[int, int]]:
     seen = []
     while sim.current is not None:
         t = sim.current
-        if sim.servers.can_start(0, t.memory_gb):
+        if sim.table.fits_now(0, t.demands):
             seen.append((t.wf.id, t.id - t.wf.tasks[0].id))
         sim.step(0)
     return seen

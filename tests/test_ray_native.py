@@ -18,12 +18,14 @@ from processes import cpuless_head_cluster
 from ray.dag import InputNode, MultiOutputNode
 
 from envs.config import ConfigError, FeatureConfig, TierConfig, build
-from envs.decision import READY, DecisionCore, Rules, ServerTable
-from scale_ray.live.cluster import NodeInfo
+from envs.decision import READY, DecisionCore, Rules
+from envs.encoding import PaperEncoder, TaskFacts
+from envs.nodes import NodeTable
+from scale_ray.live.cluster import NodeInfo, server_spec
 from scale_ray.live.config import LiveConfig, NoServers, Unschedulable
 from scale_ray.live.discovery import default_compute, discover, node_shape
 from scale_ray.live.raydag import accept, as_collected
-from scale_ray.live.refusals import covers, unmet_message
+from scale_ray.live.refusals import check_fits
 from scale_ray.live.workflow import Call, WorkflowError, WorkflowTypeError, primitive
 
 
@@ -213,16 +215,21 @@ def test_bad_server_settings_name_the_key(data, key):
 # ------------------------------------------------------------------------------- the core
 class _T:
     def __init__(self, memory_gb=0.0, demands=()):
-        self.memory_gb, self.demands, self.state, self.waits = memory_gb, demands, READY, 0
+        self.memory_gb, self.state, self.waits = memory_gb, READY, 0
+        self.demands = tuple(sorted(dict(demands, slot=1.0).items()))  # a slot server's
         self.key = (0,)
 
 
+def _servers(caps):
+    """Servers of one slot (8 GB) with their share of their node's resources."""
+    return [NodeInfo(f"n{i}", 1, 1.0, 8.0, "t", caps=tuple(sorted(c.items())))
+            for i, c in enumerate(caps)]
+
+
 def _core(caps, busy=()):
-    table = ServerTable(len(caps), FeatureConfig())
-    n = len(caps)
-    table.set_servers(np.ones(n), np.full(n, 8.0), np.zeros(n), np.zeros(n), np.ones(n, bool),
-                      np.array([1.0 if i in busy else 0.0 for i in range(n)]))
-    table.set_caps(caps)
+    table = NodeTable([server_spec(nd, False) for nd in _servers(caps)])
+    for i in busy:
+        table.start(i, f"busy{i}", (("slot", 1.0),), 9.0)
     return DecisionCore(table, Rules(False, ask_only_startable=True, mask_infeasible=True))
 
 
@@ -233,7 +240,8 @@ def test_the_core_checks_demands_wherever_it_checks_memory():
     core.queue.push(gpu.key, 0, gpu)
     t, _ = core.next_task()
     assert t is gpu
-    obs = core.servers.observe(np.zeros(4), 0.0, 0.0, None, 0.0, True, gpu.demands)
+    obs = PaperEncoder(FeatureConfig(), 2, True).observe(core.table, gpu, TaskFacts(1.0, 0.0),
+                                                         0.0)
     assert obs["action_mask"].tolist() == [0.0, 1.0]
     assert not core.resolve(gpu, 0) and gpu.waits == 1  # the CPU-only server: a wait
     # no server covers it: set aside; its only server busy: a forced wait
@@ -245,19 +253,18 @@ def test_the_core_checks_demands_wherever_it_checks_memory():
     t3 = _T(demands=(("GPU", 1.0),))
     core.queue.push(t3.key, 2, t3)
     assert core.next_task()[0] is None and core.forced_waits == 1 and not core.queue.blocked
-    # a table without capacities (the simulator, Serve) checks memory only
-    plain = ServerTable(1, FeatureConfig())
-    assert plain.caps is None
 
 
 def test_refusal_messages_say_what_is_missing_and_how_to_add_it():
-    assert covers((("CPU", 1.0), ("GPU", 1.0)), (("GPU", 1.0),))
-    assert not covers((("CPU", 1.0),), (("GPU", 0.5),))
-
     class S:
-        node = NodeInfo("n1", 2, 1.0, 8.0, "cpu2", caps=(("CPU", 1.0),))
-    msg = unmet_message("w", 0, "train", (("GPU", 1.0),), [S()])
-    assert "GPU=1" in msg and "--num-gpus" in msg and "cpu2: CPU=1" in msg
+        node = _servers([{"CPU": 1.0}])[0]
+    wf = as_collected(inc.options(num_gpus=1).bind(1))
+    with pytest.raises(Unschedulable) as e:
+        check_fits(wf, [S()], [], LiveConfig(), "ray")
+    msg = str(e.value)
+    assert "GPU=1 (the most any node has: 0)" in msg and "--num-gpus" in msg
+    with pytest.raises(NoServers, match="no servers"):
+        check_fits(wf, [], [], LiveConfig(), "ray")
 
 
 def test_serve_maps_no_servers_to_503_and_unschedulable_to_422():

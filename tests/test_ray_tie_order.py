@@ -3,7 +3,7 @@
 Ray's hybrid policy ranks nodes by score and breaks ties by ``scheduling::NodeID`` (the signed
 std::hash of the binary node id); below the spread threshold every node scores 0, and with top
 k = 1 (fewer than 10 nodes) Ray takes the first node in that order. ``ray_node_order``
-(policies/node_rules.py) computes the order from the node ids, so the simulator's Ray default can
+(policies/heuristics.py) computes the order from the node ids, so the simulator's Ray default can
 replay a live cluster's choices (scale_ray/bench/agents_live.py). Here, on a real cluster: a
 head without CPUs and four identical 4-CPU nodes, the first task of an idle cluster lands on the
 first node of that order, and so do most tasks sent one at a time.
@@ -18,7 +18,7 @@ import pytest
 import ray
 from processes import cpuless_head_cluster
 
-from policies.node_rules import ray_node_order
+from policies.heuristics import ray_node_order
 
 
 @ray.remote(num_cpus=1)

@@ -27,7 +27,7 @@ def _env(**runtime):
 def _run(sim, policy, steps=None):
     n = 0
     while sim.current is not None and (steps is None or n < steps):
-        sim.step(policy.act(sim.observe()))
+        sim.step(policy.decide(sim))
         n += 1
 
 
@@ -85,14 +85,14 @@ def test_noisy_runs_take_their_actual_time_and_deciders_see_estimates():
         assert e["t"] - s["t"] == pytest.approx(s["run_s"] + s.get("transfer_s", 0.0), abs=1e-9)
     assert any(abs(starts[e["task"]]["run_s"] - starts[e["task"]]["estimate_s"]) > 1e-3
                for e in done)
-    # busy servers never look idle (an overdue one shows its residual), idle ones never busy
+    # busy servers never look idle (an overdue one shows time left), idle ones never busy
     while sim.current is not None:
         obs = sim.observe()
         rem = obs["servers"][:, 2]
-        busy = np.array(sim._busy_l)
-        present = np.array(sim._present_l)
+        busy = sim.table.busy.copy()
+        present = np.array(sim.table.present_l)
         assert (rem[busy] > 0).all() and (rem[~busy & present] == 0).all()
-        sim.step(eft.act(obs))
+        sim.step(eft.decide(sim))
         if sim.decisions > 1500:
             break
 
@@ -128,7 +128,7 @@ def test_fork_and_snapshot_cannot_see_a_true_finish():
     eft = get_policy("eft", sim.cfg)
     found = None
     while sim.current is not None and found is None:
-        sim.step(eft.act(sim.observe()))
+        sim.step(eft.decide(sim))
         for t_true, kind, _, slot, b in sim.events:
             if kind == FINISH and b[1].state == RUNNING and b[1].token == b[0] \
                     and abs(t_true - float(sim.busy_until[slot])) > 0.5:
@@ -137,7 +137,7 @@ def test_fork_and_snapshot_cannot_see_a_true_finish():
     assert found is not None, "no run whose estimate is off by 0.5 s"
     slot, t_true, t_est = found
     f = sim.fork()
-    task = f.running[slot]
+    task = next(iter(f.table.running[slot]))
     f_ends = [e[0] for e in f.events if e[1] == FINISH and e[4][1] is task]
     assert f_ends == [pytest.approx(max(t_est, sim.t))] and f_ends[0] != pytest.approx(t_true)
     # the fork's own runs take their estimates, and the original is untouched
@@ -163,7 +163,7 @@ def test_run_overhead_ends_every_run_late_and_deciders_are_not_told():
     overdue = forked = 0
     while sim.current is not None and sim.decisions < 600:
         obs = sim.observe()
-        busy = np.array(sim._busy_l)
+        busy = sim.table.busy.copy()
         assert (obs["servers"][busy, 2] > 0).all()
         assert (sim.busy_until[busy] > sim.t).all()
         overdue += int((sim.busy_until[busy] <= sim.t + 2e-3).sum())
@@ -174,16 +174,16 @@ def test_run_overhead_ends_every_run_late_and_deciders_are_not_told():
                 if kind == FINISH and b[1].state == RUNNING:
                     assert t_end == pytest.approx(max(float(sim.busy_until[slot]), sim.t))
             forked += 1
-        sim.step(eft.act(obs))
+        sim.step(eft.decide(sim))
     assert overdue > 0, "no decision saw a server past its expected end"
     done = [t for t in sim.tasks if t.finish is not None and t.finish > 0 and t.slot is not None]
     assert len(done) > 100
     for t in done:
-        run = t.compute / sim._compute_l[t.slot]
+        run = t.compute / sim.table.cpu_speed[t.slot]
         assert t.finish - t.start >= run + c - 1e-9
         assert t.finish - t.start <= run + c + 10.0  # + its transfer, at most
     exact = [t for t in done if t.first_parent is None]
-    assert exact and all(t.finish - t.start == pytest.approx(t.compute / sim._compute_l[t.slot] + c)
+    assert exact and all(t.finish - t.start == pytest.approx(t.compute / sim.table.cpu_speed[t.slot] + c)
                          for t in exact)
 
 

@@ -15,15 +15,15 @@ import pytest
 import yaml
 
 from envs.config import ConfigError, replace
-from envs.encoding import ServerView, TaskView, encode
+from envs.encoding import Described, ServerView, TaskView, encode
 from envs.order import SERVING_ORDER
 from envs.simulator import DONE, READY, RUNNING, Simulator
 from scale_ray.config import REPO_ROOT, load_env
 from scale_ray.ports import free_port
-from policies.base import Policy
+from policies.base import ObservationPolicy, Policy
 from policies.guard import GuardConfig
-from serve_apps.decisions import (RequestError, RequestServers, TaskRow, load, observe, place,
-                                  prepare_place)
+from serve_apps.decisions import (RequestError, RequestServers, RequestState, TaskRow, load,
+                                  place, prepare_place)
 from serve_apps.schedule import schedule
 from serve_apps.placement import Tuning, parse_args
 from serve_apps.schemas import PlaceRequest, ScheduleRequest
@@ -52,23 +52,10 @@ def random_place_body(n: int, rng: np.random.Generator, parent: bool = True) -> 
 RAW = GuardConfig(enabled=False)  # compare the unguarded policy with the simulator's loop
 
 
-class Guarded(Policy):
-    """A loaded policy's answers as the service gives them: through its guard (no waits yet)."""
-
-    def __init__(self, lp):
-        self.lp = lp
-        self.name = lp.policy.name
-
-    def scores(self, obs):
-        return self.lp.policy.scores(obs)
-
-    def act(self, obs):
-        a = self.lp.policy.act(obs)
-        return a if self.lp.guard is None else self.lp.guard.check(obs, a, 0)[0]
-
-
-def reference_decision(body: dict, lp) -> tuple[int, np.ndarray]:
-    """The in-process answer: envs.encoding.encode on plain views, then the policy."""
+def reference_decision(body: dict, lp) -> tuple[int, np.ndarray | None]:
+    """The in-process answer: envs.encoding.Described on plain views, then the policy (a
+    learned one: its network's choice through its guard, and its raw scores; a rule: its
+    decision, no scores)."""
     ids = [s["id"] for s in body["servers"]]
     t = body["task"]
     parent = t.get("parent_server")
@@ -78,23 +65,36 @@ def reference_decision(body: dict, lp) -> tuple[int, np.ndarray]:
     servers = [ServerView(s["compute"], s["memory_gb"], s.get("remaining_s", 0.0), s.get("power_w", 0.0),
                           s.get("accepting", True)) for s in body["servers"]]
     e = lp.encoder
-    obs = encode(view, servers, e.features, e.bandwidth_gb_s, e.latency_s, e.mask_infeasible)
+    state = Described(view, servers, e.features, e.bandwidth_gb_s, e.latency_s, e.mask_infeasible,
+                      transfer_delays=e.transfer_delays_start, waits=t.get("waits", 0))
+    if not isinstance(lp.policy, ObservationPolicy):
+        return lp.policy.decide(state), None
+    obs = state.observe()
     choice = lp.policy.act(obs)
     if lp.guard is not None:  # what the service answers: the guarded choice, the raw scores
-        choice = lp.guard.check(obs, choice, t.get("waits", 0))[0]
+        choice = lp.guard.check(state, choice)[0]
     return choice, lp.policy.scores(obs)
+
+
+def assert_scores(ans: dict, scores: np.ndarray | None, **tol) -> None:
+    if scores is None:
+        assert ans["scores"] is None
+        return
+    np.testing.assert_allclose([-math.inf if s is None else s for s in ans["scores"]], scores,
+                               **tol)
 
 
 def simulator_request(sim: Simulator) -> dict:
     """The simulator's current state as a /v1/schedule body (servers in slot order)."""
     servers = []
-    for slot in np.flatnonzero(sim.present):
-        busy = bool(sim.busy[slot])
-        servers.append({"id": int(sim.srv_id[slot]), "compute": float(sim.compute[slot]),
-                        "memory_gb": float(sim.memory[slot]),
-                        "remaining_s": float(sim.busy_until[slot] - sim.t) if busy else 0.0,
-                        "power_w": float(sim.busy_w[slot] if busy else sim.idle_w[slot]),
-                        "busy_power_w": float(sim.busy_w[slot]), "accepting": bool(sim.accepting[slot])})
+    tb = sim.table
+    for slot in tb.positions():
+        busy = bool(tb.busy[slot])
+        servers.append({"id": int(tb.ids[slot]), "compute": float(tb.cpu_speed[slot]),
+                        "memory_gb": float(tb.memory_l[slot]),
+                        "remaining_s": float(tb.busy_until[slot] - sim.t) if busy else 0.0,
+                        "power_w": float(tb.busy_w[slot] if busy else tb.idle_w[slot]),
+                        "busy_power_w": float(tb.busy_w[slot]), "accepting": tb.accept_l[slot]})
     by_wf: dict[int, list] = {}
     for tk in sim.tasks:
         if tk.state != DONE:
@@ -122,9 +122,9 @@ def simulator_decisions(sim: Simulator, policy) -> tuple[list, list]:
     starts, waits = [], []
     while sim.current is not None:
         t0, task = sim.t, sim.current
-        a = policy.act(sim.observe())
-        if sim.servers.can_start(a, sim.current.memory_gb):
-            starts.append((task.wf.id, task.id, int(sim.srv_id[a])))
+        a = policy.decide(sim)
+        if sim.table.fits_now(a, task.demands):
+            starts.append((task.wf.id, task.id, int(sim.table.ids[a])))
         else:
             waits.append((task.wf.id, task.id))
         sim.step(a)
@@ -147,7 +147,7 @@ def fresh_states(env, policy, seed: int, want: int, min_ready: int = 3):
             if sim.current is None:
                 return
         last_t = sim.t
-        sim.step(policy.act(sim.observe()))
+        sim.step(policy.decide(sim))
 
 
 def answer_pairs(ans: dict) -> tuple[list, list]:
@@ -181,7 +181,7 @@ def test_service_never_offers_a_server_the_task_cannot_fit_by_default(paper_env)
     req = PlaceRequest.model_validate(body)
     default = parse_args({}).mask_infeasible
     assert default is True and parse_args({"mask_infeasible": "null"}).mask_infeasible is None
-    offered = {mask: prepare_place(req, load("eft", paper_env, None, mask), 100).obs["action_mask"]
+    offered = {mask: prepare_place(req, load("eft", paper_env, None, mask), 100).observe()["action_mask"]
                for mask in (default, False)}
     assert offered[True].tolist() == [0.0, 1.0] and offered[False].tolist() == [1.0, 1.0]
 
@@ -204,8 +204,9 @@ def test_observation_equals_encode(n, mask_infeasible, paper_env):
         table = RequestServers(req.servers, lp.encoder, 10_000)
         t = req.task
         slot = -1 if t.parent_server is None else table.position.get(t.parent_server, -2)
-        got = observe(TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, t.successors,
-                              t.completion_ratio, slot, t.parent_output_gb), table, lp.encoder)
+        got = RequestState(table, TaskRow(t.compute_gflop, t.memory_gb, t.output_gb, t.successors,
+                                          t.completion_ratio, slot, t.parent_output_gb),
+                           lp.encoder).observe()
         ids = [s["id"] for s in body["servers"]]
         view = TaskView(t.compute_gflop, t.memory_gb, t.output_gb, t.successors, t.completion_ratio,
                         ids.index(t.parent_server) if t.parent_server in ids else None,
@@ -283,7 +284,7 @@ def test_place_matches_reference_in_process(artifact, paper_env):
             ans = place(PlaceRequest.model_validate(body), lp, 10_000)
             choice, scores = reference_decision(body, lp)
             assert ans["index"] == choice and ans["server"] == f"s{choice}"
-            np.testing.assert_allclose([-math.inf if s is None else s for s in ans["scores"]], scores)
+            assert_scores(ans, scores)
 
 
 def test_batched_scoring_equals_one_by_one(artifact, paper_env):
@@ -295,9 +296,9 @@ def test_batched_scoring_equals_one_by_one(artifact, paper_env):
     rng = np.random.default_rng(8)
     preps = [prepare_place(PlaceRequest.model_validate(random_place_body(n, rng)), lp, 10_000)
              for n in (3, 48, 17, 300, 48)]
-    batched = decide_batch(lp, [p.obs for p in preps])
+    batched = decide_batch(lp, preps)
     for p, (choice, scores) in zip(preps, batched):
-        want_choice, want_scores = decide(lp, p.obs)
+        want_choice, want_scores = decide(lp, p)
         assert choice == want_choice
         np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-6)
 
@@ -432,8 +433,7 @@ def test_http_place_equals_in_process(served, artifact, paper_env):
                 ans = r.json()
                 choice, scores = reference_decision(body, lp)
                 assert ans["server"] == f"s{choice}" and ans["index"] == choice
-                got = np.array([-math.inf if s is None else s for s in ans["scores"]])
-                np.testing.assert_allclose(got, scores, rtol=1e-6)
+                assert_scores(ans, scores, rtol=1e-6)
                 assert ans["policy_version"] == lp.info["version"]
 
 
@@ -451,7 +451,7 @@ def test_http_schedule_equals_simulator_loop(served, artifact, paper_env):
         for sim in fresh_states(env, load(spec, env).policy, seed=11, want=4, min_ready=4):
             r = client.post(f"{prefix}/v1/schedule", json=simulator_request(sim))
             assert r.status_code == 200, r.text
-            assert answer_pairs(r.json()) == simulator_decisions(sim, Guarded(lp))
+            assert answer_pairs(r.json()) == simulator_decisions(sim, lp.policy)
             n += 1
         assert n == 4
 

@@ -56,7 +56,7 @@ def test_random_actions_respect_every_constraint(seed, servers, switches, dynami
     rng = np.random.default_rng(seed)
     steps = 0
     while sim.current is not None and steps < 20_000:
-        valid = [s for s in range(sim.n_slots) if sim.servers.can_start(s, sim.current.memory_gb)]
+        valid = [s for s in range(sim.n_slots) if sim.table.fits_now(s, sim.current.demands)]
         if valid and rng.random() < p_valid:
             a = int(rng.choice(valid))
         else:
@@ -86,7 +86,7 @@ def test_a_truncated_episode_counts_its_unfinished_tasks_in_the_censored_mean():
     sim = Simulator(env, trace=events.append)
     sim.reset(3)
     while sim.current is not None:
-        valid = [s for s in range(sim.n_slots) if sim.servers.can_start(s, sim.current.memory_gb)]
+        valid = [s for s in range(sim.n_slots) if sim.table.fits_now(s, sim.current.demands)]
         sim.step(valid[0] if valid else 0)
     m = sim.metrics()
     assert sim.truncated and 0 < m["completed_tasks"] < m["arrived_tasks"]

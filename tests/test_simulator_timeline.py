@@ -127,7 +127,7 @@ def test_draining_server_finishes_then_leaves_and_new_server_is_used():
     sim.reset(0, arrivals=wfs)
     run(sim, [1])                      # X on large (id 1); drain at 0.5; large #2 (id 2) joins at 0.6
     assert sim.t == 0.7 and sim.observe()["action_mask"].tolist() == [1.0, 0.0, 1.0]
-    assert sim.servers.can_start(1, sim.current.memory_gb) is False    # draining
+    assert sim.table.fits_now(1, sim.current.demands) is False    # draining
     run(sim, [2])
     assert sim.terminated
     seq = [(e["event"], e.get("server"), e["t"]) for e in events if e["event"].startswith("server")]

@@ -8,7 +8,7 @@ import pytest
 
 from envs.simulator import Simulator
 from envs.snapshot import ServerState, TaskState, WorkflowState, build, describe
-from policies.heuristics import EftServerView, eft_act
+from policies.heuristics import eft_pick
 from policies.lookahead import Lookahead
 from scale_ray.config import load_env
 
@@ -16,9 +16,8 @@ REALISTIC = "configs/env/realistic.yaml"
 
 
 def run_eft(sim: Simulator) -> None:
-    dec = EftServerView()
     while sim.current is not None:
-        sim.step(eft_act(sim, dec.get(sim)))
+        sim.step(eft_pick(sim))
 
 
 @pytest.mark.parametrize("seed,steps", [(0, 150), (1, 400), (2, 700), (4, 1000)])
@@ -30,15 +29,14 @@ def test_a_snapshot_runs_like_the_simulator_it_describes(seed, steps):
                                "mdp": {"advance_to_next_event": True}}, servers=16)
     sim = Simulator(env)
     sim.reset(seed)
-    dec = EftServerView()
     while True:  # EFT into the episode, to a state with running tasks and finished inputs
-        sim.step(eft_act(sim, dec.get(sim)))
+        sim.step(eft_pick(sim))
         steps -= 1
         servers, workflows, ids = describe(sim)
         if steps <= 0 and any(s.remaining_s > 0 for s in servers) and sum(
                 len(t.inputs) for w in workflows for t in w.tasks) >= 3:
             break
-    snap = build(env, servers, workflows, mean_compute=sim._mean_compute)
+    snap = build(env, servers, workflows, mean_compute=sim.costs.mean_cpu)
     assert snap.sim.current is not None and snap.sim.t == 0.0
     assert snap.sim.tasks[snap.ids[0][0]].compute == sim.tasks[ids[0][0]].compute
     original = sim.fork()
@@ -64,9 +62,9 @@ def servers_and_chain(busy_fast: float = 0.5):
 def test_the_planner_waits_for_a_fast_busy_server_and_not_for_a_slow_one():
     env = load_env(REALISTIC, servers=2)
     servers, wfs = servers_and_chain(0.5)
-    assert Lookahead(env).decide(servers, wfs, (0, 0)) == 1  # 0.5 + 1 s there, 8 s on the slow one
+    assert Lookahead(env).plan(servers, wfs, (0, 0)) == 1  # 0.5 + 1 s there, 8 s on the slow one
     servers, wfs = servers_and_chain(30.0)
-    assert Lookahead(env).decide(servers, wfs, (0, 0)) == 0
+    assert Lookahead(env).plan(servers, wfs, (0, 0)) == 0
 
 
 def test_focus_makes_any_ready_task_current_and_refuses_others():
@@ -148,9 +146,9 @@ def test_schedule_remembers_a_planner_defer_for_the_rest_of_the_round(monkeypatc
     from serve_apps.schedule import schedule
 
     seen = []
-    real = Lookahead.decide
+    real = Lookahead.plan
 
-    def decide(self, servers, workflows, focus, waiting=None, env=None, deferred=()):
+    def plan(self, servers, workflows, focus, waiting=None, env=None, deferred=()):
         seen.append((focus, dict(waiting or {}), list(deferred)))
         if len(seen) == 1:
             self.last_deferred = True
@@ -158,7 +156,7 @@ def test_schedule_remembers_a_planner_defer_for_the_rest_of_the_round(monkeypatc
         return real(self, servers, workflows, focus, waiting, env, deferred)
 
     lp = load("lookahead:first_k=2", load_env(REALISTIC))
-    monkeypatch.setattr(Lookahead, "decide", decide)
+    monkeypatch.setattr(Lookahead, "plan", plan)
     out = schedule(_request(), lp, 100, 100)
     assert out["unassigned"] == [{"workflow": "w1", "task": "a", "reason": "wait", "guard": None}]
     assert seen[0][2] == [] and seen[1] == (seen[1][0], {}, [seen[0][0]])
@@ -171,14 +169,14 @@ def test_schedule_remembers_a_planner_wait_as_a_wait_not_a_defer(monkeypatch):
     from serve_apps.schedule import schedule
 
     seen = []
-    real = Lookahead.decide
+    real = Lookahead.plan
 
-    def decide(self, servers, workflows, focus, waiting=None, env=None, deferred=()):
+    def plan(self, servers, workflows, focus, waiting=None, env=None, deferred=()):
         seen.append((focus, dict(waiting or {}), list(deferred)))
         return real(self, servers, workflows, focus, waiting, env, deferred)
 
     lp = load("lookahead", load_env(REALISTIC))
-    monkeypatch.setattr(Lookahead, "decide", decide)
+    monkeypatch.setattr(Lookahead, "plan", plan)
     out = schedule(_request(), lp, 100, 100)
     assert out["unassigned"] == [{"workflow": "w1", "task": "a", "reason": "wait", "guard": None}]
     assert len(seen) == 2 and seen[1][1] == {seen[0][0]: 1} and seen[1][2] == []
@@ -227,14 +225,14 @@ def test_the_snapshot_planner_completes_an_episode_with_valid_decisions(tmp_path
     sim.reset(episode_seed(0, 0))
     while sim.current is not None:
         task = sim.current
-        a = pol.act_state(sim)
-        assert sim._accept_l[a] and sim._memory_l[a] >= task.memory_gb
+        a = pol.decide(sim)
+        assert sim._accept_l[a] and sim.table.memory_l[a] >= task.memory_gb
         sim.step(a)
     assert sim.metrics()["mean_task_response_s"] == m["mean_task_response_s"]
     sticky = get_policy("lookahead:reservations=until_start", cfg, seed=0)
     sim.reset(episode_seed(0, 0))
     while sim.current is not None:
-        sim.step(sticky.act_state(sim))
+        sim.step(sticky.decide(sim))
     assert pol.stats["planned"] > sticky.stats["planned"] > 0
 
 
@@ -253,7 +251,7 @@ def test_instant_reservations_last_one_instant():
         older = 0
         while sim.current is not None:
             tid, before = sim.current.id, pol.stats["waits_chosen"]
-            a = pol.act_state(sim)
+            a = pol.decide(sim)
             if pol.stats["waits_chosen"] > before:
                 made[tid] = sim.t
             older += sum(1 for t in pol._reserved if made[t] < sim.t)
@@ -275,9 +273,9 @@ def test_first_k_defers_at_most_k_minus_1_tasks_per_instant(spec):
     per_instant: dict[float, list[int]] = {}
     while sim.current is not None:
         t, tid = sim.t, sim.current.id
-        a = pol.act_state(sim)
+        a = pol.decide(sim)
         if pol.last_deferred:
-            assert sim._busy_l[a] and tid not in per_instant.get(t, [])
+            assert sim.table.busy[a] and tid not in per_instant.get(t, [])
             assert tid not in pol._reserved  # a defer reserves nothing
             per_instant.setdefault(t, []).append(tid)
         else:
@@ -324,10 +322,12 @@ def test_a_schedule_request_reads_through_the_one_snapshot_builder():
     wf = req.workflows[0]
     pos = {"slow": 0, "fast": 1}
     got = workflow_state(wf.tasks, _RequestTasks(wf, 0, pos), 1.5, 7)
+    slot = ("slot", 1.0)
     assert got == WorkflowState((
-        TaskState(8.0, 1.0, 0.5, (), ((1, 0.5), (-1, 2.0), (0, 1.0)), None),
-        TaskState(4.0, 2.0, 0.0, (0, 2), (), None),
-        TaskState(2.0, 3.0, 0.0, (), (), 1)), 1.5, 7)
+        TaskState(8.0, 1.0, 0.5, (), ((1, 0.5), (-1, 2.0), (0, 1.0)), None,
+                  (("memory", 1.0), slot)),
+        TaskState(4.0, 2.0, 0.0, (0, 2), (), None, (("memory", 2.0), slot)),
+        TaskState(2.0, 3.0, 0.0, (), (), 1, (("memory", 3.0), slot))), 1.5, 7)
     wf.tasks[2].server = "nowhere"
     with pytest.raises(RequestError, match="not a server of the request"):
         _RequestTasks(wf, 0, pos)

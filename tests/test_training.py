@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from processes import stop_own, wait_for_port
 
-from envs.config import ConfigError
+from envs.config import ConfigError, replace
 from scale_ray.config import REPO_ROOT, load_env
 from scale_ray.ports import free_port
 from scale_ray.train_config import cosine_lr, load_train_config
@@ -475,46 +475,45 @@ def test_metrics_of_an_interrupted_run_are_cut_back_to_the_checkpoint_on_resume(
     assert [json.loads(ln)["iteration"] for ln in lines] == list(range(1, 9))
 
 
-def test_the_node_model_trains_the_pointer_network_with_node_features():
-    """cluster_model nodes (issue 46): the env is NodeSelectEnv, the network's input widths are
-    the node encoder's, and only PPO with the cross-attention network is accepted."""
-    from envs.agents import NodeEnvSpec
-    from envs.node_encoding import NODE_DIM, TASK_DIM as NODE_TASK_DIM
+def test_the_nodes_encoder_trains_the_pointer_network_with_node_features():
+    """env.encoder nodes (configs/train/scale_nodes.yaml): the one env, its observation the
+    nodes encoder's, the network's input widths that encoder's; only PPO with the
+    cross-attention network is accepted."""
+    from envs.encoding import NODE_DIM, NODE_TASK_DIM
     from scale_ray.rllib_config import build_algo_config
 
     cfg, env = load_train_config(REPO_ROOT / "configs/train/scale_nodes.yaml",
-                                 {"env": {"horizon_s": 30.0}, "nodes": 8})
-    assert isinstance(env, NodeEnvSpec) and env.nodes == 8 and env.agents.horizon_s == 30.0
+                                 {"env": {"workload": {"horizon_s": 30.0},
+                                          "cluster": {"servers": 8}}})
+    assert env.encoder == "nodes" and env.cluster.servers == 8
+    assert env.workload.horizon_s == 30.0 and not env.cluster.slotted
     ac = build_algo_config(cfg, env)
     mc = ac.rl_module_spec.model_config
     assert (mc["task_features"], mc["server_features"]) == (NODE_TASK_DIM, NODE_DIM)
-    assert ac.env == "scale_node_select" and ac.env_config["nodes"] == 8
+    assert ac.env_config["encoder"] == "nodes" and ac.env_config["cluster"]["servers"] == 8
     for bad in ({"algorithm": "dqn"}, {"network": "mlp"}):
-        with pytest.raises(ConfigError, match="cluster_model: nodes"):
+        with pytest.raises(ConfigError, match="encoder: nodes"):
             load_train_config(REPO_ROOT / "configs/train/scale_nodes.yaml", bad)
 
 
 @pytest.mark.slow
-def test_node_model_training_exports_a_policy_the_node_simulator_runs_guarded(tmp_path,
-                                                                              local_ray):
-    from envs.node_sim import NodeSimulator
-    from policies.artifact import ArtifactError
-    from policies.node_learned import LearnedNodePolicy
+def test_nodes_encoder_training_exports_a_policy_evaluated_guarded_at_any_size(tmp_path,
+                                                                               local_ray):
+    from policies import get_policy
+    from scale_ray.evaluation import run_episode
     from scale_ray.training import train
 
-    cfg, env = load_train_config(REPO_ROOT / "configs/train/scale_nodes.yaml",
-                                 {"env": {"horizon_s": 30.0}, "nodes": 8,
-                                  "ppo": SMALL["ppo"], "run": {"checkpoint_every": 1}})
+    overrides = {"env": {"workload": {"horizon_s": 30.0}, "cluster": {"servers": 8}},
+                 "ppo": SMALL["ppo"], "run": {"checkpoint_every": 1}}
+    cfg, env = load_train_config(REPO_ROOT / "configs/train/scale_nodes.yaml", overrides)
     out = tmp_path / "nodes"
     first = train(cfg, env, out, iterations=1, echo=lambda s: None)
     assert first["iterations"] == 1
     assert train(cfg, env, out, iterations=2, resume=True, echo=lambda s: None)["iterations"] == 2
     meta = json.loads((out / "policy" / "policy.json").read_text())
-    assert meta["cluster_model"] == "nodes" and meta["train_servers"] == 8
-    pol = LearnedNodePolicy(out / "policy")
+    assert meta["encoder"] == "nodes" and meta["train_servers"] == 8
+    pol = get_policy(str(out / "policy"), env)
+    assert pol.encoder == "nodes" and pol.guard is not None
     for n in (8, 32):  # zero-shot on another size: the same network, any number of nodes
-        m = NodeSimulator(env.agents, n).run(pol, seed=0)
-        assert m["tasks"] > 0 and math.isfinite(m["mean_workflow_response_s"])
-    with pytest.raises(ArtifactError, match="cluster_model slots"):
-        from policies.artifact import save_untrained
-        LearnedNodePolicy(save_untrained(tmp_path / "slots"))
+        m = run_episode(replace(env, cluster={"servers": n}), str(out / "policy"), 0)
+        assert m["completed_tasks"] > 0 and math.isfinite(m["mean_workflow_response_s"])

@@ -37,7 +37,7 @@ def test_predict_replays_exactly_these_arrivals():
     sim.reset(episode_seed(0, 0), arrivals=list(zip(times.tolist(), specs)))
     eft = get_policy("eft", hop)
     while sim.current is not None:
-        sim.step(eft.act(sim.observe()))
+        sim.step(eft.decide(sim))
     assert sim.metrics()["mean_workflow_response_s"] == m["mean_workflow_response_s"]
 
 
@@ -134,7 +134,7 @@ def _by_hand(env, policy, specs, times, seed):
     sim.reset(episode_seed(seed, 0), arrivals=list(zip(list(times), specs)))
     pol = get_policy(name, penv)
     while sim.current is not None:
-        sim.step(pol.act(sim.observe()))
+        sim.step(pol.decide(sim))
     return sim.metrics()["mean_workflow_response_s"]
 
 

@@ -1,7 +1,7 @@
 """The live side of ``scale-ray bench live --setting agents`` (scale_ray/bench/agents_live.py):
-the requests of ``configs/env/agents.yaml`` with their arrival times, a request as the live
-scheduler's workflow, the local Ray cluster of agents.yaml's node shapes (its own temp dir and
-ports; its nodes' order in Ray's tie-break, ``ray_node_order``) and the settings every run shares.
+the requests of ``configs/env/agents.yaml`` with their arrival times, the local Ray cluster of
+its node shapes (its own temp dir and ports; its nodes' order in Ray's tie-break,
+``ray_node_order``) and the settings every run shares.
 """
 
 from __future__ import annotations
@@ -13,56 +13,45 @@ from typing import Any
 
 import numpy as np
 
-from envs.agents import AgentTask, sample_request
+from envs.agents import sample_request
 from envs.config import EnvConfig, replace
-from envs.node_sim import arrival_rate
 from envs.nodes import NodeSpec
-from envs.workflow import TaskSpec, WorkflowSpec
-from policies.node_rules import ray_node_order
+from envs.sim_arrivals import base_rate
+from envs.workflow import WorkflowSpec
+from policies.heuristics import ray_node_order
 from scale_ray.live.cluster import COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL
 from scale_ray.live.raylocal import prepare_local_ray
-from scale_ray.live.workflow import (Call, CollectedWorkflow, Primitive, emulated_body,
-                                     expected_emulated_values)
+from scale_ray.live.workflow import from_spec
 
 CONFIG = "configs/env/agents.yaml"
 REFERENCE = "ray-default"
 
 
-def requests(cfg, nodes: list[NodeSpec], n: int, seed: int, noise: float = 0.0
-             ) -> list[tuple[float, list[AgentTask]]]:
-    """``n`` requests and their arrival times (model s) at the rate of ``cfg.gpu_load``; with
-    ``noise``, each call's two run factors (a run, a hedged copy) from a stream of their own
-    (the requests stay those without noise)."""
-    rate = arrival_rate(cfg, nodes)
+def requests(env: EnvConfig, n: int, seed: int, noise: float = 0.0
+             ) -> list[tuple[float, WorkflowSpec]]:
+    """``n`` requests of ``env``'s agents workload and their arrival times (model s) at its
+    rate (``workload.gpu_load`` on its cluster); with ``noise``, each call's two run factors
+    (a run, a hedged copy) from a stream of their own (the requests stay those without noise),
+    carried by the tasks (``TaskSpec.factors``: live and twin alike)."""
+    rate = base_rate(env)
     rng = np.random.default_rng(seed)
     noisy = np.random.default_rng([seed, 1])
     t, out = 0.0, []
     for _ in range(n):
         t += float(rng.exponential(1.0 / rate))
-        tasks = sample_request(cfg, rng)
-        for task in tasks if noise > 0 else ():
-            task.factors = tuple(float(f) for f in noisy.lognormal(-noise * noise / 2, noise, 2))
-        out.append((t, tasks))
+        spec = sample_request(env.workload.agents, rng)
+        if noise > 0:
+            spec = WorkflowSpec(tuple(ts._replace(factors=tuple(
+                float(f) for f in noisy.lognormal(-noise * noise / 2, noise, 2)))
+                for ts in spec.tasks), spec.name)
+        out.append((t, spec))
     return out
 
 
-def collected(tasks: list[AgentTask], name: str) -> Any:
-    """A request as the live scheduler's workflow: emulated bodies with the calls' Ray demands
-    (num_cpus, num_gpus, memory) and computes (seconds at speed 1)."""
-    spec = WorkflowSpec(tuple(TaskSpec(t.compute, dict(t.demands).get("memory", 0.0), 0.0,
-                                       t.parents, t.name) for t in tasks), name)
-    calls: list[Any] = []
-    for i, t in enumerate(tasks):
-        d = dict(t.demands)
-        opts = {"num_cpus": d.get("CPU", 0.0)} | ({"num_gpus": d["GPU"]} if "GPU" in d else {})
-        prim = Primitive(emulated_body, t.compute, d.get("memory", 0.0), 0.0, t.name,
-                         ray_options=opts, emulate=True)
-        if t.factors is not None:  # what its run and a copy of it take (--run-noise)
-            prim.run_gflop, prim.copy_gflop = (t.compute * f for f in t.factors)
-        calls.append(Call(prim, (i, *(calls[p] for p in t.parents)), {}))
-    kids = spec.children()
-    return CollectedWorkflow(spec, tuple(calls), tuple(i for i, k in enumerate(kids) if not k),
-                             tuple(expected_emulated_values(spec)))
+def collected(spec: WorkflowSpec, name: str) -> Any:
+    """A request as the live runtime's workflow: emulated bodies with the calls' Ray demands
+    (``scale_ray.live.workflow.from_spec``)."""
+    return from_spec(WorkflowSpec(spec.tasks, name))
 
 
 class AgentsCluster:
@@ -142,13 +131,12 @@ class AgentsCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
-def live_settings(nodes: list[NodeSpec], ts: float, speeds: str = "known"
+def live_settings(env: EnvConfig, nodes: list[NodeSpec], ts: float, speeds: str = "known"
                   ) -> tuple[EnvConfig, dict[str, Any]]:
-    """The env and the live config of every run: Ray's resource model, emulated run times at
-    time scale ``ts``, no hedging; ``speeds`` ``known``: the nodes' GPU speeds relative to their
-    CPU speed are configured (``gpu_speeds``), ``learned``: none is (every node speed 1) and the
-    run-time estimator learns them per kind and node shape from completions."""
-    env = replace(EnvConfig(), mdp={"transfer_delays_start": False})
+    """The env and the live config of every run: whole Ray nodes, emulated run times at time
+    scale ``ts``, no hedging, ``env``'s order and rules; ``speeds`` ``known``: the nodes' GPU
+    speeds relative to their CPU speed configured (``gpu_speeds``), ``learned``: none is (every
+    node speed 1) and the run-time estimator learns them per kind and node shape."""
     cfg: dict[str, Any] = {"model": "nodes", "time_scale": ts, "server_compute": 1.0,
                            "hedge": "off"}
     if speeds == "known":
@@ -156,4 +144,4 @@ def live_settings(nodes: list[NodeSpec], ts: float, speeds: str = "known"
                              for nd in nodes if nd.accelerator}
     else:
         cfg["estimator"] = "online"
-    return env, cfg
+    return replace(env, mdp={"transfer_delays_start": False}), cfg

@@ -1,10 +1,10 @@
 """``scale-ray bench live --setting agents`` (issue 46, item 6): agent requests of
 ``configs/env/agents.yaml`` on a local Ray cluster of nodes with CPUs, memory and logical GPUs of
-two accelerator types (emulated run times), placed live by the node rules (``live.model:
-nodes``) and by Ray's default scheduler, each next to its twin: the node simulator
-(``envs.node_sim``) on the same requests and arrival times, Ray default's twin being Ray's hybrid
-policy as ``policies.node_rules.RayHybrid`` emulates it, ties broken in the live cluster's
-node-id order (``ray_node_order``).
+two accelerator types (emulated run times), placed live by the scheduler's policies (whole Ray
+nodes, ``live.model: nodes``) and by Ray's default scheduler, each next to its twin: the
+simulator on the same requests and arrival times, Ray default's twin being Ray's hybrid policy
+as ``policies.heuristics.RayHybrid`` emulates it, ties broken in the live cluster's node-id
+order (``ray_node_order``).
 
 Prints per policy the live and the twin's workflow response (model s: mean, p95, p99), the gain
 over Ray default live and in the twin (value / Ray default's − 1), and the gap between them in
@@ -29,14 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from envs.agents import AgentTask, load_agents, node_specs
-from envs.config import replace
-from envs.config_files import read_yaml, resolve_config_path
-from envs.node_sim import NodeSimulator
-from envs.nodes import NodeSpec
-from policies import get_policy
-from policies.node_learned import node_decider
-from policies.node_rules import RayHybrid
+from envs.config import EnvConfig, replace
+from envs.workflow import WorkflowSpec
+from policies import PLANNERS, get_policy
+from policies.heuristics import RayHybrid
+from scale_ray.config import load_env
+from scale_ray.evaluation import env_for_policy, simulate
 from scale_ray.live import LiveScheduler
 from scale_ray.live.ray_default import RayDefaultRunner
 from scale_ray.relative import rel
@@ -46,7 +44,7 @@ from .agents_cluster import (CONFIG, REFERENCE, AgentsCluster, collected,  # noq
 from .agents_overhead import decision_overhead, format_overhead, live_overhead  # noqa: F401
 
 
-HEDGE = "+hedge"  # RULE+hedge: live.hedge all, its twin hedge_quantile (envs.node_hedging)
+HEDGE = "+hedge"  # POLICY+hedge: live.hedge all, its twin runtime.hedge all (envs.hedging)
 
 
 def add_agents_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,12 +53,15 @@ def add_agents_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--nodes", type=int, default=8, help="nodes of agents.yaml's shapes")
     g.add_argument("--gpu-load", type=float, default=None, help="offered GPU load (default: "
                    "the config's gpu_load)")
-    g.add_argument("--rules", nargs="*", default=["eft_spread", "eft"], help="node rules "
-                   "placed live (policies/node_rules.py, or learned:PATH: a node artifact); "
-                   "RULE+hedge: with hedged stragglers (live.hedge all)")
+    g.add_argument("--rules", nargs="*", default=["eft_spread", "eft"], help="policies placed "
+                   "live (any of --policy's: a rule of policies/heuristics.py, lookahead[:...], "
+                   "an artifact path); POLICY+hedge: with hedged stragglers (live.hedge all)")
+    g.add_argument("--speeds", choices=("known", "learned"), default="known", help="known: "
+                   "live.gpu_speeds set; learned: none, live and twin learn them per kind and "
+                   "node shape (live.estimator online; the twin's runtime.speeds learned)")
     g.add_argument("--run-noise", type=float, default=0.0, help="each call's runs take its "
                    "compute x a LogNormal factor of mean 1 and this log-spread, drawn per "
-                   "request (live and twin alike; envs/node_hedging.py)")
+                   "request (live and twin alike; envs/runtime.py)")
     g.add_argument("--runs", type=int, default=2, help="runs (seeds from --seed) per cluster")
     g.add_argument("--clusters", type=int, default=1, help="fresh clusters, one after another "
                    "(each has its own node ids, so its own Ray tie order)")
@@ -72,8 +73,6 @@ def add_agents_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--overhead-requests", type=int, default=150, help="the overhead part's "
                    "burst of requests on the live nodes (--skip-overhead: none); the decision "
                    "path without Ray gets as many per node")
-    g.add_argument("--speeds", choices=("known", "learned"), default="known", help="known: "
-                   "live.gpu_speeds set; learned: none, live and twin learn them (estimator)")
     g.add_argument("--warm-workers", type=int, default=6, help="CPU workers Ray starts on "
                    "each node before any run (AgentsCluster.warm; a run that needs more waits "
                    "for a worker process to start)")
@@ -81,7 +80,7 @@ def add_agents_arguments(p: argparse.ArgumentParser) -> None:
                    help="node counts of the decision path measured without Ray")
 
 
-def live_run(runner: Any, reqs: list[tuple[float, list[AgentTask]]], ts: float,
+def live_run(runner: Any, reqs: list[tuple[float, WorkflowSpec]], ts: float,
              timeout_s: float) -> dict[str, Any]:
     """Submit every request at its arrival time (wall = model x ``ts``), wait for all."""
     with runner:
@@ -97,15 +96,15 @@ def live_run(runner: Any, reqs: list[tuple[float, list[AgentTask]]], ts: float,
         return runner.summary()
 
 
-def _run_rule(name: str, r: int, seed: int, reqs, args: Any, cfg, nodes, env,
-              live_cfg: dict, ray_order: list[int]) -> tuple[dict, dict]:
-    """One rule (or Ray's default) on one run's requests, live and in its twin: their rows."""
+def _run_rule(name: str, r: int, seed: int, reqs, args: Any, twin_env: EnvConfig,
+              env: EnvConfig, live_cfg: dict, ray_order: list[int]) -> tuple[dict, dict]:
+    """One policy (or Ray's default) on one run's requests, live and in its twin: their rows."""
     if name == REFERENCE:
         runner = RayDefaultRunner(env, {**live_cfg})
     else:
         hedge = {"hedge": "all"} if name.endswith(HEDGE) else {}
-        runner = LiveScheduler(get_policy("eft"), env, {
-            **live_cfg, **hedge, "node_rule": name.removesuffix(HEDGE)})
+        runner = LiveScheduler(get_policy(name.removesuffix(HEDGE), env), env,
+                               {**live_cfg, **hedge})
     t0 = time.perf_counter()
     s = live_run(runner, reqs, args.time_scale, args.timeout_s)
     live = {k: s[k] for k in (
@@ -114,11 +113,11 @@ def _run_rule(name: str, r: int, seed: int, reqs, args: Any, cfg, nodes, env,
         "wall_s": time.perf_counter() - t0, "thread_cpu_s": s.get("thread_cpu_s"),
         "run_lag_model_s": s.get("run_lag_model_s"), "run_lag_by_node": s.get("run_lag_by_node"),
         "tasks_per_node": s.get("tasks_per_node")}
-    twin_cfg = replace(cfg, run_noise=args.run_noise, hedge_quantile=(
-        live_cfg.get("hedge_quantile", 0.9) if name.endswith(HEDGE) else 0.0))
-    twin = twin_prediction(name, seed, reqs, twin_cfg, nodes,  # learned speeds: as live
-                           args.speeds == "learned" and name != REFERENCE, args.ray_draws,
-                           ray_order)
+    twin_cfg = replace(twin_env, runtime={"noise_sigma": args.run_noise} | (
+        {"hedge": "all", "hedge_quantile": live_cfg.get("hedge_quantile", 0.9)}
+        if name.endswith(HEDGE) else {}) | (
+        {"speeds": "learned"} if args.speeds == "learned" and name != REFERENCE else {}))
+    twin = twin_prediction(name, seed, reqs, twin_cfg, args.ray_draws, ray_order)
     lag = s.get("run_lag_model_s")
     print(f"  run {r + 1} {name:12s} live mean {s['mean_workflow_response_model_s']:.2f} "
           f"twin {twin['mean_workflow_response_s']:.2f} model s "
@@ -129,9 +128,17 @@ def _run_rule(name: str, r: int, seed: int, reqs, args: Any, cfg, nodes, env,
                   for k, v in twin.items()}
 
 
-def twin_prediction(name: str, seed: int, reqs: list, cfg: Any, nodes: list[NodeSpec],
-                    learn_speeds: bool, ray_draws: int, ray_order: list[int] | None = None
-                    ) -> dict[str, Any]:
+def twin_spec(spec: str) -> str:
+    """The policy of ``spec``'s twin: the same, and the planner as live runs it, on a snapshot
+    of the present (``snapshot=true``, ``policies.lookahead``)."""
+    base, _, opts = spec.partition(":")
+    if base in PLANNERS and "snapshot=" not in opts:
+        return f"{base}:{opts},snapshot=true" if opts else f"{base}:snapshot=true"
+    return spec
+
+
+def twin_prediction(name: str, seed: int, reqs: list, env: EnvConfig, ray_draws: int,
+                    ray_order: list[int] | None = None) -> dict[str, Any]:
     """``name``'s twin on the run's requests. Ray default (``REFERENCE``) breaks ties by node id
     (``ray_order``: the live cluster's; None: a random order per draw) and draws among its top k;
     live Ray is one draw: its twin is the mean over ``ray_draws`` draws (seeds ``seed + 10,000
@@ -142,9 +149,13 @@ def twin_prediction(name: str, seed: int, reqs: list, cfg: Any, nodes: list[Node
         raise ValueError(f"--ray-draws: {ray_draws} must be >= 1")
 
     def sims(order: list[int] | None) -> list[dict[str, Any]]:
-        return [NodeSimulator(cfg, nodes, learn_speeds=learn_speeds).run(
-            node_decider(name.removesuffix(HEDGE)) if name != REFERENCE else RayHybrid(
-                order=order), seed + 10_000 * j, arrivals=reqs) for j in range(draws)]
+        out = []
+        for j in range(draws):
+            policy = (RayHybrid(order=order) if name == REFERENCE
+                      else get_policy(twin_spec(name.removesuffix(HEDGE)), env))
+            out.append(simulate(env_for_policy(env, policy), policy, seed + 10_000 * j, reqs,
+                                seed + 10_000 * j))
+        return out
 
     def sd(runs: list[dict[str, Any]]) -> float:
         means = [r["mean_workflow_response_s"] for r in runs]
@@ -161,27 +172,30 @@ def twin_prediction(name: str, seed: int, reqs: list, cfg: Any, nodes: list[Node
 
 
 def run_agents(args: Any) -> int:
-    raw = read_yaml(resolve_config_path(args.agents_config))
-    cfg = load_agents(raw | {"gpu_load": args.gpu_load} if args.gpu_load else raw)
-    nodes = node_specs(cfg, args.nodes)
+    twin_env = load_env(args.agents_config).with_servers(args.nodes)
+    if args.gpu_load:
+        twin_env = replace(twin_env, workload={"gpu_load": args.gpu_load})
+    nodes = twin_env.cluster.nodes()
     ts = args.time_scale
     rules = list(dict.fromkeys(args.rules))
     for flag, v in (("--clusters", args.clusters), ("--runs", args.runs)):
         if v < 1:
             raise ValueError(f"{flag}: {v} must be >= 1")
-    for name in rules:  # a wrong rule or artifact fails now, not after the first live run
-        node_decider(name.removesuffix(HEDGE))
+    for name in rules:  # a wrong policy or artifact fails now, not after the first live run
+        get_policy(name.removesuffix(HEDGE), twin_env)
         if name.endswith(HEDGE) and args.run_noise <= 0:
             raise ValueError(f"--rules {name}: hedging needs --run-noise > 0 (no run is late)")
-    env, live_cfg = live_settings(nodes, ts, args.speeds)
-    out: dict[str, Any] = {"setting": "agents", "nodes": args.nodes, "gpu_load": cfg.gpu_load,
-                           "speeds": args.speeds, "run_noise": args.run_noise,
+    env, live_cfg = live_settings(twin_env, nodes, ts, args.speeds)
+    gpu_load = twin_env.workload.gpu_load
+    out: dict[str, Any] = {"setting": "agents", "nodes": args.nodes, "gpu_load": gpu_load,
+                           "run_noise": args.run_noise, "speeds": args.speeds,
                            "warm_workers": args.warm_workers,
                            "workflows": args.workflows, "time_scale": ts, "runs": []}
     shapes = {nd.name: sum(1 for m in nodes if m.name == nd.name) for nd in nodes}
-    print(f"agents live: {args.nodes} nodes {shapes}, GPU load {cfg.gpu_load:g}, "
-          f"{args.workflows} requests per run, time_scale {ts:g}, {args.runs} run(s) on each of {args.clusters} cluster(s), "
-          f"rules {rules} vs {REFERENCE}, node speeds {args.speeds}", flush=True)
+    print(f"agents live: {args.nodes} nodes {shapes}, GPU load {gpu_load:g}, "
+          f"{args.workflows} requests per run, time_scale {ts:g}, {args.runs} run(s) on each of "
+          f"{args.clusters} cluster(s), policies {rules} vs {REFERENCE}, node speeds "
+          f"{args.speeds}", flush=True)
     if not rules and not args.skip_overhead:
         raise ValueError("--rules: the overhead part times the first rule; name one or pass "
                          "--skip-overhead")
@@ -190,16 +204,16 @@ def run_agents(args: Any) -> int:
             out.setdefault("ray_node_order", cluster.ray_order)
             for r in range(args.runs):
                 seed = args.seed + r
-                reqs = requests(cfg, nodes, args.workflows, seed, args.run_noise)
+                reqs = requests(twin_env, args.workflows, seed, args.run_noise)
                 row: dict[str, Any] = {"seed": seed, "cluster": c, "live": {}, "twin": {},
                                        "ray_node_order": cluster.ray_order}
                 names = [REFERENCE] + rules
                 for name in (names if r % 2 == 0 else names[::-1]):  # alternate who goes first
                     row["live"][name], row["twin"][name] = _run_rule(
-                        name, r, seed, reqs, args, cfg, nodes, env, live_cfg, cluster.ray_order)
+                        name, r, seed, reqs, args, twin_env, env, live_cfg, cluster.ray_order)
                 out["runs"].append(row)
             if c == 0 and not args.skip_overhead:
-                out["overhead"] = live_overhead(cfg, nodes, args.overhead_requests,
+                out["overhead"] = live_overhead(twin_env, nodes, args.overhead_requests,
                                                 args.repeats, rules[0], args.seed, args.timeout_s)
     if not args.skip_overhead:
         out["overhead"]["decision_only"] = [

@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from envs.agents import load_agents, node_specs, sample_request
+from envs.agents import sample_request
 from envs.config import EnvConfig, replace
-from envs.config_files import read_yaml, resolve_config_path
 from envs.decision import RUNNING
 from envs.nodes import NodeSpec
 from policies import get_policy
+from scale_ray.config import load_env
 from scale_ray.live import LiveConfig, LiveScheduler
 from scale_ray.live.cluster import NodeInfo, run_speed, server_caps
 from scale_ray.live.handles import WorkflowHandle
@@ -27,10 +27,10 @@ from .agents_cluster import CONFIG, REFERENCE, collected, live_settings
 OVERHEAD_TS = 0.001  # the burst's time scale: 1 model s of emulated run = 1 ms wall
 
 
-def live_overhead(cfg: Any, nodes: list[NodeSpec], n_requests: int, repeats: int, rule: str,
-                  seed: int, timeout_s: float) -> dict[str, Any]:
+def live_overhead(env: EnvConfig, nodes: list[NodeSpec], n_requests: int, repeats: int,
+                  rule: str, seed: int, timeout_s: float) -> dict[str, Any]:
     """``n_requests`` agent requests submitted at once (emulated run times at
-    :data:`OVERHEAD_TS`), placed by the scheduler (node rule ``rule``) and by Ray default on the
+    :data:`OVERHEAD_TS`), placed by the scheduler (policy ``rule``) and by Ray default on the
     running cluster, alternated ``repeats`` times; medians. The scheduler's cost is its thread's
     CPU per task, split into the Ray client calls it makes (submissions, ``ray.wait``,
     ``ray.get``, ``ray.nodes()``: :mod:`scale_ray.live.ray_cpu`) and its own work (the rest);
@@ -38,15 +38,15 @@ def live_overhead(cfg: Any, nodes: list[NodeSpec], n_requests: int, repeats: int
     ``.options().remote()`` per task, in the submitting thread) and its runner thread's
     ``ray.wait`` and ``ray.get`` of every run, what any run pays."""
     rng = np.random.default_rng(seed)
-    reqs = [sample_request(cfg, rng) for _ in range(n_requests)]
-    tasks = sum(len(r) for r in reqs)
-    env, live_cfg = live_settings(nodes, OVERHEAD_TS)
+    reqs = [sample_request(env.workload.agents, rng) for _ in range(n_requests)]
+    tasks = sum(len(r.tasks) for r in reqs)
+    env, live_cfg = live_settings(env, nodes, OVERHEAD_TS)
     rows: dict[str, list[float]] = {"ray_tp": [], "ray_cpu": [], "ray_wait_cpu": [],
                                     "sched_tp": [], "sched_cpu": [], "sched_ray_cpu": []}
     for r in range(repeats):
         for name in (REFERENCE, rule) if r % 2 == 0 else (rule, REFERENCE):
             runner = RayDefaultRunner(env, dict(live_cfg)) if name == REFERENCE else \
-                LiveScheduler(get_policy("eft"), env, {**live_cfg, "node_rule": rule})
+                LiveScheduler(get_policy(rule, env), env, dict(live_cfg))
             wfs = [collected(t, f"burst{k}") for k, t in enumerate(reqs)]
             with runner:
                 c0, t0 = time.thread_time(), time.perf_counter()
@@ -121,18 +121,18 @@ def decision_overhead(n_nodes: int, n_requests: int, seed: int = 0, rule: str = 
     """The scheduler's own CPU per task without Ray, at any number of nodes: a
     :class:`LiveScheduler` in node mode over ``n_nodes`` nodes of the config's shapes admits a
     burst of ``n_requests`` requests; its rounds (``LivePlacement.round``: the decision core,
-    the ``NodeTable``, the node rule ``rule``) run as live, a start holds the node's resources
+    the ``NodeTable``, the policy ``rule``) run as live, a start holds the node's resources
     as a run does, and runs end in order of their emulated run time through the scheduler's own
     completion path (``_finish``). Left out: only Ray's part of a run (``.remote()``,
     ``ray.wait``, ``ray.get``), which :func:`live_overhead` measures."""
-    cfg = load_agents(read_yaml(resolve_config_path(config)))
-    specs = node_specs(cfg, n_nodes)
+    cfg = load_env(config).with_servers(n_nodes)
+    specs = cfg.cluster.nodes()
     rng = np.random.default_rng(seed)
-    reqs = [sample_request(cfg, rng) for _ in range(n_requests)]
-    env = replace(EnvConfig(), mdp={"transfer_delays_start": False})
-    sched = LiveScheduler(get_policy("eft", env), env,
-                          LiveConfig(model="nodes", node_rule=rule, time_scale=1.0, hedge="off"))
-    sched.nodes.pooled = True  # as the first refresh sets it on plain Ray nodes
+    reqs = [sample_request(cfg.workload.agents, rng) for _ in range(n_requests)]
+    env = replace(cfg, mdp={"transfer_delays_start": False})
+    sched = LiveScheduler(get_policy(rule, env), env,
+                          LiveConfig(model="nodes", time_scale=1.0, hedge="off"))
+    sched.nodes.slotted = False  # as the first refresh finds plain Ray nodes
     servers = [_server(i, s) for i, s in enumerate(specs)]
     sched.set_alive(servers)
     sched.clock_origin = sched.placement.origin = 0.0  # model s = the emulated clock (a planner

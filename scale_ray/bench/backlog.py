@@ -23,8 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from envs.config import FeatureConfig
-from envs.decision import READY, DecisionCore, Rules, ServerTable
+from envs.decision import READY, DecisionCore, Rules
+from envs.demands import MEMORY, SLOT
+from envs.encoding import ServerView, slot_table
 
 BACKLOGS = (10, 20_000, 200_000)
 
@@ -38,18 +39,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 class _Task:
-    __slots__ = ("id", "memory_gb", "state", "waits", "key")
+    __slots__ = ("id", "memory_gb", "demands", "state", "waits", "key")
 
     def __init__(self, tid: int, memory_gb: float, key: tuple):
         self.id, self.memory_gb, self.state, self.waits, self.key = tid, memory_gb, READY, 0, key
+        self.demands = ((MEMORY, memory_gb), (SLOT, 1.0))
 
 
 def _core(servers: int, ready: int, seed: int = 0) -> DecisionCore:
-    table = ServerTable(servers, FeatureConfig())
     rng = np.random.default_rng(seed)
-    for i in range(servers):
-        table.set_server(i, float(rng.choice([1.0, 2.0, 4.0])), 80.0, 10.0, 100.0)
-        table.start(i, 1e9)  # busy: no server is free
+    # every server busy (a run until 1e9 s): no server is free
+    table = slot_table([ServerView(float(rng.choice([1.0, 2.0, 4.0])), 80.0, 1e9, 100.0)
+                        for _ in range(servers)])
     core = DecisionCore(table, Rules(head_of_line_blocking=False, ask_only_startable=True,
                                      mask_infeasible=True))
     for t in range(ready):
@@ -64,14 +65,14 @@ def _never(_task) -> int:  # the policy is never asked when nothing is free
 
 def _walking_round(core: DecisionCore) -> None:
     """The reference: the round before the backlog fix (each task checked and deferred)."""
-    q, srv = core.queue, core.servers
+    q, srv = core.queue, core.table
     heap = q.heap
     while heap:
         task = heap[0][2]
         if task.state != READY:
             heapq.heappop(heap)
             continue
-        if not srv.startable(task.memory_gb):
+        if not srv.fits_somewhere(task.demands):
             core.forced_waits += 1
             q.deferred.append(heapq.heappop(heap))
             continue

@@ -1,15 +1,12 @@
-"""Placement headroom in Ray's resource model (issue 46, item 4): every node rule of
-``policies.node_rules`` on ``configs/env/agents.yaml`` at several cluster sizes and GPU loads,
-paired episodes (same seeds, same requests), workflow response mean / p95 / p99, each rule's
-difference from EFT and from Ray's emulated default with 95 % t-intervals, and the default it
-chooses: the rule with the lowest mean whose gain over EFT excludes 0 at every size and load
-with p95 no worse, else EFT. ``RULE:learned``: the rule knows no node speed and plans with what
-the run-time estimator learned (``NodeSimulator(learn_speeds=True)``), as live with
-``live.estimator: online`` and no speeds configured. ``lookahead``: the rollout planner
-(``policies.node_lookahead``, EFT's ``--lookahead-k`` best nodes tried on forks); simulator only,
-so it is compared but never chosen as the default. ``--run-noise S``: runs take other than
-planned (``envs.node_hedging``); ``RULE+hedge``: the rule with stragglers hedged at
-``--hedge-quantile``.
+"""Placement headroom on Ray nodes (issue 46, item 4): every rule of ``policies.heuristics``
+(and any policy ``--policies`` names: the lookahead planner, a trained artifact, guarded) on
+``configs/env/agents.yaml`` at several cluster sizes and GPU loads, paired episodes (the same
+seeds, the same requests: ``scale_ray.evaluation``), workflow response mean / p95 / p99, each
+policy's difference from EFT and from Ray's emulated default with 95 % t-intervals, and the
+default it chooses: the rule with the lowest mean whose gain over EFT excludes 0 at every size
+and load with p95 no worse, else EFT. ``POLICY@ORDER``: another ready order (``eft@upward_rank``:
+HEFT). ``--run-noise S``: runs take other than planned (``runtime.noise_sigma``);
+``POLICY+hedge``: with stragglers hedged at ``--hedge-quantile`` (``runtime.hedge``).
 
     scale-ray bench headroom --nodes 16 64 --loads 0.6 0.8 --episodes 30 --json OUT.json
 """
@@ -25,101 +22,77 @@ from typing import Any
 
 import numpy as np
 
-from envs.agents import load_agents
-from envs.order import ORDERS
 from envs.config_base import replace
-from envs.config_files import read_yaml, resolve_config_path
-from envs.decision import NODE_LOOK
-from envs.node_sim import NodeSimulator
-from policies.node_learned import LearnedNodePolicy
-from policies.node_lookahead import MAX_OPEN_PER_NODE, NodeLookahead
-from policies.node_rules import NODE_POLICIES, node_policy
-from scale_ray.evaluation import ci95_half_width
+from envs.order import split_spec
+from policies import HEURISTICS, PLANNERS, get_policy
+from scale_ray.config import load_env
+from scale_ray.evaluation import ci95_half_width, run_episode
 from scale_ray.relative import rel
 
-DEFAULT_POLICIES = ("eft", "gpu_rule", "reserve", "eft_bestfit", "eft_spread", "eft_wait", "ray",
+DEFAULT_POLICIES = ("eft", "gpu_rule", "reserve", "eft_bestfit", "eft_spread", "eft-wait", "ray",
                     "random", "eft@upward_rank")
-HEDGE = "+hedge"  # RULE+hedge: with hedged stragglers (envs.node_hedging)
-PLANNER = "lookahead"  # policies.node_lookahead (not a rule: never the default)
+HEDGE = "+hedge"  # POLICY+hedge: with hedged stragglers (envs.hedging)
+LEARNED = ":learned"  # POLICY:learned: no node speed known, learned online (runtime.speeds)
 METRICS = ("mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_response_s")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default="configs/env/agents.yaml", help="the agents setting")
+    p.add_argument("--config", default="configs/env/agents.yaml", help="the env config")
     p.add_argument("--nodes", nargs="+", type=int, default=[16, 64], help="cluster sizes")
     p.add_argument("--loads", nargs="+", type=float, default=[0.6, 0.8],
-                   help="offered GPU loads (gpu_load)")
+                   help="offered GPU loads (workload.gpu_load)")
     p.add_argument("--episodes", type=int, default=30, help="paired episodes (seeds 0..E-1)")
-    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), type=_rule,
-                   help=f"node rules to compare ({', '.join(sorted(NODE_POLICIES))}; RULE@ORDER "
-                   f"with another ready order, e.g. eft@upward_rank: HEFT; RULE:learned with "
-                   f"no speed known, learned online: envs/node_sim.py; lookahead: the rollout "
-                   f"planner); eft and ray are always run: the references")
+    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), type=_policy,
+                   help=f"policies to compare (the rules {', '.join(sorted(HEURISTICS))}, a "
+                   f"planner lookahead[:key=value,...], an artifact path; POLICY@ORDER with "
+                   f"another ready order, e.g. eft@upward_rank: HEFT; POLICY:learned with no "
+                   f"node speed known, learned online; POLICY+hedge with hedged stragglers); "
+                   f"eft and ray are always run: the references")
     p.add_argument("--run-noise", type=float, default=None, help="lognormal sigma of runs "
-                   "around their plan (agents config run_noise; default: the config's)")
+                   "around their plan (runtime.noise_sigma; default: the config's)")
     p.add_argument("--hedge-quantile", type=float, default=0.9,
-                   help="RULE+hedge: a run past this quantile of its time gets a copy")
-    p.add_argument("--lookahead-k", type=int, default=4,
-                   help="nodes the lookahead planner tries per decision (1: EFT)")
+                   help="POLICY+hedge: a run past this quantile of its time gets a copy")
     p.add_argument("--horizon-s", type=float, default=None, help="arrivals stop here "
-                   "(default: the config's horizon_s)")
+                   "(default: the config's workload.horizon_s)")
     p.add_argument("--workers", type=int, default=2, help="processes")
     p.add_argument("--paired-with", default=None, metavar="JSON",
                    help="also print this run against the same episodes of an earlier run's "
-                        "--json (e.g. another --node-look)")
-    p.add_argument("--node-look", type=int, default=NODE_LOOK,
-                   help="tasks a round sets aside at most (envs.decision.NODE_LOOK; 0: no bound)")
-    p.add_argument("--learned", action="append", default=[], metavar="NAME=ARTIFACT",
-                   help="also a trained node policy (cluster_model: nodes), guarded "
-                        "(policies.node_learned), labelled NAME (repeatable)")
+                        "--json")
+    p.add_argument("--node-look", type=int, default=None, help="mdp.node_look: a round sets "
+                   "aside at most this many tasks that fit no node now (0: no bound; default: "
+                   "the config's)")
+    p.add_argument("--seed", type=int, default=0, help="base seed of the paired episodes")
     p.add_argument("--json", default=None, help="write every episode and the table here")
 
 
-def _rule(text: str) -> str:
-    head, _, speeds = text.removesuffix(HEDGE).partition(":")
-    rule, _, order = head.partition("@")
-    if ((rule not in NODE_POLICIES and rule != PLANNER) or (order and order not in ORDERS)
-            or speeds not in ("", "learned")):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: RULE[@ORDER][:learned][+hedge], RULE one of {sorted(NODE_POLICIES)} or "
-            f"{PLANNER}, ORDER one of {list(ORDERS)}; :learned: the rule knows no speed, the "
-            f"estimator learns them")
+def _parts(text: str) -> tuple[str, bool, bool]:
+    """``POLICY[@ORDER][:learned][+hedge]`` -> (POLICY[@ORDER], learned, hedged)."""
+    hedged = text.endswith(HEDGE)
+    text = text.removesuffix(HEDGE)
+    return text.removesuffix(LEARNED), text.endswith(LEARNED), hedged
+
+
+def _policy(text: str) -> str:
+    base, _ = split_spec(_parts(text)[0])
+    if base in HEURISTICS or base.partition(":")[0] in PLANNERS:
+        return text
+    try:
+        get_policy(base)  # an artifact: a wrong one fails here, naming it
+    except Exception as e:  # noqa: BLE001 - argparse prints it
+        raise argparse.ArgumentTypeError(str(e)) from None
     return text
 
 
 def _episode(job: tuple) -> dict[str, Any]:
-    cfg, n, load, policy, seed, look, learned, k, q = job
-    hedged = policy.endswith(HEDGE)
-    if policy in learned:  # a trained network (policies.node_learned), guarded
-        rule, order, speeds = policy, "", ""
-        decide = LearnedNodePolicy(learned[policy])
-    else:
-        head, _, speeds = policy.removesuffix(HEDGE).partition(":")  # eft:learned: no speed known, estimated
-        rule, _, order = head.partition("@")  # eft@upward_rank: HEFT (its order, then EFT)
-        decide = NodeLookahead(k) if rule == PLANNER else node_policy(rule)
-    over = ({"order": order} if order else {}) | ({"hedge_quantile": q} if hedged else {})
-    sim = NodeSimulator(replace(cfg, gpu_load=load, **over), n,
-                        learn_speeds=speeds == "learned", node_look=look)
+    env, n, load, policy, seed, base_seed = job
+    cfg = replace(env.with_servers(n), workload={"gpu_load": load})
+    spec, learned, _ = _parts(policy)
+    if learned:
+        cfg = replace(cfg, runtime={"speeds": "learned"})
     t0 = time.perf_counter()
-    m = sim.run(decide, seed)
-    extra = {"guard_overrides": decide.overrides} if policy in learned else {}
-    if isinstance(decide, NodeLookahead):
-        extra = {"rollouts": decide.rollouts, "changed_picks": decide.changed,
-                 "skipped": decide.skipped}
-    return m | extra | {"nodes": n, "load": load, "policy": policy, "episode": seed,
-                        "seconds": time.perf_counter() - t0}
-
-
-def _learned(specs: list[str]) -> dict[str, str]:
-    out = {}
-    for spec in specs:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path or name in NODE_POLICIES:
-            raise ValueError(f"--learned {spec!r}: NAME=ARTIFACT with a NAME that is not a rule "
-                             f"({sorted(NODE_POLICIES)})")
-        LearnedNodePolicy(path)  # a wrong artifact fails here, naming it, not in a worker
-        out[name] = path
-    return out
+    m = run_episode(cfg, spec, seed, base_seed)
+    return m | {"nodes": n, "load": load, "policy": policy, "episode": seed,
+                "seconds": time.perf_counter() - t0}
 
 
 def _rel(rows: dict, policy: str, ref: str, metric: str, seeds: list[int]) -> tuple[float, float]:
@@ -152,9 +125,9 @@ def table(episodes: list[dict[str, Any]], policies: list[str]) -> list[dict[str,
 
 def paired_with(episodes: list[dict[str, Any]], path: str) -> list[str]:
     """This run against the episodes of another run's JSON (``--paired-with``; the same
-    nodes, load, rule and seed): per (size, load, rule) the mean of value / that run's - 1 for
-    the mean, p95 and p99 workflow response, ± the 95 % half-width, and both runs' mean
-    ``look_stops`` (rounds ``node_look`` ended)."""
+    nodes, load, policy and seed): per (size, load, policy) the mean of value / that run's - 1
+    for the mean, p95 and p99 workflow response, ± the 95 % half-width, and both runs' mean
+    ``look_stops`` (rounds ``mdp.node_look`` ended)."""
     with open(path) as fh:
         other = json.load(fh)
     ref = {(e["nodes"], e["load"], e["policy"], e["episode"]): e for e in other["per_episode"]}
@@ -176,13 +149,14 @@ def paired_with(episodes: list[dict[str, Any]], path: str) -> list[str]:
 
 
 def choose_default(rows: list[dict[str, Any]]) -> str:
-    """The rule (not the planner) whose mean beats EFT with the interval excluding 0 in every (size, load), p95
-    no worse (its difference <= 0), the lowest average mean among those; else ``eft``."""
+    """The rule (not a planner or a trained policy) whose mean beats EFT with the interval
+    excluding 0 in every (size, load), p95 no worse (its difference <= 0), the lowest average
+    mean among those; else ``eft``."""
     cells = {(r["nodes"], r["load"]) for r in rows}
     best, best_gain = "eft", 0.0
     for p in sorted({r["policy"] for r in rows} - {"eft"}):
-        if p.partition("@")[0].partition(":")[0] == PLANNER or p.endswith(HEDGE):
-            continue  # simulator only, or not a rule (hedging is a setting)
+        if split_spec(p)[0] not in HEURISTICS:
+            continue  # not a rule (learned speeds and hedging are settings)
         mine = [r for r in rows if r["policy"] == p]
         if len(mine) != len(cells):
             continue
@@ -214,28 +188,25 @@ def format_table(rows: list[dict[str, Any]], episodes: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    raw = read_yaml(resolve_config_path(args.config))
+    env = load_env(args.config)
     if args.horizon_s is not None:
-        raw["horizon_s"] = args.horizon_s
+        env = replace(env, workload={"horizon_s": args.horizon_s})
     if args.run_noise is not None:
-        raw["run_noise"] = args.run_noise
-    cfg = load_agents(raw)
-    learned = _learned(args.learned)
-    policies = list(dict.fromkeys(["eft", "ray"] + list(args.policies) + list(learned)))
+        env = replace(env, runtime={"noise_sigma": args.run_noise})
+    if args.node_look is not None:
+        env = replace(env, mdp={"node_look": args.node_look})  # validated: >= 0
+    policies = list(dict.fromkeys(["eft", "ray"] + list(args.policies)))
     if args.episodes < 2:
         raise ValueError("--episodes: at least 2 (paired intervals)")
-    if args.node_look < 0:
-        raise ValueError(f"--node-look: {args.node_look} must be >= 0 (0: no bound)")
-    if args.lookahead_k < 1:
-        raise ValueError(f"--lookahead-k: {args.lookahead_k} must be >= 1")
-    if any(p.endswith(HEDGE) for p in policies) and not (0 < args.hedge_quantile < 1
-                                                          and cfg.run_noise > 0):
+    hedged = any(p.endswith(HEDGE) for p in policies)
+    if hedged and not (0 < args.hedge_quantile < 1 and env.runtime.noise_sigma > 0):
         raise ValueError(f"+hedge: needs --run-noise > 0 and 0 < --hedge-quantile < 1, got "
-                         f"{cfg.run_noise} and {args.hedge_quantile}")
-    jobs = [(cfg, n, load, p, s, args.node_look, learned, args.lookahead_k,
-             args.hedge_quantile) for n in args.nodes
-            for load in args.loads for s in range(args.episodes) for p in policies]
-    print(f"headroom: {len(jobs)} episodes ({len(policies)} rules x {len(args.nodes)} sizes x "
+                         f"{env.runtime.noise_sigma} and {args.hedge_quantile}")
+    hedge_env = replace(env, runtime={"hedge": "all", "hedge_quantile": args.hedge_quantile})
+    jobs = [(hedge_env if p.endswith(HEDGE) else env, n, load, p, s, args.seed)
+            for n in args.nodes for load in args.loads for s in range(args.episodes)
+            for p in policies]
+    print(f"headroom: {len(jobs)} episodes ({len(policies)} policies x {len(args.nodes)} sizes x "
           f"{len(args.loads)} loads x {args.episodes} seeds) on {args.workers} processes",
           flush=True)
     t0 = time.perf_counter()
@@ -247,11 +218,6 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {k}/{len(jobs)} episodes, {time.perf_counter() - t0:.0f} s", flush=True)
     rows = table(episodes, policies)
     print(format_table(rows, args.episodes))
-    planned = [e for e in episodes if "skipped" in e]
-    if planned:  # NodeLookahead's bound on its cost (MAX_OPEN_PER_NODE)
-        print(f"\nlookahead: {sum(e['skipped'] for e in planned)} of "
-              f"{sum(e['decisions'] for e in planned)} decisions by the base rule alone "
-              f"(over {MAX_OPEN_PER_NODE} open requests a node)")
     default = choose_default(rows)
     print(f"\ndefault rule (beats EFT at every size and load, p95 no worse; else eft): {default}")
     print(f"total {time.perf_counter() - t0:.0f} s")
@@ -260,9 +226,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"config": args.config, "nodes": args.nodes, "loads": args.loads,
-                       "episodes": args.episodes, "node_look": args.node_look,
-                       "lookahead_k": args.lookahead_k, "run_noise": cfg.run_noise,
-                       "hedge_quantile": args.hedge_quantile,
+                       "episodes": args.episodes, "seed": args.seed,
+                       "run_noise": env.runtime.noise_sigma,
+                       "hedge_quantile": args.hedge_quantile, "node_look": env.mdp.node_look,
                        "default": default, "table": rows, "per_episode": episodes}, fh, indent=1,
                       default=lambda o: None if isinstance(o, float) and math.isnan(o) else o)
         print(f"wrote {args.json}")

@@ -2,10 +2,10 @@
 
 For each cluster size the simulator (configs/env/realistic.yaml by default) runs EFT to
 ``--warmup-s`` simulated seconds (a loaded, steady state), then the planner makes ``--decisions``
-decisions of the same episode; each ``act_state`` call is timed (the simulator's own step is not).
+decisions of the same episode; each ``decide`` call is timed (the simulator's own step is not).
 Printed per size: mean, median and p95 ms per decision, the mean over decisions that ran rollouts
 ("planned"; the others answer a reservation or had a single candidate), and rollouts per planned
-decision; and the same for the fast EFT alone (one call of ``policies.heuristics.eft_act``).
+decision; and the same for the fast EFT alone (one call of ``policies.heuristics.eft_pick``).
 
 ``--forked``: also time each decision of the same planner with its rollouts on forks of the
 simulator (``Lookahead.fast = False``: how every rollout ran before issue 26; the rollouts of
@@ -13,7 +13,7 @@ simulator (``Lookahead.fast = False``: how every rollout ran before issue 26; th
 
 ``snapshot ms``: the same decisions as the placement service and the live scheduler make them —
 the state described as a snapshot (``envs.snapshot.describe``), a simulator built from it and
-the planner run on it (``Lookahead.decide``), all timed; such a planner remembers nothing
+the planner run on it (``Lookahead.plan``), all timed; such a planner remembers nothing
 between decisions, so it plans every one.
 """
 
@@ -29,7 +29,7 @@ import numpy as np
 from envs.simulator import Simulator
 from policies import get_policy
 from envs.snapshot import describe
-from policies.heuristics import EftServerView, eft_act
+from policies.heuristics import eft_pick
 from scale_ray.config import load_env
 from scale_ray.evaluation import episode_seed
 
@@ -57,11 +57,10 @@ def measure_one(env, spec: str, decisions: int, warmup_s: float, seed: int,
     """Timings of ``decisions`` planner decisions after ``warmup_s`` s of EFT on ``env``."""
     sim = Simulator(env)
     sim.reset(episode_seed(seed, 0))
-    dec = EftServerView()
     eft_s = []
     while sim.current is not None and sim.t < warmup_s:
         t0 = time.perf_counter()
-        a = eft_act(sim, dec.get(sim))
+        a = eft_pick(sim)
         eft_s.append(time.perf_counter() - t0)
         sim.step(a)
     pol = get_policy(spec, env, seed=seed)
@@ -80,15 +79,15 @@ def measure_one(env, spec: str, decisions: int, warmup_s: float, seed: int,
             servers, workflows, ids = describe(sim)
             focus = next((w, j) for w, tids in enumerate(ids) for j, tid in enumerate(tids)
                          if tid == sim.current.id)
-            fresh.decide(servers, workflows, focus, env=env)
+            fresh.plan(servers, workflows, focus, env=env)
             snap_t.append(clock() - t0)
         if slow is not None:
             t0 = clock()
-            b = slow.act_state(sim)
+            b = slow.decide(sim)
             fork_t.append(clock() - t0)
         before = pol.stats["planned"]
         t0 = clock()
-        a = pol.act_state(sim)
+        a = pol.decide(sim)
         dt = clock() - t0
         if slow is not None and a != b:
             raise AssertionError(f"N={env.cluster.servers}, t={sim.t}: fast rollouts chose "

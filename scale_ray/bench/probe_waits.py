@@ -38,31 +38,31 @@ def main(argv: list[str]) -> int:
 def record(out: str, argv: list[str]) -> int:
     log: dict[str, list] = {"live": [], "twin": []}
     tls = threading.local()
-    ask0, act0 = planning.LivePlanner.ask, la.Lookahead.act_state
+    ask0, act0 = planning.LivePlanner.ask, la.Lookahead.decide
 
-    def ask(self, t, placement, running, now):
+    def ask(self, t, placement, now):
         tls.live, reused = True, self.reused
         try:
-            choice = ask0(self, t, placement, running, now)
+            choice = ask0(self, t, placement, now)
         finally:
             tls.live = False
         s = placement.alive[choice]
-        busy = s.task is not None
+        busy = bool(s.running)
         log["live"].append({"now": now / self._ts, "task": t.gid, "server": s.sid, "busy": busy,
                             "told": (s.busy_until - now) / self._ts if busy else 0.0,
                             "reused": self.reused > reused})
         return choice
 
-    def act_state(self, sim):
+    def decide(self, sim):
         slot = act0(self, sim)
         if not getattr(tls, "live", False) and not self.config.snapshot:
-            busy = bool(sim.servers.busy_l[slot])
+            busy = sim.is_busy(slot)
             log["twin"].append({"now": sim.t, "task": sim.current.id,
                                 "server": sim.server_ids[slot], "busy": busy,
                                 "told": sim.busy_until[slot] - sim.t if busy else 0.0})
         return slot
 
-    planning.LivePlanner.ask, la.Lookahead.act_state = ask, act_state
+    planning.LivePlanner.ask, la.Lookahead.decide = ask, decide
     try:
         return main(argv)
     finally:

@@ -35,15 +35,15 @@ class Admission:
         env: the environment configuration (bandwidth, latency; its tiers stand in for the
             servers while none is offered).
         order: the ready-task order now (a callable: a policy swap may change it).
-        placement: the placement round (``push``; ``pooled``, ``table`` for resource-seconds).
+        placement: the placement round (``push``; its ``table`` for resource-seconds).
         fair: the fair share (None: off).
         running: the runs in flight, status ref -> (task, token) (their fair-share tags).
         servers: the servers offered now (a callable: the set changes).
         model_time: wall s (``perf_counter``) -> model s.
         trace: the trace sink (None: no trace).
 
-    Owns the task ids (``next_gid``) and ``mean_compute``, the offered servers' mean speed at
-    the last admission (``envs.order.mean_compute``; a dynamic order's re-key uses it).
+    Owns the task ids (``next_gid``) and ``costs``, how the order priced work at the last
+    admission (``envs.order.Costs`` of the offered servers; a dynamic order's re-key uses it).
     """
 
     def __init__(self, env: EnvConfig, order: Callable[[], orders.Order],
@@ -55,26 +55,31 @@ class Admission:
         self._running, self._servers, self._model_time = running, servers, model_time
         self.trace = trace
         self.next_gid = 0
-        self.mean_compute = 1.0
+        self.costs = orders.Costs()
 
-    def _capacities(self) -> list[tuple[float, float]]:
-        """(compute, memory) of each live server, else of each configured tier."""
-        return [(s.node.compute, s.node.memory_gb) for s in self._servers()] or [
-            (t.compute, t.memory_gb) for t in self.env.cluster.tiers]
+    def _costs(self) -> orders.Costs:
+        """The order's prices of the live servers, else of the configured tiers."""
+        nodes = [(s.node.compute, s.node.gpu_compute or s.node.compute, s.node.memory_gb,
+                  any(k == "GPU" for k, _ in s.node.caps)) for s in self._servers()]
+        if not nodes:
+            nodes = [(nd.cpu_speed, nd.gpu_speed, nd.memory_gb, bool(nd.resources.get("GPU")))
+                     for nd in self.env.cluster.nodes()]
+        return orders.Costs.of(nodes, self.env.cluster.network)
 
-    def work_s(self, workflow: Any, mean_c: float | None = None) -> list[float]:
-        """Each call's work in resource-seconds: its run at the servers' mean speed (model s;
-        ``mean_c``, else the live servers' now) times the largest share of an average node its
-        Ray demands hold (1 a slot in the paper's model). The fair share's tags and the
-        service's quotas count it."""
-        if mean_c is None:
-            mean_c = orders.mean_compute(c for c, _ in self._capacities())
-        works = [ts.compute_gflop / mean_c for ts in workflow.spec.tasks]
-        if self.placement.pooled:  # x the share of an average node held (DRF's weighing)
-            table = self.placement.table
-            works = [w * table.dominant_share(c.primitive.ray_demands)
-                     for w, c in zip(works, workflow.calls)]
-        return works
+    def work_s(self, workflow: Any, costs: orders.Costs | None = None) -> list[float]:
+        """Each call's work in resource-seconds: its run at the servers' mean speed for its
+        kind of work (model s; ``costs``, else the live servers' now) times the largest share
+        of an average node what it holds there takes (1 a slot in the paper's model; DRF's
+        weighing). The fair share's tags and the service's quotas count it."""
+        costs = costs or self._costs()
+        placement = self.placement
+        table = placement.table
+        out = []
+        for ts, c in zip(workflow.spec.tasks, workflow.calls):
+            r = c.primitive.request
+            held = r.on_slot() if placement.slotted else r.on_nodes()
+            out.append(costs.work_s(ts.compute_gflop, r.gpu > 0) * table.dominant_share(held))
+        return out
 
     def admit(self, h: WorkflowHandle) -> None:
         """Build ``h``'s live record (keys, parents, tasks finished before a restart) and queue
@@ -84,21 +89,26 @@ class Admission:
         prog = h.program  # a step of an agent program arrives when its program did
         wf = h.live_record = LiveWorkflow(h, h.submitted_wall, self._model_time(
             h.submitted_wall) if prog is None else prog.arrival)
-        order, c = self._order(), self.env.cluster
-        servers = self._capacities()
-        mean_c = self.mean_compute = orders.mean_compute(c for c, _ in servers)
-        gflop, kids = [ts.compute_gflop for ts in spec.tasks], spec.children()
-        ranks = order.ranks(gflop, [ts.output_gb for ts in spec.tasks], kids, mean_c,
-                            c.bandwidth_gb_s, c.latency_s)
+        order = self._order()
+        costs = self.costs = self._costs()
+        calls = h.workflow.calls
+        graph = orders.Graph([ts.compute_gflop for ts in spec.tasks],
+                             [ts.memory_gb for ts in spec.tasks],
+                             [ts.output_gb for ts in spec.tasks],
+                             [c.primitive.request.gpu > 0 for c in calls], spec.children(),
+                             [ts.parents for ts in spec.tasks])
         wf.wid = self.next_gid
-        wf.level = order.level(wf.arrival, gflop, [t.memory_gb for t in spec.tasks],
-                               [t.parents for t in spec.tasks], orders.by_speed(servers), mean_c)
-        if prog is not None:  # its program's tie breaker and service (scale_ray.live.programs)
-            prog.admitted(wf, order, self.next_gid)
+        if prog is not None:  # a step of a program keys as its program (scale_ray.live.programs)
+            prog.admitted(wf, self.next_gid)
+        # a step of a program: its program's service so far (las) and tie breaker
+        keyed = order.arrive(graph, wf.arrival, wf.wid, costs,
+                             prog.attained if prog is not None else 0.0)
+        ranks = keyed.ranks
+        wf.level = keyed.level
         tags = None
         if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
-            in_order = sorted(range(len(gflop)), key=lambda i: (-ranks[i], i))
-            tags = self._fair.admit(h.tenant, self.work_s(h.workflow, mean_c), in_order,
+            in_order = sorted(range(len(ranks)), key=lambda i: (-ranks[i], i))
+            tags = self._fair.admit(h.tenant, self.work_s(h.workflow, costs), in_order,
                                     (t.share for t, _ in self._running.values()))
         done = h.resumed_tasks or {}  # finished before a restart (Durability.resume)
         for i, call in enumerate(h.workflow.calls):

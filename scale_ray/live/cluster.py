@@ -59,13 +59,16 @@ class NodeInfo:
     labels: tuple[tuple[str, str], ...] = ()  # its Ray labels (label selectors; nodes model)
 
 
-def node_spec(node: NodeInfo) -> NodeSpec:
-    """A live node (a whole node: ``LiveConfig.model: nodes``) in Ray's resource model
-    (``envs.nodes``): its Ray resources (memory in GB) and its speed for every kind of work
-    (``NodeInfo.compute``)."""
-    return NodeSpec(node.tier, dict(node.caps) | {"memory": node.memory_gb},
-                    cpu_speed=node.compute, gpu_speed=node.gpu_compute or node.compute,
-                    labels=dict(node.labels))
+def server_spec(node: NodeInfo, whole: bool) -> NodeSpec:
+    """A live server as a node of the table (``envs.nodes``): a whole Ray node (``whole``,
+    ``LiveConfig.model: nodes``: its Ray resources, memory in GB) or one server of one slot
+    (``{slot: 1, memory: M}`` and its share of its node's resources, ``NodeInfo.caps``); its
+    speed for every kind of work, labels and power."""
+    res = dict(node.caps) | {"memory": node.memory_gb}
+    if not whole:
+        res["slot"] = 1.0
+    return NodeSpec(node.tier, res, node.compute, node.gpu_compute or node.compute, "",
+                    dict(node.labels), node.idle_w, node.busy_w)
 
 
 def run_speed(node: NodeInfo, demands: tuple[tuple[str, float], ...]) -> float:

@@ -174,8 +174,8 @@ class Completions:
         its unfinished tasks get new keys and the ready ones are pushed again (the queue drops
         the older entries)."""
         ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0
-        wf.level = self._order().finished(wf.level, t.prim.compute_gflop,
-                                          (now - t.started) / ts, self._admission.mean_compute)
+        work = self._admission.costs.work_s(t.prim.compute_gflop, t.gpu)
+        wf.level = self._order().on_finish(wf.level, work, (now - t.started) / ts)
         for tk in wf.tasks:
             if tk.state == DONE:
                 continue

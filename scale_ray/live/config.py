@@ -11,7 +11,6 @@ from typing import Literal
 from envs.config import ConfigError, rng
 from envs.workload import WorkflowError
 from policies.guard import GuardConfig
-from policies.node_learned import node_decider_error
 
 EXECUTORS = ("task", "actor")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -38,21 +37,14 @@ class LiveConfig:
             "resources; ray: every alive node from what Ray reports (CPUs, GPUs, memory); auto: "
             "scale if any alive node has scale_slot, else ray"))
     model: Literal["auto", "slots", "nodes"] = field(default="auto", metadata=rng(
-        doc="nodes: Ray's resource model (envs/nodes.py): a server is a node as Ray reports it "
-            "and runs every task whose Ray demands fit its free resources (num_cpus, num_gpus "
-            "fractions, memory, custom resources), each task a Ray task with its own demands "
-            "hard-pinned there, placed by node_rule; slots: the paper's servers, one task each "
+        doc="what a server is (envs/nodes.py: one model of the cluster): nodes, a node as Ray "
+            "reports it, running every task whose Ray demands fit its free resources (num_cpus, "
+            "num_gpus fractions, memory, custom resources), each task a Ray task with its own "
+            "demands hard-pinned there; slots: the paper's servers, one task each "
             "(slots_per_node, scale_slot); auto: nodes when the servers come from what Ray "
-            "reports (servers: ray), slots for scale server nodes"))
-    node_rule: str = field(default="eft_spread", metadata=rng(
-        doc="model nodes: the placement rule (policies/node_rules.py: eft_spread, eft, gpu_rule, "
-            "reserve, eft_bestfit, eft_wait, random); eft_spread is EFT with ties spread by "
-            "CPU/memory use, as equal as EFT in the simulator but live it reuses warm Ray "
-            "workers where EFT's first fit packs runs onto few nodes (results/resource_model/"
-            "README.md); learned:PATH: a policy trained with cluster_model: nodes "
-            "(policies/node_learned.py, guarded); lookahead[:K]: the rollout planner trying K "
-            "nodes (default 4; policies/node_lookahead.py); the policy given to the scheduler "
-            "decides in the slot model only"))
+            "reports (servers: ray), slots for scale server nodes. The scheduler's policy "
+            "places on both (on whole nodes eft_spread keeps Ray's workers warm: "
+            "results/resource_model/README.md)"))
     slots_per_node: int | None = field(default=None, metadata=rng(
         ge=1, le=1024, doc="servers per node; default: the node's scale_slot resource, or for a "
                            "plain Ray node its CPUs / task_num_cpus"))
@@ -140,9 +132,6 @@ class LiveConfig:
             "otherwise EFT's choice (counted: guard_* in the summary)"))
 
     def __post_init__(self) -> None:
-        why = node_decider_error(self.node_rule)
-        if why is not None:
-            raise ConfigError(f"node_rule: {why}")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor must be one of {list(EXECUTORS)}, got {self.executor!r}")
         for i, name in enumerate(self.worker_env_blank):

@@ -106,7 +106,9 @@ class NodeSet:
         self._last_refresh = -math.inf
         self._last_reap = 0.0
         self.source: str | None = None  # where the servers come from (discovery: scale or ray)
-        self.pooled = False  # Ray's resource model (LiveConfig.model): set by the first refresh
+        #: the servers are slots (one task each) or whole Ray nodes (LiveConfig.model): set by
+        #: the first refresh
+        self.slotted = True
 
     def alive(self) -> list[LiveServer]:
         """The servers still alive, in the order they appeared."""
@@ -131,14 +133,14 @@ class NodeSet:
                      "resources" if source == "scale" else "what Ray reports of every node",
                      len(nodes), sum(self.cfg.slots_per_node or n.slots for n in nodes))
             self.source = source
-            self.pooled = source == "ray" and resolved_model(self.cfg, source) == "nodes"
-            # in Ray's resource model each task is its own Ray task with its own demands
-            self.actors = self.cfg.executor == "actor" and not self.pooled
+            self.slotted = not (source == "ray" and resolved_model(self.cfg, source) == "nodes")
+            # on whole nodes each task is its own Ray task with its own demands
+            self.actors = self.cfg.executor == "actor" and self.slotted
         alive_ids = {n.node_id for n in nodes}
         added: list[LiveServer] = []
         gone: list[LiveServer] = []
         for n in nodes:
-            slots = 1 if self.pooled else self.cfg.slots_per_node or n.slots
+            slots = self.cfg.slots_per_node or n.slots if self.slotted else 1
             for s in range(slots):
                 if (n.node_id, s) not in self.servers:
                     srv = LiveServer(self._next_sid, n, s)
@@ -161,7 +163,7 @@ class NodeSet:
         registered once per actor), or a Ray task pinned to its node (always for a primitive
         with Ray options: :meth:`~scale_ray.live.executors.RemoteCache.ray_task_options`). ``meta`` as
         :func:`~scale_ray.live.executors.wrap_body`. Returns (value ref, status ref)."""
-        if self.pooled:  # Ray's resource model: its Ray task asks Ray for what it demands
+        if not self.slotted:  # a whole node: its Ray task asks Ray for what it demands
             opts = self.remote.node_task_options(prim)
             rf = self.remote.pinned(prim.fn, srv.node.node_id, prim.name, opts)
             return rf.remote(meta, *args, **kwargs)

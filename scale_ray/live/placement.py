@@ -1,18 +1,19 @@
-"""The live scheduler's side of the decision core (``envs.decision``).
+"""The live runtime's side of the decision core (``envs.decision``) over the one table of nodes
+(``envs.nodes``).
 
-:class:`LivePlacement` keeps the alive servers in the core's server table (a server *accepts*
-work once its actor answers: ``offered``), the ready tasks in the core's queue, and turns the
-scheduler's wall clock into the encoder's model seconds (remaining busy time = estimated finish
-- now, divided by ``time_scale``, never 0 for a busy server). The rules of a placement round are
-the core's: the live scheduler always masks servers a task does not fit (memory, and the demands
-of its Ray options against each server's capacities: ``NodeInfo.caps``), and asks the policy
-only when some accepting idle server fits the task (``ask_only_startable``); a task that fits
-no accepting server is set aside until the server set changes or a server's actor answers.
+:class:`LivePlacement` keeps the alive servers as the table's nodes (a server *accepts* work once
+its actor answers: ``offered``): a server of one slot (a ``scale_slot`` server, or a slot of a
+plain node under ``live.model: slots``) is a node ``{slot: 1, memory: M}`` plus its share of the
+node's resources, a whole Ray node (``live.model: nodes``) its resources; every run holds its
+task's demands there until it ends (:meth:`LivePlacement.release`), in model seconds (wall s /
+``time_scale``), as the simulator's. The rules of a placement round are the core's: the live
+runtime asks the policy only when some node can start the task now (``ask_only_startable``); a
+task no node could ever hold is set aside until the server set changes or an actor answers. A
+round runs only after something changed (a task became ready or was re-keyed, a run ended, the
+servers or an actor changed), as the simulator runs one at each event.
 
-In Ray's resource model (``LiveConfig.model: nodes``, :meth:`LivePlacement.use_model`) the core's
-table is an ``envs.nodes.NodeTable`` of the whole nodes: a task may start where its full Ray
-demands fit what is free, the node rule (``policies.node_rules``) picks, and every run holds
-its demands until it ends (:meth:`LivePlacement.release`).
+:class:`LiveState` is a decision as a policy sees it (``policies.base.State``): the table, the
+task, the model clock, its input's node, and the observation the policy's encoder makes of it.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from envs.config import FeatureConfig
-from envs.decision import DecisionCore, ReadyQueue, Rules, ServerTable, task_vector
-from envs.encoding import ServerView, TaskView
+from envs.decision import DecisionCore, ReadyQueue, Rules
+from envs.encoding import TaskFacts, make_encoder
 from envs.nodes import NodeTable
-from policies.node_learned import node_decider
+from envs.run_model import residual_s, show_overdue
+from envs.timing import Network
 
-from .cluster import node_spec
-from .node_planning import LiveNodePlanner
+from .cluster import server_spec
 from .tasks import READY, WAITING
 
 if TYPE_CHECKING:
@@ -37,36 +38,71 @@ if TYPE_CHECKING:
     from .tasks import LiveTask
 
 
-class LivePlacement:
-    """Decision-core state of one :class:`scale_ray.live.scheduler.LiveScheduler`."""
+class LiveState:
+    """One decision of the live runtime (``policies.base.State``): ``now`` in model seconds,
+    ``wall`` the wall time (``perf_counter``) of the round that asks."""
 
-    def __init__(self, features: FeatureConfig, bandwidth_gb_s: float, latency_s: float,
-                 head_of_line_blocking: bool, time_scale: float):
-        self.features = features
-        self._bw, self._lat = bandwidth_gb_s, latency_s
+    __slots__ = ("placement", "table", "task", "now", "wall", "parent", "transfer_s",
+                 "transfer_delays")
+
+    def __init__(self, placement: "LivePlacement", task: "LiveTask", wall: float):
+        self.placement, self.table, self.task = placement, placement.table, task
+        self.now, self.wall = placement.model(wall), wall
+        fp = task.first_parent
+        pos = placement.position(fp.last_server) if fp is not None else None
+        self.parent = -1 if pos is None else pos
+        self.transfer_s = 0.0 if fp is None else placement.network.transfer_s(fp.prim.output_gb)
+        self.transfer_delays = placement.transfer_delays
+
+    def facts(self) -> TaskFacts:
+        t, p = self.task, self.placement
+        wf, prim = t.wf, t.prim
+        return TaskFacts(p.shown(t), prim.memory_gb, len(t.children), wf.done / len(wf.tasks),
+                         prim.output_gb, self.transfer_s, self.parent,
+                         p.queue.ready_count(t.gid) if p.features.backlog else 1,
+                         self.now - wf.arrival)
+
+    def observe(self) -> dict[str, np.ndarray]:
+        return self.placement.encoder.observe(self.table, self.task, self.facts(), self.now)
+
+    def simulator(self) -> Any:
+        raise RuntimeError("the live runtime's planner plans on a snapshot "
+                           "(scale_ray.live.planning)")
+
+
+class LivePlacement:
+    """Decision-core state of one :class:`scale_ray.live.scheduler.LiveScheduler`.
+
+    Args:
+        features: the encoder constants of the policy's observations.
+        network: bandwidth and latency (``envs.timing``).
+        head_of_line_blocking: the paper's rule (a wait ends the round).
+        time_scale: wall s per model s.
+        transfer_delays: whether an input's transfer delays a start (``mdp``).
+        encoder: the policy's observation (``env.encoder``).
+    """
+
+    def __init__(self, features: FeatureConfig, network: Network, head_of_line_blocking: bool,
+                 time_scale: float, transfer_delays: bool = False, encoder: str = "paper"):
+        self.features, self.network, self.transfer_delays = features, network, transfer_delays
+        self.encoder_name = encoder
         self._ts = time_scale if time_scale > 0 else 1.0
         #: wall s (perf_counter) of model time 0: the scheduler's clock_origin, so that the
-        #: node table's times and the rules' ``now`` are the model seconds a workflow's arrival
-        #: is in (a learned node policy reads the difference: a request's age)
+        #: table's times and the rules' ``now`` are the model seconds a workflow's arrival is in
         self.origin = 0.0
-        self.core = DecisionCore(ServerTable(0, features),
-                                 Rules(head_of_line_blocking, ask_only_startable=True,
-                                       mask_infeasible=True))
+        self.core = DecisionCore(NodeTable([]), Rules(head_of_line_blocking,
+                                                      ask_only_startable=True,
+                                                      mask_infeasible=True))
+        self.encoder = make_encoder(encoder, features, 0, True)
         self.alive: list[LiveServer] = []
         self._pos: dict[int, int] = {}
-        # Ray's resource model (LiveConfig.model: nodes): a NodeTable, placed by a node rule
-        self.pooled = False
-        self.rule: Callable[..., int] | None = None
-        self.planner: LiveNodePlanner | None = None  # node_rule lookahead (node_planning)
-        # Ray's resource model: a round only after something changed (a task became ready or
-        # was re-keyed, a run ended, the node set or an actor changed), as the simulator runs
-        # one at each event; the node rules read no clock between events
-        self.changed = True
-        self._rng = np.random.default_rng(0)
-        # Ray's resource model with LiveConfig.estimator online: the node rules plan with the
-        # estimator's run per kind and node shape (the configured speeds are its prior)
+        #: the servers are slots (one task each) or whole Ray nodes (their tasks' full Ray
+        #: requests): what a run holds on its node (``LiveTask.demands``)
+        self.slotted = True
+        self.changed = True  # a round only after something changed (module docstring)
+        # LiveConfig.estimator online: the rules plan with the estimator's run per kind and
+        # node shape (the configured speeds are its prior)
         self.estimator: Any = None
-        self.max_memory = 0.0  # largest memory of an alive server (offered or not)
         # the compute (GFLOP) the policy is shown for a task; default its declared compute
         self.shown: Callable[[Any], float] = lambda t: t.prim.compute_gflop
         #: the fair share's second level: a tenant's tags in the configured order (None: off)
@@ -77,54 +113,39 @@ class LivePlacement:
         return self.core.queue
 
     @property
-    def table(self) -> ServerTable | NodeTable:
-        return self.core.servers
-
-    def use_model(self, pooled: bool, rule: str, order: Callable[[], Any],
-                  counters: dict[str, Any]) -> None:
-        """Ray's resource model (``pooled``: servers are whole nodes, placed by the node rule
-        ``rule``, ``policies.node_learned.node_decider``; the planner reads the ready-queue
-        ``order`` and counts its errors in ``counters``) or the slot model from now on;
-        :meth:`set_alive` builds the table. Queued tasks switch their demands with it (the
-        model follows where the servers come from, which an empty cluster does not tell yet)."""
-        self.pooled = pooled
-        self.rule = node_decider(rule) if pooled else None
-        self.planner = (LiveNodePlanner(self.rule, order, counters)
-                        if hasattr(self.rule, "plan") else None)
-        self.changed = True
-        q = self.queue
-        for entries in (q.heap, q.deferred, q.blocked):
-            for e in entries:
-                e[2].pooled = pooled
+    def table(self) -> NodeTable:
+        return self.core.table
 
     # ------------------------------------------------------------------ servers
-    def set_alive(self, alive: list[LiveServer]) -> None:
-        """The servers the policy sees, in this order (a node-set change)."""
+    def set_alive(self, alive: list[LiveServer], slotted: bool | None = None) -> None:
+        """The servers the policy sees, in this order (a node-set change); ``slotted``: whether
+        they are slots (None: as before)."""
+        if slotted is not None and slotted != self.slotted:
+            self.slotted = slotted
+            q = self.queue
+            for entries in (q.heap, q.deferred, q.blocked):  # what a run holds changed
+                for e in entries:
+                    e[2].demands = self.demands_of(e[2])
         self.alive = alive
         self._pos = {id(s): i for i, s in enumerate(alive)}
         self.changed = True
-        self.max_memory = max((s.node.memory_gb for s in alive), default=0.0)
-        if self.pooled:  # the nodes' resources; the runs already on them hold theirs
-            table = NodeTable([node_spec(s.node) for s in alive])
-            if self.estimator is not None:
-                est = self.estimator
-                table.estimate = lambda t, i, run: est.duration(t.kind, alive[i].node.tier,
-                                                                 run)
-            for i, s in enumerate(alive):
-                table.set_accepting(i, s.offered)
-                for t, until in s.running.items():  # expected ends, wall -> model s
-                    table.start(i, t, t.demands, self.model(until))
-            self.core.servers = table
-            self.queue.requeue_blocked()
-            return
-        self.core.servers = ServerTable(len(alive), self.features)
-        self.core.servers.set_caps([dict(s.node.caps) for s in alive])  # tasks' Ray demands
-        self.sync(0.0)
+        specs = [server_spec(s.node, not self.slotted) for s in alive]
+        table = NodeTable(specs, shapes=specs)
+        if self.estimator is not None:
+            est = self.estimator
+            table.estimate = lambda t, i, run: est.duration(t.kind, alive[i].node.tier, run)
+        for i, s in enumerate(alive):
+            table.set_accepting(i, s.offered)
+            for t, until in s.running.items():  # the runs already there hold theirs
+                table.start(i, t, t.demands, self.model(until))
+        self.core.table = table
+        self.encoder = make_encoder(self.encoder_name, self.features, len(alive), True)
         self.queue.requeue_blocked()  # a task that fit nowhere may fit a new server
 
-    def set_features(self, features: FeatureConfig) -> None:
-        """Encode with ``features`` (a new policy); :meth:`set_alive` rebuilds the table."""
-        self.features = features
+    def set_encoder(self, features: FeatureConfig, encoder: str) -> None:
+        """Encode with ``features`` and ``encoder`` (a new policy's)."""
+        self.features, self.encoder_name = features, encoder
+        self.encoder = make_encoder(encoder, features, len(self.alive), True)
 
     def set_offered(self, srv: LiveServer, offered: bool) -> None:
         """``srv``'s actor answered (True) or is starting again (False)."""
@@ -144,49 +165,34 @@ class LivePlacement:
         return None if srv is None else self._pos.get(id(srv))
 
     def release(self, srv: LiveServer, t: LiveTask, now: float) -> None:
-        """``t``'s run on ``srv`` ended or was stopped: the server (and, in Ray's resource
-        model, the node's resources it held) free again."""
-        if srv.release(t, now) and self.pooled:
+        """``t``'s run on ``srv`` ended or was stopped: the resources it held there are free."""
+        if srv.release(t, now):
             i = self._pos.get(id(srv))
             if i is not None:  # (a node gone: the table was rebuilt without it)
                 self.table.finish(t, i)
             self.changed = True
 
     def hold(self, srv: LiveServer, t: LiveTask) -> None:
-        """In Ray's resource model: a run of ``t`` started on ``srv`` outside a round (a hedged
-        copy) holds its demands there until it is released."""
+        """A run of ``t`` started on ``srv`` outside a round (a hedged copy) holds its demands
+        there until it is released."""
         i = self._pos.get(id(srv))
-        if self.pooled and i is not None:
+        if i is not None:
+            t.demands = t.demands or self.demands_of(t)
             self.table.start(i, t, t.demands, self.model(srv.running[t]))
 
-    def sync(self, now: float) -> None:
-        """The table at wall time ``now``: busy servers' remaining model seconds and power."""
-        if self.pooled:  # the node table is kept as runs start and end
-            return
-        alive = self.alive
-        n = len(alive)
-        remaining = np.zeros(n)
-        power = np.empty(n)
-        for i, s in enumerate(alive):
-            if s.task is None:
-                power[i] = s.node.idle_w
-            else:  # busy: estimated time left, never 0 (0 means idle to the policy)
-                remaining[i] = max((s.busy_until - now) / self._ts, 1e-3)
-                power[i] = s.node.busy_w
-        self.table.set_servers(
-            np.fromiter((s.node.compute for s in alive), float, n),
-            np.fromiter((s.node.memory_gb for s in alive), float, n), power,
-            np.fromiter((s.node.busy_w for s in alive), float, n),
-            np.fromiter((s.offered for s in alive), bool, n), remaining)
-
     # ------------------------------------------------------------------ tasks
+    def demands_of(self, t: LiveTask) -> tuple:
+        """What a run of ``t`` holds on one of these servers (``envs.demands.Request``)."""
+        r = t.prim.request
+        return r.on_slot() if self.slotted else r.on_nodes()
+
     def push(self, t: LiveTask) -> None:
         """``t`` is ready (a task of a failed workflow is not queued)."""
         if t.wf.failed:
             t.state = WAITING
             return
         t.state = READY
-        t.pooled = self.pooled  # its demands: the full Ray request in Ray's resource model
+        t.demands = self.demands_of(t)
         self.rekey(t)
 
     def rekey(self, t: LiveTask) -> None:
@@ -200,72 +206,42 @@ class LivePlacement:
         self.queue.push(t.key, t.gid, t)
         self.changed = True
 
-    def views(self, t: LiveTask, now: float) -> tuple[TaskView, list[ServerView]]:
-        """The task and the alive servers as the encoder's plain descriptions at wall time
-        ``now`` (``envs.encoding.encode(*views)`` equals :meth:`observe`; a test checks it)."""
-        views = []
-        for s in self.alive:
-            if s.task is None:
-                rem, power = 0.0, s.node.idle_w
-            else:
-                rem, power = max((s.busy_until - now) / self._ts, 1e-3), s.node.busy_w
-            views.append(ServerView(s.node.compute, s.node.memory_gb, rem, power,
-                                    accepting=s.offered))
-        fp = t.first_parent
-        wf = t.wf
-        # A finished parent whose server is gone: every server pays the transfer (as in the
-        # simulator), hence has_parent.
-        return TaskView(self.shown(t), t.prim.memory_gb, t.prim.output_gb, len(t.children),
-                        wf.done / len(wf.tasks), self.position(fp and fp.last_server),
-                        fp.prim.output_gb if fp is not None else 0.0,
-                        has_parent=fp is not None, ready_tasks=self.queue.ready_count(t.gid),
-                        workflow_age_s=(now - wf.arrival_wall) / self._ts), views
+    def refresh(self, now: float) -> None:
+        """A run past its expected end at wall time ``now`` never looks done
+        (``envs.run_model.show_overdue``, the simulator's rule): it shows the estimator's
+        expected residual life (``live.estimator: online``), else ``OVERDUE_S`` left."""
+        show_overdue(self.table, self.model(now),
+                     None if self.estimator is None else self._residual)
 
-    def observe(self, t: LiveTask, now: float) -> dict[str, np.ndarray]:
-        """The observation of placing ``t`` at wall time ``now`` (the table synced to ``now``)."""
-        self.sync(now)
-        fp = t.first_parent
-        transfer = 0.0 if fp is None else fp.prim.output_gb / self._bw + self._lat
-        wf, prim, f = t.wf, t.prim, self.features
-        vec = task_vector(f, self.shown(t), prim.memory_gb, len(t.children),
-                          wf.done / len(wf.tasks), prim.output_gb,
-                          self.queue.ready_count(t.gid) if f.backlog else 1,
-                          int(self.table.accepting.sum()) if f.backlog else 0,
-                          (now - wf.arrival_wall) / self._ts)
-        return self.table.observe(vec, 0.0, transfer, self.position(fp and fp.last_server),
-                                  prim.memory_gb, True, prim.demands)
+    def _residual(self, t: LiveTask, i: int, now: float) -> float:
+        """An overdue run's expected time left (model s; ``envs.run_model.residual_s``)."""
+        expected = t.prim.compute_gflop / self.table.speed(i, t.demands)
+        started = t.copy.started if t.copy is not None and t.copy.server is self.alive[i] \
+            else t.started
+        return residual_s(self.estimator, t.prim.kind, self.alive[i].node.tier, expected,
+                          now - self.model(started))
 
-    def round(self, now: Callable[[], float], ask: Callable[[Any, dict], int],
+    def state(self, t: LiveTask, now: float) -> LiveState:
+        """The decision of placing ``t`` at wall time ``now``."""
+        return LiveState(self, t, now)
+
+    def round(self, now: Callable[[], float], ask: Callable[[Any, LiveState], int],
               start: Callable[[Any, Any], None]) -> None:
-        """One placement round: ``ask(task, observation) -> position`` (policy and guard),
-        ``start(task, server)`` runs a valid pick (its server is marked busy here)."""
-        table = self.table
-        if self.pooled:
-            if not self.changed:
-                return
-            self.changed = False
-            rule, rng, planner = self.rule, self._rng, self.planner
-
-            def ask_node(t: LiveTask) -> int:  # times in model s, as the rules' run times
-                if planner is not None:
-                    return planner.ask(self, t, self.model(now()), rng)
-                return rule(table, t, self.model(now()), rng)
-
-            def start_node(t: LiveTask, i: int) -> None:
-                srv = self.alive[i]
-                start(t, srv)
-                table.start(i, t, t.demands, self.model(srv.running.get(t, now())))
-
-            self.core.run_round(ask_node, start_node)
+        """One placement round (when something changed): ``ask(task, state) -> position``
+        (the policy, its guard), ``start(task, server)`` runs a valid pick; its demands are
+        taken on the table here."""
+        if not self.changed:
             return
-        self.sync(now())
+        self.changed = False
+        table = self.table
+        self.refresh(now())
 
-        def ask_core(t: LiveTask) -> int:
-            return ask(t, self.observe(t, now()))
+        def ask_node(t: LiveTask) -> int:
+            return ask(t, self.state(t, now()))
 
-        def start_core(t: LiveTask, i: int) -> None:
+        def start_node(t: LiveTask, i: int) -> None:
             srv = self.alive[i]
             start(t, srv)
-            table.start(i, 1.0)  # busy; its remaining time is read again at the next sync
+            table.start(i, t, t.demands, self.model(srv.running.get(t, now())))
 
-        self.core.run_round(ask_core, start_core)
+        self.core.run_round(ask_node, start_node)

@@ -1,10 +1,12 @@
-"""The ``lookahead`` planner (``policies.lookahead``) in the live scheduler: each ask of the
-decision core's round builds a snapshot of the scheduler's own record (``envs.snapshot``) and
-plans on it.
+"""The ``lookahead`` planner (``policies.lookahead``) in the live runtime: each ask of the
+decision core's round builds a snapshot of the runtime's own record (``envs.snapshot``) and
+plans on it, on servers of one slot and on whole Ray nodes alike.
 
-The snapshot, in model seconds (wall seconds / ``time_scale``): the alive servers with their
-estimated remaining busy time, and every unfinished task of the workflows that have work queued
-or running: running tasks on their servers, finished parents' outputs where they were produced.
+The snapshot, in model seconds (wall seconds / ``time_scale``): the alive servers (a whole node
+with its resources; a run the snapshot lists no task for, ``held``, with what it holds and its
+remaining time), and every unfinished task of the workflows that have work queued or running:
+running tasks on their servers until their expected ends, finished parents' outputs where they
+were produced.
 A task that chose to wait for a busy server keeps it reserved in the rollouts for the rest of
 the round; the next round plans again, unless nothing it plans on changed since the task's last
 ask (the same task on each server, the same ready tasks, the same choices earlier in the round):
@@ -19,11 +21,10 @@ and counted (``counters["planner_errors"]``), and the scheduler thread goes on.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from envs.config import EnvConfig, FeatureConfig
 from envs.snapshot import ServerState, workflow_state
-from policies.heuristics import EarliestFinish
 from policies.lookahead import RoundChoices
 
 from .tasks import DONE, READY, RUNNING
@@ -48,7 +49,6 @@ class LivePlanner:
         self.round = RoundChoices()  # this round's waits and defers, by task gid
         self._memo: dict[int, tuple[tuple, int, bool]] = {}  # gid -> (state, answer, deferred)
         self.reused = 0  # answers given again without planning (nothing had changed)
-        self.fallback = EarliestFinish(features, env.mdp.transfer_delays_start)  # when planning raised
 
     @property
     def waiting(self) -> dict[int, int]:
@@ -63,8 +63,7 @@ class LivePlanner:
     def new_round(self) -> None:
         self.round.clear()
 
-    def ask(self, t: "LiveTask", placement: "LivePlacement", running: Iterable["LiveTask"],
-            now: float) -> int:
+    def ask(self, t: "LiveTask", placement: "LivePlacement", now: float) -> int:
         """The server position for ready task ``t`` at wall time ``now``."""
         state = self._state(placement)
         memo = self._memo.get(t.gid)
@@ -73,23 +72,24 @@ class LivePlanner:
             self.reused += 1
             self.round.record(t.gid, choice, deferred, True)
             return choice
-        servers = [ServerState(s.node.compute, s.node.memory_gb,
-                               0.0 if s.task is None else max((s.busy_until - now) / self._ts, 1e-3),
-                               s.node.idle_w, s.node.busy_w, s.offered)
-                   for s in placement.alive]
-        graph = _LiveTasks(placement)
+        graph = _LiveTasks(placement, now, self._ts)
         states, where = [], {}
-        for w, wf in enumerate(_active(placement, running)):
+        listed_runs: set[int] = set()
+        for w, wf in enumerate(_active(placement)):
             listed = [x for x in wf.tasks if x.state != DONE]
             for j, x in enumerate(listed):
                 where[x.gid] = (w, j)
+                if x.state == RUNNING:
+                    listed_runs.add(id(x))
             age = max((now - wf.arrival_wall) / self._ts, 0.0)
             states.append(workflow_state(listed, graph, age, len(wf.tasks)))
+        servers = [self._server(placement, i, s, now, listed_runs)
+                   for i, s in enumerate(placement.alive)]
         waiting, deferred = self.round.for_snapshot(where)
-        choice = self.planner.decide(servers, states, where[t.gid], waiting, env=self.env,
+        choice = self.planner.plan(servers, states, where[t.gid], waiting, env=self.env,
                                      deferred=deferred)
         deferred = bool(self.planner.last_deferred)
-        busy = placement.alive[choice].task is not None
+        busy = not placement.table.fits_now(choice, t.demands)
         self.round.record(t.gid, choice, deferred, busy)
         if deferred or busy:  # it waits: remembered until something changes
             if len(self._memo) > 100_000:
@@ -99,25 +99,48 @@ class LivePlanner:
             self._memo.pop(t.gid, None)
         return choice
 
+    def _server(self, placement: "LivePlacement", i: int, s, now: float,
+                listed: set[int]) -> ServerState:
+        """Server ``i`` in the snapshot: a server of one slot with its remaining busy time, or
+        a whole node with the runs of tasks the snapshot does not list (``held``)."""
+        ts = self._ts
+        if placement.slotted:
+            rem = 0.0 if not s.running else max((s.busy_until - now) / ts, 1e-3)
+            return ServerState(s.node.compute, s.node.memory_gb, rem, s.node.idle_w,
+                               s.node.busy_w, s.offered, placement.table.specs[i])
+        held = tuple((x.demands, max((until - now) / ts, 1e-3)) for x, until in s.running.items()
+                     if id(x) not in listed or x.server is not s)
+        return ServerState(s.node.compute, s.node.memory_gb, 0.0, s.node.idle_w, s.node.busy_w,
+                           s.offered, placement.table.specs[i], held)
+
     def _state(self, placement: "LivePlacement") -> tuple:
-        """What a plan depends on besides the clock: the task on each server (and whether it
+        """What a plan depends on besides the clock: the tasks on each server (and whether it
         accepts work), the number of ready tasks, this round's earlier waits and defers."""
         q = placement.queue
         ready = sum(1 for e in q.heap if e[2].state == READY)
-        return (tuple((-1 if s.task is None else s.task.gid, s.offered) for s in placement.alive),
+        return (tuple((tuple(x.gid for x in s.running), s.offered) for s in placement.alive),
                 ready, len(q.deferred), tuple(self.round.waiting.items()),
                 tuple(self.round.deferred))
 
 
 class _LiveTasks:
-    """The scheduler's task records as an ``envs.snapshot.TaskGraph``."""
+    """The runtime's task records as an ``envs.snapshot.TaskGraph`` at wall time ``now``."""
 
-    def __init__(self, placement: "LivePlacement"):
-        self.placement = placement
+    def __init__(self, placement: "LivePlacement", now: float, time_scale: float):
+        self.placement, self.now, self.ts = placement, now, time_scale
 
     def sizes(self, t: "LiveTask") -> tuple[float, float, float]:
         p = t.prim
         return p.compute_gflop, p.memory_gb, p.output_gb
+
+    def demands(self, t: "LiveTask") -> tuple:
+        return self.placement.demands_of(t)
+
+    def remaining_s(self, t: "LiveTask") -> float | None:
+        if t.state != RUNNING or t.server is None or self.placement.slotted:
+            return None  # a slot's: its server's remaining time
+        until = t.server.running.get(t)
+        return None if until is None else max((until - self.now) / self.ts, 1e-3)
 
     def parents(self, t: "LiveTask") -> list["LiveTask"]:
         return t.parents
@@ -139,8 +162,9 @@ class _LiveTasks:
         return self.placement.position(t.server) if t.state == RUNNING else None
 
 
-def _active(placement: "LivePlacement", running: Iterable["LiveTask"]) -> list["LiveWorkflow"]:
-    """Workflows with a ready (queued, deferred or set aside) or running task, by arrival."""
+def _active(placement: "LivePlacement") -> list["LiveWorkflow"]:
+    """Workflows with a ready (queued, deferred or set aside) or running task (a run on one of
+    the servers), by arrival."""
     q = placement.queue
     seen: dict[int, "LiveWorkflow"] = {}
     for entries in (q.heap, q.deferred, q.blocked):
@@ -148,7 +172,8 @@ def _active(placement: "LivePlacement", running: Iterable["LiveTask"]) -> list["
             t = e[2]
             if t.state == READY and not t.wf.failed:
                 seen.setdefault(id(t.wf), t.wf)
-    for t in running:
-        if not t.wf.failed:
-            seen.setdefault(id(t.wf), t.wf)
+    for srv in placement.alive:
+        for t in srv.running:
+            if t.state == RUNNING and not t.wf.failed:
+                seen.setdefault(id(t.wf), t.wf)
     return sorted(seen.values(), key=lambda wf: wf.arrival_wall)

@@ -232,13 +232,12 @@ class Program:
         return None if end is None else end - self.started_wall
 
     # -- the scheduler thread
-    def admitted(self, wf: Any, order: Any, first_gid: int) -> None:
-        """Key a step's record ``wf`` as part of this program (``Admission.admit``)."""
+    def admitted(self, wf: Any, first_gid: int) -> None:
+        """Key a step's record ``wf`` as part of this program (``Admission.admit``; its level
+        counts the program's attained service)."""
         if self.wid is None:
             self.wid = first_gid
         wf.wid = self.wid
-        if order.name == "las":
-            wf.level = self.attained
 
     def ran(self, run_s: float) -> None:
         """A call of one of its steps finished after ``run_s`` model seconds."""

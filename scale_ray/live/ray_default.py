@@ -55,7 +55,7 @@ class RayDefaultRunner:
         self._thread: threading.Thread | None = None
         self.thread_error: BaseException | None = None
         self.node_tasks: dict[str, int] = {}
-        self._model: str | None = None  # slots or nodes (_pooled)
+        self._model: str | None = None  # slots or nodes (_slotted)
         self.thread_cpu_s = 0.0  # CPU of the runner's thread (ray.wait, ray.get of every run)
 
     def _remote(self, fn: Callable[..., Any]) -> Any:
@@ -96,10 +96,10 @@ class RayDefaultRunner:
         if nothing_to_run(workflow):
             return NothingToRun(name)
         wf = accept(workflow, inputs, kw_inputs, name)
-        pooled = self._pooled()
+        slotted = self._slotted()
         selectors = []
         for i, t in enumerate(wf.spec.tasks):
-            if pooled:  # Ray's resource model: the task's own demands, nothing else
+            if not slotted:  # whole Ray nodes: the task's own demands, nothing else
                 continue
             fit = [tier.name for tier in self._tiers if tier.memory_gb >= t.memory_gb]
             if not fit:
@@ -118,7 +118,7 @@ class RayDefaultRunner:
                 kwargs = {k: ref_of[id(v)] if isinstance(v, Call) else v
                           for k, v in call.kwargs.items()}
                 prim = call.primitive
-                if pooled:  # what the scheduler's own Ray task asks for (model nodes)
+                if not slotted:  # what the scheduler's own Ray task asks for (model nodes)
                     opts = node_task_options(prim)
                 else:
                     opts = dict(prim.ray_options)  # a Ray DAG node's options: Ray honours them
@@ -137,8 +137,8 @@ class RayDefaultRunner:
             self._done_count[h.id] = 0
         return h
 
-    def _pooled(self) -> bool:
-        """Ray's resource model (``LiveConfig.model``; ``auto``: when no alive node has
+    def _slotted(self) -> bool:
+        """Servers of one slot (``LiveConfig.model``; ``auto``: when an alive node has
         ``scale_slot`` servers), read once."""
         if self._model is None:
             model = self.cfg.model
@@ -148,7 +148,7 @@ class RayDefaultRunner:
                 model = "slots" if any((n.get("Resources") or {}).get(SLOT_RESOURCE, 0) >= 1
                                        for n in ray.nodes() if n.get("Alive")) else "nodes"
             self._model = model
-        return self._model == "nodes"
+        return self._model != "nodes"
 
     def _inputs(self, wf: CollectedWorkflow, i: int, status_refs: list[Any]) -> tuple:
         """Task ``i``'s emulated inputs, as the live scheduler emulates them (env

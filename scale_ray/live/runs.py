@@ -6,9 +6,9 @@ document's ``hedge`` field; ``all``: every task; ``off``) and ``hedge_quantile``
 hedgeable run is armed at the q-quantile of its estimated run time
 (:func:`envs.run_model.quantile_s`: the estimator's, else a LogNormal around the declared
 compute). Once past it, the run is a *straggler*: after a placement round (every ready task that
-could start has started) a copy starts on the fastest accepting idle server that fits it (not
-the one running it; in Ray's resource model the fastest other node whose free resources fit it,
-where the copy holds its demands until it ends or is cancelled). The first run to finish completes the task; the other is cancelled
+could start has started) a copy starts on the fastest other offered server where it fits now
+(the simulator's rule, ``envs.hedging``), where the copy holds its demands until it ends or is
+cancelled. The first run to finish completes the task; the other is cancelled
 (``ray.cancel``: an emulated run stops within ``CANCEL_POLL_S``; a real body stops only if it
 polls ``ray.get_runtime_context().is_canceled()``, else it runs to its end and its result is
 dropped) and its server stays busy until that run returns. A run that is lost (node gone, actor
@@ -32,10 +32,9 @@ import heapq
 import time
 from typing import Any, Callable, Sequence
 
-from envs.run_model import quantile_s
-
 from envs.config import EnvConfig
 from envs.estimator import RuntimeEstimator
+from envs.run_model import quantile_s
 
 from .cluster import emulated_speed, run_speed
 from .config import LiveConfig
@@ -69,7 +68,7 @@ class Runs:
         estimator: the run-time estimator (None: the declared computes).
         durable: the journal part (what a run is recorded as: ``run_target``).
         nodes: the node set (``run`` starts a call on a server).
-        placement: the placement round's state (``pooled``, ``release`` frees a server).
+        placement: the placement round's state (its table; ``release`` frees a server).
         running: the scheduler's runs in flight, status ref -> (task, token); written here.
         counters: the scheduler's counters; the hedging ones are added.
         fair: the fair share (None: off).
@@ -120,11 +119,9 @@ class Runs:
             else 0.0
         transfer = 0.0
         if ts > 0 and prim.emulate and self.env.mdp.transfer_delays_start and t.parents:
-            # emulated inputs, as the simulator's transfer_delays_start: the largest
-            # (output / bandwidth + latency) over parents whose result is on another server
-            c = self.env.cluster
-            transfer = max((p.prim.output_gb / c.bandwidth_gb_s + c.latency_s
-                            for p in t.parents if p.last_server is not srv), default=0.0)
+            # emulated inputs, as the simulator's transfer_delays_start (envs.timing)
+            transfer = self.env.cluster.network.start_delay(
+                ((id(p.last_server), p.prim.output_gb) for p in t.parents), id(srv))
             sleep_s += transfer * ts
         attempt = t.runs
         # every emulated run polls for ray.cancel (a hedged loser, a cancelled workflow)
@@ -203,23 +200,16 @@ class Runs:
         self.due = keep
 
     def copy_server(self, t: LiveTask) -> LiveServer | None:
-        """The fastest accepting idle server that fits ``t`` (memory and Ray demands); in Ray's
-        resource model the fastest other offered node (for ``t``'s kind of work) whose free
-        resources fit it now."""
-        if self.placement.pooled:
-            table, best, speed = self.placement.table, None, 0.0
-            for i, s in enumerate(self.placement.alive):
-                if s is not t.server and s.offered and table.fits_now(i, t.demands):
-                    v = run_speed(s.node, t.demands)
-                    if v > speed:
-                        best, speed = s, v
-            return best
-        best = None
-        for s in self._servers():
-            if (s.task is None and s.offered and s.node.memory_gb >= t.memory_gb
-                    and all(s.node.caps.get(k, 0.0) >= v - 1e-9 for k, v in t.demands)
-                    and (best is None or s.node.compute > best.node.compute)):
-                best = s
+        """The fastest other offered server (for ``t``'s kind of work) where ``t`` fits now,
+        the first on a tie (the simulator's rule, ``envs.hedging``)."""
+        placement = self.placement
+        table, best, speed = placement.table, None, 0.0
+        for i in table.fitting(t.demands):
+            s = placement.alive[i]
+            if s is not t.server:
+                v = table.speed(i, t.demands)
+                if v > speed:
+                    best, speed = s, v
         return best
 
     # ------------------------------------------------------------------ the two runs

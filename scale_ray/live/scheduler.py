@@ -3,9 +3,11 @@
 One scheduler thread owns all state (ready set, what runs where, handles). Each round it takes
 new submissions, collects finished tasks (``ray.wait``), reads the node set (``ray.nodes()``, at
 most every ``node_refresh_s``, at once after a lost task) and runs one placement round of the
-decision core (:mod:`scale_ray.live.placement`): ready tasks in the order (``envs.order``), the
-policy asked (servers of one slot) or the node rule (whole nodes, Ray's resource model), each
-run with its parents' results as object refs. Executors: :mod:`scale_ray.live.executors`.
+decision core (:mod:`scale_ray.live.placement`) over the one table of nodes (servers of one slot
+or whole Ray nodes): ready tasks in the order (``envs.order``), the policy asked (any of
+``policies.get_policy``'s: a heuristic, Ray's placement, a trained network behind its guard, the
+lookahead planner), each run with its parents' results as object refs. Executors:
+:mod:`scale_ray.live.executors`.
 
 A pick of a busy server is a *wait*: with ``head_of_line_blocking`` (the paper's semantics) the
 whole ready set waits for the next completion or ``wait_s``; without it (default here) only that
@@ -37,16 +39,15 @@ from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from envs import order as orders
 from envs.config import EnvConfig, build
 from envs.episode import episode_event
 from envs.estimator import RuntimeEstimator
 from envs.programs import require_dag
 from envs.workload import WorkflowSpec
-from policies.base import Policy, is_planner
+from policies.base import ObservationPolicy, Policy, is_planner
 from policies.guard import guard_summary, make_guard
+from policies.heuristics import eft_pick
 
 from .admission import Admission, NodeEvents
 from .completions import Completions
@@ -61,11 +62,11 @@ from .runs import Runs
 from .hints import AutoscaleHints
 from .nodes import NodeSet, LiveServer
 from .refusals import check_fits
-from .placement import LivePlacement
+from .placement import LivePlacement, LiveState
 from .planning import LivePlanner
 from .programs import Program, hold, program_of, step_inputs
 from .status import load_of, status_of, summary_of
-from .tasks import RUNNING, LiveTask
+from .tasks import LiveTask
 from .raydag import accept, nothing_to_run
 from .workflow import Call, CollectedWorkflow
 
@@ -108,9 +109,9 @@ class LiveScheduler:
                          "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0,
                          "ray_client_cpu_s": 0.0, "planner_errors": 0, "planner_reused": 0,
                          "runs_cancelled": 0, "servers_replaced": 0}
-        c = self.env.cluster  # scheduler-thread state
-        self.placement = LivePlacement(self.features, c.bandwidth_gb_s, c.latency_s,
-                                       self.cfg.head_of_line_blocking, self.cfg.time_scale)
+        self.placement = LivePlacement(  # scheduler-thread state
+            self.features, self.env.cluster.network, self.cfg.head_of_line_blocking,
+            self.cfg.time_scale, self.env.mdp.transfer_delays_start, self.encoder)
         self.nodes = NodeSet(self.cfg, self._tiers, self._remote, self.counters,
                              self.placement.set_offered)
         self.set_alive([])
@@ -149,15 +150,15 @@ class LiveScheduler:
     def _bind_policy(self, policy: Policy) -> None:
         # the ready-task order (envs.order): the config's, else what the policy needs, else the
         # serving default; a conflict raises (a swap to such a policy is refused)
-        self.order = orders.Order(orders.resolve(self.env.mdp.order, policy.order, policy.name,
-                                                 orders.SERVING_ORDER), self.env.mdp.edf_factor)
+        self.order = orders.make(orders.resolve(self.env.mdp.order, policy.order, policy.name,
+                                                orders.SERVING_ORDER), self.env.mdp.edf_factor)
         self.policy = policy
-        # the encoder constants the policy was trained with (an artifact records them), as Serve
+        # the encoder and constants the policy was trained with (an artifact records them)
         self.features = getattr(policy, "features", None) or self.env.features
         if self.cfg.workload_scale is not None:
             self.features = replace(self.features, workload_scale=self.cfg.workload_scale)
-        self._guard = make_guard(policy, self.cfg.guard, self.features,
-                                 self.env.mdp.transfer_delays_start)
+        self.encoder = getattr(policy, "encoder", "paper")
+        self._guard = make_guard(policy, self.cfg.guard)
         self._planner = (LivePlanner(policy, self.env, self.features,
                                      self.cfg.head_of_line_blocking, self.cfg.time_scale)
                          if is_planner(policy) else None)
@@ -301,7 +302,7 @@ class LiveScheduler:
         def swap() -> None:
             policy.reset(None)
             self._bind_policy(policy)
-            self.placement.set_features(self.features)
+            self.placement.set_encoder(self.features, self.encoder)
             self.set_alive(self.alive_servers)
         return self.call_soon(swap)
 
@@ -372,7 +373,7 @@ class LiveScheduler:
     def _check_fits(self, wf: CollectedWorkflow) -> None:
         """Refuse a workflow no server could ever run (``refusals.check_fits``)."""
         check_fits(wf, self.alive_servers, self._tiers, self.cfg, self.nodes.source,
-                   self.nodes.pooled)
+                   self.nodes.slotted)
 
     # ------------------------------------------------------------------ loop
     def _now_model(self) -> float:
@@ -441,15 +442,12 @@ class LiveScheduler:
     def set_alive(self, alive: list[LiveServer]) -> None:
         """The servers the policy sees, in order (the scheduler thread's; a bench's by hand)."""
         self.alive_servers = alive
-        nodes = self.nodes
-        if nodes.pooled != self.placement.pooled:  # the model follows the servers' source
-            self.placement.use_model(nodes.pooled, self.cfg.node_rule, lambda: self.order,
-                                     self.counters)
-            if nodes.pooled:
-                log.info("live scheduler: Ray's resource model (live.model: nodes): whole nodes, "
-                         "tasks placed by the node rule %s; the policy %s decides in the slot "
-                         "model only", self.cfg.node_rule, self.policy.name)
-        self.placement.set_alive(alive)
+        slotted = self.nodes.slotted
+        if slotted != self.placement.slotted:  # the servers' kind follows their source
+            log.info("live scheduler: %s; tasks placed by %s", "servers of one slot" if slotted
+                     else "whole Ray nodes (live.model: nodes), each task holding its Ray "
+                          "request", self.policy.name)
+        self.placement.set_alive(alive, slotted)
 
     def _dispatch(self) -> None:
         """One placement round of the decision core (``envs.decision``; see
@@ -465,32 +463,34 @@ class LiveScheduler:
         if self._planner is not None:
             self.counters["planner_reused"] = self._planner.reused
 
-    def ask(self, t: LiveTask, obs: dict[str, np.ndarray]) -> int:
-        """The pick for ``t``: the planner's, else the policy's with its guard."""
+    def ask(self, t: LiveTask, state: LiveState) -> int:
+        """The pick for ``t``: the planner's, else the policy's (a trained one's through its
+        guard)."""
         if self._planner is not None:  # the lookahead planner: on a snapshot, never guarded
-            running = {id(x): x for x, tok in self.running.values()  # a hedged task: once
-                       if x.state == RUNNING and x.token == tok}.values()
             try:
-                a = self._planner.ask(t, self.placement, running, time.perf_counter())
+                a = self._planner.ask(t, self.placement, state.wall)
             except Exception:  # noqa: BLE001 - a planner bug must not stop the scheduler thread
                 self.counters["planner_errors"] += 1
                 log.exception("lookahead failed on task %d; EFT decides it", t.gid)
-                return self._planner.fallback.act(obs)
-            if t.demands and not (0 <= a < len(obs["action_mask"]) and obs["action_mask"][a]):
-                return self._planner.fallback.act(obs)  # it plans on memory only: EFT decides
+                return eft_pick(state)
+            if not (0 <= a < state.table.n and state.table.fits_total(a, t.demands)):
+                return eft_pick(state)  # a server that could never hold it: EFT decides
             return a
         t0 = time.perf_counter()
-        a = int(self.policy.act(obs))
-        if self._guard is not None:
-            a = self._guarded(t, obs, a)
+        if isinstance(self.policy, ObservationPolicy):  # a trained network, then its guard
+            a = int(self.policy.act(state.observe()))
+            if self._guard is not None:
+                a = self._guarded(t, state, a)
+        else:
+            a = int(self.policy.decide(state))
         if len(self._latencies) < 100_000:  # bounded if nobody takes them
             self._latencies.append(1e3 * (time.perf_counter() - t0))
         return a
 
-    def _guarded(self, t: LiveTask, obs: dict[str, np.ndarray], a: int) -> int:
+    def _guarded(self, t: LiveTask, state: LiveState, a: int) -> int:
         """The guard's answer for the policy's pick ``a`` (policies.guard); a replacement is
         traced as a ``guard`` event."""
-        final, why = self._guard.check(obs, a, t.waits)
+        final, why = self._guard.check(state, a)
         if why is None:
             return a
         alive = self.alive_servers

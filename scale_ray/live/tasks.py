@@ -17,7 +17,7 @@ class LiveTask:
     __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
                  "value_ref", "server", "token", "attempts", "first_parent", "last_server",
                  "waits", "rank", "started", "expected", "transfer_wall", "runs", "status",
-                 "copy", "is_copy", "share", "lane", "pooled")
+                 "copy", "is_copy", "share", "lane", "demands")
 
     def __init__(self, gid: int, idx: int, wf: "LiveWorkflow", call: Call):
         self.gid = gid
@@ -46,7 +46,9 @@ class LiveTask:
         self.is_copy = False  # its run is a hedged copy (the original is ``copy``)
         self.share = 0.0  # its fair-share start tag (scale_ray.live.fairshare)
         self.lane: tuple | None = None  # its place among its tenant's queued tasks (TenantOrder)
-        self.pooled = False  # Ray's resource model (LiveConfig.model: nodes): full Ray demands
+        # what a run holds on its node (LivePlacement.demands_of: a slot, or its Ray request),
+        # set when it is queued
+        self.demands: tuple[tuple[str, float], ...] = ()
 
     @property
     def prim(self):
@@ -57,16 +59,15 @@ class LiveTask:
         return self.call.primitive.memory_gb
 
     @property
-    def demands(self) -> tuple[tuple[str, float], ...]:  # its Ray options' demands (the core)
-        p = self.call.primitive
-        return p.ray_demands if self.pooled else p.demands
+    def gpu(self) -> bool:  # GPU work (its node's GPU speed)
+        return self.call.primitive.request.gpu > 0
 
     @property
-    def compute(self) -> float:  # what the node rules read (policies.node_rules)
+    def compute(self) -> float:  # what the rules read (policies.heuristics)
         return self.call.primitive.compute_gflop
 
     @property
-    def kind(self) -> str:  # what the run-time estimator learns under (as envs.node_sim's)
+    def kind(self) -> str:  # what the run-time estimator learns under (as the simulator's)
         return self.call.primitive.kind
 
 

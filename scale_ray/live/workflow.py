@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from envs.config import ResourceMappingConfig
+from envs.demands import DemandError, Request, parse_options
 from envs.loaders import load_dags
 from envs.loaders.livedag import parse_dag
-from envs.node_labels import parse_selector, selector_demands
 from envs.runtime import kind_of_name
 from envs.workload import TaskSpec, WorkflowError, WorkflowSpec
 
@@ -96,15 +96,14 @@ class Primitive:
         self.name = name or getattr(fn, "__name__", "primitive")
         self.compute_gflop = _check_hint(self.name, "compute_gflop", compute_gflop, True)
         self.output_gb = _check_hint(self.name, "output_gb", output_gb, False)
-        self.ray_options, self.demands, mem_bytes = _check_ray_options(self.name, ray_options)
-        self.memory_gb = max(_check_hint(self.name, "memory_gb", memory_gb, False),
-                             mem_bytes / 1e9)
-        # what its Ray task asks Ray for in Ray's resource model (LiveConfig.model: nodes):
-        # CPU as Ray's default (1) unless num_cpus says otherwise, memory the larger of the hint
-        # and Ray's option (GB), GPUs, custom resources and the accelerator marker as given
-        ray_cpu = self.ray_options.get("num_cpus", 1.0)
-        full = dict(self.demands) | {"CPU": float(ray_cpu), "memory": self.memory_gb}
-        self.ray_demands = tuple(sorted((k, v) for k, v in full.items() if v > 0))
+        self.ray_options = _check_ray_options(self.name, ray_options)
+        try:  # its Ray request, converted once with Ray's rules (envs.demands)
+            self.request: Request = parse_options(
+                self.ray_options, _check_hint(self.name, "memory_gb", memory_gb, False),
+                f"primitive {self.name!r}: Ray option")
+        except DemandError as e:
+            raise WorkflowError(str(e)) from None
+        self.memory_gb = self.request.memory_gb  # the larger of the hint and Ray's memory
         if not isinstance(emulate, bool):
             raise WorkflowError(f"primitive {self.name!r}: emulate must be true or false, got "
                                 f"{emulate!r}")
@@ -122,6 +121,18 @@ class Primitive:
         self.http = http
         self.run_gflop = self.compute_gflop  # an emulated run's true compute (noise: from_spec)
         self.copy_gflop = self.compute_gflop  # that of a hedged copy (its own noise draw)
+
+    @property
+    def demands(self) -> tuple[tuple[str, float], ...]:
+        """The demands its Ray options name beyond memory (``envs.demands.Request.named``)."""
+        return self.request.named
+
+    @property
+    def ray_demands(self) -> tuple[tuple[str, float], ...]:
+        """What its Ray task holds on a node in Ray's resource model: CPU (Ray's default 1
+        unless num_cpus says otherwise), memory (GB), GPUs, custom resources, the accelerator
+        marker, label terms (``envs.demands.Request.on_nodes``)."""
+        return self.request.on_nodes()
 
     def bind(self, *args: Any, **kwargs: Any) -> "Call":
         """A DAG node calling this primitive; :class:`Call` arguments become dependencies."""
@@ -188,21 +199,11 @@ def function_node_body(node: Any) -> Callable[..., Any]:
     return node._body
 
 
-def _number(name: str, key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0:
-        raise WorkflowError(f"primitive {name!r}: Ray option {key} must be a finite number >= 0, "
-                            f"got {value!r}")
-    return float(value)
-
-
-def _check_ray_options(name: str, options: Mapping[str, Any] | None
-                       ) -> tuple[dict[str, Any], tuple[tuple[str, float], ...], float]:
-    """Validated Ray options -> (the options the Ray task carries, demands as sorted
-    (resource, amount) pairs, memory in bytes)."""
+def _check_ray_options(name: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The Ray options a primitive's Ray task carries (:data:`RAY_OPTIONS`; the retry options
+    and the like are dropped: the scheduler places, names and re-runs tasks itself); the
+    demands among them are checked by ``envs.demands.parse_options``."""
     opts: dict[str, Any] = {}
-    demands: dict[str, float] = {}
-    mem = 0.0
     for key, value in (options or {}).items():
         if key in _IGNORED_RAY_OPTIONS:
             continue
@@ -215,41 +216,15 @@ def _check_ray_options(name: str, options: Mapping[str, Any] | None
                 f"{list(_IGNORED_RAY_OPTIONS)}")
         if value is None:
             continue
-        if key in ("num_cpus", "num_gpus"):
-            v = _number(name, key, value)
-            if v > 0:
-                demands["CPU" if key == "num_cpus" else "GPU"] = v
-        elif key == "memory":
-            mem = _number(name, key, value)
-        elif key == "resources":
-            if not isinstance(value, Mapping):
-                raise WorkflowError(f"primitive {name!r}: Ray option resources must be a mapping "
-                                    f"of resource name to amount, got {value!r}")
-            value = {str(k): _number(name, f"resources[{k!r}]", v) for k, v in value.items()}
-            for k, v in value.items():
-                if k in ("CPU", "GPU", "memory"):
-                    raise WorkflowError(f"primitive {name!r}: resources[{k!r}]: use num_cpus, "
-                                        f"num_gpus or memory")
-                if v > 0:
-                    demands[k] = v
-        elif key == "accelerator_type":
-            if not isinstance(value, str) or not value:
-                raise WorkflowError(f"primitive {name!r}: Ray option accelerator_type must be a "
-                                    f"non-empty string, got {value!r}")
-            demands[f"accelerator_type:{value}"] = 0.001  # as Ray asks for it
-        elif key == "label_selector":  # Ray's syntax; the nodes whose labels match (envs.nodes)
-            try:
-                value = dict(parse_selector(value))
-            except ValueError as e:
-                raise WorkflowError(f"primitive {name!r}: Ray option {e}") from None
-            demands.update(selector_demands(tuple(value.items())))
-        elif key == "runtime_env":
+        if key == "runtime_env":
             if not isinstance(value, Mapping):
                 raise WorkflowError(f"primitive {name!r}: Ray option runtime_env must be a "
                                     f"mapping, got {type(value).__name__}")
             value = dict(value)
+        elif key in ("resources", "label_selector") and isinstance(value, Mapping):
+            value = dict(value)
         opts[key] = value
-    return opts, tuple(sorted(demands.items())), mem
+    return opts
 
 
 def _contains_call(value: Any, depth: int = 0) -> bool:
@@ -377,20 +352,26 @@ def expected_emulated_values(spec: WorkflowSpec) -> list[int]:
 def from_spec(spec: WorkflowSpec, shown: Sequence[float] | None = None,
               factors: Sequence[float] | None = None,
               kinds: Sequence[str] | None = None) -> CollectedWorkflow:
-    """Calls with the emulated body for every task of ``spec`` (same order, same hints).
-    ``shown``: the computes the scheduler is told (hints; default the spec's); ``factors``: run
-    time noise, an emulated run takes ``compute_gflop * factors[i]`` and a hedged copy of it
-    ``compute_gflop * factors[n + i]`` (``envs.runtime.factors`` draws 2n); ``kinds``."""
+    """Calls with the emulated body for every task of ``spec`` (same order, same hints, its Ray
+    demands as options: ``num_cpus``, ``num_gpus``). ``shown``: the computes the scheduler is
+    told (hints; default the spec's); ``factors``: run time noise, an emulated run takes
+    ``compute_gflop * factors[i]`` and a hedged copy of it ``compute_gflop * factors[n + i]``
+    (``envs.runtime.factors`` draws 2n; default: each task's own ``TaskSpec.factors``);
+    ``kinds``."""
     calls: list[Call] = []
+    n = len(spec.tasks)
     for i, t in enumerate(spec.tasks):
+        d = dict(t.demands)
+        opts = ({"num_cpus": d["CPU"]} if "CPU" in d else {}) | (
+            {"num_gpus": d["GPU"]} if "GPU" in d else {})
         prim = Primitive(emulated_body, t.compute_gflop if shown is None else shown[i],
-                         t.memory_gb, t.output_gb, t.name or f"t{i}", emulate=True,
+                         t.memory_gb, t.output_gb, t.name or f"t{i}", ray_options=opts,
+                         emulate=True,
                          kind=kinds[i] if kinds is not None else (t.kind or None), hedge=t.hedge)
-        if factors is not None:  # factors[n + i]: a hedged copy's own draw (envs.runtime.factors)
-            n = len(spec.tasks)
-            prim.run_gflop = t.compute_gflop * float(factors[i])
-            prim.copy_gflop = t.compute_gflop * float(factors[n + i] if len(factors) > n + i
-                                                      else factors[i])
+        f = (factors[i], factors[n + i] if len(factors) > n + i else factors[i]) \
+            if factors is not None else t.factors
+        if f is not None:  # a run's and a hedged copy's own draws (envs.runtime.factors)
+            prim.run_gflop, prim.copy_gflop = (t.compute_gflop * float(x) for x in f)
         else:
             prim.run_gflop = prim.copy_gflop = t.compute_gflop
         calls.append(Call(prim, (i, *(calls[p] for p in t.parents)), {}))
