@@ -36,6 +36,7 @@ import numpy as np
 from .config import FeatureConfig
 from .demands import CPU, GPU, MEMORY, SLOT, Request
 from .nodes import NodeSpec, NodeTable
+from .timing import Network
 
 TASK_FEATURES = ("compute_gflop", "memory_gb", "successors", "completion_ratio", "output_gb")
 SERVER_FEATURES = ("compute", "memory_gb", "remaining_s", "power_w", "transfer_s")
@@ -370,8 +371,8 @@ class Described:
         self.table = _padded(slot_table(servers), self.n_pad)
         has_parent = (task.parent_server is not None if task.has_parent is None
                       else task.has_parent)
-        self.transfer_s = (task.parent_output_gb / bandwidth_gb_s + latency_s if has_parent
-                           else 0.0)
+        self.transfer_s = (Network(bandwidth_gb_s, latency_s).transfer_s(task.parent_output_gb)
+                           if has_parent else 0.0)
         self.parent = -1 if task.parent_server is None else task.parent_server
         self.transfer_delays = transfer_delays
         self.now = 0.0

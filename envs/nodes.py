@@ -136,6 +136,13 @@ class NodeTable:
         self.index = {k: i for i, k in enumerate(names)}
         self._mem_i = self.index.get(MEMORY)
         self._slot_i = self.index.get(SLOT)
+        # the paper's cluster: every node a server of one slot and memory, nothing else; its
+        # demands ((memory, m), (slot, 1)) are then answered from memory alone (:meth:`_plain_m`,
+        # the same answers: tests/test_nodes.py), without compiling each task's own demand
+        self._plain = set(names) <= {MEMORY, SLOT} and SLOT in names and not any(
+            nd.labels or nd.accelerator or GPU in nd.resources for nd in (*nodes, *shapes))
+        self._acc_mem = self._idle_mem = -1.0  # the most memory of an accepting / idle node,
+        self._acc_at = self._idle_at = 0  # under these stamps (plain tables)
         self.specs: list[NodeSpec | None] = [None] * n
         self.ids: list[Any] = [None] * n  # the driver's id of each node (None: empty)
         self.total: list[list[float]] = [[0.0] * len(names) for _ in range(n)]
@@ -157,7 +164,8 @@ class NodeTable:
         # (task, node, its run at the node's speed) -> the run to plan with (live: the run-time
         # estimator's, learned per kind and node shape); None: compute / speed
         self.estimate: Callable[[Any, int, float], float] | None = None
-        # per node, what each run holds: task -> (compiled demand, GPUs taken)
+        # per node, what each run holds: task -> (compiled demand, GPUs taken), or (None, its
+        # memory) for a paper task on a plain server
         self.held: list[dict[Any, tuple]] = [{} for _ in range(n)]
         self._shape_of: dict[tuple, int] = {}
         self.shape = [-1] * n  # each position's shape (-1: empty)
@@ -167,6 +175,8 @@ class NodeTable:
         self._accepting: list[int] = []  # per shape: accepting positions
         self.partial: set[int] = set()  # accepting nodes running tasks with room perhaps left
         self._compiled: dict[tuple, _Compiled | None] = {}
+        self._last_d: Any = None  # the demand compile() answered last, and its answer
+        self._last_c: _Compiled | None = None
         self._set_stamp = next(_STAMPS)  # changes with the node set or accepting
         self._run_stamp = next(_STAMPS)  # and with every start and finish
         self.version = 0  # bumped at every change of the node set or of accepting
@@ -185,6 +195,8 @@ class NodeTable:
             raise ValueError(f"node {spec.name!r}: resources {unknown} were not declared to the "
                              f"table (NodeTable(shapes=...))")
         g = r.get(GPU, 0.0)
+        if spec.labels or g or SLOT not in r:
+            self._plain = False
         self.specs[i], self.ids[i] = spec, node_id
         self.total[i] = [r.get(k, 0.0) for k in self.names]
         self.free[i] = list(self.total[i])
@@ -257,20 +269,33 @@ class NodeTable:
 
     # ---------------------------------------------------------------- demands
     def compile(self, demands: tuple[tuple[str, float], ...]) -> _Compiled | None:
-        """The demand in this table's terms; None when it names a resource no node has."""
+        """The demand in this table's terms; None when it names a resource no node has. The
+        last demand asked about is answered by identity (the rules ask about one task's demands
+        several times in a row); others from a bounded cache."""
+        if demands is self._last_d:
+            return self._last_c
         c = self._compiled.get(demands, _MISSING)
         if c is not _MISSING:
+            self._last_d, self._last_c = demands, c
             return c
         index = self.index
-        try:  # the common case: every name a resource of the index (no GPU, no label)
-            pairs = [(index[k], v) for k, v in demands]
-            c = _Compiled(pairs, 0.0, None, self._slot_i is not None and any(
-                j == self._slot_i for j, _ in pairs))
-        except KeyError:
-            c = self._compile(demands)
-        if len(self._compiled) >= CACHE_MAX:  # a long-lived table, tasks of their own demands
-            self._compiled.clear()
-        self._compiled[demands] = c
+        pairs = []
+        slot = False
+        for k, v in demands:  # the common case: every name a resource of the index
+            j = index.get(k)
+            if j is None:  # a GPU, a label, or a resource no node has
+                c = self._compile(demands)
+                break
+            pairs.append((j, v))
+            if k == SLOT:
+                slot = True
+        else:
+            c = _Compiled(pairs, 0.0, None, slot)
+        compiled = self._compiled
+        if len(compiled) >= CACHE_MAX:  # a long-lived table, tasks of their own demands
+            compiled.clear()
+        compiled[demands] = c
+        self._last_d, self._last_c = demands, c
         return c
 
     def _compile(self, demands: tuple[tuple[str, float], ...]) -> _Compiled | None:
@@ -331,14 +356,29 @@ class NodeTable:
     # ---------------------------------------------------------------- the rules
     def fits_total(self, i: int, demands: tuple) -> bool:
         """Whether node ``i`` could ever hold ``demands`` (its totals)."""
+        m = self._plain_m(demands)
+        if m is not None:
+            return self.present_l[i] and self.memory_l[i] + EPS >= m
         c = self.compile(demands)
         return (c is not None and self.present_l[i]
                 and self._covers(self.total[i], self._gpu_total[i], c, i))
+
+    def _plain_m(self, demands: tuple) -> float | None:
+        """The memory of a paper task's demand ``((memory, m), (slot, 1))`` on a table of
+        plain servers of one slot; None for any other demand or table."""
+        if self._plain and len(demands) == 2:
+            (k0, m), (k1, v1) = demands
+            if k0 == MEMORY and k1 == SLOT and v1 == 1.0:
+                return m
+        return None
 
     def fits_now(self, i: int, demands: tuple) -> bool:
         """The valid pick: node ``i`` accepts work and its free resources cover ``demands``."""
         if not (0 <= i < self.n and self.accept_l[i]):
             return False
+        m = self._plain_m(demands)
+        if m is not None:  # a server of one slot: idle, and its memory holds the task
+            return not self.running[i] and self.memory_l[i] + EPS >= m
         c = self.compile(demands)
         return c is not None and self._covers(self.free[i], self.gpus[i], c, i)
 
@@ -417,7 +457,14 @@ class NodeTable:
 
     def could_hold(self, demands: tuple) -> bool:
         """Whether some accepting node could ever hold ``demands`` (its totals)."""
-        c = self._compiled.get(demands) or self.compile(demands)
+        m = self._plain_m(demands)
+        if m is not None:
+            if self._acc_at != self._set_stamp:
+                self._acc_mem = max((self._shape_total[s][0][self._mem_i] for s, k in
+                                     enumerate(self._accepting) if k), default=-1.0)
+                self._acc_at = self._set_stamp
+            return self._acc_mem + EPS >= m
+        c = self.compile(demands)
         if c is None:
             return False
         if c.ever_at != self._set_stamp:
@@ -427,7 +474,14 @@ class NodeTable:
 
     def fits_somewhere(self, demands: tuple) -> bool:
         """Whether some accepting node can start ``demands`` now."""
-        c = self._compiled.get(demands) or self.compile(demands)
+        m = self._plain_m(demands)
+        if m is not None:  # (a plain server with a run has no slot left: none is partly used)
+            if self._idle_at != self._run_stamp:
+                self._idle_mem = max((self._shape_total[s][0][self._mem_i] for s, bits in
+                                      enumerate(self._idle) if bits), default=-1.0)
+                self._idle_at = self._run_stamp
+            return self._idle_mem + EPS >= m
+        c = self.compile(demands)
         if c is None:
             return False
         if c.now_at != self._run_stamp:
@@ -492,11 +546,19 @@ class NodeTable:
     # ---------------------------------------------------------------- state changes
     def start(self, i: int, task: Any, demands: tuple, until: float) -> None:
         """``task`` takes its demands on node ``i`` until ``until`` (expected)."""
-        c = self._compiled.get(demands) or self.compile(demands)
         free = self.free[i]
-        for j, v in c.pairs:
-            free[j] -= v
-        self.held[i][task] = (c, _gpu_take(self.gpus[i], c.gpu) if c.gpu else ())
+        m = self._plain_m(demands)
+        if m is not None:  # a paper task on a plain server: its memory and the slot
+            free[self._mem_i] -= m
+            free[self._slot_i] -= 1.0
+            self.held[i][task] = (None, m)
+            slot = True
+        else:
+            c = self.compile(demands)
+            for j, v in c.pairs:
+                free[j] -= v
+            self.held[i][task] = (c, _gpu_take(self.gpus[i], c.gpu) if c.gpu else ())
+            slot = c.slot
         run = self.running[i]
         run[task] = until
         if len(run) == 1:  # it was idle
@@ -504,12 +566,12 @@ class NodeTable:
             self.busy_until[i] = until
             if self.accept_l[i]:
                 self._idle[self.shape[i]] &= ~(1 << i)
-                if not (c.slot and free[self._slot_i] < 1.0 - EPS):  # a slot node: full now
+                if not (slot and free[self._slot_i] < 1.0 - EPS):  # a slot node: full now
                     self.partial.add(i)
         else:
             if until > self.busy_until[i]:
                 self.busy_until[i] = until
-            if c.slot and free[self._slot_i] < 1.0 - EPS:
+            if slot and free[self._slot_i] < 1.0 - EPS:
                 self.partial.discard(i)  # no slot left: nothing else starts here
         self._run_stamp = next(_STAMPS)
 
@@ -521,12 +583,16 @@ class NodeTable:
             return -1
         c, task_gpu = h
         free = self.free[i]
-        for j, v in c.pairs:
-            free[j] += v
-        if task_gpu:
-            g = self.gpus[i]
-            for k, v in task_gpu:
-                g[k] += v
+        if c is None:  # a paper task on a plain server (start): its memory and the slot
+            free[self._mem_i] += task_gpu
+            free[self._slot_i] += 1.0
+        else:
+            for j, v in c.pairs:
+                free[j] += v
+            if task_gpu:
+                g = self.gpus[i]
+                for k, v in task_gpu:
+                    g[k] += v
         run = self.running[i]
         end = run.pop(task)
         if not run:
@@ -583,6 +649,8 @@ class NodeTable:
     # ---------------------------------------------------------------- what policies read
     def speed(self, i: int, demands: tuple) -> float:
         """Node ``i``'s speed for a task with ``demands`` (GPU work when it asks for a GPU)."""
+        if self._plain:  # no GPUs
+            return self.cpu_speed[i]
         c = self.compile(demands)
         return self.gpu_speed[i] if c is not None and c.gpu_work else self.cpu_speed[i]
 
@@ -629,13 +697,20 @@ class NodeTable:
             return now
         if not (self.accept_l[i] and self.fits_total(i, demands)):
             return math.inf
+        if self._plain_m(demands) is not None:  # a server of one slot: when its run ends
+            return max(float(self.busy_until[i]), now)
         c = self.compile(demands)
         free = list(self.free[i])
         gpus = list(self.gpus[i])
         for task, end in sorted(self.running[i].items(), key=lambda kv: kv[1]):
             tc, tg = self.held[i][task]
-            for j, v in tc.pairs:
-                free[j] += v
+            if tc is None:  # a paper task on a plain server (start)
+                free[self._mem_i] += tg
+                free[self._slot_i] += 1.0
+                tg = ()
+            else:
+                for j, v in tc.pairs:
+                    free[j] += v
             for k, v in tg:
                 gpus[k] += v
             if self._covers(free, gpus, c, i):

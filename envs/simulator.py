@@ -88,7 +88,6 @@ class Simulator:
         self.n_slots = config.padded_servers
         c = config.cluster
         self.network = c.network
-        self._bw, self._lat = c.bandwidth_gb_s, c.latency_s
         self._slotted = c.slotted
         self._shapes = tuple(t.spec() for t in c.tiers)
         #: the cluster as the order prices work (its initial nodes)
@@ -429,7 +428,7 @@ class Simulator:
         sid = table.ids[slot]
         comm_s = 0.0
         if fp is not None and fp.sid != sid:
-            comm_s = fp.output / self._bw + self._lat
+            comm_s = self.network.transfer_s(fp.output)
         delay = 0.0
         if self._transfer_delays:
             delay = self.network.start_delay(((p.sid, p.output) for p in task.parents), sid)
@@ -470,7 +469,7 @@ class Simulator:
     def transfer_s(self) -> float:
         """The transfer of the current task's first finished parent's output (0: none)."""
         fp = self.current.first_parent
-        return 0.0 if fp is None else fp.output / self._bw + self._lat
+        return 0.0 if fp is None else self.network.transfer_s(fp.output)
 
     def facts(self) -> TaskFacts:
         """The current task as the encoder reads it (``envs.encoding.TaskFacts``)."""
@@ -479,7 +478,7 @@ class Simulator:
         fp = task.first_parent
         transfer, parent = 0.0, -1
         if fp is not None:
-            transfer = fp.output / self._bw + self._lat
+            transfer = self.network.transfer_s(fp.output)
             parent = self.cluster.slot_of.get(fp.sid, -1)
         ready = self._queue.ready_count(task.id) if self.cfg.features.backlog else 1
         return TaskFacts(task.compute, task.memory_gb, kids, done, task.output, transfer,
@@ -558,14 +557,6 @@ class Simulator:
     def forced_waits(self) -> int:
         """Waits made without asking (mdp.ask_only_startable)."""
         return self.core.forced_waits
-
-    @property
-    def bandwidth_gb_s(self) -> float:
-        return self._bw
-
-    @property
-    def latency_s(self) -> float:
-        return self._lat
 
     @property
     def transfer_delays(self) -> bool:

@@ -158,9 +158,8 @@ class RayDefaultRunner:
         shares it; the scheduler, finer, charges any other server)."""
         if not self.env.mdp.transfer_delays_start:
             return ()
-        c, ts = self.env.cluster, self.cfg.time_scale
-        return tuple((status_refs[p], (wf.calls[p].primitive.output_gb / c.bandwidth_gb_s
-                                       + c.latency_s) * ts)
+        net, ts = self.env.cluster.network, self.cfg.time_scale
+        return tuple((status_refs[p], net.transfer_s(wf.calls[p].primitive.output_gb) * ts)
                      for p in wf.spec.tasks[i].parents)
 
     def _loop(self) -> None:
