@@ -16,7 +16,7 @@ from policies import default_policy
 from policies.guard import GuardConfig, load_guard_config
 from scale_ray.config import DEFAULT_ENV_CONFIG, load_env
 from scale_ray.evaluation import (evaluate, format_paired, format_table, paired_differences,
-                                  stderr_progress)
+                                  run_identity, stderr_progress)
 from scale_ray.families import WORKLOAD_CONFIG_DIR, family_names, workload_env_args, workload_scale
 
 
@@ -70,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
     for n in args.servers:
         if n < 1:
             raise ValueError(f"--servers: {n} must be >= 1")
+    twice = sorted({p for p in args.policy if args.policy.count(p) > 1})
+    if twice:
+        raise ValueError(f"--policy: {', '.join(twice)} named more than once (each policy runs "
+                         f"once on the fixed episodes)")
     if args.paired_vs is not None and args.paired_vs not in args.policy:
         raise ValueError(f"--paired-vs: {args.paired_vs!r} is not one of --policy {args.policy}")
     guard = load_guard_config({"enabled": args.guard == "on", "max_waits": args.guard_max_waits},
@@ -79,8 +83,13 @@ def run(args: argparse.Namespace) -> int:
                               args.workers, args.trace_dir, stderr_progress("eval"), guard)
     print(format_table(rows))
     paired = []
+    same = same_runs(args.policy, args.paired_vs, env) if args.paired_vs else []
+    for p in same:
+        print(f"{p}: the same policy, order and submission as {args.paired_vs} "
+              f"({', '.join(run_identity(p, env))}): not paired with it")
     for metric in args.metric if args.paired_vs else []:
-        rows_m = paired_differences(episodes, args.paired_vs, metric)
+        rows_m = [r for r in paired_differences(episodes, args.paired_vs, metric)
+                  if r["policy"] not in same]
         if rows_m:
             print(format_paired(rows_m))
         paired.extend(rows_m)
@@ -93,6 +102,14 @@ def run(args: argparse.Namespace) -> int:
             doc["metric"] = args.metric
         Path(args.json).write_text(json.dumps(doc, indent=2))
     return 0
+
+
+def same_runs(policies: list[str], reference: str, env) -> list[str]:
+    """The policies other than ``reference`` that run exactly as it does
+    (:func:`scale_ray.evaluation.run_identity`): a pairing with them would compare a run with
+    itself."""
+    ref = run_identity(reference, env)
+    return [p for p in policies if p != reference and run_identity(p, env) == ref]
 
 
 # --------------------------------------------------------------------------------------------

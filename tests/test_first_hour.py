@@ -1,0 +1,99 @@
+"""The first hour, round three (issue 73): what a new user reads and runs, without Ray.
+
+One test (or a few) per item of the issue; the ones that need a live Ray are in
+tests/test_first_hour_live.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+
+from scale_ray.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ---- item 6: scale-ray eval's table, pairing and --help ----
+
+def test_eval_table_says_units_and_direction_and_has_no_duplicate_column(capsys):
+    assert main(["eval", "--policy", "eft", "round-robin", "--episodes", "2", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "wf all" not in out and "invalid" not in out
+    head = next(line for line in out.splitlines() if line.startswith("policy"))
+    for col in ("wf mean s", "wf p95 s", "wf p99 s", "task p95 s", "waits/dec", "guard/ep"):
+        assert col in head, (col, head)
+    assert "lower is better" in out and "per episode" in out
+
+
+def test_eval_flags_rows_whose_censored_mean_differs():
+    from scale_ray.evaluation import format_table
+
+    row = {"policy": "eft", "servers": 16, "episodes": 2, "mean_workflow_response_s": 5.0,
+           "p95_workflow_response_s": 9.0, "p99_workflow_response_s": 10.0,
+           "censored_workflow_response_s": 5.0, "mean_task_response_s": 3.0,
+           "std_task_response_s": 0.1, "p95_task_response_s": 7.0, "completed_tasks": 100.0,
+           "slowdown": 1.5, "utilization": 0.3, "invalid_rate": 0.0, "guard_overrides": 0.0}
+    assert "unfinished" not in format_table([row])
+    late = format_table([{**row, "censored_workflow_response_s": 7.25}])
+    assert "unfinished workflows" in late and "eft N=16: 7.250 s" in late
+
+
+def test_eval_refuses_a_policy_named_twice_and_skips_a_self_pairing(capsys):
+    assert main(["eval", "--policy", "eft", "eft", "--episodes", "1", "--workers", "1"]) == 2
+    assert "named more than once" in capsys.readouterr().err
+    # paper.yaml's order is hop: eft@hop is eft, and pairing them would print +0.00 % ± 0.00 %
+    assert main(["eval", "--policy", "eft", "eft@hop", "eft@fifo", "--paired-vs", "eft",
+                 "--episodes", "2", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "eft@hop: the same policy, order and submission as eft" in out
+    paired = out[out.index("paired vs eft"):].splitlines()
+    assert "lower is better" in paired[0]
+    assert len(paired) == 2 and paired[1].lstrip().startswith("eft@fifo")
+    assert re.search(r"better in \d+, worse in \d+, equal in \d+\)", paired[1])
+
+
+def test_eval_help_shows_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for needle in ("episodes per policy and size (default: 30)", "cluster sizes N (default: 16)",
+                   "base seed of the fixed evaluation set (default: 0)"):
+        assert needle in text
+
+
+# ---- item 10: quiet by default ----
+
+def test_pyproject_builds_without_a_deprecation_warning():
+    """`make install` printed setuptools' `project.license` deprecation block three times."""
+    from setuptools.config import pyprojecttoml
+    from setuptools.dist import Distribution
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pyprojecttoml.apply_configuration(Distribution(), str(REPO / "pyproject.toml"))
+
+
+def test_http_client_request_lines_are_quiet_unless_verbose():
+    """`bench service` logged an httpx INFO line per metrics scrape."""
+    from scale_ray.cli import configure_logging
+
+    configure_logging(verbose=False)
+    assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+    configure_logging(verbose=True)
+    assert logging.getLogger("httpx").isEnabledFor(logging.INFO)
+    configure_logging(verbose=False)
+
+
+# ---- item 11: smaller ----
+
+def test_top_level_help_is_whole_sentences(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    desc = " ".join(out.split("\n\n")[1].split())
+    assert desc.endswith(".") and "exposing" not in desc and "Ray cluster" in desc
