@@ -41,7 +41,7 @@ from .checkpoints import (CKPT_DIR, latest_checkpoint, read_progress, remove_par
 from .config import REPO_ROOT, load_env
 from .rllib_config import build_algo_config
 from .train_config import TrainConfig
-from .train_metrics import MetricsWriter, extract_metrics, progress_line
+from .train_metrics import PROGRESS_LEGEND, MetricsWriter, extract_metrics, progress_line
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +255,7 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
         def steps_left() -> bool:
             return max_steps is None or not env_steps >= max_steps  # nan (no row): go on
 
+        echo(PROGRESS_LEGEND)
         while algo.iteration < stop_at and steps_left():
             result = algo.train()
             it = int(algo.iteration)
