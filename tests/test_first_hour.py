@@ -114,3 +114,22 @@ def test_training_line_says_no_episode_finished_instead_of_dashes():
     done = progress_line({**row, "episode_return": -41.5, "mean_task_response_s": 5.02}, 20)
     assert "return -41.50 resp 5.02s" in done
     assert "higher is better" in PROGRESS_LEGEND and "lower is better" in PROGRESS_LEGEND
+
+
+# ---- item 9: a memory refusal names its unit ----
+
+def test_memory_refusal_says_gigabytes():
+    from scale_ray.live import LiveConfig, collect
+    from scale_ray.live.cluster import NodeInfo, server_caps
+    from scale_ray.live.config import Unschedulable
+    from scale_ray.live.nodes import LiveServer
+    from scale_ray.live.refusals import check_fits
+    from scale_ray.live.workflow import Primitive, emulated_body
+
+    res = {"CPU": 2, "memory": 12.2881e9}
+    node = LiveServer(0, NodeInfo("n", 1, 1.0, res["memory"] / 1e9, "n", 0.0, 0.0,
+                                  server_caps(res, 1)), 0)
+    big = Primitive(emulated_body, 1.0, ray_options={"memory": 1099.51e9})
+    with pytest.raises(Unschedulable) as e:
+        check_fits(collect([big.bind()]), [node], [], LiveConfig(), "ray", pooled=True)
+    assert "memory=1099.51 GB (the most any node has: 12.2881 GB)" in str(e.value)

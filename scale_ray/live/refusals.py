@@ -5,6 +5,7 @@ missing and how to add it."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Sequence
 
 from envs.node_labels import LABEL_PREFIX
@@ -35,7 +36,7 @@ def check_fits(wf: Any, alive: Sequence[Any], tiers: Sequence[Any], cfg: LiveCon
                 if why is not None:
                     raise Unschedulable(
                         f"workflow {name!r} refused: task {i} ({call.primitive.name!r}) asks for "
-                        f"{why}: no node of the cluster could ever run it; add a node that has it "
+                        f"{memory_in_gb(why)}: no node of the cluster could ever run it; add a node that has it "
                         f"or lower the task's Ray options")
         return
     live_max = max((s.node.memory_gb for s in alive), default=0.0)
@@ -61,6 +62,18 @@ def check_fits(wf: Any, alive: Sequence[Any], tiers: Sequence[Any], cfg: LiveCon
                 covers(s.node.caps, prim.demands) and s.node.memory_gb >= prim.memory_gb
                 for s in alive):
             raise Unschedulable(unmet_message(name, i, prim.name, prim.demands, alive))
+
+
+_MEMORY_MOST = re.compile(r"\bmemory=([^ ,)]+) \(the most (.+?) has: ([^)]+)\)")
+_MEMORY = re.compile(r"\bmemory=([^ ,)]+)(?! GB)(?=[ ,)]|$)")
+
+
+def memory_in_gb(why: str) -> str:
+    """``envs.nodes.NodeTable.missing``'s reason with the unit of its memory amounts, GB (Ray's
+    ``memory`` option, in bytes, / 1e9; ``memory_gb``): ``memory=1099.51 GB (the most any node
+    has: 12.29 GB)``."""
+    why = _MEMORY_MOST.sub(r"memory=\1 GB (the most \2 has: \3 GB)", why)
+    return _MEMORY.sub(r"memory=\1 GB", why)
 
 
 def covers(caps: Sequence[tuple[str, float]], demands: Sequence[tuple[str, float]]) -> bool:
