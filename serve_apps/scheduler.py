@@ -123,6 +123,7 @@ class SchedulerService:
         self.sched = LiveScheduler(policy, self.env, self.args.live,
                                    trace=self._write_trace if self._trace_file else None).start()
         self.t0 = self.sched.clock_origin
+        self.epoch = time.time() - time.perf_counter()  # records' *_at: Unix times
         # a primitive's body continues its own agent program (scale_ray.client.program())
         app = serve.get_replica_context().app_name
         self.sched.runs.step_context = lambda h: (h.jid, h.tenant, app)
@@ -252,7 +253,7 @@ class SchedulerService:
         h = self.registry.lookup(wid, tenant)
         await self._await_done(h, wait_s)
         def make() -> dict:  # per-task lists: off the event loop for large workflows
-            rec = record(wid, h, self.t0, self.sched.cfg.time_scale)
+            rec = record(wid, h, self.t0, self.sched.cfg.time_scale, self.epoch)
             if with_result and rec["state"] == "completed":
                 if any(h.result_refs[i] is None for i in h.workflow.outputs):
                     rec["result"], rec["result_expired"] = None, True

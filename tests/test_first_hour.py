@@ -133,3 +133,87 @@ def test_memory_refusal_says_gigabytes():
     with pytest.raises(Unschedulable) as e:
         check_fits(collect([big.bind()]), [node], [], LiveConfig(), "ray", pooled=True)
     assert "memory=1099.51 GB (the most any node has: 12.2881 GB)" in str(e.value)
+
+
+# ---- item 4 (and 11): a workflow's record as a user reads it ----
+
+def _placed_workflow():
+    """A two-task workflow in a live scheduler (Ray's resource model, no Ray: runs are
+    stand-ins) whose first task was just started by the scheduler's own run path."""
+    from policies import get_policy
+    from scale_ray.config import load_env
+    from scale_ray.live import LiveConfig, LiveScheduler
+    from scale_ray.live.cluster import NodeInfo, server_caps
+    from scale_ray.live.handles import WorkflowHandle
+    from scale_ray.live.nodes import LiveServer
+    from scale_ray.live.workflow import Primitive, collect, emulated_body
+
+    res = {"CPU": 4, "memory": 16e9}
+    node = LiveServer(0, NodeInfo("node-a", 1, 1.0, 16.0, "node-a", 0.0, 0.0,
+                                  server_caps(res, 1)), 0)
+    env = load_env(None, servers=4)
+    sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0))
+    sched.nodes.pooled = True
+    sched.set_alive([node])
+    refs = iter(range(100))
+    sched.nodes.run = lambda *a: (f"value{next(refs)}", f"status{next(refs)}")
+    p = Primitive(emulated_body, 1.0)
+    a = p.bind(0)
+    wf = collect([p.bind(a)])
+    h = WorkflowHandle(0, wf, 100.0)
+    sched.admission.admit(h)
+    (t,) = [e[2] for e in sched.placement.queue.heap]
+    sched.runs.submit(t, node, 101.5)
+    return h, t.idx
+
+
+def test_a_workflow_whose_task_runs_is_running_with_its_node_and_start():
+    from serve_apps.workflow_api import STATES, record, state
+
+    h, i = _placed_workflow()
+    assert state(h) == "running" and set(STATES) >= {"queued", "running", "completed"}
+    rec = record("w-1", h, t0=90.0, time_scale=1.0, epoch=1.7e9)
+    task = rec["tasks"][i]
+    assert task["state"] == "running" and task["node"] == "node-a"
+    assert task["started_at"] == pytest.approx(1.7e9 + 101.5) and task["finished_at"] is None
+    other = rec["tasks"][1 - i]
+    assert other["state"] == "pending" and other["node"] is None and other["started_at"] is None
+    assert rec["submitted_at"] == pytest.approx(1.7e9 + 100.0)
+    assert rec["scheduler_started_at"] == pytest.approx(1.7e9 + 90.0)
+    assert rec["submitted_s"] == pytest.approx(10.0)  # since scheduler_started_at
+    h.record_task_done(i, "ref", "node-a", 104.0)
+    task = record("w-1", h, 90.0, 1.0, 1.7e9)["tasks"][i]
+    assert task["state"] == "completed" and task["run_s"] == pytest.approx(2.5)
+    assert task["finished_at"] == pytest.approx(1.7e9 + 104.0)
+    assert task["response_s"] == pytest.approx(4.0)
+
+
+def test_a_queued_workflow_is_queued():
+    from scale_ray.live.handles import WorkflowHandle
+    from scale_ray.live.workflow import Primitive, collect, emulated_body
+    from serve_apps.workflow_api import record
+
+    h = WorkflowHandle(0, collect([Primitive(emulated_body, 1.0).bind(0)]), 5.0)
+    rec = record("w", h, 0.0, 1.0, 0.0)
+    assert rec["state"] == "queued" and rec["tasks"][0]["state"] == "pending"
+
+
+def test_an_open_program_whose_steps_are_done_shows_its_response_and_that_it_is_open():
+    from types import SimpleNamespace
+
+    from serve_apps.workflow_api import program_record
+
+    def step(jid, end):
+        return SimpleNamespace(jid=jid, done=lambda: end is not None, finished_wall=end)
+
+    prog = SimpleNamespace(handles=[step("a", 12.0), step("b", 15.0)], closed=False,
+                           started_wall=10.0)
+    rec = program_record(prog)
+    assert rec["state"] == "open" and rec["closed"] is False and rec["steps_done"] == 2
+    assert rec["response_s"] == pytest.approx(5.0) and rec["final"] is False
+    prog.handles.append(step("c", None))  # a step still running: no response yet
+    assert program_record(prog)["response_s"] is None
+    prog.handles[-1] = step("c", 18.0)
+    prog.closed = True
+    rec = program_record(prog)
+    assert rec["state"] == "closed" and rec["response_s"] == pytest.approx(8.0) and rec["final"]
