@@ -109,8 +109,8 @@ class WorkflowTaskIn(BaseModel):
 RAY_DEMANDS = tuple(o for o in RAY_OPTIONS if o != "runtime_env")
 _EXAMPLE = {"name": "report", "tasks": [
     {"name": "fetch", "compute_gflop": 2, "memory_gb": 4, "args": ["https://example.org"]},
-    {"name": "summarize", "compute_gflop": 8, "parents": ["fetch"], "num_gpus": 0.5,
-     "kwargs": {"words": 100}}]}
+    {"name": "summarize", "compute_gflop": 8, "parents": ["fetch"], "num_cpus": 1,
+     "kwargs": {"words": 100}}]}  # Ray demands any cluster has: "Try it out" works on CPUs
 
 
 class WorkflowIn(BaseModel):

@@ -217,3 +217,23 @@ def test_an_open_program_whose_steps_are_done_shows_its_response_and_that_it_is_
     prog.closed = True
     rec = program_record(prog)
     assert rec["state"] == "closed" and rec["response_s"] == pytest.approx(8.0) and rec["final"]
+
+
+def test_the_api_docs_example_runs_on_a_cpu_only_cluster():
+    """/docs's "Try it out" body asked for num_gpus: 0.5: a 422 on a CPU-only cluster."""
+    import json
+
+    from scale_ray.live import LiveConfig
+    from scale_ray.live.cluster import NodeInfo, server_caps
+    from scale_ray.live.nodes import LiveServer
+    from scale_ray.live.refusals import check_fits
+    from serve_apps.errors import parse_body
+    from serve_apps.scheduler import api
+    from serve_apps.workflow_api import AllowList, WorkflowIn, to_workflow
+
+    body = api.openapi()["paths"]["/v1/workflows"]["post"]["requestBody"]
+    example = body["content"]["application/json"]["example"]
+    wf = to_workflow(parse_body(json.dumps(example).encode(), WorkflowIn), AllowList([]), 100)
+    res = {"CPU": 2, "memory": 8e9}
+    laptop = LiveServer(0, NodeInfo("cpu", 1, 1.0, 8.0, "cpu", 0.0, 0.0, server_caps(res, 1)), 0)
+    check_fits(wf, [laptop], [], LiveConfig(), "ray", pooled=True)  # raises if refused
