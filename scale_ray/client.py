@@ -43,8 +43,8 @@ from envs.workload import WorkflowError
 from scale_ray.live.config import NoServers, Unschedulable
 from scale_ray.live.handles import NothingToRun, WorkflowFailed
 from scale_ray.live.journal import current_step
-from scale_ray.live.raydag import accept, nothing_to_run
-from scale_ray.live.workflow import Call, CollectedWorkflow
+from scale_ray.live.raydag import ACCEPTED, accept, nothing_to_run
+from scale_ray.live.workflow import Call, CollectedWorkflow, WorkflowTypeError
 
 DEFAULT_APP = "scheduler"
 _OURS = ("scale_ray", "envs", "policies", "serve_apps")
@@ -297,10 +297,12 @@ def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
 class ServiceProgram:
     """An agent program in the scheduler service (:func:`program`): ``submit`` adds a step,
     ordered as part of the program (``submit(..., program=)``); ``close()`` (or leaving a
-    ``with`` block) says no step follows: the program ends when its steps are done."""
+    ``with`` block) says no step follows: the program ends when its steps are done. ``first``:
+    the first step when :func:`program` submitted it (else None)."""
 
-    def __init__(self, step: str, app: str, tenant: str):
+    def __init__(self, step: str, app: str, tenant: str, first: ServiceWorkflow | None = None):
         self.step, self.app, self.tenant = step, app, tenant
+        self.first = first
         self.closed = False
 
     def close(self) -> None:
@@ -333,11 +335,22 @@ class ServiceProgram:
         return f"ServiceProgram(step={self.step})"
 
 
-def program(step: ServiceWorkflow | str | None = None, app: str = DEFAULT_APP,
-            tenant: str | None = None) -> ServiceProgram:
-    """The agent program of ``step`` (an earlier workflow or its id), to add steps to. Inside a
-    primitive the service runs, with no ``step``: the program of the workflow it belongs to,
-    its tenant and app included, so a running call can submit the calls it decides on::
+#: what :func:`program` takes as its first argument (its refusal names them)
+PROGRAM_ACCEPTS = ("an earlier workflow (the ServiceWorkflow client.submit returned, or its id), "
+                   "or the first step to submit: " + ACCEPTED)
+
+
+def program(first: ServiceWorkflow | str | Any = None, *inputs: Any, app: str = DEFAULT_APP,
+            tenant: str | None = None, name: str = "", **kw_inputs: Any) -> ServiceProgram:
+    """An agent program to add steps to, ``with client.program(first) as p: p.submit(call)``.
+
+    ``first``: an earlier workflow (the :class:`ServiceWorkflow` :func:`submit` returned, or its
+    id), or the program's first step itself, anything :func:`submit` takes (a call, a Ray DAG
+    with ``inputs``/``kw_inputs``, a list of calls): it is submitted now, as ``p.first``.
+    Anything else is refused here, before the service is asked (``WorkflowTypeError`` naming
+    what is accepted). Inside a primitive the service runs, with no ``first``: the program of
+    the workflow it belongs to, its tenant and app included, so a running call can submit the
+    calls it decides on::
 
         @primitive
         def plan(question):
@@ -345,7 +358,7 @@ def program(step: ServiceWorkflow | str | None = None, app: str = DEFAULT_APP,
             steps = [client.program().submit(search.bind(t)) for t in todo]
             return [s.result(timeout=300) for s in steps]
     """
-    if step is None:
+    if first is None:
         ctx = current_step()
         if ctx is None or len(ctx) > 3:  # (len 4: the library's scheduler runs it)
             raise RuntimeError("client.program(): not inside a primitive the scheduler service "
@@ -353,9 +366,25 @@ def program(step: ServiceWorkflow | str | None = None, app: str = DEFAULT_APP,
                                "scheduler: scale_ray.live.program())")
         jid, tenant, app = ctx
         return ServiceProgram(jid, app, tenant)
-    sid = step.id if isinstance(step, ServiceWorkflow) else step
-    tenant = tenant or (step.tenant if isinstance(step, ServiceWorkflow) else job_tenant())
-    return ServiceProgram(sid, app, tenant)
+    if isinstance(first, (ServiceWorkflow, str)):
+        sid = first.id if isinstance(first, ServiceWorkflow) else first
+        tenant = tenant or (first.tenant if isinstance(first, ServiceWorkflow) else job_tenant())
+        return ServiceProgram(sid, app, tenant)
+    try:  # the first step itself: checked on this side before anything is sent
+        accept(first, inputs, kw_inputs, name)
+    except WorkflowTypeError as e:
+        raise WorkflowTypeError(f"client.program(first): {_first_line(e)}; client.program "
+                                f"takes {PROGRAM_ACCEPTS}") from None
+    if nothing_to_run(first):
+        raise WorkflowTypeError("client.program(first): an empty Ray DAG has no step to start "
+                                "a program with")
+    step = submit(first, *inputs, name=name, app=app, tenant=tenant, **kw_inputs)
+    return ServiceProgram(step.id, app, step.tenant, first=step)
+
+
+def _first_line(e: Exception) -> str:
+    """The reason of a refusal without its own list of what is accepted."""
+    return str(e).split("; accepted: ")[0].splitlines()[0]
 
 
 def _refusal(acc: dict) -> Exception:

@@ -237,3 +237,40 @@ def test_the_api_docs_example_runs_on_a_cpu_only_cluster():
     res = {"CPU": 2, "memory": 8e9}
     laptop = LiveServer(0, NodeInfo("cpu", 1, 1.0, 8.0, "cpu", 0.0, 0.0, server_caps(res, 1)), 0)
     check_fits(wf, [laptop], [], LiveConfig(), "ray", pooled=True)  # raises if refused
+
+
+# ---- item 3: client.program(first) ----
+
+def test_client_program_refuses_what_it_cannot_start_with_one_line_before_asking(monkeypatch):
+    from scale_ray import client
+    from scale_ray.live.workflow import WorkflowTypeError
+
+    def no_service(*a, **k):
+        raise AssertionError("the service was asked")
+
+    monkeypatch.setattr(client, "_retrying", no_service)
+    for wrong in (42, {"tasks": []}, 3.5):
+        with pytest.raises(WorkflowTypeError) as e:
+            client.program(wrong, tenant="t")
+        text = str(e.value)
+        assert "\n" not in text and text.startswith("client.program(first): ")
+        assert "an earlier workflow" in text and "a Call" in text and "Ray DAG" in text
+
+
+def test_client_program_submits_a_call_as_its_first_step(monkeypatch):
+    from scale_ray import client
+    from scale_ray.live.workflow import Primitive, emulated_body
+
+    sent = []
+
+    def fake_submit(workflow, *inputs, name="", app="scheduler", tenant=None, **kw):
+        sent.append((workflow, kw.get("program")))
+        return client.ServiceWorkflow(app, {"id": "w-1", "name": "first"}, 0.0, tenant or "t")
+
+    monkeypatch.setattr(client, "submit", fake_submit)
+    call = Primitive(emulated_body, 1.0).bind(0)
+    p = client.program(call, tenant="t")
+    assert sent == [(call, None)] and p.step == "w-1" and p.first.id == "w-1"
+    assert p.tenant == "t" and not p.closed
+    again = client.program(p.first)  # an earlier workflow: nothing submitted
+    assert again.step == "w-1" and len(sent) == 1
