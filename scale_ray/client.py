@@ -7,7 +7,7 @@
     @primitive(compute_gflop=2.0, memory_gb=4.0)
     def fetch(url): ...
 
-    ray.init(address="auto")                 # a driver on the cluster that runs the service
+    client.connect()                         # ray.init(address="auto"), token checked
     h = client.submit(summarize.bind(fetch.bind("a"), fetch.bind("b")))
     print(h.result(), h.response_s)
 
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from envs.workload import WorkflowError
+from scale_ray.connect import AuthNeeded, connect, quiet_serve_logs
 from scale_ray.live.config import NoServers, Unschedulable
 from scale_ray.live.handles import NothingToRun, WorkflowFailed
 from scale_ray.live.journal import current_step
@@ -107,10 +108,11 @@ def _connected() -> Any:
         if not os.environ.get("RAY_ADDRESS"):
             raise NotConnected(
                 "scale_ray.client: this process is not connected to Ray. Connect to the cluster "
-                "that runs the scheduler service first: ray.init(address=\"auto\") on one of "
-                "its nodes, ray.init(address=\"ray://HEAD:10001\") from elsewhere, or run the "
-                "driver with `ray job submit`")
-        ray.init()  # RAY_ADDRESS: the cluster this job was submitted to
+                "that runs the scheduler service first: client.connect() on one of its nodes "
+                "(ray.init(address=\"auto\") with the token checked), "
+                "client.connect(\"ray://HEAD:10001\") from elsewhere, or run the driver with "
+                "`ray job submit`")
+        connect(os.environ["RAY_ADDRESS"])  # the cluster this job was submitted to
     return ray
 
 
@@ -136,6 +138,7 @@ def _handle(app: str) -> Any:
                     f"scale_ray.client: no scheduler service {app!r} on this Ray cluster "
                     f"({e}); deploy it: `serve run configs/serve/scheduler.yaml` (docs/serving.md)"
                 ) from None
+            quiet_serve_logs()  # (Serve configures its logger when imported: after that)
         return _handles[key]
 
 
@@ -401,6 +404,6 @@ def cluster(app: str = DEFAULT_APP, tenant: str | None = None) -> dict:
     return _retrying(app, "cluster", tenant=tenant or job_tenant())
 
 
-__all__ = ["submit", "cluster", "ServiceWorkflow", "WorkflowLost", "WorkflowFailed", "NoServers",
+__all__ = ["connect", "AuthNeeded", "submit", "cluster", "ServiceWorkflow", "WorkflowLost", "WorkflowFailed", "NoServers",
            "Unschedulable", "QuotaExceeded", "job_tenant", "DEFAULT_APP", "program",
            "ServiceProgram"]
