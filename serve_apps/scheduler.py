@@ -48,7 +48,7 @@ from dataclasses import asdict
 from typing import Any, Callable, Mapping
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from ray import serve
 
 from envs.config import ConfigError, build
@@ -67,7 +67,7 @@ from .scheduler_config import SECRET_VARS, SchedulerArgs, SchedulerTuning, parse
 from .tenants import IdSigner, Tenants, audit, load_tokens
 from .bounds import check_args, check_tasks
 from .durable import JournalView, check_key, rebuild
-from .metrics import ServiceMetrics
+from .metrics import ServiceMetrics, node_target, scheduler_series
 from .registry import UnknownWorkflow, Workflows, unknown_handler
 from .workflow_api import (AllowList, AppendIn, WorkflowIn, emulate, jsonable, record,
                            root_cause, state, to_workflow)
@@ -131,6 +131,7 @@ class SchedulerService:
         self.scheduler_at = time.time()
         self.journal = JournalView(self.sched)
         self.metrics = ServiceMetrics(self)  # ray.util.metrics (serve_apps.metrics)
+        self.metrics_target = node_target()  # where Ray exports them (GET /metrics reads it)
         self.registry = Workflows(self.sched, lambda: self.tuning, self.ids, self.metrics,
                                   self._pool, self.incarnation)
         self.metrics.start()
@@ -300,6 +301,7 @@ class SchedulerService:
         return {**snap, "servers": servers, "policy_spec": self.holder.spec,
                 **self.holder.report(), "tenant": tenant,
                 "scheduler_node": ray.get_runtime_context().get_node_id(),
+                "metrics_target": self.metrics_target,  # Prometheus: this node's export port
                 "replica_actor": ray.get_runtime_context().get_actor_name(),
                 "replica_worker_id": ray.get_runtime_context().get_worker_id(),
                 "workflows": counts,
@@ -377,6 +379,32 @@ class SchedulerService:
     @resolved_annotations
     async def get_cluster(self, request: Request) -> Response:
         return _respond(await self._cluster(self._tenant(request)))
+
+    @api.get("/metrics", summary="the scheduler's Prometheus series (ray_scale_scheduler_*)",
+             response_class=PlainTextResponse)
+    @resolved_annotations
+    async def get_metrics(self, request: Request) -> Response:
+        """The ``ray_scale_scheduler_*`` series as Ray's metrics agent exports them on this
+        replica's node (:func:`serve_apps.metrics.node_target`), in Prometheus' text format:
+        a scrape target that carries only the scheduler's series. Ray exports a new value
+        about 10 s after it changed."""
+        import httpx
+
+        self._tenant(request)
+
+        def scrape() -> str:
+            target = self.metrics_target
+            if target is None:
+                raise RequestError(("metrics",), "Ray reports no metrics export port for "
+                                   "this node", "no_metrics", status=503)
+            try:
+                return scheduler_series(httpx.get(f"http://{target}/metrics", timeout=5).text)
+            except httpx.HTTPError as e:
+                raise RequestError(("metrics",), f"the node's metrics endpoint {target} did "
+                                   f"not answer ({type(e).__name__})", "no_metrics",
+                                   status=503) from None
+        return PlainTextResponse(await self._off_loop(scrape),
+                                 media_type="text/plain; version=0.0.4")
 
     # ---------------------------------------------------------------- handle API
     # (``tenant``: the calling Ray job's, ``job:<id>``, unless the client names one)
