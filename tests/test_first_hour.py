@@ -274,3 +274,98 @@ def test_client_program_submits_a_call_as_its_first_step(monkeypatch):
     assert p.tenant == "t" and not p.closed
     again = client.program(p.first)  # an earlier workflow: nothing submitted
     assert again.step == "w-1" and len(sent) == 1
+
+
+# ---- item 8: metrics a user can find ----
+
+def test_metrics_route_serves_only_the_scheduler_series():
+    from serve_apps.metrics import scheduler_series
+    from serve_apps.scheduler import api
+
+    assert "/metrics" in api.openapi()["paths"]
+    page = "\n".join([
+        "# HELP ray_node_cpu_utilization Total CPU usage",
+        "# TYPE ray_node_cpu_utilization gauge",
+        'ray_node_cpu_utilization{ip="1.2.3.4"} 12.0',
+        "# HELP ray_scale_scheduler_decisions_total placement decisions",
+        "# TYPE ray_scale_scheduler_decisions_total counter",
+        'ray_scale_scheduler_decisions_total{Component="core_worker"} 7.0',
+        'ray_scale_scheduler_queued_tasks{tenant="t-0a1b2c3d"} 3.0'])
+    assert scheduler_series(page).splitlines() == page.splitlines()[3:]
+    assert scheduler_series("# EOF\nray_other 1\n") == ""
+
+
+# ---- item 1: a client without the cluster's Ray token is told what to run, at once ----
+
+@pytest.fixture
+def token_gcs():
+    """A stand-in GCS (Ray's own gRPC service definition) that requires the token "good", as a
+    cluster started by `serve run` on Ray 2.60 does; yields its address."""
+    from concurrent import futures
+
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    class Gcs(gcs_service_pb2_grpc.NodeInfoGcsServiceServicer):
+        def GetClusterId(self, request, context):
+            if dict(context.invocation_metadata()).get("authorization") != "Bearer good":
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "InvalidAuthToken")
+            return gcs_service_pb2.GetClusterIdReply()
+
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    gcs_service_pb2_grpc.add_NodeInfoGcsServiceServicer_to_server(Gcs(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield f"127.0.0.1:{port}"
+    server.stop(0)
+
+
+def test_a_missing_token_is_named_in_one_line_within_a_second(token_gcs, tmp_path):
+    import time
+
+    from scale_ray.connect import AuthNeeded, check_token, use_token_if_present
+
+    env = {"HOME": str(tmp_path)}  # no RAY_AUTH_MODE, no token anywhere
+    use_token_if_present(env)
+    assert "RAY_AUTH_MODE" not in env
+    t0 = time.perf_counter()
+    with pytest.raises(AuthNeeded) as e:
+        check_token(token_gcs, environ=env)
+    assert time.perf_counter() - t0 < 1.0
+    text = str(e.value)
+    assert "\n" not in text and "has no token" in text
+    assert "export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=" in text
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("stale\n")
+    use_token_if_present(env)  # a token at hand: used, for any address
+    assert env["RAY_AUTH_MODE"] == "token"
+    with pytest.raises(AuthNeeded, match="the token this process sends is not the cluster's"):
+        check_token(token_gcs, environ=env)
+    (tmp_path / ".ray" / "auth_token").write_text("good\n")
+    check_token(token_gcs, environ=env)  # accepted: nothing raised
+    check_token("127.0.0.1:1", environ=env)  # nothing there: left to ray.init
+
+
+def test_the_client_drops_serve_log_lines_and_keeps_its_own_tasks(monkeypatch):
+    """A client printed the replica's `CALL submit OK 44.4ms` lines and Serve's handle
+    warnings (`Failed to get queue length ... within 0.1s`)."""
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+
+    from scale_ray.connect import quiet_serve_logs
+
+    printed = []
+    monkeypatch.setattr(dispatcher, "handlers", [("ray_print_logs", printed.append)])
+    serve_log = logging.getLogger("ray.serve")
+    level = serve_log.level
+    try:
+        quiet_serve_logs()
+        quiet_serve_logs()  # twice: one filter
+        replica = {"actor_name": "ServeReplica:scheduler:SchedulerService",
+                   "lines": ["CALL submit OK 44.4ms"]}
+        mine = {"actor_name": None, "task_name": "f", "lines": ["hello"]}
+        dispatcher.emit(replica)
+        dispatcher.emit(mine)
+        assert printed == [mine]
+        assert not serve_log.isEnabledFor(logging.WARNING)
+    finally:
+        serve_log.setLevel(level)
