@@ -269,7 +269,8 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
         if last_saved is None and algo.iteration > 0:
             last_saved = save(int(algo.iteration))
         artifact = export_policy(algo, cfg, env, out / "policy", int(algo.iteration), env_steps)
-        echo(f"policy artifact: {artifact}")
+        echo(f"policy artifact: {artifact}; before serving it: scale-ray eval --gate --policy "
+             f"{artifact} (Serve refuses a learned policy never checked against EFT)")
         return {"iterations": int(algo.iteration), "checkpoint": str(last_saved) if last_saved else None,
                 "policy": str(artifact), "last": row}
     finally:

@@ -59,6 +59,7 @@ from scale_ray.live.raydag import as_collected
 
 from . import apidocs, errors, ready
 from .decisions import RequestError, load
+from .gate import admit
 from .policy_holder import PolicyHolder
 from .schedule import try_policy
 from .errors import parse_body
@@ -109,7 +110,9 @@ class SchedulerService:
         self._doc = (self.env.runtime.default_gflop if emu.hints == "none" else None,
                      emu.noise_sigma)
         self.incarnation = uuid.uuid4().hex[:8]
-        # no fallback: a bad policy argument fails the deploy (serve_apps.policy_holder)
+        # no fallback: a bad policy argument fails the deploy (serve_apps.policy_holder), and
+        # so does a learned one the gate refuses (serve_apps.gate)
+        self.gates: dict[str, dict] = {}
         self.holder = PolicyHolder(self._load, self.args.policy, "scheduler", lambda p: p.name,
                                    log)
         policy = self.holder.current
@@ -149,6 +152,7 @@ class SchedulerService:
                        "POST /v1/workflows; API docs at /docs")
 
     def _load(self, spec: str) -> Any:
+        self.gates[spec] = admit(spec, self.args.policy_gate, log)  # PolicyRefused: not loaded
         lp = load(spec, self.env, mask_infeasible=True, guard=self.args.live.guard)
         try_policy(lp)
         return lp.policy
@@ -299,6 +303,7 @@ class SchedulerService:
             return tenant_view(snap, servers, tenant, counts, queued, others, policy, journal,
                                resumed, uptime)
         return {**snap, "servers": servers, "policy_spec": self.holder.spec,
+                "policy_gate": self.gates.get(self.holder.spec),
                 **self.holder.report(), "tenant": tenant,
                 "scheduler_node": ray.get_runtime_context().get_node_id(),
                 "metrics_target": self.metrics_target,  # Prometheus: this node's export port

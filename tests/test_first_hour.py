@@ -369,3 +369,69 @@ def test_the_client_drops_serve_log_lines_and_keeps_its_own_tasks(monkeypatch):
         assert not serve_log.isEnabledFor(logging.WARNING)
     finally:
         serve_log.setLevel(level)
+
+
+# ---- item 12: a policy is checked against EFT before it serves ----
+
+@pytest.fixture(scope="module")
+def untrained(tmp_path_factory):
+    """A learned policy that is much worse than EFT: an untrained network (guarded, +35 % on
+    paper.yaml at N = 16), as a user's 3-iteration run was (+806 %)."""
+    from policies.artifact import save_untrained
+
+    return save_untrained(tmp_path_factory.mktemp("gate") / "untrained", seed=3)
+
+
+def test_eval_gate_marks_a_bad_policy_and_serve_refuses_it_with_the_number(untrained, capsys):
+    import asyncio
+
+    from scale_ray.config import load_env
+    from serve_apps.gate import GATE_FILE, PolicyGate, PolicyRefused, admit, read_mark
+    from serve_apps.placement import PlacementService, parse_args
+    from serve_apps.policy_holder import PolicyHolder
+
+    with pytest.raises(PolicyRefused, match="never compared with eft: run scale-ray eval --gate"):
+        admit(str(untrained), PolicyGate())
+    code = main(["eval", "--policy", str(untrained), "--servers", "16", "--episodes", "3",
+                 "--workers", "1", "--gate"])
+    out = capsys.readouterr().out
+    assert code == 1 and "FAILS the 5 % tolerance" in out and "eft" in out
+    mark = read_mark(untrained)
+    assert mark["rel_diff"] > 0.05 and not mark["passed"] and mark["episodes"] == 3
+    shown = f"{100 * mark['rel_diff']:+.1f} % vs eft"
+    with pytest.raises(PolicyRefused) as e:
+        admit(str(untrained), PolicyGate())
+    assert shown in str(e.value) and "tolerance of 5 %" in str(e.value)
+    assert "policy_gate.force" in str(e.value)
+    assert admit(str(untrained), PolicyGate(force=True))["forced"]
+    assert admit(str(untrained), PolicyGate(tolerance=10.0))["passed"]
+    assert not admit("eft", PolicyGate())["checked"]  # heuristics are not gated
+    # a swap to it keeps the current policy and says why, with the number
+    svc = object.__new__(PlacementService.func_or_class)
+    svc.args, svc.env = parse_args({"policy": "eft"}), load_env(None)
+    holder = PolicyHolder(svc._load, "eft", "placement", lambda lp: lp.spec)
+    assert asyncio.run(holder.swap(str(untrained))) is False
+    assert holder.spec == "eft" and shown in holder.last_swap_error["message"]
+    # the mark is bound to the weights it measured
+    meta = untrained / "policy.json"
+    doc = meta.read_text()
+    meta.write_text(doc.replace('"checksum": "sha256:', '"checksum": "sha256:0'))
+    try:
+        with pytest.raises(PolicyRefused, match="measured on other weights"):
+            admit(str(untrained), PolicyGate(tolerance=10.0))
+    finally:
+        meta.write_text(doc)
+    assert (untrained / GATE_FILE).is_file()
+
+
+def test_the_shipped_policies_pass_the_gate(capsys):
+    """The shipped artifacts are not marked (the package is read-only): this is their gate."""
+    assert main(["eval", "--policy", "scale", "crossattn", "--servers", "16", "--episodes", "3",
+                 "--workers", "1", "--gate"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("passes the 5 % tolerance") == 2
+
+
+def test_eval_gate_needs_a_learned_policy(capsys):
+    assert main(["eval", "--policy", "eft", "heft", "--gate", "--workers", "1"]) == 2
+    assert "--gate: no learned policy" in capsys.readouterr().err
