@@ -334,14 +334,18 @@ def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
     return out
 
 
+#: what each ``--metric`` measures, as printouts name it
+METRIC_NAMES = {"workflow": "mean workflow response", "task": "mean task response",
+                "workflow_p95": "p95 workflow response", "workflow_p99": "p99 workflow response"}
+
+
 def format_paired(rows: Sequence[dict[str, Any]]) -> str:
     """The paired table: per policy and size the mean over episodes of (policy / reference - 1),
     lower is better, its 95 % CI and on how many episodes it was better, worse or equal."""
     label = policy_labels(r["policy"] for r in rows)
     w = max([12] + [len(v) + 2 for v in label.values()])
-    what = {"workflow": "mean workflow response", "task": "mean task response",
-            "workflow_p95": "p95 workflow response", "workflow_p99": "p99 workflow response"}
-    lines = [f"paired vs {rows[0]['reference']} ({what[rows[0].get('metric', 'task')]}, "
+    lines = [f"paired vs {rows[0]['reference']} "
+             f"({METRIC_NAMES[rows[0].get('metric', 'task')]}, "
              f"policy / {rows[0]['reference']} - 1 on each episode; lower is better):"
              if rows else ""]
     for r in rows:

@@ -90,16 +90,11 @@ def read_mark(artifact: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and doc.get("format") == FORMAT else None
 
 
-_METRIC_NAMES = {"workflow": "mean workflow response", "task": "mean task response",
-                 "workflow_p95": "p95 workflow response", "workflow_p99": "p99 workflow response"}
-
-
 def describe(mark: dict[str, Any]) -> str:
-    """``+35.1 % vs eft (mean workflow response, N=16, 8 episodes)``."""
-    metric = mark.get("metric", "workflow")
-    return (f"{100 * mark['rel_diff']:+.1f} % vs {mark.get('reference', REFERENCE)} "
-            f"({_METRIC_NAMES.get(metric, metric)}, N={mark.get('servers')}, "
-            f"{mark.get('episodes')} episodes)")
+    """What the mark measured, as ``scale-ray eval --gate`` worded it (``summary``: ``+35.1 %
+    higher vs eft (mean workflow response, N=16, 8 episodes)``)."""
+    return str(mark.get("summary") or f"rel_diff {mark.get('rel_diff')} vs "
+                                       f"{mark.get('reference', REFERENCE)}")
 
 
 def admit(spec: str, gate: PolicyGate, log: Any = None) -> dict[str, Any]:

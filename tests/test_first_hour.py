@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from scale_ray.cli import main
+from scale_ray.relative import rel
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -398,7 +399,7 @@ def test_eval_gate_marks_a_bad_policy_and_serve_refuses_it_with_the_number(untra
     assert code == 1 and "FAILS the 5 % tolerance" in out and "eft" in out
     mark = read_mark(untrained)
     assert mark["rel_diff"] > 0.05 and not mark["passed"] and mark["episodes"] == 3
-    shown = f"{100 * mark['rel_diff']:+.1f} % vs eft"
+    shown = f"{rel(mark['rel_diff'])} vs eft"
     with pytest.raises(PolicyRefused) as e:
         admit(str(untrained), PolicyGate())
     assert shown in str(e.value) and "tolerance of 5 %" in str(e.value)
@@ -435,3 +436,90 @@ def test_the_shipped_policies_pass_the_gate(capsys):
 def test_eval_gate_needs_a_learned_policy(capsys):
     assert main(["eval", "--policy", "eft", "heft", "--gate", "--workers", "1"]) == 2
     assert "--gate: no learned policy" in capsys.readouterr().err
+
+
+# ---- items 5 and 13: honest live numbers (scale_ray/bench/validity.py) ----
+
+def test_a_comparison_whose_baseline_departs_from_its_twin_prints_no_gain():
+    from scale_ray.bench.validity import MachineLoad, check, format_check, gain_line
+
+    calm = MachineLoad(cores=2, samples=[1.2, 1.8])
+    ok = check({"eft_spread": 13.4 / 13.3, "ray-default": 14.3 / 14.1}, calm)
+    assert ok["valid"] and gain_line("eft_spread vs ray-default", -0.08, ok) == \
+        "eft_spread vs ray-default: -8.0 % lower"
+    bad = check({"eft_spread": 13.4 / 13.3, "ray-default": 121.2 / 14.1}, calm)
+    line = gain_line("eft_spread vs ray-default", -0.89, bad)
+    assert not bad["valid"] and "INVALID" in line and "89" not in line and "%" not in line
+    assert "ray-default ran 8.60x its twin" in line
+    assert "ray-default 8.60" in format_check(bad) and "eft_spread 1.01" in format_check(bad)
+
+
+def test_a_comparison_on_an_overloaded_machine_prints_no_gain():
+    from scale_ray.bench.validity import MachineLoad, check, format_check, gain_line
+
+    busy = MachineLoad(cores=2, samples=[3.0, 135.0])
+    v = check({"scale": 1.02, "ray-default": None}, busy)
+    assert busy.overloaded and not v["valid"]
+    assert "machine overloaded: load 135.0 on 2 cores" in gain_line("x", -0.907, v)
+    assert "ray-default n/a (no twin)" in format_check(v)
+    unchecked = check({"scale": 1.02, "ray-default": None}, MachineLoad(cores=2, samples=[1.0]))
+    assert unchecked["valid"] and "ray-default unchecked" in gain_line("x", -0.2, unchecked)
+
+
+def test_the_spread_of_a_gain_over_workflows():
+    import numpy as np
+
+    from scale_ray.bench.validity import ratio_interval
+
+    rng = np.random.default_rng(1)
+    a, b = rng.exponential(8.0, 400), rng.exponential(10.0, 400)
+    lo, hi = ratio_interval(a, b)
+    point = a.mean() / b.mean() - 1
+    assert lo < point < hi and 0.05 < hi - lo < 0.4
+    lo2, hi2 = ratio_interval(a[:40], b[:40])
+    assert hi2 - lo2 > hi - lo  # fewer workflows, a wider interval
+
+
+def test_bench_service_marks_the_demo_comparison_invalid_on_a_busy_machine(capsys):
+    """`make demo` printed 'service vs ray-default, mean workflow response: -90.7 % lower' at
+    load 135 on 2 cores."""
+    import argparse
+
+    from scale_ray.bench.service import _against_ray_default
+    from scale_ray.bench.validity import MachineLoad
+
+    out = {"killed_node": "n1", "mean_workflow_response_s": 1.0,
+           "workflow_response_s": [0.9, 1.0, 1.1]}
+    base = {"mean_workflow_response_s": 10.75, "p95_workflow_response_s": 20.0,
+            "p99_workflow_response_s": 25.0, "workflows_completed": 3,
+            "workflows_submitted": 3, "workflow_response_s": [10.0, 10.75, 11.5]}
+    args = argparse.Namespace(policy="scale", seed=0)
+    _against_ray_default(out, base, None, [], [], args, MachineLoad(2, [135.0]))
+    text = capsys.readouterr().out
+    assert "INVALID, no gain reported" in text and "90.7" not in text
+    assert out["validity"]["valid"] is False and out["rel_diff_vs_ray_default"] < -0.9
+    _against_ray_default(out, base, None, [], [], args, MachineLoad(2, [1.5]))
+    text = capsys.readouterr().out
+    assert "service vs ray-default, mean workflow response: -90.7 % lower (95 % interval" in text
+    assert "scale n/a (no twin)" in text and "unchecked" in text
+
+
+def test_agents_bench_reports_every_arms_twin_ratio_and_marks_a_bad_run():
+    from scale_ray.bench.agents_live import REFERENCE, format_agents, summarize
+
+    def res(mean: float, load: float | None = None) -> dict:
+        return {"mean_workflow_response_model_s": mean, "p95_workflow_response_model_s": 2 * mean,
+                "p99_workflow_response_model_s": 3 * mean} | (
+                    {} if load is None else {"load_1m": load})
+
+    twin_ray = res(14.1) | {"draws": 1, "sd_mean_workflow_response_model_s": 0.0}
+    runs = [{"live": {REFERENCE: res(121.2, 1.0), "eft_spread": res(13.4, 1.0)},
+             "twin": {REFERENCE: twin_ray, "eft_spread": res(13.3)}},
+            {"live": {REFERENCE: res(14.0, 1.0), "eft_spread": res(13.0, 1.0)},
+             "twin": {REFERENCE: twin_ray, "eft_spread": res(13.1)}}]
+    out = {"runs": runs, "nodes": 8}
+    summarize(out, ["eft_spread"])
+    text = format_agents(out)
+    assert [v["valid"] for v in out["validity"]] == [False, True]
+    assert "run 1: live / twin mean workflow response: ray-default 8.60, eft_spread 1.01" in text
+    assert "eft_spread: mean vs Ray default live INVALID / -7.1 % lower" in text

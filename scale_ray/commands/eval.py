@@ -15,11 +15,12 @@ from envs.workload import make_source, sample_workflows
 from policies import default_policy, shipped_policies
 from policies.guard import GuardConfig, load_guard_config
 from scale_ray.config import DEFAULT_ENV_CONFIG, load_env
-from scale_ray.evaluation import (evaluate, format_paired, format_table, paired_differences,
-                                  run_identity, stderr_progress)
+from scale_ray.evaluation import (METRIC_NAMES, evaluate, format_paired, format_table,
+                                  paired_differences, run_identity, stderr_progress)
 from scale_ray.families import WORKLOAD_CONFIG_DIR, family_names, workload_env_args, workload_scale
+from scale_ray.relative import rel
 from serve_apps.gate import DEFAULT_TOLERANCE, REFERENCE as GATE_REFERENCE
-from serve_apps.gate import describe as gate_describe, learned_artifact, write_mark
+from serve_apps.gate import learned_artifact, write_mark
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -153,10 +154,13 @@ def gate_verdict(spec: str, episodes: list[dict], args: argparse.Namespace,
                 "env_overrides": list(args.set), "guard": guarded,
                 "tolerance": args.gate_tolerance,
                 "passed": worst["mean_rel_diff"] <= args.gate_tolerance}
+    measured["summary"] = (f"{rel(worst['mean_rel_diff'])} vs {GATE_REFERENCE} "
+                           f"({METRIC_NAMES.get(metric, metric)}, N={worst['servers']}, "
+                           f"{worst['episodes']} episodes)")
     artifact = learned_artifact(spec)
     where = (f"marked in {write_mark(artifact, measured)}" if artifact is not None
              else "shipped: not marked (tests/test_first_hour.py gates it)")
-    print(f"gate: {spec} {gate_describe(measured)} ± {100 * worst['ci95_half_width']:.1f} %: "
+    print(f"gate: {spec} {measured['summary']} ± {100 * worst['ci95_half_width']:.1f} %: "
           + ("passes" if measured["passed"] else "FAILS")
           + f" the {100 * args.gate_tolerance:g} % tolerance (lower is better); {where}")
     return {"policy": spec, **measured}
