@@ -150,12 +150,10 @@ def quiet_serve_logs() -> None:
     logging.getLogger("ray.serve").setLevel(logging.ERROR)
     from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
 
-    with dispatcher._lock:
-        handlers = list(dispatcher.handlers)
-        for k, (name, handle) in enumerate(handlers):
-            if name == "ray_print_logs" and not getattr(handle, _QUIET, False):
-                handlers[k] = (name, _without_serve_actors(handle))
-        dispatcher.handlers = handlers
+    for name, handle in list(dispatcher.handlers):
+        if name == "ray_print_logs" and not getattr(handle, _QUIET, False):
+            dispatcher.remove_handler(name)
+            dispatcher.add_handler(name, _without_serve_actors(handle))
 
 
 def _without_serve_actors(handle: Any) -> Any:
