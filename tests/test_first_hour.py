@@ -102,7 +102,7 @@ def test_top_level_help_is_whole_sentences(capsys):
 
 # ---- item 7: training's per-iteration line ----
 
-def test_training_line_says_no_episode_finished_instead_of_dashes():
+def test_training_line_says_no_episode_ended_instead_of_dashes():
     import math
 
     from scale_ray.train_metrics import PROGRESS_LEGEND, progress_line
@@ -110,7 +110,7 @@ def test_training_line_says_no_episode_finished_instead_of_dashes():
     row = {"iteration": 3, "env_steps": 3072.0, "iter_s": 1.2, "episode_return": math.nan,
            "mean_task_response_s": math.nan, "lr": 3e-4, "total_loss": 0.3}
     line = progress_line(row, 20)
-    assert "return n/a (no episode finished yet)" in line and "resp" not in line
+    assert "return n/a (no episode ended)" in line and "resp" not in line
     assert "return -" not in line and " -s" not in line
     done = progress_line({**row, "episode_return": -41.5, "mean_task_response_s": 5.02}, 20)
     assert "return -41.50 resp 5.02s" in done
