@@ -72,7 +72,8 @@ def check(ratios: Mapping[str, float | None], load: MachineLoad,
     reasons = [f"{a} ran {ratios[a]:.2f}x its twin (bound {1 - bound:.2f}-{1 + bound:.2f})"
                for a in departed]
     if load.overloaded:
-        reasons.append(f"machine overloaded: load {load.peak:.1f} on {load.cores} cores")
+        reasons.append(f"machine overloaded: load {load.peak:.1f} on {load.cores} cores; run "
+                       f"on more cores or fewer raylets (--servers-per-node)")
     return {"valid": not reasons, "reasons": reasons, "unchecked": unchecked,
             "live_vs_twin": dict(ratios), "bound": bound, "load_1m_peak": load.peak,
             "cores": load.cores}
