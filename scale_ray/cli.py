@@ -37,6 +37,38 @@ BENCH: dict[str, tuple[str, str]] = {
 }
 
 
+#: what ``scale-ray --help`` says first
+DESCRIPTION = ("SCALE on Ray: place agentic workflow DAGs on a heterogeneous Ray cluster; "
+               "evaluate, train and benchmark the placement policies (README.md, docs/).")
+EPILOG = "Each command has --help: scale-ray COMMAND --help, scale-ray bench WHAT --help."
+#: loggers that report every request at INFO (httpx: one line per HTTP call, e.g. each metrics
+#: scrape of `bench service`); shown with --verbose only
+CHATTY_LOGGERS = ("httpx", "httpcore")
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that ends each option with its default, unless its text already names one or it
+    has none (a flag, an option without a default)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or "default" in text.lower() or default is None
+                or default is argparse.SUPPRESS or isinstance(default, bool) or default == []):
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
+def configure_logging(verbose: bool) -> None:
+    """INFO (``verbose``: DEBUG) on stderr; the per-request INFO lines of HTTP clients only with
+    ``verbose``."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
 def _lazy(parser: argparse.ArgumentParser, module: str) -> None:
     mod = importlib.import_module(module)
     mod.add_arguments(parser)
@@ -44,20 +76,20 @@ def _lazy(parser: argparse.ArgumentParser, module: str) -> None:
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="scale-ray", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="scale-ray", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Only the chosen subcommand's module is imported (startup stays fast).
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_, description=help_)
+        p = sub.add_parser(name, help=help_, description=help_, formatter_class=HelpFormatter)
         if name == chosen:
             _lazy(p, module)
     bench = sub.add_parser("bench", help="benchmarks that print numbers and ratios")
     bsub = bench.add_subparsers(dest="bench", required=True, metavar="WHAT")
     bench_chosen = argv[argv.index("bench") + 1] if chosen == "bench" and argv.index("bench") + 1 < len(argv) else None
     for name, (module, help_) in BENCH.items():
-        p = bsub.add_parser(name, help=help_, description=help_)
+        p = bsub.add_parser(name, help=help_, description=help_, formatter_class=HelpFormatter)
         if name == bench_chosen:
             _lazy(p, module)
     return parser
@@ -66,8 +98,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.verbose)
     try:
         return int(args.run_command(args) or 0)
     except ConfigError as e:

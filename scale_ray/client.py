@@ -7,7 +7,7 @@
     @primitive(compute_gflop=2.0, memory_gb=4.0)
     def fetch(url): ...
 
-    ray.init(address="auto")                 # a driver on the cluster that runs the service
+    client.connect()                         # ray.init(address="auto"), token checked
     h = client.submit(summarize.bind(fetch.bind("a"), fetch.bind("b")))
     print(h.result(), h.response_s)
 
@@ -40,11 +40,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from envs.workload import WorkflowError
+from scale_ray.connect import AuthNeeded, connect, quiet_serve_logs
 from scale_ray.live.config import NoServers, Unschedulable
 from scale_ray.live.handles import NothingToRun, WorkflowFailed
 from scale_ray.live.journal import current_step
-from scale_ray.live.raydag import accept, nothing_to_run
-from scale_ray.live.workflow import Call, CollectedWorkflow
+from scale_ray.live.raydag import ACCEPTED, accept, nothing_to_run
+from scale_ray.live.workflow import Call, CollectedWorkflow, WorkflowTypeError
 
 DEFAULT_APP = "scheduler"
 _OURS = ("scale_ray", "envs", "policies", "serve_apps")
@@ -107,10 +108,11 @@ def _connected() -> Any:
         if not os.environ.get("RAY_ADDRESS"):
             raise NotConnected(
                 "scale_ray.client: this process is not connected to Ray. Connect to the cluster "
-                "that runs the scheduler service first: ray.init(address=\"auto\") on one of "
-                "its nodes, ray.init(address=\"ray://HEAD:10001\") from elsewhere, or run the "
-                "driver with `ray job submit`")
-        ray.init()  # RAY_ADDRESS: the cluster this job was submitted to
+                "that runs the scheduler service first: client.connect() on one of its nodes "
+                "(ray.init(address=\"auto\") with the token checked), "
+                "client.connect(\"ray://HEAD:10001\") from elsewhere, or run the driver with "
+                "`ray job submit`")
+        connect(os.environ["RAY_ADDRESS"])  # the cluster this job was submitted to
     return ray
 
 
@@ -136,6 +138,7 @@ def _handle(app: str) -> Any:
                     f"scale_ray.client: no scheduler service {app!r} on this Ray cluster "
                     f"({e}); deploy it: `serve run configs/serve/scheduler.yaml` (docs/serving.md)"
                 ) from None
+            quiet_serve_logs()  # (Serve configures its logger when imported: after that)
         return _handles[key]
 
 
@@ -297,10 +300,12 @@ def submit(workflow: Call | Sequence[Call] | Any, *inputs: Any, name: str = "",
 class ServiceProgram:
     """An agent program in the scheduler service (:func:`program`): ``submit`` adds a step,
     ordered as part of the program (``submit(..., program=)``); ``close()`` (or leaving a
-    ``with`` block) says no step follows: the program ends when its steps are done."""
+    ``with`` block) says no step follows: the program ends when its steps are done. ``first``:
+    the first step when :func:`program` submitted it (else None)."""
 
-    def __init__(self, step: str, app: str, tenant: str):
+    def __init__(self, step: str, app: str, tenant: str, first: ServiceWorkflow | None = None):
         self.step, self.app, self.tenant = step, app, tenant
+        self.first = first
         self.closed = False
 
     def close(self) -> None:
@@ -333,11 +338,22 @@ class ServiceProgram:
         return f"ServiceProgram(step={self.step})"
 
 
-def program(step: ServiceWorkflow | str | None = None, app: str = DEFAULT_APP,
-            tenant: str | None = None) -> ServiceProgram:
-    """The agent program of ``step`` (an earlier workflow or its id), to add steps to. Inside a
-    primitive the service runs, with no ``step``: the program of the workflow it belongs to,
-    its tenant and app included, so a running call can submit the calls it decides on::
+#: what :func:`program` takes as its first argument (its refusal names them)
+PROGRAM_ACCEPTS = ("an earlier workflow (the ServiceWorkflow client.submit returned, or its id), "
+                   "or the first step to submit: " + ACCEPTED)
+
+
+def program(first: ServiceWorkflow | str | Any = None, *inputs: Any, app: str = DEFAULT_APP,
+            tenant: str | None = None, name: str = "", **kw_inputs: Any) -> ServiceProgram:
+    """An agent program to add steps to, ``with client.program(first) as p: p.submit(call)``.
+
+    ``first``: an earlier workflow (the :class:`ServiceWorkflow` :func:`submit` returned, or its
+    id), or the program's first step itself, anything :func:`submit` takes (a call, a Ray DAG
+    with ``inputs``/``kw_inputs``, a list of calls): it is submitted now, as ``p.first``.
+    Anything else is refused here, before the service is asked (``WorkflowTypeError`` naming
+    what is accepted). Inside a primitive the service runs, with no ``first``: the program of
+    the workflow it belongs to, its tenant and app included, so a running call can submit the
+    calls it decides on::
 
         @primitive
         def plan(question):
@@ -345,7 +361,7 @@ def program(step: ServiceWorkflow | str | None = None, app: str = DEFAULT_APP,
             steps = [client.program().submit(search.bind(t)) for t in todo]
             return [s.result(timeout=300) for s in steps]
     """
-    if step is None:
+    if first is None:
         ctx = current_step()
         if ctx is None or len(ctx) > 3:  # (len 4: the library's scheduler runs it)
             raise RuntimeError("client.program(): not inside a primitive the scheduler service "
@@ -353,9 +369,25 @@ def program(step: ServiceWorkflow | str | None = None, app: str = DEFAULT_APP,
                                "scheduler: scale_ray.live.program())")
         jid, tenant, app = ctx
         return ServiceProgram(jid, app, tenant)
-    sid = step.id if isinstance(step, ServiceWorkflow) else step
-    tenant = tenant or (step.tenant if isinstance(step, ServiceWorkflow) else job_tenant())
-    return ServiceProgram(sid, app, tenant)
+    if isinstance(first, (ServiceWorkflow, str)):
+        sid = first.id if isinstance(first, ServiceWorkflow) else first
+        tenant = tenant or (first.tenant if isinstance(first, ServiceWorkflow) else job_tenant())
+        return ServiceProgram(sid, app, tenant)
+    try:  # the first step itself: checked on this side before anything is sent
+        accept(first, inputs, kw_inputs, name)
+    except WorkflowTypeError as e:
+        raise WorkflowTypeError(f"client.program(first): {_first_line(e)}; client.program "
+                                f"takes {PROGRAM_ACCEPTS}") from None
+    if nothing_to_run(first):
+        raise WorkflowTypeError("client.program(first): an empty Ray DAG has no step to start "
+                                "a program with")
+    step = submit(first, *inputs, name=name, app=app, tenant=tenant, **kw_inputs)
+    return ServiceProgram(step.id, app, step.tenant, first=step)
+
+
+def _first_line(e: Exception) -> str:
+    """The reason of a refusal without its own list of what is accepted."""
+    return str(e).split("; accepted: ")[0].splitlines()[0]
 
 
 def _refusal(acc: dict) -> Exception:
@@ -372,6 +404,6 @@ def cluster(app: str = DEFAULT_APP, tenant: str | None = None) -> dict:
     return _retrying(app, "cluster", tenant=tenant or job_tenant())
 
 
-__all__ = ["submit", "cluster", "ServiceWorkflow", "WorkflowLost", "WorkflowFailed", "NoServers",
+__all__ = ["connect", "AuthNeeded", "submit", "cluster", "ServiceWorkflow", "WorkflowLost", "WorkflowFailed", "NoServers",
            "Unschedulable", "QuotaExceeded", "job_tenant", "DEFAULT_APP", "program",
            "ServiceProgram"]

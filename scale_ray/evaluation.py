@@ -75,6 +75,16 @@ def split_order(spec: str, env: EnvConfig) -> tuple[str, EnvConfig]:
     return base, replace(env, mdp={"order": order})
 
 
+def run_identity(spec: str, env: EnvConfig) -> tuple[str, str, str]:
+    """What ``spec`` (``POLICY[@ORDER][+MODE]``) runs in ``env``: the policy without its
+    suffixes, the ready-task order and the submission mode, resolved. Two specs with one
+    identity make the same decisions on every episode (``eft`` and ``eft@hop`` under
+    paper.yaml's hop order): pairing them measures nothing."""
+    base = split_order(spec, env)[0]
+    env = _policy(spec, env)[1]
+    return base, env.mdp.order, env.mdp.submission
+
+
 def _policy(spec: str, env: EnvConfig, seed: int | None = None,
             guard: GuardConfig | None = None) -> tuple[Any, EnvConfig]:
     """The policy of ``spec`` (``POLICY[@ORDER]``, a trained one guarded by ``guard``) and the
@@ -340,17 +350,25 @@ def paired_differences(episodes: Iterable[dict[str, Any]], reference: str,
     return out
 
 
+#: what each ``--metric`` measures, as printouts name it
+METRIC_NAMES = {"workflow": "mean workflow response", "task": "mean task response",
+                "workflow_p95": "p95 workflow response", "workflow_p99": "p99 workflow response"}
+
+
 def format_paired(rows: Sequence[dict[str, Any]]) -> str:
+    """The paired table: per policy and size the mean over episodes of (policy / reference - 1),
+    lower is better, its 95 % CI and on how many episodes it was better, worse or equal."""
     label = policy_labels(r["policy"] for r in rows)
     w = max([12] + [len(v) + 2 for v in label.values()])
-    what = {"workflow": "mean workflow response", "task": "mean task response",
-            "workflow_p95": "p95 workflow response", "workflow_p99": "p99 workflow response"}
-    lines = [f"paired vs {rows[0]['reference']} ({what[rows[0].get('metric', 'task')]}):"
+    lines = [f"paired vs {rows[0]['reference']} "
+             f"({METRIC_NAMES[rows[0].get('metric', 'task')]}, "
+             f"policy / {rows[0]['reference']} - 1 on each episode; lower is better):"
              if rows else ""]
     for r in rows:
+        equal = r["episodes"] - r["better"] - r["worse"]
         lines.append(f"  {label[r['policy']]:<{w}} N={r['servers']:<5} {rel(r['mean_rel_diff'], 2)} "
                      f"± {100 * r['ci95_half_width']:.2f}% (95% CI, {r['episodes']} episodes; "
-                     f"better in {r['better']}, worse in {r['worse']})"
+                     f"better in {r['better']}, worse in {r['worse']}, equal in {equal})"
                      + (f"; completed {'tasks' if r.get('metric') == 'task' else 'workflows'} "
                         f"{rel(r['completed_rel_diff'])}: not comparable"
                         + (f"; on everything that arrived (censored) {rel(r['censored_rel_diff'], 2)} "
@@ -450,39 +468,66 @@ def policy_labels(specs: Iterable[str]) -> dict[str, str]:
             depth[sp] += 1
 
 
+#: the columns of :func:`format_table`: (header, row key, width, format); times in model s
+TABLE_COLUMNS = (
+    ("N", "servers", 6, "d"), ("eps", "episodes", 5, "d"),
+    ("wf mean s", "mean_workflow_response_s", 10, ".3f"),
+    ("wf p95 s", "p95_workflow_response_s", 10, ".2f"),
+    ("wf p99 s", "p99_workflow_response_s", 10, ".2f"),
+    ("task mean±std s", None, 18, ""), ("task p95 s", "p95_task_response_s", 11, ".3f"),
+    ("tasks done", "completed_tasks", 11, ".1f"), ("slowdown", "slowdown", 9, ".3f"),
+    ("util", "utilization", 6, ".3f"), ("waits/dec", "invalid_rate", 10, ".3f"),
+    ("guard/ep", "guard_overrides", 9, ".1f"),
+)
+TABLE_LEGEND = (
+    "response times in model s, lower is better (wf: a workflow's submission to its last "
+    "task's end; task: the paper's per-task response);\nslowdown: workflow response / its "
+    "critical path on the fastest servers (lower is better); util: busy share of server time; "
+    "waits/dec: policy answers\nthat made a task wait, per decision; guard/ep: learned-policy "
+    "picks the guard replaced, per episode (heuristics: 0)")
+
+
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """A plain-text table, one line per (policy, servers): workflow response (mean, p95, p99)
-    first, then the paper's task response."""
+    first, then the paper's task response; a legend line says the units and which way is
+    better. Means over completed workflows; a row whose episodes left workflows unfinished is
+    flagged under the table with the mean over everything that arrived (censored)."""
     label = policy_labels(r["policy"] for r in rows)
     w = max([16] + [len(v) + 2 for v in label.values()])
-    head = (f"{'policy':<{w}}{'N':>6}{'eps':>5}{'wf mean s':>10}{'wf p95':>8}{'wf p99':>8}"
-            f"{'wf all':>8}{'task resp (mean±std)':>22}{'p95 s':>8}{'tasks':>9}{'slowdown':>10}"
-            f"{'util':>7}{'invalid':>9}{'guard':>8}")
-    lines = [head, "-" * len(head)]
+    head = f"{'policy':<{w}}" + "".join(f"{h:>{width}}" for h, _, width, _ in TABLE_COLUMNS)
+    lines = [TABLE_LEGEND, head, "-" * len(head)]
+    unfinished = []
     for r in rows:
-        resp = f"{r['mean_task_response_s']:.3f}±{r['std_task_response_s']:.3f}"
-        lines.append(f"{label[r['policy']]:<{w}}{r['servers']:>6}{r['episodes']:>5}"
-                     f"{r['mean_workflow_response_s']:>10.3f}{r['p95_workflow_response_s']:>8.2f}"
-                     f"{r['p99_workflow_response_s']:>8.2f}{r['censored_workflow_response_s']:>8.2f}"
-                     f"{resp:>22}{r['p95_task_response_s']:>8.3f}"
-                     f"{r['completed_tasks']:>9.1f}{r['slowdown']:>10.3f}{r['utilization']:>7.3f}"
-                     f"{r['invalid_rate']:>9.3f}{r.get('guard_overrides', 0.0):>8.1f}")
+        cells = []
+        for _, key, width, fmt in TABLE_COLUMNS:
+            text = (f"{r['mean_task_response_s']:.3f}±{r['std_task_response_s']:.3f}"
+                    if key is None else format(r.get(key, 0.0), fmt))
+            cells.append(f"{text:>{width}}")
+        lines.append(f"{label[r['policy']]:<{w}}" + "".join(cells))
+        cens = r.get("censored_workflow_response_s", math.nan)
+        mean = r["mean_workflow_response_s"]
+        if not (math.isnan(cens) or math.isnan(mean)) and abs(cens - mean) > 1e-9 * max(1, mean):
+            unfinished.append(f"{label[r['policy']]} N={r['servers']}: {cens:.3f} s")
+    if unfinished:
+        lines.append("unfinished workflows in some episodes: wf mean s counts completed ones; "
+                     "over every workflow that arrived (censored at the episode's end): "
+                     + "; ".join(unfinished))
     return "\n".join(lines)
 
 
 def stderr_progress(label: str) -> Callable[[int, int], None]:
     """A progress callback on stderr: on a terminal it rewrites one line; elsewhere (a CI log, a
-    file) it writes one line per update, each ending in a newline."""
+    file) it writes one summary line when the last episode is done."""
     t0 = time.perf_counter()
 
     def report(done: int, total: int) -> None:
         el = time.perf_counter() - t0
-        eta = el / done * (total - done) if done else 0.0
-        msg = f"{label}: {done}/{total} episodes, {el:.0f}s elapsed, ~{eta:.0f}s left"
         err = sys.stderr
         if getattr(err, "isatty", lambda: False)():
-            print(f"\r{msg}", end="\n" if done == total else "", file=err, flush=True)
-        else:
-            print(msg, file=err, flush=True)
+            eta = el / done * (total - done) if done else 0.0
+            print(f"\r{label}: {done}/{total} episodes, {el:.0f}s elapsed, ~{eta:.0f}s left",
+                  end="\n" if done == total else "", file=err, flush=True)
+        elif done == total:
+            print(f"{label}: {total} episodes in {el:.0f}s", file=err, flush=True)
 
     return report

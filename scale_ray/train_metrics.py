@@ -61,14 +61,27 @@ def extract_metrics(result: Mapping[str, Any], iteration: int, elapsed_s: float)
     }
 
 
+#: printed once above the per-iteration lines (docs/training.md)
+PROGRESS_LEGEND = ("return: mean episode return (over the last run.metrics_window episodes), "
+                   "higher is better; resp: their mean task response, model s, lower is better; "
+                   "n/a in an iteration in which no episode ended (one spans several)")
+
+
 def progress_line(row: Mapping[str, float], total: int) -> str:
+    """One iteration on one line; ``return``/``resp`` say ``n/a (no episode ended)`` for an
+    iteration in which no sampled episode ended (RLlib reports none)."""
     def f(key: str, fmt: str) -> str:
         v = row.get(key, math.nan)
         return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
+    ret = row.get("episode_return", math.nan)
+    if ret is None or math.isnan(ret):
+        outcome = "return n/a (no episode ended)"
+    else:
+        outcome = f"return {ret:.2f} resp {f('mean_task_response_s', '.2f')}s"
     return (f"iter {row['iteration']:>4}/{total} steps {f('env_steps', '.0f')} "
-            f"({f('iter_s', '.1f')}s) return {f('episode_return', '.2f')} "
-            f"resp {f('mean_task_response_s', '.2f')}s lr {f('lr', '.2e')} loss {f('total_loss', '.3f')} "
+            f"({f('iter_s', '.1f')}s) {outcome} lr {f('lr', '.2e')} "
+            f"loss {f('total_loss', '.3f')} "
             f"pi {f('policy_loss', '.3f')} vf {f('vf_loss', '.3f')} ent {f('entropy', '.3f')} "
             f"srr[dec {f('srr_decorrelation', '.3f')} kl {f('srr_kl', '.3f')} "
             f"ramp {f('srr_ramp', '.2f')}]")

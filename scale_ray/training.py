@@ -40,7 +40,7 @@ from .checkpoints import (CKPT_DIR, latest_checkpoint, read_progress, remove_par
 from .config import REPO_ROOT, load_env
 from .rllib_config import build_algo_config
 from .train_config import TrainConfig
-from .train_metrics import MetricsWriter, extract_metrics, progress_line
+from .train_metrics import PROGRESS_LEGEND, MetricsWriter, extract_metrics, progress_line
 
 log = logging.getLogger(__name__)
 
@@ -248,6 +248,7 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
         def steps_left() -> bool:
             return max_steps is None or not env_steps >= max_steps  # nan (no row): go on
 
+        echo(PROGRESS_LEGEND)
         while algo.iteration < stop_at and steps_left():
             result = algo.train()
             it = int(algo.iteration)
@@ -261,7 +262,8 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
         if last_saved is None and algo.iteration > 0:
             last_saved = save(int(algo.iteration))
         artifact = export_policy(algo, cfg, env, out / "policy", int(algo.iteration), env_steps)
-        echo(f"policy artifact: {artifact}")
+        echo(f"policy artifact: {artifact}; before serving it: scale-ray eval --gate --policy "
+             f"{artifact} (Serve refuses a learned policy never checked against EFT)")
         return {"iterations": int(algo.iteration), "checkpoint": str(last_saved) if last_saved else None,
                 "policy": str(artifact), "last": row}
     finally:

@@ -65,7 +65,35 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
                                         "once closed (wall s)", ("tenant", "policy")),
 }
 
-__all__ = ["ServiceMetrics", "PREFIX", "METRICS", "parse_prometheus", "label_for"]
+__all__ = ["ServiceMetrics", "PREFIX", "METRICS", "parse_prometheus", "label_for",
+           "node_target", "scheduler_series"]
+SERIES = "ray_" + PREFIX  # the exported names' common start
+
+
+def node_target(node_id: str | None = None) -> str | None:
+    """``host:port`` of the Prometheus endpoint of node ``node_id`` (default: this process's):
+    its metrics export port (``ray start --metrics-export-port``), where the metrics of every
+    process on that node appear, this service's among them. Of the targets Ray lists in its
+    ``prom_metrics_service_discovery.json``, the replica node's is the one with the
+    ``ray_scale_scheduler_*`` series. None when Ray reports no port."""
+    import ray
+
+    node_id = node_id or ray.get_runtime_context().get_node_id()
+    for n in ray.nodes():
+        if n.get("NodeID") == node_id and n.get("MetricsExportPort"):
+            return f"{n['NodeManagerAddress']}:{n['MetricsExportPort']}"
+    return None
+
+
+def scheduler_series(text: str) -> str:
+    """Of a Prometheus text page, the scheduler's series (``ray_scale_scheduler_*``) with their
+    ``# HELP`` / ``# TYPE`` lines, in the page's order: what ``GET /metrics`` serves."""
+    keep = []
+    for line in text.splitlines():
+        name = line.split(" ", 3)[2] if line.startswith("# ") and line.count(" ") >= 2 else line
+        if name.startswith(SERIES):
+            keep.append(line)
+    return "\n".join(keep) + ("\n" if keep else "")
 
 
 def label_for(service: Any) -> Any:

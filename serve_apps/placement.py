@@ -37,7 +37,7 @@ import json
 import logging
 import typing
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 import yaml
@@ -53,6 +53,7 @@ from policies.guard import GuardConfig
 from . import apidocs, errors, ready
 from .decisions import (LoadedPolicy, RequestState, decide_batch, load, place_answer,
                         prepare_place)
+from .gate import PolicyGate, admit
 from .policy_holder import PolicyHolder
 from .schedule import schedule, try_policy
 from .errors import DEFAULT_MAX_BODY_BYTES, parse_body
@@ -109,6 +110,9 @@ class PlacementArgs:
     guard: GuardConfig = field(default_factory=GuardConfig, metadata=rng(
         doc="policies.guard around a learned policy: {enabled, max_waits}; requests pass each "
             "task's waits so far"))
+    policy_gate: PolicyGate = field(default_factory=PolicyGate, metadata=rng(
+        doc="a learned policy serves only if scale-ray eval --gate measured it within "
+            "tolerance of EFT (serve_apps.gate): {tolerance, force}"))
     tuning: Tuning = field(default=Tuning(), metadata=rng(doc="placement knobs (Tuning)"))
 
 
@@ -219,8 +223,10 @@ class PlacementService:
                        "POST /v1/place, /v1/schedule; API docs at /docs")
 
     def _load(self, spec: str) -> LoadedPolicy:
+        gate = admit(spec, self.args.policy_gate, log)  # PolicyRefused: not loaded at all
         lp = load(spec, self.env, self.args.seed, self.args.mask_infeasible,
                   self.args.head_of_line_blocking, self.args.guard, self.args.workload_scale)
+        lp = replace(lp, info={**lp.info, "gate": gate})
         if lp.batched:  # a torch policy (torch is imported only for those)
             from policies.artifact import set_inference_threads
             set_inference_threads(self.args.torch_threads)

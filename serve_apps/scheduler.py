@@ -48,7 +48,7 @@ from dataclasses import asdict
 from typing import Any, Callable, Mapping
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from ray import serve
 
 from envs.config import ConfigError, build
@@ -59,6 +59,7 @@ from scale_ray.live.raydag import as_collected
 
 from . import apidocs, errors, ready
 from .decisions import RequestError, load
+from .gate import admit
 from .policy_holder import PolicyHolder
 from .schedule import try_policy
 from .errors import parse_body
@@ -67,7 +68,7 @@ from .scheduler_config import SECRET_VARS, SchedulerArgs, SchedulerTuning, parse
 from .tenants import IdSigner, Tenants, audit, load_tokens
 from .bounds import check_args, check_tasks
 from .durable import JournalView, check_key, rebuild
-from .metrics import ServiceMetrics
+from .metrics import ServiceMetrics, node_target, scheduler_series
 from .registry import UnknownWorkflow, Workflows, unknown_handler
 from .workflow_api import (AllowList, AppendIn, WorkflowIn, emulate, jsonable, record,
                            root_cause, state, to_workflow)
@@ -109,7 +110,9 @@ class SchedulerService:
         self._doc = (self.env.runtime.default_gflop if emu.hints == "none" else None,
                      emu.noise_sigma)
         self.incarnation = uuid.uuid4().hex[:8]
-        # no fallback: a bad policy argument fails the deploy (serve_apps.policy_holder)
+        # no fallback: a bad policy argument fails the deploy (serve_apps.policy_holder), and
+        # so does a learned one the gate refuses (serve_apps.gate)
+        self.gates: dict[str, dict] = {}
         self.holder = PolicyHolder(self._load, self.args.policy, "scheduler", lambda p: p.name,
                                    log)
         policy = self.holder.current
@@ -123,6 +126,7 @@ class SchedulerService:
         self.sched = LiveScheduler(policy, self.env, self.args.live,
                                    trace=self._write_trace if self._trace_file else None).start()
         self.t0 = self.sched.clock_origin
+        self.epoch = time.time() - time.perf_counter()  # records' *_at: Unix times
         # a primitive's body continues its own agent program (scale_ray.client.program())
         app = serve.get_replica_context().app_name
         self.sched.runs.step_context = lambda h: (h.jid, h.tenant, app)
@@ -130,6 +134,7 @@ class SchedulerService:
         self.scheduler_at = time.time()
         self.journal = JournalView(self.sched)
         self.metrics = ServiceMetrics(self)  # ray.util.metrics (serve_apps.metrics)
+        self.metrics_target = node_target()  # where Ray exports them (GET /metrics reads it)
         self.registry = Workflows(self.sched, lambda: self.tuning, self.ids, self.metrics,
                                   self._pool, self.incarnation)
         self.metrics.start()
@@ -147,6 +152,7 @@ class SchedulerService:
                        "POST /v1/workflows; API docs at /docs")
 
     def _load(self, spec: str) -> Any:
+        self.gates[spec] = admit(spec, self.args.policy_gate, log)  # PolicyRefused: not loaded
         lp = load(spec, self.env, mask_infeasible=True, guard=self.args.live.guard)
         try_policy(lp)
         return lp.policy
@@ -252,7 +258,7 @@ class SchedulerService:
         h = self.registry.lookup(wid, tenant)
         await self._await_done(h, wait_s)
         def make() -> dict:  # per-task lists: off the event loop for large workflows
-            rec = record(wid, h, self.t0, self.sched.cfg.time_scale)
+            rec = record(wid, h, self.t0, self.sched.cfg.time_scale, self.epoch)
             if with_result and rec["state"] == "completed":
                 if any(h.result_refs[i] is None for i in h.workflow.outputs):
                     rec["result"], rec["result_expired"] = None, True
@@ -297,8 +303,10 @@ class SchedulerService:
             return tenant_view(snap, servers, tenant, counts, queued, others, policy, journal,
                                resumed, uptime)
         return {**snap, "servers": servers, "policy_spec": self.holder.spec,
+                "policy_gate": self.gates.get(self.holder.spec),
                 **self.holder.report(), "tenant": tenant,
                 "scheduler_node": ray.get_runtime_context().get_node_id(),
+                "metrics_target": self.metrics_target,  # Prometheus: this node's export port
                 "replica_actor": ray.get_runtime_context().get_actor_name(),
                 "replica_worker_id": ray.get_runtime_context().get_worker_id(),
                 "workflows": counts,
@@ -376,6 +384,32 @@ class SchedulerService:
     @resolved_annotations
     async def get_cluster(self, request: Request) -> Response:
         return _respond(await self._cluster(self._tenant(request)))
+
+    @api.get("/metrics", summary="the scheduler's Prometheus series (ray_scale_scheduler_*)",
+             response_class=PlainTextResponse)
+    @resolved_annotations
+    async def get_metrics(self, request: Request) -> Response:
+        """The ``ray_scale_scheduler_*`` series as Ray's metrics agent exports them on this
+        replica's node (:func:`serve_apps.metrics.node_target`), in Prometheus' text format:
+        a scrape target that carries only the scheduler's series. Ray exports a new value
+        about 10 s after it changed."""
+        import httpx
+
+        self._tenant(request)
+
+        def scrape() -> str:
+            target = self.metrics_target
+            if target is None:
+                raise RequestError(("metrics",), "Ray reports no metrics export port for "
+                                   "this node", "no_metrics", status=503)
+            try:
+                return scheduler_series(httpx.get(f"http://{target}/metrics", timeout=5).text)
+            except httpx.HTTPError as e:
+                raise RequestError(("metrics",), f"the node's metrics endpoint {target} did "
+                                   f"not answer ({type(e).__name__})", "no_metrics",
+                                   status=503) from None
+        return PlainTextResponse(await self._off_loop(scrape),
+                                 media_type="text/plain; version=0.0.4")
 
     # ---------------------------------------------------------------- handle API
     # (``tenant``: the calling Ray job's, ``job:<id>``, unless the client names one)

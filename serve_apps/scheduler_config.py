@@ -11,6 +11,7 @@ from envs.config import rng
 from policies import default_policy
 from scale_ray.live import LiveConfig
 
+from .gate import PolicyGate
 from .errors import DEFAULT_MAX_BODY_BYTES
 from .placement import builder_args
 from .tenants import TOKENS_FILE_VAR, TOKENS_VAR
@@ -96,6 +97,9 @@ class SchedulerArgs:
         doc="append the JSONL trace (scale-ray gantt reads it) to this file on the replica's node"))
     emulation: Emulation = field(default_factory=Emulation, metadata=rng(
         doc="declared run times hidden from the scheduler, noise of emulated runs"))
+    policy_gate: PolicyGate = field(default_factory=PolicyGate, metadata=rng(
+        doc="a learned policy serves only if scale-ray eval --gate measured it within "
+            "tolerance of EFT (serve_apps.gate): {tolerance, force}"))
     metrics_tenant_names: bool = field(default=False, metadata=rng(
         doc="label per-tenant metrics with tenant names; false: t- + 8 hex of the name's "
             "SHA-256 (serve_apps.tenants.tenant_label), so the metrics port shows no names"))

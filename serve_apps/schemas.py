@@ -205,6 +205,8 @@ class PolicyInfo(BaseModel):
     encoder: dict
     guard: dict = Field(description="the guard's settings (enabled, max_waits) and the overrides "
                                     "this replica made, per reason; enabled is false for heuristics")
+    gate: dict | None = Field(None, description="the policy's measurement against EFT "
+                                                "(serve_apps.gate; scale-ray eval --gate)")
     loaded_at: float
     swaps: int
     last_swap_error: SwapError | None = Field(

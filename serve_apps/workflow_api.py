@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 import zlib
 from collections import Counter
 from typing import Annotated, Any
@@ -108,8 +109,8 @@ class WorkflowTaskIn(BaseModel):
 RAY_DEMANDS = tuple(o for o in RAY_OPTIONS if o != "runtime_env")
 _EXAMPLE = {"name": "report", "tasks": [
     {"name": "fetch", "compute_gflop": 2, "memory_gb": 4, "args": ["https://example.org"]},
-    {"name": "summarize", "compute_gflop": 8, "parents": ["fetch"], "num_gpus": 0.5,
-     "kwargs": {"words": 100}}]}
+    {"name": "summarize", "compute_gflop": 8, "parents": ["fetch"], "num_cpus": 1,
+     "kwargs": {"words": 100}}]}  # Ray demands any cluster has: "Try it out" works on CPUs
 
 
 class WorkflowIn(BaseModel):
@@ -219,9 +220,17 @@ def to_workflow(req: WorkflowIn | AppendIn, allow: AllowList, max_tasks: int,
 
 
 # ------------------------------------------------------------------------------- answers
+#: a workflow's states as ``GET /v1/workflows/{id}`` shows them: ``queued`` (no task has
+#: started), ``running`` (a task started; until the last one ends), then one of the three ends
+STATES = ("queued", "running", "completed", "failed", "cancelled")
+
+
 def state(h: WorkflowHandle) -> str:
+    """One of :data:`STATES`."""
     if not h.done():
-        return "running" if any(f is not None for f in h.task_finish_wall) else "queued"
+        started = any(s is not None for s in h.task_start_wall)
+        return "running" if started or any(f is not None for f in h.task_finish_wall) \
+            else "queued"
     if h.error is None:
         return "completed"
     return "cancelled" if type(h.error).__name__ == "WorkflowCancelled" else "failed"
@@ -258,20 +267,47 @@ def clean_error(err: BaseException) -> str:
     return f"{type(cause).__name__}: {line[:500]}"
 
 
-def record(wid: str, h: WorkflowHandle, t0: float, time_scale: float) -> dict[str, Any]:
-    """``GET /v1/workflows/{id}`` without the result: state, per-task node and times (wall s
-    since the service started, and since the submission), the error."""
+def task_state(h: WorkflowHandle, i: int) -> str:
+    """Task ``i``'s state: ``pending`` (not started), ``running``, ``completed``, or
+    ``not_run`` (its workflow ended without it: failed or cancelled)."""
+    if h.task_finish_wall[i] is not None:
+        return "completed"
+    if h.done():
+        return "not_run"
+    return "running" if h.task_start_wall[i] is not None else "pending"
+
+
+def record(wid: str, h: WorkflowHandle, t0: float, time_scale: float,
+           epoch: float | None = None) -> dict[str, Any]:
+    """``GET /v1/workflows/{id}`` without the result: the state (:data:`STATES`), per task its
+    state, node (from its start on), start and end, the error.
+
+    Times: ``*_at`` are Unix times (s); ``*_s`` durations: ``response_s`` from the submission,
+    ``run_s`` from a task's (latest) start to its end; ``submitted_s`` / ``finished_s`` are
+    seconds since the service's scheduler started, at ``scheduler_started_at``. ``t0``: that
+    start on this process's ``perf_counter`` clock; ``epoch``: Unix time minus
+    ``perf_counter`` (default: now's)."""
+    if epoch is None:
+        epoch = time.time() - time.perf_counter()
     spec = h.workflow.spec
-    fin = h.task_finish_wall
+    fin, start = h.task_finish_wall, h.task_start_wall
+
+    def at(wall: float | None) -> float | None:
+        return None if wall is None else wall + epoch
+
     return {
         "id": wid, "name": h.name, "state": state(h),
+        "submitted_at": at(h.submitted_wall), "finished_at": at(h.finished_wall),
+        "response_s": h.response_s,
+        "scheduler_started_at": t0 + epoch,
         "submitted_s": h.submitted_wall - t0,
         "finished_s": None if h.finished_wall is None else h.finished_wall - t0,
-        "response_s": h.response_s,
         "error": None if h.error is None else clean_error(h.error),
-        "tasks": [{"name": t.name or f"t{i}", "node": h.task_nodes[i],
-                   "finished_s": None if fin[i] is None else fin[i] - t0,
+        "tasks": [{"name": t.name or f"t{i}", "state": task_state(h, i), "node": h.task_nodes[i],
+                   "started_at": at(start[i]), "finished_at": at(fin[i]),
+                   "run_s": None if fin[i] is None or start[i] is None else fin[i] - start[i],
                    "response_s": None if fin[i] is None else fin[i] - h.submitted_wall,
+                   "finished_s": None if fin[i] is None else fin[i] - t0,
                    "attempts": h.task_attempts[i]} for i, t in enumerate(spec.tasks)],
         "time_scale": time_scale,
         "program": None if h.program is None else program_record(h.program),
@@ -280,8 +316,16 @@ def record(wid: str, h: WorkflowHandle, t0: float, time_scale: float) -> dict[st
 
 def program_record(prog: Any) -> dict[str, Any]:
     """The agent program of a workflow, as ``GET /v1/workflows/{id}`` shows it: its id (its
-    first step's), its steps' ids (the last 1,000), whether it is closed, its response (start
-    to its last step's end, once closed and done)."""
-    steps = [h.jid for h in prog.handles]
+    first step's), its steps' ids (the last 1,000), ``state`` ``open`` (a step may still be
+    added: ``close`` it) or ``closed``, how many steps are done, and ``response_s``: its start
+    to its last step's end once every step submitted is done (while open, a later step
+    extends it: ``final`` says whether it can still grow)."""
+    handles = list(prog.handles)
+    steps = [h.jid for h in handles]
+    done = [h for h in handles if h.done()]
+    ends = [h.finished_wall for h in done if h.finished_wall is not None]
+    all_done = bool(handles) and len(done) == len(handles)
     return {"id": steps[0] if steps else None, "steps": steps[-1000:], "closed": prog.closed,
-            "response_s": prog.response_s}
+            "state": "closed" if prog.closed else "open", "steps_done": len(done),
+            "response_s": max(ends) - prog.started_wall if all_done and ends else None,
+            "final": bool(prog.closed and all_done)}

@@ -78,7 +78,7 @@ def test_a_restarted_driver_resumes_without_running_finished_tasks_again(env, tm
     with pytest.raises(WorkflowFailed):
         bad.result(timeout=60)
     slots = any(n["Resources"].get(SLOT_RESOURCE) for n in ray.nodes() if n["Alive"])
-    assert s1.placement.pooled is not slots  # a plain node: Ray's resource model
+    assert s1.placement.slotted is slots  # a plain node: whole Ray nodes
     _wait_for(marks / "b.0")  # a finished, b is running: the driver stops now
     s1.shutdown()
     assert s1.durable.size()["workflows"] == 2

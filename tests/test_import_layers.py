@@ -27,7 +27,8 @@ PACKAGES = ("envs", "policies", "serve_apps", "scale_ray")
 # Third-party dependencies a function-local import may defer (prefix match on the dotted name).
 # tensorboardX is optional (RLlib brings it; train_metrics works without it).
 HEAVY = ("torch", "ray", "matplotlib", "scipy", "gymnasium", "fastapi", "httpx", "tensorboardX",
-         "pyarrow", "langgraph", "langchain_core")  # langgraph: the optional [agents] extra
+         "pyarrow", "langgraph", "langchain_core",  # langgraph: the optional [agents] extra
+         "grpc")  # Ray's transport: scale_ray.connect probes a cluster's GCS with it
 
 # Cycles tolerated for now, each a frozenset of modules.
 KNOWN_CYCLES: set[frozenset] = set()

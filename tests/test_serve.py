@@ -372,9 +372,11 @@ def serve_config(artifact: Path, eft_policy: str = "eft", ca_policy: str | None 
     dep = app["deployments"][0]
     dep["logging_config"] = {"enable_access_log": False}
     dep["user_config"]["max_servers"] = 512
-    eft = {**app, "args": {**app["args"], "policy": "eft"},  # the YAML's default is the shipped SCALE
+    # the artifact is an untrained test network, served on purpose: past the gate by force
+    forced = {**app["args"], "policy_gate": {"force": True}}
+    eft = {**app, "args": {**forced, "policy": "eft"},  # the YAML's default is the shipped SCALE
            "deployments": [{**dep, "user_config": {**dep["user_config"], "policy": eft_policy}}]}
-    ca = {**app, "name": "ca", "route_prefix": "/ca", "args": {**app["args"], "policy": str(artifact)},
+    ca = {**app, "name": "ca", "route_prefix": "/ca", "args": {**forced, "policy": str(artifact)},
           "deployments": [{**dep, "user_config": {**dep["user_config"], "policy": ca_policy}}]}
     return {**cfg, "applications": [eft, ca]}
 

@@ -122,7 +122,9 @@ def app_config(artifact: Path, policy: str | None = None, **tuning) -> dict:
     cfg.pop("http_options")  # Serve is already started on the test's own port
     dep = app["deployments"][0]
     dep["logging_config"] = {"enable_access_log": False}
-    learned = {**app, "args": {**app["args"], "policy": str(artifact)},
+    # an untrained test network, served on purpose: past the gate (serve_apps.gate) by force
+    learned = {**app, "args": {**app["args"], "policy": str(artifact),
+                               "policy_gate": {"force": True}},
                "deployments": [{**dep, "user_config": {**dep["user_config"], "policy": policy,
                                                        **tuning}}]}
     eft = {**app, "name": "eft", "route_prefix": "/eft", "args": {**app["args"], "policy": "eft"},

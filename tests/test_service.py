@@ -424,7 +424,7 @@ def test_http_api(service):
         js = http.get("/docs/assets/swagger-ui-bundle.js")
         assert js.status_code == 200 and len(js.content) > 100_000
         body = http.get("/openapi.json").json()["paths"]["/v1/workflows"]["post"]["requestBody"]
-        assert "num_gpus" in body["content"]["application/json"]["example"]["tasks"][1]
+        assert "num_cpus" in body["content"]["application/json"]["example"]["tasks"][1]
         c = http.get("/v1/cluster").json()
         assert c["policy"] == "eft" and c["servers"]["count"] >= 5  # counts only (issue 43)
         assert "node" not in json.dumps(c) and "replica_actor" not in c and "journal" in c

@@ -42,6 +42,7 @@ from scale_ray.relative import rel
 from .agents_cluster import (CONFIG, REFERENCE, AgentsCluster, collected,  # noqa: F401
                              live_settings, requests)
 from .agents_overhead import decision_overhead, format_overhead, live_overhead  # noqa: F401
+from .validity import MachineLoad, check, format_check, twin_ratio
 
 
 HEDGE = "+hedge"  # POLICY+hedge: live.hedge all, its twin runtime.hedge all (envs.hedging)
@@ -97,8 +98,10 @@ def live_run(runner: Any, reqs: list[tuple[float, WorkflowSpec]], ts: float,
 
 
 def _run_rule(name: str, r: int, seed: int, reqs, args: Any, twin_env: EnvConfig,
-              env: EnvConfig, live_cfg: dict, ray_order: list[int]) -> tuple[dict, dict]:
-    """One policy (or Ray's default) on one run's requests, live and in its twin: their rows."""
+              env: EnvConfig, live_cfg: dict, ray_order: list[int], load: MachineLoad
+              ) -> tuple[dict, dict]:
+    """One policy (or Ray's default) on one run's requests, live and in its twin: their rows
+    (the live one with the machine's load after it, ``load_1m``)."""
     if name == REFERENCE:
         runner = RayDefaultRunner(env, {**live_cfg})
     else:
@@ -112,7 +115,7 @@ def _run_rule(name: str, r: int, seed: int, reqs, args: Any, twin_env: EnvConfig
         "p99_workflow_response_model_s", "workflows_completed")} | {
         "wall_s": time.perf_counter() - t0, "thread_cpu_s": s.get("thread_cpu_s"),
         "run_lag_model_s": s.get("run_lag_model_s"), "run_lag_by_node": s.get("run_lag_by_node"),
-        "tasks_per_node": s.get("tasks_per_node")}
+        "tasks_per_node": s.get("tasks_per_node"), "load_1m": load.sample()}
     twin_cfg = replace(twin_env, runtime={"noise_sigma": args.run_noise} | (
         {"hedge": "all", "hedge_quantile": live_cfg.get("hedge_quantile", 0.9)}
         if name.endswith(HEDGE) else {}) | (
@@ -186,6 +189,7 @@ def run_agents(args: Any) -> int:
         if name.endswith(HEDGE) and args.run_noise <= 0:
             raise ValueError(f"--rules {name}: hedging needs --run-noise > 0 (no run is late)")
     env, live_cfg = live_settings(twin_env, nodes, ts, args.speeds)
+    load = MachineLoad()  # sampled after each live run (scale_ray.bench.validity)
     gpu_load = twin_env.workload.gpu_load
     out: dict[str, Any] = {"setting": "agents", "nodes": args.nodes, "gpu_load": gpu_load,
                            "run_noise": args.run_noise, "speeds": args.speeds,
@@ -210,7 +214,8 @@ def run_agents(args: Any) -> int:
                 names = [REFERENCE] + rules
                 for name in (names if r % 2 == 0 else names[::-1]):  # alternate who goes first
                     row["live"][name], row["twin"][name] = _run_rule(
-                        name, r, seed, reqs, args, twin_env, env, live_cfg, cluster.ray_order)
+                        name, r, seed, reqs, args, twin_env, env, live_cfg, cluster.ray_order,
+                        load)
                 out["runs"].append(row)
             if c == 0 and not args.skip_overhead:
                 out["overhead"] = live_overhead(twin_env, nodes, args.overhead_requests,
@@ -242,6 +247,7 @@ def summarize(out: dict[str, Any], rules: list[str]) -> None:
         gaps.append(gap)
         table[name] = {"rel_diff_live": live, "rel_diff_twin": twin,
                        "p95_rel_diff_live": p95_live, "twin_gap_points": gap}
+    out["validity"] = [run_validity(r) for r in out["runs"]]
     out["rel_diff_vs_ray_default"] = {n: float(np.mean(t["rel_diff_live"]))
                                       for n, t in table.items()}
     out["max_twin_gap_points"] = max(gaps) if gaps else math.nan
@@ -251,6 +257,16 @@ def summarize(out: dict[str, Any], rules: list[str]) -> None:
     out["ray_default_live_vs_random_order_twin"] = [
         lv / tw["random_order_mean_workflow_response_model_s"] - 1 for lv, tw in ray
         if "random_order_mean_workflow_response_model_s" in tw]
+
+
+def run_validity(run: dict[str, Any]) -> dict[str, Any]:
+    """One run's verdict (:func:`scale_ray.bench.validity.check`): every arm's live / twin mean
+    (Ray default's included) and the machine's load after each arm."""
+    key = "mean_workflow_response_model_s"
+    ratios = {n: twin_ratio(lv[key], run["twin"][n][key]) for n, lv in run["live"].items()}
+    load = MachineLoad(samples=[lv["load_1m"] for lv in run["live"].values()
+                                if lv.get("load_1m") is not None])
+    return check(ratios, load)
 
 
 def format_agents(out: dict[str, Any]) -> str:
@@ -281,9 +297,16 @@ def format_agents(out: dict[str, Any]) -> str:
             lines.append(f"Ray default live vs {what}: " + " / ".join(rel(x) for x in d)
                          + (f" (mean {rel(d.mean(), 2)}, sd {100 * d.std(ddof=1):.2f} points)"
                             if d.size > 1 else ""))
+    valid = [v["valid"] for v in out.get("validity", [])] or [True] * len(out["runs"])
+    for k, v in enumerate(out.get("validity", [])):
+        lines.append(f"run {k + 1}: {format_check(v)}")
+
+    def live(gains: list[float]) -> str:  # an invalid run's gain is not reported
+        return " / ".join(rel(g) if ok else "INVALID" for g, ok in zip(gains, valid))
+
     for name, t in out["table"].items():
-        lines.append(f"{name}: mean vs Ray default live " + " / ".join(
-            rel(g) for g in t["rel_diff_live"]) + ", twin " + " / ".join(
-            rel(g) for g in t["rel_diff_twin"]) + f"; gap {t['twin_gap_points']:.1f} points; "
-            "p95 vs Ray default live " + " / ".join(rel(g) for g in t["p95_rel_diff_live"]))
+        lines.append(f"{name}: mean vs Ray default live {live(t['rel_diff_live'])}, twin "
+                     + " / ".join(rel(g) for g in t["rel_diff_twin"])
+                     + f"; gap {t['twin_gap_points']:.1f} points; p95 vs Ray default live "
+                     + live(t["p95_rel_diff_live"]))
     return "\n".join(lines)

@@ -33,6 +33,7 @@ import argparse
 import collections
 import json
 import logging
+import math
 import statistics
 import time
 from pathlib import Path
@@ -51,6 +52,7 @@ from scale_ray.live.workflow import emulated_body
 from scale_ray.relative import rel
 
 from .agents_live import add_agents_arguments, run_agents
+from .validity import MachineLoad, check, format_check, gain_line, ratio_interval, twin_ratio
 from .programs_live import run_programs
 from .twin import (NO_TWIN, REFERENCE, add_runtime_arguments, add_setting_arguments, calibrated,
                    compare, format_calibrated, format_rows, format_why, headline, live_model,
@@ -58,6 +60,8 @@ from .twin import (NO_TWIN, REFERENCE, add_runtime_arguments, add_setting_argume
 
 log = logging.getLogger(__name__)
 
+# a result without a verdict (made before scale_ray.bench.validity): its gains as they are
+UNCHECKED = {"valid": True, "reasons": [], "unchecked": []}
 # quality targets (issue 26): --policy's mean workflow response this % below Ray default's
 TARGET_VS_RAY_DEFAULT = {"paper": 20, "realistic": 35}
 
@@ -326,7 +330,10 @@ def format_twin_streams(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict[str, Any]:
+def quality(env, policies: list[str], args: argparse.Namespace, cluster,
+            load: MachineLoad | None = None) -> dict[str, Any]:
+    """Each policy's live run on the same arrivals (and its twin's prediction); ``load``
+    sampled after each run."""
     live = LiveConfig(time_scale=args.time_scale, executor=args.executor,
                       estimator=getattr(args, "estimator", "off"),
                       hedge=getattr(args, "hedge", "off"))
@@ -352,12 +359,16 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster) -> dict
         target = make_target(name, env, live, args.seed, trace=writer)
         try:
             stats = stream(target, runs, times, live.time_scale, timeout_s=900)
+            stats["workflow_response_s"] = [h.response_s for h in target.handles()
+                                            if h.response_s is not None]
         finally:
             target.shutdown()
             if writer is not None:
                 writer.close()
         stats.pop("tasks_per_node", None)
         out[name] = stats
+        if load is not None:
+            load.sample()
         lag = stats.get("submit_lag_model_s", {})
         log.info("quality %s: mean workflow response %.3f s (p95 %.3f s), %d/%d completed; "
                  "submitted late by %.4f model s on average (max %.4f)",
@@ -418,11 +429,17 @@ def _quality_result(env: EnvConfig, args: argparse.Namespace, cluster: Any) -> d
     with ``--trace-dir`` the gap measured apart and the calibrated twin."""
     first = [REFERENCE, "eft", "lookahead"] if args.setting == "realistic" else []
     pols = list(dict.fromkeys([*first, args.policy, *args.also, "eft", "ray-default"]))
-    q = quality(env, pols, args, cluster)
+    load = MachineLoad()
+    q = quality(env, pols, args, cluster, load)
     lm = {p: live_model(q[p], args.time_scale) for p in pols}
     rows = compare(lm, {p: m for p, m in q["twin"].items()})
     result: dict[str, Any] = {"quality": q, "twin": rows, **headline(rows, "eft", args.policy),
                               "setting": args.setting}
+    # what may be read as a gain (scale_ray.bench.validity): every arm against its twin
+    ratios = {r["policy"]: twin_ratio(r["live_mean_workflow_response_s"],
+                                      r.get("twin_mean_workflow_response_s")) for r in rows}
+    result["validity"] = {"vs_ray_default": check(ratios, load, [args.policy, "ray-default"]),
+                          "vs_hop": check(ratios, load, ["eft", REFERENCE])}
     if args.trace_dir:  # the gap measured apart, from the traces
         td = Path(args.trace_dir)
         result["why"] = {p: why(str(td / f"live_{p.replace('/', '_')}.jsonl"),
@@ -436,6 +453,9 @@ def _quality_result(env: EnvConfig, args: argparse.Namespace, cluster: Any) -> d
         result[f"{k}_workflow_response_s"] = {p: q[p][f"{k}_workflow_response_s"] for p in pols}
     base = q["ray-default"]["mean_workflow_response_s"]
     result["rel_diff_vs_ray_default"] = q[args.policy]["mean_workflow_response_s"] / base - 1
+    result["rel_diff_interval"] = ratio_interval(q[args.policy]["workflow_response_s"],
+                                                 q["ray-default"]["workflow_response_s"],
+                                                 args.seed)
     result["eft_rel_diff_vs_ray_default"] = q["eft"]["mean_workflow_response_s"] / base - 1
     result["policy"] = args.policy
     return result
@@ -470,14 +490,22 @@ def format_result(r: dict[str, Any]) -> str:
                          f"p99 {q.get('p99_workflow_response_s', float('nan')):.3f} s "
                          f"wall  (model mean {q['mean_workflow_response_model_s']:.2f} s)  "
                          f"{q['workflows_completed']}/{q['workflows_submitted']} completed")
-        lines.append(f"  mean workflow response vs ray-default ({r['policy']}): "
-                     f"{rel(r['rel_diff_vs_ray_default'])} (target: "
-                     f"{TARGET_VS_RAY_DEFAULT[r.get('setting', 'paper')]} % lower or more)")
+        valid = r.get("validity", {}).get("vs_ray_default", UNCHECKED)
+        if valid is not UNCHECKED:
+            lines.append("  " + format_check(valid))
+        lines.append("  " + gain_line(f"mean workflow response vs ray-default ({r['policy']})",
+                                      r["rel_diff_vs_ray_default"], valid,
+                                      r.get("rel_diff_interval"))
+                     + f" (target: {TARGET_VS_RAY_DEFAULT[r.get('setting', 'paper')]} % lower "
+                       f"or more)")
     if "twin" in r:
         lines.append(format_rows(r["twin"]))
-        lines.append(f"  EFT + default order vs EFT + hop, live mean workflow response: "
-                     f"{rel(r['rel_diff_vs_hop'])} (target: 8 % lower or more); max twin gap "
-                     f"{r['max_twin_gap_points']:.1f} points (target <= 3)")
+        if not math.isnan(r["rel_diff_vs_hop"]):
+            lines.append("  " + gain_line("EFT + default order vs EFT + hop, live mean workflow "
+                                          "response", r["rel_diff_vs_hop"],
+                                          r.get("validity", {}).get("vs_hop", UNCHECKED))
+                         + " (target: 8 % lower or more)")
+        lines.append(f"  max twin gap {r['max_twin_gap_points']:.1f} points (target <= 3)")
     if "why" in r:
         lines.append(format_why(r["why"]))
     if "twin_calibrated" in r:

@@ -20,7 +20,9 @@ first placement by its successor; ``tasks_rerun``: tasks started more than once 
 node or a replica); ``workflows_lost``: what a client saw as ``WorkflowLost``;
 ``--journal-overhead`` adds two calm runs (journal on / off) side by side; ``metrics_scraped``:
 the service's metrics as Ray's Prometheus endpoints served them at the end of the run. Response times are wall seconds from acceptance to
-the last task's completion; ``rel_diff_vs_ray_default = service / ray-default - 1`` (mean).
+the last task's completion; ``rel_diff_vs_ray_default = service / ray-default - 1`` (mean),
+with its 95 % interval over workflows; printed only when the comparison is valid
+(:mod:`scale_ray.bench.validity`: the service's live / twin ratio, the machine's load).
 """
 
 from __future__ import annotations
@@ -47,10 +49,10 @@ from scale_ray.live.config import LiveConfig
 from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target, rate_for_load,
                                    stream, warm_up, with_kinds, workload_specs)
 from scale_ray.live.workflow import dag_record
-from scale_ray.relative import rel
 
 from . import flood
 from .localservice import LocalService, scrape_metrics, successor_steps
+from .validity import MachineLoad, check, format_check, gain_line, ratio_interval, twin_ratio
 from .twin import (SETTINGS, add_runtime_arguments, add_setting_arguments, compare, format_rows,
                    live_model, predict, resolve_setting, runtime_env, setting_env)
 
@@ -236,6 +238,7 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
         "double_booked": double_booked(events),
         "tasks_lost_and_replaced": sum(1 for e in events if e.get("event") == "lost"),
         "mean_workflow_response_s": float(np.mean(done)) if done else float("nan"),
+        "workflow_response_s": done,  # per completed workflow (the gain's interval)
         "p95_workflow_response_s": _pct(done, 95),
         "p99_workflow_response_s": _pct(done, 99),
         "submit_latency_ms": {"p50": _pct(lat, 50), "p99": _pct(lat, 99)},
@@ -316,8 +319,11 @@ def _ray_default(cluster, env, live, base_specs, times, out: dict,
     try:
         if timer is not None:
             timer.start()
-        return stream(target, base_specs, times, args.time_scale, cluster, (), args.seed,
-                      timeout_s=args.timeout)
+        stats = stream(target, base_specs, times, args.time_scale, cluster, (), args.seed,
+                       timeout_s=args.timeout)
+        stats["workflow_response_s"] = [h.response_s for h in target.handles()
+                                        if h.response_s is not None]
+        return stats
     finally:
         if timer is not None:
             timer.cancel()
@@ -325,20 +331,30 @@ def _ray_default(cluster, env, live, base_specs, times, out: dict,
 
 
 def _against_ray_default(out: dict, base: dict, env, specs, times,
-                         args: argparse.Namespace) -> None:
-    """The reference run's numbers, the service's relation to them and (without a kill) the
-    simulator twin, into ``out``; the comparison printed."""
+                         args: argparse.Namespace, load: MachineLoad) -> None:
+    """The reference run's numbers, the service's relation to them with its spread over
+    workflows, and (without a kill) the simulator twin, into ``out``; the comparison printed,
+    or marked invalid (``scale_ray.bench.validity``: the service's live / twin ratio, the
+    machine's load)."""
     out.update({f"ray_default_{k}": base[k] for k in (
         "mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_response_s",
         "workflows_completed")})
     out["rel_diff_vs_ray_default"] = out["mean_workflow_response_s"] / base[
         "mean_workflow_response_s"] - 1.0
+    out["rel_diff_interval"] = ratio_interval(out["workflow_response_s"],
+                                              base["workflow_response_s"], args.seed)
+    ratios: dict[str, float | None] = {args.policy: None, "ray-default": None}
     if not out["killed_node"]:  # the twin models no kill: only a run without one has a twin
         _add_twin(out, base, env, specs, times, args)
+        row = out["twin"][0]
+        ratios[args.policy] = twin_ratio(row["live_mean_workflow_response_s"],
+                                         row.get("twin_mean_workflow_response_s"))
+    out["validity"] = check(ratios, load)
     print(f"ray-default: {base['workflows_completed']}/{base['workflows_submitted']} completed, "
           f"mean {base['mean_workflow_response_s']:.3f} s, p95 "
-          f"{base['p95_workflow_response_s']:.3f} s\nservice vs ray-default, mean workflow "
-          f"response: {rel(out['rel_diff_vs_ray_default'])}")
+          f"{base['p95_workflow_response_s']:.3f} s\n{format_check(out['validity'])}\n"
+          + gain_line("service vs ray-default, mean workflow response",
+                      out["rel_diff_vs_ray_default"], out["validity"], out["rel_diff_interval"]))
 
 
 def _add_twin(out: dict, base: dict, env, specs, times, args: argparse.Namespace) -> None:
@@ -387,6 +403,7 @@ def run(args: argparse.Namespace) -> int:
             else env.workload.arrival_rate_16 * env.cluster.servers / 16.0)
     times = arrival_times(rate, len(specs), args.seed)
     t0 = time.perf_counter()
+    load = MachineLoad()  # sampled after each arm (scale_ray.bench.validity)
     with tempfile.TemporaryDirectory(prefix="scale-bench-service-") as tmp, \
             LocalHeteroCluster(env.cluster, args.servers_per_node) as cluster:
         log.info("cluster up: %d servers on %d raylets", env.cluster.servers, len(cluster.plan()))
@@ -394,6 +411,7 @@ def run(args: argparse.Namespace) -> int:
         side = _journal_overhead(cluster, env, live, specs, times, args, Path(tmp)) \
             if args.journal_overhead else None
         out = service_run(cluster, args.policy, args.env_config, specs, times, args, Path(tmp))
+        load.sample()
         if args.journal_overhead:
             out["journal_overhead"] = side
             print("journal overhead (no kills): " + "; ".join(
@@ -401,11 +419,12 @@ def run(args: argparse.Namespace) -> int:
                 f"{v['mean_workflow_response_s']:.3f} s" for k, v in side.items()), flush=True)
         base = (None if args.no_ray_default
                 else _ray_default(cluster, env, live, base_specs, times, out, args))
+        load.sample()
     out.update(policy=args.policy, servers=env.cluster.servers, time_scale=args.time_scale,
                load=args.load, hints=args.hints, noise=args.noise, estimator_mode=args.estimator,
                hedge_mode=args.hedge, setting=args.setting, wall_s=time.perf_counter() - t0)
     if base is not None:
-        _against_ray_default(out, base, env, specs, times, args)
+        _against_ray_default(out, base, env, specs, times, args, load)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2))

@@ -12,12 +12,15 @@ from envs.objective import DEFAULT_METRIC, METRICS
 from envs.loaders import dags_workflows
 from envs.loaders.dags import arrival_rate_for_load, capacity_gflop_s
 from envs.workload import make_source, sample_workflows
-from policies import default_policy
+from policies import default_policy, shipped_policies
 from policies.guard import GuardConfig, load_guard_config
 from scale_ray.config import DEFAULT_ENV_CONFIG, load_env
-from scale_ray.evaluation import (evaluate, format_paired, format_table, paired_differences,
-                                  stderr_progress)
+from scale_ray.evaluation import (METRIC_NAMES, evaluate, format_paired, format_table,
+                                  paired_differences, run_identity, stderr_progress)
 from scale_ray.families import WORKLOAD_CONFIG_DIR, family_names, workload_env_args, workload_scale
+from scale_ray.relative import rel
+from serve_apps.gate import DEFAULT_TOLERANCE, REFERENCE as GATE_REFERENCE
+from serve_apps.gate import learned_artifact, write_mark
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,6 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--guard-max-waits", type=int, default=GuardConfig().max_waits, metavar="K",
                    help="waits a task may make while a server it fits is idle (default "
                         "%(default)s)")
+    p.add_argument("--gate", action="store_true",
+                   help="check each learned policy of --policy against EFT on these episodes "
+                        "(EFT is added if absent) and write the measurement into its artifact "
+                        "(gate.json), which Serve reads before it serves the policy "
+                        "(serve_apps/gate.py); exit 1 if one is worse than --gate-tolerance")
+    p.add_argument("--gate-tolerance", type=float, default=DEFAULT_TOLERANCE, metavar="F",
+                   help="with --gate: the most a policy's mean may exceed EFT's, as a fraction")
     p.add_argument("--list-workloads", action="store_true",
                    help="print the real-DAG workload family names, one a line, and exit")
     add_dag_arguments(p)
@@ -70,29 +80,98 @@ def run(args: argparse.Namespace) -> int:
     for n in args.servers:
         if n < 1:
             raise ValueError(f"--servers: {n} must be >= 1")
+    twice = sorted({p for p in args.policy if args.policy.count(p) > 1})
+    if twice:
+        raise ValueError(f"--policy: {', '.join(twice)} named more than once (each policy runs "
+                         f"once on the fixed episodes)")
     if args.paired_vs is not None and args.paired_vs not in args.policy:
         raise ValueError(f"--paired-vs: {args.paired_vs!r} is not one of --policy {args.policy}")
     guard = load_guard_config({"enabled": args.guard == "on", "max_waits": args.guard_max_waits},
                               "guard")
     env = dags_env(args)
+    gated = gate_policies(args)
     rows, episodes = evaluate(env, args.policy, args.servers, args.episodes, args.seed,
                               args.workers, args.trace_dir, stderr_progress("eval"), guard)
     print(format_table(rows))
     paired = []
+    same = same_runs(args.policy, args.paired_vs, env) if args.paired_vs else []
+    for p in same:
+        print(f"{p}: the same policy, order and submission as {args.paired_vs} "
+              f"({', '.join(run_identity(p, env))}): not paired with it")
     for metric in args.metric if args.paired_vs else []:
-        rows_m = paired_differences(episodes, args.paired_vs, metric)
+        rows_m = [r for r in paired_differences(episodes, args.paired_vs, metric)
+                  if r["policy"] not in same]
         if rows_m:
             print(format_paired(rows_m))
         paired.extend(rows_m)
+    verdicts = [gate_verdict(p, episodes, args, guard.enabled) for p in gated]
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         doc = {"results": rows, "episodes": episodes, "seed": args.seed,
                "guard": {"enabled": guard.enabled, "max_waits": guard.max_waits}}
+        if gated:
+            doc["gate"] = verdicts
         if args.paired_vs:
             doc["paired"] = paired
             doc["metric"] = args.metric
         Path(args.json).write_text(json.dumps(doc, indent=2))
-    return 0
+    return 1 if any(not v["passed"] for v in verdicts) else 0
+
+
+# --------------------------------------------------------------------------------------------
+# --gate: a learned policy against EFT, marked for Serve (serve_apps.gate)
+# --------------------------------------------------------------------------------------------
+
+def gate_policies(args: argparse.Namespace) -> list[str]:
+    """With ``--gate``: the learned policies of ``--policy`` (EFT added to it if absent);
+    a clear error when there is none or the tolerance is out of range."""
+    if not args.gate:
+        return []
+    if not 0 <= args.gate_tolerance <= 10:
+        raise ValueError(f"--gate-tolerance: {args.gate_tolerance} must be in [0, 10]")
+    learned = [p for p in args.policy
+               if learned_artifact(p) is not None or p in shipped_policies()]
+    if not learned:
+        raise ValueError(f"--gate: no learned policy (an artifact directory or a shipped name) "
+                         f"in --policy {args.policy}")
+    if GATE_REFERENCE not in args.policy:
+        args.policy = [*args.policy, GATE_REFERENCE]
+    return learned
+
+
+def gate_verdict(spec: str, episodes: list[dict], args: argparse.Namespace,
+                 guarded: bool) -> dict:
+    """``spec`` against EFT on the run's episodes, at its worst size: printed, and written
+    into its artifact (not a shipped one: the test suite gates those)."""
+    metric = args.metric[0]
+    rows = [r for r in paired_differences(episodes, GATE_REFERENCE, metric)
+            if r["policy"] == spec]
+    worst = max(rows, key=lambda r: r["mean_rel_diff"])
+    measured = {"rel_diff": worst["mean_rel_diff"], "ci95_half_width": worst["ci95_half_width"],
+                "servers": worst["servers"], "episodes": worst["episodes"], "metric": metric,
+                "by_servers": {str(r["servers"]): r["mean_rel_diff"] for r in rows},
+                "seed": args.seed, "env_config": args.env_config or "configs/env/paper.yaml",
+                "env_overrides": list(args.set), "guard": guarded,
+                "tolerance": args.gate_tolerance,
+                "passed": worst["mean_rel_diff"] <= args.gate_tolerance}
+    measured["summary"] = (f"{rel(worst['mean_rel_diff'])} vs {GATE_REFERENCE} "
+                           f"({METRIC_NAMES.get(metric, metric)}, N={worst['servers']}, "
+                           f"{worst['episodes']} episodes)")
+    artifact = learned_artifact(spec)
+    where = (f"marked in {write_mark(artifact, measured)}" if artifact is not None
+             else "shipped: not marked (tests/test_first_hour.py gates it)")
+    print(f"gate: {spec} {measured['summary']} ± {100 * worst['ci95_half_width']:.1f} %: "
+          + ("passes" if measured["passed"] else "FAILS")
+          + f" the {100 * args.gate_tolerance:g} % tolerance (lower is better); {where}")
+    return {"policy": spec, **measured}
+
+
+def same_runs(policies: list[str], reference: str, env) -> list[str]:
+    """The policies other than ``reference`` that run exactly as it does
+    (:func:`scale_ray.evaluation.run_identity`): a pairing with them would compare a run with
+    itself."""
+    ref = run_identity(reference, env)
+    return [p for p in policies if p != reference and run_identity(p, env) == ref]
 
 
 # --------------------------------------------------------------------------------------------

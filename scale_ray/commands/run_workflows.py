@@ -28,6 +28,8 @@ from scale_ray.live.runner import (arrival_times, emulated_runtime, estimator_ac
                                    make_target, parse_events, rate_for_load, stderr_progress,
                                    stream, warm_up, workload_specs)
 from scale_ray.live.workflow import load_dag_file
+from scale_ray.bench.validity import (MachineLoad, check, format_check, gain_line,
+                                      ratio_interval)
 from scale_ray.relative import rel
 
 log = logging.getLogger(__name__)
@@ -133,6 +135,8 @@ def _run_policy(spec: str, env, live, specs, times, rate: float, cluster, events
     try:
         stats = stream(target, specs, times, live.time_scale, cluster, events, args.seed,
                        stderr_progress(spec), timeout_s=args.timeout)
+        stats["workflow_response_s"] = [h.response_s for h in target.handles()
+                                        if h.response_s is not None]
         if getattr(target, "estimator", None) is not None:
             stats["estimator_accuracy"] = estimator_accuracy(target)
             print(format_accuracy(stats["estimator_accuracy"]), flush=True)
@@ -146,18 +150,27 @@ def _run_policy(spec: str, env, live, specs, times, rate: float, cluster, events
     return stats
 
 
-def _summary(results: dict[str, dict], first: str) -> dict:
+def _summary(results: dict[str, dict], first: str, load: MachineLoad) -> dict:
     """The ``--json`` document: the first policy's statistics, every policy's, and the change
-    against ray-default when it ran."""
+    against ray-default when it ran, with its 95 % interval over workflows, unless the
+    comparison is invalid (``scale_ray.bench.validity``: here the machine's load; no arm has a
+    twin)."""
     out = dict(results[first])
     if len(results) > 1:
         out["by_policy"] = results
-        print(format_comparison(results))
+        out["validity"] = check({p: None for p in results}, load)
+        print(format_comparison(results, out["validity"]))
         if "ray-default" in results:
-            base = results["ray-default"]["mean_workflow_response_s"]
+            ref = results["ray-default"]
+            base = ref["mean_workflow_response_s"]
             out["rel_diff_vs_ray_default"] = {
                 p: r["mean_workflow_response_s"] / base - 1.0 for p, r in results.items()
                 if p != "ray-default"}
+            for p, d in out["rel_diff_vs_ray_default"].items():
+                interval = ratio_interval(results[p]["workflow_response_s"],
+                                          ref["workflow_response_s"])
+                print(gain_line(f"{p} vs ray-default, mean workflow response", d,
+                                out["validity"], interval))
     return out
 
 
@@ -182,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--trace: give a single --policy")
 
     results: dict[str, dict] = {}
+    load = MachineLoad()  # after each policy's run (scale_ray.bench.validity)
     cluster = None
     try:
         import ray
@@ -197,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
             cluster.start(progress=True)
         for spec in args.policy:
             results[spec] = _run_policy(spec, env, live, specs, times, rate, cluster, events, args)
+            load.sample()
     finally:
         if cluster is not None:
             cluster.shutdown()
@@ -204,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
             import ray
             if ray.is_initialized():
                 ray.shutdown()
-    out = _summary(results, args.policy[0])
+    out = _summary(results, args.policy[0], load)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2, default=str))
@@ -213,9 +228,12 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def format_comparison(results: dict[str, dict]) -> str:
-    """One row per policy, plus the change against ray-default when it ran."""
+def format_comparison(results: dict[str, dict], verdict: dict | None = None) -> str:
+    """One row per policy, plus the change against ray-default when it ran (INVALID when
+    ``verdict`` says the comparison is, with the line that says why)."""
     base = results.get("ray-default", {}).get("mean_workflow_response_s")
+    if verdict is not None and not verdict["valid"]:
+        base = None
     lines = ["", f"{'policy':<16}{'completed':>10}{'mean wf s':>11}{'p95 wf s':>10}"
                  f"{'mean task s':>13}{'mean vs ray-default':>21}"]
     for p, r in results.items():
@@ -224,6 +242,8 @@ def format_comparison(results: dict[str, dict]) -> str:
         lines.append(f"{p:<16}{r['workflows_completed']:>6}/{r['workflows_submitted']:<3}"
                      f"{r['mean_workflow_response_s']:>11.3f}{r['p95_workflow_response_s']:>10.3f}"
                      f"{r['mean_task_response_s']:>13.3f}{vs:>21}")
+    if verdict is not None:
+        lines.append(format_check(verdict))
     return "\n".join(lines)
 
 

@@ -36,6 +36,7 @@ class WorkflowHandle:
         self.finished_wall: float | None = None
         self.error: BaseException | None = None
         self.task_finish_wall: list[float | None] = [None] * len(wf.calls)
+        self.task_start_wall: list[float | None] = [None] * len(wf.calls)  # its latest run's
         self.task_nodes: list[str | None] = [None] * len(wf.calls)
         self.task_attempts: list[int] = [0] * len(wf.calls)
         self.result_refs: list[Any] = [None] * len(wf.calls)
@@ -54,6 +55,13 @@ class WorkflowHandle:
         self.pins = 0  # held steps waiting on its results: the journal keeps them (programs.hold)
 
     # -- set by the scheduler thread
+    def record_task_start(self, i: int, node: str, now: float) -> None:
+        """A run of task ``i`` started on ``node`` (its latest run: a run again after a loss
+        moves both); a finished task keeps its record."""
+        if self.task_finish_wall[i] is None:
+            self.task_start_wall[i] = now
+            self.task_nodes[i] = node
+
     def record_task_done(self, i: int, ref: Any, node: str, now: float) -> None:
         if self.task_finish_wall[i] is not None:
             raise AssertionError(f"workflow {self.id} task {i} completed twice")  # invariant

@@ -49,23 +49,28 @@ def token_auth_requested(environ: MutableMapping[str, str] | None = None) -> boo
 
 
 def has_auth_token(environ: MutableMapping[str, str] | None = None) -> bool:
-    """A token Ray would find: ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH`` names, or
-    ``~/.ray/auth_token``."""
+    """A token Ray would find (:func:`read_auth_token`)."""
+    return read_auth_token(environ) is not None
+
+
+def read_auth_token(environ: MutableMapping[str, str] | None = None) -> str | None:
+    """The token Ray would use, in its order: ``RAY_AUTH_TOKEN``, the file
+    ``RAY_AUTH_TOKEN_PATH`` names, ``~/.ray/auth_token``; None without one."""
     env = os.environ if environ is None else environ
     if env.get(AUTH_TOKEN_VAR, "").strip():
-        return True
+        return env[AUTH_TOKEN_VAR].strip()
     path = env.get(AUTH_TOKEN_PATH_VAR)
     if path:
-        return _nonempty(Path(path).expanduser())
+        return _read(Path(path).expanduser())
     home = env.get("HOME") or str(Path.home())
-    return _nonempty(Path(home) / ".ray" / "auth_token")
+    return _read(Path(home) / ".ray" / "auth_token")
 
 
-def _nonempty(path: Path) -> bool:
+def _read(path: Path) -> str | None:
     try:
-        return bool(path.read_text().strip())
+        return path.read_text().strip() or None
     except OSError:
-        return False
+        return None
 
 
 def ensure_auth_token(environ: MutableMapping[str, str] | None = None) -> bool:

@@ -151,6 +151,7 @@ class Runs:
         """Run ``t`` on ``srv`` (the policy's pick)."""
         run, ev = self.launch(t, srv, now, copy=False)
         t.value_ref, t.status, t.server, t.started = run.value_ref, run.status, srv, now
+        t.wf.handle.record_task_start(t.idx, srv.node.node_id, now)
         t.expected = run.expected  # what the estimator compares the run (less its transfer) with
         t.transfer_wall = run.transfer_wall
         t.state = RUNNING
