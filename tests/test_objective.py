@@ -95,5 +95,5 @@ def test_episode_rows_lead_with_workflow_response_and_censored_tails():
     row = aggregate([m], "x", 4)
     assert ROW_KEYS[3:6] == objective.HEADLINE
     assert all(k in row for k in ROW_KEYS)
-    head = format_table([row]).splitlines()[1]  # (line 0: the legend)
-    assert head.index("wf mean") < head.index("wf p95") < head.index("wf p99") < head.index("task resp")
+    head = next(ln for ln in format_table([row]).splitlines() if ln.startswith("policy"))
+    assert head.index("wf mean") < head.index("wf p95") < head.index("wf p99") < head.index("task mean")
