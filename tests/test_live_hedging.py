@@ -174,7 +174,7 @@ def test_a_node_lost_under_one_run_drops_that_run_only(gone):
     b.take(t, 0.1)
     sched.running.update({"ref-a": (t, 1), "ref-b": (t, 1)})
     lost_srv, kept = (a, b) if gone == "original" else (b, a)
-    sched.runs.server_gone(lost_srv, "node gone")
+    assert sched.runs.server_gone(lost_srv) == []  # nothing lost: the other run goes on
     assert t.state == RUNNING and t.copy is None and t.server is kept
     assert t.is_copy == (gone == "original")
     assert lost_srv.task is None and kept.task is t
@@ -186,7 +186,7 @@ def test_a_node_lost_under_one_run_drops_that_run_only(gone):
     c = servers[0]
     c.take(t, 0.1)
     sched.runs.losers["ref-c"] = (t, _Run(c, "val-c", "ref-c", 0.0, 0.1, 0.0, 0.1))
-    sched.runs.server_gone(c, "node gone")
+    assert sched.runs.server_gone(c) == []
     assert not sched.runs.losers and c.task is None and t.state == RUNNING
 
 

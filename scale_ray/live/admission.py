@@ -13,54 +13,47 @@ from __future__ import annotations
 
 import time
 from itertools import chain, islice
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from envs import order as orders
-from envs.config import EnvConfig
 
+from .context import LiveContext
 from .fairshare import FairShare
 from .handles import WorkflowHandle
 from .nodes import LiveServer, NodeSet
 from .placement import LivePlacement
+from .runs import Runs
 from .tasks import DONE, READY, LiveTask, LiveWorkflow
 
 WAKE_LOOK = 256  # waiting tasks looked at to wake reaped servers (NodeSet.wake)
-Emit = Callable[[dict[str, Any]], None]
-
 
 class Admission:
     """Admitting workflows (scheduler thread only).
 
     Args:
-        env: the environment configuration (bandwidth, latency; its tiers stand in for the
-            servers while none is offered).
+        ctx: the scheduler's settings (its env's tiers stand in for the servers while none is
+            offered), clock and trace.
         order: the ready-task order now (a callable: a policy swap may change it).
-        placement: the placement round (``push``; its ``table`` for resource-seconds).
+        placement: the placement round (``push``; its servers, its ``table`` for
+            resource-seconds).
         fair: the fair share (None: off).
-        running: the runs in flight, status ref -> (task, token) (their fair-share tags).
-        servers: the servers offered now (a callable: the set changes).
-        model_time: wall s (``perf_counter``) -> model s.
-        trace: the trace sink (None: no trace).
+        runs: the runs in flight (their fair-share tags).
 
     Owns the task ids (``next_gid``) and ``costs``, how the order priced work at the last
     admission (``envs.order.Costs`` of the offered servers; a dynamic order's re-key uses it).
     """
 
-    def __init__(self, env: EnvConfig, order: Callable[[], orders.Order],
-                 placement: LivePlacement, fair: FairShare | None,
-                 running: dict[Any, tuple[LiveTask, int]],
-                 servers: Callable[[], Sequence[LiveServer]],
-                 model_time: Callable[[float], float], trace: Emit | None) -> None:
-        self.env, self._order, self.placement, self._fair = env, order, placement, fair
-        self._running, self._servers, self._model_time = running, servers, model_time
-        self.trace = trace
+    def __init__(self, ctx: LiveContext, order: Callable[[], orders.Order],
+                 placement: LivePlacement, fair: FairShare | None, runs: Runs) -> None:
+        self.env, self._order, self.placement, self._fair = ctx.env, order, placement, fair
+        self._runs, self._ctx = runs, ctx
         self.next_gid = 0
         self.costs = orders.Costs()
 
     def _costs(self) -> orders.Costs:
         """The order's prices of the live servers, else of the configured tiers."""
         nodes = [(s.node.compute, s.node.gpu_compute or s.node.compute, s.node.memory_gb,
-                  any(k == "GPU" for k, _ in s.node.caps)) for s in self._servers()]
+                  any(k == "GPU" for k, _ in s.node.caps)) for s in self.placement.alive]
         if not nodes:
             nodes = [(nd.cpu_speed, nd.gpu_speed, nd.memory_gb, bool(nd.resources.get("GPU")))
                      for nd in self.env.cluster.nodes()]
@@ -87,7 +80,7 @@ class Admission:
         spec = h.workflow.spec
         # the order's times are model seconds, as in the simulator (envs.order.Order)
         prog = h.program  # a step of an agent program arrives when its program did
-        wf = h.live_record = LiveWorkflow(h, h.submitted_wall, self._model_time(
+        wf = h.live_record = LiveWorkflow(h, h.submitted_wall, self._ctx.model_time(
             h.submitted_wall) if prog is None else prog.arrival)
         order = self._order()
         costs = self.costs = self._costs()
@@ -109,7 +102,7 @@ class Admission:
         if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
             in_order = sorted(range(len(ranks)), key=lambda i: (-ranks[i], i))
             tags = self._fair.admit(h.tenant, self.work_s(h.workflow, costs), in_order,
-                                    (t.share for t, _ in self._running.values()))
+                                    (t.share for t, _ in self._runs.running.values()))
         done = h.resumed_tasks or {}  # finished before a restart (Durability.resume)
         for i, call in enumerate(h.workflow.calls):
             t = LiveTask(self.next_gid, i, wf, call)
@@ -130,7 +123,7 @@ class Admission:
                 h.record_task_done(i, t.value_ref, node, finished)
             wf.tasks.append(t)
         h.resumed_tasks = None
-        if self.trace is not None:
+        if self._ctx.trace is not None:
             self._trace_arrival(h, wf)
         for t in wf.tasks:
             if t.state != DONE and not t.waiting_for:
@@ -141,13 +134,13 @@ class Admission:
     def _trace_arrival(self, h: WorkflowHandle, wf: LiveWorkflow) -> None:
         """The trace's ``arrival`` event (a program's step: its program's first step, start)."""
         prog = h.program
-        self.trace({"t": self._model_time(time.perf_counter()), "event": "arrival", "workflow": h.id,
-                    "name": h.workflow.spec.name, "tasks": [
-                        {"task": t.gid, "compute_gflop": t.prim.compute_gflop,
-                         "memory_gb": t.prim.memory_gb, "output_gb": t.prim.output_gb,
-                         "parents": [p.gid for p in t.parents]} for t in wf.tasks],
-                    **({} if prog is None else {"program": prog.handles[0].id,
-                                                "program_start": prog.arrival})})
+        self._ctx.emit({"t": self._ctx.now_model(), "event": "arrival", "workflow": h.id,
+                        "name": h.workflow.spec.name, "tasks": [
+                            {"task": t.gid, "compute_gflop": t.prim.compute_gflop,
+                             "memory_gb": t.prim.memory_gb, "output_gb": t.prim.output_gb,
+                             "parents": [p.gid for p in t.parents]} for t in wf.tasks],
+                        **({} if prog is None else {"program": prog.handles[0].id,
+                                                    "program_start": prog.arrival})})
 
     def key(self, t: LiveTask) -> tuple:
         """A task's ready-queue key: the order's (``envs.order.Order``), behind its fair-share
@@ -161,17 +154,17 @@ class NodeEvents:
     """Node-set changes (scheduler thread only).
 
     Args:
+        ctx: the scheduler's clock and trace.
         nodes: the node set (``refresh``, ``check_probes``, ``back_off``).
-        server_gone: a server is gone (its runs are lost: ``Runs.server_gone``).
+        server_gone: a server is gone (its runs are lost).
         set_alive: the servers offered from now on (``LiveScheduler.set_alive``).
-        now_model: the model clock; emit: the trace sink.
     """
 
-    def __init__(self, nodes: NodeSet, server_gone: Callable[[LiveServer, str], None],
-                 set_alive: Callable[[list[LiveServer]], None], now_model: Callable[[], float],
-                 emit: Emit) -> None:
+    def __init__(self, ctx: LiveContext, nodes: NodeSet,
+                 server_gone: Callable[[LiveServer, str], None],
+                 set_alive: Callable[[list[LiveServer]], None]) -> None:
         self._nodes, self._server_gone, self._set_alive = nodes, server_gone, set_alive
-        self._now_model, self._emit = now_model, emit
+        self._now_model, self._emit = ctx.now_model, ctx.emit
 
     def refresh(self, force: bool = False) -> None:
         """Read the node set (when due, or ``force``): servers added and gone are traced, a

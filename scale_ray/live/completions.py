@@ -10,13 +10,13 @@ through its constructor.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from envs.estimator import RuntimeEstimator
 from envs.order import Order
 
 from .admission import Admission
-from .config import LiveConfig, TaskLostError, WorkflowCancelled
+from .config import TaskLostError, WorkflowCancelled
+from .context import LiveContext
 from .durability import Durability
 from .executors import is_lost_output, system_errors
 from .handles import WorkflowHandle
@@ -31,17 +31,14 @@ class Completions:
     """Completions, losses, failures and cancels (scheduler thread only).
 
     Args:
-        cfg: the live configuration (``max_retries``, ``time_scale``, the cancel settings).
+        ctx: the scheduler's settings (``max_retries``, ``time_scale``, the cancel settings),
+            clock, trace, counters and estimator (learns run times; None: off).
         order: the ready-task order now (a callable: a policy swap may change it).
         admission: the tasks' keys and the servers' mean speed (a dynamic order's re-key).
-        placement: the placement round (``push``, ``rekey``, ``release``).
-        nodes: the node set (its server actors); runs: the runs and their copies.
-        running: the runs in flight, status ref -> (task, token); written here.
-        counters: the scheduler's counters; estimator: learns run times (None: off).
+        placement: the placement round (``push``, ``rekey``, ``release``; its servers).
+        nodes: the node set (its server actors); runs: the runs in flight and their copies.
         durable: the journal part (a failed workflow is recorded).
         refresh: re-read the node set (``NodeEvents.refresh``).
-        servers: the servers offered now (a callable: the set changes).
-        now_model: the model clock; emit: the trace sink.
 
     Owns ``stopping`` (runs of finished workflows being cancelled: status ref -> (task,
     server, deadline)), ``node_tasks`` (tasks finished per node) and ``run_lag`` (per node: the
@@ -49,17 +46,15 @@ class Completions:
     not spend in its worker: Ray's lease, a worker's start, the return and this thread's poll).
     """
 
-    def __init__(self, cfg: LiveConfig, order: Callable[[], Order], admission: Admission,
-                 placement: LivePlacement, nodes: NodeSet, runs: Runs,
-                 running: dict[Any, tuple[LiveTask, int]], counters: dict[str, Any],
-                 estimator: RuntimeEstimator | None, durable: Durability,
-                 refresh: Callable[..., None], servers: Callable[[], Sequence[LiveServer]],
-                 now_model: Callable[[], float], emit: Callable[[dict[str, Any]], None]) -> None:
-        self.cfg, self._order, self._admission, self.placement = cfg, order, admission, placement
-        self._nodes, self.runs, self._running, self.counters = nodes, runs, running, counters
-        self._ray_calls = RayCalls(counters)  # ray.wait / ray.get CPU (scale_ray.live.ray_cpu)
-        self.estimator, self.durable, self._refresh = estimator, durable, refresh
-        self._servers, self._now_model, self._emit = servers, now_model, emit
+    def __init__(self, ctx: LiveContext, order: Callable[[], Order], admission: Admission,
+                 placement: LivePlacement, nodes: NodeSet, runs: Runs, durable: Durability,
+                 refresh: Callable[..., None]) -> None:
+        self.cfg, self._order, self._admission = ctx.cfg, order, admission
+        self.placement, self._nodes, self.runs = placement, nodes, runs
+        self._running, self.counters = runs.running, ctx.counters
+        self._ray_calls = RayCalls(ctx.counters)  # ray.wait / ray.get CPU (ray_cpu)
+        self.estimator, self.durable, self._refresh = ctx.estimator, durable, refresh
+        self._now_model, self._emit = ctx.now_model, ctx.emit
         self.stopping: dict[Any, tuple[LiveTask, LiveServer, float]] = {}
         self.node_tasks: dict[str, int] = {}
         self.run_lag: dict[str, list[float]] = {}
@@ -199,7 +194,7 @@ class Completions:
                 f"{t.attempts} times (max_retries={self.cfg.max_retries}); last: {why}"))
             return
         if lost_output:  # a parent's result died with its node: run those parents again
-            alive = {s.node.node_id for s in self._servers()}
+            alive = {s.node.node_id for s in self.placement.alive}
             for p in t.parents:
                 if p.state in (READY, RUNNING):  # already running again for another child
                     t.waiting_for.add(p.idx)

@@ -38,7 +38,8 @@ class AutoscaleHints:
         if not self.cfg.autoscale_hints:
             return
         now = time.perf_counter()
-        queue, max_mem = placement.queue, placement.max_memory
+        queue = placement.queue
+        max_mem = max((s.node.memory_gb for s in alive), default=0.0)
         # whether any task is ready: stops at the first (no walk of a backlog every round)
         waiting = any(e[2].state == READY for e in queue.heap) or any(
             e[2].state == READY for e in queue.blocked)

@@ -27,13 +27,13 @@ from envs.decision import DecisionCore, ReadyQueue, Rules
 from envs.encoding import TaskFacts, make_encoder
 from envs.nodes import NodeTable
 from envs.run_model import residual_s, show_overdue
-from envs.timing import Network
 
 from .cluster import server_spec
+from .context import LiveContext
+from .fairshare import TenantOrder
 from .tasks import READY, WAITING
 
 if TYPE_CHECKING:
-    from .fairshare import TenantOrder
     from .nodes import LiveServer
     from .tasks import LiveTask
 
@@ -74,23 +74,21 @@ class LivePlacement:
     """Decision-core state of one :class:`scale_ray.live.scheduler.LiveScheduler`.
 
     Args:
+        ctx: the scheduler's settings (``head_of_line_blocking``, the env's network and
+            transfer rule), model clock and estimator (``live.estimator: online``: the rules
+            plan with its run per kind and node shape, the configured speeds its prior).
         features: the encoder constants of the policy's observations.
-        network: bandwidth and latency (``envs.timing``).
-        head_of_line_blocking: the paper's rule (a wait ends the round).
-        time_scale: wall s per model s.
-        transfer_delays: whether an input's transfer delays a start (``mdp``).
         encoder: the policy's observation (``env.encoder``).
     """
 
-    def __init__(self, features: FeatureConfig, network: Network, head_of_line_blocking: bool,
-                 time_scale: float, transfer_delays: bool = False, encoder: str = "paper"):
-        self.features, self.network, self.transfer_delays = features, network, transfer_delays
-        self.encoder_name = encoder
-        self._ts = time_scale if time_scale > 0 else 1.0
-        #: wall s (perf_counter) of model time 0: the scheduler's clock_origin, so that the
-        #: table's times and the rules' ``now`` are the model seconds a workflow's arrival is in
-        self.origin = 0.0
-        self.core = DecisionCore(NodeTable([]), Rules(head_of_line_blocking,
+    def __init__(self, ctx: LiveContext, features: FeatureConfig, encoder: str = "paper"):
+        self.ctx = ctx
+        self.features, self.encoder_name = features, encoder
+        self.network = ctx.env.cluster.network
+        self.transfer_delays = ctx.env.mdp.transfer_delays_start
+        ts = ctx.cfg.time_scale
+        self._ts = ts if ts > 0 else 1.0
+        self.core = DecisionCore(NodeTable([]), Rules(ctx.cfg.head_of_line_blocking,
                                                       ask_only_startable=True,
                                                       mask_infeasible=True))
         self.encoder = make_encoder(encoder, features, 0, True)
@@ -100,13 +98,24 @@ class LivePlacement:
         #: requests): what a run holds on its node (``LiveTask.demands``)
         self.slotted = True
         self.changed = True  # a round only after something changed (module docstring)
-        # LiveConfig.estimator online: the rules plan with the estimator's run per kind and
-        # node shape (the configured speeds are its prior)
-        self.estimator: Any = None
-        # the compute (GFLOP) the policy is shown for a task; default its declared compute
-        self.shown: Callable[[Any], float] = lambda t: t.prim.compute_gflop
+        self.estimator = est = ctx.estimator
+        # the compute (GFLOP) the policy is shown for a task: its declared one, or the
+        # estimator's of its kind
+        self.shown: Callable[[Any], float] = (
+            (lambda t: t.prim.compute_gflop) if est is None
+            else (lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)))
         #: the fair share's second level: a tenant's tags in the configured order (None: off)
-        self.lanes: TenantOrder | None = None
+        self.lanes: TenantOrder | None = TenantOrder() if ctx.cfg.fair_share else None
+
+    @property
+    def origin(self) -> float:
+        """Wall s (``perf_counter``) of model time 0 (the scheduler's clock), so that the
+        table's times and the rules' ``now`` are the model seconds a workflow's arrival is in."""
+        return self.ctx.origin
+
+    @origin.setter
+    def origin(self, wall: float) -> None:
+        self.ctx.origin = wall
 
     @property
     def queue(self) -> ReadyQueue:
@@ -159,7 +168,7 @@ class LivePlacement:
 
     def model(self, wall: float) -> float:
         """Model seconds at wall time ``wall`` (``perf_counter``), from :attr:`origin`."""
-        return (wall - self.origin) / self._ts
+        return self.ctx.model_time(wall)
 
     def position(self, srv: LiveServer | None) -> int | None:
         return None if srv is None else self._pos.get(id(srv))

@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import heapq
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-from envs.config import EnvConfig
-from envs.estimator import RuntimeEstimator
 from envs.run_model import quantile_s
 
 from .cluster import emulated_speed, run_speed
-from .config import LiveConfig
+from .context import LiveContext
 from .durability import Durability
 from .fairshare import FairShare
 from .nodes import LiveServer, NodeSet
@@ -64,38 +62,31 @@ class Runs:
     """Starting runs, hedging them, settling the two runs of a hedged task (scheduler thread).
 
     Args:
-        cfg, env: the live and environment configuration.
-        estimator: the run-time estimator (None: the declared computes).
+        ctx: the scheduler's settings, clock, trace, counters and estimator.
         durable: the journal part (what a run is recorded as: ``run_target``).
         nodes: the node set (``run`` starts a call on a server).
-        placement: the placement round's state (its table; ``release`` frees a server).
-        running: the scheduler's runs in flight, status ref -> (task, token); written here.
-        counters: the scheduler's counters; the hedging ones are added.
+        placement: the placement round's state (its table and servers; ``release`` frees a
+            server).
         fair: the fair share (None: off).
-        servers: the servers offered now (a callable: the set changes).
-        lose: the scheduler's "this run was lost" (the task is placed again).
-        now_model: the model clock; emit: the trace sink.
+
+    Owns ``running`` (the runs in flight: status ref -> (task, token)), the stragglers and
+    the cancelled runs (``losers``) until they return.
     """
 
-    def __init__(self, cfg: LiveConfig, env: EnvConfig, estimator: RuntimeEstimator | None,
-                 durable: Durability, nodes: NodeSet, placement: LivePlacement,
-                 running: dict[Any, tuple[LiveTask, int]], counters: dict[str, Any],
-                 fair: FairShare | None, servers: Callable[[], Sequence[LiveServer]],
-                 lose: Callable[[LiveTask, str], None], now_model: Callable[[], float],
-                 emit: Callable[[dict[str, Any]], None]) -> None:
-        self.cfg, self.env, self.estimator, self.durable = cfg, env, estimator, durable
-        self._nodes, self.placement, self._running = nodes, placement, running
-        self.counters, self._fair, self._servers, self._lose = counters, fair, servers, lose
-        self._ray_calls = RayCalls(counters)  # submissions' CPU (scale_ray.live.ray_cpu)
-        self._now_model, self._emit = now_model, emit
+    def __init__(self, ctx: LiveContext, durable: Durability, nodes: NodeSet,
+                 placement: LivePlacement, fair: FairShare | None) -> None:
+        self.ctx, self.cfg, self.env, self.estimator = ctx, ctx.cfg, ctx.env, ctx.estimator
+        self.durable, self._nodes, self.placement, self._fair = durable, nodes, placement, fair
+        self.counters = ctx.counters
+        self._ray_calls = RayCalls(ctx.counters)  # submissions' CPU (scale_ray.live.ray_cpu)
+        self._now_model, self._emit = ctx.now_model, ctx.emit
+        self.running: dict[Any, tuple[LiveTask, int]] = {}
         self.stragglers: list[tuple[float, int, int, LiveTask]] = []  # heap: (due wall s, gid, token, t)
         self.due: list[tuple[int, LiveTask]] = []  # past due, waiting for an idle fitting server
         self.losers: dict[Any, tuple[LiveTask, _Run]] = {}  # cancelled runs, until they return
         #: what a run's body reads as its step (``executors.wrap_body``, ``client.program()``):
         #: ``step_context(handle)``; set by the scheduler service
         self.step_context: Callable[[Any], tuple] | None = None
-        counters.update(hedge_copies=0, hedge_wins=0, hedge_copy_s=0.0, hedge_waste_s=0.0,
-                        run_s=0.0)
 
     # ------------------------------------------------------------------ starting runs
     def launch(self, t: LiveTask, srv: LiveServer, now: float, copy: bool) -> tuple[_Run, dict]:
@@ -157,7 +148,7 @@ class Runs:
         t.state = RUNNING
         t.token += 1
         t.is_copy = False
-        self._running[run.status] = (t, t.token)
+        self.running[run.status] = (t, t.token)
         if self._fair is not None:
             self._fair.started(t.share)
         self._emit(ev)
@@ -195,7 +186,7 @@ class Runs:
             run, ev = self.launch(t, srv, now, copy=True)
             self.placement.hold(srv, t)  # Ray's resource model: its demands, on that node
             t.copy = run
-            self._running[run.status] = (t, t.token)
+            self.running[run.status] = (t, t.token)
             self.counters["hedge_copies"] += 1
             self._emit(ev)
         self.due = keep
@@ -243,7 +234,7 @@ class Runs:
                 # the estimator would learn from the runs that won only, and estimate too low
                 self.estimator.observe(t.prim.kind, other.server.node.tier,
                                        now - other.started - other.transfer_wall, other.expected)
-        self._running.pop(other.status, None)
+        self.running.pop(other.status, None)
         self.losers[other.status] = (t, other)
         try:
             ray.cancel(other.status)
@@ -292,9 +283,11 @@ class Runs:
         self._emit({"t": self._now_model(), "event": "cancel", "task": t.gid,
                     "server": srv.sid if srv else -1, "reason": "server_fail"})
 
-    def server_gone(self, srv: LiveServer, why: str) -> None:
-        """``srv`` left the cluster: its run is lost (or dropped, when the task's other run goes
-        on; or forgotten, a cancelled run)."""
+    def server_gone(self, srv: LiveServer) -> list[LiveTask]:
+        """``srv`` left the cluster: a cancelled run there is forgotten, a run whose task's
+        other run goes on is dropped; returns the tasks whose only run was there (lost: the
+        caller places them again)."""
+        lost = []
         for ref, (lt, run) in list(self.losers.items()):
             if run.server is srv:
                 del self.losers[ref]
@@ -304,10 +297,11 @@ class Runs:
                 continue
             if t.copy is not None:
                 if t.copy.server is srv:
-                    self._running.pop(t.copy.status, None)
+                    self.running.pop(t.copy.status, None)
                     self.swap(t)
                 else:
-                    self._running.pop(t.status, None)
+                    self.running.pop(t.status, None)
                 self.drop_run(t)
                 continue
-            self._lose(t, why)
+            lost.append(t)
+        return lost

@@ -42,7 +42,6 @@ from typing import Any, Callable, Sequence
 from envs import order as orders
 from envs.config import EnvConfig, build
 from envs.episode import episode_event
-from envs.estimator import RuntimeEstimator
 from envs.programs import require_dag
 from envs.workload import WorkflowSpec
 from policies.base import ObservationPolicy, Policy, is_planner
@@ -54,10 +53,11 @@ from .completions import Completions
 from .durability import Durability, Loader
 from .journal import Submission
 from .config import LiveConfig
+from .context import LiveContext
 from .executors import RemoteCache
-from .fairshare import FairShare, TenantOrder
+from .fairshare import FairShare
 from .gateway import GatewayPump
-from .handles import NothingToRun, WorkflowHandle, drain_handles
+from .handles import NothingToRun, WorkflowHandle, drain_handles, summarize
 from .runs import Runs
 from .hints import AutoscaleHints
 from .nodes import NodeSet, LiveServer
@@ -65,8 +65,7 @@ from .refusals import check_fits
 from .placement import LivePlacement, LiveState
 from .planning import LivePlanner
 from .programs import Program, hold, program_of, step_inputs
-from .status import load_of, status_of, summary_of
-from .tasks import LiveTask
+from .tasks import READY, LiveTask
 from .raydag import accept, nothing_to_run
 from .workflow import Call, CollectedWorkflow
 
@@ -93,8 +92,9 @@ class LiveScheduler:
                  config: LiveConfig | dict | None = None, trace: TraceSink | None = None):
         self.env = require_dag(env or EnvConfig(), "the live scheduler")
         self.cfg = config if isinstance(config, LiveConfig) else build(LiveConfig, config, "live")
+        #: what the parts share: settings, model clock, trace, counters, the estimator
+        self.ctx = ctx = LiveContext(self.cfg, self.env, trace)
         self._bind_policy(policy)
-        self.trace = trace
         self._tiers = tuple(self.env.cluster.tiers)
         self._remote = RemoteCache(self.cfg.task_num_cpus, self.cfg.worker_env_blank)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -104,48 +104,61 @@ class LiveScheduler:
         self._handles: list[WorkflowHandle] = []
         self.thread_error: BaseException | None = None
         self.gateway: GatewayPump | None = None  # LiveConfig.program_gateway
-        self.counters = {"decisions": 0, "waits": 0, "lost": 0, "rerun_parents": 0,
-                         "node_refreshes": 0, "autoscale_requests": 0, "tasks_started": 0,
-                         "actors_started": 0, "actors_reaped": 0, "thread_cpu_s": 0.0,
-                         "ray_client_cpu_s": 0.0, "planner_errors": 0, "planner_reused": 0,
-                         "runs_cancelled": 0, "servers_replaced": 0}
-        self.placement = LivePlacement(  # scheduler-thread state
-            self.features, self.env.cluster.network, self.cfg.head_of_line_blocking,
-            self.cfg.time_scale, self.env.mdp.transfer_delays_start, self.encoder)
-        self.nodes = NodeSet(self.cfg, self._tiers, self._remote, self.counters,
+        # the parts, by what they own: placement (the decision core over the servers), the
+        # node set, the journal, the fair share; intake (admission), execution (runs and
+        # their completions), node-set events
+        self.placement = LivePlacement(ctx, self.features, self.encoder)
+        self.nodes = NodeSet(self.cfg, self._tiers, self._remote, ctx.counters,
                              self.placement.set_offered)
         self.set_alive([])
-        #: the runs in flight: status ref -> (task, token)
-        self.running: dict[Any, tuple[LiveTask, int]] = {}
-        self.clock_origin = self.placement.origin = time.perf_counter()  # model time 0
-        self._hints = AutoscaleHints(self.cfg, self.counters)
-        # run times learned per (kind, tier) from completions (LiveConfig.estimator)
-        self.estimator = est = RuntimeEstimator() if self.cfg.estimator == "online" else None
-        if est is not None:
-            self.placement.shown = lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)
-            self.placement.estimator = est
+        self._hints = AutoscaleHints(self.cfg, ctx.counters)
         # a fair share between submit(tenant=...) tenants (LiveConfig.fair_share), two levels
         self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
-        self.placement.lanes = TenantOrder() if self.cfg.fair_share else None
         #: the journal (LiveConfig.storage) and idempotency keys (scale_ray.live.durability)
         self.durable = Durability(self.cfg.storage, self._adopt, self._queue)
-        servers = lambda: self.alive_servers  # noqa: E731 - the set changes
-        self.runs = Runs(self.cfg, self.env, est, self.durable, self.nodes, self.placement,
-                         self.running, self.counters, self._fair, servers,
-                         lambda *a, **k: self.completions.lose(*a, **k), self._now_model,
-                         self._emit)
+        self.runs = Runs(ctx, self.durable, self.nodes, self.placement, self._fair)
         order = lambda: self.order  # noqa: E731 - a policy swap may change it
         #: what enters: workflows (scale_ray.live.admission) and node-set changes
-        self.admission = Admission(self.env, order, self.placement, self._fair, self.running,
-                                   servers, self._model_time, trace)
-        self.node_events = NodeEvents(self.nodes, self.runs.server_gone, self.set_alive,
-                                      self._now_model, self._emit)
+        self.admission = Admission(ctx, order, self.placement, self._fair, self.runs)
+        self.node_events = NodeEvents(ctx, self.nodes, self._server_gone, self.set_alive)
         #: what a returned run does (scale_ray.live.completions)
-        self.completions = Completions(self.cfg, order, self.admission, self.placement,
-                                       self.nodes, self.runs, self.running, self.counters, est,
-                                       self.durable, self.node_events.refresh, servers,
-                                       self._now_model, self._emit)
+        self.completions = Completions(ctx, order, self.admission, self.placement, self.nodes,
+                                       self.runs, self.durable, self.node_events.refresh)
         self._latencies: list[float] = []  # ms of the policy's answers since the last take
+
+    # the shared state, as the scheduler's attributes (read by benches, tests and Serve)
+    counters = property(lambda self: self.ctx.counters)
+    estimator = property(lambda self: self.ctx.estimator)
+    running = property(lambda self: self.runs.running,
+                       doc="The runs in flight: status ref -> (task, token).")
+
+    @property
+    def trace(self) -> TraceSink | None:
+        return self.ctx.trace
+
+    @trace.setter
+    def trace(self, sink: TraceSink | None) -> None:
+        self.ctx.trace = sink
+
+    @property
+    def clock_origin(self) -> float:
+        """Wall s (``perf_counter``) of model time 0."""
+        return self.ctx.origin
+
+    @clock_origin.setter
+    def clock_origin(self, wall: float) -> None:
+        self.ctx.origin = wall
+
+    @property
+    def alive_servers(self) -> list[LiveServer]:
+        """The servers the policy sees, in order."""
+        return self.placement.alive
+
+    def _server_gone(self, srv: LiveServer, why: str) -> None:
+        """``srv`` left: its runs are settled (``Runs.server_gone``), the tasks whose only run
+        was there lost (placed again, ``Completions.lose``)."""
+        for t in self.runs.server_gone(srv):
+            self.completions.lose(t, why)
 
     def _bind_policy(self, policy: Policy) -> None:
         # the ready-task order (envs.order): the config's, else what the policy needs, else the
@@ -168,7 +181,7 @@ class LiveScheduler:
         """Read the node set, emit the trace header, start the scheduler thread."""
         if self._thread is not None:
             return self
-        self.clock_origin = self.placement.origin = time.perf_counter()  # model time 0
+        self.ctx.origin = time.perf_counter()  # model time 0
         self.durable.open()
         self.policy.reset(None)
         self._emit(episode_event(self.env) | {"time_scale": self.cfg.time_scale,
@@ -308,7 +321,26 @@ class LiveScheduler:
 
     def status(self) -> Future:
         """A consistent view of the servers, the queue and the counters (a Future of a dict)."""
-        return self.call_soon(lambda: status_of(self))
+        return self.call_soon(self._status)
+
+    def _status(self) -> dict[str, Any]:
+        """The servers, what they run, the queue and the counters (scheduler thread)."""
+        q = self.placement.queue
+        servers = []
+        for s in self.alive_servers:
+            t = s.task
+            servers.append({
+                "server": s.sid, "node": s.node.node_id, "slot": s.slot, "tier": s.node.tier,
+                "compute": s.node.compute, "memory_gb": s.node.memory_gb,
+                "accepting": s.offered, "busy": t is not None, "running": len(s.running),
+                "task": None if t is None else {"workflow": t.wf.handle.id, "task": t.idx,
+                                                "name": t.prim.name}})
+        return {"servers": servers, "policy": self.policy.name,
+                "estimator": None if self.estimator is None else self.estimator.summary(),
+                "ready_tasks": sum(1 for e in q.heap if e[2].state == READY),
+                "set_aside_tasks": sum(1 for e in q.blocked if e[2].state == READY),
+                "running_tasks": len(self.running), "workflows_pending": self.pending(),
+                "counters": dict(self.counters)}
 
     def forget(self, handles: Sequence[WorkflowHandle]) -> None:
         """Drop finished ``handles`` from :meth:`handles` and the summary (a long-running
@@ -350,7 +382,10 @@ class LiveScheduler:
     def load(self) -> dict[str, int]:
         """Ready and running tasks and servers now, read without stopping the scheduler thread
         (any thread; a concurrent round may make it one off)."""
-        return load_of(self, self.running)
+        q = self.placement.queue
+        ready = sum(1 for e in list(q.heap) + list(q.blocked) if e[2].state == READY)
+        return {"ready_tasks": ready, "running_tasks": len(self.running),
+                "servers": len(self.alive_servers)}
 
     def handles(self) -> list[WorkflowHandle]:
         with self._lock:
@@ -367,7 +402,21 @@ class LiveScheduler:
 
     def summary(self) -> dict[str, Any]:
         """Response-time statistics plus the scheduler's counters."""
-        return summary_of(self, self._guard)
+        out = summarize(self.handles(), self.cfg.time_scale)
+        out.update(self.counters)
+        out.update(guard_summary(self._guard))
+        out["policy"] = self.policy.name
+        out["servers_alive"] = len(self.alive_servers)
+        out["tasks_per_node"] = dict(self.completions.node_tasks)
+        ts = self.cfg.time_scale if self.cfg.time_scale > 0 else 1.0
+        lag = self.completions.run_lag
+        runs = sum(v[1] for v in lag.values())
+        # model s a run spent outside its worker (Completions.run_lag): mean, per node mean/max
+        out["run_lag_model_s"] = sum(v[0] for v in lag.values()) / runs / ts if runs else 0.0
+        out["run_lag_by_node"] = {n: [v[0] / v[1] / ts, v[2] / ts] for n, v in lag.items()}
+        if self.estimator is not None:
+            out["estimator"] = self.estimator.summary()
+        return out
 
     # ------------------------------------------------------------------ validation
     def _check_fits(self, wf: CollectedWorkflow) -> None:
@@ -377,16 +426,14 @@ class LiveScheduler:
 
     # ------------------------------------------------------------------ loop
     def _now_model(self) -> float:
-        return self._model_time(time.perf_counter())
+        return self.ctx.now_model()
 
     def _model_time(self, wall: float) -> float:
         """Model seconds since the start (``time_scale`` wall seconds each) at ``wall``."""
-        dt = wall - self.clock_origin
-        return dt / self.cfg.time_scale if self.cfg.time_scale > 0 else dt
+        return self.ctx.model_time(wall)
 
     def _emit(self, ev: dict[str, Any]) -> None:
-        if self.trace is not None:
-            self.trace(ev)
+        self.ctx.emit(ev)
 
     def _loop(self) -> None:
         import ray
@@ -441,7 +488,6 @@ class LiveScheduler:
     # ------------------------------------------------------------------ placement
     def set_alive(self, alive: list[LiveServer]) -> None:
         """The servers the policy sees, in order (the scheduler thread's; a bench's by hand)."""
-        self.alive_servers = alive
         slotted = self.nodes.slotted
         if slotted != self.placement.slotted:  # the servers' kind follows their source
             log.info("live scheduler: %s; tasks placed by %s", "servers of one slot" if slotted
