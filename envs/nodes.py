@@ -451,10 +451,6 @@ class NodeTable:
                    and self._covers(free[i], gpus[i], c, i))
         return out
 
-    def is_idle(self, i: int) -> bool:
-        """Whether node ``i`` accepts work and runs nothing."""
-        return self.accept_l[i] and not self.running[i]
-
     def could_hold(self, demands: tuple) -> bool:
         """Whether some accepting node could ever hold ``demands`` (its totals)."""
         m = self._plain_m(demands)
@@ -538,10 +534,6 @@ class NodeTable:
     def has_slots(self) -> bool:
         """Whether some node runs one task at a time (the table knows the ``slot`` resource)."""
         return self._slot_i is not None
-
-    def max_memory(self) -> float:
-        """The most memory (GB) of an accepting node."""
-        return max((self.memory_l[i] for i in range(self.n) if self.accept_l[i]), default=0.0)
 
     # ---------------------------------------------------------------- state changes
     def start(self, i: int, task: Any, demands: tuple, until: float) -> None:

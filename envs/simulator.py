@@ -108,7 +108,6 @@ class Simulator:
                                     mdp.mask_infeasible)
         self._max_decisions = mdp.max_decisions
         self._t_cap = config.workload.horizon_s * mdp.max_time_factor
-        self._gpu_load_rate = None  # workload.gpu_load's arrival rate (computed once)
         self.trace = None  # the constructor's warm-up episode is not traced
         self.reset(0)
         self.trace = trace
@@ -591,12 +590,6 @@ class Simulator:
     def stragglers(self) -> list:
         """(token, task) past their hedge quantile, uncopied."""
         return self.hedges.stragglers
-
-    @property
-    def current_waits(self) -> int:
-        """How often the policy's pick for the current task did not start it (its waits so far;
-        what ``policies.guard`` bounds)."""
-        return 0 if self.current is None else self.current.waits
 
     @property
     def finish_hidden(self) -> bool:

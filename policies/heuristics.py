@@ -41,8 +41,9 @@ from envs.demands import CPU, MEMORY
 from .base import Policy, State
 
 __all__ = ["HEURISTICS", "make_heuristic", "eft_pick", "eft_heads", "finish_key", "finish_s",
-           "soonest", "Heuristic", "ray_node_order", "RayHybrid"]
+           "soonest", "Heuristic", "ray_node_order", "RayHybrid", "MAX_WAITS"]
 
+MAX_WAITS = 20  # eft_wait: a task's waits before EFT places it
 SPREAD_THRESHOLD = 0.5
 TOP_K_FRACTION = 0.2
 RESERVE_CPU = 2.0
@@ -239,6 +240,18 @@ class EarliestFinishWait(Heuristic):
         return arg
 
 
+class BoundedEftWait(EarliestFinishWait):
+    """``eft_wait``: EFT-wait, but a task that waited :data:`MAX_WAITS` times gets EFT's pick
+    (the rule for Ray nodes, where a round asks every waiting task again at each event: the
+    unbounded diagnostic can spend an episode's decisions waiting)."""
+    name = "eft_wait"
+
+    def decide(self, state: State) -> int:
+        if state.task.waits >= MAX_WAITS:
+            return eft_pick(state)
+        return super().decide(state)
+
+
 class GpuRule(Heuristic):
     """EFT, but a task that asks for no GPU goes to a GPU node only when no node without a GPU
     fits it now."""
@@ -413,7 +426,8 @@ class RayHead(RayHybrid):
 
 HEURISTICS: dict[str, type[Heuristic]] = {
     cls.name: cls for cls in (RandomFeasible, RoundRobin, LeastLoaded, FastestIdle, EarliestFinish,
-                              EarliestFinishWait, Heft, GpuRule, Reserve, EftBestFit, EftSpread,
+                              EarliestFinishWait, BoundedEftWait, Heft, GpuRule, Reserve,
+                              EftBestFit, EftSpread,
                               RayHybrid, RayHead)
 }
 

@@ -14,7 +14,7 @@ from envs.encoding import ServerView, slot_table
 from envs.nodes import CACHE_MAX, LATER, NEVER, NOW, NodeSpec, NodeTable
 from envs.workflow import TaskSpec, WorkflowSpec
 from policies import get_policy, make_heuristic
-from policies.heuristics import RayHybrid, ray_node_order
+from policies.heuristics import MAX_WAITS, RayHybrid, ray_node_order
 from scale_ray.config import load_env
 from scale_ray.evaluation import simulate
 
@@ -320,6 +320,11 @@ def test_eft_wait_waits_for_a_faster_node_and_eft_never_waits():
     wait = make_heuristic("eft-wait")
     assert wait.decide(_State(t, task)) == 1  # wait: 1 + 1 s on the fast one
     assert not t.fits_now(1, task.demands)
+    bounded = make_heuristic("eft_wait")
+    assert bounded.decide(_State(t, task)) == 1
+    task.waits = MAX_WAITS  # eft_wait: no more waiting after MAX_WAITS (eft-wait: unbounded)
+    assert bounded.decide(_State(t, task)) == 0 and wait.decide(_State(t, task)) == 1
+    task.waits = 0
     t.finish("busy", 1)
     t.start(1, "busy", _d(num_gpus=1), 10.0)  # now it frees at t=10: 4 s on the slow one wins
     assert wait.decide(_State(t, task)) == 0

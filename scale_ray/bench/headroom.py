@@ -29,7 +29,7 @@ from scale_ray.config import load_env
 from scale_ray.evaluation import ci95_half_width, run_episode
 from scale_ray.relative import rel
 
-DEFAULT_POLICIES = ("eft", "gpu_rule", "reserve", "eft_bestfit", "eft_spread", "eft-wait", "ray",
+DEFAULT_POLICIES = ("eft", "gpu_rule", "reserve", "eft_bestfit", "eft_spread", "eft_wait", "ray",
                     "random", "eft@upward_rank")
 HEDGE = "+hedge"  # POLICY+hedge: with hedged stragglers (envs.hedging)
 LEARNED = ":learned"  # POLICY:learned: no node speed known, learned online (runtime.speeds)

@@ -2,10 +2,10 @@
 results/live_twin/README.md): records every answer of the planner during one `scale-ray bench
 live` run (its arguments after OUT.json), then compares the waits with the run's traces.
 
-    python -m scale_ray.bench.probe_waits OUT.json --setting realistic \
+    python results/live_twin/scripts/probe_waits.py OUT.json --setting realistic \
         --skip-overhead --servers 16 --servers-per-node 4 --workflows 360 --seed 0 --trace-dir DIR
-    python -m scale_ray.bench.probe_waits --analyze OUT.json DIR
-    python -m scale_ray.bench.probe_waits --overruns DIR POLICY [POLICY ...]
+    python results/live_twin/scripts/probe_waits.py --analyze OUT.json DIR
+    python results/live_twin/scripts/probe_waits.py --overruns DIR POLICY [POLICY ...]
 
 ``--overruns`` needs only the traces of any `bench live --trace-dir DIR` run: how much longer
 each live run took than its nominal time (the first run on each server apart), and live minus
