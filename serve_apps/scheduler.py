@@ -117,7 +117,7 @@ class SchedulerService:
                                    log)
         policy = self.holder.current
         self._trace_file = open(self.args.trace, "a", buffering=1) if self.args.trace else None
-        self.tenants = Tenants(load_tokens())
+        self.tenants = Tenants(load_tokens(plaintext=self.args.plaintext_tokens))
         for var in SECRET_VARS:  # read once; nothing this replica starts inherits them
             os.environ.pop(var, None)
         self.ids = IdSigner(self.incarnation)

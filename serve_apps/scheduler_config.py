@@ -100,6 +100,10 @@ class SchedulerArgs:
     policy_gate: PolicyGate = field(default_factory=PolicyGate, metadata=rng(
         doc="a learned policy serves only if scale-ray eval --gate measured it within "
             "tolerance of EFT (serve_apps.gate): {tolerance, force}"))
+    plaintext_tokens: bool = field(default=False, metadata=rng(
+        doc="accept plaintext tenant=token entries in SCALE_SCHEDULER_TOKENS / the tokens "
+            "file; false: sha256: entries only (serve_apps.tenants: a plaintext variable is in "
+            "/proc/<pid>/environ of every Ray process of its user)"))
     metrics_tenant_names: bool = field(default=False, metadata=rng(
         doc="label per-tenant metrics with tenant names; false: t- + 8 hex of the name's "
             "SHA-256 (serve_apps.tenants.tenant_label), so the metrics port shows no names"))

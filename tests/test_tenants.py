@@ -5,6 +5,7 @@ to their tenant and checked as bytes (no string is a 5xx), quotas answered 429."
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import subprocess
 import sys
@@ -24,22 +25,43 @@ def _h(token: str) -> str:
 def test_tokens_come_from_the_environment_and_are_validated(tmp_path):
     assert load_tokens({}) == {}
     f = tmp_path / "tokens"
-    f.write_text(f"# tenants\nteam-b={TOK_B}\nteam-c={_h('c' * 40)}\n")
-    got = load_tokens({"SCALE_SCHEDULER_TOKENS": f"team-a={TOK_A}",
+    f.write_text(f"# tenants\nteam-b={_h(TOK_B)}\nteam-c={_h('c' * 40)}\n")
+    got = load_tokens({"SCALE_SCHEDULER_TOKENS": f"team-a={_h(TOK_A)}",
                        "SCALE_SCHEDULER_TOKENS_FILE": str(f)})
-    # only digests are returned (and kept): no plaintext token is held after the read
     assert got == {"team-a": _h(TOK_A), "team-b": _h(TOK_B), "team-c": _h("c" * 40)}
-    assert TOK_A not in repr(got) and TOK_B not in repr(got)
     for bad, what in [({"SCALE_SCHEDULER_TOKENS": "a=short"}, "16 characters"),
-                      ({"SCALE_SCHEDULER_TOKENS": f"a={TOK_A},a={TOK_B}"}, "twice"),
+                      ({"SCALE_SCHEDULER_TOKENS": f"a={_h(TOK_A)},a={_h(TOK_B)}"}, "twice"),
                       ({"SCALE_SCHEDULER_TOKENS": "a=sha256:abc"}, "64 hex"),
                       ({"SCALE_SCHEDULER_TOKENS": f"a=sha256:{'g' * 64}"}, "64 hex"),
                       ({"SCALE_SCHEDULER_TOKENS_FILE": str(tmp_path / "none")}, "cannot read")]:
         with pytest.raises(ValueError, match=what):
-            load_tokens(bad)
+            load_tokens(bad, plaintext=True)
 
 
-def test_hashed_entries_authenticate_their_token_and_the_helper_makes_them():
+def test_plaintext_tokens_are_refused_unless_the_operator_opts_in(tmp_path):
+    """Issue 71 (4): the plaintext ``SCALE_SCHEDULER_TOKENS`` was in /proc/<pid>/environ of 14
+    processes of the user that started Ray (a marked file-reading tool read another tenant's
+    token there). A plaintext entry, in the variable or the file, is refused naming the entry
+    and what to give instead, unless ``plaintext_tokens``; only digests are returned."""
+    f = tmp_path / "tokens"
+    f.write_text(f"team-b={TOK_B}\n")
+    for env, where in (({"SCALE_SCHEDULER_TOKENS": f"team-a={TOK_A}"}, "SCALE_SCHEDULER_TOKENS: "),
+                       ({"SCALE_SCHEDULER_TOKENS_FILE": str(f)}, f"_FILE ({f})")):
+        with pytest.raises(ValueError, match="plaintext token") as e:
+            load_tokens(env)
+        assert where in str(e.value) and "sha256:" in str(e.value)
+        assert "/proc/<pid>/environ" in str(e.value) and "plaintext_tokens" in str(e.value)
+        assert TOK_A not in str(e.value) and TOK_B not in str(e.value)
+    got = load_tokens({"SCALE_SCHEDULER_TOKENS": f"team-a={TOK_A}",
+                       "SCALE_SCHEDULER_TOKENS_FILE": str(f)}, plaintext=True)
+    assert got == {"team-a": _h(TOK_A), "team-b": _h(TOK_B)}
+    assert TOK_A not in repr(got) and TOK_B not in repr(got)
+    from serve_apps.scheduler_config import parse_args
+    assert parse_args({}).plaintext_tokens is False  # the service's default refuses them
+    assert parse_args({"plaintext_tokens": True}).plaintext_tokens is True
+
+
+def test_hashed_entries_authenticate_their_token_and_the_helper_makes_them(tmp_path):
     token, line = new_token("team-x")
     tenant, _, digest = line.partition("=")
     assert tenant == "team-x" and digest == _h(token) and len(token) >= 40
@@ -52,10 +74,29 @@ def test_hashed_entries_authenticate_their_token_and_the_helper_makes_them():
         with pytest.raises(ValueError, match="tenant"):
             new_token(bad)
     out = subprocess.run([sys.executable, "-m", "serve_apps.tenants", "new", "team-y"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "SCALE_SCHEDULER_TOKENS_FILE": ""})
     assert out.returncode == 0, out.stderr
     tok = out.stdout.split("\n")[0].rsplit(" ", 1)[1]
     assert f"team-y={_h(tok)}" in out.stdout and tenant_label("team-y") in out.stdout
+    # `new` writes the tokens file (the variable's, or --file): created 0600, one sha256 line a
+    # tenant, the service's default source
+    f = tmp_path / "tokens"
+    made = {}
+    for tenant, argv, env in (("team-y", ["--file", str(f)], {}),
+                              ("team-z", [], {"SCALE_SCHEDULER_TOKENS_FILE": str(f)})):
+        out = subprocess.run([sys.executable, "-m", "serve_apps.tenants", "new", tenant, *argv],
+                             capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+        assert out.returncode == 0 and str(f) in out.stdout, out.stderr
+        made[tenant] = out.stdout.split("\n")[0].rsplit(" ", 1)[1]
+    assert (f.stat().st_mode & 0o777) == 0o600
+    assert all(tok not in f.read_text() for tok in made.values())
+    t = Tenants(load_tokens({"SCALE_SCHEDULER_TOKENS_FILE": str(f)}))
+    assert [t.authenticate(f"Bearer {made[k]}", None)[0] for k in made] == list(made)
+    out = subprocess.run([sys.executable, "-m", "serve_apps.tenants", "new", "team-z", "--file",
+                          str(f)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "has a token already" in out.stderr
+    assert len(f.read_text().splitlines()) == 2
 
 
 def test_tenant_labels_are_short_stable_hashes():
