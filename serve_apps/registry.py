@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from envs import order as orders
 from envs.workflow import WorkflowError
 from scale_ray.live.config import NoServers
 from scale_ray.live.handles import WorkflowHandle
@@ -146,17 +147,22 @@ class Workflows:
             return list(self.handles.items())
 
     def work_s(self, wf: Any) -> float:
-        """A workflow's work in resource-seconds (``Admission.work_s``: what the quotas and the
-        fair share count)."""
-        return float(sum(self.sched.admission.work_s(wf)))
+        """A workflow's charge in resource-seconds: each task's work (``Admission.work_s``, what
+        the fair share counts) but at least its run at the offered servers' mean speed times
+        ``min_task_share``, so a task that holds next to nothing of a node (``num_cpus: 0``,
+        ``memory: 1``) still counts."""
+        work = self.sched.admission.work_s(wf)
+        speed = orders.mean_compute(s.node.compute for s in list(self.sched.alive_servers))
+        floor = self.tuning.min_task_share / speed
+        return float(sum(max(w, ts.compute_gflop * floor)
+                         for w, ts in zip(work, wf.spec.tasks)))
 
-    def check_quota(self, tenant: str, tasks: int, work_s: float = 0.0) -> None:
-        """Refuse (429) a workflow of ``tasks`` tasks and ``work_s`` resource-seconds that would
-        take ``tenant``, or all tenants, past a cap of ``SchedulerTuning``."""
+    def _over_quota(self, tenant: str, tasks: int, work_s: float) -> RequestError | None:
+        """The 429 a workflow of ``tasks`` tasks and ``work_s`` resource-seconds gets from the
+        caps of ``SchedulerTuning`` now (caller holds ``_load_lock``); None when it fits."""
         t = self.tuning
-        with self._load_lock:
-            mine = self.inflight.get(tenant, [0, 0, 0.0])
-            total = [sum(v[k] for v in self.inflight.values()) for k in range(3)]
+        mine = self.inflight.get(tenant, [0, 0, 0.0])
+        total = [sum(v[k] for v in self.inflight.values()) for k in range(3)]
         for have, cap, what in (
                 (mine[0] + 1, t.max_inflight_per_tenant, "unfinished workflows of this tenant"),
                 (mine[1] + tasks, t.max_queued_tasks_per_tenant,
@@ -168,22 +174,79 @@ class Workflows:
                 (total[2] + work_s, t.max_queued_work_s,
                  "resource-seconds of all unfinished workflows")):
             if have > cap:
-                audit("refuse", tenant, reason=f"quota: {what}", tasks=tasks)
-                self.metrics.refused(tenant, "quota")
-                raise RequestError(("body", "tasks"), f"quota: {have:.6g} {what} would exceed the "
-                                   f"cap of {cap:.6g}; retry after {t.retry_after_s} s", "quota",
-                                   status=429, headers={"Retry-After": str(t.retry_after_s)})
+                return RequestError(("body", "tasks"), f"quota: {have:.6g} {what} would exceed "
+                                    f"the cap of {cap:.6g}; retry after {t.retry_after_s} s",
+                                    "quota", status=429,
+                                    headers={"Retry-After": str(t.retry_after_s)})
+        return None
+
+    def check_quota(self, tenant: str, tasks: int, work_s: float = 0.0) -> None:
+        """Refuse (429, audited) a workflow of ``tasks`` tasks and ``work_s`` resource-seconds
+        that would take ``tenant``, or all tenants, past a cap of ``SchedulerTuning``; counts
+        nothing (:meth:`reserve` checks and counts at once)."""
+        with self._load_lock:
+            err = self._over_quota(tenant, tasks, work_s)
+        if err is not None:
+            raise self._quota_refused(tenant, err, tasks)
+
+    def reserve(self, tenant: str, tasks: int, work_s: float) -> None:
+        """:meth:`check_quota` and count the workflow as in flight in one step (under the lock
+        the done callbacks take), so concurrent submits cannot together pass a cap; a submit
+        that then fails gives it back (:meth:`unreserve`)."""
+        with self._load_lock:
+            err = self._over_quota(tenant, tasks, work_s)
+            if err is None:
+                self._add_load(tenant, 1, tasks, work_s)
+        if err is not None:
+            raise self._quota_refused(tenant, err, tasks)
+
+    def unreserve(self, tenant: str, tasks: int, work_s: float) -> None:
+        with self._load_lock:
+            self._add_load(tenant, -1, -tasks, -work_s)
+
+    def _add_load(self, tenant: str, workflows: int, tasks: int, work_s: float) -> None:
+        load = self.inflight.setdefault(tenant, [0, 0, 0.0])
+        load[0] += workflows
+        load[1] += tasks
+        load[2] += work_s
+
+    def _quota_refused(self, tenant: str, err: RequestError, tasks: int) -> RequestError:
+        audit("refuse", tenant, reason=err.msg, tasks=tasks)
+        self.metrics.refused(tenant, "quota")
+        return err
 
     def accept(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None = None,
                 meta: dict | None = None, program: str | None = None) -> dict:
         """Queue (and journal) an accepted workflow; a known ``key`` returns its workflow.
         ``program``: the id of the tenant's earlier workflow whose agent program this one
-        continues (404 / 410 as :meth:`lookup`)."""
+        continues (404 / 410 as :meth:`lookup`). Its charge (:meth:`work_s`) is counted against
+        the quotas before it is submitted, atomically (:meth:`reserve`)."""
         n = len(wf.calls)
         known = self.sched.durable.known(tenant, key)
         if known is not None and known.jid in self.handles:
             return self._duplicate(known, tenant)
-        self.check_quota(tenant, n, self.work_s(wf))
+        work = self.work_s(wf)
+        self.reserve(tenant, n, work)  # counted from here on; given back unless registered
+        try:
+            wid, h = self._submit(wf, tenant, fmt, payload, key, meta, program)
+        except BaseException:
+            self.unreserve(tenant, n, work)
+            raise
+        if h.jid != wid:  # the same key raced in
+            self.unreserve(tenant, n, work)
+            return self._duplicate(h, tenant)
+        self.register(wid, h, tenant, reserved_s=work)
+        audit("submit", tenant, wid, tasks=n, name=h.name)
+        if len(self.handles) % 100 == 99:
+            self._prune()
+        return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
+
+    def _submit(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None,
+                meta: dict | None, program: str | None) -> tuple[str, WorkflowHandle]:
+        """:meth:`accept`'s part after the quota: the program's checks, then the scheduler's
+        submit (journaled); (the id issued, the handle: another id when the same key raced
+        in)."""
+        n = len(wf.calls)
         prog = None if program is None else program_of(self.sched, self._earlier(program, tenant))
         if prog is not None:  # (a program's steps together: bounded as one workflow is)
             have, cap = sum(len(h.workflow.calls) for h in prog.handles), self.tuning.max_tasks
@@ -196,19 +259,12 @@ class Workflows:
                          key=key, meta=(meta or {}) | ({} if program is None else
                                                         {"program": program}))
         try:
-            h = self.sched.submit(wf, tenant=tenant, key=key, record=sub, program=prog)
+            return wid, self.sched.submit(wf, tenant=tenant, key=key, record=sub, program=prog)
         except WorkflowError as e:
             err = refusal(e)
             audit("refuse", tenant, reason=err.kind)
             self.metrics.refused(tenant, err.kind)
             raise err from None
-        if h.jid != wid:  # the same key raced in
-            return self._duplicate(h, tenant)
-        self.register(wid, h, tenant)
-        audit("submit", tenant, wid, tasks=n, name=h.name)
-        if len(self.handles) % 100 == 99:
-            self._prune()
-        return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
 
     def append(self, wid: str, tenant: str, req: Any, payload: bytes, key: str | None,
                meta: dict, build: Callable[[dict[str, StepResult]], Any]) -> dict:
@@ -270,16 +326,18 @@ class Workflows:
         return {"id": h.jid, "name": h.name, "tasks": len(h.workflow.calls), "state": state(h),
                 "duplicate": True}
 
-    def register(self, wid: str, h: WorkflowHandle, tenant: str) -> None:
-        n, work = len(h.workflow.calls), self.work_s(h.workflow)
+    def register(self, wid: str, h: WorkflowHandle, tenant: str,
+                 reserved_s: float | None = None) -> None:
+        """Hold ``h`` as ``tenant``'s workflow ``wid``, counted in flight until it is done
+        (``reserved_s``: :meth:`reserve` counted it already, with this charge)."""
+        n = len(h.workflow.calls)
+        work = self.work_s(h.workflow) if reserved_s is None else reserved_s
         with self._reg_lock:
             self.handles[wid] = h
             self.owner[wid] = tenant
-        with self._load_lock:
-            load = self.inflight.setdefault(tenant, [0, 0, 0.0])
-            load[0] += 1
-            load[1] += n
-            load[2] += work
+        if reserved_s is None:
+            with self._load_lock:
+                self._add_load(tenant, 1, n, work)
         if not h.done():  # (a resumed workflow that finished before the restart: counted then)
             h.add_done_callback(lambda _h: self.metrics.finished(tenant, self.sched.policy.name,
                                                                  _h))

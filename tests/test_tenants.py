@@ -175,6 +175,102 @@ def test_the_service_answers_401_403_and_429():
         reg.check_quota("team-b", 7)
 
 
+def _racing_registry(tuning, submit_s: float = 0.005):
+    """serve_apps.registry.Workflows over a fake scheduler whose submit takes ``submit_s`` (the
+    journal's write) and whose tasks are 3,600 resource-seconds each."""
+    import time as _time
+    from types import SimpleNamespace
+
+    from scale_ray.live.handles import WorkflowHandle
+    from serve_apps.registry import Workflows
+
+    def submit(wf, tenant, key, record, program):
+        _time.sleep(submit_s)
+        h = WorkflowHandle(0, wf, _time.perf_counter())
+        h.jid, h.tenant = record.id, tenant
+        return h
+
+    sched = SimpleNamespace(
+        durable=SimpleNamespace(known=lambda t, k: None, journal=None),
+        admission=SimpleNamespace(work_s=lambda wf: [3600.0] * len(wf.calls)),
+        alive_servers=[SimpleNamespace(node=SimpleNamespace(compute=1.0))],
+        policy=SimpleNamespace(name="eft"), submit=submit)
+    metrics = SimpleNamespace(refused=lambda t, r: None, finished=lambda t, p, h: None)
+    return Workflows(sched, lambda: tuning, IdSigner("inc1", b"k" * 32), metrics, None, "inc1")
+
+
+def _workflow(tasks: int, name: str = "big"):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(calls=[object() for _ in range(tasks)], outputs=(tasks - 1,),
+                           spec=SimpleNamespace(name=name, tasks=[SimpleNamespace(
+                               compute_gflop=1.0)] * tasks))
+
+
+def test_concurrent_submits_cannot_overshoot_a_quota_together():
+    """Issue 71 (3): three concurrent 2,000-task submits of 7.2e6 resource-seconds each against
+    the 1e7 cap: two were accepted in 2 of 3 trials (the quota was checked, then the workflow
+    counted after the journal's write). Checking and counting are one step now: in 20 trials
+    exactly one is accepted, the others are 429s, and the count is the accepted one's."""
+    import threading
+
+    from serve_apps.scheduler import SchedulerTuning
+    from serve_apps.schemas import RequestError
+
+    tuning = SchedulerTuning(max_queued_work_s_per_tenant=1e7)
+    overshoot = []
+    for trial in range(20):
+        reg = _racing_registry(tuning)
+        go = threading.Barrier(3)
+        answers: list = []
+
+        def submit() -> None:
+            go.wait()
+            try:
+                answers.append(reg.accept(_workflow(2000), "team-a", "json", b"{}"))
+            except RequestError as e:
+                answers.append(e.status)
+
+        threads = [threading.Thread(target=submit) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        accepted = [a for a in answers if isinstance(a, dict)]
+        overshoot.append(max(0.0, reg.inflight["team-a"][2] - 1e7))
+        assert len(accepted) == 1 and sorted(a for a in answers if not isinstance(a, dict)) \
+            == [429, 429], (trial, answers)
+        assert reg.inflight["team-a"] == [1, 2000, 7.2e6], trial
+    assert overshoot == [0.0] * 20
+
+
+def test_a_refused_or_duplicate_submit_gives_its_reservation_back():
+    """A submit the scheduler refuses (here: it raises) or that lost a race on its idempotency
+    key counts nothing; a finished workflow gives its charge back."""
+    from scale_ray.live.handles import WorkflowHandle
+    from serve_apps.scheduler import SchedulerTuning
+
+    tuning = SchedulerTuning(max_queued_work_s_per_tenant=1e7)
+    reg = _racing_registry(tuning, 0.0)
+
+    def fails(*a, **k):
+        raise RuntimeError("storage down")
+    ok, reg.sched.submit = reg.sched.submit, fails
+    with pytest.raises(RuntimeError):
+        reg.accept(_workflow(2000), "team-a", "json", b"{}")
+    assert reg.inflight["team-a"] == [0, 0, 0.0]
+    reg.sched.submit = ok
+    first = reg.accept(_workflow(2000), "team-a", "json", b"{}", key="k1")
+    h = reg.handles[first["id"]]
+    reg.sched.submit = lambda *a, **k: h  # the same key raced in: the first workflow
+    dup = reg.accept(_workflow(500), "team-a", "json", b"{}", key="k1")  # (fits beside it)
+    assert dup["duplicate"] and dup["id"] == first["id"]
+    assert reg.inflight["team-a"] == [1, 2000, 7.2e6]
+    assert isinstance(h, WorkflowHandle)
+    h.record_completion(1.0)
+    assert reg.inflight["team-a"] == [0, 0, 0.0]
+
+
 def test_finished_workflows_keep_only_their_outputs_and_expire():
     import time as _time
 
