@@ -13,6 +13,10 @@
 * input that passed the schema but makes no sense (:class:`serve_apps.decisions.RequestError`,
   or a ``ValueError`` from an internal check): **422** naming the field.
 
+A redirect (Starlette's to the route without the trailing slash, ``/v1/workflows/``) carries
+a relative ``Location``, the path alone (:class:`RelativeRedirects`): never a host the client's
+``Host`` header named.
+
 Every error body is ``{"detail": [{"loc": [...], "msg": "...", "type": "..."}]}``; other HTTP
 errors (404, 405) keep FastAPI's ``{"detail": "..."}``.
 """
@@ -23,6 +27,7 @@ import asyncio
 import json
 import re
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -142,6 +147,34 @@ class BodyCap:
             await out(scope, receive, send)
 
 
+class RelativeRedirects:
+    """ASGI middleware: a redirect's ``Location`` as its path and query only. Starlette builds
+    the trailing-slash redirect from the request's ``Host`` header, so a client (or a cache in
+    between) could have the service point anywhere; a path stays on whatever host was asked.
+    Leading slashes are folded into one (``//host/x`` would name another host)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def relative(msg: dict) -> None:
+            if msg["type"] == "http.response.start" and 300 <= msg.get("status", 200) < 400:
+                msg = {**msg, "headers": [(k, relative_location(v) if k.lower() == b"location"
+                                           else v) for k, v in msg.get("headers", [])]}
+            await send(msg)
+        await self.app(scope, receive, relative)
+
+
+def relative_location(location: bytes) -> bytes:
+    """``location`` without its scheme and host: ``/path?query`` (one leading slash)."""
+    parts = urlsplit(location.decode("latin-1"))
+    path = "/" + parts.path.lstrip("/")
+    return (path + (f"?{parts.query}" if parts.query else "")).encode("latin-1")
+
+
 # ------------------------------------------------------------------------------- JSON depth
 # a string, or an unterminated one up to the end: every match runs to a closing quote or the
 # end, so the scan is linear on any input (a pattern that needs the closing quote rescans the rest
@@ -233,13 +266,14 @@ async def _value_error(_: Request, exc: ValueError) -> JSONResponse:
 
 
 def install(api: FastAPI) -> None:
-    """Add the body cap and the exception handlers to ``api``."""
+    """Add the body cap, relative redirects and the exception handlers to ``api``."""
     api.add_middleware(BodyCap)
+    api.add_middleware(RelativeRedirects)
     api.add_exception_handler(RequestError, _request_error)
     api.add_exception_handler(RequestValidationError, _validation_error)
     api.add_exception_handler(ValueError, _value_error)
 
 
-__all__ = ["BodyCap", "BodyLimits", "LIMITS", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_READ_TIMEOUT_S",
+__all__ = ["BodyCap", "BodyLimits", "RelativeRedirects", "relative_location", "LIMITS", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_READ_TIMEOUT_S",
            "MAX_JSON_DEPTH", "install", "json_depth", "check_depth", "error", "parse_body"]
 
