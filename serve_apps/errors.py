@@ -18,7 +18,9 @@ a relative ``Location``, the path alone (:class:`RelativeRedirects`): never a ho
 ``Host`` header named.
 
 Every error body is ``{"detail": [{"loc": [...], "msg": "...", "type": "..."}]}``; other HTTP
-errors (404, 405) keep FastAPI's ``{"detail": "..."}``.
+errors (404, 405) keep FastAPI's ``{"detail": "..."}``. An app may hear of each refusal
+answered here that no route noted (``install(api, on_refusal)``: a 413 or 408 before any route
+ran, a parameter the schema rejects, an error without ``audited``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -63,6 +65,9 @@ class BodyLimits:
 
 
 LIMITS = BodyLimits()
+#: told of a refusal answered here (an exception with ``status``, ``kind``, ``loc``, or a
+#: ``RequestValidationError``) unless it carries ``audited`` (serve_apps.refusals)
+OnRefusal = Callable[[Exception], Any]
 
 
 def error(status: int, loc: list, msg: str, kind: str) -> JSONResponse:
@@ -92,9 +97,15 @@ class BodyCap:
     while it is read. A body whose next part does not come within ``limits.read_timeout_s``
     (a client that announced more than it sends) is a 408 and the connection is closed."""
 
-    def __init__(self, app: Any, limits: BodyLimits = LIMITS):
+    def __init__(self, app: Any, limits: BodyLimits = LIMITS,
+                 on_refusal: OnRefusal | None = None):
         self.app = app
         self.limits = limits
+        self.on_refusal = on_refusal
+
+    def _refuse(self, status: int, kind: str, loc: list, msg: str) -> None:
+        if self.on_refusal is not None:
+            self.on_refusal(RequestError(loc, msg, kind, status=status))
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -105,9 +116,11 @@ class BodyCap:
             try:
                 n = int(length)
             except ValueError:
+                self._refuse(400, "invalid_header", ["header", "content-length"], "not an integer")
                 return await error(400, ["header", "content-length"],
                                    f"not an integer: {length!r}", "invalid_header")(scope, receive, send)
             if n > cap:
+                self._refuse(413, "body_too_large", ["body"], f"{n} bytes")
                 return await _too_large(n, cap, True)(scope, receive, send)
         state = {"size": 0, "started": False, "read": False}
 
@@ -136,10 +149,12 @@ class BodyCap:
         except _TooLarge as e:
             if state["started"]:
                 raise
+            self._refuse(413, "body_too_large", ["body"], f"more than {cap} bytes")
             await _too_large(e.size, cap, False)(scope, receive, send)
         except _ReadTimeout as e:
             if state["started"]:
                 raise
+            self._refuse(408, "body_timeout", ["body"], f"stalled after {e.size} bytes")
             out = error(408, ["body"], f"the request body stopped arriving: nothing more for "
                                        f"{self.limits.read_timeout_s:g} s after {e.size} bytes",
                         "body_timeout")
@@ -265,15 +280,30 @@ async def _value_error(_: Request, exc: ValueError) -> JSONResponse:
     return error(422, ["body"], str(exc), "value_error")
 
 
-def install(api: FastAPI) -> None:
-    """Add the body cap, relative redirects and the exception handlers to ``api``."""
-    api.add_middleware(BodyCap)
+def _told(handler: Callable, on_refusal: OnRefusal | None) -> Callable:
+    """``handler``, telling ``on_refusal`` first of an error no one noted yet."""
+    if on_refusal is None:
+        return handler
+
+    async def told(request: Request, exc: Exception) -> JSONResponse:
+        if not getattr(exc, "audited", False):
+            on_refusal(exc if isinstance(exc, (RequestError, RequestValidationError))
+                       else RequestError(("body",), str(exc), "value_error"))
+        return await handler(request, exc)
+    return told
+
+
+def install(api: FastAPI, on_refusal: OnRefusal | None = None) -> None:
+    """Add the body cap and the exception handlers to ``api`` (``on_refusal``: module
+    docstring)."""
+    api.add_middleware(BodyCap, on_refusal=on_refusal)
     api.add_middleware(RelativeRedirects)
-    api.add_exception_handler(RequestError, _request_error)
-    api.add_exception_handler(RequestValidationError, _validation_error)
-    api.add_exception_handler(ValueError, _value_error)
+    api.add_exception_handler(RequestError, _told(_request_error, on_refusal))
+    api.add_exception_handler(RequestValidationError, _told(_validation_error, on_refusal))
+    api.add_exception_handler(ValueError, _told(_value_error, on_refusal))
 
 
-__all__ = ["BodyCap", "BodyLimits", "RelativeRedirects", "relative_location", "LIMITS", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_READ_TIMEOUT_S",
-           "MAX_JSON_DEPTH", "install", "json_depth", "check_depth", "error", "parse_body"]
+__all__ = ["BodyCap", "BodyLimits", "RelativeRedirects", "relative_location", "OnRefusal", "LIMITS",
+           "DEFAULT_MAX_BODY_BYTES", "DEFAULT_READ_TIMEOUT_S", "MAX_JSON_DEPTH", "install",
+           "json_depth", "check_depth", "error", "parse_body"]
 

@@ -28,6 +28,7 @@ from scale_ray.live.journal import Submission
 from scale_ray.live.programs import StepResult, program_of
 
 from . import errors
+from .refusals import refused
 from .schemas import RequestError
 from .tenants import audit
 from .workflow_api import state
@@ -107,14 +108,18 @@ def refusal(e: WorkflowError) -> RequestError:
 
 
 class UnknownWorkflow(KeyError):
+    """An id that is not the tenant's (404 ``not_found``), or its own lost with an earlier
+    replica (410 ``workflow_lost``)."""
+    loc = ("path", "id")
+
     def __init__(self, msg: str, gone: bool):
         super().__init__(msg)
         self.msg, self.gone = msg, gone
+        self.status, self.kind = (410, "workflow_lost") if gone else (404, "not_found")
 
 
 async def unknown_handler(_: Request, exc: UnknownWorkflow) -> JSONResponse:
-    return errors.error(410 if exc.gone else 404, ["path", "id"], exc.msg,
-                        "workflow_lost" if exc.gone else "not_found")
+    return errors.error(exc.status, list(exc.loc), exc.msg, exc.kind)
 
 
 class Workflows:
@@ -187,7 +192,7 @@ class Workflows:
         with self._load_lock:
             err = self._over_quota(tenant, tasks, work_s)
         if err is not None:
-            raise self._quota_refused(tenant, err, tasks)
+            raise self._refused(tenant, err, tasks=tasks)
 
     def reserve(self, tenant: str, tasks: int, work_s: float) -> None:
         """:meth:`check_quota` and count the workflow as in flight in one step (under the lock
@@ -198,7 +203,7 @@ class Workflows:
             if err is None:
                 self._add_load(tenant, 1, tasks, work_s)
         if err is not None:
-            raise self._quota_refused(tenant, err, tasks)
+            raise self._refused(tenant, err, tasks=tasks)
 
     def unreserve(self, tenant: str, tasks: int, work_s: float) -> None:
         with self._load_lock:
@@ -210,17 +215,16 @@ class Workflows:
         load[1] += tasks
         load[2] += work_s
 
-    def _quota_refused(self, tenant: str, err: RequestError, tasks: int) -> RequestError:
-        audit("refuse", tenant, reason=err.msg, tasks=tasks)
-        self.metrics.refused(tenant, "quota")
-        return err
+    def _refused(self, tenant: str, err: BaseException, **fields: Any) -> BaseException:
+        return refused(self.metrics, tenant, err, **fields)
 
     def accept(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None = None,
                 meta: dict | None = None, program: str | None = None) -> dict:
         """Queue (and journal) an accepted workflow; a known ``key`` returns its workflow.
         ``program``: the id of the tenant's earlier workflow whose agent program this one
-        continues (404 / 410 as :meth:`lookup`). Its charge (:meth:`work_s`) is counted against
-        the quotas before it is submitted, atomically (:meth:`reserve`)."""
+        continues (404 / 410 as :meth:`lookup`). Its charge (:meth:`work_s`)
+        is counted against the quotas before it is submitted, atomically (:meth:`reserve`).
+        Every refusal is audited and counted (serve_apps.refusals)."""
         n = len(wf.calls)
         known = self.sched.durable.known(tenant, key)
         if known is not None and known.jid in self.handles:
@@ -229,6 +233,9 @@ class Workflows:
         self.reserve(tenant, n, work)  # counted from here on; given back unless registered
         try:
             wid, h = self._submit(wf, tenant, fmt, payload, key, meta, program)
+        except RequestError as e:
+            self.unreserve(tenant, n, work)
+            raise self._refused(tenant, e) from None
         except BaseException:
             self.unreserve(tenant, n, work)
             raise
@@ -261,10 +268,7 @@ class Workflows:
         try:
             return wid, self.sched.submit(wf, tenant=tenant, key=key, record=sub, program=prog)
         except WorkflowError as e:
-            err = refusal(e)
-            audit("refuse", tenant, reason=err.kind)
-            self.metrics.refused(tenant, err.kind)
-            raise err from None
+            raise self._refused(tenant, refusal(e)) from None
 
     def append(self, wid: str, tenant: str, req: Any, payload: bytes, key: str | None,
                meta: dict, build: Callable[[dict[str, StepResult]], Any]) -> dict:
@@ -273,7 +277,15 @@ class Workflows:
         parents it names in earlier steps), journaled with those references before it is
         acknowledged; ``req.close`` closes the program. 404 / 410 for ``wid`` as
         :meth:`lookup`, 409 for a closed program or a failed parent, 422 naming the field for
-        a name the program has, a parent it lacks or one that is not its step's output."""
+        a name the program has, a parent it lacks or one that is not its step's output; each
+        audited."""
+        try:
+            return self._append(wid, tenant, req, payload, key, meta, build)
+        except RequestError as e:
+            raise self._refused(tenant, e) from None
+
+    def _append(self, wid: str, tenant: str, req: Any, payload: bytes, key: str | None,
+                meta: dict, build: Callable[[dict[str, StepResult]], Any]) -> dict:
         if not req.tasks and not req.close:
             raise RequestError(("body", "tasks"), "an append needs tasks, or close: true", "empty")
         known = self.sched.durable.known(tenant, key)
@@ -314,10 +326,10 @@ class Workflows:
         """The workflow a new one names as its ``program``: 404 / 410 on ``body.program``."""
         try:
             return self.lookup(wid, tenant)
-        except UnknownWorkflow as e:
-            raise RequestError(("body", "program"), f"program: {e.msg}",
-                               "workflow_lost" if e.gone else "not_found",
-                               status=410 if e.gone else 404) from None
+        except UnknownWorkflow as e:  # (audited as it was raised)
+            err = RequestError(("body", "program"), f"program: {e.msg}", e.kind, status=e.status)
+            err.audited = True
+            raise err from None
 
     @staticmethod
     def _duplicate(h: WorkflowHandle, tenant: str) -> dict:
@@ -393,19 +405,22 @@ class Workflows:
         """The tenant's workflow ``wid``; 404 for any other id (another tenant's, malformed,
         never issued, forgotten, any string), 410 for its own from an earlier replica."""
         h = self.handles.get(wid)
-        shown = repr(wid[:100] + ("..." if len(wid) > 100 else ""))
         if h is not None and self.owner.get(wid) == tenant:
             return h
+        raise self._refused(tenant, self._unknown(wid, tenant), wid=wid)
+
+    def _unknown(self, wid: str, tenant: str) -> UnknownWorkflow:
+        shown = repr(wid[:100] + ("..." if len(wid) > 100 else ""))
         if self.ids.check(wid, tenant) == "gone":
             why = self.sched.durable.unrestorable.get(wid) or (
                 "the journal does not hold it (live.storage is off, or it was forgotten after "
                 f"retain_finished={self.tuning.retain_finished})")
-            raise UnknownWorkflow(
+            return UnknownWorkflow(
                 f"workflow {shown} was accepted by an earlier scheduler replica (this is replica "
                 f"{self.incarnation}) and was not resumed: {why}; submit it again", gone=True)
-        raise UnknownWorkflow(f"no workflow {shown} of this tenant (unknown, or finished and "
-                              f"forgotten after retain_finished={self.tuning.retain_finished})",
-                              gone=False)
+        return UnknownWorkflow(f"no workflow {shown} of this tenant (unknown, or finished and "
+                               f"forgotten after retain_finished={self.tuning.retain_finished})",
+                               gone=False)
 
 
 def _earlier_tasks(prog: Any, tasks: list[Any]) -> dict[str, StepResult]:

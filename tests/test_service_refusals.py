@@ -1,7 +1,8 @@
 """The scheduler service's HTTP API without Ray (issue 71 items 3, 6): the real FastAPI app of
 serve_apps.scheduler (routes, middleware, error handlers) served by Starlette's test client,
 its replica a SchedulerService whose LiveScheduler is a stand-in that accepts, holds and
-cancels workflows. A redirect's ``Location`` is relative."""
+cancels workflows. Every refusal kind is audited once and counted; a redirect's ``Location`` is
+relative; concurrent HTTP submits cannot overshoot a quota together."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from scale_ray.live.handles import WorkflowHandle
 from serve_apps import errors
 from serve_apps.errors import relative_location
 from serve_apps.registry import Workflows
-from serve_apps.tenants import IdSigner, Tenants
+from serve_apps.tenants import IdSigner, Tenants, audit_counts
 from serve_apps.workflow_api import AllowList
 
 TOK_A, TOK_B = "tokA" + "a" * 28, "tokB" + "b" * 28
@@ -106,6 +107,59 @@ def service(monkeypatch):
     svc._pool.shutdown()
 
 
+def _grew(before: dict) -> dict:
+    after = audit_counts()
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+
+
+def test_every_refusal_kind_is_audited_once_and_counted(service):
+    """Issue 71 (7): cross-tenant 404, schema 422, ``not_allowed`` 422, 413, a bad
+    Idempotency-Key and 409 had no audit line and no counter. Each is one ``audit refuse`` line
+    now (counted per reason: ``ray_scale_scheduler_audit_total``) and one ``rejected`` count
+    for its tenant (``?`` before authentication); none is counted twice."""
+    http, svc = service
+    theirs = http.post("/v1/workflows", json=ONE, headers=B).json()["id"]
+    mine = http.post("/v1/workflows", json=ONE, headers=A).json()["id"]
+    assert http.post(f"/v1/workflows/{mine}/tasks", json={"close": True}, headers=A
+                     ).status_code == 200
+    cases = [  # (request, status, reason, tenant of the count: ? before authentication)
+        (lambda: http.get(f"/v1/workflows/{theirs}", headers=A), 404, "not_found", "a"),
+        (lambda: http.delete(f"/v1/workflows/{theirs}", headers=A), 404, "not_found", "a"),
+        (lambda: http.post("/v1/workflows", json={"tasks": [ONE["tasks"][0], {}]}, headers=A),
+         422, "schema", "a"),
+        (lambda: http.post("/v1/workflows", json={"tasks": [
+            {"name": "a", "compute_gflop": 1, "primitive": "os:system"}]}, headers=A),
+         422, "not_allowed", "a"),
+        (lambda: http.post("/v1/workflows", content=b"x" * 20_000, headers=A), 413,
+         "body_too_large", "?"),
+        (lambda: http.post("/v1/workflows", json=ONE, headers={**A, "Idempotency-Key": "a\tb"}),
+         422, "bad_key", "a"),
+        (lambda: http.post(f"/v1/workflows/{mine}/tasks", json=ONE, headers=A), 409,
+         "program_closed", "a"),
+        (lambda: http.get(f"/v1/workflows/{mine}?wait_s=abc", headers=A), 422, "schema", "?"),
+        (lambda: http.get("/v1/cluster"), 401, "unauthorized", "?"),
+    ]
+    for send, status, reason, tenant in cases:
+        before, seen = audit_counts(), len(svc.metrics.seen)
+        r = send()
+        assert r.status_code == status, (reason, r.text)
+        assert _grew(before) == {("refuse", reason): 1}, (reason, _grew(before))
+        assert svc.metrics.seen[seen:] == [(tenant, reason)], reason
+
+
+def test_refusals_write_their_audit_line(service, caplog):
+    http, _ = service
+    theirs = http.post("/v1/workflows", json=ONE, headers=B).json()["id"]
+    with caplog.at_level("INFO", logger="ray.serve.scale_audit"):
+        assert http.get(f"/v1/workflows/{theirs}", headers=A).status_code == 404
+        assert http.post("/v1/workflows", content=b"x" * 20_000, headers=A).status_code == 413
+    lines = [r.getMessage() for r in caplog.records if r.name == "ray.serve.scale_audit"]
+    assert f"audit refuse tenant=a id={theirs} reason='not_found' status='404' " \
+           "field='path.id'" in lines, lines
+    assert any("tenant=? id=- reason='body_too_large' status='413'" in ln for ln in lines), lines
+    assert TOK_A not in "".join(lines)
+
+
 def test_a_redirect_never_names_the_host_the_client_sent(service):
     """Issue 71 (9): ``/v1/workflows/`` redirected to ``http://<Host header>/v1/workflows``.
     The ``Location`` is the path (and query) alone now."""
@@ -116,3 +170,29 @@ def test_a_redirect_never_names_the_host_the_client_sent(service):
         assert r.status_code == 307 and r.headers["location"] == where, r.headers
     assert relative_location(b"http://evil.example//other/x?q=1") == b"/other/x?q=1"
     assert relative_location(b"/v1/workflows") == b"/v1/workflows"
+
+
+def test_concurrent_http_submits_cannot_overshoot_a_quota(service):
+    """Issue 71 (3) over HTTP: three concurrent 2,000-task submits of 7.2e6 resource-seconds
+    each (3,600 s per task) against a 1e7 cap: one 201, two 429s, in every trial."""
+    http, svc = service
+    svc.tuning = type(svc.tuning)(max_queued_work_s_per_tenant=1e7, max_body_bytes=1 << 20)
+    errors.LIMITS.max_body_bytes = 1 << 20
+    svc.sched.submit_s = 0.01
+    big = {"tasks": [{"name": f"t{i}", "compute_gflop": 3600} for i in range(2000)]}
+    for trial in range(3):
+        go, codes = threading.Barrier(3), []
+
+        def post() -> None:
+            go.wait()
+            codes.append(http.post("/v1/workflows", json=big, headers=A).status_code)
+        threads = [threading.Thread(target=post) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(codes) == [201, 429, 429], (trial, codes)
+        assert svc.registry.inflight["a"][2] == pytest.approx(7.2e6)
+        for wid, h in svc.registry.items():
+            svc.sched.cancel(h)
+        assert svc.registry.inflight["a"][2] == pytest.approx(0.0)
