@@ -140,7 +140,8 @@ class Workflows:
         self.inflight: dict[str, list] = {}
         self._load_lock = threading.Lock()  # in-flight counts (done callbacks: scheduler thread)
         self._reg_lock = threading.Lock()  # handles / owner: accepts run in the pool
-        self._append_lock = threading.Lock()
+        # a program's steps, close and cancel (re-entered: an append's accept takes it again)
+        self._append_lock = threading.RLock()
 
     @property
     def tuning(self) -> Any:
@@ -222,7 +223,7 @@ class Workflows:
                 meta: dict | None = None, program: str | None = None) -> dict:
         """Queue (and journal) an accepted workflow; a known ``key`` returns its workflow.
         ``program``: the id of the tenant's earlier workflow whose agent program this one
-        continues (404 / 410 as :meth:`lookup`). Its charge (:meth:`work_s`)
+        continues (404 / 410 as :meth:`lookup`, 409 once closed). Its charge (:meth:`work_s`)
         is counted against the quotas before it is submitted, atomically (:meth:`reserve`).
         Every refusal is audited and counted (serve_apps.refusals)."""
         n = len(wf.calls)
@@ -250,17 +251,27 @@ class Workflows:
 
     def _submit(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None,
                 meta: dict | None, program: str | None) -> tuple[str, WorkflowHandle]:
-        """:meth:`accept`'s part after the quota: the program's checks, then the scheduler's
-        submit (journaled); (the id issued, the handle: another id when the same key raced
-        in)."""
-        n = len(wf.calls)
-        prog = None if program is None else program_of(self.sched, self._earlier(program, tenant))
-        if prog is not None:  # (a program's steps together: bounded as one workflow is)
+        """:meth:`accept`'s part after the quota: the scheduler's submit (journaled), as the
+        next step of ``program`` (404 / 410 as :meth:`lookup`; 409 once it is closed or
+        cancelled; no close or cancel meanwhile); (the id issued, the handle: another id when
+        the same key raced in)."""
+        if program is None:
+            return self._submit_now(wf, tenant, fmt, payload, key, meta, None, None)
+        with self._append_lock:
+            prog = program_of(self.sched, self._earlier(program, tenant))
+            if prog.closed:
+                raise _closed(program, ("body", "program"))
             have, cap = sum(len(h.workflow.calls) for h in prog.handles), self.tuning.max_tasks
-            if have + n > cap:
-                raise RequestError(("body", "tasks"), f"the program would hold {have + n} tasks "
-                                   f"in all; this service accepts at most max_tasks={cap} per "
-                                   f"agent program (its steps together)", "too_long")
+            if have + len(wf.calls) > cap:  # (a program's steps together: as one workflow)
+                raise RequestError(("body", "tasks"), f"the program would hold "
+                                   f"{have + len(wf.calls)} tasks in all; this service accepts "
+                                   f"at most max_tasks={cap} per agent program (its steps "
+                                   f"together)", "too_long")
+            return self._submit_now(wf, tenant, fmt, payload, key, meta, program, prog)
+
+    def _submit_now(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None,
+                    meta: dict | None, program: str | None, prog: Any
+                    ) -> tuple[str, WorkflowHandle]:
         wid = self.ids.new(tenant)
         sub = Submission(id=wid, fmt=fmt, payload=payload, name=wf.spec.name, tenant=tenant,
                          key=key, meta=(meta or {}) | ({} if program is None else
@@ -269,6 +280,21 @@ class Workflows:
             return wid, self.sched.submit(wf, tenant=tenant, key=key, record=sub, program=prog)
         except WorkflowError as e:
             raise self._refused(tenant, refusal(e)) from None
+
+    def cancel(self, wid: str, tenant: str) -> list[WorkflowHandle]:
+        """``DELETE /v1/workflows/{wid}``: what to cancel (404 / 410 as :meth:`lookup`): the
+        workflow, or, when it is the first step of an agent program, the program: closed
+        (journaled; a later append or ``program`` naming it is a 409) and every step it has
+        (in their order). No step is added meanwhile."""
+        with self._append_lock:
+            h = self.lookup(wid, tenant)
+            prog = h.program
+            if prog is None or prog.handles[0] is not h:
+                return [h]
+            if not prog.closed:
+                prog.close()
+                audit("close", tenant, wid, reason="cancel")
+            return list(prog.handles)
 
     def append(self, wid: str, tenant: str, req: Any, payload: bytes, key: str | None,
                meta: dict, build: Callable[[dict[str, StepResult]], Any]) -> dict:
@@ -295,9 +321,7 @@ class Workflows:
             prog = program_of(self.sched, self.lookup(wid, tenant))
             pid = prog.handles[0].jid
             if prog.closed:
-                raise RequestError(("path", "id"), f"the program of workflow {wid!r} is closed "
-                                   f"(an append with close: true ended it)", "program_closed",
-                                   status=409)
+                raise _closed(wid, ("path", "id"))
             out: dict[str, Any] = {"program": pid, "closed": bool(req.close)}
             if req.tasks:
                 earlier = _earlier_tasks(prog, req.tasks)
@@ -421,6 +445,12 @@ class Workflows:
         return UnknownWorkflow(f"no workflow {shown} of this tenant (unknown, or finished and "
                                f"forgotten after retain_finished={self.tuning.retain_finished})",
                                gone=False)
+
+
+def _closed(wid: str, loc: tuple) -> RequestError:
+    return RequestError(loc, f"the program of workflow {wid[:100]!r} is closed (an append with "
+                             f"close: true ended it, or a DELETE of its first step cancelled "
+                             f"it)", "program_closed", status=409)
 
 
 def _earlier_tasks(prog: Any, tasks: list[Any]) -> dict[str, StepResult]:

@@ -8,7 +8,8 @@ them. Agents reach it two ways:
   ``POST /v1/workflows`` a DAG (``serve_apps.workflow_api``: the live DAG format, primitives named
   ``module:function`` from the ``primitives`` allow-list, or emulated bodies) -> ``{"id"}``;
   ``GET /v1/workflows/{id}[?wait_s=S]`` state, per-task node and times, result or error;
-  ``DELETE /v1/workflows/{id}`` cancel; ``GET /v1/cluster`` servers, busy, queue, policy.
+  ``DELETE /v1/workflows/{id}`` cancel (an agent program's first step: every step);
+  ``GET /v1/cluster`` servers, busy, queue, policy.
 * Python, from any Ray job on the cluster: ``scale_ray.client.submit(call)`` through a
   DeploymentHandle; the job's own ``@primitive`` functions travel by value (cloudpickle) and run
   as Ray tasks placed by the service. No allow-list there: a Ray job can run any code anyway.
@@ -492,10 +493,20 @@ class SchedulerService:
             return {"refused": e.kind, "message": e.msg}
 
     async def _cancel(self, wid: str, tenant: str) -> dict:
-        h = self.registry.lookup(wid, tenant)
-        was_running = await asyncio.wrap_future(self.sched.cancel(h))
-        audit("cancel", tenant, wid, was_running=bool(was_running))
-        return {"id": wid, "cancelled": bool(was_running), "state": state(h)}
+        """Cancel workflow ``wid``; the first step of an agent program cancels the program,
+        every step it has (``Workflows.cancel``): ``steps_cancelled`` counts the others that
+        were still running."""
+        steps = await self._off_loop(self.registry.cancel, wid, tenant)
+        # the last step first: a held step is cancelled before the step it waits on fails it
+        futures = [self.sched.cancel(h) for h in reversed(steps)][::-1]
+        ran = [bool(await asyncio.wrap_future(f)) for f in futures]
+        audit("cancel", tenant, wid, was_running=ran[0],
+              **({"steps_cancelled": sum(ran[1:])} if len(steps) > 1 else {}))
+        out = {"id": wid, "cancelled": ran[0], "state": state(steps[0])}
+        prog = steps[0].program
+        if prog is not None and prog.handles[0] is steps[0]:
+            out["steps_cancelled"] = sum(ran[1:])
+        return out
 
     @contextlib.contextmanager
     def _refusals(self, tenant: str) -> Iterator[None]:

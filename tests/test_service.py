@@ -481,6 +481,33 @@ def test_an_appended_step_waits_for_its_parent_and_survives_a_replica_kill(servi
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_deleting_a_programs_first_step_cancels_every_step_it_has(service):
+    """Issue 71 (6) on a live scheduler: a DELETE of the first step of an agent program whose
+    appended steps run (one on its own) or are held (one naming the first step's output) ends
+    all three as cancelled within seconds; the program is closed (an append is a 409)."""
+    import httpx
+
+    with httpx.Client(base_url=service.url, timeout=60) as http:
+        first = http.post("/v1/workflows", json={"name": "agent", "tasks": [
+            {"name": "plan", "compute_gflop": 2000}]}).json()["id"]  # ~100 s of wall time
+        held = http.post(f"/v1/workflows/{first}/tasks", json={"tasks": [
+            {"name": "act", "compute_gflop": 1, "parents": ["plan"]}]}).json()
+        running = http.post(f"/v1/workflows/{first}/tasks", json={"tasks": [
+            {"name": "search", "compute_gflop": 2000}]}).json()
+        assert held["waiting_for"] == [first] and "id" in running, (held, running)
+        time.sleep(1.0)
+        r = http.delete(f"/v1/workflows/{first}")
+        assert r.status_code == 200 and r.json()["steps_cancelled"] == 2, r.text
+        for wid in (first, held["id"], running["id"]):
+            rec = http.get(f"/v1/workflows/{wid}", params={"wait_s": 10}).json()
+            assert rec["state"] == "cancelled", (wid, rec["state"], rec["error"])
+        r = http.post(f"/v1/workflows/{first}/tasks", json={"tasks": [
+            {"name": "late", "compute_gflop": 1}]})
+        assert r.status_code == 409, r.text
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_policy_swap_keeps_scheduling_and_a_bad_one_is_reported(service):
     from scale_ray import client
     from scale_ray.live.workflow import from_spec

@@ -2,7 +2,8 @@
 serve_apps.scheduler (routes, middleware, error handlers) served by Starlette's test client,
 its replica a SchedulerService whose LiveScheduler is a stand-in that accepts, holds and
 cancels workflows. Every refusal kind is audited once and counted; a redirect's ``Location`` is
-relative; concurrent HTTP submits cannot overshoot a quota together."""
+relative; a DELETE of an agent program's first step cancels its appended steps; concurrent
+HTTP submits cannot overshoot a quota together."""
 
 from __future__ import annotations
 
@@ -136,6 +137,8 @@ def test_every_refusal_kind_is_audited_once_and_counted(service):
          422, "bad_key", "a"),
         (lambda: http.post(f"/v1/workflows/{mine}/tasks", json=ONE, headers=A), 409,
          "program_closed", "a"),
+        (lambda: http.post("/v1/workflows", json={**ONE, "program": mine}, headers=A), 409,
+         "program_closed", "a"),
         (lambda: http.get(f"/v1/workflows/{mine}?wait_s=abc", headers=A), 422, "schema", "?"),
         (lambda: http.get("/v1/cluster"), 401, "unauthorized", "?"),
     ]
@@ -170,6 +173,37 @@ def test_a_redirect_never_names_the_host_the_client_sent(service):
         assert r.status_code == 307 and r.headers["location"] == where, r.headers
     assert relative_location(b"http://evil.example//other/x?q=1") == b"/other/x?q=1"
     assert relative_location(b"/v1/workflows") == b"/v1/workflows"
+
+
+def test_deleting_a_programs_first_step_cancels_its_appended_steps(service):
+    """Issue 71 (6): a DELETE of an agent program's first step left its appended steps
+    running. It cancels every step now (``steps_cancelled``: those still running besides the
+    first), closes the program (journaled), and a later append or ``program`` naming it is a
+    409; a DELETE of a later step cancels that step only."""
+    http, svc = service
+    first = http.post("/v1/workflows", json={"tasks": [{"name": "think", "compute_gflop": 1}]},
+                      headers=A).json()["id"]
+    steps = [http.post(f"/v1/workflows/{first}/tasks", json={"tasks": [
+        {"name": f"tool{i}", "compute_gflop": 1, "parents": ["think"] if i == 0 else []}]},
+        headers=A).json()["id"] for i in range(2)]
+    step3 = http.post("/v1/workflows", json={**ONE, "program": first}, headers=A).json()["id"]
+    handles = [svc.registry.handles[w] for w in (first, *steps, step3)]
+    r = http.delete(f"/v1/workflows/{step3}", headers=A)  # a later step: itself only
+    assert r.json() == {"id": step3, "cancelled": True, "state": "failed"}
+    assert [h.done() for h in handles] == [False, False, False, True]
+    r = http.delete(f"/v1/workflows/{first}", headers=A)
+    assert r.status_code == 200 and r.json()["cancelled"] is True
+    assert r.json()["steps_cancelled"] == 2  # (step3 had ended)
+    assert all(h.done() for h in handles) and handles[0].program.closed
+    assert svc.sched.closes == [first]
+    assert http.post(f"/v1/workflows/{first}/tasks", json=ONE, headers=A).status_code == 409
+    r = http.post("/v1/workflows", json={**ONE, "program": steps[0]}, headers=A)
+    assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["body", "program"]
+    assert http.delete(f"/v1/workflows/{first}", headers=A).json()["steps_cancelled"] == 0
+    # a workflow on its own is cancelled as before
+    alone = http.post("/v1/workflows", json=ONE, headers=A).json()["id"]
+    assert http.delete(f"/v1/workflows/{alone}", headers=A).json() == {
+        "id": alone, "cancelled": True, "state": "failed"}
 
 
 def test_concurrent_http_submits_cannot_overshoot_a_quota(service):
