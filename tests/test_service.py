@@ -392,7 +392,8 @@ def test_http_api(service):
                                                                         "primitive"]
         r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
                                                         "memory_gb": 2000}]})
-        assert r.status_code == 422 and "fits no server" in r.json()["detail"][0]["msg"]
+        assert r.status_code == 422, r.text
+        assert "no server of the cluster could ever run it" in r.json()["detail"][0]["msg"]
         r = http.post("/v1/workflows", content=b"{", headers={"content-type": "application/json"})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][0] == "body"
         assert http.get("/v1/workflows/nope").status_code == 404
