@@ -13,8 +13,14 @@
 * input that passed the schema but makes no sense (:class:`serve_apps.decisions.RequestError`,
   or a ``ValueError`` from an internal check): **422** naming the field.
 
+A redirect (Starlette's to the route without the trailing slash, ``/v1/workflows/``) carries
+a relative ``Location``, the path alone (:class:`RelativeRedirects`): never a host the client's
+``Host`` header named.
+
 Every error body is ``{"detail": [{"loc": [...], "msg": "...", "type": "..."}]}``; other HTTP
-errors (404, 405) keep FastAPI's ``{"detail": "..."}``.
+errors (404, 405) keep FastAPI's ``{"detail": "..."}``. An app may hear of each refusal
+answered here that no route noted (``install(api, on_refusal)``: a 413 or 408 before any route
+ran, a parameter the schema rejects, an error without ``audited``).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
+from urllib.parse import urlsplit
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -58,6 +65,9 @@ class BodyLimits:
 
 
 LIMITS = BodyLimits()
+#: told of a refusal answered here (an exception with ``status``, ``kind``, ``loc``, or a
+#: ``RequestValidationError``) unless it carries ``audited`` (serve_apps.refusals)
+OnRefusal = Callable[[Exception], Any]
 
 
 def error(status: int, loc: list, msg: str, kind: str) -> JSONResponse:
@@ -87,9 +97,15 @@ class BodyCap:
     while it is read. A body whose next part does not come within ``limits.read_timeout_s``
     (a client that announced more than it sends) is a 408 and the connection is closed."""
 
-    def __init__(self, app: Any, limits: BodyLimits = LIMITS):
+    def __init__(self, app: Any, limits: BodyLimits = LIMITS,
+                 on_refusal: OnRefusal | None = None):
         self.app = app
         self.limits = limits
+        self.on_refusal = on_refusal
+
+    def _refuse(self, status: int, kind: str, loc: list, msg: str) -> None:
+        if self.on_refusal is not None:
+            self.on_refusal(RequestError(loc, msg, kind, status=status))
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -100,9 +116,11 @@ class BodyCap:
             try:
                 n = int(length)
             except ValueError:
+                self._refuse(400, "invalid_header", ["header", "content-length"], "not an integer")
                 return await error(400, ["header", "content-length"],
                                    f"not an integer: {length!r}", "invalid_header")(scope, receive, send)
             if n > cap:
+                self._refuse(413, "body_too_large", ["body"], f"{n} bytes")
                 return await _too_large(n, cap, True)(scope, receive, send)
         state = {"size": 0, "started": False, "read": False}
 
@@ -131,15 +149,45 @@ class BodyCap:
         except _TooLarge as e:
             if state["started"]:
                 raise
+            self._refuse(413, "body_too_large", ["body"], f"more than {cap} bytes")
             await _too_large(e.size, cap, False)(scope, receive, send)
         except _ReadTimeout as e:
             if state["started"]:
                 raise
+            self._refuse(408, "body_timeout", ["body"], f"stalled after {e.size} bytes")
             out = error(408, ["body"], f"the request body stopped arriving: nothing more for "
                                        f"{self.limits.read_timeout_s:g} s after {e.size} bytes",
                         "body_timeout")
             out.headers["Connection"] = "close"
             await out(scope, receive, send)
+
+
+class RelativeRedirects:
+    """ASGI middleware: a redirect's ``Location`` as its path and query only. Starlette builds
+    the trailing-slash redirect from the request's ``Host`` header, so a client (or a cache in
+    between) could have the service point anywhere; a path stays on whatever host was asked.
+    Leading slashes are folded into one (``//host/x`` would name another host)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def relative(msg: dict) -> None:
+            if msg["type"] == "http.response.start" and 300 <= msg.get("status", 200) < 400:
+                msg = {**msg, "headers": [(k, relative_location(v) if k.lower() == b"location"
+                                           else v) for k, v in msg.get("headers", [])]}
+            await send(msg)
+        await self.app(scope, receive, relative)
+
+
+def relative_location(location: bytes) -> bytes:
+    """``location`` without its scheme and host: ``/path?query`` (one leading slash)."""
+    parts = urlsplit(location.decode("latin-1"))
+    path = "/" + parts.path.lstrip("/")
+    return (path + (f"?{parts.query}" if parts.query else "")).encode("latin-1")
 
 
 # ------------------------------------------------------------------------------- JSON depth
@@ -232,14 +280,30 @@ async def _value_error(_: Request, exc: ValueError) -> JSONResponse:
     return error(422, ["body"], str(exc), "value_error")
 
 
-def install(api: FastAPI) -> None:
-    """Add the body cap and the exception handlers to ``api``."""
-    api.add_middleware(BodyCap)
-    api.add_exception_handler(RequestError, _request_error)
-    api.add_exception_handler(RequestValidationError, _validation_error)
-    api.add_exception_handler(ValueError, _value_error)
+def _told(handler: Callable, on_refusal: OnRefusal | None) -> Callable:
+    """``handler``, telling ``on_refusal`` first of an error no one noted yet."""
+    if on_refusal is None:
+        return handler
+
+    async def told(request: Request, exc: Exception) -> JSONResponse:
+        if not getattr(exc, "audited", False):
+            on_refusal(exc if isinstance(exc, (RequestError, RequestValidationError))
+                       else RequestError(("body",), str(exc), "value_error"))
+        return await handler(request, exc)
+    return told
 
 
-__all__ = ["BodyCap", "BodyLimits", "LIMITS", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_READ_TIMEOUT_S",
-           "MAX_JSON_DEPTH", "install", "json_depth", "check_depth", "error", "parse_body"]
+def install(api: FastAPI, on_refusal: OnRefusal | None = None) -> None:
+    """Add the body cap and the exception handlers to ``api`` (``on_refusal``: module
+    docstring)."""
+    api.add_middleware(BodyCap, on_refusal=on_refusal)
+    api.add_middleware(RelativeRedirects)
+    api.add_exception_handler(RequestError, _told(_request_error, on_refusal))
+    api.add_exception_handler(RequestValidationError, _told(_validation_error, on_refusal))
+    api.add_exception_handler(ValueError, _told(_value_error, on_refusal))
+
+
+__all__ = ["BodyCap", "BodyLimits", "RelativeRedirects", "relative_location", "OnRefusal", "LIMITS",
+           "DEFAULT_MAX_BODY_BYTES", "DEFAULT_READ_TIMEOUT_S", "MAX_JSON_DEPTH", "install",
+           "json_depth", "check_depth", "error", "parse_body"]
 

@@ -10,8 +10,10 @@ loop). What is exported (docs/serving.md, "Metrics"):
   ``running_tasks``, ``servers``, ``decisions_per_s`` (over the last interval),
   ``journal_bytes``;
 * counters: ``decisions``, ``waits``, ``guard_overrides``, ``lost_runs``, ``rejected`` (per
-  tenant and reason: ``quota`` is a 429, ``does_not_fit``, ``no_servers``, ``too_large``,
-  ``unauthorized``, ``forbidden``), ``audit`` (the audit lines, per action and reason:
+  tenant and reason, every refusal once its tenant is known: ``quota`` is a 429,
+  ``does_not_fit``, ``no_servers``, ``too_large``, ``unauthorized``, ``not_found``, ``schema``,
+  ``not_allowed``, ``bad_key``, ``program_closed``...: serve_apps.refusals), ``audit`` (the
+  audit lines, per action and reason, a 413 before authentication included:
   serve_apps.tenants);
 * histograms: ``decision_latency_ms`` (the policy's answer to one placement question),
   ``workflow_response_s`` per tenant and policy (an agent program's steps each count), and

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from envs import order as orders
 from envs.workflow import WorkflowError
 from scale_ray.live.config import NoServers
 from scale_ray.live.handles import WorkflowHandle
@@ -27,6 +28,7 @@ from scale_ray.live.journal import Submission
 from scale_ray.live.programs import StepResult, program_of
 
 from . import errors
+from .refusals import refused
 from .schemas import RequestError
 from .tenants import audit
 from .workflow_api import state
@@ -106,14 +108,18 @@ def refusal(e: WorkflowError) -> RequestError:
 
 
 class UnknownWorkflow(KeyError):
+    """An id that is not the tenant's (404 ``not_found``), or its own lost with an earlier
+    replica (410 ``workflow_lost``)."""
+    loc = ("path", "id")
+
     def __init__(self, msg: str, gone: bool):
         super().__init__(msg)
         self.msg, self.gone = msg, gone
+        self.status, self.kind = (410, "workflow_lost") if gone else (404, "not_found")
 
 
 async def unknown_handler(_: Request, exc: UnknownWorkflow) -> JSONResponse:
-    return errors.error(410 if exc.gone else 404, ["path", "id"], exc.msg,
-                        "workflow_lost" if exc.gone else "not_found")
+    return errors.error(exc.status, list(exc.loc), exc.msg, exc.kind)
 
 
 class Workflows:
@@ -134,7 +140,8 @@ class Workflows:
         self.inflight: dict[str, list] = {}
         self._load_lock = threading.Lock()  # in-flight counts (done callbacks: scheduler thread)
         self._reg_lock = threading.Lock()  # handles / owner: accepts run in the pool
-        self._append_lock = threading.Lock()
+        # a program's steps, close and cancel (re-entered: an append's accept takes it again)
+        self._append_lock = threading.RLock()
 
     @property
     def tuning(self) -> Any:
@@ -146,17 +153,22 @@ class Workflows:
             return list(self.handles.items())
 
     def work_s(self, wf: Any) -> float:
-        """A workflow's work in resource-seconds (``Admission.work_s``: what the quotas and the
-        fair share count)."""
-        return float(sum(self.sched.admission.work_s(wf)))
+        """A workflow's charge in resource-seconds: each task's work (``Admission.work_s``, what
+        the fair share counts) but at least its run at the offered servers' mean speed times
+        ``min_task_share``, so a task that holds next to nothing of a node (``num_cpus: 0``,
+        ``memory: 1``) still counts."""
+        work = self.sched.admission.work_s(wf)
+        speed = orders.mean_compute(s.node.compute for s in list(self.sched.alive_servers))
+        floor = self.tuning.min_task_share / speed
+        return float(sum(max(w, ts.compute_gflop * floor)
+                         for w, ts in zip(work, wf.spec.tasks)))
 
-    def check_quota(self, tenant: str, tasks: int, work_s: float = 0.0) -> None:
-        """Refuse (429) a workflow of ``tasks`` tasks and ``work_s`` resource-seconds that would
-        take ``tenant``, or all tenants, past a cap of ``SchedulerTuning``."""
+    def _over_quota(self, tenant: str, tasks: int, work_s: float) -> RequestError | None:
+        """The 429 a workflow of ``tasks`` tasks and ``work_s`` resource-seconds gets from the
+        caps of ``SchedulerTuning`` now (caller holds ``_load_lock``); None when it fits."""
         t = self.tuning
-        with self._load_lock:
-            mine = self.inflight.get(tenant, [0, 0, 0.0])
-            total = [sum(v[k] for v in self.inflight.values()) for k in range(3)]
+        mine = self.inflight.get(tenant, [0, 0, 0.0])
+        total = [sum(v[k] for v in self.inflight.values()) for k in range(3)]
         for have, cap, what in (
                 (mine[0] + 1, t.max_inflight_per_tenant, "unfinished workflows of this tenant"),
                 (mine[1] + tasks, t.max_queued_tasks_per_tenant,
@@ -168,47 +180,121 @@ class Workflows:
                 (total[2] + work_s, t.max_queued_work_s,
                  "resource-seconds of all unfinished workflows")):
             if have > cap:
-                audit("refuse", tenant, reason=f"quota: {what}", tasks=tasks)
-                self.metrics.refused(tenant, "quota")
-                raise RequestError(("body", "tasks"), f"quota: {have:.6g} {what} would exceed the "
-                                   f"cap of {cap:.6g}; retry after {t.retry_after_s} s", "quota",
-                                   status=429, headers={"Retry-After": str(t.retry_after_s)})
+                return RequestError(("body", "tasks"), f"quota: {have:.6g} {what} would exceed "
+                                    f"the cap of {cap:.6g}; retry after {t.retry_after_s} s",
+                                    "quota", status=429,
+                                    headers={"Retry-After": str(t.retry_after_s)})
+        return None
+
+    def check_quota(self, tenant: str, tasks: int, work_s: float = 0.0) -> None:
+        """Refuse (429, audited) a workflow of ``tasks`` tasks and ``work_s`` resource-seconds
+        that would take ``tenant``, or all tenants, past a cap of ``SchedulerTuning``; counts
+        nothing (:meth:`reserve` checks and counts at once)."""
+        with self._load_lock:
+            err = self._over_quota(tenant, tasks, work_s)
+        if err is not None:
+            raise self._refused(tenant, err, tasks=tasks)
+
+    def reserve(self, tenant: str, tasks: int, work_s: float) -> None:
+        """:meth:`check_quota` and count the workflow as in flight in one step (under the lock
+        the done callbacks take), so concurrent submits cannot together pass a cap; a submit
+        that then fails gives it back (:meth:`unreserve`)."""
+        with self._load_lock:
+            err = self._over_quota(tenant, tasks, work_s)
+            if err is None:
+                self._add_load(tenant, 1, tasks, work_s)
+        if err is not None:
+            raise self._refused(tenant, err, tasks=tasks)
+
+    def unreserve(self, tenant: str, tasks: int, work_s: float) -> None:
+        with self._load_lock:
+            self._add_load(tenant, -1, -tasks, -work_s)
+
+    def _add_load(self, tenant: str, workflows: int, tasks: int, work_s: float) -> None:
+        load = self.inflight.setdefault(tenant, [0, 0, 0.0])
+        load[0] += workflows
+        load[1] += tasks
+        load[2] += work_s
+
+    def _refused(self, tenant: str, err: BaseException, **fields: Any) -> BaseException:
+        return refused(self.metrics, tenant, err, **fields)
 
     def accept(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None = None,
                 meta: dict | None = None, program: str | None = None) -> dict:
         """Queue (and journal) an accepted workflow; a known ``key`` returns its workflow.
         ``program``: the id of the tenant's earlier workflow whose agent program this one
-        continues (404 / 410 as :meth:`lookup`)."""
+        continues (404 / 410 as :meth:`lookup`, 409 once closed). Its charge (:meth:`work_s`)
+        is counted against the quotas before it is submitted, atomically (:meth:`reserve`).
+        Every refusal is audited and counted (serve_apps.refusals)."""
         n = len(wf.calls)
         known = self.sched.durable.known(tenant, key)
         if known is not None and known.jid in self.handles:
             return self._duplicate(known, tenant)
-        self.check_quota(tenant, n, self.work_s(wf))
-        prog = None if program is None else program_of(self.sched, self._earlier(program, tenant))
-        if prog is not None:  # (a program's steps together: bounded as one workflow is)
+        work = self.work_s(wf)
+        self.reserve(tenant, n, work)  # counted from here on; given back unless registered
+        try:
+            wid, h = self._submit(wf, tenant, fmt, payload, key, meta, program)
+        except RequestError as e:
+            self.unreserve(tenant, n, work)
+            raise self._refused(tenant, e) from None
+        except BaseException:
+            self.unreserve(tenant, n, work)
+            raise
+        if h.jid != wid:  # the same key raced in
+            self.unreserve(tenant, n, work)
+            return self._duplicate(h, tenant)
+        self.register(wid, h, tenant, reserved_s=work)
+        audit("submit", tenant, wid, tasks=n, name=h.name)
+        if len(self.handles) % 100 == 99:
+            self._prune()
+        return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
+
+    def _submit(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None,
+                meta: dict | None, program: str | None) -> tuple[str, WorkflowHandle]:
+        """:meth:`accept`'s part after the quota: the scheduler's submit (journaled), as the
+        next step of ``program`` (404 / 410 as :meth:`lookup`; 409 once it is closed or
+        cancelled; no close or cancel meanwhile); (the id issued, the handle: another id when
+        the same key raced in)."""
+        if program is None:
+            return self._submit_now(wf, tenant, fmt, payload, key, meta, None, None)
+        with self._append_lock:
+            prog = program_of(self.sched, self._earlier(program, tenant))
+            if prog.closed:
+                raise _closed(program, ("body", "program"))
             have, cap = sum(len(h.workflow.calls) for h in prog.handles), self.tuning.max_tasks
-            if have + n > cap:
-                raise RequestError(("body", "tasks"), f"the program would hold {have + n} tasks "
-                                   f"in all; this service accepts at most max_tasks={cap} per "
-                                   f"agent program (its steps together)", "too_long")
+            if have + len(wf.calls) > cap:  # (a program's steps together: as one workflow)
+                raise RequestError(("body", "tasks"), f"the program would hold "
+                                   f"{have + len(wf.calls)} tasks in all; this service accepts "
+                                   f"at most max_tasks={cap} per agent program (its steps "
+                                   f"together)", "too_long")
+            return self._submit_now(wf, tenant, fmt, payload, key, meta, program, prog)
+
+    def _submit_now(self, wf: Any, tenant: str, fmt: str, payload: bytes, key: str | None,
+                    meta: dict | None, program: str | None, prog: Any
+                    ) -> tuple[str, WorkflowHandle]:
         wid = self.ids.new(tenant)
         sub = Submission(id=wid, fmt=fmt, payload=payload, name=wf.spec.name, tenant=tenant,
                          key=key, meta=(meta or {}) | ({} if program is None else
                                                         {"program": program}))
         try:
-            h = self.sched.submit(wf, tenant=tenant, key=key, record=sub, program=prog)
+            return wid, self.sched.submit(wf, tenant=tenant, key=key, record=sub, program=prog)
         except WorkflowError as e:
-            err = refusal(e)
-            audit("refuse", tenant, reason=err.kind)
-            self.metrics.refused(tenant, err.kind)
-            raise err from None
-        if h.jid != wid:  # the same key raced in
-            return self._duplicate(h, tenant)
-        self.register(wid, h, tenant)
-        audit("submit", tenant, wid, tasks=n, name=h.name)
-        if len(self.handles) % 100 == 99:
-            self._prune()
-        return {"id": wid, "name": h.name, "tasks": n, "state": state(h)}
+            raise self._refused(tenant, refusal(e)) from None
+
+    def cancel(self, wid: str, tenant: str) -> list[WorkflowHandle]:
+        """``DELETE /v1/workflows/{wid}``: what to cancel (404 / 410 as :meth:`lookup`): the
+        workflow, or, when it is the first step of an agent program, the program: closed
+        (journaled; a later append or ``program`` naming it is a 409) and every step it has
+        (in their order). No step is added meanwhile."""
+        with self._append_lock:
+            h = self.lookup(wid, tenant)
+            prog = h.program
+            if prog is None or prog.handles[0] is not h:
+                return [h]
+            if not prog.closed:
+                prog.close()
+                audit("close", tenant, wid, reason="cancel")
+            return list(prog.handles)
 
     def append(self, wid: str, tenant: str, req: Any, payload: bytes, key: str | None,
                meta: dict, build: Callable[[dict[str, StepResult]], Any]) -> dict:
@@ -217,7 +303,15 @@ class Workflows:
         parents it names in earlier steps), journaled with those references before it is
         acknowledged; ``req.close`` closes the program. 404 / 410 for ``wid`` as
         :meth:`lookup`, 409 for a closed program or a failed parent, 422 naming the field for
-        a name the program has, a parent it lacks or one that is not its step's output."""
+        a name the program has, a parent it lacks or one that is not its step's output; each
+        audited."""
+        try:
+            return self._append(wid, tenant, req, payload, key, meta, build)
+        except RequestError as e:
+            raise self._refused(tenant, e) from None
+
+    def _append(self, wid: str, tenant: str, req: Any, payload: bytes, key: str | None,
+                meta: dict, build: Callable[[dict[str, StepResult]], Any]) -> dict:
         if not req.tasks and not req.close:
             raise RequestError(("body", "tasks"), "an append needs tasks, or close: true", "empty")
         known = self.sched.durable.known(tenant, key)
@@ -227,9 +321,7 @@ class Workflows:
             prog = program_of(self.sched, self.lookup(wid, tenant))
             pid = prog.handles[0].jid
             if prog.closed:
-                raise RequestError(("path", "id"), f"the program of workflow {wid!r} is closed "
-                                   f"(an append with close: true ended it)", "program_closed",
-                                   status=409)
+                raise _closed(wid, ("path", "id"))
             out: dict[str, Any] = {"program": pid, "closed": bool(req.close)}
             if req.tasks:
                 earlier = _earlier_tasks(prog, req.tasks)
@@ -258,10 +350,10 @@ class Workflows:
         """The workflow a new one names as its ``program``: 404 / 410 on ``body.program``."""
         try:
             return self.lookup(wid, tenant)
-        except UnknownWorkflow as e:
-            raise RequestError(("body", "program"), f"program: {e.msg}",
-                               "workflow_lost" if e.gone else "not_found",
-                               status=410 if e.gone else 404) from None
+        except UnknownWorkflow as e:  # (audited as it was raised)
+            err = RequestError(("body", "program"), f"program: {e.msg}", e.kind, status=e.status)
+            err.audited = True
+            raise err from None
 
     @staticmethod
     def _duplicate(h: WorkflowHandle, tenant: str) -> dict:
@@ -270,16 +362,18 @@ class Workflows:
         return {"id": h.jid, "name": h.name, "tasks": len(h.workflow.calls), "state": state(h),
                 "duplicate": True}
 
-    def register(self, wid: str, h: WorkflowHandle, tenant: str) -> None:
-        n, work = len(h.workflow.calls), self.work_s(h.workflow)
+    def register(self, wid: str, h: WorkflowHandle, tenant: str,
+                 reserved_s: float | None = None) -> None:
+        """Hold ``h`` as ``tenant``'s workflow ``wid``, counted in flight until it is done
+        (``reserved_s``: :meth:`reserve` counted it already, with this charge)."""
+        n = len(h.workflow.calls)
+        work = self.work_s(h.workflow) if reserved_s is None else reserved_s
         with self._reg_lock:
             self.handles[wid] = h
             self.owner[wid] = tenant
-        with self._load_lock:
-            load = self.inflight.setdefault(tenant, [0, 0, 0.0])
-            load[0] += 1
-            load[1] += n
-            load[2] += work
+        if reserved_s is None:
+            with self._load_lock:
+                self._add_load(tenant, 1, n, work)
         if not h.done():  # (a resumed workflow that finished before the restart: counted then)
             h.add_done_callback(lambda _h: self.metrics.finished(tenant, self.sched.policy.name,
                                                                  _h))
@@ -335,19 +429,28 @@ class Workflows:
         """The tenant's workflow ``wid``; 404 for any other id (another tenant's, malformed,
         never issued, forgotten, any string), 410 for its own from an earlier replica."""
         h = self.handles.get(wid)
-        shown = repr(wid[:100] + ("..." if len(wid) > 100 else ""))
         if h is not None and self.owner.get(wid) == tenant:
             return h
+        raise self._refused(tenant, self._unknown(wid, tenant), wid=wid)
+
+    def _unknown(self, wid: str, tenant: str) -> UnknownWorkflow:
+        shown = repr(wid[:100] + ("..." if len(wid) > 100 else ""))
         if self.ids.check(wid, tenant) == "gone":
             why = self.sched.durable.unrestorable.get(wid) or (
                 "the journal does not hold it (live.storage is off, or it was forgotten after "
                 f"retain_finished={self.tuning.retain_finished})")
-            raise UnknownWorkflow(
+            return UnknownWorkflow(
                 f"workflow {shown} was accepted by an earlier scheduler replica (this is replica "
                 f"{self.incarnation}) and was not resumed: {why}; submit it again", gone=True)
-        raise UnknownWorkflow(f"no workflow {shown} of this tenant (unknown, or finished and "
-                              f"forgotten after retain_finished={self.tuning.retain_finished})",
-                              gone=False)
+        return UnknownWorkflow(f"no workflow {shown} of this tenant (unknown, or finished and "
+                               f"forgotten after retain_finished={self.tuning.retain_finished})",
+                               gone=False)
+
+
+def _closed(wid: str, loc: tuple) -> RequestError:
+    return RequestError(loc, f"the program of workflow {wid[:100]!r} is closed (an append with "
+                             f"close: true ended it, or a DELETE of its first step cancelled "
+                             f"it)", "program_closed", status=409)
 
 
 def _earlier_tasks(prog: Any, tasks: list[Any]) -> dict[str, StepResult]:

@@ -8,14 +8,16 @@ them. Agents reach it two ways:
   ``POST /v1/workflows`` a DAG (``serve_apps.workflow_api``: the live DAG format, primitives named
   ``module:function`` from the ``primitives`` allow-list, or emulated bodies) -> ``{"id"}``;
   ``GET /v1/workflows/{id}[?wait_s=S]`` state, per-task node and times, result or error;
-  ``DELETE /v1/workflows/{id}`` cancel; ``GET /v1/cluster`` servers, busy, queue, policy.
+  ``DELETE /v1/workflows/{id}`` cancel (an agent program's first step: every step);
+  ``GET /v1/cluster`` servers, busy, queue, policy.
 * Python, from any Ray job on the cluster: ``scale_ray.client.submit(call)`` through a
   DeploymentHandle; the job's own ``@primitive`` functions travel by value (cloudpickle) and run
   as Ray tasks placed by the service. No allow-list there: a Ray job can run any code anyway.
 
-Tenants (``serve_apps.tenants``): every request is a tenant's (a bearer token from the
-environment, or loopback-only without tokens; a handle call is its Ray job's); a tenant sees and
-cancels only its own workflows; quotas answer 429; submits, cancels and refusals are audited.
+Tenants (``serve_apps.tenants``): every request is a tenant's (a bearer token whose hash the
+tokens file holds, or loopback-only without tokens; a handle call is its Ray job's); a tenant
+sees and cancels only its own workflows; quotas answer 429; submits, cancels and every refusal
+are audited and counted (``serve_apps.refusals``).
 
 The policy is hot-swappable (``user_config.policy``, as the placement app: loaded and tried off
 the event loop, a failed swap keeps the old policy and is reported in ``GET /v1/cluster``
@@ -38,6 +40,7 @@ the servers): :func:`application` refuses ``num_replicas`` other than 1.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -45,9 +48,10 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from ray import serve
 
@@ -69,6 +73,7 @@ from .tenants import IdSigner, Tenants, audit, load_tokens
 from .bounds import check_args, check_tasks
 from .durable import JournalView, check_key, rebuild
 from .metrics import ServiceMetrics, node_target, scheduler_series
+from .refusals import refused
 from .registry import UnknownWorkflow, Workflows, unknown_handler
 from .workflow_api import (AllowList, AppendIn, WorkflowIn, emulate, jsonable, record,
                            root_cause, state, to_workflow)
@@ -82,7 +87,19 @@ api = FastAPI(title="SCALE scheduler service", version="1",
                           "run), 503 when the scheduler has no server at all, 413 for a large "
                           "body, 404 for an unknown id, 410 for a workflow lost with a restarted "
                           "replica.", docs_url=None, redoc_url=None)
-errors.install(api)
+
+
+def _refused_early(err: Exception) -> None:
+    """A refusal answered before a route knew the tenant (a 413, 408, a query parameter the
+    schema rejects): audited and counted as tenant ``?``."""
+    try:
+        metrics = serve.get_replica_context().servable_object.metrics
+    except Exception:  # noqa: BLE001 - no replica (yet): the audit line and its count only
+        metrics = None
+    refused(metrics, "?", err)
+
+
+errors.install(api, on_refusal=_refused_early)
 apidocs.install(api)  # /docs with local assets (no CDN)
 apidocs.add_models(api, [WorkflowIn, AppendIn])  # the bodies (read as bytes)
 
@@ -117,7 +134,7 @@ class SchedulerService:
                                    log)
         policy = self.holder.current
         self._trace_file = open(self.args.trace, "a", buffering=1) if self.args.trace else None
-        self.tenants = Tenants(load_tokens())
+        self.tenants = Tenants(load_tokens(plaintext=self.args.plaintext_tokens))
         for var in SECRET_VARS:  # read once; nothing this replica starts inherits them
             os.environ.pop(var, None)
         self.ids = IdSigner(self.incarnation)
@@ -202,9 +219,9 @@ class SchedulerService:
                                                        host)
         if tenant is None:
             kind = "unauthorized" if status == 401 else "forbidden"
-            audit("refuse", "?", reason=kind, detail=why, client=host or "")
-            self.metrics.refused("?", kind)
-            raise RequestError(("header", "authorization"), why, kind, status=status)
+            raise refused(self.metrics, "?", RequestError(("header", "authorization"), why, kind,
+                                                          status=status), detail=why,
+                          client=host or "")
         from .registry import HTTP_CALLER
         HTTP_CALLER.set(True)  # (this request's task only: _cluster shows it counts only)
         return tenant
@@ -227,9 +244,7 @@ class SchedulerService:
                          for i, c in enumerate(wf.calls)]
             check_tasks(tasks, t, slowest, self.sched.cfg.time_scale)
         except RequestError as e:
-            audit("refuse", tenant, reason=e.kind, field=".".join(map(str, e.loc)))
-            self.metrics.refused(tenant, e.kind)
-            raise
+            raise refused(self.metrics, tenant, e) from None
 
     async def _await_done(self, h: WorkflowHandle, timeout_s: float) -> bool:
         if h.done() or timeout_s <= 0:
@@ -327,15 +342,15 @@ class SchedulerService:
         ct = request.headers.get("content-type")
         t = self.tuning
 
-        key = check_key(request.headers.get("idempotency-key"))
-
         def accept() -> dict:
             req = parse_body(body, WorkflowIn, ct)
             self._check_bounds(req, tenant)
             wf = emulate(to_workflow(req, self.allow, t.max_tasks), body, *self._doc)
             return self.registry.accept(wf, tenant, "json", body, key, {"content_type": ct},
                                         req.program)
-        accepted = await self._off_loop(accept)
+        with self._refusals(tenant):
+            key = check_key(request.headers.get("idempotency-key"))
+            accepted = await self._off_loop(accept)
         out = _respond(accepted)
         out.status_code = 200 if accepted.get("duplicate") else 201
         return out
@@ -350,7 +365,6 @@ class SchedulerService:
         tenant = self._tenant(request)
         body = await request.body()
         ct = request.headers.get("content-type")
-        key = check_key(request.headers.get("idempotency-key"))
 
         def accept() -> dict:
             req = parse_body(body, AppendIn, ct)
@@ -359,7 +373,9 @@ class SchedulerService:
                                         lambda earlier: emulate(to_workflow(
                                             req, self.allow, self.tuning.max_tasks, earlier),
                                             body, *self._doc))
-        accepted = await self._off_loop(accept)
+        with self._refusals(tenant):
+            key = check_key(request.headers.get("idempotency-key"))
+            accepted = await self._off_loop(accept)
         out = _respond(accepted)
         out.status_code = 200 if accepted.get("duplicate") or "id" not in accepted else 201
         return out
@@ -371,9 +387,10 @@ class SchedulerService:
         """``result=false``: the state only (polling); the result is not fetched, so the
         journal keeps it (a fetched result is compacted away after a restart)."""
         tenant = self._tenant(request)
-        if not 0 <= wait_s <= 60:
-            raise RequestError(("query", "wait_s"), f"must be in [0, 60], got {wait_s}")
-        return _respond(await self._record(wid, tenant, wait_s, result))
+        with self._refusals(tenant):
+            if not 0 <= wait_s <= 60:
+                raise RequestError(("query", "wait_s"), f"must be in [0, 60], got {wait_s}")
+            return _respond(await self._record(wid, tenant, wait_s, result))
 
     @api.delete("/v1/workflows/{wid}", summary="cancel a workflow")
     @resolved_annotations
@@ -429,6 +446,7 @@ class SchedulerService:
                                             payload, key, None, program)
             return await self._off_loop(accept)
         except RequestError as e:  # the client raises it as NoServers / Unschedulable / quota
+            refused(self.metrics, tenant, e)
             return {"refused": e.kind, "message": e.msg,
                     "retry_after_s": self.tuning.retry_after_s if e.status == 429 else None}
 
@@ -470,16 +488,35 @@ class SchedulerService:
         try:
             return await self._off_loop(self.registry.append, wid, tenant, req, b"", None, {},
                                         None)
-        except RequestError as e:  # the client raises it (a closed program: 409)
+        except (RequestError, UnknownWorkflow) as e:  # the client raises it (closed: 409)
+            refused(self.metrics, tenant, e)
             return {"refused": e.kind, "message": e.msg}
-        except UnknownWorkflow as e:
-            return {"refused": "workflow_lost" if e.gone else "not_found", "message": e.msg}
 
     async def _cancel(self, wid: str, tenant: str) -> dict:
-        h = self.registry.lookup(wid, tenant)
-        was_running = await asyncio.wrap_future(self.sched.cancel(h))
-        audit("cancel", tenant, wid, was_running=bool(was_running))
-        return {"id": wid, "cancelled": bool(was_running), "state": state(h)}
+        """Cancel workflow ``wid``; the first step of an agent program cancels the program,
+        every step it has (``Workflows.cancel``): ``steps_cancelled`` counts the others that
+        were still running."""
+        steps = await self._off_loop(self.registry.cancel, wid, tenant)
+        # the last step first: a held step is cancelled before the step it waits on fails it
+        futures = [self.sched.cancel(h) for h in reversed(steps)][::-1]
+        ran = [bool(await asyncio.wrap_future(f)) for f in futures]
+        audit("cancel", tenant, wid, was_running=ran[0],
+              **({"steps_cancelled": sum(ran[1:])} if len(steps) > 1 else {}))
+        out = {"id": wid, "cancelled": ran[0], "state": state(steps[0])}
+        prog = steps[0].program
+        if prog is not None and prog.handles[0] is steps[0]:
+            out["steps_cancelled"] = sum(ran[1:])
+        return out
+
+    @contextlib.contextmanager
+    def _refusals(self, tenant: str) -> Iterator[None]:
+        """Every refusal raised inside is audited and counted as ``tenant``'s (once:
+        serve_apps.refusals)."""
+        try:
+            yield
+        except (RequestError, RequestValidationError, UnknownWorkflow) as e:
+            refused(self.metrics, tenant, e)
+            raise
 
     async def cluster(self, tenant: str = "job:?") -> dict:
         return await self._cluster(tenant)

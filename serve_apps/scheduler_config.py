@@ -16,7 +16,10 @@ from .errors import DEFAULT_MAX_BODY_BYTES
 from .placement import builder_args
 from .tenants import TOKENS_FILE_VAR, TOKENS_VAR
 
-__all__ = ["SchedulerTuning", "SchedulerArgs", "Emulation", "parse_args", "SERVICE_LIVE_DEFAULTS"]
+__all__ = ["SchedulerTuning", "SchedulerArgs", "Emulation", "parse_args", "SERVICE_LIVE_DEFAULTS",
+           "MIN_TASK_SHARE"]
+
+MIN_TASK_SHARE = 1 / 16  # the least share of a node a task is charged for (docs/serving.md)
 
 
 @dataclass(frozen=True)
@@ -58,10 +61,16 @@ class SchedulerTuning:
     max_queued_work_s: float = field(default=4e7, metadata=rng(
         gt=0, le=1e12, doc="resource-seconds of unfinished workflows of all tenants (each task's "
                            "run at the mean node speed x the largest share of an average node "
-                           "its Ray demands hold; a slot in the paper's model); past it a 429"))
+                           "its Ray demands hold, at least min_task_share; a slot in the "
+                           "paper's model); past it a 429"))
     max_queued_work_s_per_tenant: float = field(default=1e7, metadata=rng(
         gt=0, le=1e12, doc="resource-seconds of unfinished workflows of one tenant (as "
                            "max_queued_work_s); past it a 429"))
+    min_task_share: float = field(default=MIN_TASK_SHARE, metadata=rng(
+        gt=0, le=1, doc="a task is charged against the resource-second quotas at least its run "
+                        "at the servers' mean speed x this share of a node, however little it "
+                        "asks for (num_cpus: 0 still takes a worker and a run's time); 1/16: "
+                        "one CPU of a 16-CPU node"))
     retry_after_s: int = field(default=5, metadata=rng(
         ge=1, le=3600, doc="Retry-After of a 429"))
     max_task_gflop: float = field(default=1e5, metadata=rng(
@@ -100,6 +109,10 @@ class SchedulerArgs:
     policy_gate: PolicyGate = field(default_factory=PolicyGate, metadata=rng(
         doc="a learned policy serves only if scale-ray eval --gate measured it within "
             "tolerance of EFT (serve_apps.gate): {tolerance, force}"))
+    plaintext_tokens: bool = field(default=False, metadata=rng(
+        doc="accept plaintext tenant=token entries in SCALE_SCHEDULER_TOKENS / the tokens "
+            "file; false: sha256: entries only (serve_apps.tenants: a plaintext variable is in "
+            "/proc/<pid>/environ of every Ray process of its user)"))
     metrics_tenant_names: bool = field(default=False, metadata=rng(
         doc="label per-tenant metrics with tenant names; false: t- + 8 hex of the name's "
             "SHA-256 (serve_apps.tenants.tenant_label), so the metrics port shows no names"))

@@ -1,12 +1,16 @@
 """Who asks the scheduler service: tenants, their tokens, workflow ids only their issuer can use,
 and the audit log (serve_apps.scheduler).
 
-* **Tokens** come from the environment, never from the YAML: ``SCALE_SCHEDULER_TOKENS``
-  (``tenant=token,tenant2=token2``) or the file ``SCALE_SCHEDULER_TOKENS_FILE`` names (one
-  ``tenant=token`` per line, ``#`` comments). An entry may hold the token's hash instead,
-  ``tenant=sha256:<64 hex>`` (``python -m serve_apps.tenants new TENANT`` makes a token and that
-  line), so the secret need not hold any token. The replica reads them once and keeps only
-  SHA-256 digests. An HTTP request is the tenant whose token's digest its ``Authorization:
+* **Tokens** are given as their hashes, ``tenant=sha256:<64 hex>``, one a line (``#``
+  comments) in the file ``SCALE_SCHEDULER_TOKENS_FILE`` names (``python -m serve_apps.tenants
+  new TENANT`` makes a token and appends its line there), or in ``SCALE_SCHEDULER_TOKENS``
+  (``tenant=sha256:...,tenant2=sha256:...``); never in the YAML. A plaintext ``tenant=token``
+  entry is refused unless the operator opts in (``SchedulerArgs.plaintext_tokens``): every
+  process of the user that started Ray (``serve run``, GCS, raylet, dashboard, Serve's proxy
+  and controller, the replica) shows its environment in ``/proc/<pid>/environ``, and a file of
+  tokens is read by any tool that can read files, while a hash gives no token back. The replica
+  reads them once and keeps only SHA-256 digests. An HTTP request is the tenant whose token's
+  digest its ``Authorization:
   Bearer <token>`` header's digest equals (compared in constant time, as bytes: any header value
   works); a missing or unknown token is a 401. Without configured tokens the service answers
   loopback clients only (tenant ``local``; anyone else gets a 403) and says so at start.
@@ -53,7 +57,7 @@ MAX_ID_BYTES = 128  # an id this service issues has 8 + 16 + 16 characters and t
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _KV_KEY = b"scale_scheduler_id_key"
 
-__all__ = ["Tenants", "IdSigner", "audit", "audit_counts", "load_tokens", "new_token",
+__all__ = ["Tenants", "IdSigner", "audit", "audit_counts", "load_tokens", "new_token", "add_token",
            "tenant_label", "LOCAL_TENANT", "HASH_PREFIX"]
 
 
@@ -85,7 +89,7 @@ def _digest(value: str, where: str = "token") -> bytes:
     return hashlib.sha256(_utf8(value)).digest()
 
 
-def _parse(text: str, where: str) -> dict[str, str]:
+def _parse(text: str, where: str, plaintext: bool) -> dict[str, str]:
     out: dict[str, str] = {}
     for i, line in enumerate(text.replace(",", "\n").splitlines(), 1):
         line = line.split("#", 1)[0].strip()
@@ -93,41 +97,72 @@ def _parse(text: str, where: str) -> dict[str, str]:
             continue
         tenant, sep, token = line.partition("=")
         tenant, token = tenant.strip(), token.strip()
-        if not sep or not tenant or (len(token) < 16 and not token.startswith(HASH_PREFIX)):
-            raise ValueError(f"{where}: entry {i}: expected tenant=token with a token of at least "
-                             f"16 characters, or tenant=sha256:<64 hex>")
+        hashed = token.startswith(HASH_PREFIX)
+        if not sep or not tenant or (len(token) < 16 and not hashed):
+            raise ValueError(f"{where}: entry {i}: expected tenant=sha256:<64 hex> (or, with "
+                             f"plaintext_tokens, tenant=token of at least 16 characters)")
+        if not hashed and not plaintext:
+            raise ValueError(
+                f"{where}: entry {i} (tenant {tenant!r}) is a plaintext token: give its hash, "
+                f"{tenant}=sha256:<64 hex> (python -m serve_apps.tenants new {tenant} makes a "
+                f"token and its line), or set the app's args.plaintext_tokens: true. A plaintext "
+                f"token in the environment is in /proc/<pid>/environ of every process of the "
+                f"user that started Ray, and a file of tokens is read by any tool that reads "
+                f"files")
         if tenant in out:
             raise ValueError(f"{where}: tenant {tenant!r} appears twice")
         out[tenant] = HASH_PREFIX + _digest(token, f"{where}: entry {i}").hex()
     return out
 
 
-def load_tokens(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def load_tokens(environ: Mapping[str, str] | None = None,
+                plaintext: bool = False) -> dict[str, str]:
     """tenant -> ``sha256:<hex>`` of its token, from the environment (module docstring); {}
-    when none is configured. No plaintext token is returned."""
+    when none is configured. ``plaintext``: accept ``tenant=token`` entries too (the operator's
+    opt-in); else they are a ``ValueError`` naming the entry. No plaintext token is returned."""
     env = os.environ if environ is None else environ
-    tokens = _parse(env.get(TOKENS_VAR, ""), TOKENS_VAR)
+    tokens = _parse(env.get(TOKENS_VAR, ""), TOKENS_VAR, plaintext)
     path = env.get(TOKENS_FILE_VAR)
     if path:
-        try:
-            text = Path(path).read_text()
-        except OSError as e:
-            raise ValueError(f"{TOKENS_FILE_VAR}: cannot read {path}: {e.strerror}") from None
-        for tenant, token in _parse(text, f"{TOKENS_FILE_VAR} ({path})").items():
+        for tenant, token in _parse(_read(path), f"{TOKENS_FILE_VAR} ({path})",
+                                    plaintext).items():
             if tenant in tokens:
                 raise ValueError(f"tenant {tenant!r} is in both {TOKENS_VAR} and {TOKENS_FILE_VAR}")
             tokens[tenant] = token
     return tokens
 
 
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as e:
+        raise ValueError(f"{TOKENS_FILE_VAR}: cannot read {path}: {e.strerror}") from None
+
+
 def new_token(tenant: str) -> tuple[str, str]:
-    """A fresh token for ``tenant`` and its entry for the environment (``tenant=sha256:...``)."""
+    """A fresh token for ``tenant`` and its entry (``tenant=sha256:...``)."""
     if not tenant or any(c in tenant for c in "=,#") or tenant != tenant.strip() \
             or not tenant.isprintable():
         raise ValueError(f"tenant {tenant!r}: a printable name without '=', ',', '#' or "
                          f"surrounding spaces")
     token = secrets.token_urlsafe(32)
     return token, f"{tenant}={HASH_PREFIX}{hashlib.sha256(token.encode()).hexdigest()}"
+
+
+def add_token(path: str | Path, tenant: str) -> str:
+    """Make a token for ``tenant``, append its ``sha256:`` line to the tokens file ``path``
+    (created readable by its owner only, 0600) and return the token; a tenant the file has
+    already is a ``ValueError`` (edit the file to rotate its token)."""
+    path = Path(path)
+    text = path.read_text() if path.exists() else ""
+    if tenant in _parse(text, str(path), True):
+        raise ValueError(f"{path}: tenant {tenant!r} has a token already (remove its line to "
+                         f"give it a new one)")
+    token, line = new_token(tenant)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    with os.fdopen(fd, "a") as f:
+        f.write(("" if not text or text.endswith("\n") else "\n") + line + "\n")
+    return token
 
 
 def tenant_label(tenant: str) -> str:
@@ -273,16 +308,25 @@ def audit_counts() -> dict[tuple[str, str], int]:
 
 
 def _main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] != "new":
-        print("usage: python -m serve_apps.tenants new TENANT", file=sys.stderr)
+    usage = (f"usage: python -m serve_apps.tenants new TENANT [--file PATH]  (PATH: default "
+             f"${TOKENS_FILE_VAR}; without either, the line is printed)")
+    if len(argv) not in (2, 4) or argv[0] != "new" or (len(argv) == 4 and argv[2] != "--file"):
+        print(usage, file=sys.stderr)
         return 2
+    path = argv[3] if len(argv) == 4 else os.environ.get(TOKENS_FILE_VAR)
     try:
-        token, line = new_token(argv[1])
-    except ValueError as e:
+        if path:
+            token, line = add_token(path, argv[1]), None
+        else:
+            token, line = new_token(argv[1])
+    except (ValueError, OSError) as e:
         print(e, file=sys.stderr)
         return 2
     print(f"token (give it to the tenant; not stored anywhere): {token}")
-    print(f"entry for {TOKENS_VAR} / {TOKENS_FILE_VAR}: {line}")
+    if line is None:
+        print(f"its sha256 line was appended to {path} ({TOKENS_FILE_VAR})")
+    else:
+        print(f"entry for a {TOKENS_FILE_VAR} file (or {TOKENS_VAR}): {line}")
     print(f"metrics label: {tenant_label(argv[1])}")
     return 0
 

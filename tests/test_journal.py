@@ -314,3 +314,26 @@ def test_a_journal_written_before_the_rename_reads_its_group_as_the_tenant():
     old = {"id": "w1", "fmt": "json", "name": "n", "group": "t", "key": None, "submitted": 1.0}
     assert submission_of(old, b"{}").tenant == "t"
     assert submission_of({**old, "tenant": "u"}, b"{}").tenant == "u"
+
+
+def test_a_local_journal_is_readable_by_its_owner_only(tmp_path):
+    """Issue 71 (8): the journal held bodies and results in files 0644 under directories 0755.
+    Every file (submissions, start markers, results, segments, closed programs) is 0600 and
+    every directory 0700 now, the root of a journal written before included."""
+    root = tmp_path / "j"
+    root.mkdir()
+    root.chmod(0o755)  # a journal of an earlier version
+    j = Journal(str(root))
+    _run_workflow(j, "w1")
+    _run_workflow(j, "w2")
+    j.finish("w1", keep={2})
+    j.close_program("w2")
+    paths = [root, *root.rglob("*")]
+    files = {str(p.relative_to(root)): oct(p.stat().st_mode & 0o777) for p in paths
+             if p.is_file()}
+    dirs = {str(p.relative_to(root)): oct(p.stat().st_mode & 0o777) for p in paths
+            if p.is_dir()}
+    assert any(k.startswith("done/") for k in files) and "closed/w2" in files
+    assert "wf/w2/t0" in files and "wf/w2/s0.0" in files and "wf/w2/submit" in files
+    assert set(files.values()) == {"0o600"}, files
+    assert set(dirs.values()) == {"0o700"}, dirs

@@ -244,6 +244,7 @@ def test_the_service_quota_counts_resource_seconds_in_rays_resource_model():
     g_wf, c_wf = (collect([p.bind(i) for i in range(4)]) for p in (g1, c1))
     metrics = type("M", (), {"refused": lambda self, t, r: None,
                              "finished": lambda self, t, p, h: None})()
+    tuning = SchedulerTuning()
     reg = Workflows(sched, lambda: tuning, None, metrics, None, "inc1")
     g_work, c_work = reg.work_s(g_wf), reg.work_s(c_wf)
     assert g_work == pytest.approx(16 * c_work) and c_work > 0
@@ -258,6 +259,38 @@ def test_the_service_quota_counts_resource_seconds_in_rays_resource_model():
     reg._done("team-a", 4, h, g_work)
     reg.check_quota("team-a", 4, g_work)
     assert reg.inflight["team-a"] == [0, 0, 0.0]
+
+
+def test_a_task_that_holds_next_to_nothing_is_charged_a_floor_share():
+    """Issue 71 (3): a 9,000-task workflow of 3,600-model-second tasks with ``num_cpus: 0,
+    memory: 1`` was counted as ~0 resource-seconds. Each task is charged at least its run at the
+    servers' mean speed x ``min_task_share`` (1/16) now; a task holding more (one CPU of an
+    8-CPU node: 1/8) keeps its own share."""
+    from serve_apps.registry import Workflows
+    from serve_apps.scheduler_config import MIN_TASK_SHARE, SchedulerTuning
+    from serve_apps.schemas import RequestError
+
+    fast = LiveServer(0, NodeInfo("f", 1, 3.0, 32.0, "f", 0.0, 0.0,
+                                  server_caps({"CPU": 8, "memory": 32e9}, 1)), 0)
+    slow = LiveServer(1, _node("s", {"CPU": 8, "memory": 32e9}), 0)  # speeds 3 and 1: mean 2
+    sched = _sched([fast, slow])
+    zero = Primitive(emulated_body, 3600.0, ray_options={"num_cpus": 0, "memory": 1})
+    one = Primitive(emulated_body, 3600.0, ray_options={"num_cpus": 1})
+    tuning = SchedulerTuning(max_queued_work_s_per_tenant=1e7)
+    metrics = type("M", (), {"refused": lambda self, t, r: None})()
+    reg = Workflows(sched, lambda: tuning, None, metrics, None, "inc1")
+    big = collect([zero.bind(i) for i in range(9000)])
+    assert sum(sched.admission.work_s(big)) < 1.0  # what the fair share counts: ~0
+    assert MIN_TASK_SHARE == 1 / 16
+    assert reg.work_s(big) == pytest.approx(9000 * 3600 / 2.0 / 16)  # 1.01e6, not ~0
+    ones = collect([one.bind(i) for i in range(4)])
+    assert reg.work_s(ones) == pytest.approx(sum(sched.admission.work_s(ones)))
+    assert reg.work_s(ones) == pytest.approx(4 * 3600 / 2.0 / 8)  # its own share, 1/8
+    reg.check_quota("team-a", 9000, reg.work_s(big))  # (the default cap holds it)
+    tuning = SchedulerTuning(max_queued_work_s_per_tenant=5e6, min_task_share=0.5)
+    with pytest.raises(RequestError, match="resource-seconds of this tenant") as e:
+        reg.check_quota("team-a", 9000, reg.work_s(big))  # 8.1e6 > 5e6
+    assert e.value.status == 429
 
 
 def test_the_node_table_keeps_model_seconds_so_eft_wait_compares_like_with_like():

@@ -136,6 +136,7 @@ def _registry():
                                  "close_program": lambda self, h: self.closes.append(h.jid)})()
         policy = type("P", (), {"name": "eft"})()
         admission = type("A", (), {"work_s": lambda self, wf: [1.0] * len(wf.calls)})()
+        alive_servers = ()  # (no server: the floor's run at speed 1)
 
         def __init__(self):
             self.programs = []
@@ -158,6 +159,7 @@ def _registry():
     tuning = type("T", (), {"max_inflight_per_tenant": 100, "max_queued_tasks_per_tenant": 100,
                             "max_inflight_workflows": 100, "max_queued_tasks": 100,
                             "max_queued_work_s_per_tenant": 1e9, "max_queued_work_s": 1e9,
+                            "min_task_share": 1 / 16,
                             "retry_after_s": 5, "retain_finished": 100, "max_tasks": 100})()
     sched = Sched()
     reg = Workflows(sched, lambda: tuning, IdSigner("inc1", b"k" * 32), metrics, None, "inc1")

@@ -392,7 +392,8 @@ def test_http_api(service):
                                                                         "primitive"]
         r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
                                                         "memory_gb": 2000}]})
-        assert r.status_code == 422 and "fits no server" in r.json()["detail"][0]["msg"]
+        assert r.status_code == 422, r.text
+        assert "no server of the cluster could ever run it" in r.json()["detail"][0]["msg"]
         r = http.post("/v1/workflows", content=b"{", headers={"content-type": "application/json"})
         assert r.status_code == 422 and r.json()["detail"][0]["loc"][0] == "body"
         assert http.get("/v1/workflows/nope").status_code == 404
@@ -477,6 +478,33 @@ def test_an_appended_step_waits_for_its_parent_and_survives_a_replica_kill(servi
         r = http.post(f"/v1/workflows/{plan}/tasks", json={"tasks": [
             {"name": "late", "compute_gflop": 1}]})
         assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["path", "id"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_deleting_a_programs_first_step_cancels_every_step_it_has(service):
+    """Issue 71 (6) on a live scheduler: a DELETE of the first step of an agent program whose
+    appended steps run (one on its own) or are held (one naming the first step's output) ends
+    all three as cancelled within seconds; the program is closed (an append is a 409)."""
+    import httpx
+
+    with httpx.Client(base_url=service.url, timeout=60) as http:
+        first = http.post("/v1/workflows", json={"name": "agent", "tasks": [
+            {"name": "plan", "compute_gflop": 2000}]}).json()["id"]  # ~100 s of wall time
+        held = http.post(f"/v1/workflows/{first}/tasks", json={"tasks": [
+            {"name": "act", "compute_gflop": 1, "parents": ["plan"]}]}).json()
+        running = http.post(f"/v1/workflows/{first}/tasks", json={"tasks": [
+            {"name": "search", "compute_gflop": 2000}]}).json()
+        assert held["waiting_for"] == [first] and "id" in running, (held, running)
+        time.sleep(1.0)
+        r = http.delete(f"/v1/workflows/{first}")
+        assert r.status_code == 200 and r.json()["steps_cancelled"] == 2, r.text
+        for wid in (first, held["id"], running["id"]):
+            rec = http.get(f"/v1/workflows/{wid}", params={"wait_s": 10}).json()
+            assert rec["state"] == "cancelled", (wid, rec["state"], rec["error"])
+        r = http.post(f"/v1/workflows/{first}/tasks", json={"tasks": [
+            {"name": "late", "compute_gflop": 1}]})
+        assert r.status_code == 409, r.text
 
 
 @pytest.mark.slow

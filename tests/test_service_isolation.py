@@ -4,12 +4,14 @@ starve another's one task, a cancelled workflow's servers are free within a seco
 emulated run polls; a real body that ignores the cancel has its server replaced), and the
 per-task caps answer 422 naming the field.
 
-One module cluster: two one-server raylets started with the tokens in their environment, as a
-``serve run`` with ``SCALE_SCHEDULER_TOKENS`` exported gives every Ray process.
+One module cluster: two one-server raylets started with the tokens' entries in their
+environment, as a ``serve run`` with ``SCALE_SCHEDULER_TOKENS`` exported gives every Ray process
+(``sha256:`` entries: the service refuses plaintext ones by default).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -31,7 +33,9 @@ def service():
 
     no_ray_connection()
     old = os.environ.get("SCALE_SCHEDULER_TOKENS")
-    os.environ["SCALE_SCHEDULER_TOKENS"] = f"a={TOK_A},b={TOK_B}"
+    os.environ["SCALE_SCHEDULER_TOKENS"] = ",".join(
+        f"{t}=sha256:{hashlib.sha256(tok.encode()).hexdigest()}" for t, tok in (("a", TOK_A),
+                                                                                ("b", TOK_B)))
     env = load_env(None, ["cluster.servers=2"])
     try:
         with LocalHeteroCluster(env.cluster, servers_per_node=1) as cluster:

@@ -5,6 +5,7 @@ to their tenant and checked as bytes (no string is a 5xx), quotas answered 429."
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import subprocess
 import sys
@@ -24,22 +25,43 @@ def _h(token: str) -> str:
 def test_tokens_come_from_the_environment_and_are_validated(tmp_path):
     assert load_tokens({}) == {}
     f = tmp_path / "tokens"
-    f.write_text(f"# tenants\nteam-b={TOK_B}\nteam-c={_h('c' * 40)}\n")
-    got = load_tokens({"SCALE_SCHEDULER_TOKENS": f"team-a={TOK_A}",
+    f.write_text(f"# tenants\nteam-b={_h(TOK_B)}\nteam-c={_h('c' * 40)}\n")
+    got = load_tokens({"SCALE_SCHEDULER_TOKENS": f"team-a={_h(TOK_A)}",
                        "SCALE_SCHEDULER_TOKENS_FILE": str(f)})
-    # only digests are returned (and kept): no plaintext token is held after the read
     assert got == {"team-a": _h(TOK_A), "team-b": _h(TOK_B), "team-c": _h("c" * 40)}
-    assert TOK_A not in repr(got) and TOK_B not in repr(got)
     for bad, what in [({"SCALE_SCHEDULER_TOKENS": "a=short"}, "16 characters"),
-                      ({"SCALE_SCHEDULER_TOKENS": f"a={TOK_A},a={TOK_B}"}, "twice"),
+                      ({"SCALE_SCHEDULER_TOKENS": f"a={_h(TOK_A)},a={_h(TOK_B)}"}, "twice"),
                       ({"SCALE_SCHEDULER_TOKENS": "a=sha256:abc"}, "64 hex"),
                       ({"SCALE_SCHEDULER_TOKENS": f"a=sha256:{'g' * 64}"}, "64 hex"),
                       ({"SCALE_SCHEDULER_TOKENS_FILE": str(tmp_path / "none")}, "cannot read")]:
         with pytest.raises(ValueError, match=what):
-            load_tokens(bad)
+            load_tokens(bad, plaintext=True)
 
 
-def test_hashed_entries_authenticate_their_token_and_the_helper_makes_them():
+def test_plaintext_tokens_are_refused_unless_the_operator_opts_in(tmp_path):
+    """Issue 71 (4): the plaintext ``SCALE_SCHEDULER_TOKENS`` was in /proc/<pid>/environ of 14
+    processes of the user that started Ray (a marked file-reading tool read another tenant's
+    token there). A plaintext entry, in the variable or the file, is refused naming the entry
+    and what to give instead, unless ``plaintext_tokens``; only digests are returned."""
+    f = tmp_path / "tokens"
+    f.write_text(f"team-b={TOK_B}\n")
+    for env, where in (({"SCALE_SCHEDULER_TOKENS": f"team-a={TOK_A}"}, "SCALE_SCHEDULER_TOKENS: "),
+                       ({"SCALE_SCHEDULER_TOKENS_FILE": str(f)}, f"_FILE ({f})")):
+        with pytest.raises(ValueError, match="plaintext token") as e:
+            load_tokens(env)
+        assert where in str(e.value) and "sha256:" in str(e.value)
+        assert "/proc/<pid>/environ" in str(e.value) and "plaintext_tokens" in str(e.value)
+        assert TOK_A not in str(e.value) and TOK_B not in str(e.value)
+    got = load_tokens({"SCALE_SCHEDULER_TOKENS": f"team-a={TOK_A}",
+                       "SCALE_SCHEDULER_TOKENS_FILE": str(f)}, plaintext=True)
+    assert got == {"team-a": _h(TOK_A), "team-b": _h(TOK_B)}
+    assert TOK_A not in repr(got) and TOK_B not in repr(got)
+    from serve_apps.scheduler_config import parse_args
+    assert parse_args({}).plaintext_tokens is False  # the service's default refuses them
+    assert parse_args({"plaintext_tokens": True}).plaintext_tokens is True
+
+
+def test_hashed_entries_authenticate_their_token_and_the_helper_makes_them(tmp_path):
     token, line = new_token("team-x")
     tenant, _, digest = line.partition("=")
     assert tenant == "team-x" and digest == _h(token) and len(token) >= 40
@@ -52,10 +74,29 @@ def test_hashed_entries_authenticate_their_token_and_the_helper_makes_them():
         with pytest.raises(ValueError, match="tenant"):
             new_token(bad)
     out = subprocess.run([sys.executable, "-m", "serve_apps.tenants", "new", "team-y"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "SCALE_SCHEDULER_TOKENS_FILE": ""})
     assert out.returncode == 0, out.stderr
     tok = out.stdout.split("\n")[0].rsplit(" ", 1)[1]
     assert f"team-y={_h(tok)}" in out.stdout and tenant_label("team-y") in out.stdout
+    # `new` writes the tokens file (the variable's, or --file): created 0600, one sha256 line a
+    # tenant, the service's default source
+    f = tmp_path / "tokens"
+    made = {}
+    for tenant, argv, env in (("team-y", ["--file", str(f)], {}),
+                              ("team-z", [], {"SCALE_SCHEDULER_TOKENS_FILE": str(f)})):
+        out = subprocess.run([sys.executable, "-m", "serve_apps.tenants", "new", tenant, *argv],
+                             capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+        assert out.returncode == 0 and str(f) in out.stdout, out.stderr
+        made[tenant] = out.stdout.split("\n")[0].rsplit(" ", 1)[1]
+    assert (f.stat().st_mode & 0o777) == 0o600
+    assert all(tok not in f.read_text() for tok in made.values())
+    t = Tenants(load_tokens({"SCALE_SCHEDULER_TOKENS_FILE": str(f)}))
+    assert [t.authenticate(f"Bearer {made[k]}", None)[0] for k in made] == list(made)
+    out = subprocess.run([sys.executable, "-m", "serve_apps.tenants", "new", "team-z", "--file",
+                          str(f)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "has a token already" in out.stderr
+    assert len(f.read_text().splitlines()) == 2
 
 
 def test_tenant_labels_are_short_stable_hashes():
@@ -132,6 +173,102 @@ def test_the_service_answers_401_403_and_429():
     reg.check_quota("team-b", 5)  # another tenant is not held back by team-a's count
     with pytest.raises(RequestError, match="tasks of all unfinished workflows"):
         reg.check_quota("team-b", 7)
+
+
+def _racing_registry(tuning, submit_s: float = 0.005):
+    """serve_apps.registry.Workflows over a fake scheduler whose submit takes ``submit_s`` (the
+    journal's write) and whose tasks are 3,600 resource-seconds each."""
+    import time as _time
+    from types import SimpleNamespace
+
+    from scale_ray.live.handles import WorkflowHandle
+    from serve_apps.registry import Workflows
+
+    def submit(wf, tenant, key, record, program):
+        _time.sleep(submit_s)
+        h = WorkflowHandle(0, wf, _time.perf_counter())
+        h.jid, h.tenant = record.id, tenant
+        return h
+
+    sched = SimpleNamespace(
+        durable=SimpleNamespace(known=lambda t, k: None, journal=None),
+        admission=SimpleNamespace(work_s=lambda wf: [3600.0] * len(wf.calls)),
+        alive_servers=[SimpleNamespace(node=SimpleNamespace(compute=1.0))],
+        policy=SimpleNamespace(name="eft"), submit=submit)
+    metrics = SimpleNamespace(refused=lambda t, r: None, finished=lambda t, p, h: None)
+    return Workflows(sched, lambda: tuning, IdSigner("inc1", b"k" * 32), metrics, None, "inc1")
+
+
+def _workflow(tasks: int, name: str = "big"):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(calls=[object() for _ in range(tasks)], outputs=(tasks - 1,),
+                           spec=SimpleNamespace(name=name, tasks=[SimpleNamespace(
+                               compute_gflop=1.0)] * tasks))
+
+
+def test_concurrent_submits_cannot_overshoot_a_quota_together():
+    """Issue 71 (3): three concurrent 2,000-task submits of 7.2e6 resource-seconds each against
+    the 1e7 cap: two were accepted in 2 of 3 trials (the quota was checked, then the workflow
+    counted after the journal's write). Checking and counting are one step now: in 20 trials
+    exactly one is accepted, the others are 429s, and the count is the accepted one's."""
+    import threading
+
+    from serve_apps.scheduler import SchedulerTuning
+    from serve_apps.schemas import RequestError
+
+    tuning = SchedulerTuning(max_queued_work_s_per_tenant=1e7)
+    overshoot = []
+    for trial in range(20):
+        reg = _racing_registry(tuning)
+        go = threading.Barrier(3)
+        answers: list = []
+
+        def submit() -> None:
+            go.wait()
+            try:
+                answers.append(reg.accept(_workflow(2000), "team-a", "json", b"{}"))
+            except RequestError as e:
+                answers.append(e.status)
+
+        threads = [threading.Thread(target=submit) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        accepted = [a for a in answers if isinstance(a, dict)]
+        overshoot.append(max(0.0, reg.inflight["team-a"][2] - 1e7))
+        assert len(accepted) == 1 and sorted(a for a in answers if not isinstance(a, dict)) \
+            == [429, 429], (trial, answers)
+        assert reg.inflight["team-a"] == [1, 2000, 7.2e6], trial
+    assert overshoot == [0.0] * 20
+
+
+def test_a_refused_or_duplicate_submit_gives_its_reservation_back():
+    """A submit the scheduler refuses (here: it raises) or that lost a race on its idempotency
+    key counts nothing; a finished workflow gives its charge back."""
+    from scale_ray.live.handles import WorkflowHandle
+    from serve_apps.scheduler import SchedulerTuning
+
+    tuning = SchedulerTuning(max_queued_work_s_per_tenant=1e7)
+    reg = _racing_registry(tuning, 0.0)
+
+    def fails(*a, **k):
+        raise RuntimeError("storage down")
+    ok, reg.sched.submit = reg.sched.submit, fails
+    with pytest.raises(RuntimeError):
+        reg.accept(_workflow(2000), "team-a", "json", b"{}")
+    assert reg.inflight["team-a"] == [0, 0, 0.0]
+    reg.sched.submit = ok
+    first = reg.accept(_workflow(2000), "team-a", "json", b"{}", key="k1")
+    h = reg.handles[first["id"]]
+    reg.sched.submit = lambda *a, **k: h  # the same key raced in: the first workflow
+    dup = reg.accept(_workflow(500), "team-a", "json", b"{}", key="k1")  # (fits beside it)
+    assert dup["duplicate"] and dup["id"] == first["id"]
+    assert reg.inflight["team-a"] == [1, 2000, 7.2e6]
+    assert isinstance(h, WorkflowHandle)
+    h.record_completion(1.0)
+    assert reg.inflight["team-a"] == [0, 0, 0.0]
 
 
 def test_finished_workflows_keep_only_their_outputs_and_expire():

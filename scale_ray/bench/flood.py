@@ -31,6 +31,7 @@ wait that long for a server), ``http_5xx``, ``metrics_scraped``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import secrets
@@ -111,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
                                      "live": {"time_scale": ts}})
         svc.deploy_options = {"user_config": tuning, "ray_actor_options": {
             "num_cpus": 0, "runtime_env": {"env_vars": {
-                TOKENS_VAR: ",".join(f"{k}={v}" for k, v in tokens.items())}}}}
+                TOKENS_VAR: ",".join(f"{k}=sha256:{hashlib.sha256(v.encode()).hexdigest()}"
+                                     for k, v in tokens.items())}}}}
         svc.start()
         try:
             out.update(_flood(svc, cluster, args, ts, tokens, env))

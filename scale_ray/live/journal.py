@@ -33,7 +33,9 @@ restart; its body can read :func:`attempt` (0 on its first run).
 
 Values of ``json`` workflows (HTTP documents) are stored as JSON and never unpickled; values of
 ``pickle`` workflows (Python submits) with cloudpickle: the storage must be as trusted as the
-cluster itself.
+cluster itself. On a local file system (the default ``session`` storage, NFS) the journal's
+directories are its owner's only (0700) and its files too (0600): they hold tenants' bodies
+and results.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ log = logging.getLogger(__name__)
 
 SEGMENT_RECORDS = 128  # finished workflows per segment file (the open one is rewritten whole)
 SEGMENT_BYTES = 1 << 20  # ... or this many bytes, whichever comes first
+FILE_MODE, DIR_MODE = 0o600, 0o700  # a local journal's files and directories: its owner's only
 
 __all__ = ["Journal", "Submission", "Loaded", "CorruptEntry", "attempt", "encode", "decode",
            "resolve_storage", "FORMATS", "SEGMENT_RECORDS", "SEGMENT_BYTES"]
@@ -86,14 +89,29 @@ def _filesystem(uri: str) -> tuple[Any, str]:
 
             path = uri if "://" in uri else os.path.abspath(os.path.expanduser(uri))
             fs, root = pafs.FileSystem.from_uri(path)
-            fs.create_dir(root, recursive=True)
+            _mkdir(fs, root)  # (a journal written before the modes: its root closed now)
             hit = _FS[uri] = (fs, root.rstrip("/"))
         return hit
+
+
+def _on_disk(fs: Any) -> bool:
+    import pyarrow.fs as pafs
+
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+def _mkdir(fs: Any, path: str) -> None:
+    """Directory ``path`` (and its parents); a local one its owner's only (``DIR_MODE``)."""
+    fs.create_dir(path, recursive=True)
+    if _on_disk(fs):
+        os.chmod(path, DIR_MODE)
 
 
 def _put(fs: Any, path: str, blob: bytes) -> None:
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
     with fs.open_output_stream(tmp) as f:
+        if _on_disk(fs):  # (before a byte is written; the rename keeps the mode)
+            os.chmod(tmp, FILE_MODE)
         f.write(blob)
     fs.move(tmp, path)
 
@@ -167,7 +185,8 @@ class Journal:
     def __init__(self, uri: str):
         self.uri = uri
         self.fs, self.root = _filesystem(uri)
-        self.fs.create_dir(f"{self.root}/closed", recursive=True)
+        for sub in ("wf", "done", "closed"):
+            _mkdir(self.fs, f"{self.root}/{sub}")
         self.writes = 0
         self._lock = threading.RLock()  # the segments (workers write only their own task files)
         self._where: dict[str, str] | None = None  # folded workflow -> its segment (None: unread)
@@ -187,7 +206,7 @@ class Journal:
         """Record an accepted workflow (before its id is returned to anyone)."""
         if sub.fmt not in FORMATS:
             raise ValueError(f"Submission.fmt must be one of {FORMATS}, got {sub.fmt!r}")
-        self.fs.create_dir(self._dir(sub.id), recursive=True)
+        _mkdir(self.fs, self._dir(sub.id))
         _put(self.fs, f"{self._dir(sub.id)}/submit", encode(sub.header(), sub.payload))
         self.writes += 1
 
@@ -335,7 +354,7 @@ class Journal:
                 last = max(self._segs, default="0")
                 self._open = f"{int(last.split('-', 1)[0]) + 1:010d}-{self._writer}"
                 self._open_blobs = {}
-                self.fs.create_dir(f"{self.root}/done", recursive=True)
+                _mkdir(self.fs, f"{self.root}/done")
             blobs = dict(self._open_blobs)
             while pending and len(blobs) < SEGMENT_RECORDS and \
                     (not blobs or sum(map(len, blobs.values())) < SEGMENT_BYTES):
