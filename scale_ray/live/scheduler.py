@@ -52,7 +52,7 @@ from .admission import Admission, NodeEvents
 from .completions import Completions
 from .durability import Durability, Loader
 from .journal import Submission
-from .config import LiveConfig
+from .config import LiveConfig, SchedulingError
 from .context import LiveContext
 from .executors import RemoteCache
 from .fairshare import FairShare
@@ -479,11 +479,24 @@ class LiveScheduler:
                 except Exception as e:  # noqa: BLE001 - the caller gets it
                     fut.set_exception(e)
             else:
-                self.admission.admit(h)
+                self._admit(h)
             try:
                 h = self._inbox.get_nowait()
             except queue.Empty:
                 return
+
+    def _admit(self, h: WorkflowHandle) -> None:
+        """Admit ``h``; an error in its admission (its order keys, its fair-share tags) fails
+        ``h`` with a :class:`~scale_ray.live.config.SchedulingError`, not the thread."""
+        try:
+            self.admission.admit(h)
+        except Exception as e:  # noqa: BLE001 - this workflow's trouble
+            self.counters["scheduling_errors"] += 1
+            log.warning("live scheduler: workflow %s could not be admitted; it fails", h.id,
+                        exc_info=e)
+            self.completions.fail_held(h, SchedulingError(
+                f"workflow {h.id} ({h.name!r}) could not be admitted: {type(e).__name__}: "
+                f"{str(e)[:1000]}"))
 
     # ------------------------------------------------------------------ placement
     def set_alive(self, alive: list[LiveServer]) -> None:
@@ -503,7 +516,8 @@ class LiveScheduler:
         if self._planner is not None:
             self._planner.new_round()
         self.placement.round(time.perf_counter, self.ask,
-                             lambda t, srv: self.runs.submit(t, srv, time.perf_counter()))
+                             lambda t, srv: self.runs.submit(t, srv, time.perf_counter()),
+                             self.completions.unrunnable)
         core = self.placement.core
         self.counters["decisions"], self.counters["waits"] = core.decisions, core.waits
         if self._planner is not None:
