@@ -107,6 +107,32 @@ def scheduler(monkeypatch: Any, nodes: list[dict[str, Any]], policy: str = "eft"
     return LiveScheduler(get_policy(policy, env), env, cfg).start(), runs
 
 
+class Crash(BaseException):
+    """What no guard of the scheduler catches (a crash nothing foresaw)."""
+
+
+def crash_on(monkeypatch: Any, name: str) -> None:
+    """Admitting a workflow named ``name`` kills the scheduler thread (:class:`Crash`)."""
+    from scale_ray.live.admission import Admission
+
+    admit = Admission.admit
+
+    def crashing(self, h):
+        if h.workflow.spec.name == name:
+            raise Crash(f"{name} stops the scheduler")
+        return admit(self, h)
+
+    monkeypatch.setattr(Admission, "admit", crashing)
+
+
+def wait_dead(sched: LiveScheduler, timeout: float = 10.0) -> None:
+    """Wait until the scheduler thread has died."""
+    deadline = time.monotonic() + timeout
+    while sched.thread_error is None:
+        assert time.monotonic() < deadline, "the scheduler thread is still alive"
+        time.sleep(0.005)
+
+
 def wait_done(handles: list, timeout: float = 30.0) -> bool:
     """Wait until every handle is done; False on timeout."""
     deadline = time.monotonic() + timeout

@@ -5,15 +5,19 @@ The real scheduler thread over a stand-in for Ray's client calls (tests/fake_ray
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from fake_ray import raw_node, scheduler, wait_done
+from fake_ray import Crash, crash_on, raw_node, scheduler, wait_dead, wait_done
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from envs.config import ConfigError, build
 from envs.nodes import NodeTable
 from policies import get_policy
 from scale_ray.config import load_env
-from scale_ray.live import LiveConfig, LiveScheduler, SchedulingError, WorkflowError, collect
+from scale_ray.live import (LiveConfig, LiveScheduler, SchedulingError, WorkflowError,
+                            WorkflowQuarantined, collect)
 from scale_ray.live.admission import Admission
 from scale_ray.live.cluster import NodeInfo, server_caps
 from scale_ray.live.completions import Completions
@@ -159,6 +163,83 @@ def test_a_hedged_copy_that_cannot_start_leaves_the_task_on_its_first_run():
     runs.launch_copies(1.0)
     assert t.copy is None and t.state == RUNNING and t.server is a and not runs.due
     assert not b.running and sched.counters["scheduling_errors"] == 1
+
+
+# ------------------------------------------------------------------------- quarantine
+def test_a_workflow_that_stops_every_scheduler_resuming_it_is_quarantined(monkeypatch,
+                                                                         tmp_path):
+    """Issue 71 (1): every new replica resumed the journaled request and crashed again. A
+    workflow whose resume failed ``resume_attempts`` (3) times in a row fails at the next
+    resume with WorkflowQuarantined (journaled: it stays failed), is not run, and the
+    scheduler serves everyone else."""
+    crash_on(monkeypatch, "crasher")
+    store = str(tmp_path / "journal")
+    s, _ = scheduler(monkeypatch, PLAIN, storage=store)
+    h = s.submit(_prim("c").bind(0), name="crasher", key="k1")
+    wait_dead(s)
+    s.shutdown(timeout=5)
+    for _ in range(3):  # three schedulers resume it, each is stopped by it
+        s, _ = scheduler(monkeypatch, PLAIN, storage=store)
+        (h,) = s.resume()
+        assert not h.done() or s.thread_error is not None
+        wait_dead(s)
+        s.shutdown(timeout=5)
+    s, _ = scheduler(monkeypatch, PLAIN, storage=store)
+    (h,) = s.resume()
+    assert h.done() and isinstance(h.error, WorkflowQuarantined), h.error
+    assert "resumed 3 times" in str(h.error) and "resume_attempts=3" in str(h.error)
+    assert h.key == "k1" and s.submit(_prim().bind(1), key="k1") is h  # still its key's
+    assert s.submit(_prim().bind(1)).result(timeout=5) == 2
+    assert s.thread_error is None
+    s.shutdown(timeout=5)
+    s, _ = scheduler(monkeypatch, PLAIN, storage=store)  # it stays failed, not run
+    h = {x.name: x for x in s.resume()}["crasher"]
+    assert h.done() and isinstance(h.error, WorkflowQuarantined), h.error
+    time.sleep(0.05)
+    assert s.thread_error is None
+    s.shutdown(timeout=5)
+
+
+def test_progress_or_a_clean_shutdown_restarts_the_count(monkeypatch, tmp_path):
+    """A resume counts as failed only when the scheduler that made it stopped, not cleanly,
+    before a task of the workflow finished. ``stuck`` never starts (its demand never fits
+    now); ``moving`` runs a first task after every resume (stand-in runs journal no result,
+    so it runs again). Five clean restarts quarantine neither; then five restarts after which
+    the thread had died quarantine ``stuck`` at the fourth, never ``moving``."""
+    monkeypatch.setattr(NodeTable, "fits_now", lambda self, i, d: ("boom", 1.0) not in d)
+    stuck = Primitive(emulated_body, 1.0, name="stuck", ray_options={"resources": {"boom": 1}})
+    store = str(tmp_path / "journal")
+    s, _ = scheduler(monkeypatch, PLAIN, storage=store)
+    s.submit(stuck.bind(0), name="stuck")
+    s.submit(stuck.bind(_prim("first").bind(0)), name="moving")
+
+    def restart(clean: bool) -> dict:
+        s, _ = scheduler(monkeypatch, PLAIN, storage=store)
+        hs = {h.name: h for h in s.resume()}
+        if "moving" in hs:  # its first task finishes in this scheduler
+            deadline = time.monotonic() + 10
+            while hs["moving"].task_finish_wall[0] is None:
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+        if not clean:
+            s.thread_error = Crash("down")  # (what a thread that died leaves)
+        s.shutdown(timeout=5)
+        return hs
+
+    s.shutdown(timeout=5)
+    for _ in range(5):
+        hs = restart(clean=True)
+        assert not any(h.done() for h in hs.values())
+    for k in range(5):
+        hs = restart(clean=False)
+        assert not hs["moving"].done()
+        assert hs["stuck"].done() == (k >= 3), k
+    assert isinstance(hs["stuck"].error, WorkflowQuarantined)
+
+
+def test_resume_attempts_is_checked():
+    with pytest.raises(ConfigError, match="resume_attempts"):
+        build(LiveConfig, {"resume_attempts": 0}, "live")
 
 
 # ------------------------------------------------------------------------- the Python fuzz

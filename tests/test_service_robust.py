@@ -12,12 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
-from fake_ray import raw_node, scheduler
+from fake_ray import crash_on, raw_node, scheduler, wait_dead
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from serve_apps import errors
+from serve_apps.durable import rebuild
 from serve_apps.registry import Workflows
 from serve_apps.tenants import IdSigner, Tenants
 from serve_apps.workflow_api import AllowList
@@ -55,14 +56,15 @@ class _Metrics:
         pass
 
 
-def _service(monkeypatch, nodes):
+def _service(monkeypatch, nodes, storage=None):
     """(test client, service, scheduler): the real app and registry over a LiveScheduler on the
-    stand-in cluster ``nodes``; tenants a and b."""
+    stand-in cluster ``nodes``; tenants a and b; with a journal at ``storage``, what it holds
+    resumed as the service resumes it."""
     from ray import serve
 
     from serve_apps.scheduler import SchedulerService, SchedulerTuning, api
 
-    sched, _ = scheduler(monkeypatch, nodes)
+    sched, _ = scheduler(monkeypatch, nodes, storage=storage)
     svc = object.__new__(SchedulerService.func_or_class)
     svc.tenants = Tenants({t: "sha256:" + hashlib.sha256(k.encode()).hexdigest()
                            for t, k in (("a", TOK_A), ("b", TOK_B))})
@@ -74,6 +76,8 @@ def _service(monkeypatch, nodes):
     svc._pool = ThreadPoolExecutor(4)
     svc.registry = Workflows(sched, lambda: svc.tuning, IdSigner("inc1", b"k" * 32),
                              svc.metrics, svc._pool, "inc1")
+    for h in sched.resume(lambda sub: rebuild(sub, svc.allow, svc.tuning, *svc._doc)):
+        svc.registry.register(h.jid, h, h.tenant)
     monkeypatch.setattr(serve, "get_replica_context",
                         lambda: SimpleNamespace(servable_object=svc))
     monkeypatch.setattr(errors.LIMITS, "max_body_bytes", svc.tuning.max_body_bytes)
@@ -129,6 +133,52 @@ def test_options_ray_refuses_are_a_422_naming_the_field(service, body, field):
     assert item["loc"] == ["body", "tasks", 0, field], item
     assert field in item["msg"] and "Ray" in item["msg"], item
     _up_for_everyone(http, sched)
+
+
+def test_a_request_that_stops_every_replica_is_quarantined_for_its_owner(monkeypatch,
+                                                                         tmp_path):
+    """Issue 71 (1): a journaled request that crashed the scheduler was resumed by every new
+    replica, which crashed again (17 replicas in 150 s; DELETE could not remove it). After
+    ``live.resume_attempts`` (3) failed resumes the next replica quarantines it: its owner
+    reads it as failed with the reason, another tenant sees nothing of it, a DELETE deletes
+    it, and the service runs everyone else's work."""
+    crash_on(monkeypatch, "crasher")
+    store = str(tmp_path / "journal")
+
+    def replica():
+        return _service(monkeypatch, PLAIN, store)
+
+    http, svc, sched = replica()
+    with http:
+        r = http.post("/v1/workflows", json={"name": "crasher", **ONE}, headers=A)
+        assert r.status_code == 201, r.text
+        wid = r.json()["id"]
+        wait_dead(sched)
+    for k in range(4):  # Serve replaces the replica; three resume it and die of it
+        sched.shutdown(timeout=5)
+        svc._pool.shutdown()
+        http, svc, sched = replica()
+        if k < 3:
+            wait_dead(sched)
+    try:
+        with http:
+            rec = _finished(http, wid)
+            assert rec["state"] == "failed", rec
+            assert rec["error"].startswith("WorkflowQuarantined: workflow") and \
+                "quarantined" in rec["error"] and "resume_attempts=3" in rec["error"], rec
+            # (GET /v1/cluster counts it among its owner's journal problems)
+            assert [p.split(":", 1)[0] for p in sched.durable.journal_problems] == [
+                f"workflow {wid}"]
+            assert http.get(f"/v1/workflows/{wid}", headers=B).status_code == 404
+            _up_for_everyone(http, sched)
+            r = http.delete(f"/v1/workflows/{wid}", headers=A)
+            assert r.status_code == 200 and r.json() == {
+                "id": wid, "cancelled": False, "state": "failed", "deleted": True}, r.text
+            assert http.get(f"/v1/workflows/{wid}", headers=A).status_code in (404, 410)
+    finally:
+        sched.shutdown(timeout=5)
+        svc._pool.shutdown()
+    assert sched.durable.size()["workflows"] == 1  # only B's (the deleted one is gone)
 
 
 # ----------------------------------------------------------------------------- the fuzz

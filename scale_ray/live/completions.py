@@ -161,6 +161,7 @@ class Completions:
             return
         if first_time:
             wf.handle.record_task_done(t.idx, t.value_ref, node, now)
+            self.durable.progressed(wf.handle)  # (a resumed workflow: its resume did not fail)
             if wf.handle.program is not None:  # the service its program attained (las)
                 wf.handle.program.ran((now - t.started) / (self.cfg.time_scale or 1.0))
             if self._order().dynamic and wf.done < len(wf.tasks):

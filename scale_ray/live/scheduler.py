@@ -115,7 +115,8 @@ class LiveScheduler:
         # a fair share between submit(tenant=...) tenants (LiveConfig.fair_share), two levels
         self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
         #: the journal (LiveConfig.storage) and idempotency keys (scale_ray.live.durability)
-        self.durable = Durability(self.cfg.storage, self._adopt, self._queue)
+        self.durable = Durability(self.cfg.storage, self._adopt, self._queue,
+                                  self.cfg.resume_attempts)
         self.runs = Runs(ctx, self.durable, self.nodes, self.placement, self._fair)
         order = lambda: self.order  # noqa: E731 - a policy swap may change it
         #: what enters: workflows (scale_ray.live.admission) and node-set changes
@@ -216,7 +217,8 @@ class LiveScheduler:
             self._thread.join(timeout)
             self._thread = None
         self.nodes.stop_actors()
-        self.durable.close()  # the journal's last end records
+        # the journal's last end records; a thread that died keeps its resumes counted
+        self.durable.close(clean=self.thread_error is None)
         self._emit({"t": self._now_model(), "event": "end", "truncated": bool(self.pending()),
                     "metrics": self.summary()})
 
