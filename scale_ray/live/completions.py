@@ -278,8 +278,9 @@ class Completions:
 
     def check_stopping(self) -> None:
         """Runs cancelled more than ``cancel_grace_s`` ago that still run: their server is
-        replaced (its actor killed and started again, masked until it answers; a plain Ray
-        task's worker killed with ``ray.cancel(force=True)``) and free at once."""
+        replaced (its actor killed and a new one asked for, offered at once: its next run
+        queues behind the new actor's start; a plain Ray task's worker killed with
+        ``ray.cancel(force=True)``) and free at once."""
         import ray
 
         now = time.perf_counter()
@@ -295,8 +296,8 @@ class Completions:
             self.counters["servers_replaced"] += 1
             if self._actor_run(t):
                 self._nodes.drop_actor(srv)
-                if srv.alive:
-                    self._nodes.start_actor(srv, probe=True)
+                if srv.alive:  # free once its replacement is asked for: its next run waits
+                    self._nodes.start_actor(srv)  # for the new actor, not the server for it
             else:
                 try:
                     ray.cancel(ref, force=True)
