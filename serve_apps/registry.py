@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 
 from envs import order as orders
 from envs.workflow import WorkflowError
-from scale_ray.live.config import NoServers
+from scale_ray.live.config import NoServers, WorkflowQuarantined
 from scale_ray.live.handles import WorkflowHandle
 from scale_ray.live.journal import Submission
 from scale_ray.live.programs import StepResult, program_of
@@ -35,8 +35,8 @@ from .workflow_api import state
 
 log = logging.getLogger("ray.serve")
 
-__all__ = ["Workflows", "UnknownWorkflow", "refusal", "unknown_handler", "mask_tasks",
-           "tenant_view", "HTTP_CALLER"]
+__all__ = ["Workflows", "UnknownWorkflow", "refusal", "quarantined", "unknown_handler",
+           "mask_tasks", "tenant_view", "HTTP_CALLER"]
 
 #: set by the service when it authenticated an HTTP request (its task's context only): such a
 #: caller gets :func:`tenant_view`; a handle call (a Ray job, which can read the cluster's nodes
@@ -96,6 +96,12 @@ def tenant_view(snap: Mapping[str, Any], servers: list[dict], tenant: str,
         "resumed_workflows": int(resumed),
         "uptime_s": float(uptime_s),
     }
+
+
+def quarantined(h: WorkflowHandle) -> bool:
+    """Whether ``h`` is a journaled workflow that failed every resume and is not run again
+    (``LiveConfig.resume_attempts``; ``scale_ray.live.durability``)."""
+    return isinstance(h.error, WorkflowQuarantined)
 
 
 def refusal(e: WorkflowError) -> RequestError:
@@ -285,9 +291,17 @@ class Workflows:
         """``DELETE /v1/workflows/{wid}``: what to cancel (404 / 410 as :meth:`lookup`): the
         workflow, or, when it is the first step of an agent program, the program: closed
         (journaled; a later append or ``program`` naming it is a 409) and every step it has
-        (in their order). No step is added meanwhile."""
+        (in their order). No step is added meanwhile. A quarantined workflow
+        (:func:`quarantined`) is deleted: forgotten here and in the journal."""
         with self._append_lock:
             h = self.lookup(wid, tenant)
+            if quarantined(h):  # it ended; deleting it is all its owner can do
+                with self._reg_lock:
+                    self.handles.pop(wid, None)
+                    self.owner.pop(wid, None)
+                self.sched.forget([h])
+                audit("delete", tenant, wid, reason="quarantined")
+                return [h]
             prog = h.program
             if prog is None or prog.handles[0] is not h:
                 return [h]

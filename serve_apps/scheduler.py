@@ -74,7 +74,7 @@ from .bounds import check_args, check_tasks
 from .durable import JournalView, check_key, rebuild
 from .metrics import ServiceMetrics, node_target, scheduler_series
 from .refusals import refused
-from .registry import UnknownWorkflow, Workflows, unknown_handler
+from .registry import UnknownWorkflow, Workflows, quarantined, unknown_handler
 from .workflow_api import (AllowList, AppendIn, WorkflowIn, emulate, jsonable, record,
                            root_cause, state, to_workflow)
 
@@ -503,6 +503,8 @@ class SchedulerService:
         audit("cancel", tenant, wid, was_running=ran[0],
               **({"steps_cancelled": sum(ran[1:])} if len(steps) > 1 else {}))
         out = {"id": wid, "cancelled": ran[0], "state": state(steps[0])}
+        if quarantined(steps[0]):
+            out["deleted"] = True  # (registry: a quarantined workflow is deleted)
         prog = steps[0].program
         if prog is not None and prog.handles[0] is steps[0]:
             out["steps_cancelled"] = sum(ran[1:])

@@ -38,6 +38,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
 
+from envs.demands import DemandError, parse_options
 from envs.loaders.livedag import LIMITS as DAG_LIMITS
 from envs.loaders.livedag import parse_dag_workflow
 from envs.workflow import WorkflowError
@@ -208,7 +209,8 @@ def to_workflow(req: WorkflowIn | AppendIn, allow: AllowList, max_tasks: int,
                              emulate=fn is None or fn.emulate, kind=ts.kind or None,
                              hedge=ts.hedge)
         except WorkflowError as e:
-            raise RequestError(("body", "tasks", i), str(e), "invalid_task") from None
+            raise RequestError(("body", "tasks", i, *_option_at_fault(rec.ray_options())),
+                               str(e), "invalid_task") from None
         if fn is None:
             calls.append(Call(prim, (k, *parent_calls), {}))
         else:
@@ -217,6 +219,17 @@ def to_workflow(req: WorkflowIn | AppendIn, allow: AllowList, max_tasks: int,
     sinks = tuple(i for i, kids in enumerate(spec.children()) if not kids)
     return CollectedWorkflow(spec, tuple(calls), sinks, tuple(expected_emulated_values(spec))
                              if emulated and not earlier else None)
+
+
+def _option_at_fault(options: dict[str, Any]) -> tuple[str, ...]:
+    """The request's Ray option that Ray's rules refuse (``envs.demands``), as the tail of a
+    422's ``loc``; none when each is fine alone."""
+    for key, value in options.items():
+        try:
+            parse_options({key: value})
+        except DemandError:
+            return (key,)
+    return ()
 
 
 # ------------------------------------------------------------------------------- answers

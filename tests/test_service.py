@@ -125,10 +125,10 @@ def test_hidden_hints_and_emulated_noise_are_drawn_the_same_on_every_read():
     ([{"name": "a", "compute_gflop": 1}, {"name": "a", "compute_gflop": 1}],
      ["body", "tasks"], "duplicate"),
     ([{"name": f"t{i}", "compute_gflop": 1} for i in range(3)], ["body", "tasks"], "max_tasks=2"),
-    ([{"name": "a", "compute_gflop": 1, "resources": {"GPU": 1}}], ["body", "tasks", 0],
-     "use num_cpus, num_gpus or memory"),
-    ([{"name": "a", "compute_gflop": 1, "resources": {"memory": 1}}], ["body", "tasks", 0],
-     "use num_cpus, num_gpus or memory"),
+    ([{"name": "a", "compute_gflop": 1, "resources": {"GPU": 1}}],
+     ["body", "tasks", 0, "resources"], "use num_cpus, num_gpus or memory"),
+    ([{"name": "a", "compute_gflop": 1, "resources": {"memory": 1}}],
+     ["body", "tasks", 0, "resources"], "use num_cpus, num_gpus or memory"),
 ])
 def test_bad_documents_are_errors_naming_the_field(tasks, loc, what):
     with pytest.raises(RequestError) as e:
@@ -414,7 +414,8 @@ def test_http_api(service):
         assert r.status_code == 422 and "GPU" in r.json()["detail"][0]["msg"], r.text
         r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
                                                         "resources": {"GPU": 1}}]})
-        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "tasks", 0]
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "tasks", 0,
+                                                                        "resources"]
         assert "num_gpus" in r.json()["detail"][0]["msg"]
         r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 1,
                                                         "num_gpus": -1}]})

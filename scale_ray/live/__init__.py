@@ -26,8 +26,8 @@ configs, DAG files and handles import without it; everything else is imported at
 """
 
 from .cluster import LocalHeteroCluster, NodeInfo, live_nodes
-from .config import (EXECUTORS, LiveConfig, NoServers, PlacementError, TaskLostError,
-                     Unschedulable)
+from .config import (EXECUTORS, LiveConfig, NoServers, PlacementError, SchedulingError,
+                     TaskLostError, Unschedulable, WorkflowQuarantined)
 from .handles import WorkflowFailed, WorkflowHandle, summarize
 from .journal import attempt
 from .gateway import program
@@ -41,6 +41,7 @@ from .workflow import (Call, Primitive, WorkflowError, WorkflowTypeError, collec
 __all__ = ["Call", "Primitive", "primitive", "collect", "from_spec", "load_dag_file", "parse_dag",
            "WorkflowError", "LiveConfig", "EXECUTORS", "LiveScheduler", "RayDefaultRunner",
            "WorkflowHandle", "WorkflowFailed", "summarize", "TaskLostError", "PlacementError",
+           "SchedulingError", "WorkflowQuarantined",
            "LocalHeteroCluster", "NodeInfo", "live_nodes", "NoServers", "Unschedulable",
            "WorkflowTypeError", "as_collected", "attempt", "Program", "ProgramClosed",
            "StepResult", "EarlierStepFailed", "program"]

@@ -9,13 +9,14 @@ through its constructor.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable
 
 from envs.order import Order
 
 from .admission import Admission
-from .config import TaskLostError, WorkflowCancelled
+from .config import SchedulingError, TaskLostError, WorkflowCancelled
 from .context import LiveContext
 from .durability import Durability
 from .executors import is_lost_output, system_errors
@@ -25,6 +26,11 @@ from .placement import LivePlacement
 from .ray_cpu import RayCalls
 from .runs import Runs
 from .tasks import DONE, READY, RUNNING, WAITING, LiveTask, LiveWorkflow
+
+log = logging.getLogger(__name__)
+
+#: what a stage of :meth:`Completions.unrunnable` could not do to a task
+STAGES = {"admit": "admitted", "place": "placed", "start": "started", "settle": "settled"}
 
 
 class Completions:
@@ -80,34 +86,42 @@ class Completions:
             t, token = self._running.pop(ref)
             if token != t.token or t.state != RUNNING:
                 continue  # stale: the run was already declared lost
-            self.runs.ended(t, ref)  # a hedged task's copy returned: it is the task's run now
             try:
-                with self._ray_calls:
-                    node, run_s = ray.get(ref)
-            except errors as e:
-                srv = t.server
-                if self._nodes.actors and srv is not None and not is_lost_output(e):
-                    self._nodes.drop_actor(srv)  # dead or suspect
-                self._refresh(force=True)
-                if self._nodes.actors and srv is not None and srv.alive and srv.actor is None:
-                    # offered again once a new actor answers: the node may be dying while
-                    # the GCS still lists it
-                    self._nodes.start_actor(srv, probe=True)
-                if t.state == RUNNING and t.server is srv:  # the refresh did not already
-                    if t.copy is not None:  # its other run goes on (hedging)
-                        self.runs.drop_run(t)
-                    else:
-                        self.lose(t, f"{type(e).__name__}: "
-                                      f"{str(e).splitlines()[0] if str(e) else ''}",
-                                   lost_output=is_lost_output(e))
-                continue
-            except Exception as e:  # the primitive raised (or a placement check failed)
-                self.runs.settle(ray, t)
+                self._settle(ray, t, ref, errors)
+            except Exception as e:  # noqa: BLE001 - this task's trouble, not the thread's
                 self._free(t)
-                self.fail(t.wf, e)
-                continue
-            self.runs.settle(ray, t)  # a hedged task: the other run is cancelled
-            self.finish(t, node, run_s)
+                self.unrunnable(t, "settle", e)
+
+    def _settle(self, ray: Any, t: LiveTask, ref: Any, errors: tuple[type, ...]) -> None:
+        """``ref``, a run of ``t``, returned: its result, the primitive's error, or a loss."""
+        self.runs.ended(t, ref)  # a hedged task's copy returned: it is the task's run now
+        try:
+            with self._ray_calls:
+                node, run_s = ray.get(ref)
+        except errors as e:
+            srv = t.server
+            if self._nodes.actors and srv is not None and not is_lost_output(e):
+                self._nodes.drop_actor(srv)  # dead or suspect
+            self._refresh(force=True)
+            if self._nodes.actors and srv is not None and srv.alive and srv.actor is None:
+                # offered again once a new actor answers: the node may be dying while
+                # the GCS still lists it
+                self._nodes.start_actor(srv, probe=True)
+            if t.state == RUNNING and t.server is srv:  # the refresh did not already
+                if t.copy is not None:  # its other run goes on (hedging)
+                    self.runs.drop_run(t)
+                else:
+                    self.lose(t, f"{type(e).__name__}: "
+                                  f"{str(e).splitlines()[0] if str(e) else ''}",
+                               lost_output=is_lost_output(e))
+            return
+        except Exception as e:  # the primitive raised (or a placement check failed)
+            self.runs.settle(ray, t)
+            self._free(t)
+            self.fail(t.wf, e)
+            return
+        self.runs.settle(ray, t)  # a hedged task: the other run is cancelled
+        self.finish(t, node, run_s)
 
     def _free(self, t: LiveTask) -> LiveServer | None:
         srv = t.server
@@ -147,6 +161,7 @@ class Completions:
             return
         if first_time:
             wf.handle.record_task_done(t.idx, t.value_ref, node, now)
+            self.durable.progressed(wf.handle)  # (a resumed workflow: its resume did not fail)
             if wf.handle.program is not None:  # the service its program attained (las)
                 wf.handle.program.ran((now - t.started) / (self.cfg.time_scale or 1.0))
             if self._order().dynamic and wf.done < len(wf.tasks):
@@ -210,6 +225,18 @@ class Completions:
                 return
         self.placement.push(t)
 
+    def unrunnable(self, t: LiveTask, stage: str, err: Exception) -> None:
+        """``t`` could not be admitted, placed, started or settled (``stage``, a key of
+        :data:`STAGES`): its workflow fails with a :class:`SchedulingError` naming the task
+        and the cause (counted: ``scheduling_errors``); the scheduler goes on."""
+        self.counters["scheduling_errors"] += 1
+        wf = t.wf
+        log.warning("live scheduler: task %d (%r) of workflow %s could not be %s; its workflow "
+                    "fails", t.idx, t.prim.name, wf.handle.id, STAGES[stage], exc_info=err)
+        self.fail(wf, SchedulingError(
+            f"task {t.idx} ({t.prim.name!r}) of workflow {wf.handle.id} could not be "
+            f"{STAGES[stage]}: {type(err).__name__}: {str(err)[:1000]}"))
+
     def fail(self, wf: LiveWorkflow, err: BaseException) -> None:
         """``wf`` failed (a primitive raised, a task was lost too often) or was cancelled: its
         ready tasks never start and its running runs are stopped (:meth:`_stop_runs`)."""
@@ -251,8 +278,9 @@ class Completions:
 
     def check_stopping(self) -> None:
         """Runs cancelled more than ``cancel_grace_s`` ago that still run: their server is
-        replaced (its actor killed and started again, masked until it answers; a plain Ray
-        task's worker killed with ``ray.cancel(force=True)``) and free at once."""
+        replaced (its actor killed and a new one asked for, offered at once: its next run
+        queues behind the new actor's start; a plain Ray task's worker killed with
+        ``ray.cancel(force=True)``) and free at once."""
         import ray
 
         now = time.perf_counter()
@@ -268,8 +296,8 @@ class Completions:
             self.counters["servers_replaced"] += 1
             if self._actor_run(t):
                 self._nodes.drop_actor(srv)
-                if srv.alive:
-                    self._nodes.start_actor(srv, probe=True)
+                if srv.alive:  # free once its replacement is asked for: its next run waits
+                    self._nodes.start_actor(srv)  # for the new actor, not the server for it
             else:
                 try:
                     ray.cancel(ref, force=True)

@@ -126,6 +126,13 @@ class LiveConfig:
             "a restart (scale_ray.live.journal): a pyarrow.fs URI or local path (s3://, gs://, "
             "an NFS mount); 'session': under the Ray session directory of the scheduler's node; "
             "none or 'off': no journal"))
+    resume_attempts: int = field(default=3, metadata=rng(
+        ge=1, le=100, doc="a journaled workflow is resumed after a restart at most this many "
+                          "times in a row without progress (a task of it finishing, or the "
+                          "scheduler that resumed it shutting down cleanly); the next restart "
+                          "quarantines it: failed with WorkflowQuarantined, kept for its owner "
+                          "to read and delete, never resumed again (a request that crashed "
+                          "every scheduler that resumed it cannot crash them for ever)"))
     guard: GuardConfig = field(default_factory=GuardConfig, metadata=rng(
         doc="policies.guard around a learned policy: a task waits at most max_waits times "
             "while a server it fits is idle, and only for a server that would finish it sooner; "
@@ -159,6 +166,17 @@ class TaskLostError(RuntimeError):
 class PlacementError(RuntimeError):
     """A task ran on another node than the one it was pinned to (checked inside the task)."""
 
+
+class SchedulingError(RuntimeError):
+    """The scheduler could not admit, place or start a task (an error in the order, the
+    policy, the decision core, or Ray's ``.options()`` / submission of its run): the task's
+    workflow fails with it, naming the task and the cause; the scheduler thread goes on."""
+
+
+class WorkflowQuarantined(RuntimeError):
+    """A journaled workflow whose resume failed ``LiveConfig.resume_attempts`` times in a row
+    (each scheduler that resumed it stopped without shutting down cleanly before any of its
+    tasks finished): failed, not resumed again (``scale_ray.live.durability``)."""
 
 
 class WorkflowCancelled(RuntimeError):

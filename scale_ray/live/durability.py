@@ -18,7 +18,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from .config import WorkflowCancelled
+from .config import WorkflowCancelled, WorkflowQuarantined
 from .handles import WorkflowHandle, root_cause
 from .journal import Journal, Submission, resolve_storage
 from .raydag import as_collected
@@ -48,13 +48,18 @@ class Durability:
             step of the program of ``after`` (None: of none), whose program is closed when
             ``closed`` (it was the first step of a program closed before the restart).
         enqueue: ``enqueue(handle)``: queue a resumed, unfinished workflow for admission.
+        resume_attempts: ``LiveConfig.resume_attempts``: a workflow resumed this many times
+            in a row without progress is quarantined at the next resume (:meth:`resume`).
     """
 
     def __init__(self, storage: str | None,
                  adopt: Callable[[CollectedWorkflow, float, Submission, WorkflowHandle | None,
                                   bool], WorkflowHandle],
-                 enqueue: Callable[[WorkflowHandle], None]):
+                 enqueue: Callable[[WorkflowHandle], None], resume_attempts: int = 3):
         self._storage, self._adopt, self._enqueue = storage, adopt, enqueue
+        self.resume_attempts = resume_attempts
+        #: journal id -> resume records of a workflow this scheduler resumed, until it progresses
+        self._resuming: dict[str, int] = {}
         self.journal: Journal | None = None
         self._keys: dict[tuple[str, str], WorkflowHandle] = {}
         self._by_jid: dict[str, WorkflowHandle] = {}  # journal id -> handle (held steps' lookup)
@@ -72,11 +77,31 @@ class Durability:
             self._io = ThreadPoolExecutor(1, thread_name_prefix="scale-journal")
             log.info("live scheduler: journal at %s", uri)
 
-    def close(self) -> None:
-        """Write the last end records (at shutdown)."""
+    def close(self, clean: bool = True) -> None:
+        """Write the last end records (at shutdown). ``clean``: the scheduler thread never
+        failed, so the workflows it resumed did not stop it: their resume records go (a
+        scheduler that died keeps them: :meth:`resume` counts them)."""
         if self._io is not None:
             self._io.shutdown(wait=True)
             self._io = None
+        if clean and self.journal is not None:
+            with self._lock:
+                resuming, self._resuming = self._resuming, {}
+            for jid, n in resuming.items():
+                self.safe(self.journal.progressed, jid, n)
+
+    def progressed(self, h: WorkflowHandle) -> None:
+        """A task of ``h`` finished: a resume of it that got this far did not fail
+        (scheduler thread; its resume records are deleted off the thread)."""
+        if not self._resuming or h.jid is None:
+            return
+        with self._lock:
+            n = self._resuming.pop(h.jid, None)
+        if n is not None and self.journal is not None:
+            if self._io is not None:
+                self._io.submit(self.safe, self.journal.progressed, h.jid, n)
+            else:
+                self.safe(self.journal.progressed, h.jid, n)
 
     # ------------------------------------------------------------------ submit
     def known(self, tenant: str, key: str | None) -> WorkflowHandle | None:
@@ -202,7 +227,11 @@ class Durability:
     def resume(self, loader: Loader | None = None) -> list[WorkflowHandle]:
         """Continue every workflow the journal holds (``LiveScheduler.resume``). Finished tasks
         are not run again: their journaled results feed their children; a task that was running runs again (its body sees ``attempt() > 0``).
-        Finished workflows come back done (their results, if compacted, are gone). Returns
+        Finished workflows come back done (their results, if compacted, are gone). An
+        unfinished one resumed ``resume_attempts`` times in a row without progress (each
+        scheduler that resumed it stopped, not cleanly, before a task of it finished) is
+        *quarantined*: it fails with :class:`~scale_ray.live.config.WorkflowQuarantined`
+        (journaled: it stays failed) and is not run; its owner sees why. Returns
         the handles (``h.jid`` the journal id, ``h.key``, ``h.tenant`` as submitted); what could
         not be restored is in :attr:`unrestorable`, every skipped entry in
         :attr:`journal_problems`. ``loader`` rebuilds ``json`` submissions (a service's
@@ -240,15 +269,36 @@ class Durability:
                     h.task_nodes[i] = nodes[i] if i < len(nodes) else None
                 h.record_completion(float(e.end.get("finished", sub.submitted)) - ep,
                             _restored_error(e.end, e.end_payload, sub.fmt))
+            elif e.resumes >= self.resume_attempts:
+                self._quarantine(h, e.resumes)
             else:
                 h.resumed_tasks = {i: (ray.put(v), node, t - ep) for i, (v, node, t) in
                               e.results.items() if 0 <= i < len(wf.calls)}
                 h.prior_runs = dict(e.runs)
+                self.safe(self.journal.resuming, sub.id, e.resumes)
+                with self._lock:
+                    self._resuming[sub.id] = e.resumes + 1
                 self._enqueue(h)
             out.append(h)
         log.info("live scheduler: resumed %d workflows from %s (%d unrestorable, %d problems)",
                  len(out), self.journal.uri, len(loaded.unrestorable), len(loaded.problems))
         return out
+
+
+    def _quarantine(self, h: WorkflowHandle, resumes: int) -> None:
+        """Fail ``h`` instead of resuming it again (:meth:`resume`)."""
+        why = (f"workflow {h.jid}: quarantined ({h.name!r}): it was resumed {resumes} times "
+               f"in a row and each scheduler that resumed it stopped before a task of it "
+               f"finished (live.resume_attempts={self.resume_attempts}); it is not run again "
+               f"(delete it; submit it again once the cause is fixed)")
+        log.error("journal: %s", why)
+        self.journal_problems.append(why)
+        h.record_completion(time.perf_counter(), WorkflowQuarantined(why))
+        self.failed(h)
+
+
+#: errors a journal's end record names that come back as their own class
+_KNOWN_ERRORS = {"WorkflowQuarantined": WorkflowQuarantined}
 
 
 def _restored_error(end: dict[str, Any], blob: bytes, fmt: str) -> BaseException | None:
@@ -267,4 +317,6 @@ def _restored_error(end: dict[str, Any], blob: bytes, fmt: str) -> BaseException
         except Exception:  # noqa: BLE001 - its class is gone: the name and text below
             pass
     name = str(end.get("error_type") or "RuntimeError")
+    if name in _KNOWN_ERRORS:
+        return _KNOWN_ERRORS[name](msg)
     return type(name if name.isidentifier() else "RuntimeError", (RuntimeError,), {})(msg)

@@ -10,6 +10,9 @@ and finished ones folded into a few shared files::
     <root>/wf/<id>/s<i>.<a>      task i's run number a started (written by the worker first)
     <root>/wf/<id>/t<i>          task i finished: its result (written by the worker before the
                                  run reports done)
+    <root>/wf/<id>/r<n>          the n-th resume of it since its last progress began
+                                 (deleted when a task of it finishes after that resume or the
+                                 scheduler shuts down cleanly: ``LiveConfig.resume_attempts``)
     <root>/closed/<id>           the agent program whose first step is workflow <id> was
                                  closed (no more steps; deleted with that workflow)
     <root>/done/<seq>-<writer>   finished workflows, up to SEGMENT_RECORDS (or SEGMENT_BYTES)
@@ -234,6 +237,18 @@ class Journal:
             sub, _, _, _ = parse_record(blobs[wid])
             blobs[wid] = record_blob(sub, info, payload, [])
             self._write_seg(seg, blobs)
+
+    def resuming(self, wid: str, n: int) -> None:
+        """Record that a scheduler begins the ``n``-th resume (from 0) of unfinished ``wid``
+        since its last progress (:meth:`progressed`)."""
+        _put(self.fs, f"{self._dir(wid)}/r{n}", encode({"t": time.time()}))
+        self.writes += 1
+
+    def progressed(self, wid: str, n: int) -> None:
+        """``wid`` made progress after its resume (a task finished, or the scheduler that
+        resumed it shut down cleanly): its ``n`` resume records go."""
+        for i in range(n):
+            self._delete(f"{self._dir(wid)}/r{i}")
 
     def close_program(self, first: str) -> None:
         """Record that the agent program whose first step is workflow ``first`` is closed."""
@@ -497,7 +512,9 @@ class Journal:
                 problems.append(f"workflow {wid}: end entry unreadable ({e}); resumed as "
                                 f"unfinished")
         for base, path in files.items():
-            if base.startswith("s") and base != "submit":
+            if base.startswith("r") and _int(base[1:]) is not None:
+                entry.resumes += 1
+            elif base.startswith("s") and base != "submit":
                 idx = _int(base[1:].split(".", 1)[0])
                 if idx is not None:
                     entry.runs[idx] = entry.runs.get(idx, 0) + 1

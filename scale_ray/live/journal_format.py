@@ -74,6 +74,7 @@ class Entry:
     runs: dict[int, int] = field(default_factory=dict)  # task -> runs started
     end: dict[str, Any] | None = None
     end_payload: bytes = b""  # a failed pickle workflow's exception
+    resumes: int = 0  # resumes begun since its last progress (Journal.resuming)
 
 
 def submission_of(head: dict[str, Any], payload: bytes) -> Submission:

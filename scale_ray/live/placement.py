@@ -18,6 +18,7 @@ task, the model clock, its input's node, and the observation the policy's encode
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -235,10 +236,17 @@ class LivePlacement:
         return LiveState(self, t, now)
 
     def round(self, now: Callable[[], float], ask: Callable[[Any, LiveState], int],
-              start: Callable[[Any, Any], None]) -> None:
+              start: Callable[[Any, Any], None],
+              failed: Callable[[Any, str, Exception], None] | None = None) -> None:
         """One placement round (when something changed): ``ask(task, state) -> position``
         (the policy, its guard), ``start(task, server)`` runs a valid pick; its demands are
-        taken on the table here."""
+        taken on the table here.
+
+        ``failed(task, stage, error)``: an error while deciding on a task (``stage``
+        ``place``: the policy, the encoder, the decision core) or starting it (``start``:
+        Ray's ``.options()``, the submission) is that task's: it leaves the queue, nothing is
+        held for it, ``failed`` is told (the caller fails its workflow) and the round goes on
+        with the next task. Without ``failed`` the error propagates."""
         if not self.changed:
             return
         self.changed = False
@@ -246,11 +254,37 @@ class LivePlacement:
         self.refresh(now())
 
         def ask_node(t: LiveTask) -> int:
-            return ask(t, self.state(t, now()))
+            if failed is None:
+                return ask(t, self.state(t, now()))
+            try:
+                return ask(t, self.state(t, now()))
+            except Exception as e:  # noqa: BLE001 - this task's, not the round's
+                failed(t, "place", e)
+                return 0  # (a position the core can resolve; the task is no longer ready)
 
         def start_node(t: LiveTask, i: int) -> None:
+            if t.state != READY:  # its workflow failed while it was decided on
+                return
             srv = self.alive[i]
-            start(t, srv)
+            if failed is None:
+                start(t, srv)
+            else:
+                try:
+                    start(t, srv)
+                except Exception as e:  # noqa: BLE001 - nothing was held for it yet
+                    failed(t, "start", e)
+                    return
             table.start(i, t, t.demands, self.model(srv.running.get(t, now())))
 
-        self.core.run_round(ask_node, start_node)
+        while True:
+            try:
+                self.core.run_round(ask_node, start_node)
+                return
+            except Exception as e:
+                # raised by the core (its table, the queue) while the task at the head of the
+                # queue was looked at: that task's; every other task keeps its place
+                heap = self.queue.heap
+                if failed is None or not heap:
+                    raise
+                _, _, t = heapq.heappop(heap)
+                failed(t, "place", e)

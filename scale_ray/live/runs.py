@@ -29,6 +29,7 @@ used on its scheduler thread only; what it needs of the rest comes in through it
 from __future__ import annotations
 
 import heapq
+import logging
 import time
 from typing import Any, Callable
 
@@ -45,6 +46,8 @@ from .tasks import RUNNING, LiveTask
 from .workflow import Call
 
 __all__ = ["Runs"]
+
+log = logging.getLogger(__name__)
 
 
 class _Run:
@@ -183,7 +186,13 @@ class Runs:
             if srv is None:
                 keep.append((token, t))  # no idle server fits it now: later
                 continue
-            run, ev = self.launch(t, srv, now, copy=True)
+            try:
+                run, ev = self.launch(t, srv, now, copy=True)
+            except Exception:  # noqa: BLE001 - no copy then: the task's own run goes on
+                self.counters["scheduling_errors"] += 1
+                log.warning("live scheduler: a hedged copy of task %d could not start", t.gid,
+                            exc_info=True)
+                continue
             self.placement.hold(srv, t)  # Ray's resource model: its demands, on that node
             t.copy = run
             self.running[run.status] = (t, t.token)

@@ -52,7 +52,7 @@ from .admission import Admission, NodeEvents
 from .completions import Completions
 from .durability import Durability, Loader
 from .journal import Submission
-from .config import LiveConfig
+from .config import LiveConfig, SchedulingError
 from .context import LiveContext
 from .executors import RemoteCache
 from .fairshare import FairShare
@@ -115,7 +115,8 @@ class LiveScheduler:
         # a fair share between submit(tenant=...) tenants (LiveConfig.fair_share), two levels
         self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
         #: the journal (LiveConfig.storage) and idempotency keys (scale_ray.live.durability)
-        self.durable = Durability(self.cfg.storage, self._adopt, self._queue)
+        self.durable = Durability(self.cfg.storage, self._adopt, self._queue,
+                                  self.cfg.resume_attempts)
         self.runs = Runs(ctx, self.durable, self.nodes, self.placement, self._fair)
         order = lambda: self.order  # noqa: E731 - a policy swap may change it
         #: what enters: workflows (scale_ray.live.admission) and node-set changes
@@ -216,7 +217,8 @@ class LiveScheduler:
             self._thread.join(timeout)
             self._thread = None
         self.nodes.stop_actors()
-        self.durable.close()  # the journal's last end records
+        # the journal's last end records; a thread that died keeps its resumes counted
+        self.durable.close(clean=self.thread_error is None)
         self._emit({"t": self._now_model(), "event": "end", "truncated": bool(self.pending()),
                     "metrics": self.summary()})
 
@@ -479,11 +481,24 @@ class LiveScheduler:
                 except Exception as e:  # noqa: BLE001 - the caller gets it
                     fut.set_exception(e)
             else:
-                self.admission.admit(h)
+                self._admit(h)
             try:
                 h = self._inbox.get_nowait()
             except queue.Empty:
                 return
+
+    def _admit(self, h: WorkflowHandle) -> None:
+        """Admit ``h``; an error in its admission (its order keys, its fair-share tags) fails
+        ``h`` with a :class:`~scale_ray.live.config.SchedulingError`, not the thread."""
+        try:
+            self.admission.admit(h)
+        except Exception as e:  # noqa: BLE001 - this workflow's trouble
+            self.counters["scheduling_errors"] += 1
+            log.warning("live scheduler: workflow %s could not be admitted; it fails", h.id,
+                        exc_info=e)
+            self.completions.fail_held(h, SchedulingError(
+                f"workflow {h.id} ({h.name!r}) could not be admitted: {type(e).__name__}: "
+                f"{str(e)[:1000]}"))
 
     # ------------------------------------------------------------------ placement
     def set_alive(self, alive: list[LiveServer]) -> None:
@@ -503,7 +518,8 @@ class LiveScheduler:
         if self._planner is not None:
             self._planner.new_round()
         self.placement.round(time.perf_counter, self.ask,
-                             lambda t, srv: self.runs.submit(t, srv, time.perf_counter()))
+                             lambda t, srv: self.runs.submit(t, srv, time.perf_counter()),
+                             self.completions.unrunnable)
         core = self.placement.core
         self.counters["decisions"], self.counters["waits"] = core.decisions, core.waits
         if self._planner is not None:

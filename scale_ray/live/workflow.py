@@ -221,10 +221,24 @@ def _check_ray_options(name: str, options: Mapping[str, Any] | None) -> dict[str
                 raise WorkflowError(f"primitive {name!r}: Ray option runtime_env must be a "
                                     f"mapping, got {type(value).__name__}")
             value = dict(value)
+            _check_runtime_env(name, value)
         elif key in ("resources", "label_selector") and isinstance(value, Mapping):
             value = dict(value)
         opts[key] = value
     return opts
+
+
+def _check_runtime_env(name: str, env: dict[str, Any]) -> None:
+    """Ray's own check of a runtime env (``ray.runtime_env.RuntimeEnv``, what ``.options()``
+    runs: each field's type; a local ``working_dir`` or ``py_modules`` path must exist where
+    the primitive is made), so that a bad one is refused at submit, not on the scheduler
+    thread."""
+    from ray.runtime_env import RuntimeEnv
+
+    try:
+        RuntimeEnv(**env)
+    except Exception as e:  # noqa: BLE001 - Ray raises TypeError, ValueError...
+        raise WorkflowError(f"primitive {name!r}: Ray option runtime_env: {e}") from None
 
 
 def _contains_call(value: Any, depth: int = 0) -> bool:
