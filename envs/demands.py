@@ -68,7 +68,7 @@ def check_amount(where: str, value: Any, gpu: bool = False) -> float:
     if isinstance(value, float) and v and int(v * RESOURCE_UNIT_SCALING) == 0:  # Ray's test
         raise DemandError(f"{where}: {value!r} is finer than Ray's granularity of {GRANULARITY:g} "
                           f"(0, or at least {GRANULARITY:g})")
-    if gpu and v > 1 and abs(v - round(v)) > 1e-9:
+    if gpu and v > 1 and not v.is_integer():  # as the raylet: 1.999999999999993 is not 2
         raise DemandError(f"{where}: a GPU amount above 1 must be a whole number (Ray's rule), "
                           f"got {value!r}")
     return v

@@ -16,7 +16,6 @@ import argparse
 from collections import Counter
 from typing import Any
 
-import numpy as np
 
 from envs.config import EnvConfig
 from scale_ray.config import load_env
@@ -34,12 +33,13 @@ def stuck_tail(env: EnvConfig, policy_spec: str, episode: int, base_seed: int,
         if sim.t >= after_s:
             task = sim.current
             asked[(task.id, a)] += 1
-            fits_idle = int(np.count_nonzero(sim.accepting & (sim.memory >= task.memory_gb)
-                                             & ~np.asarray(sim.servers.busy_l)))
+            table = sim.table
+            fits_idle = sum(1 for i in range(table.n) if table.accept_l[i] and not table.busy[i]
+                            and table.memory_l[i] >= task.memory_gb)
             last[(task.id, a)] = {
                 "task": task.id, "task_memory_gb": task.memory_gb, "slot": a,
-                "server_id": int(sim.srv_id[a]), "server_tier": sim.srv_tier[a],
-                "server_memory_gb": float(sim.memory[a]),
+                "server_id": int(table.ids[a]), "server_tier": table.specs[a].name,
+                "server_memory_gb": float(table.memory_l[a]),
                 "parents_server_ids": [p.sid for p in task.parents],
                 "idle_servers_that_fit": fits_idle}
         sim.step(a)
