@@ -24,11 +24,28 @@ from .agents import AgentsConfig
 from .demands import MEMORY, SLOT
 from .nodes import NodeSpec
 from .runtime import RuntimeConfig
+from .sizing import SizingConfig
 from .timing import Network
 
 # --------------------------------------------------------------------------------------------
 # The simulator's configuration tree
 # --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DistConfig:
+    """A clipped normal (``dist: normal``) or floored exponential (``dist: exponential``)."""
+    dist: Literal["normal", "exponential", "constant"] = field(default="normal", metadata=rng(
+        doc="normal (clipped to [min, max]), exponential (floored at min) or constant (always "
+            "mean)"))
+    mean: float = field(default=1.0, metadata=rng(ge=0, doc="the mean (constant: the value)"))
+    std: float = field(default=0.0, metadata=rng(ge=0, doc="standard deviation (normal only)"))
+    min: float = field(default=0.0, metadata=rng(ge=0, doc="lower clip"))
+    max: float | None = field(default=None, metadata=rng(gt=0, doc="upper clip; none: unbounded"))
+
+    def __post_init__(self) -> None:
+        if self.max is not None and self.min > self.max:
+            raise ConfigError(f"min ({self.min}) must not exceed max ({self.max})")
+
 
 @dataclass(frozen=True)
 class TierConfig:
@@ -50,8 +67,22 @@ class TierConfig:
         doc="accelerator type of its GPUs (Ray's accelerator_type)"))
     gpu_speed: float | None = field(default=None, metadata=rng(
         gt=0, doc="speed of GPU work (default: compute)"))
+    price_per_hour: float = field(default=0.0, metadata=rng(
+        ge=0, le=1e6, doc="what one node costs per hour, billed by the second (cluster sizing: "
+                          "docs/autoscale.md)"))
+    launch_s: DistConfig | None = field(default=None, metadata=rng(
+        doc="seconds from asking for a node to its joining (cluster sizing; billed from the "
+            "ask); none: at once"))
+    min_nodes: int = field(default=0, metadata=rng(
+        ge=0, le=100_000, doc="cluster sizing: never fewer nodes of this tier"))
+    max_nodes: int | None = field(default=None, metadata=rng(
+        ge=0, le=100_000, doc="cluster sizing: never more nodes of this tier (none: no bound; "
+                              "a sizer needs a bound on every tier or env.n_max)"))
 
     def __post_init__(self) -> None:
+        if self.max_nodes is not None and self.min_nodes > self.max_nodes:
+            raise ConfigError(f"cluster.tiers.{self.name}.min_nodes: {self.min_nodes} exceeds "
+                              f"max_nodes ({self.max_nodes})")
         if self.resources is None:
             if self.memory_gb is None:
                 raise ConfigError(f"cluster.tiers.{self.name}.memory_gb: required for a server "
@@ -70,7 +101,8 @@ class TierConfig:
     def __hash__(self) -> int:  # resources is a dict: hashed as its sorted items
         return hash((self.name, self.compute, self.memory_gb, self.idle_w, self.busy_w,
                      self.ratio, self.count, None if self.resources is None else
-                     tuple(sorted(self.resources.items())), self.accelerator, self.gpu_speed))
+                     tuple(sorted(self.resources.items())), self.accelerator, self.gpu_speed,
+                     self.price_per_hour, self.launch_s, self.min_nodes, self.max_nodes))
 
     @property
     def slotted(self) -> bool:
@@ -104,6 +136,8 @@ class ClusterConfig:
         doc="server tiers (paper Table 1: small, medium, large)"))
     bandwidth_gb_s: float = field(default=10.0, metadata=rng(gt=0, doc="network bandwidth B"))
     latency_s: float = field(default=0.01, metadata=rng(ge=0, doc="base network latency L"))
+    billing_min_s: float = field(default=60.0, metadata=rng(
+        ge=0, le=86_400, doc="a node is billed at least this long (cloud VMs: 60 s)"))
 
     def __post_init__(self) -> None:
         if not self.tiers:
@@ -123,6 +157,11 @@ class ClusterConfig:
             raise ConfigError("cluster.tiers: tiers without a count need a positive total ratio")
         if sum(c for c in counts if c is not None) > self.servers:
             raise ConfigError(f"cluster.servers: {self.servers} is smaller than the explicit tier counts")
+        for t in self.tiers:
+            n = self.tier_counts()[t.name]
+            if t.max_nodes is not None and n > t.max_nodes:
+                raise ConfigError(f"cluster.tiers.{t.name}.max_nodes: {t.max_nodes} is below the "
+                                  f"tier's initial count ({n})")
 
     @property
     def slotted(self) -> bool:
@@ -160,22 +199,6 @@ class ClusterConfig:
             counts[name] += 1
         counts.update(fixed)
         return {t.name: counts[t.name] for t in self.tiers}
-
-
-@dataclass(frozen=True)
-class DistConfig:
-    """A clipped normal (``dist: normal``) or floored exponential (``dist: exponential``)."""
-    dist: Literal["normal", "exponential", "constant"] = field(default="normal", metadata=rng(
-        doc="normal (clipped to [min, max]), exponential (floored at min) or constant (always "
-            "mean)"))
-    mean: float = field(default=1.0, metadata=rng(ge=0, doc="the mean (constant: the value)"))
-    std: float = field(default=0.0, metadata=rng(ge=0, doc="standard deviation (normal only)"))
-    min: float = field(default=0.0, metadata=rng(ge=0, doc="lower clip"))
-    max: float | None = field(default=None, metadata=rng(gt=0, doc="upper clip; none: unbounded"))
-
-    def __post_init__(self) -> None:
-        if self.max is not None and self.min > self.max:
-            raise ConfigError(f"min ({self.min}) must not exceed max ({self.max})")
 
 
 @dataclass(frozen=True)
@@ -479,6 +502,9 @@ class EnvConfig:
             "response; the response reward and the lookahead planner read it"))
     n_max: int | None = field(default=None, metadata=rng(
         ge=1, le=100_000, doc="observation padding; default: enough for the run's servers"))
+    sizing: SizingConfig = field(default_factory=SizingConfig, metadata=rng(
+        doc="who sizes the cluster and against which SLO (envs/sizing.py, docs/autoscale.md); "
+            "static: nobody (the default)"))
     encoder: Literal["paper", "nodes"] = field(default="paper", metadata=rng(
         doc="what a learned policy sees (envs/encoding.py): paper, the paper's task and server "
             "features; nodes, each node's run, start, fit and free resources for the task"))
@@ -494,12 +520,22 @@ class EnvConfig:
         if self.n_max is not None and self.n_max < self.cluster.servers:
             raise ConfigError(f"n_max: {self.n_max} is smaller than cluster.servers "
                               f"({self.cluster.servers})")
+        for tier in self.sizing.ray.min_workers:
+            if tier not in names:
+                raise ConfigError(f"sizing.ray.min_workers.{tier}: unknown tier; tiers: "
+                                  f"{sorted(names)}")
+        if self.sizing.policy != "static" and self.n_max is None and any(
+                t.max_nodes is None for t in self.cluster.tiers):
+            raise ConfigError("sizing.policy: a sizer needs cluster.tiers[*].max_nodes on every "
+                              "tier (or env.n_max) to bound the cluster")
 
     @property
     def padded_servers(self) -> int:
         """Observation width: n_max, or the servers plus every scheduled/random addition bound."""
         if self.n_max is not None:
             return self.n_max
+        if self.sizing.policy != "static":  # a sizer may grow every tier to its bound
+            return max(self.cluster.servers, sum(t.max_nodes for t in self.cluster.tiers))
         extra = sum(ev.count for ev in self.dynamics.events if ev.kind == "add")
         return self.cluster.servers + extra + (self.cluster.servers if (
             self.dynamics.rejoin_after_s is not None or self.dynamics.join_rate_s > 0) else 0)

@@ -20,7 +20,7 @@ from enum import IntEnum
 from typing import Any, Callable, Iterator
 
 __all__ = ["Kind", "EventQueue", "FINISH", "FAIL", "REMOVE", "ADD", "ARRIVAL", "JOIN", "LEAVE",
-           "HEDGE"]
+           "HEDGE", "SIZE"]
 
 
 class Kind(IntEnum):
@@ -28,16 +28,18 @@ class Kind(IntEnum):
     FINISH = 0   # a run ends: a = the slot, b = (the run's token, the task)
     FAIL = 1     # a server fails: a = the scheduled event (or None: random), b = server id
     REMOVE = 2   # a server is removed (drains): as FAIL
-    ADD = 3      # servers join: a = the scheduled event or a tier name, b = None
+    ADD = 3      # servers join: a = the scheduled event or a tier name, b = None, or a sizer's
+    #              launch joining: a = its tier name, b = the launch's billing key
     ARRIVAL = 4  # the next workflow arrives: a = b = None
     JOIN = 5     # a random join (dynamics.join_rate_s): a = b = None
     LEAVE = 6    # a random leave (dynamics.leave_rate_s): a = b = None
     HEDGE = 7    # a hedgeable run passed its quantile: as FINISH
+    SIZE = 8     # a sizer's turn (envs.sim_scaling): a = b = None
 
 
 # plain names for the hot paths (an enum attribute lookup costs more than a global)
 FINISH, FAIL, REMOVE, ADD = Kind.FINISH, Kind.FAIL, Kind.REMOVE, Kind.ADD
-ARRIVAL, JOIN, LEAVE, HEDGE = Kind.ARRIVAL, Kind.JOIN, Kind.LEAVE, Kind.HEDGE
+ARRIVAL, JOIN, LEAVE, HEDGE, SIZE = Kind.ARRIVAL, Kind.JOIN, Kind.LEAVE, Kind.HEDGE, Kind.SIZE
 
 
 class EventQueue:

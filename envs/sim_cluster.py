@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .accounting import Billing
 from .config import EnvConfig, ServerEventConfig, TierConfig
 from .decision import READY, ReadyQueue
 from .events import ADD, FAIL, JOIN, LEAVE, REMOVE, EventQueue
@@ -48,6 +49,11 @@ class Cluster:
         self.next_id = 0
         self.count = 0
         self.lost = 0  # runs lost with their node (the task became ready again)
+        #: every node's bill, from its ask to its leaving (envs.accounting)
+        self.billing = Billing({t.name: t.price_per_hour for t in cfg.cluster.tiers},
+                               cfg.cluster.billing_min_s)
+        self.launching: dict[str, list[int]] = {}  # tier -> billing keys of nodes launching
+        self.next_launch = 0
 
     def copy(self, rng_dynamics: np.random.Generator | None, table: NodeTable,
              queue: ReadyQueue, events: EventQueue, hedges: Hedges, sim: "Simulator"
@@ -58,6 +64,8 @@ class Cluster:
                       hedges, sim)
         out.slot_of, out.next_id, out.count, out.lost = (dict(self.slot_of), self.next_id,
                                                          self.count, self.lost)
+        out.billing, out.next_launch = self.billing.copy(), self.next_launch
+        out.launching = {k: list(v) for k, v in self.launching.items()}
         return out
 
     def start(self, t: float, trace: Trace) -> None:
@@ -76,8 +84,20 @@ class Cluster:
         if d.leave_rate_s > 0:
             self.events.push(self.rng_dynamics.exponential(1 / d.leave_rate_s), LEAVE, None, None)
 
-    def add(self, tier: TierConfig, t: float, trace: Trace) -> None:
-        """A node of ``tier`` joins now (its failure drawn when failures are on)."""
+    def launch(self, tier: TierConfig, t: float, delay: float, trace: Trace) -> None:
+        """A sizer asks for a node of ``tier`` now: billed from now, it joins ``delay`` s later
+        (an ADD event carrying its billing key)."""
+        key = ("launch", self.next_launch)
+        self.next_launch += 1
+        self.billing.start(key, tier.name, t)
+        self.launching.setdefault(tier.name, []).append(key)
+        self.events.push(t + delay, ADD, tier.name, key)
+        if trace is not None:
+            trace({"t": t, "event": "server_launch", "tier": tier.name, "joins_at": t + delay})
+
+    def add(self, tier: TierConfig, t: float, trace: Trace, launched: Any = None) -> None:
+        """A node of ``tier`` joins now (its failure drawn when failures are on); ``launched``:
+        the billing key of the launch it ends (None: billed from now)."""
         slot = self.table.free_position()
         if slot < 0:
             raise RuntimeError(f"no free node position: the observation is padded to "
@@ -87,6 +107,12 @@ class Cluster:
         self.table.set_node(slot, tier.spec(), sid)
         self.slot_of[sid] = slot
         self.count += 1
+        if launched is not None:
+            self.launching[tier.name].remove(launched)
+            self.billing.rekey(launched, sid)
+        else:
+            self.billing.start(sid, tier.name, t)
+        self.sim.idle_since[slot] = t
         if trace is not None:
             trace({"t": t, "event": "server_add", "server": sid, "tier": tier.name,
                    "compute": tier.compute, "memory_gb": self.table.memory_l[slot]})
@@ -101,6 +127,7 @@ class Cluster:
         self.table.clear(slot)
         del self.slot_of[sid]
         self.count -= 1
+        self.billing.stop(sid, t)
         if trace is not None:
             trace({"t": t, "event": event, "server": sid})
 
@@ -191,9 +218,9 @@ def _on_remove(sim: "Simulator", ev: ServerEventConfig | None, server: int | Non
     sim.cluster.remove(sim.t, sim.trace, ev, server)
 
 
-def _on_add(sim: "Simulator", ev: ServerEventConfig | str, _: Any) -> None:
+def _on_add(sim: "Simulator", ev: ServerEventConfig | str, launched: Any) -> None:
     tier = ev if isinstance(ev, str) else ev.tier
-    sim.cluster.add(sim.cfg.cluster.tier(tier), sim.t, sim.trace)
+    sim.cluster.add(sim.cfg.cluster.tier(tier), sim.t, sim.trace, launched)
 
 
 def _on_join(sim: "Simulator", _a: Any, _b: Any) -> None:

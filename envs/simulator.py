@@ -53,6 +53,9 @@ from .programs import Submission
 from .run_model import RunModel, compute_range, show_overdue
 from .sim_arrivals import Arrivals
 from .sim_cluster import HANDLERS as NODE_HANDLERS, Cluster
+from .sim_scaling import HANDLERS as SIZE_HANDLERS, Scaling
+from .sizing import Sizer
+from .accounting import slo_report
 from .workload import WorkflowSpec
 
 if TYPE_CHECKING:
@@ -81,10 +84,18 @@ class Simulator:
     Args:
         config: the environment configuration (cluster size is ``config.cluster.servers``).
         trace: optional callable receiving every trace event as a dict (the JSONL schema).
+        sizer: who sizes the cluster (``envs.sizing.Sizer``, e.g. ``policies.sizing.make_sizer``);
+            none: the cluster's nodes and dynamics only. Needs ``config.sizing.policy`` set
+            (its bounds pad the node table).
     """
 
-    def __init__(self, config: EnvConfig, trace: TraceSink | None = None):
+    def __init__(self, config: EnvConfig, trace: TraceSink | None = None,
+                 sizer: Sizer | None = None):
+        if sizer is not None and config.sizing.policy == "static":
+            raise ValueError("Simulator(sizer=...): set env.sizing.policy (its tiers' max_nodes "
+                             "bound the node table)")
         self.cfg = config
+        self._sizer = sizer
         self.n_slots = config.padded_servers
         c = config.cluster
         self.network = c.network
@@ -122,7 +133,7 @@ class Simulator:
         """
         ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
         # the fourth stream (run-time noise) leaves the first three as they always were
-        arr_ss, dag_ss, dyn_ss, run_ss = ss.spawn(4)
+        arr_ss, dag_ss, dyn_ss, run_ss, launch_ss = ss.spawn(5)
         cfg = self.cfg
         self.t = 0.0
         table = NodeTable([], capacity=self.n_slots, shapes=self._shapes)
@@ -145,6 +156,13 @@ class Simulator:
         self.cluster = Cluster(cfg, np.random.Generator(np.random.PCG64(dyn_ss)), table,
                                self._queue, self.event_q, self.hedges, self)
         self.cluster.start(self.t, self.trace)
+        #: the sizer's turns (envs.sim_scaling); None: nobody sizes the cluster
+        self.scaling = None if self._sizer is None else Scaling(
+            cfg, self._sizer, np.random.Generator(np.random.PCG64(launch_ss)), self,
+            self.cluster)
+        if self.scaling is not None:
+            self._sizer.reset()
+            self.scaling.start(self.t)
         self.arrivals.schedule(self.t, self.event_q)
         self._select()
 
@@ -163,6 +181,7 @@ class Simulator:
         self.busy_seconds = 0.0
         self.alive_seconds = 0.0
         self.busy_since = [0.0] * self.n_slots  # when each busy node became busy
+        self.idle_since = [0.0] * self.n_slots  # when each idle node became idle
         # resource-seconds of the runs on Ray nodes (cpu / gpu utilization); None: slot servers
         self.resource_s = None if self._slotted else [0.0, 0.0]
         self.terminated = False
@@ -298,6 +317,7 @@ class Simulator:
             self.resource_s[1] += d.get(GPU, 0.0) * ran
         if not self._running[node]:
             self.busy_seconds += self.t - self.busy_since[node]
+            self.idle_since[node] = self.t
 
     def busy_now(self) -> float:
         """Node-seconds the busy nodes have been busy so far (their current busy period)."""
@@ -508,8 +528,17 @@ class Simulator:
                         "metrics": self.metrics()})
 
     def metrics(self) -> dict[str, Any]:
-        """Episode metrics over completed tasks/workflows (see docs/simulator.md)."""
-        return episode_metrics(self)
+        """Episode metrics over completed tasks/workflows (see docs/simulator.md); with a sizer
+        or prices, the cost and the SLO's attainment too (docs/autoscale.md)."""
+        m = episode_metrics(self)
+        c = self.cfg
+        if self.scaling is not None or any(t.price_per_hour for t in c.cluster.tiers):
+            m.update(self.cluster.billing.totals(self.t))
+            slo = slo_report(self.workflows, c.sizing.slo, c.workload.horizon_s)
+            m.update({f"slo_{k}": v for k, v in slo.items()})
+            if self.scaling is not None:
+                m.update(self.scaling.metrics())
+        return m
 
     # ---------------------------------------------------------------- forks and snapshots
     def fork(self, rngs: Sequence[np.random.Generator] | None = None) -> "Simulator":
@@ -615,4 +644,4 @@ class Simulator:
 
 # Event handlers by kind (the stragglers': envs.hedging; the node events': envs.sim_cluster).
 Simulator._HANDLERS = {FINISH: Simulator._on_finish, ARRIVAL: Simulator._on_arrival,
-                       **HEDGE_HANDLERS, **NODE_HANDLERS}
+                       **HEDGE_HANDLERS, **NODE_HANDLERS, **SIZE_HANDLERS}

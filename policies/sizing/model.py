@@ -1,0 +1,161 @@
+"""Our sizer: the cheapest node mix that keeps every resource under a utilization bound at the
+load expected one launch ahead, plus what drains the backlog in time (``env.sizing.model``).
+
+What it reads that an autoscaler does not (``envs.sizing.SizingView``): the work of every
+request in flight (queued and running, in resource-seconds at speed 1, by kind: GPU work for
+the GPU, the rest for CPUs), the mean work of a request, the arrivals and their trend, and the
+price of each node type. Every ``interval_s``:
+
+1. **Rate.** r = arrivals over the last ``trend_s``; its slope from the two halves of that span
+   (none before half of ``trend_s`` has passed);
+   the rate expected when a node asked for now joins, r + max(slope, 0) x (the slowest launch
+   + one interval): up at once, down only as it is seen.
+2. **Need**, per kind k: r x (work of a request in k) / ``max_utilization`` + (work ready and
+   waiting for a node in k) / (``backlog_share`` x the SLO's p95 bound): the steady load with head-room, and a
+   backlog that would otherwise outlive the SLO.
+3. **Mix.** Up: the cheapest nodes to add to what is there (never a trade of one type for
+   another) whose capacity covers the need; down: the cheapest subset of what is there that
+   covers the need with ``down_margin`` to spare, within ``min_nodes``. Capacity: GPU capacity = GPUs x GPU speed, on GPU tiers only (GPU nodes only for GPU
+   demand); CPU capacity = CPUs x CPU speed, a GPU node's counted at 1 - ``GPU_CPU_RESERVE``
+   (its CPUs also feed its model calls). Enumerated exactly over the tiers of a kind.
+4. **Apply.** Additions launch at once. A smaller mix that stays enough for ``down_after_s``
+   gives the rest back, draining the nodes with the fewest runs that have served their billing
+   minimum; a drained node takes no new work, so the placement
+   consolidates on the rest and the drained ones empty.
+
+It does not read the future of the trace, and it has no learned part: its one calibrated
+setting is ``max_utilization`` (docs/autoscale.md says how it was chosen).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+
+from envs.config import EnvConfig
+from envs.demands import CPU, GPU
+from envs.sizing import Plan, SizingView
+
+__all__ = ["ModelSizer", "GPU_CPU_RESERVE", "cheapest_mix"]
+
+GPU_CPU_RESERVE = 0.25  # share of a GPU node's CPU capacity left to its own model calls
+
+
+def cheapest_mix(need: float, tiers: list[tuple[str, float, float, int, int]]
+                 ) -> dict[str, int] | None:
+    """The cheapest counts covering ``need`` capacity: ``tiers`` as (name, capacity per node,
+    price per node, min, max); None when even every tier at its max falls short."""
+    if not tiers:
+        return {} if need <= 0 else None
+    best: tuple[float, dict[str, int]] | None = None
+    *head, (name, cap, price, lo, hi) = tiers
+    ranges = [range(lo_, hi_ + 1) for _, _, _, lo_, hi_ in head]
+    for counts in itertools.product(*ranges):
+        have = sum(c * t[1] for c, t in zip(counts, head))
+        rest = need - have
+        k = lo if rest <= 0 or cap <= 0 else max(lo, math.ceil(rest / cap - 1e-9))
+        if k > hi or (cap <= 0 and rest > 0):
+            continue
+        cost = sum(c * t[2] for c, t in zip(counts, head)) + k * price
+        if best is None or cost < best[0] - 1e-12:
+            best = (cost, {t[0]: c for c, t in zip(counts, head)} | {name: k})
+    return None if best is None else best[1]
+
+
+class ModelSizer:
+    """Our sizer (module docstring)."""
+
+    def __init__(self, cfg: EnvConfig) -> None:
+        self.cfg = cfg
+        self.mc = cfg.sizing.model
+        self.interval_s = self.mc.interval_s
+        self.tiers = cfg.cluster.tiers
+        self.horizon_s = max((t.launch_s.mean if t.launch_s is not None else 0.0)
+                             for t in self.tiers) + self.interval_s
+        self.reset()
+
+    def reset(self) -> None:
+        self.above_since: dict[str, float] = {}
+
+    def rate(self, view: SizingView) -> float:
+        """Requests per second expected one launch ahead (step 1)."""
+        span = min(self.mc.trend_s, view.t)
+        if span <= 0:
+            return 0.0
+        arr = view.arrivals
+        lo = bisect.bisect_left(arr, view.t - span)
+        mid = bisect.bisect_left(arr, view.t - span / 2)
+        n_old, n_new = mid - lo, len(arr) - mid
+        r = (n_old + n_new) / span
+        if span < self.mc.trend_s / 2:  # too short a past for a trend
+            return r
+        slope = (n_new - n_old) / (span / 2) / (span / 2)
+        return r + max(slope, 0.0) * self.horizon_s
+
+    def need(self, view: SizingView) -> dict[str, float]:
+        """Capacity needed per kind (step 2)."""
+        r = self.rate(view)
+        drain_s = self.mc.backlog_share * self.cfg.sizing.slo.p95_s
+        return {k: r * view.work_per_workflow.get(k, 0.0) / self.mc.max_utilization
+                + view.queued_work.get(k, 0.0) / drain_s for k in (CPU, GPU)}
+
+    def _caps(self, tier) -> tuple[float, float]:
+        res = tier.spec().resources
+        gpu = res.get(GPU, 0.0) * (tier.gpu_speed or tier.compute)
+        cpu = res.get(CPU, 0.0) * tier.compute * ((1 - GPU_CPU_RESERVE) if gpu else 1.0)
+        return cpu, gpu
+
+    def mix(self, need: dict[str, float], lo: dict[str, int], hi: dict[str, int]
+            ) -> dict[str, int] | None:
+        """The cheapest counts per tier within ``lo``..``hi`` whose capacity covers ``need``
+        (step 3); None when none does."""
+        gpu_tiers = [t for t in self.tiers if self._caps(t)[1] > 0]
+        cpu_tiers = [t for t in self.tiers if self._caps(t)[1] == 0]
+        g = cheapest_mix(need[GPU], [(t.name, self._caps(t)[1], t.price_per_hour, lo[t.name],
+                                      hi[t.name]) for t in gpu_tiers])
+        if g is None:
+            return None
+        cpu_left = need[CPU] - sum(g[t.name] * self._caps(t)[0] for t in gpu_tiers)
+        c = cheapest_mix(cpu_left, [(t.name, self._caps(t)[0], t.price_per_hour, lo[t.name],
+                                     hi[t.name]) for t in cpu_tiers])
+        return None if c is None else g | c
+
+    def decide(self, view: SizingView) -> Plan:
+        mc, t = self.mc, view.t
+        need = self.need(view)
+        nodes = {tier.name: [] for tier in self.tiers}
+        for nv in view.nodes:
+            if nv.accepting:
+                nodes[nv.tier].append(nv)
+        have = {k: len(v) + view.launching.get(k, 0) for k, v in nodes.items()}
+        floor = {tier.name: tier.min_nodes for tier in self.tiers}
+        top = {tier.name: max(tier.max_nodes, have[tier.name]) for tier in self.tiers}
+        # up: the cheapest additions to what is there (never trade one type for another)
+        up = self.mix(need, have, top)
+        if up is None:
+            up = top  # short even at every bound: all of it
+        plan = Plan(why=f"need cpu {need[CPU]:.1f} gpu {need[GPU]:.2f}")
+        launch = {k: up[k] - have[k] for k in have if up[k] > have[k]}
+        if launch:
+            plan.launch = launch
+            self.above_since.clear()
+            return plan
+        # down: the cheapest subset of what is there that covers the need with the margin
+        margin = {k: v * (1 + mc.down_margin) for k, v in need.items()}
+        down = self.mix(margin, floor, have)
+        if down is None or down == have:
+            self.above_since.clear()
+            return plan
+        since = self.above_since.setdefault("down", t)
+        if t - since < mc.down_after_s:
+            return plan
+        for name, k in have.items():
+            excess = k - down[name]
+            if excess <= 0:
+                continue
+            served = [nv for nv in nodes[name] if nv.age_s >= self.cfg.cluster.billing_min_s]
+            served.sort(key=lambda nv: (nv.running, -nv.idle_s))
+            plan.drain += [nv.id for nv in served[:excess]]
+        self.above_since.clear()
+        return plan
