@@ -418,5 +418,32 @@ class CurveArrivalProcess:
             self._times = self.rate.inverse(ys).tolist()[::-1]
 
 
+EXAMPLE_HEADER = """\
+# Synthetic (not measured): one day of per-minute request counts in the shape of the public
+# Azure Functions invocation traces, made by envs.arrival_curves.write_example (seed 72): a
+# diurnal curve (mean 300 a minute, amplitude 0.6, peak at minute 840 = 14:00), three bursts
+# (x3 for 10-20 minutes) and Poisson noise. Regenerate:
+#   python -c "from envs.arrival_curves import write_example as w; w('configs/env/workloads/diurnal_minutes.csv')"
+"""
+
+
+def example_counts(seed: int = 72) -> np.ndarray:
+    """The synthetic day of ``configs/env/workloads/diurnal_minutes.csv`` (1,440 integer
+    counts): Poisson counts around ``300 (1 + 0.6 cos(2π (k − 840) / 1440))`` a minute, three
+    times that in three bursts of 10-20 minutes at random minutes."""
+    g = np.random.default_rng(seed)
+    k = np.arange(1440)
+    mean = 300.0 * (1.0 + 0.6 * np.cos(2.0 * np.pi * (k - 840) / 1440.0))
+    for start in g.integers(0, 1420, 3):
+        mean[start:start + int(g.integers(10, 21))] *= 3.0
+    return g.poisson(mean)
+
+
+def write_example(path: str | Path, seed: int = 72) -> None:
+    """Write :func:`example_counts` as a ``minute,count`` CSV (header, comment lines)."""
+    rows = "".join(f"{k},{c}\n" for k, c in enumerate(example_counts(seed).tolist()))
+    Path(path).write_text(EXAMPLE_HEADER + "minute,count\n" + rows, encoding="utf-8")
+
+
 __all__ = ["ArrivalCurveConfig", "ArrivalRate", "CurveArrivalProcess", "load_counts",
-           "burst_windows", "burst_seed", "resolve_path"]
+           "burst_windows", "burst_seed", "resolve_path", "example_counts", "write_example"]
