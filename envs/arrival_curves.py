@@ -45,8 +45,8 @@ class ArrivalCurveConfig:
     period_s: float = field(default=86400.0, metadata=rng(
         gt=0, le=1e9, doc="diurnal: the period of the sinusoid, s (a day)"))
     peak_s: float = field(default=50400.0, metadata=rng(
-        ge=0, doc="diurnal: when in the period the rate peaks, s after t = 0 (the episode's start "
-                  "is the period's start; default 14:00)"))
+        ge=0, doc="diurnal: when the rate peaks, s after t = 0 (the episode's start is a period's "
+                  "start; modulo period_s; default 14:00 of a day)"))
     amplitude: float = field(default=0.5, metadata=rng(
         ge=0, lt=1, doc="diurnal: the sinusoid's relative amplitude: the rate swings between "
                         "(1 - a) and (1 + a) x the configured rate, whose mean over a period it "
@@ -68,9 +68,6 @@ class ArrivalCurveConfig:
             "not pass the file's end"))
 
     def __post_init__(self) -> None:
-        if self.kind == "diurnal" and self.peak_s >= self.period_s:
-            raise ConfigError(f"workload.curve.peak_s: {self.peak_s} is out of range; allowed: "
-                              f">= 0 and < period_s ({self.period_s})")
         if self.kind == "none" and self.bursts_per_hour > 0:
             raise ConfigError("workload.curve.bursts_per_hour: bursts need kind diurnal or trace")
         if self.kind != "trace" and self.path is not None:

@@ -1,6 +1,7 @@
 """Where the simulator's workflows come from (``sim.arrivals``, a part the simulator owns and its
 fork copies): the arrival times (Poisson at ``workload.arrival_rate_16`` × N / 16 with the rate
-schedule, up to the horizon, or a scripted list of ``(time_s, workflow)``) and the workflows
+schedule, up to the horizon; with ``workload.curve`` the non-homogeneous process of
+``envs.arrival_curves``; or a scripted list of ``(time_s, workflow)``) and the workflows
 (the workload source), each drawn from its own random generator, so that arrivals never depend on
 what a policy did."""
 

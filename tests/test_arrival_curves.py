@@ -93,6 +93,14 @@ def test_diurnal_rate_per_phase_matches_the_curve():
     assert r.rate(10 * period) == 0.0  # arrivals stop at the horizon
 
 
+def test_peak_s_is_taken_modulo_the_period():
+    a = arrival_rate(env({"kind": "diurnal", "period_s": 3600, "peak_s": 600}, horizon_s=3600.0))
+    b = arrival_rate(env({"kind": "diurnal", "period_s": 3600}))  # default 50400 = 14 x 3600
+    c = arrival_rate(env({"kind": "diurnal", "period_s": 3600, "peak_s": 0}))
+    t = np.linspace(0, 200, 41)
+    assert np.allclose(b.rate(t), c.rate(t)) and a.multiplier(600.0) == pytest.approx(1.5)
+
+
 def test_bursts_raise_the_rate_in_their_window():
     cfg = env({"kind": "diurnal", "amplitude": 0.0, "bursts_per_hour": 2.0, "burst_factor": 4.0,
                "burst_s": 300.0}, arrival_rate_16=2.0, horizon_s=36000.0)
@@ -161,7 +169,7 @@ def test_the_example_file_is_the_documented_synthetic_day(repo):
     ({"kind": "diurnal", "amplitude": 1.2}, r"workload\.curve\.amplitude: 1\.2 is out of range"),
     ({"kind": "diurnal", "amplitude": -0.1}, r"workload\.curve\.amplitude"),
     ({"kind": "diurnal", "period_s": 0}, r"workload\.curve\.period_s: 0\.0 is out of range"),
-    ({"kind": "diurnal", "period_s": 3600, "peak_s": 3600}, r"workload\.curve\.peak_s"),
+    ({"kind": "diurnal", "peak_s": -1}, r"workload\.curve\.peak_s: -1\.0 is out of range"),
     ({"kind": "diurnal", "burst_factor": 0}, r"workload\.curve\.burst_factor"),
     ({"kind": "diurnal", "bursts_per_hour": -1}, r"workload\.curve\.bursts_per_hour"),
     ({"kind": "none", "bursts_per_hour": 1}, r"workload\.curve\.bursts_per_hour"),
