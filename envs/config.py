@@ -21,6 +21,7 @@ from typing import Any, Literal, Mapping
 from .config_base import (ConfigError, build, merge, replace, rng, to_dict)  # noqa: F401
 from . import dag_formats
 from .agents import AgentsConfig
+from .arrival_curves import ArrivalCurveConfig
 from .demands import MEMORY, SLOT
 from .nodes import NodeSpec
 from .runtime import RuntimeConfig
@@ -294,6 +295,10 @@ class WorkloadConfig:
         gt=0, le=1e4, doc="lambda16: workflows/s at 16 servers; lambda(N) = lambda16 * N / 16"))
     rate_schedule: tuple[tuple[float, float], ...] = field(default=(), metadata=rng(
         ge=0, doc="[[t_s, multiplier], ...]: piecewise-constant rate multiplier from t_s on"))
+    curve: ArrivalCurveConfig = field(default_factory=ArrivalCurveConfig, metadata=rng(
+        doc="a time-varying rate (envs/arrival_curves.py): none (the default, the constant "
+            "rate), diurnal (a sinusoid with bursts) or trace (a per-minute count file); "
+            "rate_schedule multiplies it"))
     horizon_s: float = field(default=200.0, metadata=rng(gt=0, le=1e7, doc="arrivals stop here"))
     min_tasks: int = field(default=3, metadata=rng(
         ge=1, le=10_000, doc="fewest tasks of a generated workflow (uniform in [min_tasks, "
@@ -334,6 +339,15 @@ class WorkloadConfig:
         times = [t for t, _ in self.rate_schedule]
         if times != sorted(times):
             raise ConfigError("workload.rate_schedule: times must be increasing")
+        if self.curve.kind == "trace":
+            if self.gpu_load is not None:
+                raise ConfigError("workload.gpu_load: a trace curve (workload.curve.kind: trace) "
+                                  "sets the rate itself (count / 60 x curve.scale); unset one")
+            end = self.curve.trace_s()
+            if not self.curve.repeat and self.horizon_s > end:
+                raise ConfigError(f"workload.horizon_s: {self.horizon_s} s passes the end of "
+                                  f"workload.curve.path {self.curve.path} ({end:g} s); shorten "
+                                  f"it or set workload.curve.repeat: true")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Where the simulator's workflows come from (``sim.arrivals``, a part the simulator owns and its
 fork copies): the arrival times (Poisson at ``workload.arrival_rate_16`` × N / 16 with the rate
-schedule, up to the horizon, or a scripted list of ``(time_s, workflow)``) and the workflows
+schedule, up to the horizon; with ``workload.curve`` the non-homogeneous process of
+``envs.arrival_curves``; or a scripted list of ``(time_s, workflow)``) and the workflows
 (the workload source), each drawn from its own random generator, so that arrivals never depend on
 what a policy did."""
 
@@ -13,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from .agents import expected_gpu_seconds
+from .arrival_curves import ArrivalRate, CurveArrivalProcess, burst_seed
 from .config import ConfigError, EnvConfig
 from .demands import GPU
 from .events import ARRIVAL, EventQueue
@@ -41,6 +43,16 @@ def base_rate(cfg: EnvConfig) -> float:
     return w.gpu_load * cap / _gpu_seconds(w.agents)
 
 
+def arrival_rate(cfg: EnvConfig, seed: np.random.SeedSequence | int | None = None) -> ArrivalRate:
+    """The arrival rate of ``cfg`` as a function of time (:class:`ArrivalRate`: ``rate(t)``,
+    ``multiplier(t)``, ``expected_arrivals(t0, t1)``): :func:`base_rate` (a trace's own rate for
+    ``workload.curve.kind: trace``) x the curve x ``rate_schedule``, 0 from ``horizon_s`` on.
+    ``seed`` draws the bursts (an episode's: ``sim.arrivals.rate``); None: their mean factor."""
+    w = cfg.workload
+    base = 1.0 if w.curve.kind == "trace" else base_rate(cfg)  # a trace sets its own rate
+    return ArrivalRate(base, w.horizon_s, w.curve, w.rate_schedule, seed)
+
+
 class Arrivals:
     """The next arrival's time (:meth:`next_time`) and workflow (:meth:`next_workflow`) of one
     episode; ``done`` once no more will come."""
@@ -51,13 +63,28 @@ class Arrivals:
         w = cfg.workload
         self.rng_arrivals, self.rng_workload = rng_arrivals, rng_workload
         self.source = make_source(w)
-        self.process = ArrivalProcess(base_rate(cfg), w.rate_schedule, w.horizon_s, rng_arrivals)
+        self._rate: ArrivalRate | None = None
+        if w.curve.active:  # workload.curve: the exact non-homogeneous process
+            self._rate = arrival_rate(cfg, burst_seed(rng_arrivals))
+            self.process = CurveArrivalProcess(self._rate, rng_arrivals)
+        else:  # the constant rate (with rate_schedule) as it always was
+            self.process = ArrivalProcess(base_rate(cfg), w.rate_schedule, w.horizon_s,
+                                          rng_arrivals)
+        self._cfg = cfg
         self.scripted: list[tuple[float, WorkflowSpec]] | None = None
         if scripted is not None:
             self.scripted = sorted(scripted, key=lambda tw: tw[0])[::-1]  # pop() from the end
             if any(t < 0 or not math.isfinite(t) for t, _ in self.scripted):
                 raise ValueError("arrivals: times must be finite and >= 0")
         self.done = False
+
+    @property
+    def rate(self) -> ArrivalRate:
+        """This episode's arrival rate (its bursts drawn), a pure function of time: rate,
+        multiplier, ``expected_arrivals(t0, t1)`` (envs.arrival_curves)."""
+        if self._rate is None:
+            self._rate = arrival_rate(self._cfg)
+        return self._rate
 
     def next_time(self, t: float) -> float | None:
         """When the next workflow arrives after ``t``; None (and ``done``) when none will."""
@@ -89,6 +116,7 @@ class Arrivals:
         out.rng_workload = copy_rng(self.rng_workload, rngs[1])
         out.source = copy_source(self.source)
         out.process = self.process.copy(out.rng_arrivals)
+        out._rate, out._cfg = self._rate, self._cfg
         out.scripted = None if self.scripted is None else list(self.scripted)
         out.done = self.done
         return out
