@@ -34,6 +34,7 @@ BENCH: dict[str, tuple[str, str]] = {
     "headroom": ("scale_ray.bench.headroom", "node rules vs EFT and Ray's default in Ray's resource model (agents.yaml)"),
     "runtime": ("scale_ray.bench.runtime", "what noisy, undeclared run times cost; hints, estimator and hedging"),
     "programs": ("scale_ray.bench.programs", "program-aware scheduling vs the same calls submitted one by one"),
+    "autoscale": ("scale_ray.bench.autoscale", "cluster sizing against a latency SLO: cost and attainment vs Ray's autoscaler"),
 }
 
 

@@ -26,6 +26,7 @@ from envs.simulator import Simulator
 from envs.trace import JsonlTraceWriter
 from policies import SAMPLE_PREFIX, get_policy, is_planner
 from policies.guard import Guard, GuardConfig, guard_summary, make_guard
+from policies.sizing import make_sizer
 
 from .live.raylocal import prepare_local_ray
 from .relative import rel
@@ -101,7 +102,7 @@ def start_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int
     workload, policy seed and first-level order every evaluation of it uses."""
     policy_seed = base_seed * 1_000_003 + episode
     policy, env = _policy(policy_spec, env, policy_seed, guard)
-    sim = Simulator(env, trace=trace)
+    sim = Simulator(env, trace=trace, sizer=make_sizer(env))  # env.sizing: who sizes
     sim.reset(episode_seed(base_seed, episode), arrivals=arrivals)
     policy.reset(policy_seed)
     return policy, sim
@@ -112,7 +113,7 @@ def simulate(env: EnvConfig, policy: Any, seed: int | np.random.SeedSequence,
     """One episode of ``policy`` (a policy object; a trained one through its guard) on
     ``env``: the workload of ``seed`` or the replayed ``arrivals`` (``[(model s,
     WorkflowSpec)]``); its metrics."""
-    sim = Simulator(env)
+    sim = Simulator(env, sizer=make_sizer(env))
     sim.reset(seed, arrivals=arrivals)
     policy.reset(policy_seed)
     while sim.current is not None:
