@@ -84,9 +84,16 @@ class ModelSizerConfig:
     interval_s: float = field(default=10.0, metadata=rng(gt=0, le=3600, doc="seconds between "
                                                          "decisions"))
     trend_s: float = field(default=300.0, metadata=rng(
-        gt=0, le=86_400, doc="the arrival rate and its trend are fitted over this past"))
-    max_utilization: float = field(default=0.8, metadata=rng(
+        gt=0, le=86_400, doc="the arrival rate is measured over this past"))
+    slope_s: float = field(default=900.0, metadata=rng(
+        gt=0, le=86_400, doc="its trend over this past (longer: a burst is not a trend)"))
+    down_step: float = field(default=0.1, metadata=rng(
+        gt=0, le=1, doc="give back at most this share of the nodes per turn"))
+    max_utilization: float = field(default=0.85, metadata=rng(
         gt=0, le=1, doc="the busiest share of a resource's capacity the plan allows"))
+    beta: float = field(default=1.5, metadata=rng(
+        ge=0, le=100, doc="square-root staffing: capacity >= load + beta x sqrt(load), load in "
+                          "capacity units (GPUs x GPU speed; CPUs x CPU speed)"))
     backlog_share: float = field(default=0.5, metadata=rng(
         gt=0, le=1, doc="queued work must drain within this share of the SLO's p95 bound"))
     down_after_s: float = field(default=120.0, metadata=rng(

@@ -261,7 +261,8 @@ def test_cheapest_mix_is_the_cheapest_cover():
 
 
 def test_ours_adds_on_top_drains_after_the_delay_and_keeps_gpus_for_gpu_work():
-    env = _env("model", sizing={"policy": "model", "model": {"down_after_s": 60}})
+    env = _env("model", sizing={"policy": "model", "model": {"down_after_s": 60,
+                                                             "down_step": 1.0}})
     sz = ModelSizer(env)
     arrivals = [float(t) for t in range(0, 1000, 1)]  # 1 request/s
     nodes = [_node(0, "gpu"), _node(1, "cpu")]
@@ -279,6 +280,13 @@ def test_ours_adds_on_top_drains_after_the_delay_and_keeps_gpus_for_gpu_work():
     kept = set(range(6)) - set(plan.drain)
     assert 9 in plan.drain and len(kept) == 1  # no GPU work: the GPU node goes back
     assert kept.pop() % 2 == 1  # the node kept is one that runs (idle ones drained first)
+    # by default at most a tenth of the nodes a turn, and none while a launch is under way
+    slow = ModelSizer(_env("model", sizing={"policy": "model", "model": {"down_after_s": 60}}))
+    slow.decide(_view(many, arrivals=arrivals, wpw=light, t=1000.0))
+    assert len(slow.decide(_view(many, arrivals=arrivals, wpw=light, t=1061.0)).drain) == 1
+    slow.reset()
+    for t in (1000.0, 1061.0):
+        assert slow.decide(_view(many, {"gpu": 1}, arrivals=arrivals, wpw=light, t=t)).drain == []
     # a node inside its billing minimum is not given back
     young = [_node(i, "cpu", age_s=10) for i in range(6)] + [_node(9, "gpu", age_s=10)]
     sz.reset()

@@ -6,25 +6,28 @@ request in flight (queued and running, in resource-seconds at speed 1, by kind: 
 the GPU, the rest for CPUs), the mean work of a request, the arrivals and their trend, and the
 price of each node type. Every ``interval_s``:
 
-1. **Rate.** r = arrivals over the last ``trend_s``; its slope from the two halves of that span
-   (none before half of ``trend_s`` has passed);
+1. **Rate.** r = arrivals over the last ``trend_s``; its slope from the two halves of the last
+   ``slope_s`` (longer, so that a burst is not taken for a trend; none before ``slope_s``);
    the rate expected when a node asked for now joins, r + max(slope, 0) x (the slowest launch
    + one interval): up at once, down only as it is seen.
-2. **Need**, per kind k: r x (work of a request in k) / ``max_utilization`` + (work ready and
-   waiting for a node in k) / (``backlog_share`` x the SLO's p95 bound): the steady load with head-room, and a
+2. **Need**, per kind k, with the offered load a = r x (work of a request in k), in capacity
+   units: max(a / ``max_utilization``, a + ``beta`` x sqrt(a)) (square-root staffing: a small
+   cluster needs more head-room than a large one for the same wait, as in Erlang C), plus
+   (work ready and waiting for a node in k) / (``backlog_share`` x the SLO's p95 bound), a
    backlog that would otherwise outlive the SLO.
 3. **Mix.** Up: the cheapest nodes to add to what is there (never a trade of one type for
    another) whose capacity covers the need; down: the cheapest subset of what is there that
    covers the need with ``down_margin`` to spare, within ``min_nodes``. Capacity: GPU capacity = GPUs x GPU speed, on GPU tiers only (GPU nodes only for GPU
    demand); CPU capacity = CPUs x CPU speed, a GPU node's counted at 1 - ``GPU_CPU_RESERVE``
    (its CPUs also feed its model calls). Enumerated exactly over the tiers of a kind.
-4. **Apply.** Additions launch at once. A smaller mix that stays enough for ``down_after_s``
-   gives the rest back, draining the nodes with the fewest runs that have served their billing
+4. **Apply.** Additions launch at once. A smaller mix that stays enough for ``down_after_s``,
+   with no launch under way, gives the rest back, at most ``down_step`` of the nodes a turn,
+   draining the nodes with the fewest runs that have served their billing
    minimum; a drained node takes no new work, so the placement
    consolidates on the rest and the drained ones empty.
 
 It does not read the future of the trace, and it has no learned part: its one calibrated
-setting is ``max_utilization`` (docs/autoscale.md says how it was chosen).
+settings are ``beta`` and ``max_utilization`` (docs/autoscale.md says how they were chosen).
 """
 
 from __future__ import annotations
@@ -80,25 +83,30 @@ class ModelSizer:
 
     def rate(self, view: SizingView) -> float:
         """Requests per second expected one launch ahead (step 1)."""
-        span = min(self.mc.trend_s, view.t)
+        mc, arr, t = self.mc, view.arrivals, view.t
+        span = min(mc.trend_s, t)
         if span <= 0:
             return 0.0
-        arr = view.arrivals
-        lo = bisect.bisect_left(arr, view.t - span)
-        mid = bisect.bisect_left(arr, view.t - span / 2)
-        n_old, n_new = mid - lo, len(arr) - mid
-        r = (n_old + n_new) / span
-        if span < self.mc.trend_s / 2:  # too short a past for a trend
+        r = (len(arr) - bisect.bisect_left(arr, t - span)) / span
+        if t < mc.slope_s:  # too short a past for a trend
             return r
-        slope = (n_new - n_old) / (span / 2) / (span / 2)
+        half = mc.slope_s / 2
+        old = bisect.bisect_left(arr, t - half) - bisect.bisect_left(arr, t - mc.slope_s)
+        new = len(arr) - bisect.bisect_left(arr, t - half)
+        slope = (new - old) / half / half
         return r + max(slope, 0.0) * self.horizon_s
 
     def need(self, view: SizingView) -> dict[str, float]:
         """Capacity needed per kind (step 2)."""
+        mc = self.mc
         r = self.rate(view)
-        drain_s = self.mc.backlog_share * self.cfg.sizing.slo.p95_s
-        return {k: r * view.work_per_workflow.get(k, 0.0) / self.mc.max_utilization
-                + view.queued_work.get(k, 0.0) / drain_s for k in (CPU, GPU)}
+        drain_s = mc.backlog_share * self.cfg.sizing.slo.p95_s
+        out = {}
+        for k in (CPU, GPU):
+            a = r * view.work_per_workflow.get(k, 0.0)  # the offered load, in capacity units
+            out[k] = max(a / mc.max_utilization, a + mc.beta * math.sqrt(a)) \
+                + view.queued_work.get(k, 0.0) / drain_s
+        return out
 
     def _caps(self, tier) -> tuple[float, float]:
         res = tier.spec().resources
@@ -141,6 +149,9 @@ class ModelSizer:
             plan.launch = launch
             self.above_since.clear()
             return plan
+        if any(view.launching.values()):  # no scale-down while launches are under way
+            self.above_since.clear()
+            return plan
         # down: the cheapest subset of what is there that covers the need with the margin
         margin = {k: v * (1 + mc.down_margin) for k, v in need.items()}
         down = self.mix(margin, floor, have)
@@ -150,10 +161,12 @@ class ModelSizer:
         since = self.above_since.setdefault("down", t)
         if t - since < mc.down_after_s:
             return plan
+        budget = max(1, math.ceil(mc.down_step * sum(have.values())))
         for name, k in have.items():
-            excess = k - down[name]
+            excess = min(k - down[name], budget)
             if excess <= 0:
                 continue
+            budget -= excess
             served = [nv for nv in nodes[name] if nv.age_s >= self.cfg.cluster.billing_min_s]
             served.sort(key=lambda nv: (nv.running, -nv.idle_s))
             plan.drain += [nv.id for nv in served[:excess]]
