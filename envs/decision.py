@@ -26,6 +26,9 @@ Who drives it: the simulator steps through a round one decision at a time (the a
 ``/v1/schedule`` and the live runtime call :meth:`DecisionCore.run_round` with the policy.
 Each keeps its own clock and executor; the rules live here and in the table only.
 
+The two-level fair share between tenants (``envs.fairshare.FairQueue``) is a ready queue of this
+core: only each tenant's best task sits in the heap, keyed by its tenant's virtual-time tag.
+
 Stdlib only (the table: numpy). Tasks are any objects with ``state`` (this module's
 :data:`READY` ...), ``key``, ``demands`` and ``waits`` attributes; :meth:`ReadyQueue.push` takes
 their order key and an integer tie breaker (the task id).
