@@ -48,9 +48,13 @@ MIN_SHARE = 1 / 16
 
 class FairShare:
     """The tenants' virtual-time tags (module docstring). ``weights``: a tenant's weight (> 0;
-    unlisted tenants 1): its tag advances by work / weight."""
+    unlisted tenants 1): its tag advances by work / weight. ``alive(task)``: whether a placed
+    task still counts for ``V`` (default: its ``state`` is READY, placed but not started yet,
+    or RUNNING; the live runtime also drops a task whose workflow failed or was cancelled)."""
 
-    def __init__(self, weights: dict[str, float] | None = None) -> None:
+    def __init__(self, weights: dict[str, float] | None = None,
+                 alive: Callable[[Any], bool] | None = None) -> None:
+        self._alive = alive or (lambda t: t.state == RUNNING or t.state == READY)
         self.tags: dict[str, float] = {}
         self.weights: dict[str, float] = {}
         for tenant, w in (weights or {}).items():
@@ -66,13 +70,13 @@ class FairShare:
         self.weights[tenant] = float(weight)
 
     def virtual_time(self) -> float:
-        """``V``: the smallest start tag of a task placed and not finished (its ``state``
-        READY (placed, not started yet) or RUNNING, its ``share`` still that tag), else the
-        largest start tag ever placed."""
+        """``V``: the smallest start tag of a task placed and not finished (``alive``, its
+        ``share`` still that tag), else the largest start tag ever placed."""
         heap = self._running
+        alive = self._alive
         while heap:
             tag, _, t = heap[0]
-            if (t.state == RUNNING or t.state == READY) and t.share == tag:
+            if t.share == tag and alive(t):
                 return tag
             heapq.heappop(heap)
         return self._last

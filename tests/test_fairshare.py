@@ -208,3 +208,17 @@ def test_the_quantum_setting_is_gone_with_a_clear_error():
     with pytest.raises(ConfigError, match="fair_share_quantum_s was removed"):
         parse_args({"live": {"fair_share_quantum_s": 20}})
     assert parse_args({"live": {"time_scale": 1.0}}).live.fair_share is True
+
+
+def test_a_run_of_a_failed_workflow_does_not_hold_the_virtual_time_back():
+    """The live runtime's ``alive``: a cancelled workflow's run (RUNNING until it returns) is
+    no longer the oldest run in progress, so a returning tenant is not lifted to its old tag."""
+    failed = set()
+    fs = FairShare(alive=lambda t: t.state in (READY, RUNNING) and t.gid not in failed)
+    old, new = T(0, "a", 0.0), T(1, "a", 0.0)
+    for t in (old, new):
+        fs.charge("a", t, 5.0)
+        t.state = RUNNING
+    assert fs.virtual_time() == 0.0
+    failed.add(0)
+    assert fs.virtual_time() == 5.0 and fs.lift("b") == 5.0

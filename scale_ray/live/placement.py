@@ -31,7 +31,7 @@ from envs.run_model import residual_s, show_overdue
 
 from .cluster import server_spec
 from .context import LiveContext
-from .tasks import READY, WAITING
+from .tasks import READY, RUNNING, WAITING
 
 if TYPE_CHECKING:
     from .nodes import LiveServer
@@ -108,7 +108,8 @@ class LivePlacement:
         #: core's queue takes the smallest-tag tenant's task first (``envs.fairshare``)
         self.fair: FairShare | None = None
         if ctx.cfg.fair_share:
-            self.fair = FairShare()
+            self.fair = FairShare(alive=lambda t: (t.state == RUNNING or t.state == READY)
+                                  and not t.wf.failed)
             self.core.queue = FairQueue(self.fair, lambda t: t.wf.handle.tenant,
                                         lambda t: t.work)
 
