@@ -222,3 +222,51 @@ def test_a_run_of_a_failed_workflow_does_not_hold_the_virtual_time_back():
     assert fs.virtual_time() == 0.0
     failed.add(0)
     assert fs.virtual_time() == 5.0 and fs.lift("b") == 5.0
+
+
+def test_an_agent_programs_later_step_goes_before_its_tenants_newer_workflows():
+    """Live (fair share on, one tenant, fifo): a program's second step, submitted after two
+    newer workflows of the tenant, is its tenant's next task, as without the fair share
+    (through the service, programs were 7-25 % slower than per call when a step queued behind
+    them)."""
+    from envs.config import replace
+    from policies import get_policy
+    from scale_ray.config import load_env
+    from scale_ray.live import LiveConfig, LiveScheduler, collect
+    from scale_ray.live.handles import WorkflowHandle
+    from scale_ray.live.programs import Program
+    from scale_ray.live.workflow import Primitive, emulated_body
+
+    env = replace(load_env(None, servers=2), mdp={"order": "fifo"})
+    sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0,
+                                                                 fair_share=True))
+    sched.clock_origin = sched.placement.origin = 0.0
+    prim = Primitive(emulated_body, 4.0)
+    prog = Program(sched, "p", "a", 0.0, started_wall=0.0)
+
+    def admit(at, program=None):
+        h = WorkflowHandle(int(at * 10), collect([prim.bind(0)]), at)
+        h.tenant, h.program = "a", program
+        sched.admission.admit(h)
+        return h.live_record.tasks[0]
+
+    first = admit(0.0, prog)
+    q = sched.placement.queue
+    assert isinstance(q, FairQueue) and q.heads["a"][2] is first
+    q.pop_head()  # placed: charged, its tenant's next task seated
+    first.state = RUNNING
+    newer = [admit(1.0), admit(2.0)]
+    assert q.heads["a"][2] is newer[0]
+    step = admit(3.0, prog)
+    assert q.heads["a"][2] is step  # the older program's step takes the tenant's seat
+    order = []
+    while q.heap:
+        e = q.heap[0]
+        if not q.fresh(e):
+            q.drop_head()
+            continue
+        order.append(q.pop_head()[2])
+        order[-1].state = RUNNING
+    assert order == [step, *newer]
+    assert [t.share for t in (first, step, *newer)] == sorted(
+        t.share for t in (first, step, *newer))
