@@ -1,7 +1,7 @@
 """What enters the live scheduler: a submitted workflow (:class:`Admission`: its tasks' order
 keys from ``envs.order``, what placing each charges its tenant when ``fair_share`` is on
-(``envs.fairshare``), their dependencies, the tasks that finished before a restart (``Durability.resume``), the ready ones
-queued for placement) and a change of the node set (:class:`NodeEvents`: servers added, servers
+(``envs.fairshare``), their dependencies, the tasks that finished before a restart
+(``Durability.resume``), the ready ones queued for placement) and a change of the node set (:class:`NodeEvents`: servers added, servers
 gone with their runs lost, server actors that answered).
 
 Both are parts of :class:`scale_ray.live.scheduler.LiveScheduler` (``sched.admission``,
@@ -16,10 +16,9 @@ from itertools import islice
 from typing import Any, Callable
 
 from envs import order as orders
-
-from .context import LiveContext
 from envs.fairshare import MIN_SHARE
 
+from .context import LiveContext
 from .handles import WorkflowHandle
 from .nodes import LiveServer, NodeSet
 from .placement import LivePlacement
