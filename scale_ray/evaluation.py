@@ -276,7 +276,10 @@ def aggregate(episodes: Iterable[dict[str, Any]], policy: str, servers: int) -> 
         "guard_override_rate": mean("guard_override_rate"),
         "truncated_episodes": sum(bool(e["truncated"]) for e in eps),
     } | (_hedge_row(eps) if eps and "hedge_copies" in eps[0] else {}) | (
-        {"busy_server_s": mean("busy_server_s")} if eps and "busy_server_s" in eps[0] else {})
+        {"busy_server_s": mean("busy_server_s")} if eps and "busy_server_s" in eps[0] else {}) | (
+        {"cost": mean("cost"), "slo_attainment": mean("slo_attainment"),
+         "min_slo_attainment": min(e["slo_attainment"] for e in eps)}
+        if eps and "cost" in eps[0] else {})  # priced tiers or a sizer (docs/autoscale.md)
 
 
 def _hedge_row(eps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -509,6 +512,11 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         mean = r["mean_workflow_response_s"]
         if not (math.isnan(cens) or math.isnan(mean)) and abs(cens - mean) > 1e-9 * max(1, mean):
             unfinished.append(f"{label[r['policy']]} N={r['servers']}: {cens:.3f} s")
+    for r in rows:
+        if "cost" in r:  # priced tiers or a sizer (env.sizing; docs/autoscale.md)
+            lines.append(f"{label[r['policy']]} N={r['servers']}: cost {r['cost']:.2f} per "
+                         f"episode (the tiers' price_per_hour), SLO attainment "
+                         f"{r['slo_attainment']:.3f} (worst episode {r['min_slo_attainment']:.3f})")
     if unfinished:
         lines.append("unfinished workflows in some episodes: wf mean s counts completed ones; "
                      "over every workflow that arrived (censored at the episode's end): "

@@ -17,7 +17,7 @@ from envs.sizing import NodeView, Plan, SizingView
 from policies import get_policy
 from policies.sizing import Hpa, ModelSizer, RayAutoscaler, make_sizer
 from policies.sizing.model import cheapest_mix
-from scale_ray.evaluation import episode_seed
+from scale_ray.evaluation import episode_seed, run_episode
 
 TIERS = [
     {"name": "cpu", "count": 1, "resources": {"CPU": 8, "memory": 32}, "price_per_hour": 0.4,
@@ -300,3 +300,15 @@ def test_a_sizer_needs_the_sizing_policy_set():
         Simulator(env, sizer=RayAutoscaler(_env("ray")))
     assert make_sizer(env) is None
     assert replace(env, sizing={"policy": "hpa"}).sizing.policy == "hpa"
+
+
+def test_the_bench_static_arm_gets_the_same_requests_and_the_decision_time_is_measured():
+    from scale_ray.bench.autoscale import _static, decision_time
+    env = _env("model", workload={"horizon_s": 120})
+    st = _static(env, {"cpu": 4, "gpu": 3})
+    assert st.cluster.tier_counts() == {"cpu": 4, "gpu": 3} and st.sizing.policy == "static"
+    _, a = _run(env)
+    b = run_episode(st, "eft", 0)
+    assert b["arrived_tasks"] == a["arrived_tasks"]  # lambda16 rescaled: the same requests
+    dt = decision_time(env, nodes=8, tasks=300)
+    assert dt["nodes"] == 8 and dt["tasks_in_flight"] >= 300 and dt["turn_ms_median"] > 0

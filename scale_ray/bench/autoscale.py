@@ -19,6 +19,7 @@ Arms (sizer / placement):
 ``--dt-nodes`` nodes and ``--dt-tasks`` tasks in flight.
 
     scale-ray bench autoscale --seeds 0 1 2 --json results/autoscale/autoscale.json
+    scale-ray bench autoscale --arms model/eft --seeds 100 101 --set sizing.model.beta=1.0
 """
 
 from __future__ import annotations
@@ -53,11 +54,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="paired episodes: the same requests and launch delays for every arm")
     p.add_argument("--horizon-s", type=float, default=None,
                    help="arrivals stop here (default: the config's workload.horizon_s)")
+    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS),
+                   help="the arms to run (static/eft needs ray/eft, the tuned grid ray/ray)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="env override, e.g. --set sizing.model.beta=1.5 (repeatable)")
     p.add_argument("--no-tuned", action="store_true",
                    help="skip the tuned Ray grid (2 x 3 settings x seeds episodes)")
     p.add_argument("--workers", type=int, default=2, help="processes")
     p.add_argument("--decision-time", action="store_true",
                    help="also time our sizer's turn at --dt-nodes nodes, --dt-tasks in flight")
+    p.add_argument("--only-decision-time", action="store_true",
+                   help="time our sizer's turn (--decision-time) and run no episode")
     p.add_argument("--dt-nodes", type=int, default=256, help="nodes for --decision-time")
     p.add_argument("--dt-tasks", type=int, default=10_000,
                    help="tasks in flight for --decision-time")
@@ -78,13 +85,16 @@ def _episode(job: tuple) -> dict[str, Any]:
 
 
 def _static(env, peak: dict[str, int]):
-    """``env`` with a fixed cluster of ``peak`` nodes per tier, no sizer."""
+    """``env`` with a fixed cluster of ``peak`` nodes per tier, no sizer, the same requests (the
+    arrival rate is lambda16 x N / 16 of the initial N: lambda16 rescaled to keep it)."""
     cl = to_dict(env.cluster)
     for t in cl["tiers"]:
         t["count"] = peak[t["name"]]
         t["max_nodes"] = max(t.get("max_nodes") or 0, t["count"])
     cl["servers"] = sum(peak.values())
-    return replace(env, cluster=cl, sizing={"policy": "static"})
+    rate = env.workload.arrival_rate_16 * env.cluster.servers / cl["servers"]
+    return replace(env, cluster=cl, sizing={"policy": "static"},
+                   workload={"arrival_rate_16": rate})
 
 
 def _run(jobs: list[tuple], workers: int, label: str) -> list[dict[str, Any]]:
@@ -174,44 +184,56 @@ def decision_time(env, nodes: int, tasks: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    env = load_env(args.config)
+    env = load_env(args.config, args.overrides)
     if args.horizon_s is not None:
         env = replace(env, workload={"horizon_s": args.horizon_s})
     if env.sizing.policy == "static":
         env = replace(env, sizing={"policy": "model"})  # validates the bounds a sizer needs
     t0 = time.perf_counter()
     dt = None
-    if args.decision_time:
+    if args.decision_time or args.only_decision_time:
         dt = decision_time(env, args.dt_nodes, args.dt_tasks)
         print(f"decision time: {dt['nodes']} nodes, {dt['tasks_in_flight']} tasks in flight: "
               f"turn {dt['turn_ms_median']:.1f} ms median, {dt['turn_ms_max']:.1f} ms max "
               f"(view {dt['view_ms_median']:.1f} ms, decide {dt['decide_ms_median']:.1f} ms)",
               flush=True)
-    episodes = _run([(env, arm, None, s) for arm in ARMS for s in args.seeds], args.workers,
+        if args.only_decision_time:
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump({"config": args.config, "decision_time": dt}, fh, indent=1)
+                print(f"wrote {args.json}")
+            return 0
+    arms = tuple(a for a in ARMS if a in args.arms)
+    episodes = _run([(env, arm, None, s) for arm in arms for s in args.seeds], args.workers,
                     "arms")
-    peak_ray = {t.name: max(e["peak_nodes"][t.name] for e in episodes if e["arm"] == "ray/ray")
+
+    def peak(arm: str) -> dict[str, int]:
+        return {t.name: max(e["peak_nodes"][t.name] for e in episodes if e["arm"] == arm)
                 for t in env.cluster.tiers}
-    peak_eft = {t.name: max(e["peak_nodes"][t.name] for e in episodes if e["arm"] == "ray/eft")
-                for t in env.cluster.tiers}
-    static_env = _static(env, peak_eft)
-    jobs = [(static_env, "static/eft", None, s) for s in args.seeds]
-    settings = []
-    if not args.no_tuned:
+
+    peak_eft = peak("ray/eft") if "ray/eft" in arms else None
+    jobs, settings = [], []
+    if peak_eft is not None:
+        jobs = [(_static(env, peak_eft), "static/eft", None, s) for s in args.seeds]
+        arms += ("static/eft",)
+    if not args.no_tuned and "ray/ray" in arms:
+        peak_ray = peak("ray/ray")
         for f in FRACTIONS:
             for idle in IDLE_S:
                 settings.append({"idle_timeout_s": idle, "min_workers": {
                     k: int(math.floor(f * v)) for k, v in peak_ray.items()}})
         jobs += [(env, "ray-tuned/ray", st, s) for st in settings for s in args.seeds]
-    episodes += _run(jobs, args.workers, "static and the tuned Ray grid")
+    if jobs:
+        episodes += _run(jobs, args.workers, "static and the tuned Ray grid")
     target = env.sizing.slo.target
-    rows = [summarize(episodes, arm) for arm in ARMS + ("static/eft",)]
+    rows = [summarize(episodes, arm) for arm in arms]
     grid = []
     for st in settings:
         mine = [e for e in episodes if e["arm"] == "ray-tuned/ray" and e["setting"] == st]
         grid.append({"setting": st, "cost": float(np.mean([e["cost"] for e in mine])),
                      "min_attainment": min(e["slo_attainment"] for e in mine)})
     ok = [g for g in grid if g["min_attainment"] >= target]
-    ref = "ray/ray"
+    ref = "ray/ray" if "ray/ray" in arms else arms[0]
     if ok:
         best = min(ok, key=lambda g: g["cost"])
         tuned = [dict(e, arm="ray-tuned/ray") for e in episodes
