@@ -117,7 +117,7 @@ def fork(sim: "Simulator", rngs: Sequence[np.random.Generator] | None = None) ->
     new.submission = sim.submission.copy()
     new.busy_since = list(sim.busy_since)
     new.idle_since = list(sim.idle_since)
-    new.scaling = new._sizer = None  # a fork does not size (envs.sim_scaling)
+    new.scaling = new.sizer = None  # a fork does not size (envs.sim_scaling)
     new.resource_s = None if sim.resource_s is None else list(sim.resource_s)
     new.encoder = sim.encoder.copy()
     _copy_runs(sim, new, tasks)

@@ -112,7 +112,8 @@ class Cluster:
             self.billing.rekey(launched, sid)
         else:
             self.billing.start(sid, tier.name, t)
-        self.sim.idle_since[slot] = t
+        if self.sim is not None:
+            self.sim.idle_since[slot] = t
         if trace is not None:
             trace({"t": t, "event": "server_add", "server": sid, "tier": tier.name,
                    "compute": tier.compute, "memory_gb": self.table.memory_l[slot]})

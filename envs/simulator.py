@@ -95,7 +95,7 @@ class Simulator:
             raise ValueError("Simulator(sizer=...): set env.sizing.policy (its tiers' max_nodes "
                              "bound the node table)")
         self.cfg = config
-        self._sizer = sizer
+        self.sizer = sizer
         self.n_slots = config.padded_servers
         c = config.cluster
         self.network = c.network
@@ -157,11 +157,11 @@ class Simulator:
                                self._queue, self.event_q, self.hedges, self)
         self.cluster.start(self.t, self.trace)
         #: the sizer's turns (envs.sim_scaling); None: nobody sizes the cluster
-        self.scaling = None if self._sizer is None else Scaling(
-            cfg, self._sizer, np.random.Generator(np.random.PCG64(launch_ss)), self,
+        self.scaling = None if self.sizer is None else Scaling(
+            cfg, self.sizer, np.random.Generator(np.random.PCG64(launch_ss)), self,
             self.cluster)
         if self.scaling is not None:
-            self._sizer.reset()
+            self.sizer.reset()
             self.scaling.start(self.t)
         self.arrivals.schedule(self.t, self.event_q)
         self._select()

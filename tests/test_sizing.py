@@ -134,7 +134,9 @@ def test_a_launch_joins_after_its_delay_and_is_billed_from_the_ask():
 
 def test_drained_nodes_take_no_new_work_and_leave_when_their_runs_end():
     events = []
-    env = _env("model", sizing={"policy": "model", "model": {"down_after_s": 0}})
+    env = _env("model", sizing={"policy": "model", "model": {"down_after_s": 0, "down_step": 1}},
+               cluster={"servers": 7, "tiers": [dict(TIERS[0], count=4), dict(TIERS[1], count=3)]},
+               workload={"arrival_rate_16": 16.0, "rate_schedule": [[0, 1.0], [200, 0.1]]})
     sim, m = _run(env, trace=events.append)
     assert m["nodes_drained"] > 0
     assert m["completed_workflows_ratio"] == 1.0  # nothing lost across the scale-downs

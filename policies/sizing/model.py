@@ -115,19 +115,23 @@ class ModelSizer:
         return cpu, gpu
 
     def mix(self, need: dict[str, float], lo: dict[str, int], hi: dict[str, int]
-            ) -> dict[str, int] | None:
+            ) -> tuple[dict[str, int], bool]:
         """The cheapest counts per tier within ``lo``..``hi`` whose capacity covers ``need``
-        (step 3); None when none does."""
+        (step 3), and whether they do: a kind nothing covers gets its tiers at ``hi``."""
         gpu_tiers = [t for t in self.tiers if self._caps(t)[1] > 0]
         cpu_tiers = [t for t in self.tiers if self._caps(t)[1] == 0]
         g = cheapest_mix(need[GPU], [(t.name, self._caps(t)[1], t.price_per_hour, lo[t.name],
                                       hi[t.name]) for t in gpu_tiers])
+        covered = g is not None
         if g is None:
-            return None
+            g = {t.name: hi[t.name] for t in gpu_tiers}
         cpu_left = need[CPU] - sum(g[t.name] * self._caps(t)[0] for t in gpu_tiers)
         c = cheapest_mix(cpu_left, [(t.name, self._caps(t)[0], t.price_per_hour, lo[t.name],
                                      hi[t.name]) for t in cpu_tiers])
-        return None if c is None else g | c
+        if c is None:
+            covered = False
+            c = {t.name: hi[t.name] for t in cpu_tiers}
+        return g | c, covered
 
     def decide(self, view: SizingView) -> Plan:
         mc, t = self.mc, view.t
@@ -140,9 +144,7 @@ class ModelSizer:
         floor = {tier.name: tier.min_nodes for tier in self.tiers}
         top = {tier.name: max(tier.max_nodes, have[tier.name]) for tier in self.tiers}
         # up: the cheapest additions to what is there (never trade one type for another)
-        up = self.mix(need, have, top)
-        if up is None:
-            up = top  # short even at every bound: all of it
+        up, _ = self.mix(need, have, top)  # short even at every bound: that kind at its bound
         plan = Plan(why=f"need cpu {need[CPU]:.1f} gpu {need[GPU]:.2f}")
         launch = {k: up[k] - have[k] for k in have if up[k] > have[k]}
         if launch:
@@ -154,8 +156,8 @@ class ModelSizer:
             return plan
         # down: the cheapest subset of what is there that covers the need with the margin
         margin = {k: v * (1 + mc.down_margin) for k, v in need.items()}
-        down = self.mix(margin, floor, have)
-        if down is None or down == have:
+        down, covered = self.mix(margin, floor, have)
+        if not covered or down == have:
             self.above_since.clear()
             return plan
         since = self.above_since.setdefault("down", t)

@@ -34,6 +34,10 @@ from typing import Any
 import numpy as np
 
 from envs.config_base import replace, to_dict
+from envs.sim_scaling import Scaling
+from envs.simulator import Simulator
+from policies import get_policy
+from policies.sizing import ModelSizer
 from scale_ray.config import load_env
 from scale_ray.evaluation import run_episode
 from scale_ray.relative import rel
@@ -148,10 +152,6 @@ def decision_time(env, nodes: int, tasks: int) -> dict[str, Any]:
     """Our sizer's turn (view + decide) timed at ``nodes`` nodes with ``tasks`` in flight: a
     static cluster of that size fed far more requests than it serves, stopped once ``tasks``
     are in flight; 50 turns timed."""
-    from envs.simulator import Simulator
-    from envs.sim_scaling import Scaling
-    from policies import get_policy
-    from policies.sizing import ModelSizer
     ratio = {t.name: t.max_nodes or 1 for t in env.cluster.tiers}
     total = sum(ratio.values())
     counts = {k: max(1, round(nodes * v / total)) for k, v in ratio.items()}

@@ -49,6 +49,7 @@ from scale_ray.live.config import LiveConfig
 from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target, rate_for_load,
                                    stream, warm_up, with_kinds, workload_specs)
 from scale_ray.live.workflow import dag_record
+from scale_ray.relative import rel
 
 from . import flood
 from .localservice import LocalService, scrape_metrics, successor_steps
@@ -381,10 +382,10 @@ def _fair_off(out: dict, off: dict, base: dict | None, args: argparse.Namespace)
     out["fair_share_off"] = row
     if base is not None:
         on_d, off_d = out["rel_diff_vs_ray_default"], row["rel_diff_vs_ray_default"]
-        print(f"mean vs ray-default: fair share on {100 * on_d:+.1f} % "
-              f"({out['mean_workflow_response_s']:.3f} s), off {100 * off_d:+.1f} % "
+        print(f"mean vs ray-default: fair share on {rel(on_d)} "
+              f"({out['mean_workflow_response_s']:.3f} s), off {rel(off_d)} "
               f"({off['mean_workflow_response_s']:.3f} s); the fair share costs "
-              f"{100 * (on_d - off_d):+.1f} points", flush=True)
+              f"{100 * (on_d - off_d):.1f} points (on - off)", flush=True)
 
 
 def _add_twin(out: dict, base: dict, env, specs, times, args: argparse.Namespace) -> None:
