@@ -52,6 +52,8 @@ class Scaling:
         self.turns = self.launched = self.drained = 0
         self.decide_s: list[float] = []
         self.peak: dict[str, int] = {t.name: 0 for t in cfg.cluster.tiers}
+        #: per turn: (t, nodes per tier accepting or launching) -- the bench's plot
+        self.timeline: list[tuple[float, dict[str, int]]] = []
 
     def start(self, t: float) -> None:
         """The first turn now; the peak counts from the initial nodes."""
@@ -110,8 +112,10 @@ class Scaling:
         return out
 
     def _note_peak(self) -> None:
-        for k, v in self.counts().items():
+        counts = self.counts()
+        for k, v in counts.items():
             self.peak[k] = max(self.peak[k], v)
+        self.timeline.append((self.sim.t, counts))
 
     def view(self) -> SizingView:
         """What the sizer reads now (``envs.sizing.SizingView``)."""
@@ -163,6 +167,9 @@ class Scaling:
         ms = [1e3 * s for s in self.decide_s] or [0.0]
         return {"sizing_turns": self.turns, "nodes_launched": self.launched,
                 "nodes_drained": self.drained, "peak_nodes": dict(self.peak),
+                "sizing_timeline": [[t, c] for t, c in self.timeline],
+                "arrivals_per_min": np.bincount(np.array(
+                    [int(w.arrival // 60) for w in self.sim.workflows], dtype=int)).tolist(),
                 "sizing_decide_ms_mean": float(np.mean(ms)),
                 "sizing_decide_ms_max": float(np.max(ms))}
 

@@ -15,6 +15,16 @@ Arms (sizer / placement):
 * ``static/eft`` — a fixed cluster sized for the peak: each type at the most nodes ``ray/eft``
   held at once on any seed.
 
+* ``oracle/eft`` — the hindsight oracle (:func:`run_oracle`): per window the cheapest mix that
+  meets the SLO, found on forks that know every arrival, its nodes there at once: a lower
+  bound, not a policy.
+
+``--plot PNG`` draws,
+for the first seed, the nodes per type over time of each arm against the load and the window
+p95. The JSON's headline keys: ``rel_cost_vs_ray_autoscaler`` (ours / the tuned Ray autoscaler
+- 1), ``rel_cost_vs_ray_autoscaler_eft`` (ours / Ray's autoscaler with EFT - 1),
+``slo_attainment`` (ours), ``ray_autoscaler_slo_attainment`` (Ray's defaults).
+
 ``--decision-time`` also times our sizer's turn (the view of the cluster and the decision) at
 ``--dt-nodes`` nodes and ``--dt-tasks`` tasks in flight.
 
@@ -34,12 +44,12 @@ from typing import Any
 import numpy as np
 
 from envs.config_base import replace, to_dict
-from envs.sim_scaling import Scaling
+from envs.sim_scaling import Scaling, work_of
 from envs.simulator import Simulator
 from policies import get_policy
 from policies.sizing import ModelSizer
 from scale_ray.config import load_env
-from scale_ray.evaluation import run_episode
+from scale_ray.evaluation import episode_seed, run_episode
 from scale_ray.relative import rel
 
 ARMS = ("model/eft", "ray/ray", "ray/eft", "hpa/eft")
@@ -62,6 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the arms to run (static/eft needs ray/eft, the tuned grid ray/ray)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="env override, e.g. --set sizing.model.beta=1.5 (repeatable)")
+    p.add_argument("--no-oracle", action="store_true",
+                   help="skip the hindsight oracle (a bisection of forks per window; slow)")
     p.add_argument("--no-tuned", action="store_true",
                    help="skip the tuned Ray grid (2 x 3 settings x seeds episodes)")
     p.add_argument("--workers", type=int, default=2, help="processes")
@@ -73,6 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dt-tasks", type=int, default=10_000,
                    help="tasks in flight for --decision-time")
     p.add_argument("--json", default=None, help="write every episode and the table here")
+    p.add_argument("--plot", default=None, metavar="PNG",
+                   help="nodes per type over time for each arm (the first seed), load, p95")
 
 
 def _episode(job: tuple) -> dict[str, Any]:
@@ -84,8 +98,13 @@ def _episode(job: tuple) -> dict[str, Any]:
     cfg = replace(env, sizing=over)
     t0 = time.perf_counter()
     m = run_episode(cfg, placement, seed)
-    return {k: m.get(k) for k in KEEP} | {"arm": arm, "setting": setting, "seed": seed,
-                                          "seconds": time.perf_counter() - t0}
+    out = {k: m.get(k) for k in KEEP} | {"arm": arm, "setting": setting, "seed": seed,
+                                         "seconds": time.perf_counter() - t0,
+                                         "slo_window_p95_s": m.get("slo_window_p95_s")}
+    if arm != "ray-tuned/ray":  # the plot's: nodes over time, arrivals per minute
+        out["timeline"] = m.get("sizing_timeline")
+        out["arrivals_per_min"] = m.get("arrivals_per_min")
+    return out
 
 
 def _static(env, peak: dict[str, int]):
@@ -146,6 +165,166 @@ def format_table(rows: list[dict[str, Any]], ref: str, target: float) -> str:
     lines.append(f"(means over paired seeds; attain: the share of SLO windows met, target "
                  f"{target:g}; min: the worst seed's)")
     return "\n".join(lines)
+
+
+def _set_counts(sim: Simulator, want: dict[str, int]) -> None:
+    """Nodes per tier now: missing ones join at once, surplus ones (the fewest runs first) drain."""
+    table, cl = sim.table, sim.cluster
+    have: dict[str, list[int]] = {k: [] for k in want}
+    for i in table.positions():
+        if table.accept_l[i]:
+            have[table.specs[i].name].append(i)
+    for tier, slots in have.items():
+        for _ in range(want[tier] - len(slots)):
+            cl.add(sim.cfg.cluster.tier(tier), sim.t, None)
+        for i in sorted(slots, key=lambda i: len(table.running[i]))[:max(0, len(slots) - want[tier])]:
+            cl.remove(sim.t, None, None, table.ids[i])
+
+
+def _run_until(sim: Simulator, pol, t_end: float) -> None:
+    while sim.current is not None and sim.t < t_end:
+        sim.step(pol.decide(sim))
+
+
+def _window(sim: Simulator, pol, k: int, w: float, bound: float, prev: dict[str, int],
+            counts: dict[str, int]) -> None:
+    """Window ``k`` of the oracle's run: ``counts`` nodes per tier, the previous window's kept
+    until ``bound`` s in (its requests' tail keeps the nodes it was sized with)."""
+    _set_counts(sim, {t: max(prev[t], counts[t]) for t in counts})
+    _run_until(sim, pol, k * w + min(bound, w))
+    _set_counts(sim, counts)
+    _run_until(sim, pol, (k + 1) * w)
+
+
+def _window_ok(sim: Simulator, pol, k: int, w: float, bound: float, prev: dict[str, int],
+               counts: dict[str, int]) -> bool:
+    """On ``sim`` (a fork): window ``k`` with ``counts``, then its requests' tail (the next
+    window keeps these nodes that long): whether their p95 meets ``bound``."""
+    _window(sim, pol, k, w, bound, prev, counts)
+    _run_until(sim, pol, (k + 1) * w + bound)  # by then each is done or too late
+    lo, hi = k * w, (k + 1) * w
+    resp = [wf.finish - wf.arrival if wf.done == wf.n else 1e18 for wf in sim.workflows
+            if lo <= wf.arrival < hi]
+    return not resp or float(np.percentile(resp, 95)) <= bound
+
+
+def run_oracle(job: tuple) -> dict[str, Any]:
+    """The hindsight oracle of one seed: window by window, the cheapest mix (ours, scaled by s)
+    whose fork of the run meets the window's p95, knowing every arrival (a fork replays them);
+    its nodes join at the window's start at once (no launch delay), billed from then, and a
+    window's surplus leaves ``p95_s`` into the next (its requests' tail): a lower bound on what
+    a sizer pays for the SLO, not a policy."""
+    env, seed, base_seed = job
+    t0 = time.perf_counter()
+    cfg = replace(env, sizing={"policy": "model"})
+    sim = Simulator(cfg)
+    sim.reset(episode_seed(base_seed, seed))
+    pol = get_policy("eft", cfg)
+    sizer = ModelSizer(cfg)
+    slo = cfg.sizing.slo
+    w, n = slo.window_s, math.ceil(cfg.workload.horizon_s / slo.window_s)
+    lo = {t.name: t.min_nodes for t in cfg.cluster.tiers}
+    hi = {t.name: t.max_nodes for t in cfg.cluster.tiers}
+    probe = sim.fork()
+    _run_until(probe, get_policy("eft", cfg), cfg.workload.horizon_s)
+    per_wf: dict[str, float] = {"CPU": 0.0, "GPU": 0.0}
+    for wf in probe.workflows:
+        for task in wf.tasks:
+            kind, x = work_of(task)
+            per_wf[kind] += x
+    per_wf = {k: v / max(len(probe.workflows), 1) for k, v in per_wf.items()}
+    arrivals = np.array([wf.arrival for wf in probe.workflows])
+    plan: list[dict[str, int]] = []
+    prev = {t.name: c for t, c in zip(cfg.cluster.tiers, cfg.cluster.tier_counts().values())}
+    for k in range(n):
+        rate = float(np.count_nonzero((arrivals >= k * w) & (arrivals < (k + 1) * w))) / w
+
+        def mix(scale: float) -> dict[str, int]:
+            need = {kd: scale * rate * per_wf[kd] for kd in ("CPU", "GPU")}
+            return sizer.mix(need, lo, hi)[0]
+
+        def ok(counts: dict[str, int]) -> bool:
+            return _window_ok(sim.fork(), pol, k, w, slo.p95_s, prev, counts)
+
+        a, b = 0.5, 4.0  # bisect the scale: a fails (or is the floor), b passes
+        if not ok(mix(b)):
+            best = hi
+        else:
+            for _ in range(6):
+                m = (a + b) / 2
+                if ok(mix(m)):
+                    b = m
+                else:
+                    a = m
+            best = mix(b)
+        plan.append(best)
+        _window(sim, pol, k, w, slo.p95_s, prev, best)
+        prev = best
+    while sim.current is not None:
+        sim.step(pol.decide(sim))
+    m = sim.metrics()
+    return {k: m.get(k) for k in KEEP} | {
+        "arm": "oracle/eft", "setting": None, "seed": seed, "plan": plan,
+        "slo_window_p95_s": m.get("slo_window_p95_s"), "seconds": time.perf_counter() - t0}
+
+
+def plot(path: str, episodes: list[dict[str, Any]], env, static: dict[str, int] | None) -> None:
+    """For the first seed: each arm's nodes per type over time (top), requests per minute and
+    each arm's window p95 against the SLO (bottom)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seed = min(e["seed"] for e in episodes)
+    mine = [e for e in episodes if e["seed"] == seed and e["arm"] != "ray-tuned/ray"]
+    tiers = [t.name for t in env.cluster.tiers]
+    fig, axes = plt.subplots(len(tiers) + 1, 1, figsize=(10, 2.2 * (len(tiers) + 1)),
+                             sharex=True)
+    horizon = env.workload.horizon_s
+    for e in mine:
+        for ax, tier in zip(axes, tiers):
+            if e.get("timeline"):
+                ts = [p[0] / 3600 for p in e["timeline"]]
+                ax.step(ts, [p[1][tier] for p in e["timeline"]], where="post", label=e["arm"],
+                        lw=1)
+            elif static is not None:
+                ax.plot([0, horizon / 3600], [static[tier]] * 2, ls="--", label=e["arm"], lw=1)
+    for ax, tier in zip(axes, tiers):
+        ax.set_ylabel(f"{tier} nodes")
+    axes[0].legend(fontsize=7, ncol=3)
+    ax = axes[-1]
+    per_min = next((e["arrivals_per_min"] for e in mine if e.get("arrivals_per_min")), [])
+    ax.bar([k / 60 for k in range(len(per_min))], per_min, width=1 / 60, color="0.8",
+           align="edge", label="requests / min")
+    ax.set_ylabel("requests / min")
+    ax2 = ax.twinx()
+    w = env.sizing.slo.window_s
+    for e in mine:
+        p95 = [min(x, 3 * env.sizing.slo.p95_s) for x in e["slo_window_p95_s"]]
+        ax2.step([(k * w) / 3600 for k in range(len(p95) + 1)], p95 + p95[-1:], where="post",
+                 lw=1)
+    ax2.axhline(env.sizing.slo.p95_s, color="red", lw=0.8, ls=":")
+    ax2.set_ylabel("window p95 s (SLO dotted)")
+    ax.set_xlabel(f"hours (seed {seed})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON's headline keys (module docstring); None where an arm did not run."""
+    by = {r["arm"]: r for r in rows}
+
+    def ratio(a: str, b: str) -> float | None:
+        return by[a]["cost"] / by[b]["cost"] - 1 if a in by and b in by else None
+
+    return {"rel_cost_vs_ray_autoscaler": ratio("model/eft", "ray-tuned/ray"),
+            "rel_cost_vs_ray_autoscaler_eft": ratio("model/eft", "ray/eft"),
+            "rel_cost_vs_oracle": ratio("model/eft", "oracle/eft"),
+            "slo_attainment": by["model/eft"]["slo_attainment"] if "model/eft" in by else None,
+            "ray_autoscaler_slo_attainment": (by["ray/ray"]["slo_attainment"]
+                                              if "ray/ray" in by else None)}
 
 
 def decision_time(env, nodes: int, tasks: int) -> dict[str, Any]:
@@ -225,6 +404,15 @@ def run(args: argparse.Namespace) -> int:
         jobs += [(env, "ray-tuned/ray", st, s) for st in settings for s in args.seeds]
     if jobs:
         episodes += _run(jobs, args.workers, "static and the tuned Ray grid")
+    if not args.no_oracle:
+        print(f"the hindsight oracle: {len(args.seeds)} seeds on {args.workers} processes "
+              f"(a bisection of forks per {env.sizing.slo.window_s:g}-s window)", flush=True)
+        with ProcessPoolExecutor(max(1, args.workers)) as pool:
+            for e in pool.map(run_oracle, [(env, s, 0) for s in args.seeds]):
+                episodes.append(e)
+                print(f"  oracle seed {e['seed']}: ${e['cost']:.2f}, attainment "
+                      f"{e['slo_attainment']:.3f} ({e['seconds']:.0f} s)", flush=True)
+        arms += ("oracle/eft",)
     target = env.sizing.slo.target
     rows = [summarize(episodes, arm) for arm in arms]
     grid = []
@@ -251,10 +439,16 @@ def run(args: argparse.Namespace) -> int:
                   f"{g['min_attainment']:.3f}")
         print("  chosen: " + (json.dumps(best["setting"]) if ok else
                               "none meets the SLO on every seed (reference: ray/ray)"))
+    head = headline(rows)
+    print("headline: " + ", ".join(f"{k} {rel(v) if k.startswith('rel') else f'{v:.3f}'}"
+                                   for k, v in head.items() if v is not None))
     print(f"total {time.perf_counter() - t0:.0f} s")
+    if args.plot:
+        plot(args.plot, episodes, env, peak_eft)
+        print(f"wrote {args.plot}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"config": args.config, "seeds": args.seeds,
+            json.dump(head | {"config": args.config, "seeds": args.seeds,
                        "horizon_s": env.workload.horizon_s, "slo": {
                            "p95_s": env.sizing.slo.p95_s, "window_s": env.sizing.slo.window_s,
                            "target": target},
