@@ -18,20 +18,21 @@ task, the model clock, its input's node, and the observation the policy's encode
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from envs.config import FeatureConfig
 from envs.decision import DecisionCore, ReadyQueue, Rules
-from envs.fairshare import FairQueue, FairShare
 from envs.encoding import TaskFacts, make_encoder
 from envs.nodes import NodeTable
 from envs.run_model import residual_s, show_overdue
 
 from .cluster import server_spec
 from .context import LiveContext
-from .tasks import READY, RUNNING, WAITING
+from .fairshare import TenantOrder
+from .tasks import READY, WAITING
 
 if TYPE_CHECKING:
     from .nodes import LiveServer
@@ -104,14 +105,8 @@ class LivePlacement:
         self.shown: Callable[[Any], float] = (
             (lambda t: t.prim.compute_gflop) if est is None
             else (lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)))
-        #: the two-level fair share between tenants (``live.fair_share``; None: off): the
-        #: core's queue takes the smallest-tag tenant's task first (``envs.fairshare``)
-        self.fair: FairShare | None = None
-        if ctx.cfg.fair_share:
-            self.fair = FairShare(alive=lambda t: (t.state == RUNNING or t.state == READY)
-                                  and not t.wf.failed)
-            self.core.queue = FairQueue(self.fair, lambda t: t.wf.handle.tenant,
-                                        lambda t: t.work)
+        #: the fair share's second level: a tenant's tags in the configured order (None: off)
+        self.lanes: TenantOrder | None = TenantOrder() if ctx.cfg.fair_share else None
 
     @property
     def origin(self) -> float:
@@ -138,8 +133,9 @@ class LivePlacement:
         if slotted is not None and slotted != self.slotted:
             self.slotted = slotted
             q = self.queue
-            for e in q.entries():  # what a run holds changed
-                e[2].demands = self.demands_of(e[2])
+            for entries in (q.heap, q.deferred, q.blocked):  # what a run holds changed
+                for e in entries:
+                    e[2].demands = self.demands_of(e[2])
         self.alive = alive
         self._pos = {id(s): i for i, s in enumerate(alive)}
         self.changed = True
@@ -211,8 +207,12 @@ class LivePlacement:
 
     def rekey(self, t: LiveTask) -> None:
         """Ready ``t`` is queued (again, under a new order key: a dynamic order; the queue
-        drops the older entry when it reaches the top; with the fair share, in its tenant's
-        lane)."""
+        drops the older entry when it reaches the top). With the fair share, its tenant's
+        tags are dealt out in order first (``lanes``): the tasks whose tags moved are queued
+        again too."""
+        if self.lanes is not None:
+            for u in self.lanes.enter(t):
+                self.queue.push(u.key, u.gid, u)
         self.queue.push(t.key, t.gid, t)
         self.changed = True
 
@@ -283,9 +283,8 @@ class LivePlacement:
             except Exception as e:
                 # raised by the core (its table, the queue) while the task at the head of the
                 # queue was looked at: that task's; every other task keeps its place
-                queue = self.queue
-                if failed is None or not queue.heap:
+                heap = self.queue.heap
+                if failed is None or not heap:
                     raise
-                t = queue.heap[0][2]
-                queue.drop_head()
+                _, _, t = heapq.heappop(heap)
                 failed(t, "place", e)
