@@ -242,10 +242,10 @@ class FairQueue(ReadyQueue):
         """Deferred or set-aside heads compete again: back to their lanes, seats re-dealt."""
         touched = set()
         for (_, key), tie, t in entries:
+            tenant = self.tenant_of(t)
+            touched.add(tenant)  # a head that is no longer ready still frees its tenant's seat
             if t.state == READY:
-                tenant = self.tenant_of(t)
                 heapq.heappush(self.lanes.setdefault(tenant, []), (key, tie, t))
-                touched.add(tenant)
         for tenant in touched:
             self._unseat(tenant)
             self._seat(tenant)

@@ -270,3 +270,69 @@ def test_an_agent_programs_later_step_goes_before_its_tenants_newer_workflows():
     assert order == [step, *newer]
     assert [t.share for t in (first, step, *newer)] == sorted(
         t.share for t in (first, step, *newer))
+
+
+def test_a_deferred_head_that_stops_being_ready_frees_its_tenants_seat():
+    """The replica-kill hang: a tenant's head was deferred (no server idle), then left the
+    ready state while set aside (its workflow failed, or it was resumed done); when the
+    deferred tasks compete again the tenant's next task must take the seat."""
+    q = fair_queue()
+    a1, a2 = T(1, "a", 0.0), T(2, "a", 1.0)
+    for t in (a1, a2):
+        q.push(t.key, t.gid, t)
+    q.defer_all()
+    a1.state = DONE
+    q.requeue_deferred()
+    assert [e[2] for e in q.heap if q.fresh(e)] == [a2]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_no_ready_task_is_ever_stranded_outside_the_seats(seed):
+    """Random pushes, re-keys, defers, set-asides, placements and state changes: once the
+    set-aside tasks compete again, draining the queue the way the core does (dropping stale
+    heads, placing fresh ones) yields every ready task exactly once."""
+    import random
+    rng = random.Random(seed)
+    q = fair_queue()
+    tasks = []
+    for step in range(400):  # the last 100 push nothing: no new task of a tenant re-seats it
+        op = rng.random() if step < 300 else 0.45 + 0.55 * rng.random()
+        if op < 0.35 or not tasks:
+            t = T(len(tasks), rng.choice("abc"), rng.random())
+            tasks.append(t)
+            q.push(t.key, t.gid, t)
+        elif op < 0.45:  # a dynamic order re-keys a ready task
+            t = rng.choice(tasks)
+            if t.state == READY:
+                t.key = (rng.random(), 0, t.gid)
+                q.push(t.key, t.gid, t)
+        elif op < 0.6 and q.heap:
+            q.defer_head() if q.fresh(q.heap[0]) else q.drop_head()
+        elif op < 0.65 and q.heap:
+            q.block_head() if q.fresh(q.heap[0]) else q.drop_head()
+        elif op < 0.7:
+            q.defer_all()
+        elif op < 0.8 and q.heap:
+            if q.fresh(q.heap[0]):
+                q.pop_head()[2].state = RUNNING
+            else:
+                q.drop_head()
+        elif op < 0.9:  # a task leaves the ready state behind the queue's back
+            t = rng.choice(tasks)
+            if t.state == READY:
+                t.state = DONE
+        else:
+            q.requeue_deferred() if rng.random() < 0.5 else q.requeue_blocked()
+    q.requeue_deferred()
+    q.requeue_blocked()
+    placed = []
+    while q.heap:
+        if q.fresh(q.heap[0]):
+            t = q.pop_head()[2]
+            t.state = RUNNING
+            placed.append(t.gid)
+        else:
+            q.drop_head()
+    ready = sorted(t.gid for t in tasks if t.state == RUNNING and t.gid in placed)
+    assert sorted(placed) == ready and len(placed) == len(set(placed))
+    assert not [t.gid for t in tasks if t.state == READY]  # none stranded in a lane
