@@ -123,6 +123,10 @@ def build(cls: type, data: Mapping[str, Any] | None, path: str = "") -> Any:
         raise ConfigError(f"{path or cls.__name__}: expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    removed = getattr(cls, "REMOVED_KEYS", {})  # {key: why it went and what replaces it}
+    for name in sorted(set(data) & set(removed)):
+        where = f"{path}." if path else ""
+        raise ConfigError(f"{where}{name} was removed: {removed[name]}")
     unknown = sorted(set(data) - set(fields))
     if unknown:
         where = f"{path}." if path else ""

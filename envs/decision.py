@@ -26,6 +26,9 @@ Who drives it: the simulator steps through a round one decision at a time (the a
 ``/v1/schedule`` and the live runtime call :meth:`DecisionCore.run_round` with the policy.
 Each keeps its own clock and executor; the rules live here and in the table only.
 
+The two-level fair share between tenants (``envs.fairshare.FairQueue``) is a ready queue of this
+core: only each tenant's best task sits in the heap, keyed by its tenant's virtual-time tag.
+
 Stdlib only (the table: numpy). Tasks are any objects with ``state`` (this module's
 :data:`READY` ...), ``key``, ``demands`` and ``waits`` attributes; :meth:`ReadyQueue.push` takes
 their order key and an integer tie breaker (the task id).
@@ -34,7 +37,8 @@ their order key and an integer tie breaker (the task id).
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Generator, NamedTuple
+from itertools import chain
+from typing import Any, Callable, Generator, Iterable, NamedTuple
 
 from .nodes import NodeTable
 
@@ -81,9 +85,25 @@ class ReadyQueue:
     def __len__(self) -> int:
         return len(self.heap)
 
+    #: a queue whose heap entries need more than the core's staleness check (``key`` and
+    #: ``state``): ``fresh(entry) -> bool`` (``envs.fairshare.FairQueue``); None: the core's
+    fresh: Callable[[tuple], bool] | None = None
+
     def push(self, key: tuple, tie: int, task: Any) -> None:
         """Make ``task`` ready (its ``state`` must be :data:`READY`)."""
         heapq.heappush(self.heap, (key, tie, task))
+
+    def drop_head(self) -> None:
+        """Drop the top entry (stale: its task is no longer ready, or was re-keyed)."""
+        heapq.heappop(self.heap)
+
+    def pop_head(self) -> tuple:
+        """The top task was placed: it leaves the queue."""
+        return heapq.heappop(self.heap)
+
+    def entries(self) -> Iterable[tuple]:
+        """Every entry held (queued, deferred, set aside; stale ones too), a snapshot."""
+        return chain(list(self.heap), list(self.deferred), list(self.blocked))
 
     def defer_head(self) -> None:
         """Set the top task aside until :meth:`requeue_deferred` (a wait without blocking)."""
@@ -174,11 +194,13 @@ class DecisionCore:
         queue = self.queue
         heap = queue.heap
         table = self.table
+        fresh = queue.fresh
         while heap:
             entry = heap[0]
             task = entry[2]
-            if task.state != READY or entry[0] is not task.key and entry[0] != task.key:
-                heapq.heappop(heap)  # stale: no longer ready, or re-keyed (a newer entry exists)
+            if (task.state != READY or entry[0] is not task.key and entry[0] != task.key) \
+                    if fresh is None else not fresh(entry):
+                queue.drop_head()  # stale: no longer ready, or re-keyed (a newer entry exists)
                 continue
             d = task.demands
             if not table.could_hold(d):  # no accepting node could ever hold it: set aside
@@ -209,7 +231,7 @@ class DecisionCore:
         is deferred, with it the round is over."""
         self.decisions += 1
         if self.table.fits_now(node, task.demands):
-            heapq.heappop(self.queue.heap)
+            self.queue.pop_head()
             return True
         task.waits += 1
         self.waits += 1

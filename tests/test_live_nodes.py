@@ -201,30 +201,32 @@ def test_with_the_estimator_the_node_rule_plans_with_run_times_learned_per_node_
 
 
 def test_the_fair_share_counts_resource_seconds_in_rays_resource_model():
-    """A tenant's tags advance by run time x the largest share of an average node its calls
-    hold: after one tenant's four one-GPU calls and another's four one-CPU calls of the same
-    compute, the CPU tenant's last call is tagged before the GPU tenant's second."""
+    """Placing a task charges its tenant run time x the largest share of an average node it
+    holds (at least envs.fairshare.MIN_SHARE): a one-GPU call 16 times a one-CPU call of the same
+    compute; a zero-CPU call the floor, not nothing."""
+    from envs.fairshare import MIN_SHARE
+
     gpu = LiveServer(0, _node("g", {"CPU": 8, "GPU": 1, "memory": 32e9}), 0)
     cpu = LiveServer(1, _node("c", {"CPU": 8, "memory": 32e9}), 0)
     env = load_env(None, servers=4)
-    sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0, fair_share=True,
-                                                             fair_share_quantum_s=0.0))
+    sched = LiveScheduler(get_policy("eft", env), env, LiveConfig(time_scale=1.0, fair_share=True))
     sched.nodes.slotted = False
     sched.set_alive([gpu, cpu])
     g1 = Primitive(emulated_body, 1.0, ray_options={"num_gpus": 1, "num_cpus": 1})
     c1 = Primitive(emulated_body, 1.0, ray_options={"num_cpus": 1})
+    z1 = Primitive(emulated_body, 1.0, ray_options={"num_cpus": 0, "memory": 1})
     table = sched.placement.table
     assert table.dominant_share(g1.ray_demands) == 2.0  # 1 GPU of 0.5 a node on average
     assert table.dominant_share(c1.ray_demands) == 0.125  # 1 CPU of 8
-    tags = {}
-    for tenant, p in (("gpu", g1), ("cpu", c1)):
+    work = {}
+    for tenant, p in (("gpu", g1), ("cpu", c1), ("zero", z1)):
         wf = collect([p.bind(i) for i in range(4)])
-        h = WorkflowHandle(len(tags), wf, 0.0)
+        h = WorkflowHandle(len(work), wf, 0.0)
         h.tenant = tenant
         sched.admission.admit(h)
-        tags[tenant] = sorted(t.share for t in h.live_record.tasks)
-    assert tags["cpu"][-1] < tags["gpu"][1]
-    assert tags["gpu"][1] - tags["gpu"][0] == 16 * (tags["cpu"][1] - tags["cpu"][0])
+        work[tenant] = [t.work for t in h.live_record.tasks]
+    assert work["gpu"][0] == pytest.approx(16 * work["cpu"][0]) and work["cpu"][0] > 0
+    assert work["zero"][0] == pytest.approx(work["cpu"][0] / 0.125 * MIN_SHARE)
 
 
 def test_the_service_quota_counts_resource_seconds_in_rays_resource_model():

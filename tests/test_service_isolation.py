@@ -21,7 +21,7 @@ from processes import no_ray_connection
 from scale_ray.live.workflow import primitive
 
 TOK_A, TOK_B = "tokA" + "a" * 28, "tokB" + "b" * 28
-TS = 0.1  # wall s per model s
+TS = 1.0  # wall s per model s: the shipped configs/serve/scheduler.yaml's
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 

@@ -49,6 +49,7 @@ from scale_ray.live.config import LiveConfig
 from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target, rate_for_load,
                                    stream, warm_up, with_kinds, workload_specs)
 from scale_ray.live.workflow import dag_record
+from scale_ray.relative import rel
 
 from . import flood
 from .localservice import LocalService, scrape_metrics, successor_steps
@@ -89,6 +90,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-ray-default", action="store_true",
                    help="skip the ray-default reference run (and the twin): the service's run "
                         "alone, e.g. to check replica kills")
+    p.add_argument("--fair-share", choices=("on", "off", "both"), default="on",
+                   help="the service's live.fair_share (on: as shipped); both: the stream "
+                        "through the service twice, fair share off first, each against the "
+                        "one ray-default run (fair_share_off in the JSON)")
     p.add_argument("--journal-overhead", action="store_true",
                    help="also run the stream twice without kills, with the journal and with "
                         "storage off, and report submit p50 and mean workflow response of both")
@@ -254,9 +259,13 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
 
 
 def service_run(cluster: LocalHeteroCluster, policy: str, env_config: str | None, specs: list,
-                times: np.ndarray, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+                times: np.ndarray, args: argparse.Namespace, workdir: Path,
+                fair_share: bool | None = None) -> dict[str, Any]:
     """One run of the stream through a freshly deployed service (``args.storage``: its
-    journal), with ``args``' kills."""
+    journal), with ``args``' kills; ``fair_share``: its live.fair_share (None: as
+    ``--fair-share``, on for ``both``)."""
+    if fair_share is None:
+        fair_share = getattr(args, "fair_share", "on") != "off"
     workdir.mkdir(parents=True, exist_ok=True)
     # a journal of its own per run (a later run on this cluster must not resume this one's)
     storage = str(workdir / "journal") if args.storage == "session" else args.storage
@@ -266,7 +275,7 @@ def service_run(cluster: LocalHeteroCluster, policy: str, env_config: str | None
         # are warm too: warm_up); the reaper frees idle CPUs for an autoscaler, not measured here
         "live": {"time_scale": args.time_scale, "storage": storage, "actor_idle_s": 600.0,
                  "estimator": getattr(args, "estimator", "off"),
-                 "hedge": getattr(args, "hedge", "off")},
+                 "hedge": getattr(args, "hedge", "off"), "fair_share": fair_share},
         # hint-free and noisy: the documents declare the nominal compute, which the service
         # hides from the scheduler and runs with noise (serve_apps.scheduler_config.Emulation)
         "emulation": {"hints": "none" if getattr(args, "hints", "exact") == "none"
@@ -276,7 +285,9 @@ def service_run(cluster: LocalHeteroCluster, policy: str, env_config: str | None
         out = run_service(svc, specs, times, args, workdir)
     finally:
         svc.stop()
-    print(f"service ({policy}, {args.clients} clients, journal {args.storage}): "
+    out["fair_share"] = fair_share
+    print(f"service ({policy}, {args.clients} clients, journal {args.storage}, fair share "
+          f"{'on' if fair_share else 'off'}): "
           f"{out['workflows_completed']}/{out['workflows_submitted']} completed, "
           f"{out['workflows_lost']} lost, mean {out['mean_workflow_response_s']:.3f} s, p95 "
           f"{out['p95_workflow_response_s']:.3f} s, p99 {out['p99_workflow_response_s']:.3f} s, "
@@ -357,6 +368,26 @@ def _against_ray_default(out: dict, base: dict, env, specs, times,
                       out["rel_diff_vs_ray_default"], out["validity"], out["rel_diff_interval"]))
 
 
+def _fair_off(out: dict, off: dict, base: dict | None, args: argparse.Namespace) -> None:
+    """``--fair-share both``: the fair-share-off run's numbers (and its relation to the same
+    ray-default run) into ``out["fair_share_off"]``, printed next to the fair-share run's."""
+    keep = ("mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_response_s",
+            "workflows_completed", "workflows_submitted", "double_booked", "killed_node")
+    row = {k: off.get(k) for k in keep}
+    if base is not None:
+        row["rel_diff_vs_ray_default"] = off["mean_workflow_response_s"] / base[
+            "mean_workflow_response_s"] - 1.0
+        row["rel_diff_interval"] = ratio_interval(off["workflow_response_s"],
+                                                  base["workflow_response_s"], args.seed)
+    out["fair_share_off"] = row
+    if base is not None:
+        on_d, off_d = out["rel_diff_vs_ray_default"], row["rel_diff_vs_ray_default"]
+        print(f"mean vs ray-default: fair share on {rel(on_d)} "
+              f"({out['mean_workflow_response_s']:.3f} s), off {rel(off_d)} "
+              f"({off['mean_workflow_response_s']:.3f} s); the fair share costs "
+              f"{100 * (on_d - off_d):.1f} points (on - off)", flush=True)
+
+
 def _add_twin(out: dict, base: dict, env, specs, times, args: argparse.Namespace) -> None:
     """The simulator twin's prediction of the same arrivals next to the live numbers."""
     twin = predict(runtime_env(setting_env(args.setting, args.nodes)
@@ -374,6 +405,9 @@ def _checked_env(args: argparse.Namespace):
     """The run's env config (``--setting`` or ``--env-config``), the arguments checked."""
     if args.clients < 1 or args.workflows < 1 or args.nodes < 1:
         raise ValueError("--clients, --workflows and --nodes must be >= 1")
+    if getattr(args, "fair_share", "on") == "both" and (args.kill_at >= 0 or args.kill_replica_at):
+        raise ValueError("--fair-share both: the two service runs must see the same cluster; "
+                         "use --kill-at -1 and no --kill-replica-at")
     if any(not 0 <= f < 1 for f in args.kill_replica_at):
         raise ValueError(f"--kill-replica-at: fractions in [0, 1), got {args.kill_replica_at}")
     if args.setting == "realistic":
@@ -410,6 +444,11 @@ def run(args: argparse.Namespace) -> int:
         warm_up(env, live)
         side = _journal_overhead(cluster, env, live, specs, times, args, Path(tmp)) \
             if args.journal_overhead else None
+        off = None
+        if args.fair_share == "both":  # the same stream, fair share off, first
+            off = service_run(cluster, args.policy, args.env_config, specs, times, args,
+                              Path(tmp) / "fair-off", fair_share=False)
+            load.sample()
         out = service_run(cluster, args.policy, args.env_config, specs, times, args, Path(tmp))
         load.sample()
         if args.journal_overhead:
@@ -425,6 +464,8 @@ def run(args: argparse.Namespace) -> int:
                hedge_mode=args.hedge, setting=args.setting, wall_s=time.perf_counter() - t0)
     if base is not None:
         _against_ray_default(out, base, env, specs, times, args, load)
+    if off is not None:
+        _fair_off(out, off, base, args)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2))

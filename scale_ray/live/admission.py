@@ -1,7 +1,7 @@
 """What enters the live scheduler: a submitted workflow (:class:`Admission`: its tasks' order
-keys from ``envs.order``, behind their fair-share start tags when ``fair_share`` is on, their
-dependencies, the tasks that finished before a restart (``Durability.resume``), the ready ones
-queued for placement) and a change of the node set (:class:`NodeEvents`: servers added, servers
+keys from ``envs.order``, what placing each charges its tenant when ``fair_share`` is on
+(``envs.fairshare``), their dependencies, the tasks that finished before a restart
+(``Durability.resume``), the ready ones queued for placement) and a change of the node set (:class:`NodeEvents`: servers added, servers
 gone with their runs lost, server actors that answered).
 
 Both are parts of :class:`scale_ray.live.scheduler.LiveScheduler` (``sched.admission``,
@@ -12,17 +12,16 @@ through its constructor.
 from __future__ import annotations
 
 import time
-from itertools import chain, islice
+from itertools import islice
 from typing import Any, Callable
 
 from envs import order as orders
+from envs.fairshare import MIN_SHARE
 
 from .context import LiveContext
-from .fairshare import FairShare
 from .handles import WorkflowHandle
 from .nodes import LiveServer, NodeSet
 from .placement import LivePlacement
-from .runs import Runs
 from .tasks import DONE, READY, LiveTask, LiveWorkflow
 
 WAKE_LOOK = 256  # waiting tasks looked at to wake reaped servers (NodeSet.wake)
@@ -36,17 +35,16 @@ class Admission:
         order: the ready-task order now (a callable: a policy swap may change it).
         placement: the placement round (``push``; its servers, its ``table`` for
             resource-seconds).
-        fair: the fair share (None: off).
-        runs: the runs in flight (their fair-share tags).
 
     Owns the task ids (``next_gid``) and ``costs``, how the order priced work at the last
     admission (``envs.order.Costs`` of the offered servers; a dynamic order's re-key uses it).
     """
 
     def __init__(self, ctx: LiveContext, order: Callable[[], orders.Order],
-                 placement: LivePlacement, fair: FairShare | None, runs: Runs) -> None:
-        self.env, self._order, self.placement, self._fair = ctx.env, order, placement, fair
-        self._runs, self._ctx = runs, ctx
+                 placement: LivePlacement) -> None:
+        self.env, self._order, self.placement = ctx.env, order, placement
+        self._fair = placement.fair
+        self._ctx = ctx
         self.next_gid = 0
         self.costs = orders.Costs()
 
@@ -59,11 +57,13 @@ class Admission:
                      for nd in self.env.cluster.nodes()]
         return orders.Costs.of(nodes, self.env.cluster.network)
 
-    def work_s(self, workflow: Any, costs: orders.Costs | None = None) -> list[float]:
+    def work_s(self, workflow: Any, costs: orders.Costs | None = None,
+               floor: float = 0.0) -> list[float]:
         """Each call's work in resource-seconds: its run at the servers' mean speed for its
         kind of work (model s; ``costs``, else the live servers' now) times the largest share
         of an average node what it holds there takes (1 a slot in the paper's model; DRF's
-        weighing). The fair share's tags and the service's quotas count it."""
+        weighing), at least ``floor``. The fair share charges it (``floor``
+        ``envs.fairshare.MIN_SHARE``) and the service's quotas count it."""
         costs = costs or self._costs()
         placement = self.placement
         table = placement.table
@@ -71,7 +71,8 @@ class Admission:
         for ts, c in zip(workflow.spec.tasks, workflow.calls):
             r = c.primitive.request
             held = r.on_slot() if placement.slotted else r.on_nodes()
-            out.append(costs.work_s(ts.compute_gflop, r.gpu > 0) * table.dominant_share(held))
+            out.append(costs.work_s(ts.compute_gflop, r.gpu > 0)
+                       * max(table.dominant_share(held), floor))
         return out
 
     def admit(self, h: WorkflowHandle) -> None:
@@ -98,18 +99,15 @@ class Admission:
                              prog.attained if prog is not None else 0.0)
         ranks = keyed.ranks
         wf.level = keyed.level
-        tags = None
-        if self._fair is not None:  # start tags by work first (scale_ray.live.fairshare)
-            in_order = sorted(range(len(ranks)), key=lambda i: (-ranks[i], i))
-            tags = self._fair.admit(h.tenant, self.work_s(h.workflow, costs), in_order,
-                                    (t.share for t, _ in self._runs.running.values()))
+        # what placing each task charges its tenant (envs.fairshare)
+        works = self.work_s(h.workflow, costs, MIN_SHARE) if self._fair is not None else None
         done = h.resumed_tasks or {}  # finished before a restart (Durability.resume)
         for i, call in enumerate(h.workflow.calls):
             t = LiveTask(self.next_gid, i, wf, call)
             self.next_gid += 1
             t.rank = ranks[i]
-            if tags is not None:
-                t.share = tags[i]
+            if works is not None:
+                t.work = works[i]
             t.key = self.key(t)
             t.parents = [wf.tasks[p] for p in spec.tasks[i].parents]
             t.waiting_for = {p.idx for p in t.parents if p.state != DONE}
@@ -143,11 +141,10 @@ class Admission:
                                                     "program_start": prog.arrival})})
 
     def key(self, t: LiveTask) -> tuple:
-        """A task's ready-queue key: the order's (``envs.order.Order``), behind its fair-share
-        start tag when ``fair_share`` is on."""
+        """A task's ready-queue key: the order's (``envs.order.Order``); with the fair share,
+        its place among its tenant's tasks (``envs.fairshare.FairQueue``)."""
         wf = t.wf
-        key = self._order().key(t.rank, wf.arrival, wf.wid, wf.level)
-        return key if self._fair is None else (t.share, *key)
+        return self._order().key(t.rank, wf.arrival, wf.wid, wf.level)
 
 
 class NodeEvents:
@@ -205,5 +202,5 @@ class NodeEvents:
             nodes.retry_cold()
         nodes.reap(alive)
         if nodes.reaped and (queue.heap or queue.deferred or queue.blocked):
-            waiting = islice(chain(queue.heap, queue.deferred, queue.blocked), WAKE_LOOK)
+            waiting = islice(queue.entries(), WAKE_LOOK)
             nodes.wake([e[2].prim.memory_gb for e in waiting if e[2].state == READY], alive)

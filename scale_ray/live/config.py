@@ -19,6 +19,13 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 @dataclass(frozen=True)
 class LiveConfig:
     """Settings of the live scheduler (the ``live`` section of a run config)."""
+
+    #: keys an older config may still set: a ConfigError that says why (envs.config_base.build)
+    REMOVED_KEYS = {"fair_share_quantum_s": (
+        "the fair share is two-level now (envs.fairshare: tenants by a virtual-time tag over "
+        "the resource-seconds placed, each tenant's tasks in mdp.order), so another tenant "
+        "waits for at most one running task and there is no quantum to set; delete the key "
+        "(docs/serving.md, \"Fair share\")")}
     time_scale: float = field(default=1.0, metadata=rng(
         ge=0, le=1e3, doc="wall s per model s of emulated work: a primitive sleeps "
                           "compute_gflop / compute * time_scale s before its body (plus its "
@@ -82,14 +89,10 @@ class LiveConfig:
         gt=0, le=1e6, doc="features.workload_scale of the workload (mean task compute / 4 GFLOP; "
                           "docs/workloads.md); none: the policy's own"))
     fair_share: bool = field(default=False, metadata=rng(
-        doc="order ready tasks by their fair-share start tag first (start-time fair queuing "
-            "by work between submit(tenant=...) tenants (the scheduler service's): "
-            "scale_ray.live.fairshare), then mdp.order"))
-    fair_share_quantum_s: float = field(default=20.0, metadata=rng(
-        ge=0, le=1e6, doc="fair_share: a workflow's start tags advance in steps of this much "
-                          "of its work (model s at the servers' mean speed): a smaller workflow "
-                          "is one tag, run in mdp.order; another tenant waits behind at most one "
-                          "step of a flood's work, spread over the servers. 0: a tag per task"))
+        doc="two-level fair share between submit(tenant=...) tenants (the scheduler "
+            "service's): the next task placed is of the tenant with the smallest virtual-time "
+            "tag over the resource-seconds placed (start-time fair queuing), then mdp.order "
+            "within the tenant (envs.fairshare)"))
     worker_env_blank: tuple[str, ...] = field(default=(), metadata=rng(
         doc="environment variables every worker the scheduler starts (server actors, pinned "
             "tasks) sees empty, through its runtime_env's env_vars: secrets the cluster's "

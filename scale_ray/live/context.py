@@ -2,8 +2,8 @@
 clock, its trace sink, its counters and its run-time estimator.
 
 The scheduler (:mod:`scale_ray.live.scheduler`) makes one and hands it to each part, with the
-few collaborators that part needs: intake (:mod:`scale_ray.live.admission`, programs, the fair
-share) -> placement (:mod:`scale_ray.live.placement`, the decision core and the policy) ->
+few collaborators that part needs: intake (:mod:`scale_ray.live.admission`, programs) -> placement
+(:mod:`scale_ray.live.placement`, the decision core, its fair share and the policy) ->
 execution (:mod:`scale_ray.live.runs`, :mod:`scale_ray.live.completions`, the node set). No part
 holds the scheduler.
 """

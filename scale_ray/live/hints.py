@@ -42,7 +42,8 @@ class AutoscaleHints:
         max_mem = max((s.node.memory_gb for s in alive), default=0.0)
         # whether any task is ready: stops at the first (no walk of a backlog every round)
         waiting = any(e[2].state == READY for e in queue.heap) or any(
-            e[2].state == READY for e in queue.blocked)
+            e[2].state == READY for e in queue.blocked) or any(
+            e[2].state == READY for e in queue.deferred)
         idle = any(s.task is None for s in alive)
         # set aside because it fits no alive server (not only one whose actor is starting)
         misfit = any(e[2].prim.memory_gb > max_mem for e in queue.blocked)
@@ -50,7 +51,7 @@ class AutoscaleHints:
             if self._backlog_since is None:
                 self._backlog_since = now
             if now - self._backlog_since >= self.cfg.backlog_s:  # at most every backlog_s
-                backlog = [e[2] for e in queue.heap + queue.blocked if e[2].state == READY]
+                backlog = [e[2] for e in queue.entries() if e[2].state == READY]
                 self._request(backlog, alive, max_mem)
                 self._backlog_since = now  # re-request at most every backlog_s
         else:

@@ -18,21 +18,20 @@ task, the model clock, its input's node, and the observation the policy's encode
 
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from envs.config import FeatureConfig
 from envs.decision import DecisionCore, ReadyQueue, Rules
+from envs.fairshare import FairQueue, FairShare
 from envs.encoding import TaskFacts, make_encoder
 from envs.nodes import NodeTable
 from envs.run_model import residual_s, show_overdue
 
 from .cluster import server_spec
 from .context import LiveContext
-from .fairshare import TenantOrder
-from .tasks import READY, WAITING
+from .tasks import READY, RUNNING, WAITING
 
 if TYPE_CHECKING:
     from .nodes import LiveServer
@@ -105,8 +104,14 @@ class LivePlacement:
         self.shown: Callable[[Any], float] = (
             (lambda t: t.prim.compute_gflop) if est is None
             else (lambda t: est.gflop(t.prim.kind, t.prim.compute_gflop)))
-        #: the fair share's second level: a tenant's tags in the configured order (None: off)
-        self.lanes: TenantOrder | None = TenantOrder() if ctx.cfg.fair_share else None
+        #: the two-level fair share between tenants (``live.fair_share``; None: off): the
+        #: core's queue takes the smallest-tag tenant's task first (``envs.fairshare``)
+        self.fair: FairShare | None = None
+        if ctx.cfg.fair_share:
+            self.fair = FairShare(alive=lambda t: (t.state == RUNNING or t.state == READY)
+                                  and not t.wf.failed)
+            self.core.queue = FairQueue(self.fair, lambda t: t.wf.handle.tenant,
+                                        lambda t: t.work)
 
     @property
     def origin(self) -> float:
@@ -133,9 +138,8 @@ class LivePlacement:
         if slotted is not None and slotted != self.slotted:
             self.slotted = slotted
             q = self.queue
-            for entries in (q.heap, q.deferred, q.blocked):  # what a run holds changed
-                for e in entries:
-                    e[2].demands = self.demands_of(e[2])
+            for e in q.entries():  # what a run holds changed
+                e[2].demands = self.demands_of(e[2])
         self.alive = alive
         self._pos = {id(s): i for i, s in enumerate(alive)}
         self.changed = True
@@ -207,12 +211,8 @@ class LivePlacement:
 
     def rekey(self, t: LiveTask) -> None:
         """Ready ``t`` is queued (again, under a new order key: a dynamic order; the queue
-        drops the older entry when it reaches the top). With the fair share, its tenant's
-        tags are dealt out in order first (``lanes``): the tasks whose tags moved are queued
-        again too."""
-        if self.lanes is not None:
-            for u in self.lanes.enter(t):
-                self.queue.push(u.key, u.gid, u)
+        drops the older entry when it reaches the top; with the fair share, in its tenant's
+        lane)."""
         self.queue.push(t.key, t.gid, t)
         self.changed = True
 
@@ -283,8 +283,9 @@ class LivePlacement:
             except Exception as e:
                 # raised by the core (its table, the queue) while the task at the head of the
                 # queue was looked at: that task's; every other task keeps its place
-                heap = self.queue.heap
-                if failed is None or not heap:
+                queue = self.queue
+                if failed is None or not queue.heap:
                     raise
-                _, _, t = heapq.heappop(heap)
+                t = queue.heap[0][2]
+                queue.drop_head()
                 failed(t, "place", e)

@@ -117,7 +117,8 @@ class LivePlanner:
         """What a plan depends on besides the clock: the tasks on each server (and whether it
         accepts work), the number of ready tasks, this round's earlier waits and defers."""
         q = placement.queue
-        ready = sum(1 for e in q.heap if e[2].state == READY)
+        ready = sum(1 for e in q.entries() if e[2].state == READY) - sum(
+            1 for e in q.blocked if e[2].state == READY)
         return (tuple((tuple(x.gid for x in s.running), s.offered) for s in placement.alive),
                 ready, len(q.deferred), tuple(self.round.waiting.items()),
                 tuple(self.round.deferred))
@@ -167,11 +168,10 @@ def _active(placement: "LivePlacement") -> list["LiveWorkflow"]:
     the servers), by arrival."""
     q = placement.queue
     seen: dict[int, "LiveWorkflow"] = {}
-    for entries in (q.heap, q.deferred, q.blocked):
-        for e in entries:
-            t = e[2]
-            if t.state == READY and not t.wf.failed:
-                seen.setdefault(id(t.wf), t.wf)
+    for e in q.entries():
+        t = e[2]
+        if t.state == READY and not t.wf.failed:
+            seen.setdefault(id(t.wf), t.wf)
     for srv in placement.alive:
         for t in srv.running:
             if t.state == RUNNING and not t.wf.failed:

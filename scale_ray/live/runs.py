@@ -38,7 +38,6 @@ from envs.run_model import quantile_s
 from .cluster import emulated_speed, run_speed
 from .context import LiveContext
 from .durability import Durability
-from .fairshare import FairShare
 from .nodes import LiveServer, NodeSet
 from .placement import LivePlacement
 from .ray_cpu import RayCalls
@@ -70,16 +69,15 @@ class Runs:
         nodes: the node set (``run`` starts a call on a server).
         placement: the placement round's state (its table and servers; ``release`` frees a
             server).
-        fair: the fair share (None: off).
 
     Owns ``running`` (the runs in flight: status ref -> (task, token)), the stragglers and
     the cancelled runs (``losers``) until they return.
     """
 
     def __init__(self, ctx: LiveContext, durable: Durability, nodes: NodeSet,
-                 placement: LivePlacement, fair: FairShare | None) -> None:
+                 placement: LivePlacement) -> None:
         self.ctx, self.cfg, self.env, self.estimator = ctx, ctx.cfg, ctx.env, ctx.estimator
-        self.durable, self._nodes, self.placement, self._fair = durable, nodes, placement, fair
+        self.durable, self._nodes, self.placement = durable, nodes, placement
         self.counters = ctx.counters
         self._ray_calls = RayCalls(ctx.counters)  # submissions' CPU (scale_ray.live.ray_cpu)
         self._now_model, self._emit = ctx.now_model, ctx.emit
@@ -152,8 +150,6 @@ class Runs:
         t.token += 1
         t.is_copy = False
         self.running[run.status] = (t, t.token)
-        if self._fair is not None:
-            self._fair.started(t.share)
         self._emit(ev)
         self.arm(t, run)
 

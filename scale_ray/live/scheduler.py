@@ -55,7 +55,6 @@ from .journal import Submission
 from .config import LiveConfig, SchedulingError
 from .context import LiveContext
 from .executors import RemoteCache
-from .fairshare import FairShare
 from .gateway import GatewayPump
 from .handles import NothingToRun, WorkflowHandle, drain_handles, summarize
 from .runs import Runs
@@ -112,15 +111,13 @@ class LiveScheduler:
                              self.placement.set_offered)
         self.set_alive([])
         self._hints = AutoscaleHints(self.cfg, ctx.counters)
-        # a fair share between submit(tenant=...) tenants (LiveConfig.fair_share), two levels
-        self._fair = FairShare(self.cfg.fair_share_quantum_s) if self.cfg.fair_share else None
         #: the journal (LiveConfig.storage) and idempotency keys (scale_ray.live.durability)
         self.durable = Durability(self.cfg.storage, self._adopt, self._queue,
                                   self.cfg.resume_attempts)
-        self.runs = Runs(ctx, self.durable, self.nodes, self.placement, self._fair)
+        self.runs = Runs(ctx, self.durable, self.nodes, self.placement)
         order = lambda: self.order  # noqa: E731 - a policy swap may change it
         #: what enters: workflows (scale_ray.live.admission) and node-set changes
-        self.admission = Admission(ctx, order, self.placement, self._fair, self.runs)
+        self.admission = Admission(ctx, order, self.placement)
         self.node_events = NodeEvents(ctx, self.nodes, self._server_gone, self.set_alive)
         #: what a returned run does (scale_ray.live.completions)
         self.completions = Completions(ctx, order, self.admission, self.placement, self.nodes,
@@ -339,7 +336,8 @@ class LiveScheduler:
                                                 "name": t.prim.name}})
         return {"servers": servers, "policy": self.policy.name,
                 "estimator": None if self.estimator is None else self.estimator.summary(),
-                "ready_tasks": sum(1 for e in q.heap if e[2].state == READY),
+                "ready_tasks": sum(1 for e in q.entries() if e[2].state == READY)
+                - sum(1 for e in q.blocked if e[2].state == READY),
                 "set_aside_tasks": sum(1 for e in q.blocked if e[2].state == READY),
                 "running_tasks": len(self.running), "workflows_pending": self.pending(),
                 "counters": dict(self.counters)}
@@ -385,7 +383,7 @@ class LiveScheduler:
         """Ready and running tasks and servers now, read without stopping the scheduler thread
         (any thread; a concurrent round may make it one off)."""
         q = self.placement.queue
-        ready = sum(1 for e in list(q.heap) + list(q.blocked) if e[2].state == READY)
+        ready = sum(1 for e in q.entries() if e[2].state == READY)
         return {"ready_tasks": ready, "running_tasks": len(self.running),
                 "servers": len(self.alive_servers)}
 
@@ -488,7 +486,7 @@ class LiveScheduler:
                 return
 
     def _admit(self, h: WorkflowHandle) -> None:
-        """Admit ``h``; an error in its admission (its order keys, its fair-share tags) fails
+        """Admit ``h``; an error in its admission (its order keys, its fair-share charges) fails
         ``h`` with a :class:`~scale_ray.live.config.SchedulingError`, not the thread."""
         try:
             self.admission.admit(h)

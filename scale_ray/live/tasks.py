@@ -17,7 +17,7 @@ class LiveTask:
     __slots__ = ("gid", "idx", "wf", "call", "key", "state", "waiting_for", "children", "parents",
                  "value_ref", "server", "token", "attempts", "first_parent", "last_server",
                  "waits", "rank", "started", "expected", "transfer_wall", "runs", "status",
-                 "copy", "is_copy", "share", "lane", "demands")
+                 "copy", "is_copy", "share", "work", "demands")
 
     def __init__(self, gid: int, idx: int, wf: "LiveWorkflow", call: Call):
         self.gid = gid
@@ -44,8 +44,8 @@ class LiveTask:
         self.status: Any = None  # the status ref of its latest run
         self.copy: Any = None  # the other run of a hedged task (scale_ray.live.runs._Run)
         self.is_copy = False  # its run is a hedged copy (the original is ``copy``)
-        self.share = 0.0  # its fair-share start tag (scale_ray.live.fairshare)
-        self.lane: tuple | None = None  # its place among its tenant's queued tasks (TenantOrder)
+        self.share = 0.0  # its fair-share start tag once placed (envs.fairshare)
+        self.work = 0.0  # what placing it charges its tenant (resource-s; envs.fairshare)
         # what a run holds on its node (LivePlacement.demands_of: a slot, or its Ray request),
         # set when it is queued
         self.demands: tuple[tuple[str, float], ...] = ()
