@@ -23,7 +23,7 @@ from .config import DistConfig, EnvConfig
 from .decision import READY, RUNNING, WAITING
 from .demands import CPU, GPU
 from .events import SIZE
-from .sizing import NodeView, Plan, Sizer, SizingView
+from .sizing import NodeView, Plan, Sizer, SizingView, within_budget, work
 from .workload import draw
 
 if TYPE_CHECKING:
@@ -34,12 +34,8 @@ __all__ = ["Scaling", "HANDLERS", "work_of"]
 
 
 def work_of(task: Any) -> tuple[str, float]:
-    """A task's work as sizing counts it: (``GPU``, GPU-seconds at speed 1) for GPU work, else
-    (``CPU``, CPU-seconds at speed 1)."""
-    d = dict(task.demands)
-    if task.gpu:
-        return GPU, task.compute * max(d.get(GPU, 1.0), 1e-9)
-    return CPU, task.compute * max(d.get(CPU, 1.0), 1e-9)
+    """A simulated task's work as sizing counts it (``envs.sizing.work``)."""
+    return work(task.demands, bool(task.gpu), task.compute)
 
 
 class Scaling:
@@ -52,6 +48,8 @@ class Scaling:
         self.turns = self.launched = self.drained = 0
         self.decide_s: list[float] = []
         self.peak: dict[str, int] = {t.name: 0 for t in cfg.cluster.tiers}
+        self.prices = {t.name: t.price_per_hour for t in cfg.cluster.tiers}
+        self.over_budget = False  # the last turn's launches were cut to sizing.budget_per_hour
         #: per turn: (t, nodes per tier accepting or launching) -- the bench's plot
         self.timeline: list[tuple[float, dict[str, int]]] = []
 
@@ -81,7 +79,9 @@ class Scaling:
         sim, cl = self.sim, self.cluster
         counts = self.counts()
         free = sim.table.n - cl.count - sum(len(v) for v in cl.launching.values())
-        for tier_name, k in plan.launch.items():
+        launch, self.over_budget = within_budget(plan.launch, counts, self.prices,
+                                                 self.cfg.sizing.budget_per_hour)
+        for tier_name, k in launch.items():
             tier = self.cfg.cluster.tier(tier_name)
             room = (tier.max_nodes if tier.max_nodes is not None else 10**9) - counts[tier_name]
             k = min(int(k), room, free)

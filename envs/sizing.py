@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 from .config_base import ConfigError, rng
 
 __all__ = ["SloConfig", "RayAutoscalerConfig", "HpaConfig", "ModelSizerConfig", "SizingConfig",
-           "NodeView", "SizingView", "Plan", "Sizer"]
+           "NodeView", "SizingView", "Plan", "Sizer", "within_budget", "work"]
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,10 @@ class SizingConfig:
     hpa: HpaConfig = field(default_factory=HpaConfig, metadata=rng(doc="policy hpa's settings"))
     model: ModelSizerConfig = field(default_factory=ModelSizerConfig, metadata=rng(
         doc="policy model's settings"))
+    budget_per_hour: float | None = field(default=None, metadata=rng(
+        gt=0, le=1e9, doc="most the nodes may cost per hour (tiers' price_per_hour): launches "
+                          "past it are cut, the dearest tier's first (within_budget); none: "
+                          "no cap"))
 
 
 @dataclass
@@ -157,3 +161,31 @@ class Sizer(Protocol):
     def reset(self) -> None: ...
 
     def decide(self, view: SizingView) -> Plan: ...
+
+
+def within_budget(launch: dict[str, int], counts: dict[str, int], prices: dict[str, float],
+                  budget: float | None) -> tuple[dict[str, int], bool]:
+    """The launches of ``launch`` (nodes per tier) that keep the cost per hour of ``counts``
+    (nodes per tier now, launching included) plus them within ``budget``: the dearest tier's
+    are cut first. Returns them and whether any was cut (none: ``budget`` is None, or it
+    already holds)."""
+    if budget is None:
+        return dict(launch), False
+    spend = sum(n * prices.get(k, 0.0) for k, n in counts.items())
+    out, cut = {}, False
+    for k in sorted(launch, key=lambda k: prices.get(k, 0.0)):  # the cheapest first
+        price, n = prices.get(k, 0.0), max(int(launch[k]), 0)
+        fit = n if price <= 0 else min(n, max(0, int((budget - spend) // price + 1e-9)))
+        cut |= fit < n
+        if fit:
+            out[k] = fit
+            spend += fit * price
+    return out, cut
+
+
+def work(demands: tuple[tuple[str, float], ...], gpu: bool, compute: float) -> tuple[str, float]:
+    """A task's work as sizing counts it: (``"GPU"``, GPU-seconds at speed 1) for GPU work,
+    else (``"CPU"``, CPU-seconds at speed 1); ``compute`` its GFLOP, ``demands`` what it holds."""
+    d = dict(demands)
+    kind = "GPU" if gpu else "CPU"
+    return kind, compute * max(d.get(kind, 1.0), 1e-9)

@@ -94,13 +94,13 @@ def emulated_speed(node: NodeInfo, demands: tuple[tuple[str, float], ...]) -> fl
 def node_resources(tier: TierConfig, slots: int) -> dict[str, float]:
     """Custom resources advertising ``slots`` servers of ``tier``."""
     return {SLOT_RESOURCE: float(slots), COMPUTE_RESOURCE: float(tier.compute),
-            MEMORY_RESOURCE: float(tier.memory_gb)}
+            MEMORY_RESOURCE: float(tier.spec().memory_gb)}
 
 
 def node_labels(tier: TierConfig) -> dict[str, str]:
     """Labels naming the node's tier and capacity (used by Ray-default placement and tasks)."""
     return {TIER_LABEL: tier.name, COMPUTE_LABEL: f"{tier.compute:g}",
-            MEMORY_LABEL: f"{tier.memory_gb:g}"}
+            MEMORY_LABEL: f"{tier.spec().memory_gb:g}"}
 
 
 def parse_node(raw: dict[str, Any], tiers: Iterable[TierConfig] = ()) -> NodeInfo | None:

@@ -67,6 +67,11 @@ class LiveConfig:
     autoscale_hints: bool = field(default=False, metadata=rng(
         doc="ask Ray's autoscaler for servers (request_resources) while the ready set stays backed "
             "up (backlog_s)"))
+    sizing_apply: Literal["advise", "ray"] = field(default="advise", metadata=rng(
+        doc="with env.sizing.policy set (not static), what the sizer's plan does "
+            "(scale_ray.live.sizing): advise: nothing, it is shown (status, GET /v1/cluster); "
+            "ray: request_resources for the nodes wanted, and the nodes it drains take no new "
+            "work (Ray's idle timeout removes them)"))
     backlog_s: float = field(default=2.0, metadata=rng(
         ge=0, doc="request_resources after the ready set stays backed up this long (wall s)"))
     max_hint_bundles: int = field(default=64, metadata=rng(
@@ -142,6 +147,9 @@ class LiveConfig:
             "otherwise EFT's choice (counted: guard_* in the summary)"))
 
     def __post_init__(self) -> None:
+        if self.autoscale_hints and self.sizing_apply == "ray":
+            raise ConfigError("autoscale_hints and sizing_apply: ray both call request_resources "
+                              "(the second would undo the first): set one")
         if self.executor not in EXECUTORS:
             raise ConfigError(f"executor must be one of {list(EXECUTORS)}, got {self.executor!r}")
         for i, name in enumerate(self.worker_env_blank):

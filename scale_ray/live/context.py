@@ -25,7 +25,8 @@ Emit = Callable[[dict[str, Any]], None]
 COUNTERS = ("decisions", "waits", "lost", "rerun_parents", "node_refreshes",
             "autoscale_requests", "tasks_started", "actors_started", "actors_reaped",
             "planner_errors", "planner_reused", "runs_cancelled", "servers_replaced",
-            "hedge_copies", "hedge_wins", "scheduling_errors")
+            "hedge_copies", "hedge_wins", "scheduling_errors", "sizing_turns", "sizing_errors",
+            "sizing_requests")
 SECONDS = ("thread_cpu_s", "ray_client_cpu_s", "hedge_copy_s", "hedge_waste_s", "run_s")
 
 

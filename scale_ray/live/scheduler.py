@@ -47,6 +47,7 @@ from envs.workload import WorkflowSpec
 from policies.base import ObservationPolicy, Policy, is_planner
 from policies.guard import guard_summary, make_guard
 from policies.heuristics import eft_pick
+from policies.sizing import make_sizer
 
 from .admission import Admission, NodeEvents
 from .completions import Completions
@@ -58,6 +59,7 @@ from .executors import RemoteCache
 from .gateway import GatewayPump
 from .handles import NothingToRun, WorkflowHandle, drain_handles, summarize
 from .runs import Runs
+from .sizing import LiveSizing
 from .hints import AutoscaleHints
 from .nodes import NodeSet, LiveServer
 from .refusals import check_fits
@@ -107,8 +109,10 @@ class LiveScheduler:
         # node set, the journal, the fair share; intake (admission), execution (runs and
         # their completions), node-set events
         self.placement = LivePlacement(ctx, self.features, self.encoder)
-        self.nodes = NodeSet(self.cfg, self._tiers, self._remote, ctx.counters,
-                             self.placement.set_offered)
+        #: the cluster's size (env.sizing.policy; scale_ray.live.sizing); None: static
+        sizer = make_sizer(self.env)
+        self.sizing = None if sizer is None else LiveSizing(ctx, sizer)
+        self.nodes = NodeSet(self.cfg, self._tiers, self._remote, ctx.counters, self._offer)
         self.set_alive([])
         self._hints = AutoscaleHints(self.cfg, ctx.counters)
         #: the journal (LiveConfig.storage) and idempotency keys (scale_ray.live.durability)
@@ -332,6 +336,7 @@ class LiveScheduler:
                 "server": s.sid, "node": s.node.node_id, "slot": s.slot, "tier": s.node.tier,
                 "compute": s.node.compute, "memory_gb": s.node.memory_gb,
                 "accepting": s.offered, "busy": t is not None, "running": len(s.running),
+                "draining": self.sizing is not None and not self.sizing.accepting(s),
                 "task": None if t is None else {"workflow": t.wf.handle.id, "task": t.idx,
                                                 "name": t.prim.name}})
         return {"servers": servers, "policy": self.policy.name,
@@ -340,7 +345,8 @@ class LiveScheduler:
                 - sum(1 for e in q.blocked if e[2].state == READY),
                 "set_aside_tasks": sum(1 for e in q.blocked if e[2].state == READY),
                 "running_tasks": len(self.running), "workflows_pending": self.pending(),
-                "counters": dict(self.counters)}
+                "counters": dict(self.counters),
+                "sizing": None if self.sizing is None else self.sizing.snapshot()}
 
     def forget(self, handles: Sequence[WorkflowHandle]) -> None:
         """Drop finished ``handles`` from :meth:`handles` and the summary (a long-running
@@ -449,6 +455,8 @@ class LiveScheduler:
                 if self.runs.stragglers or self.runs.due:
                     self.runs.launch_copies(time.perf_counter())
                 self._hints.update(self.placement, self.alive_servers)
+                if self.sizing is not None and self.sizing.due(self.ctx.now_model()):
+                    self._size()
                 if self.nodes.actors:
                     self.node_events.tend_actors(ray, queue, self.alive_servers)
                 if self.completions.stopping:
@@ -465,6 +473,25 @@ class LiveScheduler:
             for h in self.handles():
                 if not h.done():
                     h.record_completion(time.perf_counter(), e)
+
+    def _offer(self, srv: LiveServer, offered: bool) -> None:
+        """``srv``'s actor answered (True) or is starting again: it is offered to the policy
+        unless the sizer drains its node (``live.sizing_apply: ray``)."""
+        self.placement.set_offered(srv, offered and (self.sizing is None
+                                                     or self.sizing.accepting(srv)))
+
+    def _size(self) -> None:
+        """A sizer turn (scale_ray.live.sizing); the servers of a node it drains are no longer
+        offered. A sizer's error is logged and counted, never the thread's."""
+        try:
+            self.sizing.turn(self.alive_servers, self.placement.queue)
+        except Exception:  # noqa: BLE001 - sizing advises; placement goes on
+            self.counters["sizing_errors"] += 1
+            log.exception("live scheduler: the sizer's turn failed")
+            return
+        for s in self.alive_servers:
+            if s.offered and not self.sizing.accepting(s):
+                self.placement.set_offered(s, False)
 
     def _take_submissions(self, block: bool) -> None:
         try:
@@ -490,6 +517,8 @@ class LiveScheduler:
         ``h`` with a :class:`~scale_ray.live.config.SchedulingError`, not the thread."""
         try:
             self.admission.admit(h)
+            if self.sizing is not None:
+                self.sizing.admitted(h.live_record)
         except Exception as e:  # noqa: BLE001 - this workflow's trouble
             self.counters["scheduling_errors"] += 1
             log.warning("live scheduler: workflow %s could not be admitted; it fails", h.id,
