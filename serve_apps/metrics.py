@@ -8,7 +8,8 @@ loop). What is exported (docs/serving.md, "Metrics"):
 
 * gauges: ``queued_tasks`` and ``unfinished_workflows`` per tenant, ``ready_tasks``,
   ``running_tasks``, ``servers``, ``decisions_per_s`` (over the last interval),
-  ``journal_bytes``;
+  ``journal_bytes``; with a sizer (``env.sizing``, scale_ray.live.sizing) ``nodes`` and
+  ``nodes_wanted`` per tier, ``cluster_cost`` and ``slo_attainment``;
 * counters: ``decisions``, ``waits``, ``guard_overrides``, ``lost_runs``, ``rejected`` (per
   tenant and reason, every refusal once its tenant is known: ``quota`` is a 429,
   ``does_not_fit``, ``no_servers``, ``too_large``, ``unauthorized``, ``not_found``, ``schema``,
@@ -52,6 +53,11 @@ METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "servers": ("gauge", "servers the policy sees", ()),
     "decisions_per_s": ("gauge", "placements over the last interval", ()),
     "journal_bytes": ("gauge", "size of the journal (live.storage)", ()),
+    "nodes": ("gauge", "nodes per tier the sizer counts (env.sizing; live.sizing_apply)",
+              ("tier",)),
+    "nodes_wanted": ("gauge", "nodes per tier the sizer's last plan wants", ("tier",)),
+    "cluster_cost": ("gauge", "the nodes' cost so far at their tiers' price_per_hour", ()),
+    "slo_attainment": ("gauge", "share of the SLO windows over that met env.sizing.slo", ()),
     "decisions": ("counter", "placement decisions", ()),
     "waits": ("counter", "policy picks of a busy server (the task waited)", ()),
     "guard_overrides": ("counter", "picks the guard replaced", ()),
@@ -213,6 +219,16 @@ class ServiceMetrics:
         self.gauges["ready_tasks"].set(load["ready_tasks"])
         self.gauges["running_tasks"].set(load["running_tasks"])
         self.gauges["servers"].set(load["servers"])
+        sizing = getattr(sched, "sizing", None)  # (a test's stand-in scheduler has none)
+        plan = sizing.snapshot() if sizing is not None else None
+        if plan and "wanted" in plan:
+            for tier, n in plan["nodes"].items():
+                self.gauges["nodes"].set(n, tags={"tier": tier})
+            for tier, n in plan["wanted"].items():
+                self.gauges["nodes_wanted"].set(n, tags={"tier": tier})
+            self.gauges["cluster_cost"].set(plan["cost"])
+            if plan["slo"]["attainment"] is not None:
+                self.gauges["slo_attainment"].set(plan["slo"]["attainment"])
         size = svc.journal.cached_size()
         if size is not None:
             self.gauges["journal_bytes"].set(size.get("bytes", 0))

@@ -95,7 +95,31 @@ def tenant_view(snap: Mapping[str, Any], servers: list[dict], tenant: str,
         "journal": {k: (v if isinstance(v, bool) else int(v)) for k, v in journal.items()},
         "resumed_workflows": int(resumed),
         "uptime_s": float(uptime_s),
+        "sizing": sizing_view(snap.get("sizing")),
     }
+
+
+def sizing_view(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The sizer's last plan (``scale_ray.live.sizing``) for an HTTP tenant, field by field:
+    nodes now and wanted per tier, launches and drains per tier (no node id), why, the cost so
+    far and the SLO's attainment; None when nobody sizes the cluster."""
+    if not plan:
+        return None
+    drains: dict[str, int] = {}
+    for d in plan.get("drain") or ():
+        drains[str(d.get("tier"))] = drains.get(str(d.get("tier")), 0) + 1
+    ints = lambda m: {str(k): int(v) for k, v in (m or {}).items()}  # noqa: E731
+    slo = plan.get("slo") or {}
+    return {"policy": str(plan.get("policy")), "apply": str(plan.get("apply")),
+            "turns": int(plan.get("turns") or 0), "nodes": ints(plan.get("nodes")),
+            "wanted": ints(plan.get("wanted")), "launch": ints(plan.get("launch")),
+            "drain": drains, "why": str(plan.get("why") or ""),
+            "cost": float(plan.get("cost") or 0.0),
+            "node_hours": {str(k): float(v) for k, v in (plan.get("node_hours") or {}).items()},
+            "budget_per_hour": plan.get("budget_per_hour"),
+            "slo": {"p95_s": slo.get("p95_s"), "window_s": slo.get("window_s"),
+                    "target": slo.get("target"), "windows": int(slo.get("windows") or 0),
+                    "attainment": slo.get("attainment")}}
 
 
 def quarantined(h: WorkflowHandle) -> bool:

@@ -162,7 +162,14 @@ def _snapshot() -> dict:
          "memory_gb": 64.0, "accepting": False, "busy": False, "task": None}],
         "policy": "eft", "estimator": {"observations": 3, "kinds": {"secret-kind": {}}},
         "ready_tasks": 5, "set_aside_tasks": 1, "running_tasks": 2, "workflows_pending": 4,
-        "counters": {"decisions": 9}}
+        "counters": {"decisions": 9},
+        "sizing": {"policy": "model", "apply": "ray", "turns": 4, "t": 40.0,
+                   "nodes": {"small": 1, "large": 1}, "wanted": {"small": 1, "large": 0},
+                   "launch": {}, "drain": [{"node": "node-id-bbbb", "tier": "large"}],
+                   "why": "need cpu 1.0 gpu 0.00", "decide_ms": 0.4, "cost": 0.5,
+                   "node_hours": {"small": 0.1, "large": 0.1}, "budget_per_hour": None,
+                   "slo": {"p95_s": 60, "window_s": 300, "target": 0.99, "windows": 0,
+                           "attainment": None}}}
 
 
 def test_cluster_view_shows_an_http_tenant_counts_only():
@@ -187,6 +194,9 @@ def test_cluster_view_shows_an_http_tenant_counts_only():
     assert view["workflows"] == {"running": 1, "completed": 2} and view["queued_tasks"] == 7
     assert view["running"] == [{"workflow": "inc-mine-mac", "task": 3, "name": "my-task"}]
     assert view["other_tenants"] == {"unfinished_workflows": 3}
+    # the sizer's plan (issue 72 item 7): per tier, no node id
+    assert view["sizing"]["wanted"] == {"small": 1, "large": 0}
+    assert view["sizing"]["drain"] == {"large": 1} and view["sizing"]["cost"] == 0.5
     text = json.dumps(view)
     for secret in ("node-id", "secret-task-of-b", "secret-kind", "/secret", "replica", "worker",
                    "actor", "storage"):
