@@ -217,3 +217,58 @@ def test_a_live_scheduler_sizes_its_cluster_and_drains_through_placement():
             assert st["counters"]["sizing_errors"] == 0
             # work still runs, on the nodes that take it
             assert s.submit([step.bind(0)], name="after").result(timeout=60) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_service_shows_its_sizing_plan_over_http(tmp_path):
+    """The scheduler service with ``sizing`` in its env config: ``GET /v1/cluster`` shows the
+    plan (nodes and wanted per tier, no node id) and ``GET /metrics`` the sizing gauges."""
+    import json
+
+    import httpx
+    import yaml
+    from processes import no_ray_connection
+
+    from scale_ray.bench.service import LocalService
+    from scale_ray.live.cluster import LocalHeteroCluster
+
+    no_ray_connection()
+    doc = {"cluster": {"servers": 2, "tiers": CPU_TIERS},
+           "sizing": {"policy": "model", "budget_per_hour": 50,
+                      "model": {"interval_s": 2}}}
+    path = tmp_path / "sized.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    env = load_env(str(path))
+    with LocalHeteroCluster(env.cluster) as cluster:
+        svc = LocalService(cluster, {"policy": "eft", "env_config": str(path),
+                                     "live": {"time_scale": 0.1, "node_refresh_s": 0.1}})
+        svc.start()
+        try:
+            with httpx.Client(base_url=svc.url, timeout=60) as http:
+                body = {"tasks": [{"name": f"t{i}", "compute_gflop": 4.0} for i in range(20)]}
+                ids = [http.post("/v1/workflows", json=body).json()["id"] for _ in range(3)]
+                deadline = time.perf_counter() + 120
+                while True:
+                    view = http.get("/v1/cluster").json()
+                    if view["sizing"] and view["sizing"]["turns"] >= 2:
+                        break
+                    assert time.perf_counter() < deadline, view
+                    time.sleep(0.5)
+                sizing = view["sizing"]
+                assert sizing["policy"] == "model" and sizing["apply"] == "advise"
+                assert sizing["nodes"] == {"small": 1, "big": 1}
+                assert set(sizing["wanted"]) == {"small", "big"}
+                assert sizing["budget_per_hour"] == 50 and sizing["cost"] > 0
+                for wid in ids:
+                    assert http.get(f"/v1/workflows/{wid}", params={"wait_s": 60}).json()[
+                        "state"] == "completed"
+                text = json.dumps(view)
+                assert all(n["NodeID"] not in text for n in __import__("ray").nodes())
+                deadline = time.perf_counter() + 60
+                while "ray_scale_scheduler_nodes_wanted" not in (page := http.get(
+                        "/metrics").text):
+                    assert time.perf_counter() < deadline, page[-2000:]
+                    time.sleep(1)
+        finally:
+            svc.stop()
