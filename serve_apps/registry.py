@@ -112,6 +112,7 @@ def sizing_view(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
     slo = plan.get("slo") or {}
     return {"policy": str(plan.get("policy")), "apply": str(plan.get("apply")),
             "turns": int(plan.get("turns") or 0), "nodes": ints(plan.get("nodes")),
+            "launching": ints(plan.get("launching")),
             "wanted": ints(plan.get("wanted")), "launch": ints(plan.get("launch")),
             "drain": drains, "why": str(plan.get("why") or ""),
             "cost": float(plan.get("cost") or 0.0),

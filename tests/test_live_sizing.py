@@ -97,6 +97,14 @@ def test_a_gpu_backlog_asks_for_gpu_nodes_and_apply_ray_requests_the_node_shapes
     bundles = asked[-1]["bundles"]
     assert bundles.count({"CPU": 4.0, "GPU": 1.0}) == snap["wanted"]["gpu"]
     assert bundles.count({"CPU": 4.0}) == snap["wanted"]["cpu"]
+    # the nodes asked for count as launching: the next turn asks for no more, the same floor
+    n = plan.launch["gpu"]
+    assert sz.turn(alive, q).launch == {} and sz.snapshot()["launching"] == {"gpu": n}
+    assert asked[-1]["bundles"] == bundles
+    alive.append(server(2, "n3", "gpu"))  # one of them joined
+    sz.turn(alive, q)
+    assert sz.snapshot()["launching"].get("gpu", 0) == n - 1
+    assert sz.snapshot()["wanted"]["gpu"] == 1 + n
 
 
 def test_the_budget_cuts_the_dearest_launches_first():

@@ -24,7 +24,9 @@ What reaches the cluster (``live.sizing_apply``):
 * ``ray``: the nodes wanted, one bundle of each node's shape (its tier's resources), through
   Ray's ``request_resources`` -- the floor Ray's autoscaler (and KubeRay's) keeps and launches
   up to; and the servers of the nodes the plan drains stop taking new work, so they empty and
-  Ray's idle timeout removes them. Launching, terminating and cloud quotas stay Ray's job.
+  Ray's idle timeout removes them. Launching, terminating and cloud quotas stay Ray's job. The
+  nodes asked for count as launching (the sizer does not ask again) until as many of their
+  tier join, or past the tier's slowest launch.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class LiveSizing:
         self.node_ids: dict[str, int] = {}  # Ray node id -> the sizer's node id
         self.seen: dict[str, str] = {}  # Ray node id -> tier, of the nodes billed now
         self.draining: set[str] = set()  # Ray node ids the plan drains
+        self.asked: dict[str, list[float]] = {}  # per tier, when each launch not joined was asked
+        self.last_counts: dict[str, int] = {}
         self.arrivals: list[float] = []
         self.records: list[_Arrival] = []
         self.recent: deque[dict[str, float]] = deque(maxlen=RECENT)
@@ -129,9 +133,12 @@ class LiveSizing:
         t0 = time.perf_counter()
         nodes = self._bill(alive, now)
         view = self.view(alive, queue, nodes, now)
-        plan = self.sizer.decide(view)
         counts = self.counts(view)
-        launch, cut = within_budget(plan.launch, counts, self.prices,
+        self._joined(counts, now)
+        view.launching = {k: len(v) for k, v in self.asked.items() if v}
+        plan = self.sizer.decide(view)
+        have = {k: n + view.launching.get(k, 0) for k, n in counts.items()}
+        launch, cut = within_budget(plan.launch, have, self.prices,
                                     self.env.sizing.budget_per_hour)
         why = plan.why + ("; launches cut to sizing.budget_per_hour" if cut else "")
         drain = [nv for nv in view.nodes if nv.id in set(plan.drain) and nv.accepting]
@@ -139,16 +146,31 @@ class LiveSizing:
         self.turns += 1
         self.ctx.counters["sizing_turns"] += 1
         by_id = {v: k for k, v in self.node_ids.items()}
-        wanted = dict(counts)
+        wanted = dict(have)
         for k, n in launch.items():
             wanted[k] = wanted.get(k, 0) + n
         for nv in drain:
             wanted[nv.tier] -= 1
         if self.apply == "ray":
             self.draining |= {by_id[nv.id] for nv in drain}
+            for k, n in launch.items():
+                self.asked.setdefault(k, []).extend([now] * n)
             self._ask(wanted)
         self._snap = self._snapshot(now, counts, wanted, launch, drain, why, by_id)
         return Plan(launch, [nv.id for nv in drain], why)
+
+    def _joined(self, counts: dict[str, int], now: float) -> None:
+        """``apply: ray``: nodes asked for and not joined yet (``SizingView.launching``): a
+        tier's oldest asks are met as its count grows, and given up past its slowest launch
+        (``launch_s`` mean + 3 std, or its max)."""
+        for k, asks in self.asked.items():
+            grew = max(0, counts.get(k, 0) - self.last_counts.get(k, counts.get(k, 0)))
+            del asks[:grew]
+            dist = self.tiers[k].launch_s
+            limit = 600.0 if dist is None else (dist.max if dist.max is not None
+                                                else dist.mean + 3 * dist.std)
+            asks[:] = [t for t in asks if now - t <= limit]
+        self.last_counts = dict(counts)
 
     def counts(self, view: SizingView) -> dict[str, int]:
         """Per tier, the nodes taking work."""
@@ -255,7 +277,9 @@ class LiveSizing:
         closed = (now // slo.window_s) * slo.window_s  # windows over
         report = slo_report(self.records, slo, closed) if closed > 0 else None
         return {"policy": self.env.sizing.policy, "apply": self.apply, "turns": self.turns,
-                "t": now, "nodes": counts, "wanted": wanted, "launch": launch,
+                "t": now, "nodes": counts, "launching": {k: len(v) for k, v in self.asked.items()
+                                                          if v},
+                "wanted": wanted, "launch": launch,
                 "drain": [{"node": by_id[nv.id], "tier": nv.tier} for nv in drain],
                 "why": why, "decide_ms": self.decide_ms, "cost": bill["cost"],
                 "node_hours": bill["node_hours"],
