@@ -139,6 +139,16 @@ def test_drained_nodes_stop_taking_work_and_billing_stops_when_a_node_leaves():
     drained = [s for s in (a, b) if not sz.accepting(s)]
     assert len(drained) == 1 and sz.snapshot()["drain"][0]["tier"] == "cpu"
     kept = next(s for s in (a, b) if sz.accepting(s))
+    gone = drained[0]
+    wf = SimpleNamespace(failed=False, tasks=[])
+    wf.tasks = [task(READY, 400.0, wf=wf) for _ in range(4)]
+    busy = ReadyQueue()
+    for i, t in enumerate(wf.tasks):
+        busy.push((i,), i, t)
+    sz.turn([a, b], busy)  # work again: the drained node, still there, is taken back first
+    assert sz.accepting(gone) and sz.undrained == {gone.node.node_id}
+    assert sz.snapshot()["wanted"]["cpu"] >= 2
+    sz.draining.add(gone.node.node_id)
     sz.turn([kept], ReadyQueue())  # the drained node left: its bill closed
     assert list(sz.seen) == [kept.node.node_id]
     cost = sz.snapshot()["cost"]

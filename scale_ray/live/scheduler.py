@@ -489,9 +489,13 @@ class LiveScheduler:
             self.counters["sizing_errors"] += 1
             log.exception("live scheduler: the sizer's turn failed")
             return
+        back, self.sizing.undrained = self.sizing.undrained, set()
         for s in self.alive_servers:
             if s.offered and not self.sizing.accepting(s):
                 self.placement.set_offered(s, False)
+            elif not s.offered and s.node.node_id in back and s.probe is None and (
+                    s.actor is not None or not self.nodes.actors):
+                self.placement.set_offered(s, True)  # (a reaped actor: woken when work waits)
 
     def _take_submissions(self, block: bool) -> None:
         try:

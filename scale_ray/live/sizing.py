@@ -26,7 +26,8 @@ What reaches the cluster (``live.sizing_apply``):
   up to; and the servers of the nodes the plan drains stop taking new work, so they empty and
   Ray's idle timeout removes them. Launching, terminating and cloud quotas stay Ray's job. The
   nodes asked for count as launching (the sizer does not ask again) until as many of their
-  tier join, or past the tier's slowest launch.
+  tier join, or past the tier's slowest launch. A launch of a tier takes a drained node of it
+  that is still there back first.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class LiveSizing:
         self.node_ids: dict[str, int] = {}  # Ray node id -> the sizer's node id
         self.seen: dict[str, str] = {}  # Ray node id -> tier, of the nodes billed now
         self.draining: set[str] = set()  # Ray node ids the plan drains
+        self.undrained: set[str] = set()  # Ray node ids taken back from draining (to offer)
         self.asked: dict[str, list[float]] = {}  # per tier, when each launch not joined was asked
         self.last_counts: dict[str, int] = {}
         self.arrivals: list[float] = []
@@ -140,6 +142,14 @@ class LiveSizing:
         have = {k: n + view.launching.get(k, 0) for k, n in counts.items()}
         launch, cut = within_budget(plan.launch, have, self.prices,
                                     self.env.sizing.budget_per_hour)
+        for k, n in list(launch.items()):  # a drained node still there takes work again first
+            back = [nid for nid in self.draining if self.seen.get(nid) == k][:n]
+            self.draining -= set(back)
+            self.undrained |= set(back)
+            have[k] += len(back)
+            launch[k] = n - len(back)
+            if not launch[k]:
+                del launch[k]
         why = plan.why + ("; launches cut to sizing.budget_per_hour" if cut else "")
         drain = [nv for nv in view.nodes if nv.id in set(plan.drain) and nv.accepting]
         self.decide_ms = 1e3 * (time.perf_counter() - t0)
