@@ -16,9 +16,9 @@ import numpy as np
 
 from .sizing import SloConfig
 
-__all__ = ["Billing", "slo_report"]
+__all__ = ["Billing", "slo_report", "window_p95", "UNFINISHED"]
 
-_UNFINISHED = 1e18  # an unfinished response (finite: percentiles of inf are nan)
+UNFINISHED = 1e18  # an unfinished response (finite: percentiles of inf are nan)
 
 
 class Billing:
@@ -65,6 +65,15 @@ class Billing:
         return {"cost": cost, "node_hours": {k: s / 3600.0 for k, s in secs.items()}}
 
 
+def window_p95(responses: Any) -> float:
+    """The p95 of one window's responses (``UNFINISHED`` for a workflow that did not finish;
+    then possibly inf); 0.0 for none."""
+    if not len(responses):
+        return 0.0
+    p = float(np.percentile(responses, 95))
+    return math.inf if p >= UNFINISHED / 2 else p
+
+
 def slo_report(workflows: Iterable[Any], slo: SloConfig, until: float) -> dict[str, Any]:
     """Per ``slo.window_s`` window of arrival times in ``[0, until)``: the p95 workflow response
     (unfinished: inf) and whether it meets ``slo.p95_s``; ``attainment`` the share that do."""
@@ -73,9 +82,8 @@ def slo_report(workflows: Iterable[Any], slo: SloConfig, until: float) -> dict[s
     for w in workflows:
         k = int(w.arrival // slo.window_s)
         if 0 <= k < n:
-            resp[k].append(w.finish - w.arrival if w.done == w.n else _UNFINISHED)
-    p95 = [float(np.percentile(r, 95)) if r else 0.0 for r in resp]
-    p95 = [math.inf if p >= _UNFINISHED / 2 else p for p in p95]
+            resp[k].append(w.finish - w.arrival if w.done == w.n else UNFINISHED)
+    p95 = [window_p95(r) for r in resp]
     met = [p <= slo.p95_s for p in p95]
     return {"windows": n, "windows_met": int(sum(met)), "attainment": sum(met) / n,
             "window_p95_s": p95, "worst_window_p95_s": max(p95),

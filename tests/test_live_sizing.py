@@ -171,6 +171,103 @@ def test_slo_windows_count_only_closed_windows_and_unfinished_workflows_miss():
     assert slo["windows"] == 2 and slo["attainment"] == 0.0
 
 
+def test_a_long_run_keeps_its_memory_bounded_and_reports_as_over_every_record():
+    """Thousands of workflows over a hundred SLO windows, some finishing in a later window,
+    some failing, some never ending and some arriving late (an agent program's step arrives at
+    its program's start): the sizer keeps the arrivals of its trend horizon only and the
+    responses folded per window, and every turn reports the windows and attainment
+    ``slo_report`` gives over every record, and the arrival rate of every arrival."""
+    import math
+    import random
+
+    from envs.accounting import slo_report
+
+    env = env_of(model={"trend_s": 120, "slope_s": 240})
+    sz = sizing_of(env)
+    slo, keep = env.sizing.slo, 240.0
+    clock = [0.0]
+    sz.ctx.now_model = lambda: clock[0]
+    views = []
+    decide = sz.sizer.decide
+    sz.sizer.decide = lambda view: (views.append(view), decide(view))[1]
+    rng = random.Random(7)
+    records, arrivals, ends = [], [], []  # every workflow; pending (when, callback, record)
+    verdicts: set[bool] = set()
+    over_share = 0.05
+    for step in range(600):  # 600 turns of 10 s: 100 windows of 60 s
+        t0 = clock[0]
+        if step % 6 == 0:  # each window a different share of slow responses
+            over_share = rng.uniform(0.0, 0.12)
+        for _ in range(rng.randint(2, 8)):
+            clock[0] = t0 + rng.uniform(0.0, 10.0)
+            a = clock[0] - (rng.uniform(0.0, 2000.0) if rng.random() < 0.05 else 0.0)
+            rec = SimpleNamespace(arrival=a, finish=0.0, done=0, n=1)
+            records.append(rec)
+            arrivals.append(a)
+            got = []
+            h = SimpleNamespace(error=None, add_done_callback=got.append)
+            sz.admitted(SimpleNamespace(arrival=a, tasks=[], handle=h))
+            u = rng.random()
+            if u < 0.01:
+                continue  # never ends
+            resp = rng.uniform(10.0, 200.0) if u < 0.01 + over_share else rng.uniform(0.5, 10.0)
+            ends.append((max(a + resp, clock[0]), u < 0.02, got[0], rec))
+        clock[0] = t0 + 10.0
+        for e in [e for e in ends if e[0] <= clock[0]]:
+            ends.remove(e)
+            when, failed, cb, rec = e
+            saved, clock[0] = clock[0], when
+            cb(SimpleNamespace(error=RuntimeError("x") if failed else None))
+            rec.finish, rec.done = when, 0 if failed else 1
+            clock[0] = saved
+        sz.turn([], ReadyQueue())
+        now = clock[0]
+        got = sz.snapshot()["slo"]
+        closed = (now // slo.window_s) * slo.window_s
+        if closed > 0:
+            want = slo_report(records, slo, closed)
+            assert (got["windows"], got["attainment"]) == (want["windows"], want["attainment"])
+            verdicts |= {p <= slo.p95_s for p in want["window_p95_s"]}
+        full = sorted(x for x in arrivals if x <= now)
+        assert sz.sizer.rate(views[-1]) == sz.sizer.rate(
+            SimpleNamespace(arrivals=full, t=now)), step
+        # bounded: the arrivals of the trend horizon, the workflows in flight, one per window
+        assert sz.arrivals == [x for x in full if x >= now - keep]
+        assert len(sz.unsettled) == sum(1 for r in records if r.done == 0 and r.finish == 0.0
+                                        and r.arrival >= 0)
+        assert len(sz.windows) <= math.ceil(now / slo.window_s) + 1
+    assert len(records) > 2000 and len(sz.arrivals) < 200 and len(sz.unsettled) < 100
+    assert verdicts == {True, False} and 0 < got["attainment"] < 1
+
+
+def test_a_folded_window_gives_the_verdict_of_its_responses():
+    """A window's folded responses (count, within the bound, the largest within, the smallest
+    beyond, the unfinished) give ``slo_report``'s verdict on every set, numpy's interpolation
+    between a response within and an unfinished one (1e18) included."""
+    import random
+
+    from envs.accounting import UNFINISHED, window_p95
+    from scale_ray.live.sizing import _Window
+
+    rng = random.Random(3)
+    bound, seen = 10.0, set()
+    for _ in range(3000):
+        n = rng.randint(1, 60)
+        share = rng.choice((0.0, 0.03, 0.05, 0.08, 0.3, 1.0))
+        resp = [rng.choice((rng.uniform(10.0, 30.0), UNFINISHED)) if rng.random() < share
+                else rng.choice((rng.uniform(0.0, 10.0), bound)) for _ in range(n)]
+        w = _Window()
+        for r in resp:
+            if r == UNFINISHED and rng.random() < 0.5:
+                w.open += 1  # not done yet: a miss until it is
+            else:
+                w.add(r, bound)
+        want = window_p95(resp) <= bound
+        assert w.meets(bound) == want, resp
+        seen.add(want)
+    assert seen == {True, False}
+
+
 def test_apply_ray_and_autoscale_hints_are_exclusive():
     with pytest.raises(ConfigError, match="autoscale_hints"):
         LiveConfig(autoscale_hints=True, sizing_apply="ray")

@@ -10,13 +10,19 @@ of the live cluster, asks the sizer the simulator uses (``policies.sizing.make_s
   is not sized: it is neither counted nor drained);
 * pending, queued, waiting and running work of its tasks (``envs.sizing.work``: what a task
   holds on a Ray node, whatever ``live.model`` is), a run's rest from its expected end;
-* the arrivals (model s) and the mean work of the last 500 workflows.
+* the arrivals (model s) of the last ``max(trend_s, slope_s)`` (``env.sizing.model``: all the
+  sizers read of them; older ones are dropped) and the mean work of the last 500 workflows.
 
 :meth:`LiveSizing.snapshot` (``GET /v1/cluster`` ``sizing``, the service's gauges): the nodes
 wanted per tier and why, the launches and drains of the last turn, the cost so far
 (``envs.accounting.Billing``: each node billed from when the scheduler first saw it, at its
 tier's ``price_per_hour``) and the SLO attainment of the windows so far
-(``envs.accounting.slo_report``; the window in progress is not counted).
+(``envs.accounting.slo_report``; the window in progress is not counted). The windows are kept
+folded: per window, its count of responses, how many are within the p95 bound and the largest
+of those and the smallest beyond it -- all a window's p95 verdict depends on -- so a turn reads
+only the workflows still running and the windows they changed, never every record. A late
+response (a workflow of a closed window that finishes now, or a step of an agent program, which
+arrives at its program's start) updates its window's verdict.
 
 What reaches the cluster (``live.sizing_apply``):
 
@@ -34,11 +40,14 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
-from envs.accounting import Billing, slo_report
+import numpy as np
+
+from envs.accounting import UNFINISHED, Billing, window_p95
 from envs.config import EnvConfig
 from envs.demands import CPU, GPU
 from envs.sizing import NodeView, Plan, Sizer, SizingView, within_budget, work
@@ -59,11 +68,49 @@ RECENT = 500  # workflows whose mean work the sizer reads (as the simulator's)
 
 
 class _Arrival:
-    """A workflow as ``envs.accounting.slo_report`` reads it (model s)."""
-    __slots__ = ("arrival", "finish", "done", "n")
+    """A workflow as ``envs.accounting.slo_report`` reads it (model s), until it is done
+    (``settled``) and folded into its window."""
+    __slots__ = ("arrival", "finish", "done", "n", "settled", "k")
 
-    def __init__(self, arrival: float):
+    def __init__(self, arrival: float, k: int):
         self.arrival, self.finish, self.done, self.n = arrival, 0.0, 0, 1
+        self.settled, self.k = False, k
+
+
+class _Window:
+    """One SLO window's responses, folded: how many settled (``n``), how many of them within
+    the bound (``le``), the largest of those (``max_le``) and the smallest beyond it
+    (``min_gt``), the workflows not done yet (``open``, each a miss until it is) and the
+    verdict last counted (``met``; None: not counted). The p95 of the sorted responses reads
+    two neighbours; within the bound only the largest can be one of them and beyond it only
+    the smallest, so these decide the verdict exactly as ``envs.accounting.slo_report``."""
+    __slots__ = ("n", "le", "max_le", "min_gt", "open", "met")
+
+    def __init__(self) -> None:
+        self.n, self.le, self.open = 0, 0, 0
+        self.max_le, self.min_gt = -math.inf, math.inf
+        self.met: bool | None = None
+
+    def add(self, response: float, bound: float) -> None:
+        self.n += 1
+        if response <= bound:
+            self.le += 1
+            self.max_le = max(self.max_le, response)
+        else:
+            self.min_gt = min(self.min_gt, response)
+
+    def meets(self, bound: float) -> bool:
+        """Whether the window's p95 is within ``bound`` (``slo_report``'s verdict)."""
+        total = self.n + self.open
+        gt = min(self.min_gt, UNFINISHED) if self.open else self.min_gt
+        if self.le == total:  # the p95 falls between two responses within the bound
+            return True
+        if self.le == 0:  # between two beyond it
+            return False
+        # the same ranks, the same neighbours: numpy's interpolation of them, as slo_report
+        same = np.full(total, gt)
+        same[:self.le] = self.max_le
+        return window_p95(same) <= bound
 
 
 class LiveSizing:
@@ -90,8 +137,12 @@ class LiveSizing:
         self.undrained: set[str] = set()  # Ray node ids taken back from draining (to offer)
         self.asked: dict[str, list[float]] = {}  # per tier, when each launch not joined was asked
         self.last_counts: dict[str, int] = {}
-        self.arrivals: list[float] = []
-        self.records: list[_Arrival] = []
+        self.arrivals: list[float] = []  # ascending, the last ``keep_s`` (model s)
+        self.keep_s = max(env.sizing.model.trend_s, env.sizing.model.slope_s)
+        self.windows: dict[int, _Window] = {}  # SLO window index -> its folded responses
+        self.unsettled: list[_Arrival] = []  # workflows not folded into their windows yet
+        self.changed: set[int] = set()  # windows whose verdict is to count again
+        self.unmet = 0  # closed windows counted as missing the SLO
         self.recent: deque[dict[str, float]] = deque(maxlen=RECENT)
         self.turns = 0
         self.next_t = 0.0
@@ -103,9 +154,13 @@ class LiveSizing:
     def admitted(self, wf: "LiveWorkflow") -> None:
         """A workflow was admitted: its arrival and work count from now on; its response when
         its handle finishes."""
-        rec = _Arrival(wf.arrival)
         bisect.insort(self.arrivals, wf.arrival)
-        self.records.append(rec)
+        k = int(wf.arrival // self.env.sizing.slo.window_s)
+        rec = _Arrival(wf.arrival, k)
+        if k >= 0:  # (a window before 0 is never reported)
+            self.windows.setdefault(k, _Window()).open += 1
+            self.changed.add(k)
+            self.unsettled.append(rec)
         per = {CPU: 0.0, GPU: 0.0}
         for t in wf.tasks:
             kind, w = self._work(t)
@@ -116,6 +171,7 @@ class LiveSizing:
         def finished(h: Any) -> None:
             rec.finish = ctx.now_model()
             rec.done = 0 if h.error is not None else 1
+            rec.settled = True  # last: the scheduler thread folds it at its next turn
 
         wf.handle.add_done_callback(finished)
 
@@ -133,6 +189,7 @@ class LiveSizing:
         now = self.ctx.now_model()
         self.next_t = now + self.sizer.interval_s
         t0 = time.perf_counter()
+        del self.arrivals[:bisect.bisect_left(self.arrivals, now - self.keep_s)]
         nodes = self._bill(alive, now)
         view = self.view(alive, queue, nodes, now)
         counts = self.counts(view)
@@ -279,13 +336,41 @@ class LiveSizing:
         return srv.node.node_id not in self.draining
 
     # ------------------------------------------------------------------ what it shows
+    def slo_windows(self, now: float) -> tuple[int, float] | None:
+        """The windows over by ``now`` and the share that met the SLO, as
+        ``envs.accounting.slo_report(records, slo, closed)`` over every workflow admitted (None
+        before the first window is over): the workflows done since the last turn are folded
+        into their windows and the windows that changed are counted again."""
+        slo = self.env.sizing.slo
+        bound = slo.p95_s
+        still = []
+        for rec in self.unsettled:
+            if not rec.settled:
+                still.append(rec)
+                continue
+            w = self.windows[rec.k]
+            w.open -= 1
+            w.add(rec.finish - rec.arrival if rec.done == rec.n else UNFINISHED, bound)
+            self.changed.add(rec.k)
+        self.unsettled = still
+        closed = (now // slo.window_s) * slo.window_s  # windows over
+        if closed <= 0:
+            return None
+        n = max(1, math.ceil(closed / slo.window_s))
+        for k in [k for k in self.changed if k < n]:  # the window in progress waits
+            self.changed.discard(k)
+            w = self.windows[k]
+            met = w.meets(bound)
+            self.unmet += (not met) - (w.met is False)
+            w.met = met
+        return n, (n - self.unmet) / n
+
     def _snapshot(self, now: float, counts: dict[str, int], wanted: dict[str, int],
                   launch: dict[str, int], drain: list[NodeView], why: str,
                   by_id: dict[int, str]) -> dict[str, Any]:
         bill = self.billing.totals(now)
         slo = self.env.sizing.slo
-        closed = (now // slo.window_s) * slo.window_s  # windows over
-        report = slo_report(self.records, slo, closed) if closed > 0 else None
+        report = self.slo_windows(now)
         return {"policy": self.env.sizing.policy, "apply": self.apply, "turns": self.turns,
                 "t": now, "nodes": counts, "launching": {k: len(v) for k, v in self.asked.items()
                                                           if v},
@@ -294,8 +379,8 @@ class LiveSizing:
                 "why": why, "decide_ms": self.decide_ms, "cost": bill["cost"],
                 "node_hours": bill["node_hours"],
                 "slo": {"p95_s": slo.p95_s, "window_s": slo.window_s, "target": slo.target,
-                        "windows": 0 if report is None else report["windows"],
-                        "attainment": None if report is None else report["attainment"]},
+                        "windows": 0 if report is None else report[0],
+                        "attainment": None if report is None else report[1]},
                 "budget_per_hour": self.env.sizing.budget_per_hour}
 
     def snapshot(self) -> dict[str, Any]:
