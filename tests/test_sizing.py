@@ -333,3 +333,34 @@ def test_the_hindsight_oracle_meets_each_window_it_can_and_the_headline_keys():
     head = headline(rows)
     assert head["rel_cost_vs_oracle"] == pytest.approx(ours["cost"] / e["cost"] - 1)
     assert head["rel_cost_vs_ray_autoscaler"] is None  # that arm did not run
+
+
+def test_the_bench_plot_draws_the_oracle_per_window_and_static_flat(tmp_path, monkeypatch):
+    """``--plot``: the oracle's nodes are its per-window plan as run (the larger of two windows'
+    counts for the first ``p95_s`` of a window, then the window's), not the static line."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from scale_ray.bench.autoscale import oracle_timeline, plot
+    env = _env("model", workload={"horizon_s": 360})  # three 120-s windows, bound 30 s
+    plan = [{"cpu": 2, "gpu": 1}, {"cpu": 1, "gpu": 3}, {"cpu": 1, "gpu": 2}]
+    tl = oracle_timeline(plan, env)
+    assert tl == [(0.0, {"cpu": 2, "gpu": 1}), (30.0, {"cpu": 2, "gpu": 1}),
+                  (120.0, {"cpu": 2, "gpu": 3}), (150.0, {"cpu": 1, "gpu": 3}),
+                  (240.0, {"cpu": 1, "gpu": 3}), (270.0, {"cpu": 1, "gpu": 2}),
+                  (360.0, {"cpu": 1, "gpu": 2})]  # starts from the cluster's 1 + 1
+    common = {"seed": 0, "slo_window_p95_s": [10.0, 20.0, 25.0]}
+    episodes = [{"arm": "model/eft", "timeline": [[0.0, {"cpu": 1, "gpu": 1}],
+                                                  [200.0, {"cpu": 1, "gpu": 2}]],
+                 "arrivals_per_min": [3, 4, 5, 6, 5, 4]} | common,
+                {"arm": "static/eft"} | common,
+                {"arm": "oracle/eft", "plan": plan} | common]
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    plot(str(tmp_path / "a.png"), episodes, env, {"cpu": 2, "gpu": 4})
+    assert (tmp_path / "a.png").stat().st_size > 0
+    gpu = {ln.get_label(): ln for ln in figs[0].axes[1].get_lines()}
+    assert set(gpu) == {"model/eft", "static/eft", "oracle/eft"}
+    assert list(gpu["static/eft"].get_ydata()) == [4, 4]
+    assert list(gpu["oracle/eft"].get_ydata()) == [p[1]["gpu"] for p in tl]
+    assert list(gpu["oracle/eft"].get_xdata()) == [p[0] / 3600 for p in tl]

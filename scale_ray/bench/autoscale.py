@@ -21,7 +21,7 @@ Arms (sizer / placement):
 
 ``--plot PNG`` draws,
 for the first seed, the nodes per type over time of each arm against the load and the window
-p95. The JSON's headline keys: ``rel_cost_vs_ray_autoscaler`` (ours / the tuned Ray autoscaler
+p95 (the oracle's from its per-window plan, :func:`oracle_timeline`; static's a flat line). The JSON's headline keys: ``rel_cost_vs_ray_autoscaler`` (ours / the tuned Ray autoscaler
 - 1), ``rel_cost_vs_ray_autoscaler_eft`` (ours / Ray's autoscaler with EFT - 1),
 ``slo_attainment`` (ours), ``ray_autoscaler_slo_attainment`` (Ray's defaults).
 
@@ -268,6 +268,23 @@ def run_oracle(job: tuple) -> dict[str, Any]:
         "slo_window_p95_s": m.get("slo_window_p95_s"), "seconds": time.perf_counter() - t0}
 
 
+def oracle_timeline(plan: list[dict[str, int]], env) -> list[tuple[float, dict[str, int]]]:
+    """The oracle's nodes per tier over time, as a sizer's ``timeline`` ((t, counts) steps):
+    what :func:`run_oracle` set -- from the start of window k the larger of window k-1's and
+    window k's counts, window k's alone ``p95_s`` in (the first window's predecessor: the
+    cluster's initial counts), the last window's to the end of the plan."""
+    w, bound = env.sizing.slo.window_s, env.sizing.slo.p95_s
+    prev = dict(env.cluster.tier_counts())
+    out: list[tuple[float, dict[str, int]]] = []
+    for k, counts in enumerate(plan):
+        out.append((k * w, {t: max(prev.get(t, 0), c) for t, c in counts.items()}))
+        out.append((k * w + min(bound, w), dict(counts)))
+        prev = counts
+    if plan:
+        out.append((len(plan) * w, dict(plan[-1])))
+    return out
+
+
 def plot(path: str, episodes: list[dict[str, Any]], env, static: dict[str, int] | None) -> None:
     """For the first seed: each arm's nodes per type over time (top), requests per minute and
     each arm's window p95 against the SLO (bottom)."""
@@ -283,12 +300,14 @@ def plot(path: str, episodes: list[dict[str, Any]], env, static: dict[str, int] 
                              sharex=True)
     horizon = env.workload.horizon_s
     for e in mine:
+        timeline = e.get("timeline") or (oracle_timeline(e["plan"], env) if e.get("plan")
+                                         else None)
         for ax, tier in zip(axes, tiers):
-            if e.get("timeline"):
-                ts = [p[0] / 3600 for p in e["timeline"]]
-                ax.step(ts, [p[1][tier] for p in e["timeline"]], where="post", label=e["arm"],
+            if timeline:
+                ts = [p[0] / 3600 for p in timeline]
+                ax.step(ts, [p[1][tier] for p in timeline], where="post", label=e["arm"],
                         lw=1)
-            elif static is not None:
+            elif e["arm"] == "static/eft" and static is not None:
                 ax.plot([0, horizon / 3600], [static[tier]] * 2, ls="--", label=e["arm"], lw=1)
     for ax, tier in zip(axes, tiers):
         ax.set_ylabel(f"{tier} nodes")
