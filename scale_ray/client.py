@@ -51,12 +51,18 @@ DEFAULT_APP = "scheduler"
 _OURS = ("scale_ray", "envs", "policies", "serve_apps")
 _handles: dict[tuple[str, str, str], Any] = {}
 _lock = threading.Lock()
-RETRY_S = 120.0  # how long a call keeps retrying while the service's replica is replaced
+RETRY_S = 120.0  # how long a call keeps retrying while a door or the scheduler actor restarts
+
+
+def _restarting(e: BaseException) -> bool:
+    """A door's 503 while the scheduler actor restarts (``kind`` ``restarting``)."""
+    return getattr(getattr(e, "cause", None) or e, "kind", None) == "restarting"
 
 
 def _retrying(app: str, method: str, *args: Any, attempts_s: float = RETRY_S, **kwargs: Any) -> Any:
-    """A handle call, retried while the replica is being replaced (its actor died or is not
-    reachable yet); :class:`WorkflowLost` after ``attempts_s``."""
+    """A handle call, retried while a door (a Serve replica) is replaced (its actor died or is
+    not reachable yet) or the scheduler actor restarts (the door's 503); :class:`WorkflowLost`
+    after ``attempts_s``."""
     import ray.exceptions as rex
     from ray.serve.exceptions import DeploymentUnavailableError
 
@@ -64,7 +70,10 @@ def _retrying(app: str, method: str, *args: Any, attempts_s: float = RETRY_S, **
     while True:
         try:
             return getattr(_handle(app), method).remote(*args, **kwargs).result()
-        except (rex.RayActorError, rex.ActorUnavailableError, DeploymentUnavailableError) as e:
+        except Exception as e:  # noqa: BLE001 - only the kinds below are retried
+            if not (isinstance(e, (rex.RayActorError, rex.ActorUnavailableError,
+                                   DeploymentUnavailableError)) or _restarting(e)):
+                raise
             if time.monotonic() > deadline:
                 raise WorkflowLost(f"the scheduler service did not answer {method} for "
                                    f"{attempts_s:g} s ({type(e).__name__})") from e

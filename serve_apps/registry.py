@@ -10,7 +10,6 @@ counts, and reaches the rest of the service only through what its constructor na
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
 import time
@@ -36,13 +35,8 @@ from .workflow_api import state
 log = logging.getLogger("ray.serve")
 
 __all__ = ["Workflows", "UnknownWorkflow", "refusal", "quarantined", "unknown_handler",
-           "mask_tasks", "tenant_view", "HTTP_CALLER"]
+           "mask_tasks", "tenant_view"]
 
-#: set by the service when it authenticated an HTTP request (its task's context only): such a
-#: caller gets :func:`tenant_view`; a handle call (a Ray job, which can read the cluster's nodes
-#: and actors from Ray's state API anyway) also gets node, actor and worker ids
-HTTP_CALLER: contextvars.ContextVar[bool] = contextvars.ContextVar("scale_http_caller",
-                                                                   default=False)
 
 
 def mask_tasks(servers: Iterable[dict], ids: Mapping[int, str],
@@ -147,6 +141,9 @@ class UnknownWorkflow(KeyError):
         super().__init__(msg)
         self.msg, self.gone = msg, gone
         self.status, self.kind = (410, "workflow_lost") if gone else (404, "not_found")
+
+    def __reduce__(self):  # (it crosses from the scheduler actor to a door)
+        return (type(self), (self.msg, self.gone), self.__dict__)
 
 
 async def unknown_handler(_: Request, exc: UnknownWorkflow) -> JSONResponse:

@@ -37,6 +37,10 @@ class RequestError(ValueError):
         self.status = status  # 422; 401/403 who asks, 429 a quota, 503 nothing can run now
         self.headers = headers or {}
 
+    def __reduce__(self):  # (it crosses from the scheduler actor to a door)
+        return (type(self), (self.loc, self.msg, self.kind, self.status, self.headers),
+                self.__dict__)
+
 
 class Server(BaseModel):
     """One server as the scheduler sees it now."""

@@ -57,7 +57,7 @@ MAX_ID_BYTES = 128  # an id this service issues has 8 + 16 + 16 characters and t
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _KV_KEY = b"scale_scheduler_id_key"
 
-__all__ = ["Tenants", "IdSigner", "audit", "audit_counts", "load_tokens", "new_token", "add_token",
+__all__ = ["Tenants", "IdSigner", "audit", "audit_counts", "count_audit", "load_tokens", "new_token", "add_token",
            "tenant_label", "LOCAL_TENANT", "HASH_PREFIX"]
 
 
@@ -294,11 +294,17 @@ def reason_kind(reason: object) -> str:
 def audit(action: str, tenant: str, wid: str | None = None, **fields: object) -> None:
     """One audit line, ``audit <action> tenant=<t> id=<id> key=value...`` (every value a plain
     word or a repr: a field cannot forge a line), counted per action and reason."""
-    with _counts_lock:
-        _counts[(action, reason_kind(fields.get("reason")))] += 1
+    count_audit(action, fields.get("reason"))
     extra = " ".join(f"{k}={str(v)[:200]!r}" for k, v in fields.items())
     audit_log.info("audit %s tenant=%s id=%s %s", action, _shown(tenant), _shown(wid or "-"),
                    extra)
+
+
+def count_audit(action: str, reason: object, n: int = 1) -> None:
+    """Count an audit line (one a scheduler door wrote in its own process, told to the
+    scheduler actor, whose metrics export the counts)."""
+    with _counts_lock:
+        _counts[(action, reason_kind(reason))] += n
 
 
 def audit_counts() -> dict[tuple[str, str], int]:

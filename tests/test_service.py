@@ -177,13 +177,12 @@ def test_allow_list_entries_are_validated():
     assert "jsontools:plain" not in allow.names and "json:loads" not in allow.names
 
 
-def test_args_are_validated_and_one_replica_only():
+def test_args_are_validated_and_doors_may_be_many():
     with pytest.raises(ConfigError, match="live.time_scale"):
         parse_args({"live": {"time_scale": -1}})
     with pytest.raises(ConfigError, match="tuning.retain_finished"):
         parse_args({"tuning": {"retain_finished": 0}})
-    with pytest.raises(ValueError, match="num_replicas must be 1"):
-        application({"policy": "eft"}, num_replicas=2)
+    application({"policy": "eft"}, num_replicas=2)  # doors; the scheduler actor is one
     with pytest.raises(ValueError, match="unknown"):
         application({"polcy": "eft"})
 
@@ -194,7 +193,7 @@ def test_configs_name_the_scheduler_app():
     assert app["import_path"] == "serve_apps.scheduler:build_app" and app["name"] == "scheduler"
     args = parse_args(app["args"])
     assert args.policy == "scale" and args.primitives == ()
-    assert app["deployments"][0]["num_replicas"] == 1
+    assert app["deployments"][0]["num_replicas"] == 2  # doors
     rs = yaml.safe_load((REPO / "configs/kuberay/rayservice.yaml").read_text())
     apps = {a["name"]: a for a in yaml.safe_load(rs["spec"]["serveConfigV2"])["applications"]}
     assert apps["scheduler"]["import_path"] == "serve_apps.scheduler:build_app"
@@ -429,7 +428,7 @@ def test_http_api(service):
         assert "num_cpus" in body["content"]["application/json"]["example"]["tasks"][1]
         c = http.get("/v1/cluster").json()
         assert c["policy"] == "eft" and c["servers"]["count"] >= 5  # counts only (issue 43)
-        assert "node" not in json.dumps(c) and "replica_actor" not in c and "journal" in c
+        assert "node" not in json.dumps(c) and "scheduler_actor" not in c and "door_actor" not in c and "journal" in c
         assert c["workflows"]["completed"] >= 1 and c["workflows"]["cancelled"] == 1
 
 
@@ -559,7 +558,7 @@ def test_replica_killed_mid_primitive_resumes_every_workflow(service, tmp_path):
 
     marks = tmp_path / "marks"
     marks.mkdir()
-    chain = marked.bind(marked.bind(marked.bind(1, "a", str(marks)), "b", str(marks), 4.0),
+    chain = marked.bind(marked.bind(marked.bind(1, "a", str(marks)), "b", str(marks), 12.0),
                         "c", str(marks))
     h = client.submit(chain, key="chain-1")
     with httpx.Client(base_url=service.url, timeout=60) as http:
@@ -583,7 +582,7 @@ def test_replica_killed_mid_primitive_resumes_every_workflow(service, tmp_path):
         assert h.result(timeout=120) == 4  # waits across the restart
         assert sorted(p.name for p in marks.iterdir()) == ["a.0", "b.0", "b.1", "c.0"]
         after = client.cluster()
-        assert after["replica_actor"] != before["replica_actor"]
+        assert after["incarnation"] != before["incarnation"]
         assert after["resumed"]["workflows"] >= 1
         assert after["resumed"]["at"] - killed_at < 15  # resumed within 15 s of the kill
         rec = http.get(f"/v1/workflows/{wid}").json()  # the same id, its result kept
@@ -707,7 +706,7 @@ def test_metrics_reach_rays_prometheus_endpoint(service):
     rejected = f'ray_scale_scheduler_rejected_total{{reason="too_large",tenant="{tenant_label("local")}"}}'
     key = f'ray_scale_scheduler_workflow_response_s_count{{policy="eft",tenant="{tenant_label(tenant)}"}}'
     # (each metric is exported on its own schedule: wait for these series too)
-    m = scrape_metrics(until=decisions, timeout_s=60, worker=info["replica_worker_id"],
+    m = scrape_metrics(until=decisions, timeout_s=60, worker=info["scheduler_worker_id"],
                        needs=(rejected, key))
     assert m.get("ray_scale_scheduler_decisions_total") == decisions, sorted(m)
     assert m[rejected] >= 1, sorted(m)

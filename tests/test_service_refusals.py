@@ -86,9 +86,9 @@ def service(monkeypatch):
     hashes, 10 KB bodies at most."""
     from ray import serve
 
-    from serve_apps.scheduler import SchedulerService, SchedulerTuning
+    from serve_apps.scheduler import SchedulerCore, SchedulerTuning, local_door
 
-    svc = object.__new__(SchedulerService.func_or_class)
+    svc = object.__new__(SchedulerCore)
     svc.tenants = Tenants({t: "sha256:" + hashlib.sha256(k.encode()).hexdigest()
                            for t, k in (("a", TOK_A), ("b", TOK_B))})
     svc.tuning = SchedulerTuning(max_body_bytes=10_000, max_queued_work_s_per_tenant=1e7)
@@ -98,8 +98,9 @@ def service(monkeypatch):
     svc._pool = ThreadPoolExecutor(4)
     svc.registry = Workflows(svc.sched, lambda: svc.tuning, IdSigner("inc1", b"k" * 32),
                              svc.metrics, svc._pool, "inc1")
+    door = local_door(svc, svc.tenants)
     monkeypatch.setattr(serve, "get_replica_context",
-                        lambda: SimpleNamespace(servable_object=svc))
+                        lambda: SimpleNamespace(servable_object=door))
     monkeypatch.setattr(errors.LIMITS, "max_body_bytes", 10_000)
     from serve_apps.scheduler import api
 

@@ -62,10 +62,10 @@ def _service(monkeypatch, nodes, storage=None):
     resumed as the service resumes it."""
     from ray import serve
 
-    from serve_apps.scheduler import SchedulerService, SchedulerTuning, api
+    from serve_apps.scheduler import SchedulerCore, SchedulerTuning, api, local_door
 
     sched, _ = scheduler(monkeypatch, nodes, storage=storage)
-    svc = object.__new__(SchedulerService.func_or_class)
+    svc = object.__new__(SchedulerCore)
     svc.tenants = Tenants({t: "sha256:" + hashlib.sha256(k.encode()).hexdigest()
                            for t, k in (("a", TOK_A), ("b", TOK_B))})
     svc.tuning = SchedulerTuning(max_queued_work_s_per_tenant=1e12)
@@ -78,8 +78,9 @@ def _service(monkeypatch, nodes, storage=None):
                              svc.metrics, svc._pool, "inc1")
     for h in sched.resume(lambda sub: rebuild(sub, svc.allow, svc.tuning, *svc._doc)):
         svc.registry.register(h.jid, h, h.tenant)
+    door = local_door(svc, svc.tenants)
     monkeypatch.setattr(serve, "get_replica_context",
-                        lambda: SimpleNamespace(servable_object=svc))
+                        lambda: SimpleNamespace(servable_object=door))
     monkeypatch.setattr(errors.LIMITS, "max_body_bytes", svc.tuning.max_body_bytes)
     return TestClient(api, base_url="http://127.0.0.1"), svc, sched
 

@@ -221,21 +221,9 @@ def test_the_journal_counts_an_http_tenant_sees_are_its_own():
 from test_service import service  # noqa: E402,F401 - the module fixture (its own local cluster)
 
 
-def _replica_log(client) -> str:
-    """The replica's Serve log file (asked of the replica: its ray.serve file handler)."""
-    import ray
-
-    actor = ray.get_actor(client.cluster()["replica_actor"], namespace="serve")
-
-    def path(_self):
-        import logging as lg
-        for h in lg.getLogger("ray.serve").handlers:
-            h.flush()
-            target = getattr(h, "target", None)
-            if getattr(target, "baseFilename", None):
-                return target.baseFilename
-        return None
-    return ray.get(actor.__ray_call__.remote(path), timeout=60)
+def _scheduler_log(client) -> str:
+    """The scheduler actor's log file (``GET /v1/cluster`` as a Ray job sees it)."""
+    return client.cluster()["scheduler_log"]
 
 
 def _late_body_status(url: str) -> str:
@@ -299,7 +287,8 @@ def test_hostile_strings_bodies_and_views_over_http(service):
         r = http.post("/v1/workflows", json={"tasks": [{"name": "a", "compute_gflop": 5000}]})
         assert r.status_code == 422 and r.json()["detail"][0]["type"] == "too_large", r.text
     op = client.cluster(tenant="local")
-    secrets = {op["replica_actor"], op["replica_worker_id"], op["scheduler_node"],
+    secrets = {op["scheduler_actor"], op["scheduler_worker_id"], op["scheduler_node"],
+               op["door_actor"], op["door_worker_id"],
                op["journal"]["storage"], *(s["node"] for s in op["servers"])}
     text = json.dumps(view)
     assert view["servers"]["count"] == len(op["servers"]) and view["workflows"]["completed"] >= 1
@@ -311,7 +300,7 @@ def test_hostile_strings_bodies_and_views_over_http(service):
         time.sleep(0.2)  # (folded off the scheduler thread when it completed)
     assert not (Path(root) / "wf" / wid).exists() and any((Path(root) / "done").iterdir())
 
-    log_text = Path(_replica_log(client)).read_text()
+    log_text = Path(_scheduler_log(client)).read_text()
     assert f"audit submit tenant=local id={wid}" in log_text, log_text[-3000:]
     assert "audit refuse tenant=local id=- reason='too_large'" in log_text
     t = time.time()

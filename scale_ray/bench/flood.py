@@ -176,7 +176,7 @@ def _flood(svc: LocalService, cluster: LocalHeteroCluster, args: argparse.Namesp
         "http_5xx": flood.errors_5xx + victim.errors_5xx, "cancel_free_s": cancel_free_s,
         "metrics_scraped": {k: v for k, v in scrape_metrics(
             until=_decisions(), timeout_s=45,
-            worker=client.cluster(tenant="x")["replica_worker_id"]).items()
+            worker=client.cluster(tenant="x")["scheduler_worker_id"]).items()
             if "_bucket" not in k},
     }
 

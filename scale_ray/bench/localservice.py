@@ -1,6 +1,6 @@
 """A local multi-node cluster with the scheduler service deployed on it, for the service benches
-and tests: deploy, kill the replica or a busy node, and read the service's metrics back from
-Ray's Prometheus endpoints."""
+and tests: deploy, kill the scheduler actor, a door or a busy node, and read the service's
+metrics back from Ray's Prometheus endpoints."""
 
 from __future__ import annotations
 
@@ -73,16 +73,22 @@ class LocalService:
         serve.shutdown()
 
     def replica_pid(self) -> int:
-        """The PID of the service's replica process (asked of the replica actor itself)."""
-        import ray
-
-        actor = ray.get_actor(client.cluster()["replica_actor"], namespace="serve")
-        return int(ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=60))
+        """The PID of the scheduler actor (``GET /v1/cluster`` as a Ray job sees it)."""
+        return int(client.cluster()["scheduler_pid"])
 
     def kill_replica(self) -> float:
-        """``kill -9`` the replica (Serve starts another, which resumes from the journal);
+        """``kill -9`` the scheduler actor (Ray restarts it; it resumes from the journal; the
+        doors answer 503 meanwhile); returns the kill's wall time."""
+        os.kill(self.replica_pid(), signal.SIGKILL)
+        return time.time()
+
+    def kill_door(self) -> float:
+        """``kill -9`` one door (a Serve replica: Serve replaces it, the scheduler goes on);
         returns the kill's wall time."""
-        pid = self.replica_pid()
+        import ray
+
+        actor = ray.get_actor(client.cluster()["door_actor"], namespace="serve")
+        pid = int(ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=60))
         os.kill(pid, signal.SIGKILL)
         return time.time()
 
@@ -97,15 +103,16 @@ class LocalService:
         return self.cluster.kill_node(busy[0])
 
 
-def successor_steps(old_actor: str, killed_at: float, timeout_s: float = 120.0) -> dict:
-    """Seconds from a replica kill until its successor's process started, its scheduler was
-    up and it had resumed the journal (``GET /v1/cluster`` ``resumed``)."""
+def successor_steps(old: str, killed_at: float, timeout_s: float = 120.0) -> dict:
+    """Seconds from a kill of the scheduler actor (incarnation ``old``) until its restart's
+    process started, its scheduler was up and it had resumed the journal (``GET /v1/cluster``
+    ``resumed``)."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         info = client.cluster()
-        if info["replica_actor"] != old_actor:
+        if info["incarnation"] != old:
             r = info["resumed"]
-            return {k: r[k] - killed_at for k in ("replica_started", "policy_loaded",
+            return {k: r[k] - killed_at for k in ("actor_started", "policy_loaded",
                                                     "scheduler_started", "at")}
         time.sleep(0.2)
     return {}
@@ -118,7 +125,7 @@ def scrape_metrics(until: int | None = None, timeout_s: float = 45.0,
     (the service's own count) or stops changing, and every series in ``needs`` is there (Ray
     exports each metric on its own schedule); the last scrape (``{}`` if none) after
     ``timeout_s``. ``worker``: only the series of that replica process (``GET /v1/cluster``
-    ``replica_worker_id``; earlier replicas' series stay on the endpoints)."""
+    ``scheduler_worker_id``; earlier incarnations' series stay on the endpoints)."""
     import httpx
     import ray
 

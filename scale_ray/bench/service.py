@@ -8,8 +8,8 @@ On one local heterogeneous multi-node cluster (``--nodes`` servers N, tiers 2:5:
    all have and the service offers every server, they submit their share of one Poisson stream of ``--clients x --workflows`` emulated workflows (offered load
    ``--load``) with ``scale_ray.client.submit``; at ``--kill-at`` of the arrival span the bench
    kills a node that is running a primitive (never the service's own node), and at each
-   ``--kill-replica-at`` fraction it ``kill -9``s the service's replica, which Serve replaces
-   and which resumes from its journal (``--storage``; default: a directory of the run);
+   ``--kill-replica-at`` fraction it ``kill -9``s the service's scheduler actor, which Ray
+   restarts and which resumes from its journal (``--storage``; default: a directory of the run);
 3. the same workload runs under Ray's own placement (``ray-default``) from this process, with
    the same kill: a node of the killed node's tier is added back, and killed at the same model
    time (``--no-ray-default``: skipped, and with it the twin and every ``ray_default_*`` key).
@@ -51,7 +51,7 @@ from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target,
 from scale_ray.live.workflow import dag_record
 from scale_ray.relative import rel
 
-from . import flood
+from . import doors, flood
 from .localservice import LocalService, scrape_metrics, successor_steps
 from .validity import MachineLoad, check, format_check, gain_line, ratio_interval, twin_ratio
 from .twin import (SETTINGS, add_runtime_arguments, add_setting_arguments, compare, format_rows,
@@ -72,14 +72,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kill-at", type=float, default=0.5,
                    help="kill a busy node at this fraction of the arrival span (< 0: never)")
     p.add_argument("--kill-replica-at", type=float, nargs="*", default=[], metavar="F",
-                   help="kill -9 the service's replica at these fractions of the arrival span "
-                        "(each after the previous one resumed); it resumes from its journal")
+                   help="kill -9 the service's scheduler actor at these fractions of the "
+                        "arrival span (each after the previous one resumed); Ray restarts it "
+                        "and it resumes from its journal")
     p.add_argument("--storage", default="session",
                    help="the service's live.storage (its journal): session, off, or a URI")
     p.add_argument("--tenants", type=int, default=None,
                    help="2: the flood bench instead (scale_ray.bench.flood): tenant 'flood' "
                         "queues --flood tasks over HTTP, tenant 'victim' submits one-task "
                         "workflows; waits, cross-tenant refusals, 429s, RSS, decisions/s")
+    p.add_argument("--http-doors", type=int, nargs="*", default=[], metavar="D",
+                   help="the doors bench instead (scale_ray.bench.doors): HTTP POST/GET "
+                        "throughput of the service with each count of doors, e.g. 1 2")
+    p.add_argument("--http-requests", type=int, default=2000,
+                   help="with --http-doors: requests of each kind per doors count")
+    p.add_argument("--http-concurrency", type=int, default=32,
+                   help="with --http-doors: requests in flight")
     p.add_argument("--flood", type=int, default=20_000, help="with --tenants: tasks flooded")
     p.add_argument("--flood-workflow-tasks", type=int, default=100,
                    help="with --tenants: tasks per flood workflow (10000: one big workflow)")
@@ -209,7 +217,7 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
         while time.time() < due and all(p.poll() is None for p in procs):
             time.sleep(0.05)
         if what == "replica":
-            old = client.cluster()["replica_actor"]  # the previous kill's successor answers
+            old = client.cluster()["incarnation"]  # the previous kill's successor answers
             replica_kills.append(svc.kill_replica())
             steps.append(successor_steps(old, replica_kills[-1]))
             log.info("killed the service replica (%d): %s", len(replica_kills), steps[-1])
@@ -229,7 +237,7 @@ def run_service(svc: LocalService, specs: list, times: np.ndarray, args: argpars
     lat = [1000 * r["submit_latency_s"] for r in recs]
     final = client.cluster()
     scraped = scrape_metrics(until=final["counters"]["decisions"],
-                             worker=final["replica_worker_id"])  # the last replica's series
+                             worker=final["scheduler_worker_id"])  # the last replica's series
     events = read_trace(svc.trace_path)
     resume = resume_times(events, replica_kills)
     return {
@@ -424,6 +432,8 @@ def _checked_env(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     if args.tenants is not None:
         return flood.run(args)
+    if args.http_doors:
+        return doors.run(args)
     env = _checked_env(args)
     runtime_env(env, args)  # a bad --noise fails before a cluster starts
     live = LiveConfig(time_scale=args.time_scale)
