@@ -97,7 +97,7 @@ def test_bench_service_kills_the_replica_twice_and_loses_nothing(tmp_path):
     assert r["workflows_submitted"] == r["workflows_completed"] == 30
     assert r["workflows_lost"] == 0 and r["double_booked"] == 0
     assert all(s is not None and 0 < s < 60 for s in r["resume_s"])
-    assert {"replica_started", "policy_loaded", "scheduler_started", "at"} == set(
+    assert {"actor_started", "policy_loaded", "scheduler_started", "at"} == set(
         r["resume_steps_s"][0])
     assert not [k for k in r if k.startswith("ray_default") or k == "rel_diff_vs_ray_default"]
     assert "ray-default" not in run.stdout and r["setting"] == "paper"
