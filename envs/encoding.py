@@ -118,7 +118,7 @@ class PaperEncoder:
     def __init__(self, f: FeatureConfig, n: int, mask_infeasible: bool) -> None:
         self.f, self.n, self.mask_infeasible = f, n, mask_infeasible
         self._version = None
-        self._table_id = None
+        self._table: NodeTable | None = None  # the table the static columns are of
         # Contiguous scratch rows for the time-dependent columns: a ufunc writing straight into
         # a strided column of the (n, 5) matrix costs about 1 us at N = 48, a contiguous one
         # about 0.4 us, and one strided assignment 0.2 us. Same dtype and operation order as
@@ -133,6 +133,11 @@ class PaperEncoder:
     def spaces_dims(self) -> tuple[int, int]:
         """(task width, node width)."""
         return task_dim(self.f), SERVER_DIM
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_table"] = None  # a copy rebuilds its columns (and registers with its table)
+        return state
 
     def copy(self) -> "PaperEncoder":
         """An independent encoder (its scratch rows and static cache its own)."""
@@ -155,11 +160,18 @@ class PaperEncoder:
             busy[i] = min(table.busy_w[i] / f.power_w, f.clip)
             present[i] = 1.0
             accept[i] = table.accept_l[i]
+        idle = m[:, 3].tolist()
+        np.copyto(m[:, 3], busy, where=table.busy[:n] if table.n != n else table.busy)
+        # the table keeps column 3 (the power: busy or idle) up to date from now on
+        k = min(n, table.n)
+        table.mirror_busy(self, m[:, 3], idle[:k], busy.tolist()[:k])
         self._matrix, self._present, self._busy_pf = m, present, busy
         self._accept, self._accept_f = accept, accept.astype(np.float32)
         self._n_accept = int(accept.sum())
         self._memory = np.array([table.memory_l[i] if i < table.n else 0.0 for i in range(n)])
-        self._version, self._table_id = table.version, id(table)
+        # the table's arrays as long as n rows (a table's arrays are never replaced)
+        self._busy_until = table.busy_until[:n] if table.n != n else table.busy_until
+        self._version, self._table = table.version, table
 
     def task_vector(self, t: TaskFacts, accepting: int) -> np.ndarray:
         """The task's features (with the backlog columns when ``features.backlog``)."""
@@ -174,19 +186,21 @@ class PaperEncoder:
                 ) -> dict[str, np.ndarray]:
         """The observation of placing ``task`` (its ``demands``), described by ``facts``, at
         model time ``now``."""
-        if table.version != self._version or id(table) != self._table_id:
+        if table.version != self._version or table is not self._table:
             self._static(table)
-        vec = self.task_vector(facts, self._n_accept)
+        f = self.f
+        if f.backlog:
+            vec = self.task_vector(facts, self._n_accept)
+        else:  # task_vector, inlined (hot path)
+            vec = encode_task(facts.compute, facts.memory_gb, facts.successors, facts.completion,
+                              facts.output_gb, f)
         out = self._matrix.copy()
-        n = self.n
         rem = self._rem  # remaining busy time: (busy_until - now) / time_unit, clipped
-        np.subtract(table.busy_until[:n] if table.n != n else table.busy_until, now,
-                    out=self._rem64)
+        np.subtract(self._busy_until, now, out=self._rem64)
         rem[:] = self._rem64
         np.multiply(rem, self._inv_rem, out=rem)
         _clip_ufunc(rem, 0.0, self._clip, out=rem)
-        out[:, 2] = rem
-        np.copyto(out[:, 3], self._busy_pf, where=table.busy[:n] if table.n != n else table.busy)
+        out[:, 2] = rem  # (column 3, the power, is kept by the table: NodeTable.mirror_busy)
         if facts.transfer_s:
             x = facts.transfer_s / self._transfer_unit
             np.multiply(self._present, x if x < self._clip else self._clip, out=self._transfer)

@@ -180,6 +180,9 @@ class NodeTable:
         self._set_stamp = next(_STAMPS)  # changes with the node set or accepting
         self._run_stamp = next(_STAMPS)  # and with every start and finish
         self.version = 0  # bumped at every change of the node set or of accepting
+        # per observer (an encoder, :meth:`mirror_busy`): a column it keeps of each node's
+        # value when idle / busy, written here when a node becomes busy or idle
+        self._mirrors: dict[Any, tuple[np.ndarray, list[float], list[float]]] = {}
         for i, nd in enumerate(nodes):
             self.set_node(i, nd, i)
 
@@ -556,6 +559,10 @@ class NodeTable:
         if len(run) == 1:  # it was idle
             self.busy[i] = True
             self.busy_until[i] = until
+            if self._mirrors:
+                for col, _, busy in self._mirrors.values():
+                    if i < len(busy):
+                        col[i] = busy[i]
             if self.accept_l[i]:
                 self._idle[self.shape[i]] &= ~(1 << i)
                 if not (slot and free[self._slot_i] < 1.0 - EPS):  # a slot node: full now
@@ -590,6 +597,10 @@ class NodeTable:
         if not run:
             self.busy[i] = False
             self.busy_until[i] = 0.0
+            if self._mirrors:
+                for col, idle, _ in self._mirrors.values():
+                    if i < len(idle):
+                        col[i] = idle[i]
             if self.accept_l[i]:
                 self.partial.discard(i)
                 self._idle[self.shape[i]] |= 1 << i
@@ -608,12 +619,27 @@ class NodeTable:
         run[task] = until
         self.busy_until[i] = max(run.values())
 
+    def mirror_busy(self, key: Any, col: np.ndarray, idle: list[float], busy: list[float]
+                    ) -> None:
+        """Keep ``col[i]`` at ``busy[i]`` while node ``i`` is busy, else at ``idle[i]``, from
+        now on (its present values are the caller's; positions past ``len(idle)`` are not
+        kept), for observer ``key`` (an encoder's column: written at each start and finish that
+        changes :attr:`busy` rather than read from it at each observation; a later call with
+        the same key replaces it)."""
+        self._mirrors[key] = (col, idle, busy)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_mirrors"] = {}  # views into observers' arrays: a copy's observers register again
+        return state
+
     def copy(self, remap: Callable[[Any, int], Any] | None = None) -> "NodeTable":
         """An independent table in this one's state, each run of a task on node ``i`` keyed by
         ``remap(task, i)`` (a planner's rollout; a hedged task's two runs may become two keys).
         The demand caches, the totals and the speeds are shared (they do not change with what
         runs)."""
         new = copy.copy(self)
+        new._mirrors = {}  # its observers register themselves
         new.free = [list(f) for f in self.free]
         new.gpus = [list(g) for g in self.gpus]
         new.accept_l = list(self.accept_l)
