@@ -28,11 +28,12 @@ class Billing:
         self.prices = prices
         self.min_s = billing_min_s
         self.open: dict[Any, tuple[str, float]] = {}  # key -> (tier, since)
-        self.closed: list[tuple[str, float]] = []  # (tier, billed seconds)
+        # billed seconds per tier of the nodes that left (summed in leaving order: bounded)
+        self.closed: dict[str, float] = {k: 0.0 for k in prices}
 
     def copy(self) -> "Billing":
         out = Billing(self.prices, self.min_s)
-        out.open, out.closed = dict(self.open), list(self.closed)
+        out.open, out.closed = dict(self.open), dict(self.closed)
         return out
 
     def start(self, key: Any, tier: str, t: float) -> None:
@@ -51,14 +52,12 @@ class Billing:
         """Node ``key`` left at ``t``."""
         got = self.open.pop(key, None)
         if got is not None:
-            self.closed.append((got[0], max(t - got[1], self.min_s)))
+            self.closed[got[0]] = self.closed.get(got[0], 0.0) + max(t - got[1], self.min_s)
 
     def totals(self, t: float) -> dict[str, Any]:
         """Cost (``cost``, in the prices' currency) and node-hours per tier, nodes still open
         billed up to ``t``."""
-        secs: dict[str, float] = {k: 0.0 for k in self.prices}
-        for tier, s in self.closed:
-            secs[tier] = secs.get(tier, 0.0) + s
+        secs = dict(self.closed)
         for tier, since in self.open.values():
             secs[tier] = secs.get(tier, 0.0) + max(t - since, self.min_s)
         cost = sum(s * self.prices.get(k, 0.0) / 3600.0 for k, s in secs.items())

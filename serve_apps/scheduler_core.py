@@ -452,7 +452,10 @@ class SchedulerActor(SchedulerCore):
             if self.sched.thread_error is not None:
                 log.error("scheduler actor %s: the scheduler thread died (%r); restarting",
                           self.incarnation, self.sched.thread_error)
-                os._exit(1)  # a crash: Ray restarts the actor (max_restarts=-1)
+                import ray
+                # a crash: Ray restarts the actor (max_restarts=-1)
+                ray.kill(ray.get_runtime_context().current_actor, no_restart=False)
+                return
             if time.monotonic() - self._heard > ORPHAN_EXIT_S:
                 log.info("scheduler actor %s: no door for %.0f s; exiting", self.incarnation,
                          ORPHAN_EXIT_S)
@@ -469,7 +472,8 @@ def _log_to_file(app: str) -> str | None:
     try:
         import ray
 
-        logs = ray._private.worker._global_node.get_logs_dir_path()
+        ctx = ray.get_runtime_context()
+        logs = os.path.join(ctx.get_temp_dir(), ctx.get_session_name(), "logs")
     except Exception:  # noqa: BLE001 - not in a Ray worker (a test): Python's own handlers
         return None
     path = os.path.join(logs, "serve", f"scheduler-{app}.log")
