@@ -51,6 +51,7 @@ from scale_ray.live.runner import (arrival_times, emulated_runtime, make_target,
 from scale_ray.live.workflow import emulated_body
 from scale_ray.relative import rel
 
+from . import autoscale_live
 from .agents_live import add_agents_arguments, run_agents
 from .validity import MachineLoad, check, format_check, gain_line, ratio_interval, twin_ratio
 from .programs_live import run_programs
@@ -95,6 +96,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "default-order responses on the arrivals of K seeds from --seed (how "
                         "much the order can gain on the streams a live run would replay)")
     add_agents_arguments(p)
+    autoscale_live.add_arguments(p)
     p.add_argument("--trace-dir", default=None,
                    help="write each quality run's live trace (live_POLICY.jsonl) and its twin's "
                         "(twin_POLICY.jsonl) here, for scale-ray explain")
@@ -381,6 +383,8 @@ def quality(env, policies: list[str], args: argparse.Namespace, cluster,
 def run(args: argparse.Namespace) -> int:
     if args.setting == "programs":  # agents submitting call by call (bench/programs_live.py)
         return run_programs(args)
+    if args.setting == "autoscale":  # elastic nodes, our sizing vs Ray's autoscaler path
+        return autoscale_live.run(args)
     if args.setting == "agents":
         if args.time_scale is None:
             args.time_scale = 0.5

@@ -42,14 +42,16 @@ METRICS = ("mean_workflow_response_s", "p95_workflow_response_s", "p99_workflow_
 def add_setting_arguments(p: Any, what: str) -> None:
     """``--setting``, ``--load`` and ``--time-scale`` of the live benches; ``what``: what the
     realistic setting measures there."""
-    p.add_argument("--setting", choices=sorted(SETTINGS) + ["agents", "programs"],
+    p.add_argument("--setting", choices=sorted(SETTINGS) + ["agents", "autoscale", "programs"],
                    default="paper",
                    help="paper: paper.yaml's workload at --load; realistic: configs/env/"
                         f"realistic.yaml's workload at its own arrival rate, {what}; agents: "
                         "configs/env/agents.yaml in Ray's resource model (bench live only: "
                         "node rules and Ray default, each next to its node-simulator twin); "
                         "programs: configs/env/programs.yaml's requests run by agents that "
-                        "submit call by call, one by one vs as programs (bench live only)")
+                        "submit call by call, one by one vs as programs (bench live only); "
+                        "autoscale: configs/env/autoscale.yaml on nodes that come and go, our "
+                        "sizing vs Ray's autoscaler path (bench live only)")
     p.add_argument("--load", type=float, default=None,
                    help="offered compute load (default: 0.6 for paper; realistic: the env's "
                         "own arrival rate)")
