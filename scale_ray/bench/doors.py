@@ -110,8 +110,8 @@ def run(args: argparse.Namespace) -> int:
         svc.start()
         try:
             for d in counts:
-                svc.deploy(num_replicas=d)
-                svc.wait_accepting()
+                svc.deploy(num_replicas=d)  # (idle servers' actors are reaped: the
+                # warm-up's workflows start them again)
                 row = {"doors": d, **_measure(svc.url, args.http_requests,
                                               args.http_concurrency)}
                 out["doors"].append(row)
