@@ -46,7 +46,7 @@ from typing import Any, Callable
 import numpy as np
 
 from envs.accounting import Billing, slo_report
-from envs.config import EnvConfig, replace
+from envs.config import EnvConfig, replace, to_dict
 from envs.sim_arrivals import Arrivals
 from envs.sizing import NodeView, SizingView
 from envs.workload import draw
@@ -80,8 +80,6 @@ def live_env(horizon_s: float = 1800.0, rate_16: float = 1.0) -> EnvConfig:
     daily curve (the peak in the middle), no bursts, ``arrival_rate_16`` ``rate_16`` (x 6 / 16
     initial nodes: 0.375 requests/s on average at 1.0)."""
     env = load_env(CONFIG)
-    from envs.config import to_dict
-
     cl = to_dict(env.cluster)
     for t in cl["tiers"]:  # small nodes: a 2-core machine holds their workers (LIVE_NODES)
         t.update(LIVE_NODES[t["name"]])
