@@ -58,6 +58,7 @@ from scale_ray.live import LiveScheduler
 from scale_ray.live.cluster import COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL
 from scale_ray.live.ray_default import RayDefaultRunner
 from scale_ray.live.raylocal import prepare_local_ray
+from scale_ray.relative import rel
 
 from .agents_cluster import collected, live_settings
 
@@ -438,8 +439,8 @@ def run(args: argparse.Namespace) -> int:
         for a in out["arms"].values())
     out["twin_rel_cost_vs_ray_autoscaler"] = ours["twin"]["cost"] / ray_arm["twin"]["cost"] - 1
     out["workflows_lost"] = sum(a["live"]["workflows_lost"] for a in out["arms"].values())
-    print(f"ours vs Ray's autoscaler path: cost {100 * out['rel_cost_vs_ray_autoscaler']:+.1f} % "
-          f"(twin {100 * out['twin_rel_cost_vs_ray_autoscaler']:+.1f} %), attainment "
+    print(f"ours vs Ray's autoscaler path: cost {rel(out['rel_cost_vs_ray_autoscaler'])} "
+          f"(twin {rel(out['twin_rel_cost_vs_ray_autoscaler'])}), attainment "
           f"{out['slo_attainment']:.3f} vs {out['ray_autoscaler_slo_attainment']:.3f}, twin gap "
           f"{out['max_twin_gap_points']:.1f} points, lost {out['workflows_lost']}", flush=True)
     if args.json:
