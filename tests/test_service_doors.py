@@ -103,6 +103,19 @@ def test_a_killed_scheduler_actor_is_503_with_retry_after_until_back_and_loses_n
         assert {s for s, _ in statuses} <= {200, 503}, statuses
         assert all(ra == "2" for s, ra in statuses if s == 503), statuses
         assert any(s == 503 for s, _ in statuses), statuses  # the restart was seen as a 503
-        states = [http.get(f"/v1/workflows/{w}", params={"wait_s": 60}).json()["state"]
+        # The other door may still be answering 503 until its own heartbeat gets through: an
+        # HTTP client honours Retry-After, as scale_ray.client does.
+        states = [_get_honouring_retry_after(http, f"/v1/workflows/{w}", wait_s=60)["state"]
                   for w in ids]
     assert states == ["completed"] * 10  # resumed from the journal under the same ids
+
+
+def _get_honouring_retry_after(http, path: str, **params) -> dict:
+    deadline = time.time() + 60
+    while True:
+        r = http.get(path, params=params)
+        if r.status_code != 503 or time.time() > deadline:
+            assert r.status_code == 200, (r.status_code, r.text)
+            return r.json()
+        assert r.headers.get("retry-after") == "2", r.headers
+        time.sleep(float(r.headers["retry-after"]))
