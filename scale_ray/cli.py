@@ -35,6 +35,7 @@ BENCH: dict[str, tuple[str, str]] = {
     "runtime": ("scale_ray.bench.runtime", "what noisy, undeclared run times cost; hints, estimator and hedging"),
     "programs": ("scale_ray.bench.programs", "program-aware scheduling vs the same calls submitted one by one"),
     "autoscale": ("scale_ray.bench.autoscale", "cluster sizing against a latency SLO: cost and attainment vs Ray's autoscaler"),
+    "autoscale-rl": ("scale_ray.bench.autoscale_rl", "a learned sizer (RLlib PPO) vs ours on held-out seeds"),
 }
 
 

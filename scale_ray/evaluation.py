@@ -97,12 +97,14 @@ def _policy(spec: str, env: EnvConfig, seed: int | None = None,
 
 def start_episode(env: EnvConfig, policy_spec: str, episode: int, base_seed: int = 0,
                   trace: JsonlTraceWriter | None = None, arrivals: Sequence | None = None,
-                  guard: GuardConfig | None = None) -> tuple[Any, Simulator]:
+                  guard: GuardConfig | None = None, sizer: Any = None
+                  ) -> tuple[Any, Simulator]:
     """The policy and the reset simulator of fixed evaluation episode ``episode``: the same
-    workload, policy seed and first-level order every evaluation of it uses."""
+    workload, policy seed and first-level order every evaluation of it uses. ``sizer``: who
+    sizes the cluster (default: ``env.sizing``'s)."""
     policy_seed = base_seed * 1_000_003 + episode
     policy, env = _policy(policy_spec, env, policy_seed, guard)
-    sim = Simulator(env, trace=trace, sizer=make_sizer(env))  # env.sizing: who sizes
+    sim = Simulator(env, trace=trace, sizer=make_sizer(env) if sizer is None else sizer)
     sim.reset(episode_seed(base_seed, episode), arrivals=arrivals)
     policy.reset(policy_seed)
     return policy, sim

@@ -45,7 +45,7 @@ from .train_metrics import PROGRESS_LEGEND, MetricsWriter, extract_metrics, prog
 log = logging.getLogger(__name__)
 
 
-def _ensure_ray(num_cpus: int | None) -> bool:
+def ensure_ray(num_cpus: int | None) -> bool:
     """Start an embedded local Ray unless one is connected or RAY_ADDRESS points at a cluster
     (inside ``ray job submit`` the job attaches to its cluster). Returns True if we started it."""
     import ray
@@ -228,7 +228,7 @@ def train(cfg: TrainConfig, env: EnvConfig, out: str | Path, iterations: int | N
     cfg, env, schedule_iterations = _run_config(cfg, env, out, iterations, resume)
     stop_at = iterations or schedule_iterations
     apply_learner_threads(cfg)
-    started_ray = _ensure_ray(cfg.run.num_cpus)
+    started_ray = ensure_ray(cfg.run.num_cpus)
     writer = None
     algo = None
     try:

@@ -96,19 +96,20 @@ class ModelSizer:
         slope = (new - old) / half / half
         return r + max(slope, 0.0) * self.horizon_s
 
-    def need(self, view: SizingView) -> dict[str, float]:
-        """Capacity needed per kind (step 2)."""
+    def need(self, view: SizingView, headroom: float = 1.0) -> dict[str, float]:
+        """Capacity needed per kind (step 2), times ``headroom`` (``policies.sizing.learned``
+        chooses it; 1 for ours)."""
         mc = self.mc
         r = self.rate(view)
         drain_s = mc.backlog_share * self.cfg.sizing.slo.p95_s
         out = {}
         for k in (CPU, GPU):
             a = r * view.work_per_workflow.get(k, 0.0)  # the offered load, in capacity units
-            out[k] = max(a / mc.max_utilization, a + mc.beta * math.sqrt(a)) \
-                + view.queued_work.get(k, 0.0) / drain_s
+            out[k] = headroom * (max(a / mc.max_utilization, a + mc.beta * math.sqrt(a))
+                                 + view.queued_work.get(k, 0.0) / drain_s)
         return out
 
-    def _caps(self, tier) -> tuple[float, float]:
+    def caps(self, tier) -> tuple[float, float]:
         res = tier.spec().resources
         gpu = res.get(GPU, 0.0) * (tier.gpu_speed or tier.compute)
         cpu = res.get(CPU, 0.0) * tier.compute * ((1 - GPU_CPU_RESERVE) if gpu else 1.0)
@@ -118,24 +119,24 @@ class ModelSizer:
             ) -> tuple[dict[str, int], bool]:
         """The cheapest counts per tier within ``lo``..``hi`` whose capacity covers ``need``
         (step 3), and whether they do: a kind nothing covers gets its tiers at ``hi``."""
-        gpu_tiers = [t for t in self.tiers if self._caps(t)[1] > 0]
-        cpu_tiers = [t for t in self.tiers if self._caps(t)[1] == 0]
-        g = cheapest_mix(need[GPU], [(t.name, self._caps(t)[1], t.price_per_hour, lo[t.name],
+        gpu_tiers = [t for t in self.tiers if self.caps(t)[1] > 0]
+        cpu_tiers = [t for t in self.tiers if self.caps(t)[1] == 0]
+        g = cheapest_mix(need[GPU], [(t.name, self.caps(t)[1], t.price_per_hour, lo[t.name],
                                       hi[t.name]) for t in gpu_tiers])
         covered = g is not None
         if g is None:
             g = {t.name: hi[t.name] for t in gpu_tiers}
-        cpu_left = need[CPU] - sum(g[t.name] * self._caps(t)[0] for t in gpu_tiers)
-        c = cheapest_mix(cpu_left, [(t.name, self._caps(t)[0], t.price_per_hour, lo[t.name],
+        cpu_left = need[CPU] - sum(g[t.name] * self.caps(t)[0] for t in gpu_tiers)
+        c = cheapest_mix(cpu_left, [(t.name, self.caps(t)[0], t.price_per_hour, lo[t.name],
                                      hi[t.name]) for t in cpu_tiers])
         if c is None:
             covered = False
             c = {t.name: hi[t.name] for t in cpu_tiers}
         return g | c, covered
 
-    def decide(self, view: SizingView) -> Plan:
+    def decide(self, view: SizingView, headroom: float = 1.0) -> Plan:
         mc, t = self.mc, view.t
-        need = self.need(view)
+        need = self.need(view, headroom)
         nodes = {tier.name: [] for tier in self.tiers}
         for nv in view.nodes:
             if nv.accepting:
