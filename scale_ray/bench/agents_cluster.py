@@ -54,6 +54,42 @@ def collected(spec: WorkflowSpec, name: str) -> Any:
     return from_spec(WorkflowSpec(spec.tasks, name))
 
 
+def cpuless_head(prefix: str) -> tuple[Any, str]:
+    """A local Ray cluster (``ray.cluster_utils.Cluster``) whose head has no CPUs, in a temp
+    dir of its own (``/tmp/<prefix>...``): (the cluster, the temp dir)."""
+    from ray.cluster_utils import Cluster
+
+    prepare_local_ray()
+    temp_dir = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    return Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 0, "include_dashboard": False, "temp_dir": temp_dir}), temp_dir
+
+
+def add_node(cluster: Any, nd: NodeSpec) -> Any:
+    """A raylet of ``nd``'s shape on ``cluster`` (logical CPUs, GPUs, memory, an accelerator
+    marker, the labels the emulated bodies read their speeds from); not waited for."""
+    r = dict(nd.resources)
+    labels = {TIER_LABEL: nd.name, COMPUTE_LABEL: f"{nd.cpu_speed:g}"}
+    if r.get("GPU"):
+        labels[GPU_COMPUTE_LABEL] = f"{nd.gpu_speed:g}"
+    return cluster.add_node(
+        wait=False, num_cpus=r.get("CPU", 0), num_gpus=r.get("GPU", 0),
+        memory=int(r.get("memory", 0) * 1e9), object_store_memory=100 * 10 ** 6,
+        resources={f"accelerator_type:{nd.accelerator}": 1} if nd.accelerator else {},
+        labels=labels)
+
+
+def close(cluster: Any, temp_dir: str) -> None:
+    """Disconnect this driver, stop ``cluster`` (if started) and remove its temp dir."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    if cluster is not None:
+        cluster.shutdown()
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
 class AgentsCluster:
     """A local Ray cluster of ``nodes`` (logical CPUs, GPUs, memory, an accelerator marker; the
     labels the emulated bodies read their speed from), its own temp dir and ports."""
@@ -70,23 +106,9 @@ class AgentsCluster:
 
     def __enter__(self) -> "AgentsCluster":
         import ray
-        from ray.cluster_utils import Cluster
 
-        prepare_local_ray()
-        self.temp_dir = tempfile.mkdtemp(prefix="sca_", dir="/tmp")
-        self._cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 0, "include_dashboard": False, "temp_dir": self.temp_dir})
-        ids = []
-        for nd in self.nodes:
-            r = dict(nd.resources)
-            labels = {TIER_LABEL: nd.name, COMPUTE_LABEL: f"{nd.cpu_speed:g}"}
-            if r.get("GPU"):
-                labels[GPU_COMPUTE_LABEL] = f"{nd.gpu_speed:g}"
-            ids.append(self._cluster.add_node(
-                wait=False, num_cpus=r.get("CPU", 0), num_gpus=r.get("GPU", 0),
-                memory=int(r.get("memory", 0) * 1e9), object_store_memory=100 * 10 ** 6,
-                resources={f"accelerator_type:{nd.accelerator}": 1} if nd.accelerator else {},
-                labels=labels).node_id)
+        self._cluster, self.temp_dir = cpuless_head("sca_")
+        ids = [add_node(self._cluster, nd).node_id for nd in self.nodes]
         self._cluster.wait_for_nodes()
         self.ray_order = ray_node_order(ids)
         ray.init(address=self._cluster.address, include_dashboard=False, log_to_driver=False)
@@ -122,13 +144,7 @@ class AgentsCluster:
         return time.perf_counter() - t0
 
     def __exit__(self, *exc: Any) -> None:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
-        if self._cluster is not None:
-            self._cluster.shutdown()
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        close(self._cluster, self.temp_dir)
 
 
 def live_settings(env: EnvConfig, nodes: list[NodeSpec], ts: float, speeds: str = "known"

@@ -36,8 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -55,12 +53,10 @@ from policies.sizing.ray import RayAutoscaler
 from scale_ray.config import load_env
 from scale_ray.evaluation import run_episode
 from scale_ray.live import LiveScheduler
-from scale_ray.live.cluster import COMPUTE_LABEL, GPU_COMPUTE_LABEL, TIER_LABEL
 from scale_ray.live.ray_default import RayDefaultRunner
-from scale_ray.live.raylocal import prepare_local_ray
 from scale_ray.relative import rel
 
-from .agents_cluster import collected, live_settings
+from .agents_cluster import add_node, close, collected, cpuless_head, live_settings
 
 log = logging.getLogger(__name__)
 
@@ -130,12 +126,8 @@ class ElasticCluster:
 
     def __enter__(self) -> "ElasticCluster":
         import ray
-        from ray.cluster_utils import Cluster
 
-        prepare_local_ray()
-        self.temp_dir = tempfile.mkdtemp(prefix="scaa_", dir="/tmp")
-        self._cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 0, "include_dashboard": False, "temp_dir": self.temp_dir})
+        self._cluster, self.temp_dir = cpuless_head("scaa_")
         self.t0 = time.perf_counter()
         for t in self.env.cluster.tiers:
             for _ in range(t.count):
@@ -149,20 +141,8 @@ class ElasticCluster:
             self._mark()
         return self
 
-    def _add(self, tier: str) -> Any:
-        nd = self.tiers[tier].spec()
-        r = dict(nd.resources)
-        labels = {TIER_LABEL: nd.name, COMPUTE_LABEL: f"{nd.cpu_speed:g}"}
-        if r.get("GPU"):
-            labels[GPU_COMPUTE_LABEL] = f"{nd.gpu_speed:g}"
-        return self._cluster.add_node(
-            wait=False, num_cpus=r.get("CPU", 0), num_gpus=r.get("GPU", 0),
-            memory=int(r.get("memory", 0) * 1e9), object_store_memory=100 * 10 ** 6,
-            resources={f"accelerator_type:{nd.accelerator}": 1} if nd.accelerator else {},
-            labels=labels)
-
     def _join(self, tier: str, counted: bool = True) -> None:
-        node = self._add(tier)
+        node = add_node(self._cluster, self.tiers[tier].spec())
         with self.lock:
             self.nodes[node.node_id] = (tier, node)
             if counted:
@@ -236,13 +216,7 @@ class ElasticCluster:
             return self.billing.totals(self.now())
 
     def __exit__(self, *exc: Any) -> None:
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
-        if self._cluster is not None:
-            self._cluster.shutdown()
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        close(self._cluster, self.temp_dir)
 
 
 def _loop(stop: threading.Event, every_s: float, step: Callable[[], None], name: str) -> None:
