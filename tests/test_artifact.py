@@ -118,18 +118,21 @@ def test_weights_are_loaded_without_unpickling_code(tmp_path):
 
 
 def test_single_decision_latency(tmp_path):
-    """In-process inference stays in the millisecond range (targets: 0.5 ms at N=48, 2 ms at
-    N=1024; the bound here is loose because CI machines are shared)."""
+    """In-process inference stays in the millisecond range: a gross-regression guard, 10x the
+    targets (0.5 ms at N=48, 2 ms at N=1024, measured by ``scale-ray bench serve``), on the best
+    of 5 batches so that a busy shared machine does not fail it."""
     pol = load_policy(save_untrained(tmp_path / "p"))
     for n, bound_ms in ((48, 5.0), (1024, 20.0)):
         o = _obs(n)
         for _ in range(20):
             pol.act(o)
-        t0 = time.perf_counter()
-        for _ in range(200):
-            pol.act(o)
-        ms = (time.perf_counter() - t0) / 200 * 1e3
-        assert ms < bound_ms, f"N={n}: {ms:.3f} ms per decision"
+        batches = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(40):
+                pol.act(o)
+            batches.append((time.perf_counter() - t0) / 40 * 1e3)
+        assert min(batches) < bound_ms, f"N={n}: {batches} ms per decision"
 
 
 def test_sampled_policy_draws_from_the_softmax_of_the_scores_and_only_where_allowed(tmp_path):

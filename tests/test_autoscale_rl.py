@@ -42,6 +42,20 @@ def test_steps_observe_features_and_reward_cost(env):
     assert env.observation_space.contains(obs)
 
 
+def test_training_episodes_are_short_and_start_at_a_random_phase_of_the_day():
+    env = SizingEnv({"horizon_s": 900, "train_horizon_s": 120, "seed": 1})
+    phases = set()
+    for _ in range(3):
+        _, info = env.reset()
+        wl = env.sizer.model.cfg.workload
+        assert info["episode"] >= autoscale_rl.TRAIN_SEEDS_FROM and wl.horizon_s == 120
+        phases.add(wl.curve.peak_s)
+    assert len(phases) == 3
+    env.reset(options={"episode": 2})  # evaluation: the config as it is
+    assert env.sizer.model.cfg.workload.horizon_s == 900
+    assert env.sizer.model.cfg.workload.curve.peak_s == env.cfg.workload.curve.peak_s
+
+
 def test_bad_arguments_are_refused_by_name():
     with pytest.raises(ValueError, match="every"):
         HeadroomSizer(SizingEnv({"horizon_s": 60}).cfg, every=0)
@@ -65,7 +79,8 @@ def test_the_bench_trains_evaluates_and_reports(tmp_path):
 
     no_ray_connection()
     out = tmp_path / "learned.json"
-    assert main(["bench", "autoscale-rl", "--horizon-s", "300", "--iterations", "2", "--batch",
+    assert main(["bench", "autoscale-rl", "--horizon-s", "300", "--train-horizon-s", "300",
+                 "--iterations", "2", "--batch",
                  "32", "--runners", "0", "--eval-seeds", "4", "--json", str(out)]) == 0
     d = json.loads(out.read_text())
     assert [r["iteration"] for r in d["training"]] == [1, 2]

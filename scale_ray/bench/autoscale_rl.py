@@ -14,12 +14,14 @@ placement decision before the env gets control back). Reward per step: - (cost b
 the step) / (the initial cluster's price for a step) - ``slo_penalty`` x max(0, share of the
 workflows finished during the step whose response exceeded the SLO's p95 bound - 0.01).
 
-**Seeds.** Training draws episode seeds from 10,000 up; evaluation uses ``--eval-seeds``
+**Seeds.** Training draws episode seeds from 10,000 up, each episode ``--train-horizon-s``
+(an hour) of arrivals from a random phase of the daily curve (its ``peak_s`` drawn), so that
+short episodes cover the whole day's shape; evaluation uses ``--eval-seeds``
 (default 0 1 2, the seeds of ``bench autoscale``'s table), never seen in training. Both arms of
 the evaluation run through the same env: ours is the constant choice 1.0 (it equals
 ``bench autoscale``'s ``model/eft`` episode by episode: tests/test_autoscale_rl.py).
 
-    scale-ray bench autoscale-rl --iterations 30 --json results/autoscale/learned.json
+    scale-ray bench autoscale-rl --runners 2 --json results/autoscale/learned.json
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class SizingEnv(gym.Env):
             env = replace(env, workload={"horizon_s": float(config["horizon_s"])})
         self.cfg = replace(env, sizing={"policy": "model"})
         self.every = int(config.get("every", 6))
+        self.train_horizon_s = config.get("train_horizon_s")
         self.penalty = float(config.get("slo_penalty", 20.0))
         step_s = self.every * self.cfg.sizing.model.interval_s
         price = sum(t.count * t.price_per_hour for t in self.cfg.cluster.tiers)
@@ -85,10 +88,15 @@ class SizingEnv(gym.Env):
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         episode = (options or {}).get("episode")
-        if episode is None:
+        cfg = self.cfg
+        if episode is None:  # training: a fresh seed, and a random hour of the day's shape
             episode = int(self._rng.integers(TRAIN_SEEDS_FROM, 2**31 - 1))
-        self.sizer = HeadroomSizer(self.cfg, act=self._record, every=self.every)
-        self.policy, self.sim = start_episode(self.cfg, "eft", int(episode), sizer=self.sizer)
+            if self.train_horizon_s:
+                curve = cfg.workload.curve
+                cfg = replace(cfg, workload={"horizon_s": self.train_horizon_s, "curve": {
+                    "peak_s": float(self._rng.uniform(0.0, curve.period_s))}})
+        self.sizer = HeadroomSizer(cfg, act=self._record, every=self.every)
+        self.policy, self.sim = start_episode(cfg, "eft", int(episode), sizer=self.sizer)
         self._seen, self._open = 0, []
         self._last = self._advance()
         return self._features(), {"episode": int(episode)}
@@ -188,7 +196,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="env override (repeatable)")
     p.add_argument("--horizon-s", type=float, default=None,
                    help="arrivals stop here, training and evaluation (default: the config's)")
-    p.add_argument("--iterations", type=int, default=30, help="PPO iterations")
+    p.add_argument("--train-horizon-s", type=float, default=3600.0,
+                   help="training episodes: this long, each from a random phase of the daily "
+                        "curve (shorter than the config's horizon: more episodes; 0: as "
+                        "evaluated)")
+    p.add_argument("--iterations", type=int, default=25, help="PPO iterations")
     p.add_argument("--batch", type=int, default=960, help="env steps per PPO iteration")
     p.add_argument("--runners", type=int, default=1, help="RLlib env runners")
     p.add_argument("--every", type=int, default=6, help="sizer turns per head-room choice")
@@ -211,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--eval-seeds: must be below {TRAIN_SEEDS_FROM} (training's seeds)")
     env_config = {"env_config": args.config, "overrides": args.overrides,
                   "horizon_s": args.horizon_s, "every": args.every,
+                  "train_horizon_s": args.train_horizon_s,
                   "slo_penalty": args.slo_penalty, "seed": args.seed}
     print(f"training: PPO, {args.iterations} iterations x {args.batch} steps "
           f"(a step: {args.every} sizer turns), {args.runners} runner(s)", flush=True)
