@@ -63,7 +63,7 @@ class SizingEnv(gym.Env):
         self.cfg = replace(env, sizing={"policy": "model"})
         self.every = int(config.get("every", 6))
         self.train_horizon_s = config.get("train_horizon_s")
-        self.penalty = float(config.get("slo_penalty", 20.0))
+        self.penalty = float(config.get("slo_penalty", 40.0))
         step_s = self.every * self.cfg.sizing.model.interval_s
         price = sum(t.count * t.price_per_hour for t in self.cfg.cluster.tiers)
         self.cost_ref = price * step_s / 3600.0
@@ -204,7 +204,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=960, help="env steps per PPO iteration")
     p.add_argument("--runners", type=int, default=1, help="RLlib env runners")
     p.add_argument("--every", type=int, default=6, help="sizer turns per head-room choice")
-    p.add_argument("--slo-penalty", type=float, default=20.0,
+    p.add_argument("--slo-penalty", type=float, default=40.0,
                    help="reward weight of the share of slow workflows above 1 %%")
     p.add_argument("--seed", type=int, default=0, help="training seed")
     p.add_argument("--eval-seeds", nargs="+", type=int, default=[0, 1, 2],
