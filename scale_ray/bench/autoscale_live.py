@@ -34,11 +34,9 @@ the nodes over time).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -54,6 +52,7 @@ from scale_ray.config import load_env
 from scale_ray.evaluation import run_episode
 from scale_ray.live import LiveScheduler
 from scale_ray.live.ray_default import RayDefaultRunner
+from scale_ray.bench import write_report
 from scale_ray.relative import rel
 
 from .agents_cluster import add_node, close, collected, cpuless_head, live_settings
@@ -417,8 +416,5 @@ def run(args: argparse.Namespace) -> int:
           f"(twin {rel(out['twin_rel_cost_vs_ray_autoscaler'])}), attainment "
           f"{out['slo_attainment']:.3f} vs {out['ray_autoscaler_slo_attainment']:.3f}, twin gap "
           f"{out['max_twin_gap_points']:.1f} points, lost {out['workflows_lost']}", flush=True)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1, default=float))
-        print(f"wrote {args.json}")
+    write_report(args.json, out, float)
     return 0

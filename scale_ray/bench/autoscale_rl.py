@@ -27,9 +27,7 @@ the evaluation run through the same env: ours is the constant choice 1.0 (it equ
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -39,6 +37,7 @@ from envs.config_base import replace
 from policies.sizing.learned import HEADROOM, N_FEATURES, HeadroomSizer
 from scale_ray.config import load_env
 from scale_ray.evaluation import start_episode
+from scale_ray.bench import write_report
 from scale_ray.relative import rel
 
 TRAIN_SEEDS_FROM = 10_000
@@ -261,8 +260,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"learned vs ours: cost {rel(out['rel_cost_vs_model'])}, worst attainment "
           f"{out['learned_slo_attainment']:.3f} vs {out['model_slo_attainment']:.3f}: "
           f"{'ships' if wins else 'does not ship (not cheaper at the SLO)'}", flush=True)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1, default=str))
-        print(f"wrote {args.json}")
+    write_report(args.json, out, str)
     return 0
