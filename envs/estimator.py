@@ -5,7 +5,7 @@ implies on that server (``hint_gflop / server compute``): 0 when the hints are r
 comes from the tier speeds (a server of twice the compute runs a task in half the time), and what
 is learned is how far each kind's hint is off, per tier.
 
-* Per kind (all tiers pooled) and per (kind, tier) cell: a running mean and variance of the log
+* Per kind (all tiers together) and per (kind, tier) cell: a running mean and variance of the log
   ratio (Welford), each shrunk toward its parent: a cell toward its kind, a kind toward 0 (the
   hint), with ``prior_n`` pseudo-observations of spread ``prior_sigma``.
 * Robust in log space: once a cell has ``robust_after`` observations, a new one is clipped to its
@@ -84,13 +84,13 @@ class RuntimeEstimator:
             return prior_m, prior_s
         n = st.n
         m = (n0 * prior_m + n * st.mean) / (n0 + n)
-        # pooled spread: the prior's, the data's, and how far the data's mean is from the prior
+        # combined spread: the prior's, the data's, and how far the data's mean is from the prior
         var = (n0 * prior_s * prior_s + (n - 1) * st.var()
                + n0 * n / (n0 + n) * (st.mean - prior_m) ** 2) / (n0 + n - 1)
         return m, math.sqrt(max(var, 1e-12))
 
     def log_params(self, kind: str, tier: str | None) -> tuple[float, float]:
-        """(mean, sd) of the log ratio for ``kind`` on ``tier`` (``None``: the kind, pooled)."""
+        """(mean, sd) of the log ratio for ``kind`` on ``tier`` (``None``: the kind over all tiers)."""
         km, ks = self._shrink(self._kind.get(kind), 0.0, self.prior_sigma)
         if tier is None:
             return km, ks
@@ -108,7 +108,7 @@ class RuntimeEstimator:
 
     def gflop(self, kind: str, hint_gflop: float) -> float:
         """The estimated compute (GFLOP) of a task of ``kind`` shown with ``hint_gflop``: what
-        its expected run times imply (pooled over tiers)."""
+        its expected run times imply (over all tiers)."""
         m, s = self.log_params(kind, None)
         return hint_gflop * math.exp(m + 0.5 * s * s)
 

@@ -95,8 +95,8 @@ class WorkEstimate:
     """Per program kind, learned online from finished programs: the remaining work of a program
     that has done ``done_s`` seconds of work (the mean excess ``E[W - done | W > done]`` over
     finished programs of the kind: a program that ran long is expected to run longer) and its
-    critical-path bound (the kind's mean). A kind without history falls back to every kind
-    pooled; with no history at all the caller falls back to what it sees (``None``).
+    critical-path bound (the kind's mean). A kind without history falls back to all kinds
+    together; with no history at all the caller falls back to what it sees (``None``).
     Work in seconds at the cluster's mean compute (``envs.order.mean_compute``)."""
 
     def __init__(self) -> None:

@@ -42,6 +42,7 @@ from scale_ray.relative import rel
 
 TRAIN_SEEDS_FROM = 10_000
 SLACK = 0.01  # the share of slow workflows a step may have before the penalty starts
+SAMPLE_TIMEOUT_S = 1800.0  # per sample() call of a runner; beyond it RLlib drops the samples
 KEEP = ("cost", "slo_attainment", "slo_windows_met", "slo_windows", "mean_workflow_response_s",
         "p95_workflow_response_s", "p99_workflow_response_s", "completed_workflows_ratio",
         "nodes_launched", "nodes_drained")
@@ -166,7 +167,10 @@ def train(env_config: dict, iterations: int, batch: int, runners: int, seed: int
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
 
     cfg = (PPOConfig().environment(SizingEnv, env_config=env_config)
-           .env_runners(num_env_runners=runners, rollout_fragment_length="auto")
+           .env_runners(num_env_runners=runners, rollout_fragment_length="auto",
+                        # an hour of simulated sizing takes seconds: RLlib's 60-s default
+                        # discards whole fragments on a loaded machine (no samples, no update)
+                        sample_timeout_s=SAMPLE_TIMEOUT_S)
            .training(lr=3e-4, gamma=0.99, lambda_=0.95, entropy_coeff=0.01,
                      train_batch_size_per_learner=batch, minibatch_size=min(128, batch),
                      num_epochs=6)
@@ -183,6 +187,9 @@ def train(env_config: dict, iterations: int, batch: int, runners: int, seed: int
             r.get("env_runners", {}).get("num_env_steps_sampled_lifetime")
         log.append({"iteration": i + 1, "episode_return_mean": ret, "env_steps": steps,
                     "seconds": time.perf_counter() - t0})
+        if not steps or (len(log) > 1 and steps == log[-2]["env_steps"]):
+            echo(f"warning: iteration {i + 1} sampled no env steps (runners slower than "
+                 f"sample_timeout_s {SAMPLE_TIMEOUT_S:.0f} s?): no update")
         echo(f"iteration {i + 1}/{iterations}: episode return "
              f"{'-' if ret is None else f'{ret:.1f}'}, {steps} steps, "
              f"{time.perf_counter() - t0:.0f} s")

@@ -74,7 +74,7 @@ def with_kinds(env: EnvConfig, specs: Sequence[WorkflowSpec]) -> list[WorkflowSp
 
 def estimator_accuracy(sched: LiveScheduler) -> dict[str, dict[str, float]]:
     """Per kind (with a completed run): the true median compute of its completed emulated runs
-    (``run_gflop``) and the scheduler estimator's median (pooled over tiers), and their relative
+    (``run_gflop``) and the scheduler estimator's median (over all tiers), and their relative
     error. The estimator learned from wall times, so dispatch overhead is in its numbers."""
     est = sched.estimator
     runs: dict[str, list[float]] = {}
