@@ -90,6 +90,10 @@ def test_the_bench_runs_both_arms_and_loses_nothing(tmp_path):
     for key in ("rel_cost_vs_ray_autoscaler", "slo_attainment", "ray_autoscaler_slo_attainment",
                 "max_twin_gap_points"):
         assert r[key] is not None
+    # the machine's load and each arm's live / twin ratio decide whether the run may be read
+    v = r["validity"]
+    assert set(v["live_vs_twin"]) == {"model/eft", "ray/ray"} and v["load_1m_peak"] > 0
+    assert v["valid"] == (not v["reasons"])
     for arm in ("model/eft", "ray/ray"):
         live, twin = r["arms"][arm]["live"], r["arms"][arm]["twin"]
         assert live["workflows_completed"] == live["workflows_submitted"] == r["requests"]

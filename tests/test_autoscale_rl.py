@@ -64,7 +64,30 @@ def test_bad_arguments_are_refused_by_name():
     with pytest.raises(ValueError, match="--eval-seeds"):
         autoscale_rl.run(p.parse_args(["--eval-seeds", "10000"]))
     with pytest.raises(ValueError, match="--iterations"):
+        autoscale_rl.run(p.parse_args(["--iterations", "-1"]))
+    with pytest.raises(ValueError, match="--iterations 0 trains nothing"):
         autoscale_rl.run(p.parse_args(["--iterations", "0"]))
+    with pytest.raises(ValueError, match="--constants"):
+        autoscale_rl.run(p.parse_args(["--iterations", "0", "--constants", "0.9"]))
+
+
+def test_constant_head_rooms_are_compared_with_ours_without_training(tmp_path):
+    """``--iterations 0 --constants``: no Ray, each constant against ours on the same seeds;
+    1.0 is ours itself (a relative cost of exactly 0, and it does not win)."""
+    import json
+
+    p = argparse.ArgumentParser()
+    autoscale_rl.add_arguments(p)
+    out = tmp_path / "c.json"
+    assert autoscale_rl.run(p.parse_args(
+        ["--horizon-s", "600", "--iterations", "0", "--constants", "1.0", "1.5",
+         "--eval-seeds", "3", "--json", str(out)])) == 0
+    d = json.loads(out.read_text())
+    same, high = d["constants"]["1.0"], d["constants"]["1.5"]
+    assert same["rel_cost_vs_model"] == 0.0 and same["wins"] is False
+    assert high["rel_cost_vs_model"] > 0 and high["wins"] is False
+    assert high["runs"][0]["seed"] == d["model"][0]["seed"] == 3
+    assert d["training"] == [] and "ships" not in d  # nothing learned, nothing to ship
 
 
 @pytest.mark.slow

@@ -48,6 +48,7 @@ from envs.sizing import NodeView, SizingView
 from envs.workload import draw
 from policies import get_policy
 from policies.sizing.ray import RayAutoscaler
+from scale_ray.bench.validity import MachineLoad, check, format_check, twin_ratio
 from scale_ray.config import load_env
 from scale_ray.evaluation import run_episode
 from scale_ray.live import LiveScheduler
@@ -392,8 +393,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"autoscale live: {len(reqs)} requests over {env.workload.horizon_s:g} model s at "
           f"time scale {ts:g} (~{env.workload.horizon_s * ts / 60:.1f} min a arm), SLO p95 <= "
           f"{env.sizing.slo.p95_s:g} s per {env.sizing.slo.window_s:g} s window", flush=True)
+    load = MachineLoad()
     for arm in ARMS:
         live = run_arm(arm, env, reqs, ts, args.seed, args.timeout_s)
+        load.sample()
         tw = twin(arm, env, reqs, args.seed)
         out["arms"][arm] = {"live": live, "twin": tw}
         print(f"  {arm:9s} live ${live['cost']:.3f} attainment {live['slo_attainment']:.3f} "
@@ -412,7 +415,12 @@ def run(args: argparse.Namespace) -> int:
         for a in out["arms"].values())
     out["twin_rel_cost_vs_ray_autoscaler"] = ours["twin"]["cost"] / ray_arm["twin"]["cost"] - 1
     out["workflows_lost"] = sum(a["live"]["workflows_lost"] for a in out["arms"].values())
-    print(f"ours vs Ray's autoscaler path: cost {rel(out['rel_cost_vs_ray_autoscaler'])} "
+    out["validity"] = check({arm: twin_ratio(a["live"]["mean_workflow_response_model_s"],
+                                             a["twin"]["mean_workflow_response_s"])
+                             for arm, a in out["arms"].items()}, load)
+    print(format_check(out["validity"]), flush=True)
+    print(f"ours vs Ray's autoscaler path{'' if out['validity']['valid'] else ' (INVALID run)'}: "
+          f"cost {rel(out['rel_cost_vs_ray_autoscaler'])} "
           f"(twin {rel(out['twin_rel_cost_vs_ray_autoscaler'])}), attainment "
           f"{out['slo_attainment']:.3f} vs {out['ray_autoscaler_slo_attainment']:.3f}, twin gap "
           f"{out['max_twin_gap_points']:.1f} points, lost {out['workflows_lost']}", flush=True)

@@ -1,6 +1,6 @@
 """``scale-ray bench autoscale-rl`` (issue 72, item 5): a learned sizer trained with RLlib PPO in
 the simulator, evaluated on held-out seeds against our model-based sizer. Shipped only if it wins
-(it is not: results/autoscale/README.md, "A learned sizer").
+(results/autoscale/README.md, "A learned sizer").
 
 **What is learned** (``policies.sizing.learned``): the head-room of our sizer, one of
 ``HEADROOM`` (0.7 ... 1.5 x the model's need), chosen every ``--every`` sizer turns (60 s at the
@@ -215,6 +215,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="training seed")
     p.add_argument("--eval-seeds", nargs="+", type=int, default=[0, 1, 2],
                    help="held-out episodes (training draws from 10000 up)")
+    p.add_argument("--constants", nargs="+", type=float, default=[], metavar="H",
+                   help=f"also evaluate these constant head-rooms (of {HEADROOM}) on the held-out "
+                        "seeds: is the learned choice more than a constant? (--iterations 0: "
+                        "only these and ours)")
     p.add_argument("--json", default=None, help="write the training log and the evaluation here")
 
 
@@ -222,50 +226,82 @@ def _mean(rows: list[dict], key: str) -> float:
     return float(np.mean([r[key] for r in rows]))
 
 
+def _evaluate(env: SizingEnv, arm: str, act, seed: int) -> dict[str, Any]:
+    r = run_policy(env, act, seed)
+    print(f"seed {seed}: {arm} ${r['cost']:.2f} attainment {r['slo_attainment']:.3f} "
+          f"(p95 {r['p95_workflow_response_s']:.1f} s; head-rooms {r['headroom_share']})",
+          flush=True)
+    return r
+
+
+def _versus(rows: list[dict], ours: list[dict], target: float) -> dict[str, Any]:
+    """An arm against ours on the same seeds: mean cost relative to ours, its worst attainment,
+    and whether it wins (cheaper, the SLO target met on every seed)."""
+    rel_cost = _mean(rows, "cost") / _mean(ours, "cost") - 1.0
+    worst = min(r["slo_attainment"] for r in rows)
+    return {"rel_cost_vs_model": rel_cost, "slo_attainment": worst,
+            "wins": rel_cost < 0 and worst >= target}
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.iterations < 1 or args.batch < 1 or args.every < 1 or args.runners < 0:
-        raise ValueError("--iterations, --batch and --every must be >= 1, --runners >= 0")
+    if args.iterations < 0 or args.batch < 1 or args.every < 1 or args.runners < 0:
+        raise ValueError("--iterations must be >= 0, --batch and --every >= 1, --runners >= 0")
     if min(args.eval_seeds) >= TRAIN_SEEDS_FROM:
         raise ValueError(f"--eval-seeds: must be below {TRAIN_SEEDS_FROM} (training's seeds)")
+    if [h for h in args.constants if h not in HEADROOM]:
+        raise ValueError(f"--constants: each one of {HEADROOM}, got {args.constants}")
+    if args.iterations == 0 and not args.constants:
+        raise ValueError("--iterations 0 trains nothing: give --constants to evaluate")
     env_config = {"env_config": args.config, "overrides": args.overrides,
                   "horizon_s": args.horizon_s, "every": args.every,
                   "train_horizon_s": args.train_horizon_s,
                   "slo_penalty": args.slo_penalty, "seed": args.seed}
-    print(f"training: PPO, {args.iterations} iterations x {args.batch} steps "
-          f"(a step: {args.every} sizer turns), {args.runners} runner(s)", flush=True)
-    import ray
+    env = SizingEnv(env_config)
+    algo, log, act = None, [], None
+    if args.iterations:
+        print(f"training: PPO, {args.iterations} iterations x {args.batch} steps "
+              f"(a step: {args.every} sizer turns), {args.runners} runner(s)", flush=True)
+        import ray
 
-    from scale_ray.training import ensure_ray
+        from scale_ray.training import ensure_ray
 
-    started = ensure_ray(None)  # embedded, or the job's cluster under `ray job submit`
-    try:
-        algo, log = train(env_config, args.iterations, args.batch, args.runners, args.seed,
-                          echo=lambda s: print(s, flush=True))
-        act = greedy(algo.get_module())
-        env = SizingEnv(env_config)
-        learned, ours = [], []
-        for s in args.eval_seeds:
-            ours.append(run_policy(env, lambda _obs: HEADROOM.index(1.0), s))
-            learned.append(run_policy(env, act, s))
-            print(f"seed {s}: ours ${ours[-1]['cost']:.2f} attainment "
-                  f"{ours[-1]['slo_attainment']:.3f}; learned ${learned[-1]['cost']:.2f} "
-                  f"attainment {learned[-1]['slo_attainment']:.3f} (head-rooms "
-                  f"{learned[-1]['headroom_share']})", flush=True)
-        algo.stop()
-    finally:
-        if started:
-            ray.shutdown()
+        started = ensure_ray(None)  # embedded, or the job's cluster under `ray job submit`
+        try:
+            algo, log = train(env_config, args.iterations, args.batch, args.runners, args.seed,
+                              echo=lambda s: print(s, flush=True))
+            act = greedy(algo.get_module())
+            algo.stop()
+        finally:
+            if started:
+                ray.shutdown()
+    ours, learned = [], []
+    constants: dict[str, list] = {str(h): [] for h in args.constants}
+    for s in args.eval_seeds:
+        ours.append(_evaluate(env, "ours", lambda _obs: HEADROOM.index(1.0), s))
+        if act is not None:
+            learned.append(_evaluate(env, "learned", act, s))
+        for h in args.constants:
+            constants[str(h)].append(
+                _evaluate(env, f"head-room {h:g}", lambda _obs, i=HEADROOM.index(h): i, s))
     target = load_env(args.config, args.overrides).sizing.slo.target
-    wins = (_mean(learned, "cost") < _mean(ours, "cost")
-            and all(r["slo_attainment"] >= target for r in learned))
-    out = {"rel_cost_vs_model": _mean(learned, "cost") / _mean(ours, "cost") - 1.0,
-           "learned_slo_attainment": min(r["slo_attainment"] for r in learned),
-           "model_slo_attainment": min(r["slo_attainment"] for r in ours),
-           "ships": wins, "eval_seeds": args.eval_seeds,
-           "settings": {k: v for k, v in vars(args).items() if k != "run_command"},
-           "training": log, "learned": learned, "model": ours}
-    print(f"learned vs ours: cost {rel(out['rel_cost_vs_model'])}, worst attainment "
-          f"{out['learned_slo_attainment']:.3f} vs {out['model_slo_attainment']:.3f}: "
-          f"{'ships' if wins else 'does not ship (not cheaper at the SLO)'}", flush=True)
+    out: dict[str, Any] = {
+        "eval_seeds": args.eval_seeds, "model_slo_attainment": min(
+            r["slo_attainment"] for r in ours),
+        "settings": {k: v for k, v in vars(args).items() if k != "run_command"},
+        "training": log, "model": ours,
+        "constants": {h: _versus(rows, ours, target) | {"runs": rows}
+                      for h, rows in constants.items()}}
+    for h, c in out["constants"].items():
+        print(f"constant head-room {h} vs ours: cost {rel(c['rel_cost_vs_model'])}, worst "
+              f"attainment {c['slo_attainment']:.3f}", flush=True)
+    if learned:
+        v = _versus(learned, ours, target)
+        out |= {"rel_cost_vs_model": v["rel_cost_vs_model"],
+                "learned_slo_attainment": v["slo_attainment"], "ships": v["wins"],
+                "learned": learned}
+        print(f"learned vs ours: cost {rel(v['rel_cost_vs_model'])}, worst attainment "
+              f"{v['slo_attainment']:.3f} vs {out['model_slo_attainment']:.3f}: "
+              f"{'ships' if v['wins'] else 'does not ship (not cheaper at the SLO)'}",
+              flush=True)
     write_report(args.json, out, str)
     return 0
