@@ -94,6 +94,8 @@ class ModelSizerConfig:
     beta: float = field(default=1.5, metadata=rng(
         ge=0, le=100, doc="square-root staffing: capacity >= load + beta x sqrt(load), load in "
                           "capacity units (GPUs x GPU speed; CPUs x CPU speed)"))
+    headroom: float = field(default=1.0, metadata=rng(
+        gt=0, le=10, doc="the need (load with staffing head-room, plus backlog) times this"))
     backlog_share: float = field(default=0.5, metadata=rng(
         gt=0, le=1, doc="queued work must drain within this share of the SLO's p95 bound"))
     down_after_s: float = field(default=120.0, metadata=rng(

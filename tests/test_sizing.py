@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 
 from envs.accounting import Billing, slo_report
@@ -74,6 +75,8 @@ def test_bounds_and_prices_are_checked_naming_the_field():
                          "sizing": {"policy": "ray", "ray": {"min_workers": {"tpu": 1}}}})
     with pytest.raises(ConfigError, match="sizing.slo.target"):
         load_env_config({"sizing": {"slo": {"target": 1.5}}})
+    with pytest.raises(ConfigError, match="sizing.model.headroom"):
+        load_env_config({"sizing": {"model": {"headroom": 0}}})
     env = _env()
     assert env.padded_servers == 10  # every tier may grow to its max_nodes
     assert _env("static").padded_servers == 2
@@ -294,6 +297,42 @@ def test_ours_adds_on_top_drains_after_the_delay_and_keeps_gpus_for_gpu_work():
     sz.reset()
     sz.decide(_view(young, arrivals=arrivals, wpw=light, t=1000.0))
     assert sz.decide(_view(young, arrivals=arrivals, wpw=light, t=1100.0)).drain == []
+
+
+def test_ours_mix_covers_both_kinds_at_once_at_least_cost():
+    """The mix is the cheapest cover of CPU and GPU together (brute force over every count):
+    a GPU node's CPUs count, so more GPU nodes may be the cover when CPU nodes may not grow."""
+    small = dict(TIERS[1], name="small", price_per_hour=1.624, max_nodes=5)
+    big = dict(TIERS[1], name="big", gpu_speed=2.6, price_per_hour=3.673, max_nodes=3)
+    sz = ModelSizer(_env("model", cluster={"servers": 3, "tiers": [TIERS[0], small, big]}))
+    names = [t.name for t in sz.tiers]
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        need = {"CPU": float(rng.uniform(0, 60)), "GPU": float(rng.uniform(0, 10))}
+        lo = {n: int(rng.integers(0, 2)) for n in names}
+        hi = {n: lo[n] + int(rng.integers(0, 5)) for n in names}
+        best = None
+        for counts in itertools.product(*(range(lo[n], hi[n] + 1) for n in names)):
+            caps = [sz.caps(t) for t in sz.tiers]
+            if (sum(c * cp[0] for c, cp in zip(counts, caps)) >= need["CPU"] - 1e-9
+                    and sum(c * cp[1] for c, cp in zip(counts, caps)) >= need["GPU"] - 1e-9):
+                cost = sum(c * t.price_per_hour for c, t in zip(counts, sz.tiers))
+                best = cost if best is None else min(best, cost)
+        got, covered = sz.mix(need, lo, hi)
+        assert covered == (best is not None)
+        if covered:
+            assert sz.price(got) == pytest.approx(best)
+            assert all(lo[n] <= got[n] <= hi[n] for n in names)
+    # sizing.model.headroom multiplies the whole need, backlog included
+    view = _view(arrivals=[float(t) for t in range(1000)], wpw={"CPU": 3.0, "GPU": 2.0},
+                 queued={"CPU": 30.0, "GPU": 0.0})
+    lean = ModelSizer(_env("model", cluster={"servers": 3, "tiers": [TIERS[0], small, big]},
+                           sizing={"policy": "model", "model": {"headroom": 0.8}}))
+    assert lean.need(view) == pytest.approx({k: 0.8 * v for k, v in sz.need(view).items()})
+    # CPU nodes may not grow: four small GPU nodes carry the CPU work (one alone covers the GPU)
+    got, covered = sz.mix({"CPU": 22.0, "GPU": 1.0}, dict.fromkeys(names, 0),
+                          {"cpu": 0, "small": 5, "big": 0})
+    assert covered and got == {"cpu": 0, "small": 4, "big": 0}
 
 
 def test_a_sizer_needs_the_sizing_policy_set():

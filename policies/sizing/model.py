@@ -14,20 +14,23 @@ price of each node type. Every ``interval_s``:
    units: max(a / ``max_utilization``, a + ``beta`` x sqrt(a)) (square-root staffing: a small
    cluster needs more head-room than a large one for the same wait, as in Erlang C), plus
    (work ready and waiting for a node in k) / (``backlog_share`` x the SLO's p95 bound), a
-   backlog that would otherwise outlive the SLO.
+   backlog that would otherwise outlive the SLO; all of it times ``headroom``.
 3. **Mix.** Up: the cheapest nodes to add to what is there (never a trade of one type for
    another) whose capacity covers the need; down: the cheapest subset of what is there that
-   covers the need with ``down_margin`` to spare, within ``min_nodes``. Capacity: GPU capacity = GPUs x GPU speed, on GPU tiers only (GPU nodes only for GPU
-   demand); CPU capacity = CPUs x CPU speed, a GPU node's counted at 1 - ``GPU_CPU_RESERVE``
-   (its CPUs also feed its model calls). Enumerated exactly over the tiers of a kind.
+   covers the need with ``down_margin`` to spare, within ``min_nodes``. Capacity: GPU capacity
+   = GPUs x GPU speed, on GPU tiers only (GPU nodes only for GPU demand); CPU capacity = CPUs x
+   CPU speed, a GPU node's counted at 1 - ``GPU_CPU_RESERVE`` (its CPUs also feed its model
+   calls). Both kinds are covered at once: every count of the GPU tiers, each with its
+   cheapest CPU cover.
 4. **Apply.** Additions launch at once. A smaller mix that stays enough for ``down_after_s``,
    with no launch under way, gives the rest back, at most ``down_step`` of the nodes a turn,
    draining the nodes with the fewest runs that have served their billing
    minimum; a drained node takes no new work, so the placement
    consolidates on the rest and the drained ones empty.
 
-It does not read the future of the trace, and it has no learned part: its one calibrated
-settings are ``beta`` and ``max_utilization`` (docs/autoscale.md says how they were chosen).
+It does not read the future of the trace, and it has no learned part: its calibrated settings
+are ``beta``, ``max_utilization`` and ``headroom`` (results/autoscale/README.md says how they were
+chosen).
 """
 
 from __future__ import annotations
@@ -97,16 +100,16 @@ class ModelSizer:
         return r + max(slope, 0.0) * self.horizon_s
 
     def need(self, view: SizingView, headroom: float = 1.0) -> dict[str, float]:
-        """Capacity needed per kind (step 2), times ``headroom`` (``policies.sizing.learned``
-        chooses it; 1 for ours)."""
+        """Capacity needed per kind (step 2), times ``headroom`` x ``sizing.model.headroom``
+        (``policies.sizing.learned`` chooses the first; 1 for ours)."""
         mc = self.mc
         r = self.rate(view)
         drain_s = mc.backlog_share * self.cfg.sizing.slo.p95_s
         out = {}
         for k in (CPU, GPU):
             a = r * view.work_per_workflow.get(k, 0.0)  # the offered load, in capacity units
-            out[k] = headroom * (max(a / mc.max_utilization, a + mc.beta * math.sqrt(a))
-                                 + view.queued_work.get(k, 0.0) / drain_s)
+            load = max(a / mc.max_utilization, a + mc.beta * math.sqrt(a))
+            out[k] = headroom * mc.headroom * (load + view.queued_work.get(k, 0.0) / drain_s)
         return out
 
     def caps(self, tier) -> tuple[float, float]:
@@ -118,21 +121,49 @@ class ModelSizer:
     def mix(self, need: dict[str, float], lo: dict[str, int], hi: dict[str, int]
             ) -> tuple[dict[str, int], bool]:
         """The cheapest counts per tier within ``lo``..``hi`` whose capacity covers ``need``
-        (step 3), and whether they do: a kind nothing covers gets its tiers at ``hi``."""
-        gpu_tiers = [t for t in self.tiers if self.caps(t)[1] > 0]
-        cpu_tiers = [t for t in self.tiers if self.caps(t)[1] == 0]
-        g = cheapest_mix(need[GPU], [(t.name, self.caps(t)[1], t.price_per_hour, lo[t.name],
-                                      hi[t.name]) for t in gpu_tiers])
-        covered = g is not None
-        if g is None:
-            g = {t.name: hi[t.name] for t in gpu_tiers}
-        cpu_left = need[CPU] - sum(g[t.name] * self.caps(t)[0] for t in gpu_tiers)
-        c = cheapest_mix(cpu_left, [(t.name, self.caps(t)[0], t.price_per_hour, lo[t.name],
-                                     hi[t.name]) for t in cpu_tiers])
-        if c is None:
-            covered = False
-            c = {t.name: hi[t.name] for t in cpu_tiers}
-        return g | c, covered
+        in both kinds at once (step 3: a GPU node's CPUs count, so one more GPU node of a type
+        with many CPUs can beat a CPU node), and whether they do: when nothing covers, the GPU
+        kind's cheapest cover (or its tiers at ``hi``), then the CPU kind's (or at ``hi``)."""
+        gpu = [(t.name, *self.caps(t), t.price_per_hour) for t in self.tiers if self.caps(t)[1] > 0]
+        cpu = [(t.name, self.caps(t)[0], t.price_per_hour, lo[t.name], hi[t.name])
+               for t in self.tiers if self.caps(t)[1] == 0]
+        best: tuple[float, dict[str, int]] | None = None
+        if not gpu:
+            c = cheapest_mix(need[CPU], cpu)
+            best = None if c is None else (0.0, c)
+        else:
+            *head, (name, c_cap, g_cap, price) = gpu
+            for counts in itertools.product(*(range(lo[h[0]], hi[h[0]] + 1) for h in head)):
+                base = sum(n * h[3] for n, h in zip(counts, head))
+                if best is not None and base >= best[0]:
+                    continue
+                g_have = sum(n * h[2] for n, h in zip(counts, head))
+                c_have = sum(n * h[1] for n, h in zip(counts, head))
+                k = lo[name] if g_have >= need[GPU] - 1e-9 else max(
+                    lo[name], math.ceil((need[GPU] - g_have) / g_cap - 1e-9))
+                while k <= hi[name]:  # more of the last GPU type: more CPUs, until covered
+                    cost = base + k * price
+                    if best is not None and cost >= best[0]:
+                        break
+                    left = need[CPU] - c_have - k * c_cap
+                    c = cheapest_mix(left, cpu)
+                    if c is not None:
+                        cost += sum(c[r[0]] * r[2] for r in cpu)
+                        if best is None or cost < best[0] - 1e-12:
+                            best = (cost, {h[0]: n for n, h in zip(counts, head)} | {name: k} | c)
+                    if left <= 0:
+                        break
+                    k += 1
+        if best is not None:
+            return best[1], True
+        gpu_rows = [(g[0], g[2], g[3], lo[g[0]], hi[g[0]]) for g in gpu]
+        g = cheapest_mix(need[GPU], gpu_rows) or {r[0]: r[4] for r in gpu_rows}
+        cpu_left = need[CPU] - sum(g[r[0]] * r[1] for r in gpu)
+        return g | (cheapest_mix(cpu_left, cpu) or {r[0]: r[4] for r in cpu}), False
+
+    def price(self, counts: dict[str, int]) -> float:
+        """Dollars per hour of ``counts`` nodes per tier."""
+        return sum(counts[t.name] * t.price_per_hour for t in self.tiers)
 
     def decide(self, view: SizingView, headroom: float = 1.0) -> Plan:
         mc, t = self.mc, view.t
